@@ -1,0 +1,1 @@
+//! Pure decision logic: no I/O, no async, time passed in.

@@ -1,0 +1,1 @@
+//! Turns the node into observations: cgroups, statvfs, procfs, and the wake-up sources.

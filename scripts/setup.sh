@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# One setup path for a fresh machine: Debian packages, the pinned Rust toolchains, bpf-linker and the
+# control-plane binaries. Idempotent and cached: a second run checks versions and returns in seconds.
+#
+# Usage: scripts/setup.sh [--with-control-plane] [--with-vm]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+HOST_TOOLCHAIN=1.99.0          # keep in step with rust-toolchain.toml
+EBPF_TOOLCHAIN=nightly-2026-07-20  # LLVM 22, like bpf-linker's; keep in step with node-monitor/build.rs
+BPF_LINKER_VERSION=0.13.0
+LLVM_MAJOR=22
+export CACHE="${NODE_MONITOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/node-monitor}"
+mkdir -p "$CACHE"
+
+with_cp=0; with_vm=0
+for a in "$@"; do
+  case "$a" in
+    --with-control-plane) with_cp=1 ;;
+    --with-vm) with_vm=1 ;;
+    *) echo "setup: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
+
+log() { echo "setup: $*" >&2; }
+SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO=sudo
+
+# --- Debian packages -----------------------------------------------------------------------------
+APT_PACKAGES=(
+  "llvm-${LLVM_MAJOR}-dev" "libpolly-${LLVM_MAJOR}-dev" zlib1g-dev libzstd-dev  # bpf-linker
+  clang pkg-config                                                               # build tooling
+  bpftool                                                                        # benchmarks (bpf stats)
+  stress-ng                                                                      # memory pressure in tests
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  # --no-remove: never let apt resolve a clash by removing packages the machine already has.
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-remove "${missing[@]}" >&2
+fi
+
+# --- Rust toolchains ------------------------------------------------------------------------------
+command -v rustup >/dev/null || { log "rustup is required (https://rustup.rs)"; exit 1; }
+installed_toolchains=$(rustup toolchain list)
+if ! grep -q "^${HOST_TOOLCHAIN}-" <<<"$installed_toolchains"; then
+  log "installing Rust ${HOST_TOOLCHAIN}"
+  rustup toolchain install "$HOST_TOOLCHAIN" --profile minimal --component clippy,rustfmt >&2
+fi
+if ! grep -q "^${EBPF_TOOLCHAIN}-" <<<"$installed_toolchains" \
+   || ! rustup component list --toolchain "$EBPF_TOOLCHAIN" --installed 2>/dev/null | grep -q rust-src; then
+  log "installing Rust ${EBPF_TOOLCHAIN} with rust-src (eBPF)"
+  rustup toolchain install "$EBPF_TOOLCHAIN" --profile minimal --component rust-src >&2
+fi
+
+# --- bpf-linker (linked against the same LLVM as the eBPF nightly) ---------------------------------
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! bpf-linker --version 2>/dev/null | grep -q "$BPF_LINKER_VERSION"; then
+  log "installing bpf-linker ${BPF_LINKER_VERSION} against LLVM ${LLVM_MAJOR}"
+  LLVM_PREFIX="/usr/lib/llvm-${LLVM_MAJOR}" cargo "+${HOST_TOOLCHAIN}" install bpf-linker \
+    --version "$BPF_LINKER_VERSION" --locked --no-default-features --features "llvm-${LLVM_MAJOR}" >&2
+fi
+
+# --- Control plane (etcd, kube-apiserver, kube-controller-manager) -----------------------------------
+if ((with_cp)); then
+  assets=$(scripts/build-control-plane.sh)
+  ln -sfn "$assets" "$CACHE/control-plane/current"
+fi
+
+log "ok"

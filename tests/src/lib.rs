@@ -1,0 +1,2 @@
+//! Test harness shared by node-monitor's integration tiers.
+pub mod cgroup;
