@@ -11,7 +11,11 @@ fn main() -> anyhow::Result<()> {
     let toolchain =
         std::env::var("NODE_MONITOR_EBPF_TOOLCHAIN").unwrap_or_else(|_| EBPF_TOOLCHAIN.to_owned());
     aya_build::build_ebpf(
-        [Package { name: "node-monitor-ebpf", root_dir, ..Default::default() }],
+        [Package {
+            name: "node-monitor-ebpf",
+            root_dir,
+            ..Default::default()
+        }],
         Toolchain::Custom(&toolchain),
     )
 }

@@ -44,9 +44,14 @@ impl TestCgroups {
         require_root("creating test cgroups");
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
-        let rel_root = PathBuf::from(TEST_SUBTREE).join(format!("{name}-{}-{n}", std::process::id()));
-        let mut this = Self { rel_root, created: Vec::new() };
-        this.mkdir_all(Path::new("")).expect("create the test cgroup subtree");
+        let rel_root =
+            PathBuf::from(TEST_SUBTREE).join(format!("{name}-{}-{n}", std::process::id()));
+        let mut this = Self {
+            rel_root,
+            created: Vec::new(),
+        };
+        this.mkdir_all(Path::new(""))
+            .expect("create the test cgroup subtree");
         this
     }
 
@@ -105,7 +110,9 @@ impl TestCgroups {
     pub fn v2_id(&self, rel: impl AsRef<Path>) -> u64 {
         use std::os::unix::fs::MetadataExt as _;
         let p = self.unified(rel);
-        fs::metadata(&p).unwrap_or_else(|e| panic!("stat {}: {e}", p.display())).ino()
+        fs::metadata(&p)
+            .unwrap_or_else(|e| panic!("stat {}: {e}", p.display()))
+            .ino()
     }
 
     /// Writes `value` to `file` in the memory hierarchy at `rel`.

@@ -1,0 +1,262 @@
+//! The kubelet's cgroup layout: which pod (and container) a cgroup path belongs to.
+//!
+//! The kubelet puts pods under `kubepods` in a QoS tier (`pkg/kubelet/cm/qos_container_manager_linux.go`,
+//! `pod_container_manager_linux.go`), named by the cgroup driver:
+//!
+//! | driver   | Guaranteed                                  | Burstable / BestEffort                                              |
+//! |----------|---------------------------------------------|---------------------------------------------------------------------|
+//! | cgroupfs | `/kubepods/pod<uid>/<container>`            | `/kubepods/burstable/pod<uid>/<container>`                          |
+//! | systemd  | `/kubepods.slice/kubepods-pod<uid_>.slice/…` | `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice/<runtime>-<id>.scope` |
+//!
+//! With the systemd driver the UID's dashes become underscores (systemd reserves `-` as the slice
+//! hierarchy separator). The same relative paths appear under each cgroup v1 hierarchy and under the
+//! cgroup v2 root; the parser takes a path relative to any of them, or an absolute one that contains
+//! the layout.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// A pod's QoS class, as the kubelet derives it (`pkg/apis/core/v1/helper/qos`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum QosClass {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+impl QosClass {
+    /// The API spelling (`status.qosClass`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Guaranteed => "Guaranteed",
+            Self::Burstable => "Burstable",
+            Self::BestEffort => "BestEffort",
+        }
+    }
+}
+
+impl fmt::Display for QosClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The kubelet's cgroup driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupDriver {
+    Cgroupfs,
+    Systemd,
+}
+
+/// What a cgroup path says about the pod that owns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodCgroup {
+    /// The pod UID in its API form (with dashes).
+    pub pod_uid: String,
+    pub qos: QosClass,
+    pub driver: CgroupDriver,
+    /// The container ID when the path reaches into a container's cgroup (runtime prefix removed).
+    pub container_id: Option<String>,
+    /// The pod-level cgroup path: the input cut after the pod directory.
+    pub pod_path: String,
+}
+
+/// Parses a cgroup path in either kubelet layout. Returns `None` for paths outside `kubepods`.
+pub fn parse_cgroup_path(path: &str) -> Option<PodCgroup> {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let start = parts
+        .iter()
+        .position(|p| *p == "kubepods" || *p == "kubepods.slice")?;
+    if parts[start] == "kubepods" {
+        parse_cgroupfs(&parts, start)
+    } else {
+        parse_systemd(&parts, start)
+    }
+}
+
+fn parse_cgroupfs(parts: &[&str], start: usize) -> Option<PodCgroup> {
+    let mut i = start + 1;
+    let qos = match parts.get(i)? {
+        &"burstable" => {
+            i += 1;
+            QosClass::Burstable
+        }
+        &"besteffort" => {
+            i += 1;
+            QosClass::BestEffort
+        }
+        _ => QosClass::Guaranteed,
+    };
+    let uid = parts.get(i)?.strip_prefix("pod")?;
+    if !is_uid(uid) {
+        return None;
+    }
+    let container_id = parts.get(i + 1).map(|c| container_id(c));
+    Some(PodCgroup {
+        pod_uid: uid.to_owned(),
+        qos,
+        driver: CgroupDriver::Cgroupfs,
+        container_id,
+        pod_path: join_prefix(parts, i),
+    })
+}
+
+fn parse_systemd(parts: &[&str], start: usize) -> Option<PodCgroup> {
+    let mut i = start + 1;
+    let qos = match parts.get(i)? {
+        &"kubepods-burstable.slice" => {
+            i += 1;
+            QosClass::Burstable
+        }
+        &"kubepods-besteffort.slice" => {
+            i += 1;
+            QosClass::BestEffort
+        }
+        _ => QosClass::Guaranteed,
+    };
+    let prefix = match qos {
+        QosClass::Guaranteed => "kubepods-pod",
+        QosClass::Burstable => "kubepods-burstable-pod",
+        QosClass::BestEffort => "kubepods-besteffort-pod",
+    };
+    let uid = parts
+        .get(i)?
+        .strip_prefix(prefix)?
+        .strip_suffix(".slice")?
+        .replace('_', "-");
+    if !is_uid(&uid) {
+        return None;
+    }
+    let container_id = parts.get(i + 1).map(|c| container_id(c));
+    Some(PodCgroup {
+        pod_uid: uid,
+        qos,
+        driver: CgroupDriver::Systemd,
+        container_id,
+        pod_path: join_prefix(parts, i),
+    })
+}
+
+/// `cri-containerd-<id>.scope`, `crio-<id>.scope`, `docker-<id>.scope`, `crio-<id>` or a bare id.
+fn container_id(segment: &str) -> String {
+    let s = segment.strip_suffix(".scope").unwrap_or(segment);
+    for prefix in [
+        "cri-containerd-",
+        "crio-conmon-",
+        "crio-",
+        "docker-",
+        "containerd-",
+    ] {
+        if let Some(id) = s.strip_prefix(prefix) {
+            return id.to_owned();
+        }
+    }
+    s.to_owned()
+}
+
+/// A Kubernetes UID: a UUID (36 chars, 8-4-4-4-12 hex), or for static pods a 32-hex hash.
+fn is_uid(s: &str) -> bool {
+    let hex = |c: char| c.is_ascii_hexdigit();
+    match s.len() {
+        36 => s.char_indices().all(|(i, c)| {
+            if [8, 13, 18, 23].contains(&i) {
+                c == '-'
+            } else {
+                hex(c)
+            }
+        }),
+        32 => s.chars().all(hex),
+        _ => false,
+    }
+}
+
+fn join_prefix(parts: &[&str], last: usize) -> String {
+    let mut s = String::new();
+    for p in &parts[..=last] {
+        s.push('/');
+        s.push_str(p);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UID: &str = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
+    const CID: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+    #[test]
+    fn layouts() {
+        let uid_ = UID.replace('-', "_");
+        let cases: Vec<(String, Option<(QosClass, CgroupDriver, Option<&str>)>)> = vec![
+            (
+                format!("/kubepods/pod{UID}/{CID}"),
+                Some((QosClass::Guaranteed, CgroupDriver::Cgroupfs, Some(CID))),
+            ),
+            (
+                format!("/kubepods/burstable/pod{UID}"),
+                Some((QosClass::Burstable, CgroupDriver::Cgroupfs, None)),
+            ),
+            (
+                format!("/sys/fs/cgroup/memory/kubepods/besteffort/pod{UID}/crio-{CID}"),
+                Some((QosClass::BestEffort, CgroupDriver::Cgroupfs, Some(CID))),
+            ),
+            (
+                format!("/kubepods.slice/kubepods-pod{uid_}.slice/cri-containerd-{CID}.scope"),
+                Some((QosClass::Guaranteed, CgroupDriver::Systemd, Some(CID))),
+            ),
+            (
+                format!(
+                    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice/crio-{CID}.scope"
+                ),
+                Some((QosClass::Burstable, CgroupDriver::Systemd, Some(CID))),
+            ),
+            (
+                format!(
+                    "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid_}.slice"
+                ),
+                Some((QosClass::BestEffort, CgroupDriver::Systemd, None)),
+            ),
+            // A test subtree prefix in front of the layout still parses.
+            (
+                format!("/node-monitor-test/x/kubepods/burstable/pod{UID}/{CID}"),
+                Some((QosClass::Burstable, CgroupDriver::Cgroupfs, Some(CID))),
+            ),
+            // Not pods.
+            ("/system.slice/containerd.service".to_owned(), None),
+            ("/kubepods/burstable".to_owned(), None),
+            ("/kubepods.slice/kubepods-burstable.slice".to_owned(), None),
+            ("/kubepods/burstable/podnot-a-uid".to_owned(), None),
+            // Wrong QoS prefix for the tier.
+            (
+                format!(
+                    "/kubepods.slice/kubepods-burstable.slice/kubepods-besteffort-pod{uid_}.slice"
+                ),
+                None,
+            ),
+            (String::new(), None),
+        ];
+        for (path, want) in cases {
+            let got = parse_cgroup_path(&path);
+            match (got, want) {
+                (None, None) => {}
+                (Some(g), Some((qos, driver, cid))) => {
+                    assert_eq!(g.pod_uid, UID, "{path}");
+                    assert_eq!(g.qos, qos, "{path}");
+                    assert_eq!(g.driver, driver, "{path}");
+                    assert_eq!(g.container_id.as_deref(), cid, "{path}");
+                }
+                (g, w) => panic!("{path}: got {g:?}, want {w:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn pod_path_is_cut_after_the_pod_directory() {
+        let g = parse_cgroup_path(&format!("/kubepods/burstable/pod{UID}/{CID}")).expect("parses");
+        assert_eq!(g.pod_path, format!("/kubepods/burstable/pod{UID}"));
+    }
+}
