@@ -3,6 +3,9 @@
 //! Layering (imports point down only): [`core`] is pure (no I/O, no async, time passed in);
 //! adapters ([`ebpf`], [`sampler`]) translate between the outside world and core values; the agent
 //! loop and the CLI sit on top.
+pub mod cli;
 pub mod core;
 pub mod ebpf;
 pub mod sampler;
+pub mod telemetry;
+pub mod trace;

@@ -1,1 +1,47 @@
-fn main() {}
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use node_monitor::{cli, telemetry, trace};
+
+/// eBPF-assisted Kubernetes node agent: kubelet-compatible node-pressure eviction, graceful
+/// shutdown and kernel-event tracing.
+#[derive(Debug, Parser)]
+#[command(name = "node-monitor", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Stream kernel events (OOM kills, reclaim stalls, kswapd wake-ups, reboots), attributed to pods.
+    Trace(trace::Args),
+    /// Validate the eviction configuration and print the effective thresholds as JSON.
+    CheckConfig(cli::check_config::Args),
+    /// Read a snapshot (pods, usage, observations) and print the eviction decision as JSON.
+    Explain(cli::explain::Args),
+}
+
+fn main() -> ExitCode {
+    telemetry::init();
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::CheckConfig(args) => cli::check_config::run(args),
+        Command::Explain(args) => cli::explain::run(args),
+        Command::Trace(args) => runtime().and_then(|rt| rt.block_on(trace::run(args))),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("node-monitor: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}

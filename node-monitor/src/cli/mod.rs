@@ -1,0 +1,3 @@
+//! Subcommands. Each module owns its clap arguments and its `run`.
+pub mod check_config;
+pub mod explain;

@@ -1,0 +1,128 @@
+//! The kubelet's eviction signals (`pkg/kubelet/eviction/api/types.go`) and what the sampler
+//! observes for them. Values are in base units: bytes, inodes or process IDs.
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+    str::FromStr,
+};
+
+use serde::{Deserialize, Serialize};
+
+/// An eviction signal, spelled as the kubelet spells it (`memory.available`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Signal {
+    #[serde(rename = "memory.available")]
+    MemoryAvailable,
+    #[serde(rename = "allocatableMemory.available")]
+    AllocatableMemoryAvailable,
+    #[serde(rename = "nodefs.available")]
+    NodeFsAvailable,
+    #[serde(rename = "nodefs.inodesFree")]
+    NodeFsInodesFree,
+    #[serde(rename = "imagefs.available")]
+    ImageFsAvailable,
+    #[serde(rename = "imagefs.inodesFree")]
+    ImageFsInodesFree,
+    #[serde(rename = "containerfs.available")]
+    ContainerFsAvailable,
+    #[serde(rename = "containerfs.inodesFree")]
+    ContainerFsInodesFree,
+    #[serde(rename = "pid.available")]
+    PidAvailable,
+}
+
+impl Signal {
+    pub const ALL: [Signal; 9] = [
+        Signal::MemoryAvailable,
+        Signal::AllocatableMemoryAvailable,
+        Signal::NodeFsAvailable,
+        Signal::NodeFsInodesFree,
+        Signal::ImageFsAvailable,
+        Signal::ImageFsInodesFree,
+        Signal::ContainerFsAvailable,
+        Signal::ContainerFsInodesFree,
+        Signal::PidAvailable,
+    ];
+
+    /// The kubelet's name, used verbatim in configuration, messages and the `eviction_signal` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MemoryAvailable => "memory.available",
+            Self::AllocatableMemoryAvailable => "allocatableMemory.available",
+            Self::NodeFsAvailable => "nodefs.available",
+            Self::NodeFsInodesFree => "nodefs.inodesFree",
+            Self::ImageFsAvailable => "imagefs.available",
+            Self::ImageFsInodesFree => "imagefs.inodesFree",
+            Self::ContainerFsAvailable => "containerfs.available",
+            Self::ContainerFsInodesFree => "containerfs.inodesFree",
+            Self::PidAvailable => "pid.available",
+        }
+    }
+}
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown signal name; the message names the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown eviction signal {0:?}")]
+pub struct UnknownSignal(pub String);
+
+impl FromStr for Signal {
+    type Err = UnknownSignal;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Signal::ALL
+            .into_iter()
+            .find(|sig| sig.as_str() == s)
+            .ok_or_else(|| UnknownSignal(s.to_owned()))
+    }
+}
+
+/// One signal's observed value: what is available and the capacity it is a share of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignalObservation {
+    pub available: i64,
+    pub capacity: i64,
+}
+
+/// A pod's resource usage as the sampler reads it from the kubelet's cgroup layout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodUsage {
+    /// Memory working set in bytes (usage − inactive_file).
+    pub memory: Option<u64>,
+    /// Local ephemeral storage in bytes (logs, writable layers, emptyDir).
+    pub disk: Option<u64>,
+    /// Number of processes (threads count as the kubelet counts them: pids.current).
+    pub processes: Option<u64>,
+}
+
+/// Everything one sampling pass saw. Signals the sampler could not read are absent, never guessed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observations {
+    pub signals: BTreeMap<Signal, SignalObservation>,
+    /// Keyed by pod UID.
+    pub pods: HashMap<String, PodUsage>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in Signal::ALL {
+            assert_eq!(s.as_str().parse::<Signal>(), Ok(s));
+            assert_eq!(
+                serde_json::to_string(&s).expect("serialize"),
+                format!("\"{s}\"")
+            );
+        }
+        assert_eq!(
+            "memory.free".parse::<Signal>(),
+            Err(UnknownSignal("memory.free".into()))
+        );
+    }
+}
