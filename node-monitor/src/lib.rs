@@ -5,7 +5,10 @@
 //! loop and the CLI sit on top.
 pub mod cli;
 pub mod core;
+pub mod kube;
+pub mod metrics;
 pub mod ebpf;
+pub mod http;
 pub mod sampler;
 pub mod telemetry;
 pub mod trace;

@@ -1,0 +1,432 @@
+//! Acts on decisions through the Kubernetes API: policy/v1 evictions (PDB-aware, with a metered
+//! escalation), Kubernetes Events worded like the kubelet's, agent-owned node conditions and an
+//! optional NoSchedule taint. It translates; it decides nothing.
+use std::time::Duration;
+
+use k8s_openapi::{
+    api::core::v1::{Event, EventSource, Node, ObjectReference, Pod, Taint},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams, Preconditions},
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+/// The component name on Events and the field manager on patches.
+pub const COMPONENT: &str = "node-monitor";
+
+/// What to do when a PodDisruptionBudget blocks an eviction (the API answers 429).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PdbPolicy {
+    /// Never override a PDB: retry later and consider the next candidate meanwhile.
+    #[default]
+    Respect,
+    /// Under a hard threshold only, delete the pod with the planned (minimal, non-zero) grace period
+    /// once the PDB has blocked it. Never a force delete. Soft thresholds always respect PDBs.
+    Escalate,
+}
+
+impl std::str::FromStr for PdbPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "respect" => Ok(Self::Respect),
+            "escalate" => Ok(Self::Escalate),
+            other => Err(format!(
+                "pdbPolicy: {other:?} is not one of \"respect\", \"escalate\""
+            )),
+        }
+    }
+}
+
+/// One eviction to carry out, as the plan describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvictionRequest {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Never 0: a zero grace period through the API is a force delete that skips the kubelet.
+    pub grace_period_seconds: u32,
+    /// The threshold that drives it is hard (PDB escalation applies only then).
+    pub hard: bool,
+    /// The kubelet's signal name.
+    pub signal: String,
+    /// The kubelet-style eviction message.
+    pub message: String,
+}
+
+/// What happened to an eviction request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EvictOutcome {
+    /// The API accepted the eviction.
+    Evicted,
+    /// Dry-run: decided and reported, nothing touched.
+    DryRun,
+    /// A PDB blocked it (429) and the policy says respect, or the threshold is soft.
+    PdbBlocked,
+    /// A PDB blocked it under a hard threshold and the pod was deleted with the planned grace.
+    Escalated,
+    /// The pod (with this UID) no longer exists.
+    Gone,
+    /// Any other API answer; the agent retries on a later cycle.
+    Failed { code: Option<u16>, reason: String },
+}
+
+impl EvictOutcome {
+    /// The metric label for this outcome.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Evicted => "evicted",
+            Self::DryRun => "dry_run",
+            Self::PdbBlocked => "pdb_blocked",
+            Self::Escalated => "escalated",
+            Self::Gone => "gone",
+            Self::Failed { .. } => "failed",
+        }
+    }
+
+    /// The eviction took effect (the pod will terminate).
+    pub fn took_effect(&self) -> bool {
+        matches!(self, Self::Evicted | Self::Escalated)
+    }
+}
+
+/// The actuator's settings.
+#[derive(Debug, Clone)]
+pub struct ActuatorConfig {
+    pub node_name: String,
+    pub pdb_policy: PdbPolicy,
+    pub dry_run: bool,
+}
+
+/// An agent-owned node condition. Types the kubelet owns are refused by [`Actuator::set_conditions`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConditionUpdate {
+    /// e.g. `NodeMonitorMemoryPressure`.
+    pub type_: String,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+/// Conditions the kubelet (or the node lifecycle controller) writes: never touched.
+const KUBELET_CONDITIONS: [&str; 5] = [
+    "Ready",
+    "MemoryPressure",
+    "DiskPressure",
+    "PIDPressure",
+    "NetworkUnavailable",
+];
+
+/// Errors talking to the API for node status and taints.
+#[derive(Debug, thiserror::Error)]
+pub enum ActuatorError {
+    #[error("refusing to write condition {0:?}: the kubelet owns it")]
+    KubeletOwnedCondition(String),
+    #[error("node {node}: {what}")]
+    Api {
+        node: String,
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Executes actions through the API.
+#[derive(Clone)]
+pub struct Actuator {
+    client: Client,
+    cfg: ActuatorConfig,
+}
+
+impl Actuator {
+    pub fn new(client: Client, cfg: ActuatorConfig) -> Self {
+        Self { client, cfg }
+    }
+
+    pub fn config(&self) -> &ActuatorConfig {
+        &self.cfg
+    }
+
+    /// Evicts through policy/v1 `pods/eviction` with the planned grace period and a UID
+    /// precondition (a re-created pod with the same name is never hit). On 429 (a PDB blocks),
+    /// escalates to a plain delete only when the threshold is hard and the policy says so.
+    #[tracing::instrument(skip(self, req), fields(pod = %format!("{}/{}", req.namespace, req.name), signal = %req.signal))]
+    pub async fn evict(&self, req: &EvictionRequest) -> EvictOutcome {
+        if self.cfg.dry_run {
+            info!(grace = req.grace_period_seconds, message = %req.message, "dry-run: would evict");
+            return EvictOutcome::DryRun;
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &req.namespace);
+        let delete = DeleteParams {
+            grace_period_seconds: Some(req.grace_period_seconds.max(1)),
+            preconditions: Some(Preconditions {
+                uid: Some(req.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let ep = EvictParams {
+            delete_options: Some(delete.clone()),
+            post_options: PostParams::default(),
+        };
+        match pods.evict(&req.name, &ep).await {
+            Ok(_) => {
+                info!(grace = req.grace_period_seconds, "evicted");
+                EvictOutcome::Evicted
+            }
+            Err(kube::Error::Api(s)) if s.code == 429 => {
+                if req.hard && self.cfg.pdb_policy == PdbPolicy::Escalate {
+                    warn!(reason = %s.message, "eviction blocked by a disruption budget under a hard threshold; escalating to delete");
+                    match pods.delete(&req.name, &delete).await {
+                        Ok(_) => EvictOutcome::Escalated,
+                        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                            EvictOutcome::Gone
+                        }
+                        Err(e) => failed(e),
+                    }
+                } else {
+                    info!(reason = %s.message, "eviction blocked by a disruption budget");
+                    EvictOutcome::PdbBlocked
+                }
+            }
+            // 404: gone; 409: the UID precondition failed, so the pod we meant is gone.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => EvictOutcome::Gone,
+            Err(e) => failed(e),
+        }
+    }
+
+    /// Is the pod with this UID still present in the API?
+    pub async fn pod_present(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<bool, kube::Error> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        Ok(pods
+            .get_opt(name)
+            .await?
+            .is_some_and(|p| p.metadata.uid.as_deref() == Some(uid)))
+    }
+
+    /// Records a Warning Event on the pod and one on the node, with the kubelet's reason
+    /// (`Evicted`) and message. Failures are logged: an Event is never worth a failed cycle.
+    pub async fn record_eviction_events(&self, req: &EvictionRequest, outcome: &EvictOutcome) {
+        let (reason, prefix) = match outcome {
+            EvictOutcome::Evicted | EvictOutcome::Escalated => ("Evicted", ""),
+            EvictOutcome::DryRun => ("EvictionDryRun", "dry-run, not evicted: "),
+            EvictOutcome::PdbBlocked => ("EvictionBlocked", "blocked by a PodDisruptionBudget: "),
+            EvictOutcome::Gone | EvictOutcome::Failed { .. } => return,
+        };
+        let message = format!("{prefix}{}", req.message);
+        let pod_ref = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(req.namespace.clone()),
+            name: Some(req.name.clone()),
+            uid: Some(req.uid.clone()),
+            ..ObjectReference::default()
+        };
+        self.post_event(&req.namespace, pod_ref, reason, &message)
+            .await;
+        let node_msg = format!("{}/{}: {message}", req.namespace, req.name);
+        self.post_event("default", self.node_ref(), reason, &node_msg)
+            .await;
+    }
+
+    /// Posts a Warning Event about the node itself (shutdown, last gasp, …).
+    pub async fn record_node_event(&self, reason: &str, message: &str) {
+        self.post_event("default", self.node_ref(), reason, message)
+            .await;
+    }
+
+    fn node_ref(&self) -> ObjectReference {
+        // The kubelet references its node by name with the name as UID (pkg/kubelet/kubelet.go).
+        ObjectReference {
+            kind: Some("Node".into()),
+            name: Some(self.cfg.node_name.clone()),
+            uid: Some(self.cfg.node_name.clone()),
+            ..ObjectReference::default()
+        }
+    }
+
+    async fn post_event(
+        &self,
+        namespace: &str,
+        involved: ObjectReference,
+        reason: &str,
+        message: &str,
+    ) {
+        let now = Timestamp::now();
+        let ev = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!(
+                    "{}.",
+                    involved.name.as_deref().unwrap_or("node-monitor")
+                )),
+                namespace: Some(namespace.to_owned()),
+                ..ObjectMeta::default()
+            },
+            involved_object: involved,
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+            type_: Some("Warning".into()),
+            source: Some(EventSource {
+                component: Some(COMPONENT.into()),
+                host: Some(self.cfg.node_name.clone()),
+            }),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            event_time: Some(MicroTime(now)),
+            count: Some(1),
+            reporting_component: Some(COMPONENT.into()),
+            reporting_instance: Some(self.cfg.node_name.clone()),
+            action: Some(reason.to_owned()),
+            ..Event::default()
+        };
+        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        if let Err(e) = events.create(&PostParams::default(), &ev).await {
+            warn!(error = %e, reason, "could not record event");
+        }
+    }
+
+    /// Sets agent-owned conditions on the node's status. A strategic merge patch keyed by `type`
+    /// touches only these entries, so the kubelet's conditions are never rewritten.
+    pub async fn set_conditions(
+        &self,
+        updates: &[NodeConditionUpdate],
+    ) -> Result<(), ActuatorError> {
+        if let Some(u) = updates
+            .iter()
+            .find(|u| KUBELET_CONDITIONS.contains(&u.type_.as_str()))
+        {
+            return Err(ActuatorError::KubeletOwnedCondition(u.type_.clone()));
+        }
+        if updates.is_empty() {
+            return Ok(());
+        }
+        let now = Timestamp::now();
+        let conditions: Vec<_> = updates
+            .iter()
+            .map(|u| {
+                json!({
+                    "type": u.type_,
+                    "status": if u.status { "True" } else { "False" },
+                    "reason": u.reason,
+                    "message": u.message,
+                    "lastHeartbeatTime": Time(now),
+                    "lastTransitionTime": Time(now),
+                })
+            })
+            .collect();
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        nodes
+            .patch_status(
+                &self.cfg.node_name,
+                &PatchParams::default(),
+                &Patch::Strategic(json!({ "status": { "conditions": conditions } })),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|source| ActuatorError::Api {
+                node: self.cfg.node_name.clone(),
+                what: "patch conditions",
+                source,
+            })
+    }
+
+    /// Adds (`present`) or removes a taint of the agent's own, keyed by `key` and `effect`. Uses the
+    /// node's resourceVersion for optimistic concurrency and retries on conflict.
+    pub async fn set_taint(
+        &self,
+        key: &str,
+        value: &str,
+        effect: &str,
+        present: bool,
+    ) -> Result<bool, ActuatorError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let err = |what, source| ActuatorError::Api {
+            node: self.cfg.node_name.clone(),
+            what,
+            source,
+        };
+        for attempt in 0..5u32 {
+            let node = nodes
+                .get(&self.cfg.node_name)
+                .await
+                .map_err(|e| err("get node", e))?;
+            let mut taints = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
+            let has = taints.iter().any(|t| t.key == key && t.effect == effect);
+            if has == present {
+                return Ok(false);
+            }
+            if present {
+                taints.push(Taint {
+                    key: key.to_owned(),
+                    value: Some(value.to_owned()),
+                    effect: effect.to_owned(),
+                    time_added: None,
+                });
+            } else {
+                taints.retain(|t| !(t.key == key && t.effect == effect));
+            }
+            let patch = json!({
+                "metadata": { "resourceVersion": node.metadata.resource_version },
+                "spec": { "taints": taints },
+            });
+            match nodes
+                .patch(
+                    &self.cfg.node_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(patch),
+                )
+                .await
+            {
+                Ok(_) => {
+                    info!(key, effect, present, "node taint updated");
+                    return Ok(true);
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    debug!(attempt, "node changed under us; retrying taint update");
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt + 1))).await;
+                }
+                Err(e) => return Err(err("patch taints", e)),
+            }
+        }
+        Err(err(
+            "patch taints",
+            kube::Error::Api(Box::new(conflict_status())),
+        ))
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+fn conflict_status() -> kube::core::Status {
+    kube::core::Status::failure("node kept changing during the taint update", "Conflict")
+        .with_code(409)
+}
+
+fn failed(e: kube::Error) -> EvictOutcome {
+    let code = match &e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    };
+    warn!(error = %e, "eviction request failed");
+    EvictOutcome::Failed {
+        code,
+        reason: e.to_string(),
+    }
+}

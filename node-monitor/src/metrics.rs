@@ -1,0 +1,432 @@
+//! Prometheus metrics. One prefix (`node_monitor_`), Prometheus naming (`_total` counters, base
+//! units, seconds), and the kubelet's signal names verbatim in the `eviction_signal` label.
+//!
+//! This is a leaf: anything may record into it; it imports nothing from the rest of the agent.
+//! docs/metrics.md lists every family; a test fails when the two disagree.
+use std::{
+    collections::HashSet,
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+        info::Info,
+    },
+    registry::Registry,
+};
+
+pub const PREFIX: &str = "node_monitor";
+
+/// Distinct (namespace, pod) label sets kept for OOM kills before new ones fold into `_other`.
+pub const OOM_POD_LABEL_LIMIT: usize = 200;
+const OTHER: &str = "_other";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabels {
+    pub eviction_signal: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ThresholdLabels {
+    pub eviction_signal: String,
+    /// `hard` or `soft`.
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabels {
+    pub condition: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionLabels {
+    pub eviction_signal: String,
+    /// `evicted`, `pdb_blocked`, `escalated`, `dry_run`, `gone`, `failed`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OomLabels {
+    /// `global` (node-level OOM) or `pod` (a pod or container limit).
+    pub scope: String,
+    pub namespace: String,
+    pub pod: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProgramLabels {
+    pub program: String,
+    /// `attached`, `failed`, `disabled`.
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceStateLabels {
+    pub source: String,
+    /// `active`, `unavailable`.
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+}
+
+/// Every metric the agent exports.
+pub struct Metrics {
+    registry: Registry,
+    pub signal_available: Family<SignalLabels, Gauge>,
+    pub signal_capacity: Family<SignalLabels, Gauge>,
+    pub eviction_threshold: Family<ThresholdLabels, Gauge>,
+    pub threshold_met: Family<ThresholdLabels, Gauge>,
+    pub node_condition: Family<ConditionLabels, Gauge>,
+    pub evictions: Family<EvictionLabels, Counter>,
+    pub kernel_events: Family<KindLabels, Counter>,
+    pub kernel_event_errors: Counter,
+    pub ringbuf_drops: Counter,
+    pub oom_kills: Family<OomLabels, Counter>,
+    pub wakeups: Family<SourceLabels, Counter>,
+    pub wakeup_to_decision_seconds: Histogram,
+    pub detection_to_eviction_seconds: Histogram,
+    pub ebpf_program_state: Family<ProgramLabels, Gauge>,
+    pub wakeup_source_state: Family<SourceStateLabels, Gauge>,
+    pub shutdown_inhibitor_held: Gauge,
+    pub shutdown_phase_start_time_seconds: Family<PhaseLabels, Gauge<f64, AtomicU64>>,
+    pub shutdown_phase_end_time_seconds: Family<PhaseLabels, Gauge<f64, AtomicU64>>,
+    pub shutdowns_bypassing_inhibitor: Counter,
+    pub api_errors: Family<OperationLabels, Counter>,
+    pub degraded: Gauge,
+    oom_pods_seen: Mutex<HashSet<(String, String)>>,
+    ringbuf_drops_seen: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one registration per family, read top to bottom"
+    )]
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix(PREFIX);
+        let m = Self {
+            signal_available: Family::default(),
+            signal_capacity: Family::default(),
+            eviction_threshold: Family::default(),
+            threshold_met: Family::default(),
+            node_condition: Family::default(),
+            evictions: Family::default(),
+            kernel_events: Family::default(),
+            kernel_event_errors: Counter::default(),
+            ringbuf_drops: Counter::default(),
+            oom_kills: Family::default(),
+            wakeups: Family::default(),
+            // 50 µs … ~26 s.
+            wakeup_to_decision_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 20)),
+            // 1 ms … ~33 s.
+            detection_to_eviction_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            ebpf_program_state: Family::default(),
+            wakeup_source_state: Family::default(),
+            shutdown_inhibitor_held: Gauge::default(),
+            shutdown_phase_start_time_seconds: Family::default(),
+            shutdown_phase_end_time_seconds: Family::default(),
+            shutdowns_bypassing_inhibitor: Counter::default(),
+            api_errors: Family::default(),
+            degraded: Gauge::default(),
+            oom_pods_seen: Mutex::new(HashSet::new()),
+            ringbuf_drops_seen: AtomicU64::new(0),
+            registry: Registry::default(),
+        };
+        let info = Info::new(BuildLabels {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        });
+        registry.register("build", "Build information of the running agent", info);
+        registry.register(
+            "signal_available",
+            "Observed available amount per eviction signal, in base units (bytes, inodes, pids)",
+            m.signal_available.clone(),
+        );
+        registry.register(
+            "signal_capacity",
+            "Capacity per eviction signal, in base units",
+            m.signal_capacity.clone(),
+        );
+        registry.register(
+            "eviction_threshold",
+            "Configured eviction threshold per signal resolved to base units (percentages against capacity)",
+            m.eviction_threshold.clone(),
+        );
+        registry.register(
+            "threshold_met",
+            "1 when the threshold is met in the latest observation",
+            m.threshold_met.clone(),
+        );
+        registry.register(
+            "node_condition",
+            "1 when the node condition (MemoryPressure, DiskPressure, PIDPressure) holds as node-monitor sees it",
+            m.node_condition.clone(),
+        );
+        registry.register(
+            "evictions",
+            "Eviction attempts by signal and outcome",
+            m.evictions.clone(),
+        );
+        registry.register(
+            "kernel_events",
+            "Kernel events received from the eBPF programs, by kind",
+            m.kernel_events.clone(),
+        );
+        registry.register(
+            "kernel_event_errors",
+            "Kernel event records that could not be decoded",
+            m.kernel_event_errors.clone(),
+        );
+        registry.register(
+            "ringbuf_drops",
+            "Kernel events dropped because the ring buffer was full",
+            m.ringbuf_drops.clone(),
+        );
+        registry.register(
+            "oom_kills",
+            "Kernel OOM kills by scope (global or pod); namespace and pod are bounded in cardinality",
+            m.oom_kills.clone(),
+        );
+        registry.register("wakeups", "Sampler wake-ups by source", m.wakeups.clone());
+        registry.register(
+            "wakeup_to_decision_seconds",
+            "Time from a wake-up to the decision it led to",
+            m.wakeup_to_decision_seconds.clone(),
+        );
+        registry.register(
+            "detection_to_eviction_seconds",
+            "Time from the wake-up that first saw a threshold met to the eviction request's answer",
+            m.detection_to_eviction_seconds.clone(),
+        );
+        registry.register(
+            "ebpf_program_state",
+            "1 for the current state of each eBPF program",
+            m.ebpf_program_state.clone(),
+        );
+        registry.register(
+            "wakeup_source_state",
+            "1 for the current state of each wake-up source",
+            m.wakeup_source_state.clone(),
+        );
+        registry.register(
+            "shutdown_inhibitor_held",
+            "1 while the systemd-logind delay inhibitor is held",
+            m.shutdown_inhibitor_held.clone(),
+        );
+        registry.register(
+            "shutdown_phase_start_time_seconds",
+            "Unix time at which a graceful shutdown phase started",
+            m.shutdown_phase_start_time_seconds.clone(),
+        );
+        registry.register(
+            "shutdown_phase_end_time_seconds",
+            "Unix time at which a graceful shutdown phase ended",
+            m.shutdown_phase_end_time_seconds.clone(),
+        );
+        registry.register(
+            "shutdowns_bypassing_inhibitor",
+            "Reboots or power-offs seen by the kernel probe without a preceding PrepareForShutdown",
+            m.shutdowns_bypassing_inhibitor.clone(),
+        );
+        registry.register(
+            "api_errors",
+            "Kubernetes API calls that failed, by operation",
+            m.api_errors.clone(),
+        );
+        registry.register(
+            "degraded",
+            "1 when the agent runs without some of its sources (see ebpf_program_state, wakeup_source_state)",
+            m.degraded.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Counts an OOM kill. Pod labels are kept for at most [`OOM_POD_LABEL_LIMIT`] distinct pods;
+    /// later ones are counted under `_other` so a crash-looping namespace cannot blow up the series.
+    pub fn record_oom_kill(&self, global: bool, pod: Option<(&str, &str)>) {
+        let scope = if global { "global" } else { "pod" };
+        let (ns, name) = pod.unwrap_or(("", ""));
+        let (ns, name) = match self.oom_pods_seen.lock() {
+            Ok(mut seen) => {
+                let key = (ns.to_owned(), name.to_owned());
+                if seen.contains(&key) || seen.len() < OOM_POD_LABEL_LIMIT {
+                    seen.insert(key);
+                    (ns.to_owned(), name.to_owned())
+                } else {
+                    (OTHER.to_owned(), OTHER.to_owned())
+                }
+            }
+            Err(_) => (OTHER.to_owned(), OTHER.to_owned()),
+        };
+        self.oom_kills
+            .get_or_create(&OomLabels {
+                scope: scope.to_owned(),
+                namespace: ns,
+                pod: name,
+            })
+            .inc();
+    }
+
+    /// Mirrors the kernel's cumulative drop counter into the `_total` counter.
+    pub fn observe_ringbuf_drops(&self, kernel_total: u64) {
+        let prev = self
+            .ringbuf_drops_seen
+            .fetch_max(kernel_total, Ordering::Relaxed);
+        if kernel_total > prev {
+            self.ringbuf_drops.inc_by(kernel_total - prev);
+        }
+    }
+
+    /// Sets a one-hot state family: the given state is 1, the other known states are 0.
+    pub fn set_program_state(&self, program: &str, state: &str) {
+        for s in ["attached", "failed", "disabled"] {
+            self.ebpf_program_state
+                .get_or_create(&ProgramLabels {
+                    program: program.to_owned(),
+                    state: s.to_owned(),
+                })
+                .set(i64::from(s == state));
+        }
+    }
+
+    /// Sets a wake-up source's state (`active` or `unavailable`).
+    pub fn set_source_state(&self, source: &str, state: &str) {
+        for s in ["active", "unavailable"] {
+            self.wakeup_source_state
+                .get_or_create(&SourceStateLabels {
+                    source: source.to_owned(),
+                    state: s.to_owned(),
+                })
+                .set(i64::from(s == state));
+        }
+    }
+
+    /// The families this registry exports, by full name (for the docs check).
+    pub fn family_names(&self) -> Vec<String> {
+        let text = self.encode();
+        let mut names: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_owned)
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_exported_with_total_suffix_and_prefix() {
+        let m = Metrics::new();
+        m.evictions
+            .get_or_create(&EvictionLabels {
+                eviction_signal: "memory.available".into(),
+                outcome: "evicted".into(),
+            })
+            .inc();
+        let text = m.encode();
+        assert!(
+            text.contains(
+                "node_monitor_evictions_total{eviction_signal=\"memory.available\",outcome=\"evicted\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("node_monitor_build_info{version="), "{text}");
+    }
+
+    #[test]
+    fn oom_pod_labels_are_bounded() {
+        let m = Metrics::new();
+        for i in 0..OOM_POD_LABEL_LIMIT + 50 {
+            m.record_oom_kill(false, Some(("ns", &format!("p{i}"))));
+        }
+        let text = m.encode();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("node_monitor_oom_kills_total{"))
+            .count();
+        assert_eq!(
+            series,
+            OOM_POD_LABEL_LIMIT + 1,
+            "limit plus the _other series"
+        );
+        assert!(
+            text.contains("namespace=\"_other\",pod=\"_other\"} 50"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn ringbuf_drops_follow_the_kernel_counter_monotonically() {
+        let m = Metrics::new();
+        m.observe_ringbuf_drops(5);
+        m.observe_ringbuf_drops(3); // a stale read never decreases the counter
+        m.observe_ringbuf_drops(9);
+        assert_eq!(m.ringbuf_drops.get(), 9);
+    }
+
+    #[test]
+    fn program_state_is_one_hot() {
+        let m = Metrics::new();
+        m.set_program_state("oom_mark_victim", "attached");
+        m.set_program_state("oom_mark_victim", "failed");
+        let text = m.encode();
+        assert!(
+            text.contains("program=\"oom_mark_victim\",state=\"failed\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("program=\"oom_mark_victim\",state=\"attached\"} 0"),
+            "{text}"
+        );
+    }
+}
