@@ -49,6 +49,8 @@ pub struct ConditionLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EvictionLabels {
     pub eviction_signal: String,
+    /// `hard` or `soft`: the kind of threshold that drove the eviction.
+    pub threshold: String,
     /// `evicted`, `pdb_blocked`, `escalated`, `dry_run`, `gone`, `failed`.
     pub outcome: String,
 }
@@ -200,7 +202,7 @@ impl Metrics {
         );
         registry.register(
             "evictions",
-            "Eviction attempts by signal and outcome",
+            "Eviction attempts by signal, threshold kind and outcome",
             m.evictions.clone(),
         );
         registry.register(
@@ -370,13 +372,14 @@ mod tests {
         m.evictions
             .get_or_create(&EvictionLabels {
                 eviction_signal: "memory.available".into(),
+                threshold: "hard".into(),
                 outcome: "evicted".into(),
             })
             .inc();
         let text = m.encode();
         assert!(
             text.contains(
-                "node_monitor_evictions_total{eviction_signal=\"memory.available\",outcome=\"evicted\"} 1"
+                "node_monitor_evictions_total{eviction_signal=\"memory.available\",threshold=\"hard\",outcome=\"evicted\"} 1"
             ),
             "{text}"
         );
