@@ -9,7 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${NODE_MONITOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/node-monitor}"
-key=$(sha256sum "$0" | cut -c1-12)
+# Bump when the image contents change (packages, hooks): the cache is keyed by it.
+IMAGE_REV=1
+key="r$IMAGE_REV"
 OUT="$CACHE/guest/bookworm-$key"
 if [[ -f "$OUT/rootfs.ext4" && -f "$OUT/vmlinuz" && -f "$OUT/initrd.img" ]]; then
   echo "$OUT"; exit 0
@@ -36,7 +38,7 @@ mmdebstrap --mode=root --variant=minbase \
 cp "$ROOT"/boot/vmlinuz-* "$TMP/vmlinuz"
 cp "$ROOT"/boot/initrd.img-* "$TMP/initrd.img"
 log "ext4 image"
-mkfs.ext4 -q -L root -d "$ROOT" "$TMP/rootfs.ext4" 1536M
+mkfs.ext4 -q -L root -d "$ROOT" "$TMP/rootfs.ext4" 1536M >&2
 rm -rf "$ROOT"
 rm -rf "$OUT"; mv "$TMP" "$OUT"
 echo "$OUT"
