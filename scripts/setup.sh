@@ -31,7 +31,11 @@ APT_PACKAGES=(
   clang pkg-config                                                               # build tooling
   bpftool                                                                        # benchmarks (bpf stats)
   stress-ng                                                                      # memory pressure in tests
+  prometheus                                                                     # promtool, dashboard queries
 )
+VM_PACKAGES=(qemu-system-x86 mmdebstrap)                                         # guest VM tier
+
+((with_vm)) && APT_PACKAGES+=("${VM_PACKAGES[@]}")
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -40,7 +44,12 @@ if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"
   $SUDO apt-get update -qq
   # --no-remove: never let apt resolve a clash by removing packages the machine already has.
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-remove "${missing[@]}" >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-remove --no-install-recommends \
+    "${missing[@]}" >&2
+  # The Debian prometheus package starts a server where an init system runs; the tests start their own.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
+    $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 
 # --- Rust toolchains ------------------------------------------------------------------------------
@@ -68,6 +77,11 @@ fi
 if ((with_cp)); then
   assets=$(scripts/build-control-plane.sh)
   ln -sfn "$assets" "$CACHE/control-plane/current"
+fi
+
+# --- Guest VM image (Debian bookworm with systemd, for the VM tier) ---------------------------------
+if ((with_vm)); then
+  scripts/build-guest-image.sh >/dev/null
 fi
 
 log "ok"
