@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${NODE_MONITOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/node-monitor}"
 # Bump when the image contents change (packages, hooks): the cache is keyed by it.
-IMAGE_REV=1
+IMAGE_REV=2
 key="r$IMAGE_REV"
 OUT="$CACHE/guest/bookworm-$key"
 if [[ -f "$OUT/rootfs.ext4" && -f "$OUT/vmlinuz" && -f "$OUT/initrd.img" ]]; then
@@ -31,7 +31,7 @@ mmdebstrap --mode=root --variant=minbase \
   --customize-hook='printf "[Match]\nName=en* eth*\n[Network]\nAddress=10.0.2.15/24\nGateway=10.0.2.2\n" > "$1/etc/systemd/network/10-qemu.network"' \
   --customize-hook='chroot "$1" systemctl enable systemd-networkd' \
   --customize-hook='chroot "$1" passwd -d root' \
-  --customize-hook='printf "[Unit]\nDescription=node-monitor guest test entry\nAfter=network.target dbus.service systemd-logind.service mnt-host.mount mnt-out.mount\nRequires=mnt-host.mount mnt-out.mount\n[Service]\nType=simple\nExecStart=/bin/sh /mnt/host/guest-entry.sh\nStandardOutput=journal+console\nStandardError=journal+console\n[Install]\nWantedBy=multi-user.target\n" > "$1/etc/systemd/system/nm-guest.service"' \
+  --customize-hook='printf "[Unit]\nDescription=node-monitor guest test entry\nWants=network-online.target\nAfter=network-online.target dbus.service systemd-logind.service mnt-host.mount mnt-out.mount\nRequires=mnt-host.mount mnt-out.mount\n[Service]\nType=simple\nExecStart=/bin/bash /mnt/host/guest-entry.sh\nStandardOutput=journal+console\nStandardError=journal+console\n[Install]\nWantedBy=multi-user.target\n" > "$1/etc/systemd/system/nm-guest.service"' \
   --customize-hook='chroot "$1" systemctl enable nm-guest.service' \
   --customize-hook='chroot "$1" systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer' \
   bookworm "$ROOT" >&2

@@ -3,7 +3,7 @@
 # machine supports. Root-only tiers fail loudly when they cannot run; they never skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --with-control-plane
+scripts/setup.sh --with-control-plane --with-vm
 export PATH="$HOME/.cargo/bin:$PATH"
 CACHE="${NODE_MONITOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/node-monitor}"
 export KUBEBUILDER_ASSETS="$CACHE/control-plane/current"

@@ -1,0 +1,168 @@
+//! The guest VM tier: a Debian bookworm guest (systemd, logind, cgroup v2, kernel 6.1) booted under
+//! qemu with software emulation (TCG).
+//!
+//! The image is built and cached by `scripts/build-guest-image.sh` (run from `scripts/setup.sh
+//! --with-vm`). Each run boots it with the root disk in snapshot mode, so runs never leak into each
+//! other. The payload directory is shared read-only at `/mnt/host`, and the guest's systemd unit
+//! `nm-guest.service` runs `/mnt/host/guest-entry.sh` once the system is up; the output directory is
+//! shared read-write at `/mnt/out`. The guest reaches the host's loopback at 10.0.2.2 (qemu user
+//! networking), so a control plane bound to 127.0.0.1 on the host serves the guest too.
+//!
+//! /dev/kvm on these machines is a PVM hypervisor that cannot run stock kernels, so TCG is used
+//! whenever `/sys/module/kvm_pvm` exists or /dev/kvm is absent.
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+/// Where the cached image lives; `scripts/build-guest-image.sh` prints the same path.
+pub fn image_dir() -> Result<PathBuf> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-guest-image.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "the guest image is not available: run `scripts/setup.sh --with-vm` ({} failed)",
+            script.display()
+        );
+    }
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    for f in ["vmlinuz", "initrd.img", "rootfs.ext4"] {
+        if !dir.join(f).is_file() {
+            bail!("guest image incomplete: {} missing", dir.join(f).display());
+        }
+    }
+    Ok(dir)
+}
+
+/// How to boot one guest.
+#[derive(Debug, Clone)]
+pub struct GuestOptions {
+    pub memory_mib: u32,
+    pub cpus: u32,
+    /// Extra kernel command line.
+    pub cmdline: String,
+    /// Hard limit for the whole run; the guest is killed past it and the run fails.
+    pub timeout: Duration,
+}
+
+impl Default for GuestOptions {
+    fn default() -> Self {
+        Self { memory_mib: 1024, cpus: 2, cmdline: String::new(), timeout: Duration::from_secs(420) }
+    }
+}
+
+/// What a finished guest left behind.
+#[derive(Debug)]
+pub struct GuestRun {
+    /// The serial console (kernel and `nm-guest.service` output).
+    pub console: String,
+    /// The guest's `/mnt/out`.
+    pub out: tempfile::TempDir,
+    pub elapsed: Duration,
+}
+
+impl GuestRun {
+    pub fn read_out(&self, name: &str) -> Result<String> {
+        let p = self.out.path().join(name);
+        fs::read_to_string(&p).with_context(|| format!("guest output {} missing", p.display()))
+    }
+}
+
+/// Which accelerator qemu can use here.
+pub fn accelerator() -> &'static str {
+    if Path::new("/sys/module/kvm_pvm").exists() || !Path::new("/dev/kvm").exists() {
+        "tcg"
+    } else {
+        "kvm"
+    }
+}
+
+/// Boots the guest with `payload` shared at /mnt/host (it must contain `guest-entry.sh`) and waits
+/// until the guest powers off (the entry script ends with a shutdown of some kind).
+pub fn run_guest(payload: &Path, opts: &GuestOptions) -> Result<GuestRun> {
+    if !payload.join("guest-entry.sh").is_file() {
+        bail!("{} has no guest-entry.sh", payload.display());
+    }
+    let image = image_dir()?;
+    let out = tempfile::Builder::new().prefix("nm-guest-out").tempdir()?;
+    let console_path = out.path().join(".console.log");
+    let console = fs::File::create(&console_path)?;
+    let qemu = which_qemu()?;
+    let accel = accelerator();
+    let cpu = if accel == "tcg" { "max" } else { "host" };
+    let started = Instant::now();
+    let mut child = Command::new(qemu)
+        .args(["-machine", &format!("q35,accel={accel}"), "-cpu", cpu])
+        .args(["-smp", &opts.cpus.to_string(), "-m", &opts.memory_mib.to_string()])
+        .args(["-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio"])
+        .arg("-kernel")
+        .arg(image.join("vmlinuz"))
+        .arg("-initrd")
+        .arg(image.join("initrd.img"))
+        .args([
+            "-append",
+            &format!(
+                "root=/dev/vda rw console=ttyS0 quiet systemd.unified_cgroup_hierarchy=1 {}",
+                opts.cmdline
+            ),
+        ])
+        .arg("-drive")
+        .arg(format!("file={},if=virtio,format=raw,snapshot=on", image.join("rootfs.ext4").display()))
+        .arg("-virtfs")
+        .arg(format!(
+            "local,path={},mount_tag=host,security_model=none,readonly=on",
+            payload.display()
+        ))
+        .arg("-virtfs")
+        .arg(format!("local,path={},mount_tag=out,security_model=none", out.path().display()))
+        .args(["-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"])
+        .stdin(Stdio::null())
+        .stdout(console.try_clone()?)
+        .stderr(console)
+        .spawn()
+        .context("starting qemu")?;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            let console = fs::read_to_string(&console_path).unwrap_or_default();
+            if !status.success() {
+                bail!("qemu exited with {status}; console:\n{}", tail(&console, 80));
+            }
+            return Ok(GuestRun { console, out, elapsed: started.elapsed() });
+        }
+        if started.elapsed() > opts.timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            let console = fs::read_to_string(&console_path).unwrap_or_default();
+            bail!(
+                "guest did not power off within {:?}; console:\n{}",
+                opts.timeout,
+                tail(&console, 80)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn which_qemu() -> Result<PathBuf> {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = Path::new(dir).join("qemu-system-x86_64");
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    bail!("qemu-system-x86_64 not found: run `scripts/setup.sh --with-vm`")
+}
+
+/// The last `n` lines of a log, for failure messages.
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
