@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use node_monitor::{cli, telemetry, trace};
+use node_monitor::{agent, cli, telemetry, trace};
 
 /// eBPF-assisted Kubernetes node agent: kubelet-compatible node-pressure eviction, graceful
 /// shutdown and kernel-event tracing.
@@ -14,6 +14,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the agent: watch this node's pods, decide with the kubelet's eviction rules the moment
+    /// pressure builds, and evict through the API.
+    Run(Box<agent::Args>),
     /// Stream kernel events (OOM kills, reclaim stalls, kswapd wake-ups, reboots), attributed to pods.
     Trace(trace::Args),
     /// Validate the eviction configuration and print the effective thresholds as JSON.
@@ -28,6 +31,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::CheckConfig(args) => cli::check_config::run(args),
         Command::Explain(args) => cli::explain::run(args),
+        Command::Run(args) => runtime().and_then(|rt| rt.block_on(agent::run(args))),
         Command::Trace(args) => runtime().and_then(|rt| rt.block_on(trace::run(args))),
     };
     match result {

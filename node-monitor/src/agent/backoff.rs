@@ -20,7 +20,11 @@ struct Entry {
 
 impl Backoff {
     pub fn new(initial: Duration, max: Duration) -> Self {
-        Self { initial, max, entries: HashMap::new() }
+        Self {
+            initial,
+            max,
+            entries: HashMap::new(),
+        }
     }
 
     /// Records a refusal for `uid` at `now`; the delay doubles per refusal up to `max`.
@@ -29,7 +33,13 @@ impl Backoff {
             Some(e) => (e.delay * 2).min(self.max),
             None => self.initial,
         };
-        self.entries.insert(uid.to_owned(), Entry { until: now + delay, delay });
+        self.entries.insert(
+            uid.to_owned(),
+            Entry {
+                until: now + delay,
+                delay,
+            },
+        );
         delay
     }
 
@@ -46,7 +56,8 @@ impl Backoff {
     /// Drops entries whose backoff ended more than `max` ago, so the map stays bounded.
     pub fn prune(&mut self, now: Timestamp) {
         let max = self.max;
-        self.entries.retain(|_, e| now.saturating_since(e.until) < max);
+        self.entries
+            .retain(|_, e| now.saturating_since(e.until) < max);
     }
 
     pub fn len(&self) -> usize {
@@ -71,7 +82,11 @@ mod tests {
         let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(4));
         let steps = [(0, 1), (1, 2), (3, 4), (7, 4)];
         for (now, want) in steps {
-            assert_eq!(b.refused("a", at(now)), Duration::from_secs(want), "refusal at {now}s");
+            assert_eq!(
+                b.refused("a", at(now)),
+                Duration::from_secs(want),
+                "refusal at {now}s"
+            );
         }
         assert!(b.active("a", at(10)));
         assert!(!b.active("a", at(11)));

@@ -29,7 +29,10 @@ pub fn protect_self(oom_score_adj: i32, lock_memory: bool) -> Protection {
             None
         }
     };
-    Protection { memory_locked, oom_score_adj: adj }
+    Protection {
+        memory_locked,
+        oom_score_adj: adj,
+    }
 }
 
 fn lock_all() -> bool {

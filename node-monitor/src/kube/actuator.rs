@@ -12,37 +12,13 @@ use kube::{
     Api, Client,
     api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams, Preconditions},
 };
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+pub use crate::core::config::PdbPolicy;
+
 /// The component name on Events and the field manager on patches.
 pub const COMPONENT: &str = "node-monitor";
-
-/// What to do when a PodDisruptionBudget blocks an eviction (the API answers 429).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PdbPolicy {
-    /// Never override a PDB: retry later and consider the next candidate meanwhile.
-    #[default]
-    Respect,
-    /// Under a hard threshold only, delete the pod with the planned (minimal, non-zero) grace period
-    /// once the PDB has blocked it. Never a force delete. Soft thresholds always respect PDBs.
-    Escalate,
-}
-
-impl std::str::FromStr for PdbPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "respect" => Ok(Self::Respect),
-            "escalate" => Ok(Self::Escalate),
-            other => Err(format!(
-                "pdbPolicy: {other:?} is not one of \"respect\", \"escalate\""
-            )),
-        }
-    }
-}
 
 /// One eviction to carry out, as the plan describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,671 @@
+//! `node-monitor run`: the agent. Wake-ups → sampler → pure core → actuator, in the kubelet
+//! eviction manager's order (observe → thresholds → conditions → reclaim → rank → evict → wait for
+//! cleanup), but driven by kernel notifications instead of a 10 s poll.
+//!
+//! The loop keeps sampling and deciding when the API server is unreachable: API calls fail, are
+//! counted and retried on later cycles, and the pod reflector catches up on reconnect. Nothing the
+//! API answers can end the loop; only SIGTERM/SIGINT do.
+pub mod backoff;
+pub mod protect;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{Arc, atomic::Ordering},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{Api, runtime::reflector::Store};
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{debug, error, info, warn};
+
+use crate::{
+    core::{
+        clock::Timestamp,
+        config::{self, ConfigSource, EvictionConfig, EvictionFlags, PdbPolicy},
+        eviction::{Decision, EvictionState, next_grace_deadline, synchronize},
+        pod::PodInfo,
+        signals::Signal,
+        threshold::NodeConditionType,
+    },
+    http::{self, Health},
+    kube::{
+        self as kube_adapter,
+        actuator::{Actuator, ActuatorConfig, EvictOutcome, EvictionRequest, NodeConditionUpdate},
+    },
+    metrics::{ConditionLabels, EvictionLabels, Metrics, SignalLabels, ThresholdLabels},
+    sampler::{
+        SampleKind, Sampler, SamplerConfig, SourceKind, SourceSetting, SourceState, WakeSource,
+        Wakeup, WakeupConfig, Wakeups,
+    },
+};
+
+use self::backoff::Backoff;
+
+/// Prefix of the agent-owned node conditions (`NodeMonitorMemoryPressure`, …).
+pub const CONDITION_PREFIX: &str = "NodeMonitor";
+/// Key prefix of the agent's own NoSchedule taints.
+pub const TAINT_PREFIX: &str = "node-monitor.io/";
+/// Agent-owned conditions are re-published at least this often, as a heartbeat.
+const CONDITION_HEARTBEAT: Duration = Duration::from_secs(60);
+
+/// `node-monitor run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Configuration file: KubeletConfiguration eviction fields plus `nodeMonitor:` settings.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub eviction: EvictionFlags,
+    /// Kubeconfig; default: in-cluster config, then $KUBECONFIG.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name (the DaemonSet passes spec.nodeName through the downward API).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Address for /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:9101")]
+    pub metrics_addr: SocketAddr,
+    /// Where the cgroup hierarchies are mounted.
+    #[arg(long, default_value = "/sys/fs/cgroup")]
+    pub cgroup_root: PathBuf,
+    /// The cgroup that stands for the node, relative to each hierarchy (default: the root). A
+    /// nested or simulated node names its cgroup here; capacity is then its memory limit.
+    #[arg(long, default_value = "")]
+    pub node_cgroup: PathBuf,
+    /// The kubepods cgroup under the node cgroup: `kubepods` (cgroupfs driver) or `kubepods.slice`.
+    #[arg(long, default_value = "kubepods")]
+    pub kubepods_cgroup: String,
+    /// procfs of the host (a DaemonSet mounts the host's /proc here).
+    #[arg(long, default_value = "/proc")]
+    pub proc_root: PathBuf,
+    /// The kubelet's root directory (nodefs).
+    #[arg(long, default_value = "/var/lib/kubelet")]
+    pub kubelet_root: PathBuf,
+    /// The image filesystem (default: discovered for containerd and CRI-O).
+    #[arg(long)]
+    pub image_fs: Option<PathBuf>,
+    /// Decide and report, but evict nothing (overrides the configuration).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Turn every push wake-up off and sample on the housekeeping tick only, like the kubelet's
+    /// 10 s poll. For comparisons; never for production.
+    #[arg(long)]
+    pub polling_only: bool,
+    /// Do not load the eBPF programs.
+    #[arg(long)]
+    pub no_ebpf: bool,
+    /// The agent's own oom_score_adj.
+    #[arg(long, default_value_t = protect::DEFAULT_OOM_SCORE_ADJ, allow_hyphen_values = true)]
+    pub oom_score_adj: i32,
+    /// Do not lock the agent's memory.
+    #[arg(long)]
+    pub no_mlock: bool,
+}
+
+/// Loads the eviction configuration from `--config` and the flags.
+pub fn load_config(
+    path: Option<&std::path::Path>,
+    flags: &EvictionFlags,
+) -> anyhow::Result<EvictionConfig> {
+    let text = match path {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("reading --config {}", p.display()))?,
+        ),
+        None => None,
+    };
+    let name = path.map(|p| p.display().to_string()).unwrap_or_default();
+    let sources: Vec<ConfigSource<'_>> = text
+        .as_deref()
+        .map(|t| ConfigSource {
+            name: &name,
+            text: t,
+        })
+        .into_iter()
+        .collect();
+    Ok(config::load_sources(&sources, flags)?)
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
+    let mut config = load_config(args.config.as_deref(), &args.eviction)?;
+    if args.dry_run {
+        config.node_monitor.dry_run = true;
+    }
+    for w in &config.warnings {
+        warn!(warning = %w, "configuration");
+    }
+    let protection = protect::protect_self(args.oom_score_adj, !args.no_mlock);
+    info!(node = %args.node_name, dry_run = config.node_monitor.dry_run, polling_only = args.polling_only,
+          thresholds = config.thresholds.len(), ?protection, "node-monitor starting");
+
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::default());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+
+    // Metrics and health first, so a stuck start-up is visible.
+    let http_task = {
+        let (m, h, mut rx) = (metrics.clone(), health.clone(), stop_rx.clone());
+        let addr = args.metrics_addr;
+        tokio::spawn(async move {
+            let stop = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            if let Err(e) = http::serve(addr, m, h, stop).await {
+                error!(error = %e, %addr, "metrics endpoint failed");
+            }
+        })
+    };
+
+    let client = kube_adapter::client(args.kubeconfig.as_deref()).await?;
+    let (store, reflector) = kube_adapter::pod_reflector(client.clone(), &args.node_name);
+    let reflector_task = tokio::spawn(reflector);
+    {
+        let (store, health) = (store.clone(), health.clone());
+        tokio::spawn(async move {
+            if store.wait_until_ready().await.is_ok() {
+                info!("pod cache synced");
+                health.pods_synced.store(true, Ordering::Relaxed);
+            }
+        });
+    }
+
+    let allocatable = node_allocatable_memory(&client, &args.node_name).await;
+    let sampler_config = SamplerConfig {
+        cgroup_root: args.cgroup_root.clone(),
+        node_cgroup: args.node_cgroup.clone(),
+        kubepods_cgroup: args.kubepods_cgroup.clone(),
+        proc_root: args.proc_root.clone(),
+        kubelet_root: args.kubelet_root.clone(),
+        image_fs: args.image_fs.clone(),
+        allocatable_memory: allocatable,
+        ..SamplerConfig::default()
+    };
+    let mut sampler = Sampler::new(sampler_config).context("sampler configuration")?;
+    let mut wake_config = WakeupConfig::for_layout(sampler.layout());
+    wake_config.housekeeping = config.node_monitor.housekeeping_interval;
+    wake_config.psi_trigger.window = config.node_monitor.psi_window;
+    wake_config.psi_trigger.stall = config.node_monitor.psi_threshold;
+    if args.polling_only {
+        wake_config.memcg_node = SourceSetting::Disabled;
+        wake_config.memcg_kubepods = SourceSetting::Disabled;
+        wake_config.oom_control = false;
+        wake_config.memory_events = SourceSetting::Disabled;
+        wake_config.psi = SourceSetting::Disabled;
+    }
+    // Sources this host cannot have (memory.events on cgroup v1, thresholds on v2) are not a
+    // degradation; sources that should work and do not are.
+    let not_applicable: Vec<SourceKind> = [
+        (&wake_config.memcg_node, SourceKind::MemcgThreshold),
+        (&wake_config.memory_events, SourceKind::MemoryEvents),
+        (&wake_config.psi, SourceKind::Psi),
+    ]
+    .into_iter()
+    .filter(|(s, _)| matches!(s, SourceSetting::NotApplicable(_)))
+    .map(|(_, k)| k)
+    .collect();
+    let mut wakeups = Wakeups::start(wake_config).context("wake-up sources")?;
+    for s in wakeups.source_states() {
+        let (state, degraded) = match &s.state {
+            SourceState::Armed { .. } => ("active", false),
+            SourceState::Disabled => ("disabled", false),
+            SourceState::Unavailable { .. } if not_applicable.contains(&s.source) => {
+                ("not_applicable", false)
+            }
+            SourceState::Unavailable { reason } => {
+                warn!(source = s.source.as_str(), %reason, "wake-up source unavailable");
+                ("unavailable", true)
+            }
+        };
+        metrics.set_source_state(s.source.as_str(), state);
+        if degraded {
+            health.report_degraded(format!("wake-up source {} unavailable", s.source.as_str()));
+        }
+    }
+    // The eBPF probes are attached by the kernel-event adapter when built in; without them the
+    // agent runs on cgroup notifications and the housekeeping tick.
+    health.probes_loaded.store(true, Ordering::Relaxed);
+    let _ = args.no_ebpf;
+
+    let actuator = Actuator::new(
+        client.clone(),
+        ActuatorConfig {
+            node_name: args.node_name.clone(),
+            pdb_policy: config.node_monitor.pdb_policy,
+            dry_run: config.node_monitor.dry_run,
+        },
+    );
+    init_metrics(&metrics, &config);
+
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut agent = Loop {
+        start: Instant::now(),
+        config,
+        state: EvictionState::new(),
+        metrics: metrics.clone(),
+        actuator,
+        store,
+        backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
+        published: PublishedConditions::default(),
+    };
+    info!("deciding");
+    // A first pass at once: it arms the memcg thresholds and catches pressure that predates the agent.
+    agent
+        .cycle(
+            &mut sampler,
+            &mut wakeups,
+            Wakeup {
+                source: WakeSource::Housekeeping,
+                at: Instant::now(),
+            },
+        )
+        .await;
+    loop {
+        let grace = next_grace_deadline(&agent.state, &agent.config).map(|t| agent.instant_of(t));
+        let wakeup = tokio::select! {
+            w = wakeups.next() => match w {
+                Some(w) => w,
+                None => { error!("wake-up sources ended"); break; }
+            },
+            () = sleep_until_opt(grace) => {
+                agent.metrics.wakeups.get_or_create(&crate::metrics::SourceLabels { source: "grace_period".into() }).inc();
+                Wakeup { source: WakeSource::Housekeeping, at: Instant::now() }
+            },
+            _ = sigterm.recv() => { info!("SIGTERM: stopping"); break; }
+            _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
+        };
+        agent.cycle(&mut sampler, &mut wakeups, wakeup).await;
+    }
+    let _ = stop_tx.send(true);
+    reflector_task.abort();
+    let _ = http_task.await;
+    info!("stopped");
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// `status.allocatable.memory` of this node, when the API answers; `None` otherwise (the sampler
+/// then uses the kubepods cgroup's limit, as the kubelet's own stats do).
+async fn node_allocatable_memory(client: &kube::Client, node: &str) -> Option<u64> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let n = match tokio::time::timeout(Duration::from_secs(5), nodes.get(node)).await {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => {
+            warn!(error = %e, node, "could not read the node's allocatable memory");
+            return None;
+        }
+        Err(_) => {
+            warn!(
+                node,
+                "API server did not answer within 5 s; allocatable memory from cgroups"
+            );
+            return None;
+        }
+    };
+    let q = n.status?.allocatable?.get("memory")?.0.clone();
+    match crate::core::quantity::Quantity::parse(&q) {
+        Ok(q) => u64::try_from(q.value()).ok(),
+        Err(e) => {
+            warn!(value = %q, error = %e, "node status.allocatable.memory is not a quantity");
+            None
+        }
+    }
+}
+
+/// Zero-initialises the series the dashboard and alerts read, so they exist before anything happens.
+fn init_metrics(m: &Metrics, config: &EvictionConfig) {
+    for t in &config.thresholds {
+        for outcome in ["evicted", "pdb_blocked", "escalated", "dry_run"] {
+            let _ = m.evictions.get_or_create(&EvictionLabels {
+                eviction_signal: t.signal.as_str().to_owned(),
+                threshold: if t.is_hard() { "hard" } else { "soft" }.to_owned(),
+                outcome: outcome.to_owned(),
+            });
+        }
+    }
+    for c in NodeConditionType::ALL {
+        m.node_condition
+            .get_or_create(&ConditionLabels {
+                condition: c.as_str().to_owned(),
+            })
+            .set(0);
+    }
+}
+
+#[derive(Debug, Default)]
+struct PublishedConditions {
+    values: BTreeMap<NodeConditionType, bool>,
+    at: Option<Instant>,
+}
+
+struct Loop {
+    start: Instant,
+    config: EvictionConfig,
+    state: EvictionState,
+    metrics: Arc<Metrics>,
+    actuator: Actuator,
+    store: Store<Pod>,
+    backoff: Backoff,
+    published: PublishedConditions,
+}
+
+impl Loop {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_duration(self.start.elapsed())
+    }
+
+    fn instant_of(&self, t: Timestamp) -> Instant {
+        self.start + t.since_origin()
+    }
+
+    /// One pass: observe, decide, act, wait for cleanup.
+    async fn cycle(&mut self, sampler: &mut Sampler, wakeups: &mut Wakeups, wakeup: Wakeup) {
+        let timed = tokio::task::block_in_place(|| sampler.observe(wakeup));
+        self.metrics
+            .wakeups
+            .get_or_create(&crate::metrics::SourceLabels {
+                source: wakeup.source.label().to_owned(),
+            })
+            .inc();
+        self.rearm(sampler, wakeups);
+
+        let now = self.now();
+        self.backoff.prune(now);
+        let pods = self.candidate_pods(now);
+        let decision = synchronize(
+            &mut self.state,
+            &self.config,
+            &timed.observations,
+            &pods,
+            now,
+        );
+        let decided = wakeup.at.elapsed();
+        self.metrics
+            .wakeup_to_decision_seconds
+            .observe(decided.as_secs_f64());
+        debug!(
+            source = wakeup.source.label(),
+            decided_us = decided.as_micros() as u64,
+            sampling_us = timed.sampling.as_micros() as u64,
+            "decision"
+        );
+        self.record_observations(&timed.observations, &decision);
+        self.publish_conditions(&decision).await;
+
+        for e in &decision.evict {
+            let req = EvictionRequest {
+                namespace: e.namespace.clone(),
+                name: e.name.clone(),
+                uid: e.uid.clone(),
+                grace_period_seconds: u32::try_from(e.grace_period_seconds.max(1))
+                    .unwrap_or(u32::MAX),
+                hard: e.hard,
+                signal: e.signal.as_str().to_owned(),
+                message: e.message.clone(),
+            };
+            info!(pod = %format!("{}/{}", e.namespace, e.name), signal = %e.signal, hard = e.hard,
+                  grace = e.grace_period_seconds, wake_source = wakeup.source.label(),
+                  message = %e.message, "evicting");
+            let outcome = self.actuator.evict(&req).await;
+            let reaction = wakeup.at.elapsed();
+            self.metrics
+                .evictions
+                .get_or_create(&EvictionLabels {
+                    eviction_signal: req.signal.clone(),
+                    threshold: if req.hard { "hard" } else { "soft" }.to_owned(),
+                    outcome: outcome.label().to_owned(),
+                })
+                .inc();
+            info!(pod = %format!("{}/{}", e.namespace, e.name), outcome = outcome.label(),
+                  reaction_ms = reaction.as_secs_f64() * 1e3, "eviction answered");
+            self.actuator.record_eviction_events(&req, &outcome).await;
+            match &outcome {
+                EvictOutcome::PdbBlocked => {
+                    let delay = self.backoff.refused(&req.uid, self.now());
+                    debug!(uid = %req.uid, ?delay, "pod backs off; next candidate considered meanwhile");
+                }
+                EvictOutcome::Failed { reason, .. } => {
+                    self.metrics
+                        .api_errors
+                        .get_or_create(&crate::metrics::OperationLabels {
+                            operation: "evict".into(),
+                        })
+                        .inc();
+                    debug!(%reason, "eviction failed; retried on a later cycle");
+                }
+                o if o.took_effect() => {
+                    self.metrics
+                        .detection_to_eviction_seconds
+                        .observe(reaction.as_secs_f64());
+                    self.backoff.forget(&req.uid);
+                    self.wait_for_cleanup(sampler, &req).await;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Pods the core may rank: this node's active pods, less those backing off after a PDB refusal.
+    fn candidate_pods(&self, now: Timestamp) -> Vec<PodInfo> {
+        let mut out = Vec::new();
+        for pod in self.store.state() {
+            if !crate::core::pod::pod_is_active(&pod) {
+                continue;
+            }
+            match PodInfo::from_pod(&pod) {
+                Ok(info) if !self.backoff.active(&info.uid, now) => out.push(info),
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "pod skipped: cannot derive its eviction facts"),
+            }
+        }
+        out
+    }
+
+    /// Re-arms the memcg thresholds for `memory.available` at the fresh inactive_file, as the
+    /// kubelet does on each synchronize.
+    fn rearm(&self, sampler: &Sampler, wakeups: &mut Wakeups) {
+        let Some(m) = sampler.last_node_memory() else {
+            return;
+        };
+        let capacity = i64::try_from(m.capacity).unwrap_or(i64::MAX);
+        let levels: Vec<u64> = self
+            .config
+            .thresholds
+            .iter()
+            .filter(|t| t.signal == Signal::MemoryAvailable)
+            .filter_map(|t| u64::try_from(t.quantity(capacity).value()).ok())
+            .collect();
+        if !levels.is_empty() {
+            wakeups.arm_memory_thresholds(&levels, m.capacity, m.inactive_file);
+        }
+    }
+
+    fn record_observations(&self, obs: &crate::core::signals::Observations, decision: &Decision) {
+        for (signal, o) in &obs.signals {
+            let l = SignalLabels {
+                eviction_signal: signal.as_str().to_owned(),
+            };
+            self.metrics
+                .signal_available
+                .get_or_create(&l)
+                .set(o.available);
+            self.metrics
+                .signal_capacity
+                .get_or_create(&l)
+                .set(o.capacity);
+        }
+        for t in &self.config.thresholds {
+            let Some(o) = obs.signals.get(&t.signal) else {
+                continue;
+            };
+            let l = ThresholdLabels {
+                eviction_signal: t.signal.as_str().to_owned(),
+                kind: if t.is_hard() { "hard" } else { "soft" }.to_owned(),
+            };
+            self.metrics
+                .eviction_threshold
+                .get_or_create(&l)
+                .set(t.quantity(o.capacity).value());
+            let met = decision
+                .thresholds_met
+                .iter()
+                .any(|m| m.signal == t.signal && m.hard == t.is_hard());
+            self.metrics
+                .threshold_met
+                .get_or_create(&l)
+                .set(i64::from(met));
+        }
+        for c in &decision.conditions {
+            self.metrics
+                .node_condition
+                .get_or_create(&ConditionLabels {
+                    condition: c.condition.as_str().to_owned(),
+                })
+                .set(i64::from(c.status));
+        }
+    }
+
+    /// Publishes agent-owned conditions when they change (and as a heartbeat), and the optional
+    /// NoSchedule taint. Failures are counted and retried on the next cycle.
+    async fn publish_conditions(&mut self, decision: &Decision) {
+        let values: BTreeMap<NodeConditionType, bool> = decision
+            .conditions
+            .iter()
+            .map(|c| (c.condition, c.status))
+            .collect();
+        let stale = self
+            .published
+            .at
+            .is_none_or(|at| at.elapsed() > CONDITION_HEARTBEAT);
+        if values == self.published.values && !stale {
+            return;
+        }
+        let reasons: HashMap<NodeConditionType, String> = decision
+            .thresholds_met
+            .iter()
+            .map(|m| {
+                (
+                    crate::core::threshold::signal_condition(m.signal),
+                    format!(
+                        "{} available {} below threshold {}",
+                        m.signal, m.available, m.quantity
+                    ),
+                )
+            })
+            .collect();
+        let updates: Vec<NodeConditionUpdate> = NodeConditionType::ALL
+            .iter()
+            .map(|c| {
+                let status = values.get(c).copied().unwrap_or(false);
+                NodeConditionUpdate {
+                    type_: format!("{CONDITION_PREFIX}{}", c.as_str()),
+                    status,
+                    reason: if status {
+                        format!("NodeMonitorHas{}", c.as_str())
+                    } else {
+                        format!("NodeMonitorNo{}", c.as_str())
+                    },
+                    message: if status {
+                        reasons
+                            .get(c)
+                            .cloned()
+                            .unwrap_or_else(|| format!("node-monitor observes {}", c.as_str()))
+                    } else {
+                        format!("node-monitor observes no {}", c.as_str())
+                    },
+                }
+            })
+            .collect();
+        match self.actuator.set_conditions(&updates).await {
+            Ok(()) => {
+                self.published = PublishedConditions {
+                    values: values.clone(),
+                    at: Some(Instant::now()),
+                };
+            }
+            Err(e) => {
+                warn!(error = %e, "could not publish node conditions; retrying next cycle");
+                self.metrics
+                    .api_errors
+                    .get_or_create(&crate::metrics::OperationLabels {
+                        operation: "patch_conditions".into(),
+                    })
+                    .inc();
+                return;
+            }
+        }
+        if self.config.node_monitor.taint_on_pressure && !self.config.node_monitor.dry_run {
+            for c in NodeConditionType::ALL {
+                let key = format!("{TAINT_PREFIX}{}", taint_suffix(c));
+                let on = values.get(&c).copied().unwrap_or(false);
+                if let Err(e) = self.actuator.set_taint(&key, "", "NoSchedule", on).await {
+                    warn!(error = %e, %key, "could not update taint");
+                    self.metrics
+                        .api_errors
+                        .get_or_create(&crate::metrics::OperationLabels {
+                            operation: "patch_taint".into(),
+                        })
+                        .inc();
+                }
+            }
+        }
+    }
+
+    /// Waits, as the kubelet does, until the evicted pod's processes have left the node (its
+    /// cgroup is gone) or the API no longer has it, bounded by the pod cleanup timeout.
+    async fn wait_for_cleanup(&self, sampler: &mut Sampler, req: &EvictionRequest) {
+        let deadline = Instant::now() + self.config.node_monitor.pod_cleanup_timeout;
+        let mut api_check = Instant::now();
+        loop {
+            let obs = tokio::task::block_in_place(|| sampler.sample(SampleKind::Fast));
+            if !obs.pods.contains_key(&req.uid) {
+                info!(pod = %format!("{}/{}", req.namespace, req.name), "evicted pod's processes are gone");
+                return;
+            }
+            if api_check.elapsed() > Duration::from_secs(1) {
+                api_check = Instant::now();
+                if let Ok(false) = self
+                    .actuator
+                    .pod_present(&req.namespace, &req.name, &req.uid)
+                    .await
+                {
+                    info!(pod = %format!("{}/{}", req.namespace, req.name), "evicted pod is gone from the API");
+                    return;
+                }
+            }
+            if Instant::now() > deadline {
+                warn!(pod = %format!("{}/{}", req.namespace, req.name), timeout = ?self.config.node_monitor.pod_cleanup_timeout,
+                      "evicted pod still present after the cleanup timeout; deciding again");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn taint_suffix(c: NodeConditionType) -> &'static str {
+    match c {
+        NodeConditionType::MemoryPressure => "memory-pressure",
+        NodeConditionType::DiskPressure => "disk-pressure",
+        NodeConditionType::PidPressure => "pid-pressure",
+    }
+}
+
+/// The policy an eviction applies when a PDB blocks it.
+pub fn pdb_policy_label(p: PdbPolicy) -> &'static str {
+    match p {
+        PdbPolicy::Respect => "respect",
+        PdbPolicy::Escalate => "escalate",
+    }
+}
