@@ -13,6 +13,7 @@ use std::{
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
+    metrics::{MetricType, TypedMetric},
     metrics::{
         counter::Counter,
         family::Family,
@@ -102,9 +103,59 @@ pub struct BuildLabels {
     pub version: String,
 }
 
+/// A registered family: its scraped name and OpenMetrics type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Family_ {
+    pub name: String,
+    pub kind: &'static str,
+}
+
+/// Registers and remembers each family, so the list cannot drift from what is exported.
+struct Reg {
+    registry: Registry,
+    families: Vec<Family_>,
+}
+
+impl Reg {
+    fn add<M: prometheus_client::registry::Metric + TypedMetric>(
+        &mut self,
+        name: &str,
+        help: &str,
+        metric: M,
+    ) {
+        let suffix = match M::TYPE {
+            MetricType::Counter => "_total",
+            MetricType::Info => "_info",
+            _ => "",
+        };
+        self.families.push(Family_ {
+            name: format!("{PREFIX}_{name}{suffix}"),
+            kind: M::TYPE.as_str_static(),
+        });
+        self.registry.register(name, help, metric);
+    }
+}
+
+trait StaticName {
+    fn as_str_static(&self) -> &'static str;
+}
+
+impl StaticName for MetricType {
+    fn as_str_static(&self) -> &'static str {
+        match self {
+            MetricType::Counter => "counter",
+            MetricType::Gauge => "gauge",
+            MetricType::Histogram => "histogram",
+            MetricType::Info => "info",
+            MetricType::Unknown => "unknown",
+        }
+    }
+}
+
 /// Every metric the agent exports.
 pub struct Metrics {
     registry: Registry,
+    families: Vec<Family_>,
     pub signal_available: Family<SignalLabels, Gauge>,
     pub signal_capacity: Family<SignalLabels, Gauge>,
     pub eviction_threshold: Family<ThresholdLabels, Gauge>,
@@ -142,7 +193,10 @@ impl Metrics {
         reason = "one registration per family, read top to bottom"
     )]
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix(PREFIX);
+        let mut reg = Reg {
+            registry: Registry::with_prefix(PREFIX),
+            families: Vec::new(),
+        };
         let m = Self {
             signal_available: Family::default(),
             signal_capacity: Family::default(),
@@ -170,113 +224,118 @@ impl Metrics {
             oom_pods_seen: Mutex::new(HashSet::new()),
             ringbuf_drops_seen: AtomicU64::new(0),
             registry: Registry::default(),
+            families: Vec::new(),
         };
         let info = Info::new(BuildLabels {
             version: env!("CARGO_PKG_VERSION").to_owned(),
         });
-        registry.register("build", "Build information of the running agent", info);
-        registry.register(
+        reg.add("build", "Build information of the running agent", info);
+        reg.add(
             "signal_available",
             "Observed available amount per eviction signal, in base units (bytes, inodes, pids)",
             m.signal_available.clone(),
         );
-        registry.register(
+        reg.add(
             "signal_capacity",
             "Capacity per eviction signal, in base units",
             m.signal_capacity.clone(),
         );
-        registry.register(
+        reg.add(
             "eviction_threshold",
             "Configured eviction threshold per signal resolved to base units (percentages against capacity)",
             m.eviction_threshold.clone(),
         );
-        registry.register(
+        reg.add(
             "threshold_met",
             "1 when the threshold is met in the latest observation",
             m.threshold_met.clone(),
         );
-        registry.register(
+        reg.add(
             "node_condition",
             "1 when the node condition (MemoryPressure, DiskPressure, PIDPressure) holds as node-monitor sees it",
             m.node_condition.clone(),
         );
-        registry.register(
+        reg.add(
             "evictions",
             "Eviction attempts by signal, threshold kind and outcome",
             m.evictions.clone(),
         );
-        registry.register(
+        reg.add(
             "kernel_events",
             "Kernel events received from the eBPF programs, by kind",
             m.kernel_events.clone(),
         );
-        registry.register(
+        reg.add(
             "kernel_event_errors",
             "Kernel event records that could not be decoded",
             m.kernel_event_errors.clone(),
         );
-        registry.register(
+        reg.add(
             "ringbuf_drops",
             "Kernel events dropped because the ring buffer was full",
             m.ringbuf_drops.clone(),
         );
-        registry.register(
+        reg.add(
             "oom_kills",
             "Kernel OOM kills by scope (global or pod); namespace and pod are bounded in cardinality",
             m.oom_kills.clone(),
         );
-        registry.register("wakeups", "Sampler wake-ups by source", m.wakeups.clone());
-        registry.register(
+        reg.add("wakeups", "Sampler wake-ups by source", m.wakeups.clone());
+        reg.add(
             "wakeup_to_decision_seconds",
             "Time from a wake-up to the decision it led to",
             m.wakeup_to_decision_seconds.clone(),
         );
-        registry.register(
+        reg.add(
             "detection_to_eviction_seconds",
             "Time from the wake-up that first saw a threshold met to the eviction request's answer",
             m.detection_to_eviction_seconds.clone(),
         );
-        registry.register(
+        reg.add(
             "ebpf_program_state",
             "1 for the current state of each eBPF program",
             m.ebpf_program_state.clone(),
         );
-        registry.register(
+        reg.add(
             "wakeup_source_state",
             "1 for the current state of each wake-up source",
             m.wakeup_source_state.clone(),
         );
-        registry.register(
+        reg.add(
             "shutdown_inhibitor_held",
             "1 while the systemd-logind delay inhibitor is held",
             m.shutdown_inhibitor_held.clone(),
         );
-        registry.register(
+        reg.add(
             "shutdown_phase_start_time_seconds",
             "Unix time at which a graceful shutdown phase started",
             m.shutdown_phase_start_time_seconds.clone(),
         );
-        registry.register(
+        reg.add(
             "shutdown_phase_end_time_seconds",
             "Unix time at which a graceful shutdown phase ended",
             m.shutdown_phase_end_time_seconds.clone(),
         );
-        registry.register(
+        reg.add(
             "shutdowns_bypassing_inhibitor",
             "Reboots or power-offs seen by the kernel probe without a preceding PrepareForShutdown",
             m.shutdowns_bypassing_inhibitor.clone(),
         );
-        registry.register(
+        reg.add(
             "api_errors",
             "Kubernetes API calls that failed, by operation",
             m.api_errors.clone(),
         );
-        registry.register(
+        reg.add(
             "degraded",
             "1 when the agent runs without some of its sources (see ebpf_program_state, wakeup_source_state)",
             m.degraded.clone(),
         );
-        Self { registry, ..m }
+        Self {
+            registry: reg.registry,
+            families: reg.families,
+            ..m
+        }
     }
 
     /// The text exposition format.
@@ -347,18 +406,10 @@ impl Metrics {
         }
     }
 
-    /// The families this registry exports, by full name (for the docs check).
-    pub fn family_names(&self) -> Vec<String> {
-        let text = self.encode();
-        let mut names: Vec<String> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("# TYPE "))
-            .filter_map(|l| l.split_whitespace().next())
-            .map(str::to_owned)
-            .collect();
-        names.sort();
-        names.dedup();
-        names
+    /// Every registered family as Prometheus scrapes it (`node_monitor_x_total` for counters,
+    /// `_info` for info metrics), with its type; for the docs check and the dashboard test.
+    pub fn families(&self) -> &[Family_] {
+        &self.families
     }
 }
 
