@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need (scripts/setup.sh), then runs every tier that this
-# machine supports. Root-only tiers fail loudly when they cannot run; they never skip.
+# The test command: installs what the tests need (scripts/setup.sh), then runs every tier. Root-only
+# tiers (kernel, control plane, end to end, guest VM) fail loudly when they cannot run; they never skip.
+#
+# Cargo commands run on the workspace's default members: the eBPF crate is built for the BPF target
+# by node-monitor's build script, never for the host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --with-control-plane --with-vm
@@ -10,8 +13,11 @@ export KUBEBUILDER_ASSETS="$CACHE/control-plane/current"
 
 echo "== format and lints"
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --all-targets --locked -- -D warnings
 
-echo "== unit, kernel, control-plane and end-to-end tiers"
+echo "== build (the integration tiers run the binaries)"
+cargo build --bins --locked
+
+echo "== unit, kernel, control-plane, end-to-end and guest VM tiers"
 # Kernel state (cgroups, probes) is shared: one test at a time.
-cargo test --workspace --locked -- --test-threads=1
+cargo test --locked -- --test-threads=1

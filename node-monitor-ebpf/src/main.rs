@@ -1,12 +1,23 @@
+//! node-monitor's kernel probes: tracepoints and raw tracepoints only (no kprobes, no fentry),
+//! one module per probe family. Every probe writes typed records (node-monitor-common's
+//! `Event<T>`) into one ring buffer and counts what it sent and what it dropped in per-CPU
+//! counters. Kernel field offsets come from maps the agent fills at load time (no CO-RE from
+//! Rust); docs/kernel-probes.md describes each program and what it needs.
 #![no_std]
 #![no_main]
+#![feature(core_intrinsics)]
+#![expect(
+    internal_features,
+    reason = "the atomic add intrinsic: see util::shared"
+)]
 
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
-
-#[tracepoint]
-pub fn oom_mark_victim(_ctx: TracePointContext) -> u32 {
-    0
-}
+mod kswapd;
+mod maps;
+mod oom;
+mod reboot;
+mod reclaim;
+mod synthetic;
+mod util;
 
 #[cfg(not(test))]
 #[panic_handler]
@@ -14,6 +25,7 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
 
+// `bpf_probe_read_kernel` and the ring buffer helpers are GPL-only.
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
 static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,7 +1,618 @@
-//! Placeholder until `node-monitor trace` lands.
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+//! `node-monitor trace`: a live stream of kernel events attributed to pods, as text or JSON lines.
+//!
+//! Loads the kernel probes (degrading per program, see docs/kernel-probes.md), reads the event
+//! ring buffer, resolves each event's cgroup to a path and a pod, and prints one line per event
+//! until SIGINT, SIGTERM or `--duration`. On exit it prints the totals: what it received and what
+//! the kernel counted as sent and dropped. docs/trace.md documents the output.
+use std::{collections::BTreeMap, path::PathBuf, process::ExitCode, time::Duration};
 
-pub async fn run(_args: &Args) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not available in this build")
+use anyhow::{Context as _, bail};
+use serde_json::{Map, Value, json};
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::warn;
+
+use crate::{
+    attribution::{Attribution, Attributor, CgroupPaths, KubePods, NoApi, PodDirectory},
+    ebpf::{EventKind, KernelEvent, ProbeConfig, Probes, StreamError},
+};
+
+/// Arguments of `node-monitor trace`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// One JSON object per line on stdout (logs and totals go to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Also show the eBPF programs' own log messages (aya-log), as logs on stderr.
+    #[arg(long)]
+    pub kernel_log: bool,
+    /// Only these kinds (comma-separated): oom_kill, reclaim_stall, kswapd_wake, reboot.
+    #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
+    pub kind: Vec<EventKind>,
+    /// Stop after this many seconds (default: until SIGINT or SIGTERM).
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Reclaim-stall budget per cgroup and window, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 100)]
+    pub stall_budget_ms: u64,
+    /// Reclaim-stall accounting window, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub stall_window_ms: u64,
+    /// Minimum interval between kswapd wake-up events per NUMA node, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub kswapd_interval_ms: u64,
+    /// The cgroup2 hierarchy to resolve cgroup ids in (default: from /proc/self/mountinfo).
+    #[arg(long, value_name = "DIR")]
+    pub cgroup_root: Option<PathBuf>,
+    /// Resolve pod namespace/name through the API with this kubeconfig.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Use the in-cluster service account to resolve pod namespace/name.
+    #[arg(long)]
+    pub in_cluster: bool,
+    /// Node name for the API lookup (default: $NODE_NAME; unset lists pods of every node).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+}
+
+const KINDS: [EventKind; 4] = [
+    EventKind::OomKill,
+    EventKind::ReclaimStall,
+    EventKind::KswapdWake,
+    EventKind::Reboot,
+];
+
+fn parse_kind(s: &str) -> Result<EventKind, String> {
+    KINDS
+        .into_iter()
+        .find(|k| k.as_str() == s.trim())
+        .ok_or_else(|| {
+            format!("unknown kind {s:?} (expected oom_kill, reclaim_stall, kswapd_wake or reboot)")
+        })
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("duration {s:?} is not a number of seconds"))?;
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!(
+            "duration {s:?} must be a positive number of seconds"
+        ));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("duration {s:?} is too long"))
+}
+
+impl Args {
+    /// The probe configuration these arguments ask for. Families whose events are filtered out
+    /// are not loaded, except reclaim, which OOM classification needs.
+    pub fn probe_config(&self) -> ProbeConfig {
+        let mut config = ProbeConfig {
+            stall_budget: Duration::from_millis(self.stall_budget_ms),
+            stall_window: Duration::from_millis(self.stall_window_ms),
+            kswapd_min_interval: Duration::from_millis(self.kswapd_interval_ms),
+            kernel_log: self.kernel_log,
+            ..ProbeConfig::default()
+        };
+        if !self.kind.is_empty() {
+            for (kind, family) in [
+                (EventKind::OomKill, "oom"),
+                (EventKind::KswapdWake, "kswapd"),
+                (EventKind::Reboot, "reboot"),
+            ] {
+                if !self.kind.contains(&kind) {
+                    config.disable.insert(family.to_owned());
+                }
+            }
+        }
+        config
+    }
+
+    fn wants(&self, kind: EventKind) -> bool {
+        if self.kind.is_empty() {
+            KINDS.contains(&kind)
+        } else {
+            self.kind.contains(&kind)
+        }
+    }
+}
+
+/// Runs `node-monitor trace`.
+pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let config = args.probe_config();
+    config.validate()?;
+    let mut probes = Probes::load(&config);
+    let states = probes.program_states();
+    if probes.attached() == 0 {
+        let summary: Vec<String> = states
+            .iter()
+            .map(|s| match &s.state {
+                crate::ebpf::ProgramState::Failed { reason } => format!("{}: {reason}", s.name),
+                other => format!("{}: {}", s.name, other.label()),
+            })
+            .collect();
+        bail!("no kernel probe could be attached ({})", summary.join("; "));
+    }
+    let mut stream = probes.events().context("opening the kernel event stream")?;
+    let log_task = probes
+        .forward_kernel_log()
+        .context("forwarding kernel logs")?;
+
+    let paths = match &args.cgroup_root {
+        Some(root) => CgroupPaths::new(root),
+        None => CgroupPaths::detect().context("finding the cgroup2 hierarchy")?,
+    };
+    let mut attributor = Attributor::new(paths, directory(args).await);
+
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
+
+    eprintln!(
+        "node-monitor trace: {} kernel programs attached, listening",
+        probes.attached()
+    );
+    let mut out = std::io::stdout().lock();
+    let mut totals = Totals::default();
+    loop {
+        let event = tokio::select! {
+            _ = sigint.recv() => break,
+            _ = sigterm.recv() => break,
+            () = sleep_until(deadline) => break,
+            r = stream.next() => r,
+        };
+        match event {
+            Ok(ev) => emit(args, &mut attributor, &mut out, &mut totals, &ev).await?,
+            Err(StreamError::Decode(_)) => {}
+            Err(e @ StreamError::Io(_)) => return Err(e).context("reading kernel events"),
+        }
+    }
+    // What arrived before the stop is still reported.
+    for ev in stream.try_drain().into_iter().flatten() {
+        emit(args, &mut attributor, &mut out, &mut totals, &ev).await?;
+    }
+    drop(out);
+    if let Some(task) = log_task {
+        task.abort();
+    }
+
+    let counters = match probes.counters() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            warn!(error = %e, "reading the kernel counters failed");
+            None
+        }
+    };
+    let mut summary = json!({
+        "received": stream.received(),
+        "printed": totals.printed,
+        "filtered": totals.filtered,
+        "malformed": stream.decode_errors(),
+        "printed_by_kind": totals.by_kind,
+    });
+    if let Some(c) = &counters {
+        let per_kind = |m: &BTreeMap<EventKind, u64>| -> Value {
+            KINDS
+                .iter()
+                .map(|k| (k.as_str().to_owned(), json!(m.get(k).copied().unwrap_or(0))))
+                .collect::<Map<String, Value>>()
+                .into()
+        };
+        summary["kernel_events"] = per_kind(&c.events);
+        summary["kernel_drops"] = per_kind(&c.drops);
+        summary["drops"] = json!(c.total_drops());
+    }
+    if args.json {
+        eprintln!("{}", json!({ "totals": summary }));
+    } else {
+        println!("{}", totals_text(&summary));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn directory(args: &Args) -> Box<dyn PodDirectory> {
+    if args.kubeconfig.is_none() && !args.in_cluster {
+        return Box::new(NoApi);
+    }
+    match KubePods::connect(args.kubeconfig.as_deref(), args.node_name.clone()).await {
+        Ok(k) => Box::new(k),
+        Err(e) => {
+            warn!(
+                error = format!("{:#}", anyhow::Error::new(e)),
+                "pod names unavailable: API not reachable"
+            );
+            Box::new(NoApi)
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    printed: u64,
+    filtered: u64,
+    by_kind: BTreeMap<&'static str, u64>,
+}
+
+async fn emit(
+    args: &Args,
+    attributor: &mut Attributor,
+    out: &mut impl std::io::Write,
+    totals: &mut Totals,
+    ev: &KernelEvent,
+) -> anyhow::Result<()> {
+    if !args.wants(ev.event_kind()) {
+        totals.filtered += 1;
+        return Ok(());
+    }
+    let at = attributor.attribute(ev.cgroup_id()).await;
+    let trigger = match ev {
+        KernelEvent::OomKill(e) if e.trigger.cgroup_id != at.cgroup_id => {
+            Some(attributor.attribute(e.trigger.cgroup_id).await)
+        }
+        _ => None,
+    };
+    let line = if args.json {
+        event_json(ev, &at, trigger.as_ref()).to_string()
+    } else {
+        event_text(ev, &at)
+    };
+    writeln!(out, "{line}").context("writing to stdout")?;
+    out.flush().context("writing to stdout")?;
+    totals.printed += 1;
+    *totals.by_kind.entry(ev.kind()).or_default() += 1;
+    Ok(())
+}
+
+/// The subject task of an event: the victim for an OOM kill, `current` otherwise.
+fn subject(ev: &KernelEvent) -> (u32, Option<&str>) {
+    match ev {
+        KernelEvent::OomKill(e) => (e.victim_pid, e.victim_comm.as_deref()),
+        KernelEvent::ReclaimStall(e) => (e.task.pid, Some(&e.task.comm)),
+        KernelEvent::KswapdWake(e) => (e.task.pid, Some(&e.task.comm)),
+        KernelEvent::Reboot(e) => (e.task.pid, Some(&e.task.comm)),
+        KernelEvent::Synthetic(e) => (e.task.pid, Some(&e.task.comm)),
+    }
+}
+
+/// One JSON line. Pure.
+pub fn event_json(ev: &KernelEvent, at: &Attribution, trigger: Option<&Attribution>) -> Value {
+    let (pid, comm) = subject(ev);
+    let pod = at.pod.as_ref();
+    let mut m = json!({
+        "kind": ev.kind(),
+        "ts_ns": ev.ts_ns(),
+        "pid": pid,
+        "comm": comm,
+        "cgroup_id": at.cgroup_id,
+        "cgroup_path": at.cgroup_path,
+        "pod_uid": pod.map(|p| &p.pod_uid),
+        "container_id": pod.and_then(|p| p.container_id.as_ref()),
+        "qos_class": pod.map(|p| p.qos.as_str()),
+        "pod_namespace": at.pod_ref.as_ref().map(|r| &r.namespace),
+        "pod_name": at.pod_ref.as_ref().map(|r| &r.name),
+    });
+    let extra = match ev {
+        KernelEvent::OomKill(e) => {
+            let mem = e.memory.as_ref();
+            json!({
+                "global": e.global(),
+                "scope": e.scope.as_str(),
+                "trigger_reclaim": e.trigger_reclaim.map(|f| f.as_str()),
+                "tid": e.victim_tid,
+                "rss_bytes": mem.map(|m| m.rss_bytes()),
+                "anon_rss_bytes": mem.map(|m| m.anon_rss_bytes),
+                "file_rss_bytes": mem.map(|m| m.file_rss_bytes),
+                "shmem_rss_bytes": mem.map(|m| m.shmem_rss_bytes),
+                "total_vm_bytes": mem.map(|m| m.total_vm_bytes),
+                "pgtables_bytes": mem.map(|m| m.pgtables_bytes),
+                "oom_score_adj": e.oom_score_adj,
+                "uid": e.uid,
+                "cgroup_source": if e.victim_cgroup_id.is_some() { "victim" } else { "trigger" },
+                "trigger_pid": e.trigger.pid,
+                "trigger_comm": e.trigger.comm,
+                "trigger_cgroup_id": e.trigger.cgroup_id,
+                "trigger_cgroup_path": if e.trigger.cgroup_id == at.cgroup_id {
+                    at.cgroup_path.clone()
+                } else {
+                    trigger.and_then(|t| t.cgroup_path.clone())
+                },
+            })
+        }
+        KernelEvent::ReclaimStall(e) => json!({
+            "tid": e.task.tid,
+            "flavor": e.flavor.as_str(),
+            "stall_ns": e.stall_ns,
+            "count": e.count,
+            "window_ns": e.window_ns,
+            "window_start_ns": e.window_start_ns,
+        }),
+        KernelEvent::KswapdWake(e) => json!({
+            "tid": e.task.tid,
+            "nid": e.nid,
+            "zid": e.zid,
+            "order": e.order,
+            "gfp_flags": format!("{:#x}", e.gfp_flags),
+            "suppressed": e.suppressed,
+        }),
+        KernelEvent::Reboot(e) => json!({
+            "tid": e.task.tid,
+            "cmd": e.cmd.as_str(),
+            "cmd_raw": format!("{:#010x}", e.cmd_raw),
+            "goes_down": e.cmd.goes_down(),
+            "magic1": format!("{:#010x}", e.magic1),
+            "magic2": format!("{:#010x}", e.magic2),
+        }),
+        KernelEvent::Synthetic(e) => json!({ "tid": e.task.tid, "seq": e.seq }),
+    };
+    if let (Value::Object(m), Value::Object(extra)) = (&mut m, extra) {
+        m.extend(extra);
+    }
+    m
+}
+
+/// One text line. Pure.
+pub fn event_text(ev: &KernelEvent, at: &Attribution) -> String {
+    let (pid, comm) = subject(ev);
+    let ts = ev.ts_ns();
+    let mut s = format!(
+        "{}.{:06} {:<13} pid={pid} comm={}",
+        ts / 1_000_000_000,
+        (ts % 1_000_000_000) / 1000,
+        ev.kind(),
+        comm.unwrap_or("?")
+    );
+    match (&at.pod, &at.cgroup_path) {
+        (Some(p), _) => {
+            s.push_str(&format!(" pod={} qos={}", p.pod_uid, p.qos));
+            if let Some(r) = &at.pod_ref {
+                s.push_str(&format!(" ({}/{})", r.namespace, r.name));
+            }
+            if let Some(c) = &p.container_id {
+                s.push_str(&format!(" container={}", &c[..c.len().min(12)]));
+            }
+        }
+        (None, Some(path)) => s.push_str(&format!(" cgroup={path}")),
+        (None, None) => s.push_str(&format!(" cgroup_id={}", at.cgroup_id)),
+    }
+    match ev {
+        KernelEvent::OomKill(e) => {
+            let scope = match e.global() {
+                Some(true) => "global",
+                Some(false) => "memcg",
+                None => "unknown",
+            };
+            s.push_str(&format!(" oom={scope}"));
+            if let Some(m) = e.memory {
+                s.push_str(&format!(" rss={}KiB", m.rss_bytes() / 1024));
+            }
+            if let Some(adj) = e.oom_score_adj {
+                s.push_str(&format!(" oom_score_adj={adj}"));
+            }
+            if e.trigger.pid != e.victim_pid {
+                s.push_str(&format!(" trigger={}/{}", e.trigger.pid, e.trigger.comm));
+            }
+        }
+        KernelEvent::ReclaimStall(e) => s.push_str(&format!(
+            " {} reclaim {:.1}ms in {} episodes within {}ms",
+            e.flavor.as_str(),
+            e.stall_ns as f64 / 1e6,
+            e.count,
+            e.window_ns / 1_000_000
+        )),
+        KernelEvent::KswapdWake(e) => s.push_str(&format!(
+            " node={} zone={} order={} gfp={:#x} suppressed={}",
+            e.nid, e.zid, e.order, e.gfp_flags, e.suppressed
+        )),
+        KernelEvent::Reboot(e) => {
+            s.push_str(&format!(" cmd={} ({:#010x})", e.cmd.as_str(), e.cmd_raw))
+        }
+        KernelEvent::Synthetic(e) => s.push_str(&format!(" seq={}", e.seq)),
+    }
+    s
+}
+
+fn totals_text(summary: &Value) -> String {
+    let mut s = format!(
+        "totals: received {} (printed {}, filtered {}, malformed {})",
+        summary["received"], summary["printed"], summary["filtered"], summary["malformed"]
+    );
+    if let (Some(sent), Some(dropped)) = (
+        summary["kernel_events"].as_object(),
+        summary["kernel_drops"].as_object(),
+    ) {
+        let fmt = |m: &Map<String, Value>| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        s.push_str(&format!(
+            "; kernel sent: {}; dropped: {} (total {})",
+            fmt(sent),
+            fmt(dropped),
+            summary["drops"]
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::{
+        core::kubelet_layout::parse_cgroup_path,
+        ebpf::{
+            OomKillEvent, OomMemory, OomScope, RebootCmd, RebootEvent, ReclaimFlavor, TaskInfo,
+        },
+    };
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(argv: &[&str]) -> Result<Args, clap::Error> {
+        Cli::try_parse_from(std::iter::once("trace").chain(argv.iter().copied())).map(|c| c.args)
+    }
+
+    const UID: &str = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
+    const CID: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+    fn task(pid: u32, comm: &str, cgroup_id: u64) -> TaskInfo {
+        TaskInfo {
+            pid,
+            tid: pid,
+            comm: comm.into(),
+            cgroup_id,
+        }
+    }
+
+    fn pod_attribution(cgroup_id: u64) -> Attribution {
+        let path = format!("/kubepods/burstable/pod{UID}/{CID}");
+        Attribution {
+            cgroup_id,
+            pod: parse_cgroup_path(&path),
+            cgroup_path: Some(path),
+            pod_ref: None,
+        }
+    }
+
+    fn oom(victim_cgroup: Option<u64>) -> KernelEvent {
+        KernelEvent::OomKill(OomKillEvent {
+            ts_ns: 1_500_000_000,
+            trigger: task(10, "trigger", 7),
+            victim_pid: 42,
+            victim_tid: 42,
+            victim_comm: Some("memhog".into()),
+            victim_cgroup_id: victim_cgroup,
+            memory: Some(OomMemory {
+                total_vm_bytes: 300 << 20,
+                anon_rss_bytes: 30 << 20,
+                file_rss_bytes: 1 << 20,
+                shmem_rss_bytes: 0,
+                pgtables_bytes: 4096,
+            }),
+            uid: Some(0),
+            oom_score_adj: Some(0),
+            scope: OomScope::Memcg,
+            trigger_reclaim: Some(ReclaimFlavor::Memcg),
+        })
+    }
+
+    #[test]
+    fn args_parse_and_reject_bad_values() {
+        let a = parse(&["--json", "--kind", "oom_kill,reboot", "--duration", "2.5"]).unwrap();
+        assert!(a.json);
+        assert_eq!(a.kind, vec![EventKind::OomKill, EventKind::Reboot]);
+        assert_eq!(a.duration, Some(Duration::from_millis(2500)));
+        let c = a.probe_config();
+        assert!(c.disable.contains("kswapd"));
+        assert!(
+            !c.disable.contains("reclaim"),
+            "OOM classification needs reclaim"
+        );
+        assert!(!c.disable.contains("oom"));
+        assert!(a.wants(EventKind::Reboot) && !a.wants(EventKind::ReclaimStall));
+        let all = parse(&[]).unwrap();
+        assert!(all.probe_config().disable.is_empty());
+        assert!(all.wants(EventKind::KswapdWake) && !all.wants(EventKind::Synthetic));
+
+        let e = parse(&["--kind", "oom"]).unwrap_err().to_string();
+        assert!(e.contains("unknown kind \"oom\""), "{e}");
+        for bad in ["0", "-1", "NaN", "inf", "soon"] {
+            let e = parse(&["--duration", bad]).unwrap_err().to_string();
+            assert!(e.contains(&format!("duration {bad:?}")), "{e}");
+        }
+        let e = parse(&["--stall-window-ms", "0"])
+            .unwrap()
+            .probe_config()
+            .validate();
+        assert_eq!(e.unwrap_err().field, "stall_window");
+    }
+
+    #[test]
+    fn oom_json_has_the_documented_fields() {
+        let at = pod_attribution(99);
+        let v = event_json(&oom(Some(99)), &at, None);
+        assert_eq!(v["kind"], "oom_kill");
+        assert_eq!(v["ts_ns"], 1_500_000_000u64);
+        assert_eq!(v["pid"], 42);
+        assert_eq!(v["comm"], "memhog");
+        assert_eq!(v["cgroup_id"], 99);
+        assert_eq!(
+            v["cgroup_path"],
+            format!("/kubepods/burstable/pod{UID}/{CID}")
+        );
+        assert_eq!(v["pod_uid"], UID);
+        assert_eq!(v["container_id"], CID);
+        assert_eq!(v["qos_class"], "Burstable");
+        assert_eq!(v["global"], false);
+        assert_eq!(v["rss_bytes"], (31u64 << 20));
+        assert_eq!(v["cgroup_source"], "victim");
+        assert_eq!(v["trigger_pid"], 10);
+        assert_eq!(v["pod_name"], Value::Null);
+    }
+
+    #[test]
+    fn non_pod_and_unknown_cgroups_are_null() {
+        let at = Attribution {
+            cgroup_id: 5,
+            cgroup_path: Some("/system.slice/sshd.service".into()),
+            pod: None,
+            pod_ref: None,
+        };
+        let ev = KernelEvent::Reboot(RebootEvent {
+            ts_ns: 1,
+            task: task(1, "systemd", 5),
+            cmd: RebootCmd::PowerOff,
+            cmd_raw: 0x4321_fedc,
+            magic1: 0xfee1_dead,
+            magic2: 0x2812_1969,
+        });
+        let v = event_json(&ev, &at, None);
+        assert_eq!(v["pod_uid"], Value::Null);
+        assert_eq!(v["container_id"], Value::Null);
+        assert_eq!(v["cmd"], "power_off");
+        assert_eq!(v["goes_down"], true);
+        assert_eq!(v["comm"], "systemd");
+        let t = event_text(&ev, &at);
+        assert!(
+            t.contains("reboot")
+                && t.contains("cmd=power_off")
+                && t.contains("cgroup=/system.slice/sshd.service"),
+            "{t}"
+        );
+        let unknown = Attribution {
+            cgroup_path: None,
+            ..at
+        };
+        assert!(event_text(&ev, &unknown).contains("cgroup_id=5"));
+    }
+
+    #[test]
+    fn oom_text_names_pod_and_scope() {
+        let t = event_text(&oom(Some(99)), &pod_attribution(99));
+        assert!(t.starts_with("1.500000 oom_kill"), "{t}");
+        assert!(t.contains(&format!("pod={UID} qos=Burstable")), "{t}");
+        assert!(t.contains("container=9f86d081884c"), "{t}");
+        assert!(t.contains("oom=memcg") && t.contains("rss=31744KiB"), "{t}");
+        assert!(t.contains("trigger=10/trigger"), "{t}");
+    }
+
+    #[test]
+    fn oom_without_victim_cgroup_says_so() {
+        let v = event_json(&oom(None), &pod_attribution(7), None);
+        assert_eq!(v["cgroup_source"], "trigger");
+        assert_eq!(v["cgroup_id"], 7);
+    }
 }

@@ -1,2 +1,6 @@
 //! Test harness shared by node-monitor's integration tiers.
 pub mod cgroup;
+pub mod control_plane;
+pub mod e2e;
+pub mod standin;
+pub mod vm;

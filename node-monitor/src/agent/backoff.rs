@@ -60,6 +60,15 @@ impl Backoff {
             .retain(|_, e| now.saturating_since(e.until) < max);
     }
 
+    /// When the earliest active backoff ends, so the loop can decide again then.
+    pub fn next_expiry(&self, now: Timestamp) -> Option<Timestamp> {
+        self.entries
+            .values()
+            .map(|e| e.until)
+            .filter(|u| *u > now)
+            .min()
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -88,6 +97,12 @@ mod tests {
                 "refusal at {now}s"
             );
         }
+        assert_eq!(b.next_expiry(at(7)), Some(at(11)));
+        assert_eq!(
+            b.next_expiry(at(11)),
+            None,
+            "expired entries do not schedule a wake-up"
+        );
         assert!(b.active("a", at(10)));
         assert!(!b.active("a", at(11)));
         assert!(!b.active("other", at(0)));

@@ -266,20 +266,36 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         )
         .await;
     loop {
-        let grace = next_grace_deadline(&agent.state, &agent.config).map(|t| agent.instant_of(t));
+        let now = agent.now();
+        let grace = [
+            next_grace_deadline(&agent.state, &agent.config),
+            agent.backoff.next_expiry(now),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|t| agent.instant_of(t));
         let wakeup = tokio::select! {
             w = wakeups.next() => match w {
                 Some(w) => w,
                 None => { error!("wake-up sources ended"); break; }
             },
             () = sleep_until_opt(grace) => {
-                agent.metrics.wakeups.get_or_create(&crate::metrics::SourceLabels { source: "grace_period".into() }).inc();
+                agent.metrics.wakeups.get_or_create(&crate::metrics::SourceLabels { source: "timer".into() }).inc();
                 Wakeup { source: WakeSource::Housekeeping, at: Instant::now() }
             },
             _ = sigterm.recv() => { info!("SIGTERM: stopping"); break; }
             _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
         };
-        agent.cycle(&mut sampler, &mut wakeups, wakeup).await;
+        // A PDB refusal makes the next candidate eligible at once: decide again without waiting
+        // for the next wake-up (bounded: each refusal puts one more pod into backoff).
+        let mut wakeup = wakeup;
+        while agent.cycle(&mut sampler, &mut wakeups, wakeup).await == CycleEnd::Refused {
+            wakeup = Wakeup {
+                source: wakeup.source,
+                at: Instant::now(),
+            };
+        }
     }
     let _ = stop_tx.send(true);
     reflector_task.abort();
@@ -343,6 +359,14 @@ fn init_metrics(m: &Metrics, config: &EvictionConfig) {
     }
 }
 
+/// How a cycle ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CycleEnd {
+    Done,
+    /// A PDB refused an eviction: the next candidate should be considered now.
+    Refused,
+}
+
 #[derive(Debug, Default)]
 struct PublishedConditions {
     values: BTreeMap<NodeConditionType, bool>,
@@ -370,7 +394,13 @@ impl Loop {
     }
 
     /// One pass: observe, decide, act, wait for cleanup.
-    async fn cycle(&mut self, sampler: &mut Sampler, wakeups: &mut Wakeups, wakeup: Wakeup) {
+    async fn cycle(
+        &mut self,
+        sampler: &mut Sampler,
+        wakeups: &mut Wakeups,
+        wakeup: Wakeup,
+    ) -> CycleEnd {
+        let mut end = CycleEnd::Done;
         let timed = tokio::task::block_in_place(|| sampler.observe(wakeup));
         self.metrics
             .wakeups
@@ -432,6 +462,7 @@ impl Loop {
             self.actuator.record_eviction_events(&req, &outcome).await;
             match &outcome {
                 EvictOutcome::PdbBlocked => {
+                    end = CycleEnd::Refused;
                     let delay = self.backoff.refused(&req.uid, self.now());
                     debug!(uid = %req.uid, ?delay, "pod backs off; next candidate considered meanwhile");
                 }
@@ -454,6 +485,7 @@ impl Loop {
                 _ => {}
             }
         }
+        end
     }
 
     /// Pods the core may rank: this node's active pods, less those backing off after a PDB refusal.

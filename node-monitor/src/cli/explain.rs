@@ -1,7 +1,363 @@
-//! Placeholder until this subcommand lands.
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+//! `node-monitor explain`: read a snapshot (pods, usage, observations) and print the eviction
+//! decision, with its reasons, as JSON. The contract is in docs/cli.md.
 
-pub fn run(_args: &Args) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not available in this build")
+use std::{
+    collections::{BTreeMap, HashMap},
+    io::Read as _,
+    path::PathBuf,
+    process::ExitCode,
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::Pod;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::check_config;
+use crate::core::{
+    clock::Timestamp,
+    config::{ConfigSource, EvictionFlags, FsLayout},
+    duration::parse_go_duration,
+    eviction::{EvictionState, synchronize},
+    pod::{ContainerUsage, PodInfo, pod_is_active},
+    quantity::Quantity,
+    signals::{Observations, PodUsage, Signal, SignalObservation},
+};
+
+/// Read a snapshot (pods, usage, observations) and print the eviction decision as JSON.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The snapshot, a JSON file (`-` reads standard input).
+    #[arg(long, value_name = "FILE")]
+    pub input: PathBuf,
+    /// A KubeletConfiguration file; overrides the snapshot's `config` field by field.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Treat the thresholds met in the snapshot as met for this long (a Go duration such as
+    /// `2m`), so that soft thresholds whose grace period is shorter act.
+    #[arg(long, value_name = "DURATION", default_value = "0s")]
+    pub held_for: String,
+    #[command(flatten)]
+    pub eviction: EvictionFlags,
+}
+
+/// The snapshot file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Snapshot {
+    /// A PodList as `kubectl get pods -o json` prints it, or a plain array of pods.
+    pods: Value,
+    #[serde(default)]
+    usage: BTreeMap<String, UsageIn>,
+    observations: BTreeMap<String, ObservationIn>,
+    #[serde(default)]
+    config: Option<Value>,
+    #[serde(default)]
+    filesystem: Option<FsLayout>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsageIn {
+    memory: Option<Quantity>,
+    disk: Option<Quantity>,
+    processes: Option<Quantity>,
+    #[serde(default)]
+    containers: BTreeMap<String, ContainerUsageIn>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContainerUsageIn {
+    memory: Option<Quantity>,
+    disk: Option<Quantity>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ObservationIn {
+    available: Quantity,
+    capacity: Quantity,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let name = args.input.display().to_string();
+    let text = if name == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("cannot read the snapshot from standard input")?;
+        s
+    } else {
+        std::fs::read_to_string(&args.input)
+            .with_context(|| format!("cannot read the snapshot {name}"))?
+    };
+    let held_for = parse_go_duration(&args.held_for)
+        .ok()
+        .and_then(|n| u64::try_from(n).ok())
+        .map(Duration::from_nanos)
+        .with_context(|| {
+            format!(
+                "--held-for: {:?} is not a non-negative duration such as \"90s\"",
+                args.held_for
+            )
+        })?;
+    let output = explain(
+        &name,
+        &text,
+        args.config.as_deref(),
+        &args.eviction,
+        held_for,
+    )?;
+    println!("{}", serde_json::to_string_pretty(&output)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The whole command minus the I/O of reading the snapshot and printing.
+fn explain(
+    name: &str,
+    text: &str,
+    config_path: Option<&std::path::Path>,
+    flags: &EvictionFlags,
+    held_for: Duration,
+) -> anyhow::Result<Value> {
+    let snapshot: Snapshot =
+        serde_json::from_str(text).with_context(|| format!("snapshot {name}: invalid"))?;
+
+    // The snapshot's own config, then --config, then the flags.
+    let embedded = snapshot
+        .config
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()?;
+    let embedded_name = format!("{name}: config");
+    let earlier: Vec<ConfigSource<'_>> = embedded
+        .as_deref()
+        .map(|text| ConfigSource {
+            name: &embedded_name,
+            text,
+        })
+        .into_iter()
+        .collect();
+    let config = check_config::load(config_path, &earlier, flags)?
+        .with_fs_layout(snapshot.filesystem.unwrap_or_default());
+    for warning in &config.warnings {
+        tracing::warn!(%warning, "eviction configuration");
+    }
+
+    let mut observations = Observations::default();
+    for (signal_name, obs) in &snapshot.observations {
+        let signal: Signal = signal_name
+            .parse()
+            .with_context(|| format!("snapshot {name}: observations"))?;
+        let available = obs.available.value();
+        let capacity = obs.capacity.value();
+        if capacity < 0 {
+            bail!("snapshot {name}: observations.{signal_name}.capacity {capacity} is negative");
+        }
+        observations.signals.insert(
+            signal,
+            SignalObservation {
+                available,
+                capacity,
+            },
+        );
+    }
+    let mut container_usage: HashMap<&str, &BTreeMap<String, ContainerUsageIn>> = HashMap::new();
+    for (uid, u) in &snapshot.usage {
+        let field = |f: &str| format!("snapshot {name}: usage.{uid}.{f}");
+        observations.pods.insert(
+            uid.clone(),
+            PodUsage {
+                memory: non_negative(u.memory.as_ref(), &field("memory"))?,
+                disk: non_negative(u.disk.as_ref(), &field("disk"))?,
+                processes: non_negative(u.processes.as_ref(), &field("processes"))?,
+            },
+        );
+        container_usage.insert(uid.as_str(), &u.containers);
+    }
+
+    let no_pods = Vec::new();
+    let items = match &snapshot.pods {
+        Value::Array(items) => items,
+        Value::Object(list) => match list.get("items") {
+            Some(Value::Array(items)) => items,
+            Some(Value::Null) | None => &no_pods,
+            Some(_) => bail!("snapshot {name}: pods.items must be an array of pods"),
+        },
+        _ => bail!("snapshot {name}: pods must be a PodList or an array of pods"),
+    };
+    let mut pods = Vec::new();
+    let mut inactive = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let pod = Pod::deserialize(item).with_context(|| format!("snapshot {name}: pods[{i}]"))?;
+        let pod = &pod;
+        let mut info =
+            PodInfo::from_pod(pod).with_context(|| format!("snapshot {name}: pods[{i}]"))?;
+        if !pod_is_active(pod) {
+            inactive.push(format!("{}/{}", info.namespace, info.name));
+            continue;
+        }
+        if let Some(per_container) = container_usage.get(info.uid.as_str()) {
+            for c in &mut info.containers {
+                if let Some(u) = per_container.get(&c.name) {
+                    let field = |f: &str| {
+                        format!(
+                            "snapshot {name}: usage.{}.containers.{}.{f}",
+                            info.uid, c.name
+                        )
+                    };
+                    c.usage = ContainerUsage {
+                        memory: non_negative(u.memory.as_ref(), &field("memory"))?,
+                        disk: non_negative(u.disk.as_ref(), &field("disk"))?,
+                    };
+                }
+            }
+        }
+        pods.push(info);
+    }
+
+    let mut state = EvictionState::new();
+    let mut decision = synchronize(&mut state, &config, &observations, &pods, Timestamp::ZERO);
+    if !held_for.is_zero() {
+        decision = synchronize(
+            &mut state,
+            &config,
+            &observations,
+            &pods,
+            Timestamp::from_duration(held_for),
+        );
+    }
+
+    let mut out = serde_json::to_value(&decision)?;
+    if let Value::Object(map) = &mut out {
+        let details = map.remove("reclaim").unwrap_or(Value::Null);
+        map.insert(
+            "reclaim".into(),
+            details.get("signal").cloned().unwrap_or(Value::Null),
+        );
+        map.insert("reclaim_details".into(), details);
+        map.insert("held_for_seconds".into(), json!(held_for.as_secs_f64()));
+        map.insert("inactive_pods".into(), json!(inactive));
+        map.insert("warnings".into(), json!(config.warnings));
+    }
+    Ok(out)
+}
+
+fn non_negative(q: Option<&Quantity>, field: &str) -> anyhow::Result<Option<u64>> {
+    q.map(|q| u64::try_from(q.value()).with_context(|| format!("{field}: {q} is negative")))
+        .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(observations: Value, extra: Value) -> String {
+        let mut v = json!({
+            "pods": {"apiVersion": "v1", "kind": "List", "items": [
+                {"metadata": {"name": "a", "namespace": "default", "uid": "ua"},
+                 "spec": {"containers": [{"name": "app"}]}}
+            ]},
+            "usage": {"ua": {"memory": "700Mi", "containers": {"app": {"memory": "700Mi"}}}},
+            "observations": observations
+        });
+        if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
+            m.extend(e);
+        }
+        v.to_string()
+    }
+
+    #[test]
+    fn explains_a_hard_eviction() {
+        let text = snapshot(
+            json!({"memory.available": {"available": "50Mi", "capacity": "4Gi"}}),
+            json!({}),
+        );
+        let out =
+            explain("s", &text, None, &EvictionFlags::default(), Duration::ZERO).expect("explain");
+        assert_eq!(out["reclaim"], "memory.available");
+        assert_eq!(out["reclaim_details"]["resource"], "memory");
+        assert_eq!(out["evict"][0]["name"], "a");
+        assert_eq!(out["evict"][0]["grace_period_seconds"], 1);
+        assert_eq!(
+            out["evict"][0]["message"],
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. \
+             Container app was using 700Mi, request is 0, has larger consumption of memory. "
+        );
+    }
+
+    #[test]
+    fn soft_thresholds_wait_unless_held() {
+        let text = snapshot(
+            json!({"memory.available": {"available": "500Mi", "capacity": "4Gi"}}),
+            json!({"config": {"evictionSoft": {"memory.available": "1Gi"},
+                              "evictionSoftGracePeriod": {"memory.available": "1m"}}}),
+        );
+        let out =
+            explain("s", &text, None, &EvictionFlags::default(), Duration::ZERO).expect("explain");
+        assert_eq!(out["thresholds_met"][0]["grace_period_elapsed"], false);
+        assert_eq!(out["reclaim"], Value::Null);
+        assert_eq!(out["evict"], json!([]));
+        let out = explain(
+            "s",
+            &text,
+            None,
+            &EvictionFlags::default(),
+            Duration::from_secs(60),
+        )
+        .expect("explain");
+        assert_eq!(out["reclaim"], "memory.available");
+        assert_eq!(
+            out["evict"][0]["grace_period_seconds"], 1,
+            "max pod grace 0: 1s"
+        );
+    }
+
+    #[test]
+    fn bad_snapshots_name_the_field() {
+        let cases: &[(String, &str)] = &[
+            (
+                snapshot(
+                    json!({"memory.free": {"available": 1, "capacity": 2}}),
+                    json!({}),
+                ),
+                "memory.free",
+            ),
+            (
+                snapshot(
+                    json!({"memory.available": {"available": "lots", "capacity": 2}}),
+                    json!({}),
+                ),
+                "lots",
+            ),
+            (snapshot(json!({}), json!({"podz": []})), "podz"),
+            (
+                snapshot(json!({}), json!({"pods": [{"metadata": {"name": 7}}]})),
+                "pods[0]",
+            ),
+            (
+                snapshot(json!({}), json!({"pods": [{"metadata": {"name": "x"}}]})),
+                "metadata.uid is missing",
+            ),
+            (
+                snapshot(json!({}), json!({"usage": {"ua": {"memory": "-1Mi"}}})),
+                "usage.ua.memory",
+            ),
+            (
+                snapshot(
+                    json!({}),
+                    json!({"config": {"evictionHard": {"memory.available": "1Gb"}}}),
+                ),
+                "1Gb",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = explain("s", text, None, &EvictionFlags::default(), Duration::ZERO)
+                .expect_err(want);
+            let msg = format!("{err:#}");
+            assert!(msg.contains(want), "{msg:?} should contain {want:?}");
+        }
+    }
 }

@@ -78,12 +78,12 @@ pub fn parse_cgroup_path(path: &str) -> Option<PodCgroup> {
 
 fn parse_cgroupfs(parts: &[&str], start: usize) -> Option<PodCgroup> {
     let mut i = start + 1;
-    let qos = match parts.get(i)? {
-        &"burstable" => {
+    let qos = match *parts.get(i)? {
+        "burstable" => {
             i += 1;
             QosClass::Burstable
         }
-        &"besteffort" => {
+        "besteffort" => {
             i += 1;
             QosClass::BestEffort
         }
@@ -105,12 +105,12 @@ fn parse_cgroupfs(parts: &[&str], start: usize) -> Option<PodCgroup> {
 
 fn parse_systemd(parts: &[&str], start: usize) -> Option<PodCgroup> {
     let mut i = start + 1;
-    let qos = match parts.get(i)? {
-        &"kubepods-burstable.slice" => {
+    let qos = match *parts.get(i)? {
+        "kubepods-burstable.slice" => {
             i += 1;
             QosClass::Burstable
         }
-        &"kubepods-besteffort.slice" => {
+        "kubepods-besteffort.slice" => {
             i += 1;
             QosClass::BestEffort
         }
@@ -191,7 +191,8 @@ mod tests {
     #[test]
     fn layouts() {
         let uid_ = UID.replace('-', "_");
-        let cases: Vec<(String, Option<(QosClass, CgroupDriver, Option<&str>)>)> = vec![
+        type Want<'a> = Option<(QosClass, CgroupDriver, Option<&'a str>)>;
+        let cases: Vec<(String, Want<'_>)> = vec![
             (
                 format!("/kubepods/pod{UID}/{CID}"),
                 Some((QosClass::Guaranteed, CgroupDriver::Cgroupfs, Some(CID))),

@@ -266,7 +266,8 @@ mod tests {
             pod("critical", 2_000_000_000, Some(60)), // → 100000 group, capped at 10 s
         ];
         let p = plan(&groups, &pods);
-        let got: Vec<(i32, Vec<(&str, i64)>, u64)> = p
+        type Row<'a> = (i32, Vec<(&'a str, i64)>, u64);
+        let got: Vec<Row<'_>> = p
             .groups
             .iter()
             .map(|g| {

@@ -45,6 +45,11 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
         }
         None => Config::infer().await.map_err(ClientError::Infer)?,
     };
+    // The client's built-in retry resends a 429 up to 15 times, honouring Retry-After: minutes in
+    // which a PDB-blocked eviction would hold the loop. The agent handles 429s itself (backoff and
+    // the next candidate) and retries other failures on its next cycle.
+    let mut config = config;
+    config.default_retry = false;
     Client::try_from(config).map_err(ClientError::Build)
 }
 

@@ -1,1 +1,84 @@
 //! Turns the node into observations: cgroups, statvfs, procfs, and the wake-up sources.
+//!
+//! - [`Sampler`] computes every kubelet eviction signal the way the kubelet does (see
+//!   `docs/signals.md`) plus per-pod usage from the kubelet's cgroup layout.
+//! - [`Wakeups`] merges the wake-up sources (eBPF events, memcg thresholds, `memory.events`,
+//!   PSI, the housekeeping tick) into one queue.
+//! - [`Sampler::observe`] runs a pass for a [`Wakeup`] and measures it, so the run loop can
+//!   record the time from wake-up to decision.
+//!
+//! ```no_run
+//! # async fn run() -> anyhow::Result<()> {
+//! use node_monitor::sampler::{Sampler, SamplerConfig, WakeupConfig, Wakeups};
+//! let mut sampler = Sampler::new(SamplerConfig::default())?;
+//! let mut wakeups = Wakeups::start(WakeupConfig::for_layout(sampler.layout()))?;
+//! while let Some(wakeup) = wakeups.next().await {
+//!     let timed = sampler.observe(wakeup);
+//!     // core decides on timed.observations; record timed.since_wakeup.
+//!     if let Some(m) = sampler.last_node_memory() {
+//!         wakeups.arm_memory_thresholds(&[100 << 20], m.capacity, m.inactive_file);
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod compute;
+mod config;
+mod notify;
+pub mod parse;
+mod pods;
+mod read;
+mod sample;
+mod wakeups;
+mod warn;
+
+use std::path::PathBuf;
+
+pub use compute::{
+    FsStat, cgroup_capacity, fs_observations, memcg_usage_threshold, memory_observation,
+    pid_observation, working_set,
+};
+pub use config::{
+    CgroupVersion, ConfigError, DEFAULT_FULL_SAMPLE_INTERVAL, IMAGE_FS_CANDIDATES, ImageFsSource,
+    Layout, ProcPaths, SamplerConfig, discover_image_fs,
+};
+pub use notify::{ArmError, UNPRIVILEGED_PSI_WINDOW};
+pub use sample::{MemoryReading, SampleKind, Sampler, TimedObservations, raise_nofile_limit};
+pub use wakeups::{
+    ArmedThreshold, KernelSender, KernelWakeKind, MemcgTarget, PsiKind, PsiTrigger, SourceKind,
+    SourceSetting, SourceState, SourceStatus, WakeSource, Wakeup, WakeupConfig, WakeupError,
+    Wakeups,
+};
+
+/// Why a value could not be sampled. The signal is then left out of the observations.
+#[derive(Debug, thiserror::Error)]
+pub enum SamplerError {
+    #[error("reading {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid UTF-8")]
+    NotUtf8 { path: PathBuf },
+    #[error("parsing {path}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: parse::ParseError,
+    },
+    #[error("statvfs {path}")]
+    Statvfs {
+        path: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+    #[error(
+        "{path} has no memory limit and no allocatable memory is configured: \
+         allocatableMemory.available has no capacity"
+    )]
+    NoAllocatable { path: PathBuf },
+    #[error("{path}: more than {budget} directory entries; disk usage left out")]
+    DiskBudget { path: PathBuf, budget: u64 },
+}

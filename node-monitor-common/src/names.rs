@@ -1,0 +1,35 @@
+//! Names the agent looks programs and maps up by. Kernel object names are cut at 15 bytes, so
+//! these stay short.
+
+/// The ring buffer every probe writes its records to.
+pub const EVENTS_MAP: &str = "NM_EVENTS";
+/// Per-CPU `u64` counters (see [`crate::counters`]).
+pub const COUNTERS_MAP: &str = "NM_COUNTERS";
+/// `Array<ProbeConfigRaw>` with one entry.
+pub const CONFIG_MAP: &str = "NM_CONFIG";
+/// `Array<TaskOffsets>` with one entry.
+pub const TASK_OFFSETS_MAP: &str = "NM_TASK_OFFS";
+/// `Array<TpLayout>` indexed by [`crate::config::TpSlot::index`].
+pub const TP_LAYOUT_MAP: &str = "NM_TP_LAYOUT";
+/// `LruHashMap<tid, ReclaimTask>`: reclaim in flight and the last reclaim flavor per task.
+pub const RECLAIM_TASKS_MAP: &str = "NM_RCL_TASKS";
+/// `LruHashMap<StallKey, StallWindow>`: stall accounting per cgroup and flavor.
+pub const STALLS_MAP: &str = "NM_STALLS";
+/// `Array<KswapdSlot>` indexed by NUMA node: the kswapd rate limit.
+pub const KSWAPD_MAP: &str = "NM_KSWAPD";
+
+/// Program names (the functions in node-monitor-ebpf).
+pub mod prog {
+    /// raw_tracepoint `mark_victim`: the victim's task, read with BTF-resolved offsets.
+    pub const OOM_RAW: &str = "oom_victim_raw";
+    /// tracepoint `oom/mark_victim`: fallback when the raw program cannot run.
+    pub const OOM_TP: &str = "oom_victim_tp";
+    pub const DIRECT_BEGIN: &str = "direct_rcl_beg";
+    pub const DIRECT_END: &str = "direct_rcl_end";
+    pub const MEMCG_BEGIN: &str = "memcg_rcl_beg";
+    pub const MEMCG_END: &str = "memcg_rcl_end";
+    pub const KSWAPD_WAKE: &str = "kswapd_wake";
+    pub const REBOOT: &str = "reboot_enter";
+    /// tracepoint `syscalls/sys_enter_getppid`: benchmark event generator, off by default.
+    pub const SYNTHETIC: &str = "synthetic_evt";
+}

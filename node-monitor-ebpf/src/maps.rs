@@ -1,0 +1,37 @@
+//! The maps every program shares. Names and value types come from node-monitor-common.
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
+};
+use node_monitor_common::{
+    config::{ProbeConfigRaw, TP_SLOTS, TaskOffsets, TpLayout},
+    counters,
+    logic::{KSWAPD_NODES, KswapdSlot, ReclaimTask, StallKey, StallWindow},
+};
+
+/// The one ring buffer for every probe's records. The agent may resize it at load.
+#[map(name = "NM_EVENTS")]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+#[map(name = "NM_COUNTERS")]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counters::COUNT, 0);
+
+#[map(name = "NM_CONFIG")]
+pub static CONFIG: Array<ProbeConfigRaw> = Array::with_max_entries(1, 0);
+
+#[map(name = "NM_TASK_OFFS")]
+pub static TASK_OFFSETS: Array<TaskOffsets> = Array::with_max_entries(1, 0);
+
+#[map(name = "NM_TP_LAYOUT")]
+pub static TP_LAYOUT: Array<TpLayout> = Array::with_max_entries(TP_SLOTS, 0);
+
+/// Sized for the tasks that can be in reclaim at once plus the recently reclaiming ones whose
+/// last flavor the OOM probe may still ask for; LRU eviction keeps it bounded.
+#[map(name = "NM_RCL_TASKS")]
+pub static RECLAIM_TASKS: LruHashMap<u32, ReclaimTask> = LruHashMap::with_max_entries(16384, 0);
+
+#[map(name = "NM_STALLS")]
+pub static STALLS: LruHashMap<StallKey, StallWindow> = LruHashMap::with_max_entries(8192, 0);
+
+#[map(name = "NM_KSWAPD")]
+pub static KSWAPD: Array<KswapdSlot> = Array::with_max_entries(KSWAPD_NODES, 0);

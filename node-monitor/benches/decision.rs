@@ -1,0 +1,237 @@
+//! Decision-core benchmark: one `synchronize` pass over 250 pods, under memory pressure (rank,
+//! plan and message) and with no pressure; plus converting 250 API pods. A plain timing harness:
+//! warm-up, then timed samples, reporting min / median / p95 per call.
+//!
+//! `cargo bench -p node-monitor --bench decision` (figures in docs/benchmarks.md).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    hint::black_box,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use node_monitor::core::{
+    clock::Timestamp,
+    config::{ConfigSource, EvictionConfig, EvictionFlags, load_sources},
+    eviction::{EvictionState, synchronize},
+    pod::{ContainerUsage, PodInfo},
+    signals::{Observations, PodUsage, Signal, SignalObservation},
+};
+use serde_json::json;
+
+const PODS: usize = 250;
+const GI: i64 = 1 << 30;
+const MI: u64 = 1 << 20;
+
+/// A deterministic spread of pods: a third BestEffort, a third Burstable, a third Guaranteed,
+/// a few critical, priorities in several bands, two containers each.
+fn api_pods() -> Vec<Pod> {
+    (0..PODS)
+        .map(|i| {
+            let request = format!("{}Mi", 64 + (i % 7) * 64);
+            let resources = match i % 3 {
+                0 => json!({}),
+                1 => json!({"requests": {"memory": request, "cpu": "100m"}}),
+                _ => json!({"requests": {"memory": request, "cpu": "1"},
+                            "limits": {"memory": request, "cpu": "1"}}),
+            };
+            let mut pod = json!({
+                "metadata": {"name": format!("pod-{i}"), "namespace": format!("ns-{}", i % 10),
+                             "uid": format!("uid-{i}")},
+                "spec": {
+                    "containers": [
+                        {"name": "app", "resources": resources},
+                        {"name": "sidecar", "resources": resources}
+                    ],
+                    "priority": (i % 5) as i32 * 1000,
+                    "terminationGracePeriodSeconds": 30
+                },
+                "status": {"phase": "Running"}
+            });
+            if i % 50 == 0 {
+                pod["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "x"});
+            }
+            serde_json::from_value(pod).expect("pod json")
+        })
+        .collect()
+}
+
+fn usage() -> HashMap<String, PodUsage> {
+    (0..PODS)
+        .map(|i| {
+            let memory = (32 + (i as u64 * 37) % 900) * MI;
+            (
+                format!("uid-{i}"),
+                PodUsage {
+                    memory: Some(memory),
+                    disk: Some(memory / 2),
+                    processes: Some(1 + i as u64 % 40),
+                },
+            )
+        })
+        .collect()
+}
+
+fn pod_infos(pods: &[Pod], usage: &HashMap<String, PodUsage>) -> Vec<PodInfo> {
+    pods.iter()
+        .map(|p| {
+            let mut info = PodInfo::from_pod(p).expect("pod info");
+            let total = usage[&info.uid].memory.unwrap_or(0);
+            for c in &mut info.containers {
+                c.usage = ContainerUsage {
+                    memory: Some(total / 2),
+                    disk: Some(total / 4),
+                };
+            }
+            info
+        })
+        .collect()
+}
+
+fn config() -> EvictionConfig {
+    let yaml = "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 1m\nevictionMinimumReclaim:\n  memory.available: 200Mi\nmergeDefaultEvictionSettings: true\nevictionHard:\n  memory.available: 500Mi\n";
+    load_sources(
+        &[ConfigSource {
+            name: "bench",
+            text: yaml,
+        }],
+        &EvictionFlags::default(),
+    )
+    .expect("config")
+}
+
+fn observations(memory_available: i64, usage: HashMap<String, PodUsage>) -> Observations {
+    let signals: BTreeMap<Signal, SignalObservation> = [
+        (Signal::MemoryAvailable, memory_available, 64 * GI),
+        (
+            Signal::AllocatableMemoryAvailable,
+            memory_available,
+            63 * GI,
+        ),
+        (Signal::NodeFsAvailable, 200 * GI, 500 * GI),
+        (Signal::NodeFsInodesFree, 20_000_000, 32_000_000),
+        (Signal::ImageFsAvailable, 200 * GI, 500 * GI),
+        (Signal::ImageFsInodesFree, 20_000_000, 32_000_000),
+        (Signal::PidAvailable, 4_000_000, 4_194_304),
+    ]
+    .into_iter()
+    .map(|(s, available, capacity)| {
+        (
+            s,
+            SignalObservation {
+                available,
+                capacity,
+            },
+        )
+    })
+    .collect();
+    Observations {
+        signals,
+        pods: usage,
+    }
+}
+
+struct Stats {
+    min: Duration,
+    median: Duration,
+    p95: Duration,
+}
+
+/// Times `f`: warm-up, then `samples` samples of `per_sample` calls each.
+fn measure(mut f: impl FnMut(), per_sample: u32, samples: usize) -> Stats {
+    let warmup = Instant::now();
+    while warmup.elapsed() < Duration::from_millis(300) {
+        f();
+    }
+    let mut times: Vec<Duration> = (0..samples)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..per_sample {
+                f();
+            }
+            start.elapsed() / per_sample
+        })
+        .collect();
+    times.sort();
+    Stats {
+        min: times[0],
+        median: times[times.len() / 2],
+        p95: times[times.len() * 95 / 100],
+    }
+}
+
+fn report(name: &str, s: &Stats) {
+    println!(
+        "{name:<42} min {:>9.2} µs   median {:>9.2} µs   p95 {:>9.2} µs",
+        s.min.as_secs_f64() * 1e6,
+        s.median.as_secs_f64() * 1e6,
+        s.p95.as_secs_f64() * 1e6
+    );
+}
+
+fn main() {
+    // `cargo test --benches` runs this with --bench absent: keep that run short.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let (per_sample, samples) = if quick { (2, 5) } else { (200, 101) };
+
+    let api = api_pods();
+    let usage = usage();
+    let pods = pod_infos(&api, &usage);
+    let config = config();
+    let pressure = observations(300 * MI as i64, usage.clone());
+    let calm = observations(20 * GI, usage);
+
+    // Sanity: the pressure case ranks every pod and evicts one.
+    let mut state = EvictionState::new();
+    let d = synchronize(&mut state, &config, &pressure, &pods, Timestamp::ZERO);
+    assert_eq!(d.ranked.len(), PODS);
+    assert_eq!(d.evict.len(), 1);
+
+    println!("decision core, {PODS} pods ({per_sample} calls x {samples} samples)");
+    let mut now = Timestamp::ZERO;
+    let mut state = EvictionState::new();
+    let s = measure(
+        || {
+            now = now + Duration::from_secs(1);
+            black_box(synchronize(
+                &mut state,
+                &config,
+                black_box(&pressure),
+                black_box(&pods),
+                now,
+            ));
+        },
+        per_sample,
+        samples,
+    );
+    report("synchronize, memory pressure (rank+plan)", &s);
+
+    let mut state = EvictionState::new();
+    let s = measure(
+        || {
+            now = now + Duration::from_secs(1);
+            black_box(synchronize(
+                &mut state,
+                &config,
+                black_box(&calm),
+                black_box(&pods),
+                now,
+            ));
+        },
+        per_sample,
+        samples,
+    );
+    report("synchronize, no pressure", &s);
+
+    let s = measure(
+        || {
+            for p in black_box(&api) {
+                black_box(PodInfo::from_pod(p).ok());
+            }
+        },
+        per_sample.div_ceil(10),
+        samples,
+    );
+    report("PodInfo::from_pod x 250", &s);
+}

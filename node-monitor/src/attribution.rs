@@ -1,0 +1,477 @@
+//! Attribution of kernel events to pods: cgroup id → cgroup path → pod.
+//!
+//! The probes report cgroup v2 ids: `bpf_get_current_cgroup_id()` and `kernfs_node.id` of a
+//! cgroup, which is the inode number of its directory in the cgroup2 hierarchy (kernfs uses the
+//! node id as inode number on 64-bit, fs/kernfs/inode.c). [`CgroupPaths`] walks that hierarchy
+//! (`/sys/fs/cgroup` on a v2 host, `/sys/fs/cgroup/unified` on a hybrid one) to map inodes to
+//! paths, keeps the result, and walks again on a miss (rate-limited, bounded). The path then goes
+//! through the kubelet-layout parser ([`crate::core::kubelet_layout::parse_cgroup_path`]) for the
+//! pod UID, QoS class and container id, and optionally through the API for namespace and name.
+use std::{
+    collections::HashMap,
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use tracing::{debug, warn};
+
+use crate::core::kubelet_layout::{PodCgroup, parse_cgroup_path};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AttributionError {
+    #[error("reading {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no cgroup2 hierarchy is mounted (none in /proc/self/mountinfo)")]
+    NoCgroup2,
+    #[error("connecting to the Kubernetes API")]
+    Api(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// The cgroup2 mount point from `/proc/self/mountinfo` text: `/sys/fs/cgroup` when it is the
+/// cgroup2 mount (a v2 host), else `/sys/fs/cgroup/unified` (a hybrid host), else the first one.
+pub fn find_cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
+    // Fields: id parent major:minor root mount-point options [optional…] - fstype source super.
+    let mounts: Vec<&str> = mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (pre, post) = line.split_once(" - ")?;
+            let fstype = post.split_whitespace().next()?;
+            (fstype == "cgroup2").then(|| pre.split_whitespace().nth(4))?
+        })
+        .collect();
+    ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .into_iter()
+        .find(|p| mounts.contains(p))
+        .or_else(|| mounts.first().copied())
+        .map(|p| PathBuf::from(unescape_mountinfo(p)))
+}
+
+/// Mount points escape space, tab, newline and backslash as octal (`\040`).
+fn unescape_mountinfo(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)))
+            .map(|d| d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0')));
+        match octal.and_then(|v| u8::try_from(v).ok()) {
+            Some(v) => {
+                out.push(v);
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// cgroup id → path (relative to the cgroup2 root, with a leading `/`), from walks of the
+/// hierarchy.
+#[derive(Debug)]
+pub struct CgroupPaths {
+    root: PathBuf,
+    by_id: HashMap<u64, String>,
+    /// A walk stops after this many cgroups (the map is rebuilt by each walk, so it stays bounded).
+    max_entries: usize,
+    /// Misses do not walk again sooner than this after the last walk.
+    min_rescan: Duration,
+    last_scan: Option<Instant>,
+    scans: u64,
+}
+
+impl CgroupPaths {
+    pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
+    pub const DEFAULT_MIN_RESCAN: Duration = Duration::from_millis(100);
+
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            by_id: HashMap::new(),
+            max_entries: Self::DEFAULT_MAX_ENTRIES,
+            min_rescan: Self::DEFAULT_MIN_RESCAN,
+            last_scan: None,
+            scans: 0,
+        }
+    }
+
+    /// The cgroup2 hierarchy of this host.
+    pub fn detect() -> Result<Self, AttributionError> {
+        let path = Path::new("/proc/self/mountinfo");
+        let text = std::fs::read_to_string(path).map_err(|source| AttributionError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        find_cgroup2_mount(&text)
+            .map(Self::new)
+            .ok_or(AttributionError::NoCgroup2)
+    }
+
+    pub fn with_limits(mut self, max_entries: usize, min_rescan: Duration) -> Self {
+        self.max_entries = max_entries;
+        self.min_rescan = min_rescan;
+        self
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Walks done so far.
+    pub fn scans(&self) -> u64 {
+        self.scans
+    }
+
+    /// Entries in the cache.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// The path of cgroup `id`, walking the hierarchy again on a miss unless the last walk was
+    /// less than `min_rescan` ago. `None` for unknown ids (e.g. a cgroup already removed).
+    pub fn path(&mut self, id: u64) -> Option<String> {
+        if let Some(p) = self.by_id.get(&id) {
+            return Some(p.clone());
+        }
+        if self
+            .last_scan
+            .is_some_and(|t| t.elapsed() < self.min_rescan)
+        {
+            return None;
+        }
+        if let Err(e) = self.rescan() {
+            warn!(root = %self.root.display(), error = %e, "walking the cgroup hierarchy failed");
+        }
+        self.by_id.get(&id).cloned()
+    }
+
+    /// Rebuilds the map from a walk. Returns the number of cgroups found.
+    pub fn rescan(&mut self) -> Result<usize, AttributionError> {
+        self.last_scan = Some(Instant::now());
+        self.scans += 1;
+        let root_meta = std::fs::metadata(&self.root).map_err(|source| AttributionError::Read {
+            path: self.root.clone(),
+            source,
+        })?;
+        let mut by_id = HashMap::new();
+        by_id.insert(root_meta.ino(), "/".to_owned());
+        let mut stack = vec![(self.root.clone(), String::new(), 0u32)];
+        'walk: while let Some((dir, rel, depth)) = stack.pop() {
+            // A cgroup removed during the walk is not an error.
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let Ok(ft) = entry.file_type() else { continue };
+                if !ft.is_dir() {
+                    continue;
+                }
+                let Ok(meta) = entry.metadata() else { continue };
+                let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                    continue;
+                };
+                let child_rel = format!("{rel}/{name}");
+                by_id.insert(meta.ino(), child_rel.clone());
+                if by_id.len() >= self.max_entries {
+                    warn!(
+                        root = %self.root.display(),
+                        max = self.max_entries,
+                        "cgroup walk stopped at its bound"
+                    );
+                    break 'walk;
+                }
+                if depth < 64 {
+                    stack.push((entry.path(), child_rel, depth + 1));
+                }
+            }
+        }
+        debug!(root = %self.root.display(), cgroups = by_id.len(), "cgroup hierarchy walked");
+        self.by_id = by_id;
+        Ok(self.by_id.len())
+    }
+}
+
+/// A pod's API identity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// Looks pods up by UID in the Kubernetes API (or nowhere).
+pub trait PodDirectory: Send {
+    fn lookup<'a>(&'a mut self, pod_uid: &'a str) -> BoxFuture<'a, Option<PodRef>>;
+}
+
+/// No API access: pods are known by UID only.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoApi;
+
+impl PodDirectory for NoApi {
+    fn lookup<'a>(&'a mut self, _pod_uid: &'a str) -> BoxFuture<'a, Option<PodRef>> {
+        Box::pin(async { None })
+    }
+}
+
+/// Pods of this node from the API, listed again on a miss (at most every `min_refresh`).
+pub struct KubePods {
+    api: ::kube::Api<k8s_openapi::api::core::v1::Pod>,
+    node_name: Option<String>,
+    by_uid: HashMap<String, PodRef>,
+    last_refresh: Option<Instant>,
+    min_refresh: Duration,
+}
+
+impl KubePods {
+    /// From a kubeconfig file, or in-cluster / the default kubeconfig when `None`.
+    pub async fn connect(
+        kubeconfig: Option<&Path>,
+        node_name: Option<String>,
+    ) -> Result<Self, AttributionError> {
+        let boxed = |e: Box<dyn std::error::Error + Send + Sync>| AttributionError::Api(e);
+        let config = match kubeconfig {
+            Some(path) => {
+                let kc =
+                    ::kube::config::Kubeconfig::read_from(path).map_err(|e| boxed(e.into()))?;
+                ::kube::Config::from_custom_kubeconfig(
+                    kc,
+                    &::kube::config::KubeConfigOptions::default(),
+                )
+                .await
+                .map_err(|e| boxed(e.into()))?
+            }
+            None => ::kube::Config::infer().await.map_err(|e| boxed(e.into()))?,
+        };
+        let client = ::kube::Client::try_from(config).map_err(|e| boxed(e.into()))?;
+        Ok(Self {
+            api: ::kube::Api::all(client),
+            node_name,
+            by_uid: HashMap::new(),
+            last_refresh: None,
+            min_refresh: Duration::from_secs(5),
+        })
+    }
+
+    async fn refresh(&mut self) {
+        self.last_refresh = Some(Instant::now());
+        let mut params = ::kube::api::ListParams::default();
+        if let Some(node) = &self.node_name {
+            params = params.fields(&format!("spec.nodeName={node}"));
+        }
+        match self.api.list(&params).await {
+            Ok(list) => {
+                self.by_uid = list
+                    .items
+                    .into_iter()
+                    .filter_map(|p| {
+                        let m = p.metadata;
+                        Some((
+                            m.uid?,
+                            PodRef {
+                                namespace: m.namespace.unwrap_or_default(),
+                                name: m.name?,
+                            },
+                        ))
+                    })
+                    .collect();
+            }
+            Err(e) => warn!(error = %e, "listing pods for attribution failed"),
+        }
+    }
+}
+
+impl PodDirectory for KubePods {
+    fn lookup<'a>(&'a mut self, pod_uid: &'a str) -> BoxFuture<'a, Option<PodRef>> {
+        Box::pin(async move {
+            if let Some(p) = self.by_uid.get(pod_uid) {
+                return Some(p.clone());
+            }
+            if self
+                .last_refresh
+                .is_some_and(|t| t.elapsed() < self.min_refresh)
+            {
+                return None;
+            }
+            self.refresh().await;
+            self.by_uid.get(pod_uid).cloned()
+        })
+    }
+}
+
+/// What a cgroup id says about the workload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Attribution {
+    pub cgroup_id: u64,
+    /// Relative to the cgroup2 root, e.g. `/kubepods/burstable/pod<uid>/<container>`.
+    pub cgroup_path: Option<String>,
+    /// `None` when the cgroup is not a pod's.
+    pub pod: Option<PodCgroup>,
+    /// Namespace and name, when the API is reachable and knows the pod.
+    pub pod_ref: Option<PodRef>,
+}
+
+/// cgroup id → [`Attribution`].
+pub struct Attributor {
+    paths: CgroupPaths,
+    directory: Box<dyn PodDirectory>,
+}
+
+impl Attributor {
+    pub fn new(paths: CgroupPaths, directory: Box<dyn PodDirectory>) -> Self {
+        Self { paths, directory }
+    }
+
+    pub fn paths(&self) -> &CgroupPaths {
+        &self.paths
+    }
+
+    pub async fn attribute(&mut self, cgroup_id: u64) -> Attribution {
+        let cgroup_path = self.paths.path(cgroup_id);
+        let pod = cgroup_path.as_deref().and_then(parse_cgroup_path);
+        let pod_ref = match &pod {
+            Some(p) => self.directory.lookup(&p.pod_uid).await,
+            None => None,
+        };
+        Attribution {
+            cgroup_id,
+            cgroup_path,
+            pod,
+            pod_ref,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "\
+25 30 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+33 25 0:28 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+34 33 0:29 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
+36 33 0:31 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:14 - cgroup cgroup rw,memory
+";
+    const V2: &str = "\
+33 25 0:28 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
+";
+    const OTHER: &str = "\
+40 25 0:40 / /run/my\\040cgroup rw,relatime - cgroup2 none rw
+";
+
+    #[test]
+    fn finds_the_cgroup2_mount() {
+        assert_eq!(
+            find_cgroup2_mount(HYBRID),
+            Some("/sys/fs/cgroup/unified".into())
+        );
+        assert_eq!(find_cgroup2_mount(V2), Some("/sys/fs/cgroup".into()));
+        assert_eq!(find_cgroup2_mount(OTHER), Some("/run/my cgroup".into()));
+        assert_eq!(find_cgroup2_mount("garbage\n\n- -"), None);
+        assert_eq!(
+            find_cgroup2_mount(&HYBRID.replace("cgroup2", "cgroup")),
+            None
+        );
+    }
+
+    /// Directories have inodes like cgroups do: a temporary tree stands in for the hierarchy.
+    #[test]
+    fn walks_resolves_and_rescans_on_miss() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let uid = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
+        let cid = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        let pod_dir = root.join(format!("kubepods/burstable/pod{uid}"));
+        std::fs::create_dir_all(pod_dir.join(cid)).unwrap();
+        std::fs::write(pod_dir.join("memory.max"), "max").unwrap();
+        let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+
+        let mut paths = CgroupPaths::new(root).with_limits(1000, Duration::ZERO);
+        assert_eq!(paths.path(ino(root)).as_deref(), Some("/"));
+        assert_eq!(
+            paths.path(ino(&pod_dir.join(cid))).as_deref(),
+            Some(format!("/kubepods/burstable/pod{uid}/{cid}").as_str())
+        );
+        // Files are not cgroups.
+        assert_eq!(paths.path(ino(&pod_dir.join("memory.max"))), None);
+        let scans = paths.scans();
+        // A hit does not walk again.
+        paths.path(ino(&pod_dir)).unwrap();
+        assert_eq!(paths.scans(), scans);
+        // A cgroup created later is found by the walk a miss triggers.
+        let late = root.join("kubepods/besteffort");
+        std::fs::create_dir_all(&late).unwrap();
+        assert_eq!(
+            paths.path(ino(&late)).as_deref(),
+            Some("/kubepods/besteffort")
+        );
+        assert_eq!(paths.scans(), scans + 1);
+    }
+
+    #[test]
+    fn misses_are_rate_limited_and_walks_bounded() {
+        let tmp = tempfile::tempdir().unwrap();
+        for i in 0..20 {
+            std::fs::create_dir_all(tmp.path().join(format!("d{i}"))).unwrap();
+        }
+        let mut paths = CgroupPaths::new(tmp.path()).with_limits(5, Duration::from_secs(3600));
+        assert_eq!(paths.path(u64::MAX), None);
+        assert_eq!(paths.scans(), 1);
+        assert_eq!(paths.len(), 5);
+        // Within min_rescan a second miss does not walk.
+        assert_eq!(paths.path(u64::MAX - 1), None);
+        assert_eq!(paths.scans(), 1);
+    }
+
+    #[test]
+    fn a_missing_root_is_an_error_not_a_panic() {
+        let mut paths = CgroupPaths::new("/nonexistent/cgroup/root");
+        assert!(matches!(paths.rescan(), Err(AttributionError::Read { .. })));
+        assert_eq!(paths.path(1), None);
+    }
+
+    #[tokio::test]
+    async fn attributes_pods_and_non_pods() {
+        let tmp = tempfile::tempdir().unwrap();
+        let uid = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
+        let uid_ = uid.replace('-', "_");
+        let cid = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        let pod = tmp.path().join(format!(
+            "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice/cri-containerd-{cid}.scope"
+        ));
+        let system = tmp.path().join("system.slice/sshd.service");
+        std::fs::create_dir_all(&pod).unwrap();
+        std::fs::create_dir_all(&system).unwrap();
+        let mut a = Attributor::new(
+            CgroupPaths::new(tmp.path()).with_limits(1000, Duration::ZERO),
+            Box::new(NoApi),
+        );
+        let got = a.attribute(std::fs::metadata(&pod).unwrap().ino()).await;
+        let p = got.pod.unwrap();
+        assert_eq!(p.pod_uid, uid);
+        assert_eq!(p.container_id.as_deref(), Some(cid));
+        assert_eq!(got.pod_ref, None);
+        let got = a.attribute(std::fs::metadata(&system).unwrap().ino()).await;
+        assert_eq!(
+            got.cgroup_path.as_deref(),
+            Some("/system.slice/sshd.service")
+        );
+        assert_eq!(got.pod, None);
+        let got = a.attribute(u64::MAX).await;
+        assert_eq!((got.cgroup_path, got.pod), (None, None));
+    }
+}

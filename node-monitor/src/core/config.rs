@@ -1,0 +1,1708 @@
+//! The eviction configuration: the kubelet's own fields and flags, read and validated the way the
+//! kubelet reads them, plus node-monitor's settings under `nodeMonitor:`.
+//!
+//! Sources, in the kubelet's precedence:
+//! - a KubeletConfiguration document (YAML or JSON). Unknown top-level fields are ignored, so a
+//!   real kubelet config file can be passed; unknown keys under `nodeMonitor` are rejected.
+//! - the kubelet-style flags ([`EvictionFlags`]). A flag replaces the whole field it names, as
+//!   the kubelet's re-parse of its command line over the config file does
+//!   (`kubeletConfigFlagPrecedence` in `cmd/kubelet/app/server.go`).
+//!
+//! The `evictionHard` defaulting follows `loadConfigFile` in `cmd/kubelet/app/server.go`: the
+//! Linux defaults apply when no `evictionHard` is given at all; once one is given, only the
+//! signals it names exist, unless `mergeDefaultEvictionSettings: true` fills in the missing
+//! defaults. Threshold parsing and validation follow `ParseThresholdConfig` in
+//! `pkg/kubelet/eviction/helpers.go`.
+//!
+//! Pure: callers read files and pass their contents.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use serde::Serialize;
+use serde_yaml::Value;
+
+use super::{
+    duration::{DurationError, format_go_duration, parse_go_duration},
+    quantity::{Quantity, QuantityError},
+    signals::Signal,
+    threshold::{Operator, Threshold, ThresholdSource, ThresholdValue},
+};
+
+/// The kubelet's Linux `DefaultEvictionHard` (`pkg/kubelet/eviction/defaults_linux.go`).
+pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
+    (Signal::MemoryAvailable, "100Mi"),
+    (Signal::NodeFsAvailable, "10%"),
+    (Signal::NodeFsInodesFree, "5%"),
+    (Signal::ImageFsAvailable, "15%"),
+    (Signal::ImageFsInodesFree, "5%"),
+];
+
+/// `evictionPressureTransitionPeriod` default (`SetDefaults_KubeletConfiguration`).
+pub const DEFAULT_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
+
+/// The kubelet's eviction flags. Both `check-config` and `explain` flatten these, as will `run`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct EvictionFlags {
+    /// Hard eviction thresholds, e.g. `memory.available<100Mi,nodefs.available<10%`. Replaces
+    /// `evictionHard` from the config file. Repeatable.
+    #[arg(long = "eviction-hard", value_name = "SIGNAL<QUANTITY,...")]
+    pub eviction_hard: Vec<String>,
+    /// Soft eviction thresholds, e.g. `memory.available<1.5Gi`. Replaces `evictionSoft`.
+    #[arg(long = "eviction-soft", value_name = "SIGNAL<QUANTITY,...")]
+    pub eviction_soft: Vec<String>,
+    /// Grace periods for the soft thresholds, e.g. `memory.available=1m30s`. Replaces
+    /// `evictionSoftGracePeriod`.
+    #[arg(
+        long = "eviction-soft-grace-period",
+        value_name = "SIGNAL=DURATION,..."
+    )]
+    pub eviction_soft_grace_period: Vec<String>,
+    /// Maximum grace period in seconds for pods evicted by a soft threshold. Replaces
+    /// `evictionMaxPodGracePeriod`.
+    #[arg(
+        long = "eviction-max-pod-grace-period",
+        value_name = "SECONDS",
+        allow_hyphen_values = true
+    )]
+    pub eviction_max_pod_grace_period: Option<String>,
+    /// Minimum amounts to reclaim once a threshold is met, e.g. `memory.available=0Mi`.
+    /// Replaces `evictionMinimumReclaim`.
+    #[arg(long = "eviction-minimum-reclaim", value_name = "SIGNAL=QUANTITY,...")]
+    pub eviction_minimum_reclaim: Vec<String>,
+    /// How long a pressure condition stays true after its threshold stops being met. Replaces
+    /// `evictionPressureTransitionPeriod`.
+    #[arg(
+        long = "eviction-pressure-transition-period",
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
+    pub eviction_pressure_transition_period: Option<String>,
+}
+
+/// One configuration document and the name used for it in error messages (usually its path).
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigSource<'a> {
+    pub name: &'a str,
+    pub text: &'a str,
+}
+
+/// What to do when a PodDisruptionBudget blocks an eviction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PdbPolicy {
+    /// Retry the API eviction later; never bypass the budget.
+    #[default]
+    Respect,
+    /// For hard thresholds only: once the budget has blocked for a pod cleanup timeout, delete
+    /// the pod (with the hard-eviction grace period), as the kubelet would; counted and logged.
+    Escalate,
+}
+
+/// node-monitor's own settings (`nodeMonitor:` in the config file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeMonitorSettings {
+    /// Pods evicted per decision at most. The kubelet evicts one.
+    pub max_pods_per_cycle: u32,
+    /// The fallback sampling period when no kernel notification arrives (the kubelet's 10 s).
+    #[serde(serialize_with = "ser_go_duration")]
+    pub housekeeping_interval: Duration,
+    pub pdb_policy: PdbPolicy,
+    /// Decide and report, never act.
+    pub dry_run: bool,
+    /// PSI trigger window for memory stalls (the kernel accepts 500ms to 10s; without
+    /// CAP_SYS_RESOURCE only multiples of 2s).
+    #[serde(serialize_with = "ser_go_duration")]
+    pub psi_window: Duration,
+    /// Stall time within `psiWindow` that wakes the sampler.
+    #[serde(serialize_with = "ser_go_duration")]
+    pub psi_threshold: Duration,
+    /// Direct and memcg reclaim stall time, summed by the eBPF probes over one second, that
+    /// wakes the sampler.
+    #[serde(serialize_with = "ser_go_duration")]
+    pub reclaim_stall_budget: Duration,
+    /// How long to wait for evicted pods to go before deciding again (the kubelet's 30 s).
+    #[serde(serialize_with = "ser_go_duration")]
+    pub pod_cleanup_timeout: Duration,
+    /// Also taint the node `NoSchedule` while an agent-owned pressure condition is true.
+    pub taint_on_pressure: bool,
+}
+
+impl Default for NodeMonitorSettings {
+    fn default() -> Self {
+        Self {
+            max_pods_per_cycle: 1,
+            housekeeping_interval: Duration::from_secs(10),
+            pdb_policy: PdbPolicy::Respect,
+            dry_run: false,
+            psi_window: Duration::from_secs(2),
+            psi_threshold: Duration::from_millis(150),
+            reclaim_stall_budget: Duration::from_millis(100),
+            pod_cleanup_timeout: Duration::from_secs(30),
+            taint_on_pressure: false,
+        }
+    }
+}
+
+fn ser_go_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_go_duration(*d))
+}
+
+/// The filesystems the container runtime uses, as the kubelet discovers them at run time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FsLayout {
+    /// Images live on a filesystem of their own (`HasDedicatedImageFs`).
+    pub dedicated_image_fs: bool,
+    /// Writable layers live apart from images (`IsContainerFsSeparateFromImageFs`).
+    pub split_container_image_fs: bool,
+}
+
+/// The validated eviction configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvictionConfig {
+    /// Hard thresholds, soft thresholds, then derived ones; each group in signal order.
+    pub thresholds: Vec<Threshold>,
+    /// `evictionMaxPodGracePeriod`, seconds.
+    pub max_pod_grace_period_seconds: i32,
+    /// `evictionPressureTransitionPeriod`.
+    pub pressure_transition_period: Duration,
+    pub node_monitor: NodeMonitorSettings,
+    /// Accepted but worth knowing: ignored entries, kubelet quirks that apply.
+    pub warnings: Vec<String>,
+}
+
+impl Default for EvictionConfig {
+    /// The configuration with no file and no flags: the kubelet's defaults.
+    fn default() -> Self {
+        // The defaults are valid by construction; the fallback keeps this infallible.
+        load_sources(&[], &EvictionFlags::default()).unwrap_or_else(|_| EvictionConfig {
+            thresholds: Vec::new(),
+            max_pod_grace_period_seconds: 0,
+            pressure_transition_period: DEFAULT_PRESSURE_TRANSITION_PERIOD,
+            node_monitor: NodeMonitorSettings::default(),
+            warnings: Vec::new(),
+        })
+    }
+}
+
+impl EvictionConfig {
+    /// `UpdateContainerFsThresholds`: the `containerfs.*` thresholds follow the nodefs ones on a
+    /// single filesystem or a split writable-layer filesystem, and the imagefs ones when images
+    /// and writable layers share a dedicated filesystem. Configured `containerfs.*` thresholds
+    /// are replaced, as the kubelet replaces them.
+    pub fn with_fs_layout(&self, layout: FsLayout) -> EvictionConfig {
+        let (avail, inodes) = match (layout.dedicated_image_fs, layout.split_container_image_fs) {
+            (true, true) | (false, false) => (Signal::NodeFsAvailable, Signal::NodeFsInodesFree),
+            (true, false) => (Signal::ImageFsAvailable, Signal::ImageFsInodesFree),
+            // No dedicated imagefs but a split writable-layer filesystem: the kubelet leaves the
+            // configured thresholds as they are.
+            (false, true) => return self.clone(),
+        };
+        let mut out = self.clone();
+        out.thresholds.retain(|t| {
+            !matches!(
+                t.signal,
+                Signal::ContainerFsAvailable | Signal::ContainerFsInodesFree
+            )
+        });
+        let derived: Vec<Threshold> = self
+            .thresholds
+            .iter()
+            .filter(|t| t.derived_from.is_none() && (t.signal == avail || t.signal == inodes))
+            .map(|t| Threshold {
+                signal: if t.signal == avail {
+                    Signal::ContainerFsAvailable
+                } else {
+                    Signal::ContainerFsInodesFree
+                },
+                derived_from: Some(t.signal),
+                ..t.clone()
+            })
+            .collect();
+        out.thresholds.extend(derived);
+        out
+    }
+
+    /// The threshold with this key, if configured.
+    pub fn threshold(&self, key: super::threshold::ThresholdKey) -> Option<&Threshold> {
+        self.thresholds.iter().find(|t| t.key() == key)
+    }
+}
+
+/// A configuration that cannot be used; every message names the field and the value.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{source_name}: not a valid YAML or JSON document")]
+    Syntax {
+        source_name: String,
+        #[source]
+        source: serde_yaml::Error,
+    },
+    #[error("{source_name}: expected a mapping of KubeletConfiguration fields, found {found}")]
+    NotAMapping { source_name: String, found: String },
+    #[error("{field}: expected {expected}, found {found}")]
+    WrongType {
+        field: String,
+        expected: &'static str,
+        found: String,
+    },
+    #[error("{field}: unsupported eviction signal {signal:?}")]
+    UnknownSignal { field: String, signal: String },
+    #[error("{field}: invalid quantity {value:?}")]
+    Quantity {
+        field: String,
+        value: String,
+        #[source]
+        source: QuantityError,
+    },
+    #[error("{field}: eviction threshold {value:?} must be positive")]
+    NotPositive { field: String, value: String },
+    #[error("{field}: percentage {value:?} must be between 0% and 100%")]
+    PercentageRange { field: String, value: String },
+    #[error("{field}: {value:?} is not a valid percentage")]
+    Percentage { field: String, value: String },
+    #[error("{field}: minimum reclaim {value:?} must not be negative")]
+    NegativeMinReclaim { field: String, value: String },
+    #[error("{field}: minimum reclaim percentage {value:?} must be positive")]
+    NonPositiveMinReclaimPercentage { field: String, value: String },
+    #[error("{field}: invalid duration {value:?}")]
+    Duration {
+        field: String,
+        value: String,
+        #[source]
+        source: DurationError,
+    },
+    #[error("{field}: duration {value:?} must not be negative")]
+    NegativeDuration { field: String, value: String },
+    #[error(
+        "{field}: a grace period must be specified for the soft eviction threshold {signal} \
+         (evictionSoftGracePeriod or --eviction-soft-grace-period)"
+    )]
+    MissingGracePeriod { field: String, signal: Signal },
+    #[error("{flag}: malformed entry {entry:?}, expected {expected}")]
+    MalformedFlag {
+        flag: &'static str,
+        entry: String,
+        expected: &'static str,
+    },
+    #[error(
+        "{field}: unsupported operator {operator:?} in {statement:?}; \
+         eviction thresholds support only \"<\""
+    )]
+    UnsupportedOperator {
+        field: String,
+        statement: String,
+        operator: String,
+    },
+    #[error("{field}: {value:?} is not a 32-bit integer")]
+    Integer { field: String, value: String },
+    #[error("{field}: unknown setting {key:?}; known settings: {known}")]
+    UnknownKey {
+        field: String,
+        key: String,
+        known: String,
+    },
+    #[error("{field}: {value:?} {reason}")]
+    Invalid {
+        field: String,
+        value: String,
+        reason: String,
+    },
+}
+
+/// Reads one optional config document and the flags.
+pub fn load(
+    config_file: Option<&str>,
+    flags: &EvictionFlags,
+) -> Result<EvictionConfig, ConfigError> {
+    let sources: Vec<ConfigSource<'_>> = config_file
+        .map(|text| ConfigSource {
+            name: "config file",
+            text,
+        })
+        .into_iter()
+        .collect();
+    load_sources(&sources, flags)
+}
+
+/// Reads config documents (later ones override earlier ones field by field; maps are replaced
+/// whole) and then the flags (which override every document).
+pub fn load_sources(
+    sources: &[ConfigSource<'_>],
+    flags: &EvictionFlags,
+) -> Result<EvictionConfig, ConfigError> {
+    let mut file = FileSettings::default();
+    for source in sources {
+        file.merge(FileSettings::parse(*source)?);
+    }
+    let mut warnings = Vec::new();
+
+    // evictionHard: flag, else file (with defaults merged on request), else the defaults.
+    let hard = if !flags.eviction_hard.is_empty() {
+        Some(flag_map(&flags.eviction_hard, "--eviction-hard", '<')?)
+    } else if let Some(mut m) = file.eviction_hard.clone() {
+        if file.merge_default_eviction_settings.unwrap_or(false) {
+            for (signal, value) in DEFAULT_EVICTION_HARD {
+                m.entries
+                    .entry(signal.as_str().to_owned())
+                    .or_insert_with(|| Entry {
+                        value: value.to_owned(),
+                        field: "default evictionHard".into(),
+                        explicit: false,
+                    });
+            }
+        }
+        Some(m)
+    } else {
+        None
+    };
+    let hard = hard.unwrap_or_else(default_hard);
+    let soft = pick(
+        &flags.eviction_soft,
+        "--eviction-soft",
+        '<',
+        &file.eviction_soft,
+    )?;
+    let grace = pick(
+        &flags.eviction_soft_grace_period,
+        "--eviction-soft-grace-period",
+        '=',
+        &file.eviction_soft_grace_period,
+    )?;
+    let min_reclaim = pick(
+        &flags.eviction_minimum_reclaim,
+        "--eviction-minimum-reclaim",
+        '=',
+        &file.eviction_minimum_reclaim,
+    )?;
+
+    let mut hard_thresholds =
+        parse_statements(&hard, ThresholdSource::EvictionHard, &mut warnings)?;
+    let mut soft_thresholds =
+        parse_statements(&soft, ThresholdSource::EvictionSoft, &mut warnings)?;
+    let grace_periods = parse_grace_periods(&grace)?;
+    let min_reclaims = parse_min_reclaims(&min_reclaim)?;
+
+    for t in &mut soft_thresholds {
+        let Some(period) = grace_periods.get(&t.signal) else {
+            let field = soft
+                .entries
+                .get(t.signal.as_str())
+                .map_or_else(|| "evictionSoft".to_owned(), |e| e.field.clone());
+            return Err(ConfigError::MissingGracePeriod {
+                field,
+                signal: t.signal,
+            });
+        };
+        t.grace_period = *period;
+        if period.is_zero() {
+            warnings.push(format!(
+                "soft threshold {} has a zero grace period and acts as a hard threshold \
+                 (as in the kubelet)",
+                t.signal
+            ));
+        }
+    }
+    for signal in grace_periods.keys() {
+        if !soft_thresholds.iter().any(|t| t.signal == *signal) {
+            warnings.push(format!(
+                "grace period for {signal} is ignored: there is no soft threshold for it"
+            ));
+        }
+    }
+    let mut thresholds = Vec::new();
+    thresholds.append(&mut hard_thresholds);
+    thresholds.append(&mut soft_thresholds);
+    for t in &mut thresholds {
+        t.min_reclaim = min_reclaims.get(&t.signal).cloned();
+    }
+    for signal in min_reclaims.keys() {
+        if !thresholds.iter().any(|t| t.signal == *signal) {
+            warnings.push(format!(
+                "minimum reclaim for {signal} is ignored: there is no threshold for it"
+            ));
+        }
+    }
+    // addAllocatableThresholds: enforceNodeAllocatable defaults to ["pods"].
+    let enforce_pods = file
+        .enforce_node_allocatable
+        .as_ref()
+        .is_none_or(|v| v.iter().any(|k| k == "pods"));
+    if enforce_pods {
+        let copies: Vec<Threshold> = thresholds
+            .iter()
+            .filter(|t| t.signal == Signal::MemoryAvailable && t.is_hard())
+            .map(|t| Threshold {
+                signal: Signal::AllocatableMemoryAvailable,
+                grace_period: Duration::ZERO,
+                source: ThresholdSource::Allocatable,
+                derived_from: Some(Signal::MemoryAvailable),
+                ..t.clone()
+            })
+            // A soft memory threshold with a zero grace period would make a second copy with
+            // the same key; the first (from the hard threshold) is kept.
+            .take(1)
+            .collect();
+        thresholds.extend(copies);
+    }
+    if thresholds.iter().any(|t| {
+        matches!(
+            t.signal,
+            Signal::ContainerFsAvailable | Signal::ContainerFsInodesFree
+        )
+    }) {
+        warnings.push(
+            "containerfs thresholds are replaced at run time by the nodefs (or imagefs) ones, \
+             as the kubelet replaces them"
+                .into(),
+        );
+    }
+
+    let max_pod_grace_period_seconds = match &flags.eviction_max_pod_grace_period {
+        Some(v) => v.trim().parse::<i32>().map_err(|_| ConfigError::Integer {
+            field: "--eviction-max-pod-grace-period".into(),
+            value: v.clone(),
+        })?,
+        None => file.eviction_max_pod_grace_period.unwrap_or(0),
+    };
+    if max_pod_grace_period_seconds < 0 {
+        warnings.push(format!(
+            "evictionMaxPodGracePeriod {max_pod_grace_period_seconds} is negative: the kubelet \
+             then terminates soft-evicted pods with its minimum grace period of 1 second"
+        ));
+    }
+
+    let pressure_transition_period = match &flags.eviction_pressure_transition_period {
+        Some(v) => non_negative_duration("--eviction-pressure-transition-period", v)?,
+        None => match &file.eviction_pressure_transition_period {
+            Some((field, v)) => {
+                let d = non_negative_duration(field, v)?;
+                if d.is_zero() {
+                    // SetDefaults_KubeletConfiguration treats a zero duration as unset.
+                    warnings.push(format!(
+                        "{field} {v:?} is zero, which the kubelet replaces with the default 5m0s"
+                    ));
+                    DEFAULT_PRESSURE_TRANSITION_PERIOD
+                } else {
+                    d
+                }
+            }
+            None => DEFAULT_PRESSURE_TRANSITION_PERIOD,
+        },
+    };
+
+    let node_monitor = parse_node_monitor(&file.node_monitor)?;
+
+    Ok(EvictionConfig {
+        thresholds,
+        max_pod_grace_period_seconds,
+        pressure_transition_period,
+        node_monitor,
+        warnings,
+    })
+}
+
+/// A map entry with the field name used for it in messages.
+#[derive(Debug, Clone)]
+struct Entry {
+    value: String,
+    field: String,
+    /// Written by the user (not a merged-in default).
+    explicit: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+struct StatementMap {
+    entries: BTreeMap<String, Entry>,
+}
+
+/// The eviction fields of one or more documents.
+#[derive(Debug, Default)]
+struct FileSettings {
+    eviction_hard: Option<StatementMap>,
+    eviction_soft: Option<StatementMap>,
+    eviction_soft_grace_period: Option<StatementMap>,
+    eviction_minimum_reclaim: Option<StatementMap>,
+    eviction_max_pod_grace_period: Option<i32>,
+    /// (field name, value)
+    eviction_pressure_transition_period: Option<(String, String)>,
+    merge_default_eviction_settings: Option<bool>,
+    enforce_node_allocatable: Option<Vec<String>>,
+    /// key → (field name, value)
+    node_monitor: BTreeMap<String, (String, Value)>,
+}
+
+impl FileSettings {
+    fn parse(source: ConfigSource<'_>) -> Result<Self, ConfigError> {
+        let doc: Value = serde_yaml::from_str(source.text).map_err(|e| ConfigError::Syntax {
+            source_name: source.name.into(),
+            source: e,
+        })?;
+        let map = match doc {
+            Value::Null => return Ok(Self::default()),
+            Value::Mapping(m) => m,
+            other => {
+                return Err(ConfigError::NotAMapping {
+                    source_name: source.name.into(),
+                    found: describe(&other),
+                });
+            }
+        };
+        let mut out = Self::default();
+        for (k, v) in map {
+            let Value::String(key) = k else { continue };
+            let field = format!("{}: {key}", source.name);
+            match key.as_str() {
+                "evictionHard" => out.eviction_hard = string_map(&field, v)?,
+                "evictionSoft" => out.eviction_soft = string_map(&field, v)?,
+                "evictionSoftGracePeriod" => {
+                    out.eviction_soft_grace_period = string_map(&field, v)?
+                }
+                "evictionMinimumReclaim" => out.eviction_minimum_reclaim = string_map(&field, v)?,
+                "evictionMaxPodGracePeriod" => {
+                    out.eviction_max_pod_grace_period = match v {
+                        Value::Null => None,
+                        Value::Number(n) => {
+                            Some(n.as_i64().and_then(|n| i32::try_from(n).ok()).ok_or_else(
+                                || ConfigError::Integer {
+                                    field: field.clone(),
+                                    value: n.to_string(),
+                                },
+                            )?)
+                        }
+                        other => {
+                            return Err(wrong_type(&field, "an integer (seconds)", &other));
+                        }
+                    }
+                }
+                "evictionPressureTransitionPeriod" => {
+                    out.eviction_pressure_transition_period = match v {
+                        Value::Null => None,
+                        Value::String(s) => Some((field, s)),
+                        other => {
+                            return Err(wrong_type(
+                                &field,
+                                "a duration string such as \"5m\"",
+                                &other,
+                            ));
+                        }
+                    }
+                }
+                "mergeDefaultEvictionSettings" => {
+                    out.merge_default_eviction_settings = match v {
+                        Value::Null => None,
+                        Value::Bool(b) => Some(b),
+                        other => return Err(wrong_type(&field, "a boolean", &other)),
+                    }
+                }
+                "enforceNodeAllocatable" => {
+                    out.enforce_node_allocatable = match v {
+                        Value::Null => None,
+                        Value::Sequence(items) => Some(
+                            items
+                                .into_iter()
+                                .map(|item| match item {
+                                    Value::String(s) => Ok(s),
+                                    other => Err(wrong_type(&field, "a list of strings", &other)),
+                                })
+                                .collect::<Result<_, _>>()?,
+                        ),
+                        other => return Err(wrong_type(&field, "a list of strings", &other)),
+                    }
+                }
+                "nodeMonitor" => match v {
+                    Value::Null => {}
+                    Value::Mapping(m) => {
+                        for (k, v) in m {
+                            let Value::String(k) = k else {
+                                return Err(wrong_type(&field, "string keys", &k));
+                            };
+                            let f = format!("{field}.{k}");
+                            out.node_monitor.insert(k, (f, v));
+                        }
+                    }
+                    other => return Err(wrong_type(&field, "a mapping", &other)),
+                },
+                // Any other KubeletConfiguration field: not ours.
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    fn merge(&mut self, later: FileSettings) {
+        fn over<T>(a: &mut Option<T>, b: Option<T>) {
+            if b.is_some() {
+                *a = b;
+            }
+        }
+        over(&mut self.eviction_hard, later.eviction_hard);
+        over(&mut self.eviction_soft, later.eviction_soft);
+        over(
+            &mut self.eviction_soft_grace_period,
+            later.eviction_soft_grace_period,
+        );
+        over(
+            &mut self.eviction_minimum_reclaim,
+            later.eviction_minimum_reclaim,
+        );
+        over(
+            &mut self.eviction_max_pod_grace_period,
+            later.eviction_max_pod_grace_period,
+        );
+        over(
+            &mut self.eviction_pressure_transition_period,
+            later.eviction_pressure_transition_period,
+        );
+        over(
+            &mut self.merge_default_eviction_settings,
+            later.merge_default_eviction_settings,
+        );
+        over(
+            &mut self.enforce_node_allocatable,
+            later.enforce_node_allocatable,
+        );
+        self.node_monitor.extend(later.node_monitor);
+    }
+}
+
+fn default_hard() -> StatementMap {
+    StatementMap {
+        entries: DEFAULT_EVICTION_HARD
+            .iter()
+            .map(|(signal, value)| {
+                (
+                    signal.as_str().to_owned(),
+                    Entry {
+                        value: (*value).to_owned(),
+                        field: "default evictionHard".into(),
+                        explicit: false,
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("the string {s:?}"),
+        Value::Sequence(_) => "a list".into(),
+        Value::Mapping(_) => "a mapping".into(),
+        Value::Tagged(t) => format!("a value tagged {}", t.tag),
+    }
+}
+
+fn wrong_type(field: &str, expected: &'static str, found: &Value) -> ConfigError {
+    ConfigError::WrongType {
+        field: field.into(),
+        expected,
+        found: describe(found),
+    }
+}
+
+/// A `map[string]string` field; `null` counts as absent, as in the kubelet's decoder.
+fn string_map(field: &str, v: Value) -> Result<Option<StatementMap>, ConfigError> {
+    let m = match v {
+        Value::Null => return Ok(None),
+        Value::Mapping(m) => m,
+        other => {
+            return Err(wrong_type(
+                field,
+                "a mapping of signal names to strings",
+                &other,
+            ));
+        }
+    };
+    let mut entries = BTreeMap::new();
+    for (k, v) in m {
+        let Value::String(key) = k else {
+            return Err(wrong_type(field, "signal names as keys", &k));
+        };
+        let entry_field = format!("{field}[{key:?}]");
+        let Value::String(value) = v else {
+            return Err(wrong_type(
+                &entry_field,
+                "a string (quote numbers: \"0\", \"100Mi\")",
+                &v,
+            ));
+        };
+        entries.insert(
+            key,
+            Entry {
+                value,
+                field: entry_field,
+                explicit: true,
+            },
+        );
+    }
+    Ok(Some(StatementMap { entries }))
+}
+
+/// A kubelet map flag (`LangleSeparatedMapStringString` for `<`, `MapStringString` for `=`):
+/// comma-separated `key<value` / `key=value` pairs, spaces trimmed, later keys win.
+fn flag_map(values: &[String], flag: &'static str, sep: char) -> Result<StatementMap, ConfigError> {
+    let expected = if sep == '<' {
+        "signal<quantity (the only operator is \"<\")"
+    } else {
+        "signal=value"
+    };
+    let mut entries = BTreeMap::new();
+    for value in values {
+        for item in value.split(',').filter(|s| !s.is_empty()) {
+            let Some((k, v)) = item.split_once(sep) else {
+                if sep == '<'
+                    && let Some(op) = [">=", "<=", ">", "=", "!="]
+                        .into_iter()
+                        .find(|op| item.contains(op))
+                {
+                    return Err(ConfigError::UnsupportedOperator {
+                        field: flag.into(),
+                        statement: item.into(),
+                        operator: op.into(),
+                    });
+                }
+                return Err(ConfigError::MalformedFlag {
+                    flag,
+                    entry: item.into(),
+                    expected,
+                });
+            };
+            let (k, v) = (k.trim(), v.trim());
+            if sep == '<' && v.starts_with('=') {
+                return Err(ConfigError::UnsupportedOperator {
+                    field: flag.into(),
+                    statement: item.into(),
+                    operator: "<=".into(),
+                });
+            }
+            entries.insert(
+                k.to_owned(),
+                Entry {
+                    value: v.to_owned(),
+                    field: format!("{flag} {k}"),
+                    explicit: true,
+                },
+            );
+        }
+    }
+    Ok(StatementMap { entries })
+}
+
+fn pick(
+    flag_values: &[String],
+    flag: &'static str,
+    sep: char,
+    file: &Option<StatementMap>,
+) -> Result<StatementMap, ConfigError> {
+    if flag_values.is_empty() {
+        Ok(file.clone().unwrap_or_default())
+    } else {
+        flag_map(flag_values, flag, sep)
+    }
+}
+
+fn parse_signal(entry: &Entry, key: &str) -> Result<Signal, ConfigError> {
+    key.parse::<Signal>()
+        .map_err(|_| ConfigError::UnknownSignal {
+            field: entry.field.clone(),
+            signal: key.into(),
+        })
+}
+
+/// `parsePercentage`: trailing `%` removed, parsed as a float32, divided by 100 in float32.
+fn parse_percentage(entry: &Entry) -> Result<(f32, f64), ConfigError> {
+    let bad = || ConfigError::Percentage {
+        field: entry.field.clone(),
+        value: entry.value.clone(),
+    };
+    let number = entry.value.trim_end_matches('%');
+    let single: f32 = number.parse().map_err(|_| bad())?;
+    let double: f64 = number.parse().map_err(|_| bad())?;
+    if !single.is_finite() {
+        return Err(bad());
+    }
+    Ok((single / 100.0, double))
+}
+
+/// `parseThresholdStatement` for each entry.
+fn parse_statements(
+    map: &StatementMap,
+    source: ThresholdSource,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<Threshold>, ConfigError> {
+    let mut out = Vec::new();
+    for (key, entry) in &map.entries {
+        let signal = parse_signal(entry, key)?;
+        let value = entry.value.as_str();
+        let threshold_value = if value.ends_with('%') {
+            // The kubelet ignores exactly these two spellings.
+            if value == "0%" || value == "100%" {
+                if entry.explicit {
+                    warnings.push(format!(
+                        "{} {value:?} disables the threshold (the kubelet ignores 0% and 100%)",
+                        entry.field
+                    ));
+                }
+                continue;
+            }
+            let (fraction, percent) = parse_percentage(entry)?;
+            if !(0.0..=1.0).contains(&fraction) {
+                return Err(ConfigError::PercentageRange {
+                    field: entry.field.clone(),
+                    value: value.into(),
+                });
+            }
+            ThresholdValue::Percentage { fraction, percent }
+        } else {
+            let q = Quantity::parse(value).map_err(|e| ConfigError::Quantity {
+                field: entry.field.clone(),
+                value: value.into(),
+                source: e,
+            })?;
+            if q.signum() <= 0 {
+                return Err(ConfigError::NotPositive {
+                    field: entry.field.clone(),
+                    value: value.into(),
+                });
+            }
+            ThresholdValue::Quantity(q)
+        };
+        out.push(Threshold {
+            signal,
+            operator: Operator::LessThan,
+            value: threshold_value,
+            grace_period: Duration::ZERO,
+            min_reclaim: None,
+            source,
+            derived_from: None,
+        });
+    }
+    out.sort_by_key(|t| t.signal);
+    Ok(out)
+}
+
+fn parse_grace_periods(map: &StatementMap) -> Result<BTreeMap<Signal, Duration>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (key, entry) in &map.entries {
+        let signal = parse_signal(entry, key)?;
+        out.insert(signal, non_negative_duration(&entry.field, &entry.value)?);
+    }
+    Ok(out)
+}
+
+fn parse_min_reclaims(map: &StatementMap) -> Result<BTreeMap<Signal, ThresholdValue>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (key, entry) in &map.entries {
+        let signal = parse_signal(entry, key)?;
+        let value = if entry.value.ends_with('%') {
+            let (fraction, percent) = parse_percentage(entry)?;
+            if fraction <= 0.0 {
+                return Err(ConfigError::NonPositiveMinReclaimPercentage {
+                    field: entry.field.clone(),
+                    value: entry.value.clone(),
+                });
+            }
+            ThresholdValue::Percentage { fraction, percent }
+        } else {
+            let q = Quantity::parse(&entry.value).map_err(|e| ConfigError::Quantity {
+                field: entry.field.clone(),
+                value: entry.value.clone(),
+                source: e,
+            })?;
+            if q.signum() < 0 {
+                return Err(ConfigError::NegativeMinReclaim {
+                    field: entry.field.clone(),
+                    value: entry.value.clone(),
+                });
+            }
+            ThresholdValue::Quantity(q)
+        };
+        out.insert(signal, value);
+    }
+    Ok(out)
+}
+
+fn non_negative_duration(field: &str, value: &str) -> Result<Duration, ConfigError> {
+    let nanos = parse_go_duration(value).map_err(|e| ConfigError::Duration {
+        field: field.into(),
+        value: value.into(),
+        source: e,
+    })?;
+    u64::try_from(nanos)
+        .map(Duration::from_nanos)
+        .map_err(|_| ConfigError::NegativeDuration {
+            field: field.into(),
+            value: value.into(),
+        })
+}
+
+const NODE_MONITOR_KEYS: [&str; 9] = [
+    "maxPodsPerCycle",
+    "housekeepingInterval",
+    "pdbPolicy",
+    "dryRun",
+    "psiWindow",
+    "psiThreshold",
+    "reclaimStallBudget",
+    "podCleanupTimeout",
+    "taintOnPressure",
+];
+
+fn parse_node_monitor(
+    entries: &BTreeMap<String, (String, Value)>,
+) -> Result<NodeMonitorSettings, ConfigError> {
+    let mut s = NodeMonitorSettings::default();
+    let invalid = |field: &str, value: &str, reason: &str| ConfigError::Invalid {
+        field: field.into(),
+        value: value.into(),
+        reason: reason.into(),
+    };
+    let duration = |field: &str, v: &Value| -> Result<(Duration, String), ConfigError> {
+        match v {
+            Value::String(text) => Ok((non_negative_duration(field, text)?, text.clone())),
+            other => Err(wrong_type(
+                field,
+                "a duration string such as \"10s\"",
+                other,
+            )),
+        }
+    };
+    let boolean = |field: &str, v: &Value| match v {
+        Value::Bool(b) => Ok(*b),
+        other => Err(wrong_type(field, "a boolean", other)),
+    };
+    for (key, (field, v)) in entries {
+        match key.as_str() {
+            "maxPodsPerCycle" => {
+                let n = match v {
+                    Value::Number(n) => n.as_u64(),
+                    other => return Err(wrong_type(field, "a positive integer", other)),
+                };
+                s.max_pods_per_cycle = n
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or_else(|| {
+                        invalid(field, &describe_plain(v), "must be between 1 and 1000")
+                    })?;
+            }
+            "housekeepingInterval" => {
+                let (d, text) = duration(field, v)?;
+                if d < Duration::from_millis(100) {
+                    return Err(invalid(field, &text, "must be at least 100ms"));
+                }
+                s.housekeeping_interval = d;
+            }
+            "pdbPolicy" => {
+                s.pdb_policy = match v {
+                    Value::String(p) if p == "respect" => PdbPolicy::Respect,
+                    Value::String(p) if p == "escalate" => PdbPolicy::Escalate,
+                    Value::String(p) => {
+                        return Err(invalid(field, p, "must be \"respect\" or \"escalate\""));
+                    }
+                    other => return Err(wrong_type(field, "\"respect\" or \"escalate\"", other)),
+                }
+            }
+            "dryRun" => s.dry_run = boolean(field, v)?,
+            "taintOnPressure" => s.taint_on_pressure = boolean(field, v)?,
+            "psiWindow" => {
+                let (d, text) = duration(field, v)?;
+                // The kernel's PSI trigger window limits (kernel/sched/psi.c).
+                if d < Duration::from_millis(500) || d > Duration::from_secs(10) {
+                    return Err(invalid(field, &text, "must be between 500ms and 10s"));
+                }
+                s.psi_window = d;
+            }
+            "psiThreshold" => {
+                let (d, text) = duration(field, v)?;
+                if d.is_zero() {
+                    return Err(invalid(field, &text, "must be positive"));
+                }
+                s.psi_threshold = d;
+            }
+            "reclaimStallBudget" => {
+                let (d, text) = duration(field, v)?;
+                if d.is_zero() || d > Duration::from_secs(1) {
+                    return Err(invalid(field, &text, "must be positive and at most 1s"));
+                }
+                s.reclaim_stall_budget = d;
+            }
+            "podCleanupTimeout" => {
+                let (d, text) = duration(field, v)?;
+                if d.is_zero() {
+                    return Err(invalid(field, &text, "must be positive"));
+                }
+                s.pod_cleanup_timeout = d;
+            }
+            other => {
+                return Err(ConfigError::UnknownKey {
+                    field: field
+                        .rsplit_once('.')
+                        .map_or(field.as_str(), |(f, _)| f)
+                        .into(),
+                    key: other.into(),
+                    known: NODE_MONITOR_KEYS.join(", "),
+                });
+            }
+        }
+    }
+    if s.psi_threshold > s.psi_window {
+        let field = entries
+            .get("psiThreshold")
+            .map_or("nodeMonitor.psiThreshold", |(f, _)| f.as_str());
+        return Err(invalid(
+            field,
+            &format_go_duration(s.psi_threshold),
+            &format!(
+                "must not exceed psiWindow ({})",
+                format_go_duration(s.psi_window)
+            ),
+        ));
+    }
+    Ok(s)
+}
+
+fn describe_plain(v: &Value) -> String {
+    match v {
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.clone(),
+        other => describe(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags() -> EvictionFlags {
+        EvictionFlags::default()
+    }
+
+    fn load_yaml(yaml: &str, flags: &EvictionFlags) -> Result<EvictionConfig, ConfigError> {
+        load_sources(
+            &[ConfigSource {
+                name: "kubelet.yaml",
+                text: yaml,
+            }],
+            flags,
+        )
+    }
+
+    fn summary(c: &EvictionConfig) -> Vec<String> {
+        c.thresholds
+            .iter()
+            .map(|t| {
+                let kind = if t.is_hard() { "hard" } else { "soft" };
+                let reclaim = t
+                    .min_reclaim
+                    .as_ref()
+                    .map(|m| format!(" reclaim={m}"))
+                    .unwrap_or_default();
+                format!(
+                    "{}<{} {kind} {:?} grace={}s{reclaim}",
+                    t.signal,
+                    t.value,
+                    t.source,
+                    t.grace_period.as_secs_f64()
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn defaults_with_nothing_configured() {
+        let c = load(None, &flags()).expect("defaults");
+        assert_eq!(
+            summary(&c),
+            [
+                "memory.available<100Mi hard EvictionHard grace=0s",
+                "nodefs.available<10% hard EvictionHard grace=0s",
+                "nodefs.inodesFree<5% hard EvictionHard grace=0s",
+                "imagefs.available<15% hard EvictionHard grace=0s",
+                "imagefs.inodesFree<5% hard EvictionHard grace=0s",
+                "allocatableMemory.available<100Mi hard Allocatable grace=0s",
+            ]
+        );
+        assert_eq!(c.pressure_transition_period, Duration::from_secs(300));
+        assert_eq!(c.max_pod_grace_period_seconds, 0);
+        assert_eq!(c.node_monitor, NodeMonitorSettings::default());
+        assert_eq!(c.node_monitor.max_pods_per_cycle, 1);
+        assert_eq!(c, EvictionConfig::default());
+        // A KubeletConfiguration without eviction fields changes nothing.
+        let c = load_yaml(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 110\n",
+            &flags(),
+        )
+        .expect("plain kubelet config");
+        assert_eq!(c.thresholds.len(), 6);
+    }
+
+    /// Setting any hard threshold drops the other defaults, unless
+    /// mergeDefaultEvictionSettings is true.
+    #[test]
+    fn setting_one_hard_threshold_drops_the_defaults() {
+        let c = load_yaml("evictionHard:\n  memory.available: 500Mi\n", &flags()).expect("ok");
+        assert_eq!(
+            summary(&c),
+            [
+                "memory.available<500Mi hard EvictionHard grace=0s",
+                "allocatableMemory.available<500Mi hard Allocatable grace=0s",
+            ]
+        );
+        let c = load_yaml(
+            "evictionHard:\n  memory.available: 500Mi\n  nodefs.available: 5%\nmergeDefaultEvictionSettings: true\n",
+            &flags(),
+        )
+        .expect("merge");
+        assert_eq!(
+            summary(&c),
+            [
+                "memory.available<500Mi hard EvictionHard grace=0s",
+                "nodefs.available<5% hard EvictionHard grace=0s",
+                "nodefs.inodesFree<5% hard EvictionHard grace=0s",
+                "imagefs.available<15% hard EvictionHard grace=0s",
+                "imagefs.inodesFree<5% hard EvictionHard grace=0s",
+                "allocatableMemory.available<500Mi hard Allocatable grace=0s",
+            ]
+        );
+        // An explicit empty map means no hard thresholds at all; null means unset.
+        let c = load_yaml("evictionHard: {}\n", &flags()).expect("empty");
+        assert!(c.thresholds.is_empty());
+        let c = load_yaml("evictionHard: null\n", &flags()).expect("null");
+        assert_eq!(c.thresholds.len(), 6);
+        // "0%" disables one signal; with merge it keeps the default from coming back.
+        let c = load_yaml(
+            "evictionHard:\n  imagefs.available: \"0%\"\nmergeDefaultEvictionSettings: true\n",
+            &flags(),
+        )
+        .expect("disable");
+        assert!(
+            !c.thresholds
+                .iter()
+                .any(|t| t.signal == Signal::ImageFsAvailable)
+        );
+        assert_eq!(c.thresholds.len(), 5);
+        assert!(
+            c.warnings.iter().any(|w| w.contains("0%")),
+            "{:?}",
+            c.warnings
+        );
+    }
+
+    /// The docs' example of minimum reclaim.
+    #[test]
+    fn docs_minimum_reclaim_example() {
+        let yaml = r#"
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+evictionHard:
+  memory.available: "500Mi"
+  nodefs.available: "1Gi"
+  imagefs.available: "100Gi"
+evictionMinimumReclaim:
+  memory.available: "0Mi"
+  nodefs.available: "500Mi"
+  imagefs.available: "2Gi"
+"#;
+        let c = load_yaml(yaml, &flags()).expect("docs example");
+        assert_eq!(
+            summary(&c),
+            [
+                "memory.available<500Mi hard EvictionHard grace=0s reclaim=0",
+                "nodefs.available<1Gi hard EvictionHard grace=0s reclaim=500Mi",
+                "imagefs.available<100Gi hard EvictionHard grace=0s reclaim=2Gi",
+                "allocatableMemory.available<500Mi hard Allocatable grace=0s reclaim=0",
+            ]
+        );
+    }
+
+    #[test]
+    fn soft_thresholds_take_their_grace_periods() {
+        let yaml = "evictionSoft:\n  memory.available: 1.5Gi\nevictionSoftGracePeriod:\n  memory.available: 1m30s\n  nodefs.available: 2m\nevictionMaxPodGracePeriod: 60\n";
+        let c = load_yaml(yaml, &flags()).expect("soft");
+        let soft: Vec<_> = c
+            .thresholds
+            .iter()
+            .filter(|t| t.source == ThresholdSource::EvictionSoft)
+            .collect();
+        assert_eq!(soft.len(), 1);
+        assert_eq!(soft[0].grace_period, Duration::from_secs(90));
+        assert!(!soft[0].is_hard());
+        assert_eq!(soft[0].value.to_string(), "1536Mi");
+        assert_eq!(c.max_pod_grace_period_seconds, 60);
+        // The kubelet accepts a grace period with no soft threshold and ignores it.
+        assert!(
+            c.warnings.iter().any(|w| w.contains("nodefs.available")),
+            "{:?}",
+            c.warnings
+        );
+        // Soft thresholds do not touch the hard defaults.
+        assert_eq!(
+            c.thresholds
+                .iter()
+                .filter(|t| t.source == ThresholdSource::EvictionHard)
+                .count(),
+            5
+        );
+    }
+
+    #[test]
+    fn flags_override_the_file_field_by_field() {
+        let yaml = "evictionHard:\n  memory.available: 1Gi\n  nodefs.available: 20%\nevictionMaxPodGracePeriod: 30\nevictionPressureTransitionPeriod: 1m\n";
+        let f = EvictionFlags {
+            eviction_hard: vec!["memory.available<200Mi".into()],
+            eviction_pressure_transition_period: Some("30s".into()),
+            ..flags()
+        };
+        let c = load_yaml(yaml, &f).expect("flags");
+        // The flag replaces the whole map: nodefs.available from the file is gone.
+        assert_eq!(
+            summary(&c),
+            [
+                "memory.available<200Mi hard EvictionHard grace=0s",
+                "allocatableMemory.available<200Mi hard Allocatable grace=0s",
+            ]
+        );
+        assert_eq!(c.max_pod_grace_period_seconds, 30, "untouched by flags");
+        assert_eq!(c.pressure_transition_period, Duration::from_secs(30));
+
+        let f = EvictionFlags {
+            eviction_hard: vec![
+                "memory.available<100Mi, nodefs.available<10%".into(),
+                "nodefs.available<12%".into(),
+            ],
+            eviction_soft: vec!["memory.available<1.5Gi".into()],
+            eviction_soft_grace_period: vec!["memory.available=1m30s".into()],
+            eviction_max_pod_grace_period: Some("60".into()),
+            eviction_minimum_reclaim: vec!["memory.available=0Mi,nodefs.available=500Mi".into()],
+            eviction_pressure_transition_period: Some("5m".into()),
+        };
+        let c = load(None, &f).expect("all flags");
+        assert_eq!(
+            summary(&c),
+            [
+                "memory.available<100Mi hard EvictionHard grace=0s reclaim=0",
+                "nodefs.available<12% hard EvictionHard grace=0s reclaim=500Mi",
+                "memory.available<1536Mi soft EvictionSoft grace=90s reclaim=0",
+                "allocatableMemory.available<100Mi hard Allocatable grace=0s reclaim=0",
+            ]
+        );
+        assert_eq!(c.max_pod_grace_period_seconds, 60);
+        // An empty flag value clears the field, as the kubelet's map flags do.
+        let f = EvictionFlags {
+            eviction_hard: vec![String::new()],
+            ..flags()
+        };
+        assert!(load(None, &f).expect("empty flag").thresholds.is_empty());
+    }
+
+    #[test]
+    fn later_documents_override_earlier_ones() {
+        let a = ConfigSource {
+            name: "a",
+            text: "evictionHard:\n  memory.available: 1Gi\nevictionMaxPodGracePeriod: 10\n",
+        };
+        let b = ConfigSource {
+            name: "b",
+            text: "evictionMaxPodGracePeriod: 20\nnodeMonitor:\n  dryRun: true\n",
+        };
+        let c = load_sources(&[a, b], &flags()).expect("layers");
+        assert_eq!(c.max_pod_grace_period_seconds, 20);
+        assert_eq!(c.thresholds[0].value.to_string(), "1Gi");
+        assert!(c.node_monitor.dry_run);
+    }
+
+    #[test]
+    fn allocatable_copies_follow_enforce_node_allocatable() {
+        let c = load_yaml("enforceNodeAllocatable: [\"none\"]\n", &flags()).expect("none");
+        assert!(
+            !c.thresholds
+                .iter()
+                .any(|t| t.signal == Signal::AllocatableMemoryAvailable)
+        );
+        let c = load_yaml(
+            "enforceNodeAllocatable: [pods, system-reserved]\n",
+            &flags(),
+        )
+        .expect("pods");
+        let copy = c
+            .threshold(super::super::threshold::ThresholdKey {
+                signal: Signal::AllocatableMemoryAvailable,
+                source: ThresholdSource::Allocatable,
+            })
+            .expect("copy");
+        assert_eq!(copy.derived_from, Some(Signal::MemoryAvailable));
+    }
+
+    /// Every rejection names the field and the value.
+    #[test]
+    fn rejects_what_the_kubelet_rejects() {
+        let cases: &[(&str, &[&str])] = &[
+            (
+                "evictionHard:\n  memory.free: 1Gi\n",
+                &[
+                    "evictionHard[\"memory.free\"]",
+                    "unsupported eviction signal \"memory.free\"",
+                ],
+            ),
+            (
+                "evictionHard:\n  memory.available: -1Gi\n",
+                &[
+                    "evictionHard[\"memory.available\"]",
+                    "\"-1Gi\"",
+                    "must be positive",
+                ],
+            ),
+            (
+                "evictionHard:\n  memory.available: \"0\"\n",
+                &["\"0\"", "must be positive"],
+            ),
+            (
+                "evictionHard:\n  memory.available: 1Gb\n",
+                &[
+                    "evictionHard[\"memory.available\"]",
+                    "invalid quantity \"1Gb\"",
+                ],
+            ),
+            (
+                "evictionHard:\n  nodefs.available: 101%\n",
+                &[
+                    "evictionHard[\"nodefs.available\"]",
+                    "\"101%\"",
+                    "between 0% and 100%",
+                ],
+            ),
+            (
+                "evictionHard:\n  nodefs.available: -5%\n",
+                &["\"-5%\"", "between 0% and 100%"],
+            ),
+            (
+                "evictionHard:\n  nodefs.available: ten%\n",
+                &["\"ten%\"", "not a valid percentage"],
+            ),
+            (
+                "evictionHard:\n  memory.available: 100\n",
+                &[
+                    "evictionHard[\"memory.available\"]",
+                    "expected a string",
+                    "100",
+                ],
+            ),
+            (
+                "evictionSoft:\n  memory.available: 1Gi\n",
+                &[
+                    "evictionSoft[\"memory.available\"]",
+                    "grace period must be specified",
+                    "memory.available",
+                ],
+            ),
+            (
+                "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 90\n",
+                &[
+                    "evictionSoftGracePeriod[\"memory.available\"]",
+                    "expected a string",
+                ],
+            ),
+            (
+                "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 1m30\n",
+                &[
+                    "evictionSoftGracePeriod[\"memory.available\"]",
+                    "invalid duration \"1m30\"",
+                ],
+            ),
+            (
+                "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: -1m\n",
+                &["\"-1m\"", "must not be negative"],
+            ),
+            (
+                "evictionSoftGracePeriod:\n  pid.free: 1m\n",
+                &["evictionSoftGracePeriod[\"pid.free\"]", "\"pid.free\""],
+            ),
+            (
+                "evictionMinimumReclaim:\n  memory.free: 1Gi\n",
+                &[
+                    "evictionMinimumReclaim[\"memory.free\"]",
+                    "unsupported eviction signal \"memory.free\"",
+                ],
+            ),
+            (
+                "evictionMinimumReclaim:\n  memory.available: -1Mi\n",
+                &[
+                    "evictionMinimumReclaim[\"memory.available\"]",
+                    "\"-1Mi\"",
+                    "must not be negative",
+                ],
+            ),
+            (
+                "evictionMinimumReclaim:\n  nodefs.available: 0%\n",
+                &["\"0%\"", "must be positive"],
+            ),
+            (
+                "evictionPressureTransitionPeriod: 5 minutes\n",
+                &["evictionPressureTransitionPeriod", "\"5 minutes\""],
+            ),
+            (
+                "evictionPressureTransitionPeriod: -5m\n",
+                &["evictionPressureTransitionPeriod", "\"-5m\"", "negative"],
+            ),
+            (
+                "evictionMaxPodGracePeriod: 1.5\n",
+                &["evictionMaxPodGracePeriod", "1.5"],
+            ),
+            (
+                "evictionMaxPodGracePeriod: 9999999999\n",
+                &["evictionMaxPodGracePeriod", "9999999999"],
+            ),
+            (
+                "nodeMonitor:\n  maxPodsPerCylce: 2\n",
+                &["nodeMonitor", "unknown setting \"maxPodsPerCylce\""],
+            ),
+            (
+                "nodeMonitor:\n  maxPodsPerCycle: 0\n",
+                &["nodeMonitor.maxPodsPerCycle", "\"0\""],
+            ),
+            (
+                "nodeMonitor:\n  pdbPolicy: ignore\n",
+                &["nodeMonitor.pdbPolicy", "\"ignore\""],
+            ),
+            (
+                "nodeMonitor:\n  psiWindow: 20s\n",
+                &["nodeMonitor.psiWindow", "\"20s\"", "between 500ms and 10s"],
+            ),
+            (
+                "nodeMonitor:\n  psiThreshold: 3s\n",
+                &["nodeMonitor.psiThreshold", "3s", "psiWindow"],
+            ),
+            (
+                "nodeMonitor:\n  housekeepingInterval: soon\n",
+                &["nodeMonitor.housekeepingInterval", "\"soon\""],
+            ),
+            (
+                "nodeMonitor:\n  dryRun: maybe\n",
+                &["nodeMonitor.dryRun", "expected a boolean", "\"maybe\""],
+            ),
+            (
+                "evictionHard: [memory.available]\n",
+                &["evictionHard", "expected a mapping"],
+            ),
+            (
+                "- just\n- a list\n",
+                &["kubelet.yaml", "expected a mapping"],
+            ),
+            (
+                "evictionHard:\n  memory.available: 1Gi\n  bad: [\n",
+                &["kubelet.yaml", "not a valid YAML"],
+            ),
+        ];
+        for (yaml, wants) in cases {
+            let err = load_yaml(yaml, &flags()).expect_err(yaml).to_string();
+            for want in *wants {
+                assert!(
+                    err.contains(want),
+                    "{yaml:?}: {err:?} should contain {want:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_bad_flags_naming_flag_and_value() {
+        let cases: &[(EvictionFlags, &[&str])] = &[
+            (
+                EvictionFlags {
+                    eviction_hard: vec!["memory.available>100Mi".into()],
+                    ..flags()
+                },
+                &[
+                    "--eviction-hard",
+                    "unsupported operator \">\"",
+                    "memory.available>100Mi",
+                ],
+            ),
+            (
+                EvictionFlags {
+                    eviction_hard: vec!["memory.available<=100Mi".into()],
+                    ..flags()
+                },
+                &["--eviction-hard", "\"<=\""],
+            ),
+            (
+                EvictionFlags {
+                    eviction_hard: vec!["memory.available".into()],
+                    ..flags()
+                },
+                &["--eviction-hard", "malformed entry \"memory.available\""],
+            ),
+            (
+                EvictionFlags {
+                    eviction_hard: vec!["memory.free<1Gi".into()],
+                    ..flags()
+                },
+                &["--eviction-hard memory.free", "\"memory.free\""],
+            ),
+            (
+                EvictionFlags {
+                    eviction_hard: vec!["nodefs.available<150%".into()],
+                    ..flags()
+                },
+                &["--eviction-hard nodefs.available", "\"150%\""],
+            ),
+            (
+                EvictionFlags {
+                    eviction_soft: vec!["memory.available<1Gi".into()],
+                    ..flags()
+                },
+                &[
+                    "--eviction-soft memory.available",
+                    "grace period must be specified",
+                ],
+            ),
+            (
+                EvictionFlags {
+                    eviction_soft_grace_period: vec!["memory.available:1m".into()],
+                    ..flags()
+                },
+                &["--eviction-soft-grace-period", "\"memory.available:1m\""],
+            ),
+            (
+                EvictionFlags {
+                    eviction_soft_grace_period: vec!["memory.available=ninety".into()],
+                    ..flags()
+                },
+                &[
+                    "--eviction-soft-grace-period memory.available",
+                    "\"ninety\"",
+                ],
+            ),
+            (
+                EvictionFlags {
+                    eviction_max_pod_grace_period: Some("1m".into()),
+                    ..flags()
+                },
+                &["--eviction-max-pod-grace-period", "\"1m\""],
+            ),
+            (
+                EvictionFlags {
+                    eviction_minimum_reclaim: vec!["disk.available=1Gi".into()],
+                    ..flags()
+                },
+                &[
+                    "--eviction-minimum-reclaim disk.available",
+                    "\"disk.available\"",
+                ],
+            ),
+            (
+                EvictionFlags {
+                    eviction_pressure_transition_period: Some("5".into()),
+                    ..flags()
+                },
+                &["--eviction-pressure-transition-period", "\"5\""],
+            ),
+        ];
+        for (f, wants) in cases {
+            let err = load(None, f).expect_err("should fail").to_string();
+            for want in *wants {
+                assert!(err.contains(want), "{f:?}: {err:?} should contain {want:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn kubelet_quirks_are_kept_and_reported() {
+        // A zero transition period in the file becomes the default 5m (SetDefaults), a flag
+        // keeps it.
+        let c = load_yaml("evictionPressureTransitionPeriod: 0s\n", &flags()).expect("zero");
+        assert_eq!(c.pressure_transition_period, Duration::from_secs(300));
+        assert!(!c.warnings.is_empty());
+        let f = EvictionFlags {
+            eviction_pressure_transition_period: Some("0s".into()),
+            ..flags()
+        };
+        assert_eq!(
+            load(None, &f).expect("flag").pressure_transition_period,
+            Duration::ZERO
+        );
+        // A soft threshold with a zero grace period is hard.
+        let yaml =
+            "evictionSoft:\n  pid.available: 10%\nevictionSoftGracePeriod:\n  pid.available: 0s\n";
+        let c = load_yaml(yaml, &flags()).expect("zero grace");
+        let t = c
+            .thresholds
+            .iter()
+            .find(|t| t.signal == Signal::PidAvailable)
+            .expect("pid");
+        assert!(t.is_hard());
+        // 0.0% is accepted (only the exact strings 0% and 100% are ignored).
+        let c = load_yaml("evictionHard:\n  pid.available: 0.0%\n", &flags()).expect("0.0%");
+        assert_eq!(c.thresholds.len(), 1);
+    }
+
+    #[test]
+    fn node_monitor_settings_parse() {
+        let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n";
+        let c = load_yaml(yaml, &flags()).expect("settings");
+        assert_eq!(
+            c.node_monitor,
+            NodeMonitorSettings {
+                max_pods_per_cycle: 3,
+                housekeeping_interval: Duration::from_secs(5),
+                pdb_policy: PdbPolicy::Escalate,
+                dry_run: true,
+                psi_window: Duration::from_secs(4),
+                psi_threshold: Duration::from_millis(200),
+                reclaim_stall_budget: Duration::from_millis(50),
+                pod_cleanup_timeout: Duration::from_secs(60),
+                taint_on_pressure: true,
+            }
+        );
+        let json = serde_json::to_value(&c.node_monitor).expect("json");
+        assert_eq!(json["housekeepingInterval"], "5s");
+        assert_eq!(json["pdbPolicy"], "escalate");
+    }
+
+    #[test]
+    fn json_documents_are_accepted() {
+        let c = load_yaml(
+            r#"{"evictionHard": {"memory.available": "300Mi"}, "unknownField": 1}"#,
+            &flags(),
+        )
+        .expect("json");
+        assert_eq!(c.thresholds[0].value.to_string(), "300Mi");
+    }
+
+    #[test]
+    fn container_fs_thresholds_follow_the_layout() {
+        let yaml = "evictionHard:\n  nodefs.available: 10%\n  imagefs.available: 15%\n  containerfs.available: 50%\n";
+        let c = load_yaml(yaml, &flags()).expect("containerfs");
+        assert!(c.warnings.iter().any(|w| w.contains("containerfs")));
+        let find = |c: &EvictionConfig| {
+            c.thresholds
+                .iter()
+                .filter(|t| t.signal == Signal::ContainerFsAvailable)
+                .map(|t| (t.value.to_string(), t.derived_from))
+                .collect::<Vec<_>>()
+        };
+        let single = c.with_fs_layout(FsLayout::default());
+        assert_eq!(
+            find(&single),
+            [("10%".to_owned(), Some(Signal::NodeFsAvailable))]
+        );
+        let image = c.with_fs_layout(FsLayout {
+            dedicated_image_fs: true,
+            split_container_image_fs: false,
+        });
+        assert_eq!(
+            find(&image),
+            [("15%".to_owned(), Some(Signal::ImageFsAvailable))]
+        );
+        let odd = c.with_fs_layout(FsLayout {
+            dedicated_image_fs: false,
+            split_container_image_fs: true,
+        });
+        assert_eq!(find(&odd), [("50%".to_owned(), None)]);
+    }
+}

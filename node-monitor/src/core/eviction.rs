@@ -1,0 +1,992 @@
+//! The eviction decision: the kubelet's `synchronize` (`pkg/kubelet/eviction/eviction_manager.go`)
+//! as a pure function over a small state, observations, pods and `now`.
+//!
+//! The pipeline, step by step as in the kubelet:
+//! 1. thresholds met by the observations (`thresholdsMet`, ignoring minimum reclaim), merged
+//!    with the thresholds acted on last time whose minimum reclaim is not yet reached;
+//! 2. when each was first observed (`thresholdsFirstObservedAt`);
+//! 3. node conditions, held for the pressure transition period after they were last observed
+//!    (`nodeConditionsLastObservedAt`, `nodeConditionsObservedSince`);
+//! 4. thresholds whose grace period has elapsed (`thresholdsMetGracePeriod`);
+//! 5. the threshold to reclaim for (`byEvictionPriority`, `getReclaimableThreshold`);
+//! 6. pods ranked for its resource ([`super::rank`]) and the evictions, critical pods skipped.
+//!
+//! Differences, all deliberate:
+//! - The kubelet orders thresholds of equal eviction priority by Go map iteration (random);
+//!   here memory comes first, then disk, then PIDs, hard before soft, then signal order.
+//! - The kubelet evicts one pod per cycle. `maxPodsPerCycle` may allow more; extra pods are
+//!   evicted only until their usage covers the shortfall to threshold plus minimum reclaim.
+//! - Node-level reclaim (image and container garbage collection) is left to the kubelet, which
+//!   still runs on the node; observation timestamps are not tracked (every sample counts as
+//!   fresh, as the kubelet treats observations without a time).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{
+    clock::Timestamp,
+    config::EvictionConfig,
+    pod::PodInfo,
+    quantity::{Format, Quantity},
+    rank::{RankedPod, rank_pods},
+    signals::{Observations, PodUsage, Signal},
+    threshold::{
+        NodeConditionType, Operator, Resource, Threshold, ThresholdKey, ThresholdSource,
+        signal_condition, signal_format, signal_resource,
+    },
+};
+
+/// The kubelet's grace period for hard evictions (`immediateEvictionGracePeriodSeconds`). Never
+/// zero: through the API a zero grace period is a force delete.
+pub const HARD_EVICTION_GRACE_PERIOD_SECONDS: i64 = 1;
+/// The status reason of an evicted pod.
+pub const EVICTION_REASON: &str = "Evicted";
+/// Event annotation keys (`OffendingContainersKey` …).
+pub const OFFENDING_CONTAINERS_KEY: &str = "offending_containers";
+pub const OFFENDING_CONTAINERS_USAGE_KEY: &str = "offending_containers_usage";
+pub const OFFENDING_POD_KEY: &str = "offending_pod";
+pub const OFFENDING_POD_USAGE_KEY: &str = "offending_pod_usage";
+pub const STARVED_RESOURCE_KEY: &str = "starved_resource";
+
+/// What the eviction manager remembers between decisions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvictionState {
+    /// `thresholdsFirstObservedAt`.
+    first_observed: BTreeMap<ThresholdKey, Timestamp>,
+    /// `nodeConditionsLastObservedAt`.
+    conditions_last_observed: BTreeMap<NodeConditionType, Timestamp>,
+    /// `nodeConditions`: the conditions currently reported.
+    conditions: Vec<NodeConditionType>,
+    /// `thresholdsMet`: thresholds acted on last time (grace periods elapsed), kept until their
+    /// minimum reclaim is reached.
+    thresholds_met: Vec<ThresholdKey>,
+}
+
+impl EvictionState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The pressure conditions currently reported.
+    pub fn conditions(&self) -> &[NodeConditionType] {
+        &self.conditions
+    }
+
+    pub fn has_condition(&self, condition: NodeConditionType) -> bool {
+        self.conditions.contains(&condition)
+    }
+}
+
+/// Why a threshold counts as met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetReason {
+    /// The signal is below the threshold.
+    BelowThreshold,
+    /// The signal is above the threshold but below threshold plus minimum reclaim, and the
+    /// threshold was acted on last time.
+    MinimumReclaimPending,
+}
+
+/// A threshold that is met, with its grace status.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThresholdReport {
+    pub signal: Signal,
+    pub source: ThresholdSource,
+    pub hard: bool,
+    pub operator: Operator,
+    /// As configured: `100Mi`, `10%`.
+    pub value: String,
+    /// The threshold for this observation's capacity, base units.
+    pub quantity: i64,
+    pub available: i64,
+    pub capacity: i64,
+    /// The minimum reclaim for this capacity, base units.
+    pub min_reclaim: Option<i64>,
+    pub reason: MetReason,
+    pub grace_period_seconds: f64,
+    /// Time since the threshold was first observed met.
+    pub met_for_seconds: f64,
+    /// The grace period has elapsed: the threshold drives eviction.
+    pub grace_period_elapsed: bool,
+    pub grace_remaining_seconds: f64,
+}
+
+/// A node condition the eviction manager owns.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConditionReport {
+    #[serde(rename = "type")]
+    pub condition: NodeConditionType,
+    /// Reported true: observed within the pressure transition period.
+    pub status: bool,
+    /// A threshold mapping to this condition is met in this observation.
+    pub observed_now: bool,
+    /// With `status` true and not observed now: time left before it turns false.
+    pub transition_remaining_seconds: Option<f64>,
+}
+
+/// The threshold chosen for reclaim.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReclaimReport {
+    pub signal: Signal,
+    pub resource: Resource,
+    pub source: ThresholdSource,
+    pub hard: bool,
+    /// Threshold, base units.
+    pub quantity: i64,
+    pub available: i64,
+    pub min_reclaim: Option<i64>,
+    /// Threshold plus minimum reclaim minus available, base units.
+    pub shortfall: i64,
+}
+
+/// One eviction to carry out.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Eviction {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Never 0 (a force delete through the API).
+    pub grace_period_seconds: i64,
+    pub signal: Signal,
+    pub resource: Resource,
+    pub hard: bool,
+    /// `Evicted`.
+    pub reason: &'static str,
+    /// Worded as the kubelet words it.
+    pub message: String,
+    /// The annotations the kubelet puts on its eviction event.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The outcome of one decision, with its reasons.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    pub thresholds_met: Vec<ThresholdReport>,
+    pub conditions: Vec<ConditionReport>,
+    pub reclaim: Option<ReclaimReport>,
+    /// Eviction order for the reclaimed resource (empty when nothing is reclaimed).
+    pub ranked: Vec<RankedPod>,
+    pub evict: Vec<Eviction>,
+    /// Configured signals with no observation (their thresholds cannot be evaluated).
+    pub unobserved_signals: Vec<Signal>,
+}
+
+/// One eviction-manager pass. Updates `state` and returns what to do and why.
+pub fn synchronize(
+    state: &mut EvictionState,
+    config: &EvictionConfig,
+    observations: &Observations,
+    pods: &[PodInfo],
+    now: Timestamp,
+) -> Decision {
+    let mut unobserved_signals: Vec<Signal> = Vec::new();
+    // 1. Thresholds met, ignoring grace periods; then those not yet past their minimum reclaim.
+    let mut met: Vec<(&Threshold, MetReason)> = Vec::new();
+    for t in &config.thresholds {
+        match observations.signals.get(&t.signal) {
+            Some(obs) if t.is_met(obs, false) => met.push((t, MetReason::BelowThreshold)),
+            Some(_) => {}
+            None => {
+                if !unobserved_signals.contains(&t.signal) {
+                    unobserved_signals.push(t.signal);
+                }
+            }
+        }
+    }
+    for key in &state.thresholds_met {
+        let Some(t) = config.threshold(*key) else {
+            continue;
+        };
+        if met.iter().any(|(m, _)| m.key() == *key) {
+            continue;
+        }
+        if let Some(obs) = observations.signals.get(&t.signal)
+            && t.is_met(obs, true)
+        {
+            met.push((t, MetReason::MinimumReclaimPending));
+        }
+    }
+
+    // 2. First observed.
+    let first_observed: BTreeMap<ThresholdKey, Timestamp> = met
+        .iter()
+        .map(|(t, _)| {
+            let key = t.key();
+            (key, state.first_observed.get(&key).copied().unwrap_or(now))
+        })
+        .collect();
+
+    // 3. Conditions, with the transition period.
+    let mut observed_now: Vec<NodeConditionType> = Vec::new();
+    for (t, _) in &met {
+        let c = signal_condition(t.signal);
+        if !observed_now.contains(&c) {
+            observed_now.push(c);
+        }
+    }
+    let mut last_observed = state.conditions_last_observed.clone();
+    for c in &observed_now {
+        last_observed.insert(*c, now);
+    }
+    let period = config.pressure_transition_period;
+    let conditions: Vec<NodeConditionType> = NodeConditionType::ALL
+        .into_iter()
+        .filter(|c| {
+            last_observed
+                .get(c)
+                .is_some_and(|at| now.saturating_since(*at) < period)
+        })
+        .collect();
+
+    // 4. Grace periods.
+    let elapsed = |t: &Threshold| {
+        let at = first_observed.get(&t.key()).copied().unwrap_or(now);
+        now.saturating_since(at) >= t.grace_period
+    };
+    let mut acting: Vec<&Threshold> = met.iter().map(|(t, _)| *t).filter(|t| elapsed(t)).collect();
+
+    let thresholds_met = met
+        .iter()
+        .filter_map(|(t, reason)| {
+            let obs = observations.signals.get(&t.signal)?;
+            let since = first_observed.get(&t.key()).copied().unwrap_or(now);
+            let met_for = now.saturating_since(since);
+            Some(ThresholdReport {
+                signal: t.signal,
+                source: t.source,
+                hard: t.is_hard(),
+                operator: t.operator,
+                value: t.value.to_string(),
+                quantity: t.quantity(obs.capacity).value(),
+                available: obs.available,
+                capacity: obs.capacity,
+                min_reclaim: t.min_reclaim_quantity(obs.capacity).map(|q| q.value()),
+                reason: *reason,
+                grace_period_seconds: t.grace_period.as_secs_f64(),
+                met_for_seconds: met_for.as_secs_f64(),
+                grace_period_elapsed: met_for >= t.grace_period,
+                grace_remaining_seconds: t.grace_period.saturating_sub(met_for).as_secs_f64(),
+            })
+        })
+        .collect();
+    let condition_reports = NodeConditionType::ALL
+        .into_iter()
+        .map(|c| {
+            let status = conditions.contains(&c);
+            let now_seen = observed_now.contains(&c);
+            let remaining = (status && !now_seen)
+                .then(|| last_observed.get(&c))
+                .flatten()
+                .map(|at| {
+                    period
+                        .saturating_sub(now.saturating_since(*at))
+                        .as_secs_f64()
+                });
+            ConditionReport {
+                condition: c,
+                status,
+                observed_now: now_seen,
+                transition_remaining_seconds: remaining,
+            }
+        })
+        .collect();
+
+    // Update the state.
+    state.first_observed = first_observed;
+    state.conditions_last_observed = last_observed;
+    state.conditions = conditions;
+    state.thresholds_met = acting.iter().map(|t| t.key()).collect();
+
+    let mut decision = Decision {
+        thresholds_met,
+        conditions: condition_reports,
+        reclaim: None,
+        ranked: Vec::new(),
+        evict: Vec::new(),
+        unobserved_signals,
+    };
+
+    // 5. The threshold to reclaim for.
+    acting.sort_by_key(|t| eviction_priority(t));
+    let Some(reclaim) = acting.first().copied() else {
+        return decision;
+    };
+    let Some(obs) = observations.signals.get(&reclaim.signal) else {
+        return decision;
+    };
+    let resource = signal_resource(reclaim.signal);
+    let quantity = reclaim.quantity(obs.capacity);
+    let min_reclaim = reclaim.min_reclaim_quantity(obs.capacity);
+    let mut target = quantity.clone();
+    if let Some(m) = &min_reclaim {
+        target.add(m);
+    }
+    let shortfall_nanos = target.nanos() - i128::from(obs.available) * 1_000_000_000;
+    decision.reclaim = Some(ReclaimReport {
+        signal: reclaim.signal,
+        resource,
+        source: reclaim.source,
+        hard: reclaim.is_hard(),
+        quantity: quantity.value(),
+        available: obs.available,
+        min_reclaim: min_reclaim.as_ref().map(Quantity::value),
+        shortfall: ceil_units(shortfall_nanos),
+    });
+    if pods.is_empty() {
+        return decision;
+    }
+
+    // 6. Rank and evict.
+    let ranked = rank_pods(resource, pods, &observations.pods);
+    let max = config.node_monitor.max_pods_per_cycle.max(1) as usize;
+    let mut reclaimed_nanos: i128 = 0;
+    for r in &ranked {
+        if decision.evict.len() >= max {
+            break;
+        }
+        let pod = &pods[r.index];
+        // evictPod refuses critical pods; the kubelet then tries the next one.
+        if pod.critical {
+            continue;
+        }
+        let usage = observations.pods.get(&pod.uid);
+        let (message, annotations) = eviction_message(resource, pod, usage, &acting, observations);
+        decision.evict.push(Eviction {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            grace_period_seconds: eviction_grace_period(
+                reclaim,
+                pod,
+                config.max_pod_grace_period_seconds,
+            ),
+            signal: reclaim.signal,
+            resource,
+            hard: reclaim.is_hard(),
+            reason: EVICTION_REASON,
+            message,
+            annotations,
+        });
+        if max > 1 {
+            let freed = usage.and_then(|u| match resource {
+                Resource::Memory => u.memory,
+                Resource::EphemeralStorage => u.disk,
+                Resource::Pids => u.processes,
+                // No per-pod inode counts: no estimate, so up to maxPodsPerCycle pods.
+                Resource::Inodes => None,
+            });
+            reclaimed_nanos += i128::from(freed.unwrap_or(0)) * 1_000_000_000;
+            if resource != Resource::Inodes && reclaimed_nanos >= shortfall_nanos {
+                break;
+            }
+        }
+    }
+    decision.ranked = ranked;
+    decision
+}
+
+/// `byEvictionPriority` made total: memory, then disk, then PIDs; hard before soft; signal and
+/// source order last.
+fn eviction_priority(t: &Threshold) -> (u8, bool, Signal, ThresholdSource) {
+    let group = match signal_resource(t.signal) {
+        Resource::Memory => 0,
+        Resource::EphemeralStorage | Resource::Inodes => 1,
+        Resource::Pids => 2,
+    };
+    (group, !t.is_hard(), t.signal, t.source)
+}
+
+/// The grace period the eviction asks for. Hard: the kubelet's immediate 1 s. Soft: the lesser
+/// of the pod's `terminationGracePeriodSeconds` and `evictionMaxPodGracePeriod` (current
+/// `eviction_manager.go`); the kubelet's pod workers then raise anything below 1 s to 1 s
+/// (`calculateEffectiveGracePeriod`), so a zero or negative maximum yields 1 s.
+pub fn eviction_grace_period(threshold: &Threshold, pod: &PodInfo, max_pod_grace: i32) -> i64 {
+    if threshold.is_hard() {
+        return HARD_EVICTION_GRACE_PERIOD_SECONDS;
+    }
+    let mut grace = i64::from(max_pod_grace);
+    if let Some(pod_grace) = pod.termination_grace_period_seconds {
+        grace = grace.min(pod_grace);
+    }
+    grace.max(1)
+}
+
+/// `evictionMessage`: the kubelet's wording, and its event annotations.
+pub fn eviction_message(
+    resource: Resource,
+    pod: &PodInfo,
+    usage: Option<&PodUsage>,
+    thresholds: &[&Threshold],
+    observations: &Observations,
+) -> (String, BTreeMap<String, String>) {
+    let mut annotations = BTreeMap::new();
+    let mut message = format!("The node was low on resource: {resource}. ");
+    // getThresholdMetInfo: the first threshold for this resource that has an observation.
+    if let Some((t, obs)) = thresholds.iter().find_map(|t| {
+        (signal_resource(t.signal) == resource)
+            .then(|| observations.signals.get(&t.signal).map(|o| (*t, o)))
+            .flatten()
+    }) {
+        let available = Quantity::new(obs.available, signal_format(t.signal));
+        message.push_str(&format!(
+            "Threshold quantity: {}, available: {available}. ",
+            t.quantity(obs.capacity)
+        ));
+    }
+    let Some(usage) = usage else {
+        return (message, annotations);
+    };
+    if resource == Resource::Memory
+        && let (Some(request), Some(used)) = (&pod.pod_memory_request, usage.memory)
+    {
+        let used = bytes(used);
+        message.push_str(&format!(
+            "Pod {} was using {used}, request is {request}, has larger consumption of {resource}. ",
+            pod.name
+        ));
+        annotations.insert(OFFENDING_POD_KEY.into(), pod.name.clone());
+        annotations.insert(OFFENDING_POD_USAGE_KEY.into(), used.to_string());
+    }
+    let mut offending = Vec::new();
+    let mut offending_usage = Vec::new();
+    for c in &pod.containers {
+        let (used, request) = match resource {
+            Resource::Memory => (c.usage.memory, &c.memory_request),
+            Resource::EphemeralStorage => (c.usage.disk, &c.ephemeral_storage_request),
+            Resource::Inodes | Resource::Pids => (None, &c.memory_request),
+        };
+        let Some(used) = used.map(bytes) else {
+            continue;
+        };
+        if used > *request {
+            message.push_str(&format!(
+                "Container {} was using {used}, request is {request}, has larger consumption of {resource}. ",
+                c.name
+            ));
+            offending.push(c.name.clone());
+            offending_usage.push(used.to_string());
+        }
+    }
+    annotations.insert(OFFENDING_CONTAINERS_KEY.into(), offending.join(","));
+    annotations.insert(
+        OFFENDING_CONTAINERS_USAGE_KEY.into(),
+        offending_usage.join(","),
+    );
+    annotations.insert(STARVED_RESOURCE_KEY.into(), resource.to_string());
+    (message, annotations)
+}
+
+/// Nano-units to base units, rounded up.
+fn ceil_units(nanos: i128) -> i64 {
+    let units = nanos / 1_000_000_000 + i128::from(nanos % 1_000_000_000 > 0);
+    i64::try_from(units).unwrap_or(if units > 0 { i64::MAX } else { i64::MIN })
+}
+
+fn bytes(v: u64) -> Quantity {
+    Quantity::new(i64::try_from(v).unwrap_or(i64::MAX), Format::BinarySI)
+}
+
+/// When the earliest waiting soft threshold's grace period elapses, for callers that schedule
+/// the next decision; `None` when no soft threshold is being tracked.
+pub fn next_grace_deadline(state: &EvictionState, config: &EvictionConfig) -> Option<Timestamp> {
+    state
+        .first_observed
+        .iter()
+        .filter_map(|(key, at)| {
+            let t = config.threshold(*key)?;
+            (!t.is_hard()).then(|| *at + t.grace_period)
+        })
+        .min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{
+        config::{ConfigSource, EvictionFlags, load_sources},
+        pod::ContainerUsage,
+        rank::tests::{mem, pod},
+        signals::SignalObservation,
+    };
+
+    const MI: i64 = 1 << 20;
+    const GI: i64 = 1 << 30;
+
+    fn config(yaml: &str) -> EvictionConfig {
+        load_sources(
+            &[ConfigSource {
+                name: "test",
+                text: yaml,
+            }],
+            &EvictionFlags::default(),
+        )
+        .expect("config")
+    }
+
+    fn observations(signals: &[(Signal, i64, i64)], pods: &[(String, PodUsage)]) -> Observations {
+        Observations {
+            signals: signals
+                .iter()
+                .map(|(s, available, capacity)| {
+                    (
+                        *s,
+                        SignalObservation {
+                            available: *available,
+                            capacity: *capacity,
+                        },
+                    )
+                })
+                .collect(),
+            pods: pods.iter().cloned().collect(),
+        }
+    }
+
+    fn memory_obs(available: i64) -> Observations {
+        observations(&[(Signal::MemoryAvailable, available, 10 * GI)], &[])
+    }
+
+    fn at(secs: u64) -> Timestamp {
+        Timestamp::from_secs(secs)
+    }
+
+    fn condition(d: &Decision, c: NodeConditionType) -> bool {
+        d.conditions.iter().any(|r| r.condition == c && r.status)
+    }
+
+    #[test]
+    fn nothing_met_nothing_done() {
+        let c = config("evictionHard:\n  memory.available: 1Gi\n");
+        let mut s = EvictionState::new();
+        let d = synchronize(&mut s, &c, &memory_obs(2 * GI), &[pod("a", 0, "")], at(0));
+        assert!(d.thresholds_met.is_empty());
+        assert!(d.reclaim.is_none() && d.evict.is_empty() && d.ranked.is_empty());
+        assert!(s.conditions().is_empty());
+    }
+
+    /// The docs: 10GiB of memory and memory.available<10% (1Gi): below it, the hard threshold
+    /// evicts at once with the 1 s grace period.
+    #[test]
+    fn hard_threshold_evicts_immediately() {
+        let c = config("evictionHard:\n  memory.available: 10%\n");
+        let mut s = EvictionState::new();
+        let pods = [pod("hog", 0, ""), pod("small", 0, "1Gi")];
+        let obs = observations(
+            &[(Signal::MemoryAvailable, 900 * MI, 10 * GI)],
+            &[mem("hog", (3 * GI) as u64), mem("small", (100 * MI) as u64)],
+        );
+        let d = synchronize(&mut s, &c, &obs, &pods, at(0));
+        assert_eq!(d.thresholds_met.len(), 1);
+        let t = &d.thresholds_met[0];
+        assert_eq!(
+            (t.quantity, t.available, t.hard),
+            (1_073_741_840, 900 * MI, true)
+        );
+        assert!(t.grace_period_elapsed);
+        assert!(condition(&d, NodeConditionType::MemoryPressure));
+        let r = d.reclaim.as_ref().expect("reclaim");
+        assert_eq!(
+            (r.signal, r.resource, r.hard),
+            (Signal::MemoryAvailable, Resource::Memory, true)
+        );
+        assert_eq!(r.shortfall, 1_073_741_840 - 900 * MI);
+        assert_eq!(d.ranked[0].name, "hog");
+        assert_eq!(d.evict.len(), 1, "one pod per cycle by default");
+        assert_eq!(d.evict[0].name, "hog");
+        assert_eq!(d.evict[0].grace_period_seconds, 1);
+        assert_eq!(d.evict[0].reason, "Evicted");
+        // Unobserved signals are listed, not guessed.
+        assert!(
+            d.unobserved_signals
+                .contains(&Signal::AllocatableMemoryAvailable)
+        );
+    }
+
+    /// Soft threshold memory.available<1.5Gi held for 1m30s before anything is evicted; the
+    /// grace clock restarts if the signal recovers in between.
+    #[test]
+    fn soft_threshold_waits_for_its_grace_period() {
+        let c = config(
+            "evictionHard: {}\nevictionSoft:\n  memory.available: 1.5Gi\nevictionSoftGracePeriod:\n  memory.available: 1m30s\nevictionMaxPodGracePeriod: 60\n",
+        );
+        let pods = [pod("a", 0, "")];
+        let low = || {
+            observations(
+                &[(Signal::MemoryAvailable, GI, 10 * GI)],
+                &[mem("a", GI as u64)],
+            )
+        };
+        let mut s = EvictionState::new();
+        let steps: &[(u64, bool, bool, f64)] = &[
+            // (t, evicts, condition, grace remaining)
+            (0, false, true, 90.0),
+            (60, false, true, 30.0),
+            (89, false, true, 1.0),
+            (90, true, true, 0.0),
+            (100, true, true, 0.0),
+        ];
+        for (t, evicts, cond, remaining) in steps {
+            let d = synchronize(&mut s, &c, &low(), &pods, at(*t));
+            assert_eq!(!d.evict.is_empty(), *evicts, "t={t}");
+            assert_eq!(
+                condition(&d, NodeConditionType::MemoryPressure),
+                *cond,
+                "t={t}"
+            );
+            assert_eq!(
+                d.thresholds_met[0].grace_remaining_seconds, *remaining,
+                "t={t}"
+            );
+            assert_eq!(d.thresholds_met[0].met_for_seconds, *t as f64, "t={t}");
+            if *evicts {
+                assert!(!d.evict[0].hard);
+                assert_eq!(d.evict[0].grace_period_seconds, 30, "min(pod 30s, max 60s)");
+            }
+        }
+        // Recovery resets the first-observed time: the grace period starts over.
+        let mut s = EvictionState::new();
+        synchronize(&mut s, &c, &low(), &pods, at(0));
+        synchronize(&mut s, &c, &memory_obs(2 * GI), &pods, at(60));
+        let d = synchronize(&mut s, &c, &low(), &pods, at(100));
+        assert!(d.evict.is_empty());
+        assert_eq!(d.thresholds_met[0].met_for_seconds, 0.0);
+        let d = synchronize(&mut s, &c, &low(), &pods, at(190));
+        assert_eq!(d.evict.len(), 1);
+    }
+
+    /// The condition stays true for the transition period after the last time a threshold was
+    /// met, so an oscillating signal does not flap the condition.
+    #[test]
+    fn transition_period_hysteresis() {
+        let c = config(
+            "evictionHard:\n  memory.available: 1Gi\nevictionPressureTransitionPeriod: 5m\n",
+        );
+        let mut s = EvictionState::new();
+        let steps: &[(u64, i64, bool, Option<f64>)] = &[
+            (0, GI / 2, true, None),
+            (10, 2 * GI, true, Some(290.0)),
+            (200, GI / 2, true, None),
+            (210, 2 * GI, true, Some(290.0)),
+            (499, 2 * GI, true, Some(1.0)),
+            (500, 2 * GI, false, None),
+            (600, 2 * GI, false, None),
+        ];
+        for (t, available, status, remaining) in steps {
+            let d = synchronize(&mut s, &c, &memory_obs(*available), &[], at(*t));
+            let r = &d.conditions[0];
+            assert_eq!(r.condition, NodeConditionType::MemoryPressure);
+            assert_eq!(r.status, *status, "t={t}");
+            assert_eq!(r.transition_remaining_seconds, *remaining, "t={t}");
+            assert_eq!(s.has_condition(NodeConditionType::MemoryPressure), *status);
+        }
+    }
+
+    /// Minimum reclaim: the docs' nodefs.available<1Gi with 500Mi minimum reclaim keeps
+    /// reclaiming until 1.5Gi is available.
+    #[test]
+    fn minimum_reclaim_keeps_the_threshold_active() {
+        let c = config(
+            "evictionHard:\n  nodefs.available: 1Gi\nevictionMinimumReclaim:\n  nodefs.available: 500Mi\n",
+        );
+        let nodefs =
+            |available| observations(&[(Signal::NodeFsAvailable, available, 100 * GI)], &[]);
+        let pods = [pod("a", 0, "")];
+        let mut s = EvictionState::new();
+        // Not met before it is first crossed, even inside the reclaim band.
+        let d = synchronize(&mut s, &c, &nodefs(GI + 100 * MI), &pods, at(0));
+        assert!(d.thresholds_met.is_empty());
+        let d = synchronize(&mut s, &c, &nodefs(GI - MI), &pods, at(10));
+        assert_eq!(d.thresholds_met[0].reason, MetReason::BelowThreshold);
+        assert_eq!(d.reclaim.as_ref().map(|r| r.shortfall), Some(500 * MI + MI));
+        assert_eq!(d.evict.len(), 1);
+        let d = synchronize(&mut s, &c, &nodefs(GI + 100 * MI), &pods, at(20));
+        assert_eq!(d.thresholds_met[0].reason, MetReason::MinimumReclaimPending);
+        assert_eq!(d.evict.len(), 1, "still reclaiming");
+        assert_eq!(d.evict[0].resource, Resource::EphemeralStorage);
+        let d = synchronize(&mut s, &c, &nodefs(GI + 500 * MI), &pods, at(30));
+        assert!(
+            d.thresholds_met.is_empty() && d.evict.is_empty(),
+            "target reached"
+        );
+        assert!(
+            condition(&d, NodeConditionType::DiskPressure),
+            "transition period"
+        );
+    }
+
+    #[test]
+    fn critical_pods_are_never_evicted() {
+        let c = config("evictionHard:\n  memory.available: 1Gi\n");
+        let mut critical = pod("etcd", 0, "");
+        critical.critical = true;
+        critical.mirror_pod = true;
+        let mut system = pod("dns", 2_000_000_000, "");
+        system.critical = true;
+        let obs = observations(
+            &[(Signal::MemoryAvailable, GI / 2, 10 * GI)],
+            &[
+                mem("etcd", (8 * GI) as u64),
+                mem("dns", (GI) as u64),
+                mem("app", 10 * MI as u64),
+            ],
+        );
+        let mut s = EvictionState::new();
+        let d = synchronize(&mut s, &c, &obs, &[critical.clone(), system.clone()], at(0));
+        assert_eq!(d.ranked.len(), 2);
+        assert!(d.evict.is_empty(), "only critical pods: nothing evicted");
+        let d = synchronize(
+            &mut s,
+            &c,
+            &obs,
+            &[critical, system, pod("app", 0, "1Gi")],
+            at(1),
+        );
+        assert_eq!(d.ranked[0].name, "etcd", "ranked first, skipped");
+        assert_eq!(
+            d.evict.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
+            ["app"]
+        );
+    }
+
+    #[test]
+    fn reclaim_order_memory_then_disk_then_pids() {
+        let c = config(
+            "evictionHard:\n  memory.available: 1Gi\n  nodefs.available: 1Gi\n  pid.available: \"100\"\n",
+        );
+        let all = observations(
+            &[
+                (Signal::MemoryAvailable, 1, 10 * GI),
+                (Signal::NodeFsAvailable, 1, 10 * GI),
+                (Signal::PidAvailable, 1, 1000),
+            ],
+            &[],
+        );
+        let mut s = EvictionState::new();
+        let d = synchronize(&mut s, &c, &all, &[], at(0));
+        assert_eq!(d.reclaim.map(|r| r.signal), Some(Signal::MemoryAvailable));
+        assert_eq!(d.conditions.iter().filter(|c| c.status).count(), 3);
+        let disk_and_pid = observations(
+            &[
+                (Signal::MemoryAvailable, 2 * GI, 10 * GI),
+                (Signal::NodeFsAvailable, 1, 10 * GI),
+                (Signal::PidAvailable, 1, 1000),
+            ],
+            &[],
+        );
+        let d = synchronize(&mut s, &c, &disk_and_pid, &[], at(1));
+        assert_eq!(d.reclaim.map(|r| r.signal), Some(Signal::NodeFsAvailable));
+        let pid = observations(&[(Signal::PidAvailable, 1, 1000)], &[]);
+        let d = synchronize(&mut s, &c, &pid, &[], at(2));
+        assert_eq!(
+            d.reclaim.map(|r| (r.signal, r.resource)),
+            Some((Signal::PidAvailable, Resource::Pids))
+        );
+    }
+
+    #[test]
+    fn hard_before_soft_for_the_same_signal() {
+        let c = config(
+            "evictionHard:\n  memory.available: 500Mi\nevictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 0s\n",
+        );
+        let mut s = EvictionState::new();
+        let d = synchronize(&mut s, &c, &memory_obs(100 * MI), &[pod("a", 0, "")], at(0));
+        let r = d.reclaim.expect("reclaim");
+        assert_eq!(r.source, ThresholdSource::EvictionHard);
+        assert_eq!(r.quantity, 500 * MI);
+    }
+
+    #[test]
+    fn grace_periods_hard_and_soft() {
+        let hard = config("evictionHard:\n  memory.available: 1Gi\n").thresholds[0].clone();
+        let soft = config("evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 1m\n")
+            .thresholds
+            .into_iter()
+            .find(|t| t.source == ThresholdSource::EvictionSoft)
+            .expect("soft");
+        let mut p = pod("p", 0, "");
+        let cases: &[(&Threshold, Option<i64>, i32, i64)] = &[
+            (&hard, Some(30), 60, 1),
+            (&hard, Some(0), 0, 1),
+            (&soft, Some(30), 60, 30),
+            (&soft, Some(120), 60, 60),
+            (&soft, None, 60, 60),
+            // evictionMaxPodGracePeriod 0 (the default): the kubelet ends up at 1 s.
+            (&soft, Some(30), 0, 1),
+            (&soft, Some(30), -1, 1),
+            (&soft, Some(0), 60, 1),
+        ];
+        for (t, pod_grace, max, want) in cases {
+            p.termination_grace_period_seconds = *pod_grace;
+            assert_eq!(
+                eviction_grace_period(t, &p, *max),
+                *want,
+                "hard={} pod={pod_grace:?} max={max}",
+                t.is_hard()
+            );
+        }
+    }
+
+    /// The kubelet's message, word for word, and its event annotations.
+    #[test]
+    fn eviction_message_format() {
+        let c = config("evictionHard:\n  memory.available: 100Mi\n");
+        let mut p = pod("web", 0, "1Gi");
+        p.containers[0].name = "x".into();
+        p.containers[0].usage = ContainerUsage {
+            memory: Some(2 << 30),
+            disk: None,
+        };
+        let mut sidecar = p.containers[0].clone();
+        sidecar.name = "y".into();
+        sidecar.usage.memory = Some(10 << 20);
+        p.containers.push(sidecar);
+        let obs = observations(
+            &[(Signal::MemoryAvailable, 12345 * 1024, 10 * GI)],
+            &[mem("web", (3 * GI) as u64)],
+        );
+        let mut s = EvictionState::new();
+        let d = synchronize(&mut s, &c, &obs, &[p.clone()], at(0));
+        let e = &d.evict[0];
+        assert_eq!(
+            e.message,
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 12345Ki. \
+             Container x was using 2Gi, request is 1Gi, has larger consumption of memory. "
+        );
+        assert_eq!(e.annotations["offending_containers"], "x");
+        assert_eq!(e.annotations["offending_containers_usage"], "2Gi");
+        assert_eq!(e.annotations["starved_resource"], "memory");
+
+        // Percentage thresholds print the resolved amount; without a usage sample the message
+        // stops after the threshold and carries no annotations.
+        let c = config("evictionHard:\n  memory.available: 10%\n");
+        let obs = observations(&[(Signal::MemoryAvailable, GI / 2, 10 * GI)], &[]);
+        let (msg, ann) = eviction_message(
+            Resource::Memory,
+            &p,
+            None,
+            &c.thresholds.iter().collect::<Vec<_>>(),
+            &obs,
+        );
+        assert_eq!(
+            msg,
+            "The node was low on resource: memory. Threshold quantity: 1073741840, available: 512Mi. "
+        );
+        assert!(ann.is_empty());
+
+        // Pod-level resources name the pod; PIDs print in decimal SI and never blame containers.
+        p.pod_memory_request = Some(Quantity::parse("2Gi").expect("q"));
+        let obs = observations(
+            &[(Signal::MemoryAvailable, GI / 2, 10 * GI)],
+            &[mem("web", (3 * GI) as u64)],
+        );
+        let usage = obs.pods.get("uid-web");
+        let (msg, ann) = eviction_message(Resource::Memory, &p, usage, &[], &obs);
+        assert_eq!(
+            msg,
+            "The node was low on resource: memory. Pod web was using 3Gi, request is 2Gi, has larger consumption of memory. \
+             Container x was using 2Gi, request is 1Gi, has larger consumption of memory. "
+        );
+        assert_eq!(ann["offending_pod"], "web");
+        assert_eq!(ann["offending_pod_usage"], "3Gi");
+        let c = config("evictionHard:\n  pid.available: 10%\n");
+        let obs = observations(
+            &[(Signal::PidAvailable, 12_000, 4_194_304)],
+            &[mem("web", 1)],
+        );
+        let (msg, ann) = eviction_message(
+            Resource::Pids,
+            &p,
+            obs.pods.get("uid-web"),
+            &c.thresholds.iter().collect::<Vec<_>>(),
+            &obs,
+        );
+        assert_eq!(
+            msg,
+            "The node was low on resource: pids. Threshold quantity: 419430, available: 12k. "
+        );
+        assert_eq!(ann["offending_containers"], "");
+        assert_eq!(ann["starved_resource"], "pids");
+    }
+
+    #[test]
+    fn more_pods_per_cycle_only_until_the_shortfall_is_covered() {
+        let c =
+            config("evictionHard:\n  memory.available: 1Gi\nnodeMonitor:\n  maxPodsPerCycle: 3\n");
+        let pods = [
+            pod("a", 0, ""),
+            pod("b", 0, ""),
+            pod("c", 0, ""),
+            pod("d", 0, ""),
+        ];
+        let usage = [
+            mem("a", (400 * MI) as u64),
+            mem("b", (300 * MI) as u64),
+            mem("c", (200 * MI) as u64),
+            mem("d", (100 * MI) as u64),
+        ];
+        let mut s = EvictionState::new();
+        // Short by 500Mi: a (400Mi) and b (300Mi) cover it.
+        let obs = observations(&[(Signal::MemoryAvailable, GI - 500 * MI, 10 * GI)], &usage);
+        let d = synchronize(&mut s, &c, &obs, &pods, at(0));
+        assert_eq!(
+            d.evict.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        // Short by almost 1Gi: a, b and c (900Mi) do not cover it; capped at three.
+        let obs = observations(&[(Signal::MemoryAvailable, 1, 10 * GI)], &usage);
+        let d = synchronize(&mut s, &c, &obs, &pods, at(1));
+        assert_eq!(d.evict.len(), 3);
+    }
+
+    #[test]
+    fn deadline_for_waiting_soft_thresholds() {
+        let c = config(
+            "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 2m\n",
+        );
+        let mut s = EvictionState::new();
+        assert_eq!(next_grace_deadline(&s, &c), None);
+        synchronize(&mut s, &c, &memory_obs(GI / 2), &[], at(30));
+        assert_eq!(next_grace_deadline(&s, &c), Some(at(150)));
+    }
+
+    #[test]
+    fn state_follows_configuration_changes() {
+        let old = config("evictionHard:\n  memory.available: 1Gi\n");
+        let new = config("evictionHard:\n  memory.available: 100Mi\n");
+        let mut s = EvictionState::new();
+        synchronize(&mut s, &old, &memory_obs(GI / 2), &[pod("a", 0, "")], at(0));
+        // The same key survives a reload; with the new threshold the signal is fine.
+        let d = synchronize(
+            &mut s,
+            &new,
+            &memory_obs(GI / 2),
+            &[pod("a", 0, "")],
+            at(10),
+        );
+        assert!(d.thresholds_met.is_empty() && d.evict.is_empty());
+        assert!(
+            condition(&d, NodeConditionType::MemoryPressure),
+            "still within 5m of the last"
+        );
+    }
+
+    #[test]
+    fn decision_serializes() {
+        let c = config("evictionHard:\n  memory.available: 1Gi\n");
+        let mut s = EvictionState::new();
+        let obs = observations(
+            &[(Signal::MemoryAvailable, GI / 2, 10 * GI)],
+            &[mem("a", (2 * GI) as u64)],
+        );
+        let d = synchronize(&mut s, &c, &obs, &[pod("a", 0, "")], at(0));
+        let v = serde_json::to_value(&d).expect("json");
+        assert_eq!(v["thresholds_met"][0]["signal"], "memory.available");
+        assert_eq!(v["thresholds_met"][0]["reason"], "below_threshold");
+        assert_eq!(v["conditions"][0]["type"], "MemoryPressure");
+        assert_eq!(v["reclaim"]["resource"], "memory");
+        assert_eq!(v["ranked"][0]["qos"], "BestEffort");
+        assert_eq!(v["evict"][0]["grace_period_seconds"], 1);
+        assert!(v["ranked"][0].get("index").is_none());
+    }
+}

@@ -1,0 +1,570 @@
+//! What the eviction decision needs to know about a pod, and the pure conversion from the API's
+//! `Pod`. QoS follows `pkg/apis/core/v1/helper/qos` (`GetPodQOS`), requests follow
+//! `GetResourceRequestQuantity` (`pkg/api/v1/resource`) over `PodRequests`
+//! (`k8s.io/component-helpers/resource`), criticality follows `IsCriticalPod`
+//! (`pkg/kubelet/types/pod_update.go`).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::core::v1::{Container, Pod, ResourceRequirements},
+    apimachinery::pkg::api::resource::Quantity as ApiQuantity,
+};
+use serde::Serialize;
+
+use super::{
+    kubelet_layout::QosClass,
+    quantity::{Format, Quantity, QuantityError},
+};
+
+/// `scheduling.SystemCriticalPriority`: `2 * HighestUserDefinablePriority`.
+pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+/// `kubetypes.ConfigSourceAnnotationKey`.
+pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+/// `kubetypes.ConfigMirrorAnnotationKey`.
+pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// A pod as the eviction core sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PodInfo {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub qos: QosClass,
+    /// `spec.priority`, 0 when unset (`corev1helpers.PodPriority`).
+    pub priority: i32,
+    /// Static, mirror or system-critical by priority: never evicted.
+    pub critical: bool,
+    pub static_pod: bool,
+    pub mirror_pod: bool,
+    /// The controlling owner (`kind/name`), for reports.
+    pub owner: Option<String>,
+    pub termination_grace_period_seconds: Option<i64>,
+    /// The memory request the kubelet ranks by (containers, sidecars, init containers, pod-level
+    /// resources, overhead).
+    pub memory_request: Quantity,
+    /// The ephemeral-storage request the kubelet ranks by.
+    pub ephemeral_storage_request: Quantity,
+    /// `spec.resources.requests.memory` when pod-level resources are set (the eviction message
+    /// then names the pod).
+    pub pod_memory_request: Option<Quantity>,
+    /// Regular then init containers (ephemeral containers cannot request resources).
+    pub containers: Vec<ContainerInfo>,
+}
+
+/// A container's requests, and optionally its usage (used only to word the eviction message).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContainerInfo {
+    pub name: String,
+    /// `resources.requests.memory` as written, zero when absent.
+    pub memory_request: Quantity,
+    /// `resources.requests.ephemeral-storage` as written, zero when absent.
+    pub ephemeral_storage_request: Quantity,
+    pub usage: ContainerUsage,
+}
+
+/// Per-container usage, when the sampler has it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ContainerUsage {
+    /// Working set, bytes.
+    pub memory: Option<u64>,
+    /// Writable layer plus logs, bytes.
+    pub disk: Option<u64>,
+}
+
+/// A pod the API returned that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodError {
+    #[error("pod {pod}: {field} is missing")]
+    Missing { pod: String, field: &'static str },
+    #[error("pod {pod}: {field} is not a valid quantity")]
+    Quantity {
+        pod: String,
+        field: String,
+        #[source]
+        source: QuantityError,
+    },
+}
+
+/// Pods the kubelet still counts as active: not finished, not being deleted.
+pub fn pod_is_active(pod: &Pod) -> bool {
+    let finished = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    !finished && pod.metadata.deletion_timestamp.is_none()
+}
+
+impl PodInfo {
+    /// Converts an API pod. Fails on a pod without name or UID, or with a malformed quantity.
+    pub fn from_pod(pod: &Pod) -> Result<PodInfo, PodError> {
+        let meta = &pod.metadata;
+        let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
+        let name = meta.name.clone().ok_or_else(|| PodError::Missing {
+            pod: format!("{namespace}/<unnamed>"),
+            field: "metadata.name",
+        })?;
+        let id = format!("{namespace}/{name}");
+        let uid = meta.uid.clone().ok_or_else(|| PodError::Missing {
+            pod: id.clone(),
+            field: "metadata.uid",
+        })?;
+        let empty = Default::default();
+        let spec = pod.spec.as_ref().unwrap_or(&empty);
+        let init_containers = spec.init_containers.as_deref().unwrap_or(&[]);
+
+        let annotations = meta.annotations.as_ref();
+        let static_pod = annotations
+            .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
+            .is_some_and(|source| source != "api");
+        let mirror_pod = annotations.is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION));
+        let priority = spec.priority.unwrap_or(0);
+        let critical = static_pod || mirror_pod || priority >= SYSTEM_CRITICAL_PRIORITY;
+
+        let parse = |field: String, q: &ApiQuantity| {
+            Quantity::parse(&q.0).map_err(|e| PodError::Quantity {
+                pod: id.clone(),
+                field,
+                source: e,
+            })
+        };
+
+        let qos = pod_qos(pod, &parse)?;
+        let memory_request = request_quantity(pod, "memory", Format::BinarySI, &parse)?;
+        let ephemeral_storage_request =
+            request_quantity(pod, "ephemeral-storage", Format::BinarySI, &parse)?;
+        let pod_memory_request = if pod_level_resources_set(spec.resources.as_ref()) {
+            spec.resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref())
+                .and_then(|r| r.get("memory"))
+                .map(|q| parse("spec.resources.requests.memory".into(), q))
+                .transpose()?
+        } else {
+            None
+        };
+
+        let mut containers = Vec::new();
+        let lists = [
+            ("containers", spec.containers.as_slice()),
+            ("initContainers", init_containers),
+        ];
+        for (kind, list) in lists {
+            for c in list {
+                containers.push(ContainerInfo {
+                    name: c.name.clone(),
+                    memory_request: container_request(c, kind, "memory", &parse)?
+                        .unwrap_or_default(),
+                    ephemeral_storage_request: container_request(
+                        c,
+                        kind,
+                        "ephemeral-storage",
+                        &parse,
+                    )?
+                    .unwrap_or_default(),
+                    usage: ContainerUsage::default(),
+                });
+            }
+        }
+
+        let owner = meta.owner_references.as_ref().and_then(|refs| {
+            refs.iter()
+                .find(|r| r.controller == Some(true))
+                .or_else(|| refs.first())
+                .map(|r| format!("{}/{}", r.kind, r.name))
+        });
+
+        Ok(PodInfo {
+            namespace,
+            name,
+            uid,
+            qos,
+            priority,
+            critical,
+            static_pod,
+            mirror_pod,
+            owner,
+            termination_grace_period_seconds: spec.termination_grace_period_seconds,
+            memory_request,
+            ephemeral_storage_request,
+            pod_memory_request,
+            containers,
+        })
+    }
+}
+
+type ParseFn<'a> = dyn Fn(String, &ApiQuantity) -> Result<Quantity, PodError> + 'a;
+
+/// `IsSupportedPodLevelResource`: cpu, memory and hugepages.
+fn supported_pod_level(name: &str) -> bool {
+    name == "cpu" || name == "memory" || name.starts_with("hugepages-")
+}
+
+/// `IsPodLevelResourcesSet`.
+fn pod_level_resources_set(resources: Option<&ResourceRequirements>) -> bool {
+    let Some(r) = resources else { return false };
+    let has = |m: &Option<BTreeMap<String, ApiQuantity>>| {
+        m.as_ref()
+            .is_some_and(|m| m.keys().any(|k| supported_pod_level(k)))
+    };
+    has(&r.requests) || has(&r.limits)
+}
+
+/// `GetPodQOS`: the status field when the API has set it, computed from the spec otherwise.
+fn pod_qos(pod: &Pod, parse: &ParseFn<'_>) -> Result<QosClass, PodError> {
+    match pod.status.as_ref().and_then(|s| s.qos_class.as_deref()) {
+        Some("Guaranteed") => return Ok(QosClass::Guaranteed),
+        Some("Burstable") => return Ok(QosClass::Burstable),
+        Some("BestEffort") => return Ok(QosClass::BestEffort),
+        _ => {}
+    }
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(QosClass::BestEffort);
+    };
+    // ComputePodQOS: pod-level resources decide when present (PodLevelResources is on by
+    // default), otherwise every init and regular container must agree.
+    if let Some(r) = spec.resources.as_ref() {
+        return resource_qos(r, "spec.resources", parse);
+    }
+    let mut pod_qos: Option<QosClass> = None;
+    let init = spec.init_containers.as_deref().unwrap_or(&[]);
+    let all = init
+        .iter()
+        .map(|c| ("initContainers", c))
+        .chain(spec.containers.iter().map(|c| ("containers", c)));
+    for (kind, c) in all {
+        let empty = ResourceRequirements::default();
+        let r = c.resources.as_ref().unwrap_or(&empty);
+        let qos = resource_qos(r, &format!("spec.{kind}[{}].resources", c.name), parse)?;
+        match (qos, pod_qos) {
+            (QosClass::Burstable, _) => return Ok(QosClass::Burstable),
+            (q, None) => pod_qos = Some(q),
+            (q, Some(p)) if q != p => return Ok(QosClass::Burstable),
+            _ => {}
+        }
+    }
+    Ok(pod_qos.unwrap_or(QosClass::BestEffort))
+}
+
+/// `resourceQOS` for one set of requirements: cpu and memory only.
+fn resource_qos(
+    r: &ResourceRequirements,
+    field: &str,
+    parse: &ParseFn<'_>,
+) -> Result<QosClass, PodError> {
+    let empty =
+        |m: &Option<BTreeMap<String, ApiQuantity>>| m.as_ref().is_none_or(BTreeMap::is_empty);
+    if empty(&r.requests) && empty(&r.limits) {
+        return Ok(QosClass::BestEffort);
+    }
+    let get = |m: &Option<BTreeMap<String, ApiQuantity>>, kind: &str, res: &str| {
+        m.as_ref()
+            .and_then(|m| m.get(res))
+            .map(|q| parse(format!("{field}.{kind}.{res}"), q))
+            .transpose()
+            .map(Option::unwrap_or_default)
+    };
+    let mut qos: Option<QosClass> = None;
+    for res in ["cpu", "memory"] {
+        let req = get(&r.requests, "requests", res)?;
+        let lim = get(&r.limits, "limits", res)?;
+        if req != lim {
+            return Ok(QosClass::Burstable);
+        }
+        let best_effort = req.is_zero() && lim.is_zero();
+        let this = if best_effort {
+            QosClass::BestEffort
+        } else {
+            QosClass::Guaranteed
+        };
+        match qos {
+            None => qos = Some(this),
+            Some(q) if q != this => return Ok(QosClass::Burstable),
+            Some(_) => {}
+        }
+    }
+    Ok(qos.unwrap_or(QosClass::BestEffort))
+}
+
+fn container_request(
+    c: &Container,
+    kind: &str,
+    resource: &str,
+    parse: &ParseFn<'_>,
+) -> Result<Option<Quantity>, PodError> {
+    c.resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get(resource))
+        .map(|q| {
+            parse(
+                format!("spec.{kind}[{}].resources.requests.{resource}", c.name),
+                q,
+            )
+        })
+        .transpose()
+}
+
+/// `GetResourceRequestQuantity(pod, resource)` for memory and ephemeral-storage.
+fn request_quantity(
+    pod: &Pod,
+    resource: &str,
+    format: Format,
+    parse: &ParseFn<'_>,
+) -> Result<Quantity, PodError> {
+    let mut total = Quantity::new(0, format);
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(total);
+    };
+    if pod_level_resources_set(spec.resources.as_ref()) {
+        // PodRequests with SkipContainerLevelResources: only the supported pod-level requests.
+        if supported_pod_level(resource)
+            && let Some(q) = spec
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref())
+                .and_then(|r| r.get(resource))
+        {
+            total.add(&parse(format!("spec.resources.requests.{resource}"), q)?);
+        }
+    } else {
+        // AggregateContainerRequests: containers plus restartable init containers (sidecars);
+        // an ordinary init container needs its own request plus the sidecars started before it.
+        let mut sum = Quantity::default();
+        for c in &spec.containers {
+            if let Some(q) = container_request(c, "containers", resource, parse)? {
+                sum.add(&q);
+            }
+        }
+        let mut sidecars = Quantity::default();
+        let mut init_max: Option<Quantity> = None;
+        for c in spec.init_containers.as_deref().unwrap_or(&[]) {
+            let q = container_request(c, "initContainers", resource, parse)?.unwrap_or_default();
+            let needed = if c.restart_policy.as_deref() == Some("Always") {
+                sum.add(&q);
+                sidecars.add(&q);
+                sidecars.clone()
+            } else {
+                let mut combined = q;
+                combined.add(&sidecars);
+                combined
+            };
+            if init_max.as_ref().is_none_or(|m| needed > *m) {
+                init_max = Some(needed);
+            }
+        }
+        if let Some(m) = init_max
+            && m > sum
+        {
+            sum = m;
+        }
+        total.add(&sum);
+    }
+    // Overhead counts only when something was requested.
+    if !total.is_zero()
+        && let Some(q) = spec.overhead.as_ref().and_then(|o| o.get(resource))
+    {
+        total.add(&parse(format!("spec.overhead.{resource}"), q)?);
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use serde_json::json;
+
+    pub(crate) fn pod_from(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).expect("pod json")
+    }
+
+    fn info(v: serde_json::Value) -> PodInfo {
+        PodInfo::from_pod(&pod_from(v)).expect("pod info")
+    }
+
+    fn container(
+        name: &str,
+        requests: serde_json::Value,
+        limits: serde_json::Value,
+    ) -> serde_json::Value {
+        json!({"name": name, "resources": {"requests": requests, "limits": limits}})
+    }
+
+    fn pod_with(
+        containers: Vec<serde_json::Value>,
+        init: Vec<serde_json::Value>,
+    ) -> serde_json::Value {
+        json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {"containers": containers, "initContainers": init}
+        })
+    }
+
+    #[test]
+    fn qos_from_the_spec() {
+        let g = container(
+            "a",
+            json!({"cpu": "1", "memory": "1Gi"}),
+            json!({"cpu": "1", "memory": "1Gi"}),
+        );
+        let g_equal_values = container(
+            "b",
+            json!({"cpu": "1000m", "memory": "1024Mi"}),
+            json!({"cpu": "1", "memory": "1Gi"}),
+        );
+        let be = json!({"name": "c"});
+        let b_req_only = container("d", json!({"memory": "1Gi"}), json!({}));
+        let b_cpu_only = container("e", json!({"cpu": "1"}), json!({"cpu": "1"}));
+        let b_storage_only = container("f", json!({"ephemeral-storage": "1Gi"}), json!({}));
+        let cases: Vec<(serde_json::Value, QosClass)> = vec![
+            (pod_with(vec![g.clone()], vec![]), QosClass::Guaranteed),
+            (
+                pod_with(vec![g.clone(), g_equal_values], vec![]),
+                QosClass::Guaranteed,
+            ),
+            (pod_with(vec![be.clone()], vec![]), QosClass::BestEffort),
+            (pod_with(vec![b_storage_only], vec![]), QosClass::BestEffort),
+            (pod_with(vec![b_req_only], vec![]), QosClass::Burstable),
+            (pod_with(vec![b_cpu_only], vec![]), QosClass::Burstable),
+            (
+                pod_with(vec![g.clone(), be.clone()], vec![]),
+                QosClass::Burstable,
+            ),
+            // Init containers count.
+            (
+                pod_with(vec![g.clone()], vec![be.clone()]),
+                QosClass::Burstable,
+            ),
+            (
+                pod_with(vec![be.clone()], vec![g.clone()]),
+                QosClass::Burstable,
+            ),
+            (
+                pod_with(vec![g.clone()], vec![g.clone()]),
+                QosClass::Guaranteed,
+            ),
+        ];
+        for (i, (pod, want)) in cases.into_iter().enumerate() {
+            assert_eq!(info(pod).qos, want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn qos_from_pod_level_resources_and_status() {
+        let mut p = pod_with(vec![json!({"name": "a"})], vec![]);
+        p["spec"]["resources"] = json!({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}});
+        assert_eq!(info(p.clone()).qos, QosClass::Guaranteed);
+        p["spec"]["resources"] = json!({"requests": {"memory": "1Gi"}});
+        assert_eq!(info(p.clone()).qos, QosClass::Burstable);
+        // The API's status.qosClass wins over the spec.
+        p["status"] = json!({"qosClass": "BestEffort"});
+        assert_eq!(info(p).qos, QosClass::BestEffort);
+    }
+
+    #[test]
+    fn memory_request_aggregation() {
+        let req = |m: &str| container("c", json!({"memory": m}), json!({}));
+        let mut sidecar = req("100Mi");
+        sidecar["name"] = json!("sidecar");
+        sidecar["restartPolicy"] = json!("Always");
+        let cases: Vec<(serde_json::Value, i64)> = vec![
+            (
+                pod_with(vec![req("100Mi"), req("200Mi")], vec![]),
+                300 << 20,
+            ),
+            // An ordinary init container larger than the containers dominates.
+            (pod_with(vec![req("100Mi")], vec![req("1Gi")]), 1 << 30),
+            (pod_with(vec![req("1Gi")], vec![req("100Mi")]), 1 << 30),
+            // A sidecar adds to the containers, and to init containers after it.
+            (
+                pod_with(vec![req("100Mi")], vec![sidecar.clone()]),
+                200 << 20,
+            ),
+            (
+                pod_with(vec![req("100Mi")], vec![sidecar.clone(), req("500Mi")]),
+                600 << 20,
+            ),
+            (pod_with(vec![json!({"name": "x"})], vec![]), 0),
+        ];
+        for (i, (pod, want)) in cases.into_iter().enumerate() {
+            assert_eq!(info(pod).memory_request.value(), want, "case {i}");
+        }
+        // Overhead is added to a non-zero request only.
+        let mut p = pod_with(vec![req("100Mi")], vec![]);
+        p["spec"]["overhead"] = json!({"memory": "10Mi"});
+        assert_eq!(info(p).memory_request.value(), 110 << 20);
+        let mut p = pod_with(vec![json!({"name": "x"})], vec![]);
+        p["spec"]["overhead"] = json!({"memory": "10Mi"});
+        assert_eq!(info(p).memory_request.value(), 0);
+        // Pod-level resources replace the containers' requests (and carry no ephemeral storage).
+        let mut p = pod_with(
+            vec![container(
+                "c",
+                json!({"memory": "100Mi", "ephemeral-storage": "1Gi"}),
+                json!({}),
+            )],
+            vec![],
+        );
+        p["spec"]["resources"] = json!({"requests": {"memory": "2Gi"}});
+        let i = info(p);
+        assert_eq!(i.memory_request.value(), 2 << 30);
+        assert_eq!(i.ephemeral_storage_request.value(), 0);
+        assert_eq!(
+            i.pod_memory_request.map(|q| q.to_string()),
+            Some("2Gi".into())
+        );
+    }
+
+    #[test]
+    fn criticality_and_priority() {
+        let base = || json!({"metadata": {"name": "p", "namespace": "kube-system", "uid": "u"}, "spec": {"containers": []}});
+        let p = info(base());
+        assert_eq!((p.priority, p.critical), (0, false));
+        let mut v = base();
+        v["spec"]["priority"] = json!(2_000_000_000);
+        assert!(info(v).critical, "system-cluster-critical priority");
+        let mut v = base();
+        v["spec"]["priority"] = json!(1_999_999_999);
+        assert!(!info(v).critical);
+        let mut v = base();
+        v["metadata"]["annotations"] = json!({"kubernetes.io/config.source": "file"});
+        let p = info(v);
+        assert!(p.static_pod && p.critical);
+        let mut v = base();
+        v["metadata"]["annotations"] = json!({"kubernetes.io/config.source": "api"});
+        assert!(!info(v).critical);
+        let mut v = base();
+        v["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "abc"});
+        let p = info(v);
+        assert!(p.mirror_pod && p.critical);
+    }
+
+    #[test]
+    fn bad_pods_are_errors_naming_the_field() {
+        let err =
+            PodInfo::from_pod(&pod_from(json!({"metadata": {"name": "p"}}))).expect_err("no uid");
+        assert_eq!(err.to_string(), "pod default/p: metadata.uid is missing");
+        let p = pod_with(
+            vec![container("app", json!({"memory": "lots"}), json!({}))],
+            vec![],
+        );
+        let err = PodInfo::from_pod(&pod_from(p)).expect_err("bad quantity");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("ns/p") && msg.contains("spec.containers[app].resources.requests.memory"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn activity() {
+        let mut v = pod_with(vec![], vec![]);
+        assert!(pod_is_active(&pod_from(v.clone())));
+        v["status"] = json!({"phase": "Succeeded"});
+        assert!(!pod_is_active(&pod_from(v.clone())));
+        v["status"] = json!({"phase": "Running"});
+        v["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+        assert!(!pod_is_active(&pod_from(v)));
+    }
+}

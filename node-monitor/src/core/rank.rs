@@ -1,0 +1,420 @@
+//! Pod ranking for eviction, with the kubelet's comparator chains (`pkg/kubelet/eviction/helpers.go`):
+//!
+//! - memory: `orderedBy(exceedMemoryRequests, priority, memory)`
+//! - disk: `orderedBy(exceedDiskRequests, priority, disk)` for ephemeral storage and inodes
+//! - PIDs: `orderedBy(priority, process)`
+//!
+//! Pods with no usage sample rank first, as the kubelet "prioritize[s] evicting the pod for
+//! which no stats were found". The kubelet sorts with Go's unstable `sort.Sort`, so its order
+//! among complete ties is unspecified; here ties keep the input order (a stable sort).
+//!
+//! Per-pod inode counts are not sampled: for inode signals every pod with a sample counts zero
+//! inodes, which is what the kubelet computes when its summary carries no inode figures, and the
+//! ranking falls through to priority and then (a kubelet quirk, kept) the ephemeral-storage
+//! request.
+
+use std::{cmp::Ordering, collections::HashMap};
+
+use serde::Serialize;
+
+use super::{kubelet_layout::QosClass, pod::PodInfo, signals::PodUsage, threshold::Resource};
+
+const NANO: i128 = 1_000_000_000;
+
+/// A pod in eviction order, with the facts the comparators used.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankedPod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub qos: QosClass,
+    pub priority: i32,
+    pub critical: bool,
+    /// The sampler had a usage sample for this pod.
+    pub stats_found: bool,
+    /// The sampled usage of the ranked resource (bytes, or processes); `None` when not sampled.
+    pub usage: Option<u64>,
+    /// The request compared with usage (bytes; 0 for inodes and PIDs, which have no requests).
+    pub request: i64,
+    /// Usage above the request (memory and disk), the last tie-breaker.
+    pub usage_above_request: Option<i64>,
+    /// Usage exceeds the request (memory and disk), the first criterion.
+    pub exceeds_request: Option<bool>,
+    /// Index into the pods passed to [`rank_pods`].
+    #[serde(skip)]
+    pub index: usize,
+}
+
+struct Facts<'a> {
+    sample: Option<&'a PodUsage>,
+    found: bool,
+    priority: i32,
+    /// Nanos of the ranked resource (0 when not sampled).
+    usage: i128,
+    exceeds: bool,
+    above: i128,
+}
+
+/// `cmpBool`: true before false.
+fn cmp_bool(a: bool, b: bool) -> Ordering {
+    match (a, b) {
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+        _ => Ordering::Equal,
+    }
+}
+
+/// Pods without a sample first, then the given comparison.
+fn with_stats(a: &Facts<'_>, b: &Facts<'_>, f: impl FnOnce() -> Ordering) -> Ordering {
+    if !a.found || !b.found {
+        cmp_bool(!a.found, !b.found)
+    } else {
+        f()
+    }
+}
+
+/// `priority`: lower priority is evicted first.
+fn priority(a: &Facts<'_>, b: &Facts<'_>) -> Ordering {
+    a.priority.cmp(&b.priority)
+}
+
+/// `exceedMemoryRequests` / `exceedDiskRequests`.
+fn exceeds(a: &Facts<'_>, b: &Facts<'_>) -> Ordering {
+    with_stats(a, b, || cmp_bool(a.exceeds, b.exceeds))
+}
+
+/// `memory` / `disk`: the larger consumer relative to its request first.
+fn above_request(a: &Facts<'_>, b: &Facts<'_>) -> Ordering {
+    with_stats(a, b, || b.above.cmp(&a.above))
+}
+
+/// `process`: the larger process count first.
+fn processes(a: &Facts<'_>, b: &Facts<'_>) -> Ordering {
+    with_stats(a, b, || b.usage.cmp(&a.usage))
+}
+
+fn sample(resource: Resource, u: &PodUsage) -> Option<u64> {
+    match resource {
+        Resource::Memory => u.memory,
+        Resource::EphemeralStorage => u.disk,
+        Resource::Inodes => None,
+        Resource::Pids => u.processes,
+    }
+}
+
+fn units(nanos: i128) -> i64 {
+    // Rounded away from zero, like Quantity.Value().
+    let v = if nanos >= 0 {
+        (nanos + NANO - 1) / NANO
+    } else {
+        -((-nanos + NANO - 1) / NANO)
+    };
+    i64::try_from(v).unwrap_or(if v > 0 { i64::MAX } else { i64::MIN })
+}
+
+/// The kubelet's comparator chain for `resource`.
+fn compare(resource: Resource, a: &Facts<'_>, b: &Facts<'_>) -> Ordering {
+    match resource {
+        Resource::Pids => priority(a, b).then_with(|| processes(a, b)),
+        _ => exceeds(a, b)
+            .then_with(|| priority(a, b))
+            .then_with(|| above_request(a, b)),
+    }
+}
+
+type SortKey = (u8, i32, (u8, i128));
+
+/// A key that orders like [`compare`].
+fn sort_key(resource: Resource, f: &Facts<'_>) -> SortKey {
+    let unsampled_first = |v: i128| if f.found { (1, -v) } else { (0, 0) };
+    match resource {
+        Resource::Pids => (0, f.priority, unsampled_first(f.usage)),
+        _ => {
+            let exceed = match (f.found, f.exceeds) {
+                (false, _) => 0,
+                (true, true) => 1,
+                (true, false) => 2,
+            };
+            (exceed, f.priority, unsampled_first(f.above))
+        }
+    }
+}
+
+/// Ranks `pods` for reclaiming `resource`; `usage` is keyed by pod UID.
+pub fn rank_pods(
+    resource: Resource,
+    pods: &[PodInfo],
+    usage: &HashMap<String, PodUsage>,
+) -> Vec<RankedPod> {
+    let facts: Vec<Facts<'_>> = pods
+        .iter()
+        .map(|p| {
+            let u = usage.get(&p.uid);
+            let used = u
+                .and_then(|u| sample(resource, u))
+                .map_or(0, |v| i128::from(v) * NANO);
+            // The request compared with usage, and the one subtracted from it: the kubelet's
+            // disk comparator subtracts the ephemeral-storage request even for inodes.
+            let (compare, subtract) = match resource {
+                Resource::Memory => (p.memory_request.nanos(), p.memory_request.nanos()),
+                Resource::EphemeralStorage => (
+                    p.ephemeral_storage_request.nanos(),
+                    p.ephemeral_storage_request.nanos(),
+                ),
+                Resource::Inodes => (0, p.ephemeral_storage_request.nanos()),
+                Resource::Pids => (0, 0),
+            };
+            Facts {
+                sample: u,
+                found: u.is_some(),
+                priority: p.priority,
+                usage: used,
+                exceeds: u.is_some() && used > compare,
+                above: used - subtract,
+            }
+        })
+        .collect();
+
+    // The comparator chains as sort keys (a pod without a sample sorts first in every
+    // criterion that looks at usage); the index makes the order total and ties stable.
+    let mut keyed: Vec<(SortKey, usize)> = facts
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (sort_key(resource, f), i))
+        .collect();
+    keyed.sort_unstable();
+    debug_assert!(keyed.windows(2).all(|w| {
+        let (a, b) = (&facts[w[0].1], &facts[w[1].1]);
+        compare(resource, a, b) != Ordering::Greater
+    }));
+    let order = keyed.into_iter().map(|(_, i)| i);
+
+    order
+        .map(|i| {
+            let p = &pods[i];
+            let f = &facts[i];
+            let u = f.sample;
+            let request = match resource {
+                Resource::Memory => p.memory_request.value(),
+                Resource::EphemeralStorage => p.ephemeral_storage_request.value(),
+                Resource::Inodes | Resource::Pids => 0,
+            };
+            let has_request = !matches!(resource, Resource::Pids);
+            RankedPod {
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+                qos: p.qos,
+                priority: p.priority,
+                critical: p.critical,
+                stats_found: f.found,
+                usage: u.and_then(|u| sample(resource, u)),
+                request,
+                usage_above_request: (has_request && f.found).then(|| units(f.above)),
+                exceeds_request: has_request.then_some(f.exceeds),
+                index: i,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::core::{pod::ContainerInfo, quantity::Quantity};
+
+    /// A pod builder in the style of the kubelet's `newPod` test helpers.
+    pub(crate) fn pod(name: &str, priority: i32, memory_request: &str) -> PodInfo {
+        let request = if memory_request.is_empty() {
+            Quantity::default()
+        } else {
+            Quantity::parse(memory_request).expect("request")
+        };
+        PodInfo {
+            namespace: "default".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            qos: if request.is_zero() {
+                QosClass::BestEffort
+            } else {
+                QosClass::Burstable
+            },
+            priority,
+            critical: false,
+            static_pod: false,
+            mirror_pod: false,
+            owner: None,
+            termination_grace_period_seconds: Some(30),
+            memory_request: request.clone(),
+            ephemeral_storage_request: Quantity::default(),
+            pod_memory_request: None,
+            containers: vec![ContainerInfo {
+                name: name.into(),
+                memory_request: request,
+                ephemeral_storage_request: Quantity::default(),
+                usage: Default::default(),
+            }],
+        }
+    }
+
+    pub(crate) fn mem(name: &str, bytes: u64) -> (String, PodUsage) {
+        (
+            format!("uid-{name}"),
+            PodUsage {
+                memory: Some(bytes),
+                disk: None,
+                processes: None,
+            },
+        )
+    }
+
+    const MI: u64 = 1 << 20;
+
+    fn names(r: &[RankedPod]) -> Vec<&str> {
+        r.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    #[test]
+    fn memory_exceeding_requests_first() {
+        // Same priority: the pod over its request goes first even if it uses less.
+        let pods = vec![pod("under", 0, "1Gi"), pod("over", 0, "100Mi")];
+        let usage = HashMap::from([mem("under", 900 * MI), mem("over", 200 * MI)]);
+        let r = rank_pods(Resource::Memory, &pods, &usage);
+        assert_eq!(names(&r), ["over", "under"]);
+        assert_eq!(r[0].exceeds_request, Some(true));
+        assert_eq!(r[0].usage_above_request, Some((100 * MI) as i64));
+        assert_eq!(r[1].exceeds_request, Some(false));
+    }
+
+    #[test]
+    fn memory_priority_before_usage() {
+        // Both over their requests: lower priority first, regardless of usage.
+        let pods = vec![pod("high", 1000, "100Mi"), pod("low", 0, "100Mi")];
+        let usage = HashMap::from([mem("high", 2000 * MI), mem("low", 150 * MI)]);
+        assert_eq!(
+            names(&rank_pods(Resource::Memory, &pods, &usage)),
+            ["low", "high"]
+        );
+        // Exceeding requests outranks priority.
+        let pods = vec![pod("low-under", 0, "1Gi"), pod("high-over", 1000, "100Mi")];
+        let usage = HashMap::from([mem("low-under", 10 * MI), mem("high-over", 101 * MI)]);
+        assert_eq!(
+            names(&rank_pods(Resource::Memory, &pods, &usage)),
+            ["high-over", "low-under"]
+        );
+    }
+
+    #[test]
+    fn memory_usage_above_request_breaks_ties() {
+        let pods = vec![pod("a", 0, "100Mi"), pod("b", 0, "100Mi"), pod("c", 0, "")];
+        let usage = HashMap::from([mem("a", 150 * MI), mem("b", 400 * MI), mem("c", 250 * MI)]);
+        assert_eq!(
+            names(&rank_pods(Resource::Memory, &pods, &usage)),
+            ["b", "c", "a"]
+        );
+        // Under requests too: the one closest to (or least below) its request first.
+        let pods = vec![pod("far", 0, "1Gi"), pod("near", 0, "1Gi")];
+        let usage = HashMap::from([mem("far", 100 * MI), mem("near", 1000 * MI)]);
+        assert_eq!(
+            names(&rank_pods(Resource::Memory, &pods, &usage)),
+            ["near", "far"]
+        );
+    }
+
+    #[test]
+    fn pods_without_stats_rank_first() {
+        let pods = vec![pod("measured", 0, ""), pod("unmeasured", 1000, "1Gi")];
+        let usage = HashMap::from([mem("measured", 5000 * MI)]);
+        let r = rank_pods(Resource::Memory, &pods, &usage);
+        assert_eq!(names(&r), ["unmeasured", "measured"]);
+        assert!(!r[0].stats_found);
+        assert_eq!(r[0].usage_above_request, None);
+    }
+
+    #[test]
+    fn the_docs_ordering_best_effort_burstable_guaranteed() {
+        let mut guaranteed = pod("guaranteed", 0, "512Mi");
+        guaranteed.qos = QosClass::Guaranteed;
+        let pods = vec![
+            guaranteed,
+            pod("burstable-over", 0, "256Mi"),
+            pod("burstable-under", 0, "128Mi"),
+            pod("besteffort-big", 0, ""),
+            pod("besteffort-small", 0, ""),
+        ];
+        let usage = HashMap::from([
+            mem("guaranteed", 500 * MI),
+            mem("burstable-over", 512 * MI),
+            mem("burstable-under", 64 * MI),
+            mem("besteffort-big", 2048 * MI),
+            mem("besteffort-small", 1024 * MI),
+        ]);
+        assert_eq!(
+            names(&rank_pods(Resource::Memory, &pods, &usage)),
+            [
+                "besteffort-big",
+                "besteffort-small",
+                "burstable-over",
+                "guaranteed",
+                "burstable-under",
+            ]
+        );
+    }
+
+    #[test]
+    fn disk_ranks_by_ephemeral_storage() {
+        let mut a = pod("a", 0, "");
+        a.ephemeral_storage_request = Quantity::parse("1Gi").expect("q");
+        let b = pod("b", 0, "");
+        let pods = vec![a, b];
+        let usage = HashMap::from([
+            (
+                "uid-a".to_owned(),
+                PodUsage {
+                    disk: Some(900 * MI),
+                    ..Default::default()
+                },
+            ),
+            (
+                "uid-b".to_owned(),
+                PodUsage {
+                    disk: Some(10 * MI),
+                    ..Default::default()
+                },
+            ),
+        ]);
+        let r = rank_pods(Resource::EphemeralStorage, &pods, &usage);
+        assert_eq!(names(&r), ["b", "a"], "b exceeds its zero request");
+        // Inodes: no per-pod counts, so priority and then the ephemeral-storage request decide.
+        let r = rank_pods(Resource::Inodes, &pods, &usage);
+        assert_eq!(names(&r), ["b", "a"]);
+        assert_eq!(r[0].exceeds_request, Some(false));
+    }
+
+    #[test]
+    fn pid_ranks_by_priority_then_process_count() {
+        let pods = vec![pod("few", 0, ""), pod("many", 0, ""), pod("low", -10, "")];
+        let procs = |n| PodUsage {
+            processes: Some(n),
+            ..Default::default()
+        };
+        let usage = HashMap::from([
+            ("uid-few".to_owned(), procs(3)),
+            ("uid-many".to_owned(), procs(300)),
+            ("uid-low".to_owned(), procs(1)),
+        ]);
+        let r = rank_pods(Resource::Pids, &pods, &usage);
+        assert_eq!(names(&r), ["low", "many", "few"]);
+        assert_eq!(r[1].usage, Some(300));
+        assert_eq!(r[1].exceeds_request, None);
+    }
+
+    #[test]
+    fn ties_keep_input_order() {
+        let pods = vec![pod("x", 0, ""), pod("y", 0, ""), pod("z", 0, "")];
+        let usage = HashMap::from([mem("x", MI), mem("y", MI), mem("z", MI)]);
+        let r = rank_pods(Resource::Memory, &pods, &usage);
+        assert_eq!(names(&r), ["x", "y", "z"]);
+        assert_eq!(r.iter().map(|p| p.index).collect::<Vec<_>>(), [0, 1, 2]);
+    }
+}

@@ -1,0 +1,958 @@
+//! Just enough of a BTF reader to resolve kernel struct offsets at load time.
+//!
+//! Rust eBPF emits no CO-RE relocations, so the programs read kernel structs at offsets the agent
+//! resolves here from the running kernel's BTF (`/sys/kernel/btf/vmlinux`) and writes into a map.
+//! The format is the kernel's (Documentation/bpf/btf.rst, include/uapi/linux/btf.h): a header,
+//! a type section (each `struct btf_type` followed by kind-specific data) and a string section.
+//! Parsing is pure (bytes in, types out) and never panics on malformed input.
+use std::collections::HashMap;
+
+use node_monitor_common::config::TaskOffsets;
+
+/// Why BTF could not be read or a layout not resolved.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BtfError {
+    #[error("btf is truncated: {what} needs {need} bytes at offset {at}, have {have}")]
+    Truncated {
+        what: &'static str,
+        at: usize,
+        need: usize,
+        have: usize,
+    },
+    #[error("btf magic is {found:#06x}, expected 0xeb9f (little-endian BTF)")]
+    BadMagic { found: u16 },
+    #[error("btf type {id} has unknown kind {kind}")]
+    UnknownKind { id: u32, kind: u32 },
+    #[error("btf type {id} refers to missing type {target}")]
+    DanglingType { id: u32, target: u32 },
+    #[error("btf has no struct {name}")]
+    NoStruct { name: String },
+    #[error("struct {strukt} has no member {member}")]
+    NoMember { strukt: String, member: String },
+    #[error("{what} is not byte-aligned (bit offset {bits})")]
+    Bitfield { what: String, bits: u32 },
+    #[error("{what}: expected {expected}, found {found}")]
+    Unexpected {
+        what: String,
+        expected: &'static str,
+        found: String,
+    },
+    #[error("btf has no enumerator {name}")]
+    NoEnumerator { name: String },
+    #[error("type chain from {id} is too deep or cyclic")]
+    TooDeep { id: u32 },
+}
+
+const BTF_MAGIC: u16 = 0xeb9f;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Member {
+    name_off: u32,
+    ty: u32,
+    /// In bits.
+    offset_bits: u32,
+    bitfield: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Type {
+    Int {
+        size: u32,
+    },
+    Ptr,
+    Array {
+        elem: u32,
+        nelems: u32,
+    },
+    Struct {
+        size: u32,
+        members: Vec<Member>,
+    },
+    Union {
+        size: u32,
+        members: Vec<Member>,
+    },
+    Enum {
+        size: u32,
+    },
+    Fwd,
+    Typedef {
+        ty: u32,
+    },
+    /// volatile, const, restrict, type_tag: transparent for layout.
+    Modifier {
+        ty: u32,
+    },
+    Float {
+        size: u32,
+    },
+    /// func, func_proto, var, datasec, decl_tag: never part of a struct layout.
+    Other,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    name_off: u32,
+    ty: Type,
+}
+
+/// A parsed BTF blob.
+#[derive(Debug, Clone)]
+pub struct Btf {
+    /// Index 0 is `void` (type ids start at 1).
+    types: Vec<Entry>,
+    strings: Vec<u8>,
+    /// Enumerator name → value (first wins), filled while parsing.
+    enumerators: HashMap<String, i64>,
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn u32(&mut self, what: &'static str) -> Result<u32, BtfError> {
+        let v = read_u32(self.bytes, self.at, what)?;
+        self.at += 4;
+        Ok(v)
+    }
+}
+
+fn read_u32(bytes: &[u8], at: usize, what: &'static str) -> Result<u32, BtfError> {
+    let b = bytes
+        .get(at..at.saturating_add(4))
+        .filter(|b| b.len() == 4)
+        .ok_or(BtfError::Truncated {
+            what,
+            at,
+            need: 4,
+            have: bytes.len().saturating_sub(at),
+        })?;
+    Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+fn section<'a>(
+    bytes: &'a [u8],
+    start: usize,
+    len: usize,
+    what: &'static str,
+) -> Result<&'a [u8], BtfError> {
+    bytes
+        .get(start..start.saturating_add(len))
+        .filter(|s| s.len() == len)
+        .ok_or(BtfError::Truncated {
+            what,
+            at: start,
+            need: len,
+            have: bytes.len().saturating_sub(start),
+        })
+}
+
+impl Btf {
+    /// Parses little-endian BTF (what x86-64 and arm64 kernels expose).
+    pub fn parse(bytes: &[u8]) -> Result<Self, BtfError> {
+        let magic_bytes = section(bytes, 0, 2, "header magic")?;
+        let magic = u16::from_le_bytes([magic_bytes[0], magic_bytes[1]]);
+        if magic != BTF_MAGIC {
+            return Err(BtfError::BadMagic { found: magic });
+        }
+        let hdr_len = read_u32(bytes, 4, "header length")? as usize;
+        let type_off = read_u32(bytes, 8, "header type_off")? as usize;
+        let type_len = read_u32(bytes, 12, "header type_len")? as usize;
+        let str_off = read_u32(bytes, 16, "header str_off")? as usize;
+        let str_len = read_u32(bytes, 20, "header str_len")? as usize;
+        let types_bytes = section(
+            bytes,
+            hdr_len.saturating_add(type_off),
+            type_len,
+            "type section",
+        )?;
+        let strings = section(
+            bytes,
+            hdr_len.saturating_add(str_off),
+            str_len,
+            "string section",
+        )?
+        .to_vec();
+
+        let mut btf = Self {
+            types: vec![Entry {
+                name_off: 0,
+                ty: Type::Other,
+            }],
+            strings,
+            enumerators: HashMap::new(),
+        };
+        let mut r = Reader {
+            bytes: types_bytes,
+            at: 0,
+        };
+        while r.at < types_bytes.len() {
+            let id = btf.types.len() as u32;
+            let name_off = r.u32("btf_type.name_off")?;
+            let info = r.u32("btf_type.info")?;
+            let size_or_type = r.u32("btf_type.size")?;
+            let kind = (info >> 24) & 0x1f;
+            let vlen = (info & 0xffff) as usize;
+            let kind_flag = info >> 31 == 1;
+            let ty = match kind {
+                1 => {
+                    r.u32("int encoding")?;
+                    Type::Int { size: size_or_type }
+                }
+                2 => Type::Ptr,
+                3 => {
+                    let elem = r.u32("array.type")?;
+                    r.u32("array.index_type")?;
+                    let nelems = r.u32("array.nelems")?;
+                    Type::Array { elem, nelems }
+                }
+                4 | 5 => {
+                    let mut members = Vec::with_capacity(vlen);
+                    for _ in 0..vlen {
+                        let name_off = r.u32("member.name_off")?;
+                        let ty = r.u32("member.type")?;
+                        let raw = r.u32("member.offset")?;
+                        // With kind_flag, the high 8 bits are the bitfield size.
+                        let (offset_bits, bitfield) = if kind_flag {
+                            (raw & 0x00ff_ffff, raw >> 24 != 0)
+                        } else {
+                            (raw, false)
+                        };
+                        members.push(Member {
+                            name_off,
+                            ty,
+                            offset_bits,
+                            bitfield,
+                        });
+                    }
+                    if kind == 4 {
+                        Type::Struct {
+                            size: size_or_type,
+                            members,
+                        }
+                    } else {
+                        Type::Union {
+                            size: size_or_type,
+                            members,
+                        }
+                    }
+                }
+                6 | 19 => {
+                    for _ in 0..vlen {
+                        let name = r.u32("enum.name_off")?;
+                        let lo = r.u32("enum.val")?;
+                        let value = if kind == 19 {
+                            let hi = r.u32("enum64.val_hi32")?;
+                            ((u64::from(hi) << 32) | u64::from(lo)) as i64
+                        } else {
+                            i64::from(lo as i32)
+                        };
+                        if let Some(n) = btf.str_at(name) {
+                            btf.enumerators.entry(n.to_owned()).or_insert(value);
+                        }
+                    }
+                    Type::Enum { size: size_or_type }
+                }
+                7 => Type::Fwd,
+                8 => Type::Typedef { ty: size_or_type },
+                9 | 10 | 11 | 18 => Type::Modifier { ty: size_or_type },
+                12 => Type::Other,
+                13 => {
+                    for _ in 0..vlen {
+                        r.u32("param.name_off")?;
+                        r.u32("param.type")?;
+                    }
+                    Type::Other
+                }
+                14 => {
+                    r.u32("var.linkage")?;
+                    Type::Other
+                }
+                15 => {
+                    for _ in 0..vlen {
+                        r.u32("datasec.type")?;
+                        r.u32("datasec.offset")?;
+                        r.u32("datasec.size")?;
+                    }
+                    Type::Other
+                }
+                16 => Type::Float { size: size_or_type },
+                17 => {
+                    r.u32("decl_tag.component_idx")?;
+                    Type::Other
+                }
+                kind => return Err(BtfError::UnknownKind { id, kind }),
+            };
+            btf.types.push(Entry { name_off, ty });
+        }
+        Ok(btf)
+    }
+
+    fn str_at(&self, off: u32) -> Option<&str> {
+        let rest = self.strings.get(off as usize..)?;
+        let end = rest.iter().position(|&b| b == 0)?;
+        std::str::from_utf8(&rest[..end]).ok()
+    }
+
+    fn name(&self, id: u32) -> &str {
+        self.types
+            .get(id as usize)
+            .and_then(|e| self.str_at(e.name_off))
+            .unwrap_or("")
+    }
+
+    fn entry(&self, from: u32, id: u32) -> Result<&Entry, BtfError> {
+        self.types.get(id as usize).ok_or(BtfError::DanglingType {
+            id: from,
+            target: id,
+        })
+    }
+
+    /// Follows typedefs and modifiers to the underlying type.
+    fn resolve(&self, id: u32) -> Result<u32, BtfError> {
+        let mut cur = id;
+        for _ in 0..32 {
+            match &self.entry(id, cur)?.ty {
+                Type::Typedef { ty } | Type::Modifier { ty } => cur = *ty,
+                _ => return Ok(cur),
+            }
+        }
+        Err(BtfError::TooDeep { id })
+    }
+
+    fn size_of(&self, id: u32) -> Result<u32, BtfError> {
+        let rid = self.resolve(id)?;
+        match &self.entry(id, rid)?.ty {
+            Type::Int { size }
+            | Type::Struct { size, .. }
+            | Type::Union { size, .. }
+            | Type::Enum { size }
+            | Type::Float { size } => Ok(*size),
+            Type::Ptr => Ok(8),
+            Type::Array { elem, nelems } => Ok(self.size_of(*elem)?.saturating_mul(*nelems)),
+            other => Err(BtfError::Unexpected {
+                what: format!("size of type {id}"),
+                expected: "a sized type",
+                found: format!("{other:?}"),
+            }),
+        }
+    }
+
+    /// The id of the complete struct named `name`.
+    pub fn struct_id(&self, name: &str) -> Result<u32, BtfError> {
+        self.types
+            .iter()
+            .enumerate()
+            .find(|(_, e)| {
+                matches!(e.ty, Type::Struct { .. }) && self.str_at(e.name_off) == Some(name)
+            })
+            .map(|(i, _)| i as u32)
+            .ok_or_else(|| BtfError::NoStruct {
+                name: name.to_owned(),
+            })
+    }
+
+    fn members(&self, id: u32) -> Option<&[Member]> {
+        match &self.types.get(id as usize)?.ty {
+            Type::Struct { members, .. } | Type::Union { members, .. } => Some(members),
+            _ => None,
+        }
+    }
+
+    /// Finds `member` in struct/union `id`, descending into anonymous struct/union members
+    /// (`mm_struct` keeps its fields in one). Returns (bit offset, member type).
+    fn find_member(&self, id: u32, member: &str, depth: u32) -> Option<(u32, u32, bool)> {
+        if depth > 8 {
+            return None;
+        }
+        for m in self.members(id)? {
+            let name = self.str_at(m.name_off).unwrap_or("");
+            if name == member {
+                return Some((m.offset_bits, m.ty, m.bitfield));
+            }
+            if name.is_empty()
+                && let Ok(inner) = self.resolve(m.ty)
+                && let Some((off, ty, bf)) = self.find_member(inner, member, depth + 1)
+            {
+                return Some((m.offset_bits + off, ty, bf));
+            }
+        }
+        None
+    }
+
+    /// Byte offset and type of `member` in the struct or union `id`.
+    fn member(&self, id: u32, member: &str) -> Result<(u32, u32), BtfError> {
+        let (bits, ty, bitfield) =
+            self.find_member(id, member, 0)
+                .ok_or_else(|| BtfError::NoMember {
+                    strukt: self.name(id).to_owned(),
+                    member: member.to_owned(),
+                })?;
+        if bitfield || bits % 8 != 0 {
+            return Err(BtfError::Bitfield {
+                what: format!("{}.{member}", self.name(id)),
+                bits,
+            });
+        }
+        Ok((bits / 8, ty))
+    }
+
+    /// Byte offset of `strukt.member`.
+    pub fn member_offset(&self, strukt: &str, member: &str) -> Result<u32, BtfError> {
+        Ok(self.member(self.struct_id(strukt)?, member)?.0)
+    }
+
+    /// The value of an enumerator (e.g. `MM_ANONPAGES`).
+    pub fn enumerator(&self, name: &str) -> Result<i64, BtfError> {
+        self.enumerators
+            .get(name)
+            .copied()
+            .ok_or_else(|| BtfError::NoEnumerator {
+                name: name.to_owned(),
+            })
+    }
+
+    /// Whether the kernel has a tracepoint `name` that raw tracepoints can attach to: every
+    /// `DECLARE_TRACE` leaves a `btf_trace_<name>` typedef (include/trace/bpf_probe.h).
+    pub fn has_raw_tracepoint(&self, name: &str) -> bool {
+        let want = format!("btf_trace_{name}");
+        self.types
+            .iter()
+            .any(|e| matches!(e.ty, Type::Typedef { .. }) && self.str_at(e.name_off) == Some(&want))
+    }
+
+    /// Offset of the 64-bit value inside a counter-like type: `percpu_counter.count`,
+    /// `atomic_long_t.counter`, or 0 for a plain 8-byte integer.
+    fn counter_value_offset(&self, ty: u32, what: &str) -> Result<u32, BtfError> {
+        let rid = self.resolve(ty)?;
+        match &self.entry(ty, rid)?.ty {
+            Type::Int { size: 8 } => Ok(0),
+            Type::Struct { .. } => {
+                for name in ["count", "counter"] {
+                    if let Ok((off, mty)) = self.member(rid, name)
+                        && self.size_of(mty)? == 8
+                    {
+                        return Ok(off);
+                    }
+                }
+                Err(BtfError::Unexpected {
+                    what: what.to_owned(),
+                    expected: "a struct with a 64-bit count or counter",
+                    found: self.name(rid).to_owned(),
+                })
+            }
+            other => Err(BtfError::Unexpected {
+                what: what.to_owned(),
+                expected: "a 64-bit counter",
+                found: format!("{other:?}"),
+            }),
+        }
+    }
+
+    /// `mm_struct.rss_stat` as (offset of element 0's value, stride). Since 6.2 it is
+    /// `struct percpu_counter rss_stat[NR_MM_COUNTERS]`; before, `struct mm_rss_stat { atomic_long_t
+    /// count[NR_MM_COUNTERS]; }`.
+    fn rss_stat(&self, mm: u32) -> Result<(u32, u32, u32), BtfError> {
+        let (off, ty) = self.member(mm, "rss_stat")?;
+        let rid = self.resolve(ty)?;
+        match &self.entry(ty, rid)?.ty {
+            Type::Array { elem, .. } => Ok((
+                off,
+                self.size_of(*elem)?,
+                self.counter_value_offset(*elem, "mm_struct.rss_stat[]")?,
+            )),
+            Type::Struct { .. } => {
+                let (inner, aty) = self.member(rid, "count")?;
+                let arid = self.resolve(aty)?;
+                match &self.entry(aty, arid)?.ty {
+                    Type::Array { elem, .. } => Ok((
+                        off + inner,
+                        self.size_of(*elem)?,
+                        self.counter_value_offset(*elem, "mm_rss_stat.count[]")?,
+                    )),
+                    other => Err(BtfError::Unexpected {
+                        what: "mm_rss_stat.count".to_owned(),
+                        expected: "an array",
+                        found: format!("{other:?}"),
+                    }),
+                }
+            }
+            other => Err(BtfError::Unexpected {
+                what: "mm_struct.rss_stat".to_owned(),
+                expected: "an array or struct mm_rss_stat",
+                found: format!("{other:?}"),
+            }),
+        }
+    }
+
+    /// `kernfs_node.id`: a u64 since 5.5; before, `union kernfs_node_id { struct {...}; u64 id; }`.
+    fn kernfs_id_offset(&self) -> Result<u32, BtfError> {
+        let kn = self.struct_id("kernfs_node")?;
+        let (off, ty) = self.member(kn, "id")?;
+        let rid = self.resolve(ty)?;
+        match &self.entry(ty, rid)?.ty {
+            Type::Int { size: 8 } => Ok(off),
+            Type::Union { .. } | Type::Struct { .. } => {
+                let (inner, ity) = self.member(rid, "id")?;
+                if self.size_of(ity)? != 8 {
+                    return Err(BtfError::Unexpected {
+                        what: "kernfs_node_id.id".to_owned(),
+                        expected: "8 bytes",
+                        found: format!("{} bytes", self.size_of(ity)?),
+                    });
+                }
+                Ok(off + inner)
+            }
+            other => Err(BtfError::Unexpected {
+                what: "kernfs_node.id".to_owned(),
+                expected: "u64 or union kernfs_node_id",
+                found: format!("{other:?}"),
+            }),
+        }
+    }
+
+    fn check_size(&self, strukt: &str, member: &str, want: u32) -> Result<u32, BtfError> {
+        let sid = self.struct_id(strukt)?;
+        let (off, ty) = self.member(sid, member)?;
+        let size = self.size_of(ty)?;
+        if size != want {
+            return Err(BtfError::Unexpected {
+                what: format!("{strukt}.{member}"),
+                expected: match want {
+                    2 => "2 bytes",
+                    4 => "4 bytes",
+                    8 => "8 bytes",
+                    _ => "16 bytes",
+                },
+                found: format!("{size} bytes"),
+            });
+        }
+        Ok(off)
+    }
+
+    /// Resolves what the OOM raw-tracepoint program reads from the victim's task. The memory
+    /// figures are optional (`memory_valid` stays 0 when they cannot be resolved); the rest is
+    /// required.
+    pub fn task_offsets(&self) -> Result<TaskOffsets, BtfError> {
+        let mut o = TaskOffsets {
+            task_pid: self.check_size("task_struct", "pid", 4)?,
+            task_tgid: self.check_size("task_struct", "tgid", 4)?,
+            task_comm: self.check_size("task_struct", "comm", 16)?,
+            task_cgroups: self.check_size("task_struct", "cgroups", 8)?,
+            task_signal: self.check_size("task_struct", "signal", 8)?,
+            css_set_dfl_cgrp: self.check_size("css_set", "dfl_cgrp", 8)?,
+            cgroup_kn: self.check_size("cgroup", "kn", 8)?,
+            kernfs_node_id: self.kernfs_id_offset()?,
+            signal_oom_score_adj: self.check_size("signal_struct", "oom_score_adj", 2)?,
+            valid: 1,
+            ..TaskOffsets::default()
+        };
+        if let Ok(m) = self.memory_offsets() {
+            o.task_mm = m.task_mm;
+            o.mm_total_vm = m.mm_total_vm;
+            o.mm_pgtables_bytes = m.mm_pgtables_bytes;
+            o.mm_rss_stat = m.mm_rss_stat;
+            o.rss_stride = m.rss_stride;
+            o.rss_count = m.rss_count;
+            o.rss_file_idx = m.rss_file_idx;
+            o.rss_anon_idx = m.rss_anon_idx;
+            o.rss_shmem_idx = m.rss_shmem_idx;
+            o.memory_valid = 1;
+        }
+        Ok(o)
+    }
+
+    /// The memory part of [`Btf::task_offsets`], with its own error for diagnostics.
+    pub fn memory_offsets(&self) -> Result<TaskOffsets, BtfError> {
+        let mm = self.struct_id("mm_struct")?;
+        let (rss, stride, count) = self.rss_stat(mm)?;
+        let (pgtables, pty) = self.member(mm, "pgtables_bytes")?;
+        let pgtables_value = self.counter_value_offset(pty, "mm_struct.pgtables_bytes")?;
+        let idx = |name: &str| -> Result<u32, BtfError> {
+            let v = self.enumerator(name)?;
+            u32::try_from(v).map_err(|_| BtfError::Unexpected {
+                what: name.to_owned(),
+                expected: "a small non-negative index",
+                found: v.to_string(),
+            })
+        };
+        Ok(TaskOffsets {
+            task_mm: self.check_size("task_struct", "mm", 8)?,
+            mm_total_vm: self.member(mm, "total_vm")?.0,
+            mm_pgtables_bytes: pgtables + pgtables_value,
+            mm_rss_stat: rss,
+            rss_stride: stride,
+            rss_count: count,
+            rss_file_idx: idx("MM_FILEPAGES")?,
+            rss_anon_idx: idx("MM_ANONPAGES")?,
+            rss_shmem_idx: idx("MM_SHMEMPAGES")?,
+            memory_valid: 1,
+            ..TaskOffsets::default()
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Builds BTF blobs for tests.
+    #[derive(Default)]
+    pub(crate) struct Builder {
+        types: Vec<u8>,
+        strings: Vec<u8>,
+        next_id: u32,
+    }
+
+    impl Builder {
+        pub(crate) fn new() -> Self {
+            Self {
+                types: Vec::new(),
+                strings: vec![0],
+                next_id: 1,
+            }
+        }
+
+        fn s(&mut self, name: &str) -> u32 {
+            if name.is_empty() {
+                return 0;
+            }
+            let off = self.strings.len() as u32;
+            self.strings.extend_from_slice(name.as_bytes());
+            self.strings.push(0);
+            off
+        }
+
+        fn push(&mut self, words: &[u32]) -> u32 {
+            for w in words {
+                self.types.extend_from_slice(&w.to_le_bytes());
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            id
+        }
+
+        pub(crate) fn int(&mut self, name: &str, size: u32) -> u32 {
+            let n = self.s(name);
+            self.push(&[n, 1 << 24, size, size * 8])
+        }
+
+        pub(crate) fn ptr(&mut self, to: u32) -> u32 {
+            self.push(&[0, 2 << 24, to])
+        }
+
+        pub(crate) fn array(&mut self, elem: u32, index: u32, n: u32) -> u32 {
+            self.push(&[0, 3 << 24, 0, elem, index, n])
+        }
+
+        pub(crate) fn typedef(&mut self, name: &str, to: u32) -> u32 {
+            let n = self.s(name);
+            self.push(&[n, 8 << 24, to])
+        }
+
+        pub(crate) fn composite(
+            &mut self,
+            kind: u32,
+            name: &str,
+            size: u32,
+            members: &[(&str, u32, u32)],
+        ) -> u32 {
+            let n = self.s(name);
+            let mut words = vec![n, (kind << 24) | members.len() as u32, size];
+            for (mname, ty, byte_off) in members {
+                let mn = self.s(mname);
+                words.extend([mn, *ty, byte_off * 8]);
+            }
+            self.push(&words)
+        }
+
+        pub(crate) fn strukt(
+            &mut self,
+            name: &str,
+            size: u32,
+            members: &[(&str, u32, u32)],
+        ) -> u32 {
+            self.composite(4, name, size, members)
+        }
+
+        pub(crate) fn union(&mut self, name: &str, size: u32, members: &[(&str, u32, u32)]) -> u32 {
+            self.composite(5, name, size, members)
+        }
+
+        pub(crate) fn enumeration(&mut self, name: &str, values: &[(&str, i32)]) -> u32 {
+            let n = self.s(name);
+            let mut words = vec![n, (6 << 24) | values.len() as u32, 4];
+            for (vname, v) in values {
+                let vn = self.s(vname);
+                words.extend([vn, *v as u32]);
+            }
+            self.push(&words)
+        }
+
+        pub(crate) fn func_proto(&mut self, params: &[u32]) -> u32 {
+            let mut words = vec![0, (13 << 24) | params.len() as u32, 0];
+            for p in params {
+                words.extend([0, *p]);
+            }
+            self.push(&words)
+        }
+
+        pub(crate) fn build(&self) -> Vec<u8> {
+            let mut out = Vec::new();
+            out.extend_from_slice(&BTF_MAGIC.to_le_bytes());
+            out.push(1); // version
+            out.push(0); // flags
+            out.extend_from_slice(&24u32.to_le_bytes()); // hdr_len
+            out.extend_from_slice(&0u32.to_le_bytes()); // type_off
+            out.extend_from_slice(&(self.types.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(self.types.len() as u32).to_le_bytes()); // str_off
+            out.extend_from_slice(&(self.strings.len() as u32).to_le_bytes());
+            out.extend_from_slice(&self.types);
+            out.extend_from_slice(&self.strings);
+            out
+        }
+    }
+
+    /// A miniature kernel: the structs the OOM program reads, laid out like 6.x (`rss_stat` an
+    /// array of `percpu_counter`, `mm_struct` fields inside an anonymous struct) or like 5.x
+    /// (`struct mm_rss_stat`, `union kernfs_node_id`).
+    pub(crate) fn mini_kernel(modern: bool) -> Vec<u8> {
+        let mut b = Builder::new();
+        let u8_ = b.int("unsigned char", 1);
+        let i16_ = b.int("short int", 2);
+        let i32_ = b.int("int", 4);
+        let u64_ = b.int("long long unsigned int", 8);
+        let s64 = b.int("long long int", 8);
+        let pid_t = b.typedef("pid_t", i32_);
+        let comm = b.array(u8_, i32_, 16);
+        let void_ptr = b.ptr(0);
+        let atomic_long = b.strukt("", 8, &[("counter", s64, 0)]);
+        let atomic_long_t = b.typedef("atomic_long_t", atomic_long);
+        let kernfs_id = if modern {
+            u64_
+        } else {
+            let inner = b.strukt("", 8, &[("ino", i32_, 0), ("generation", i32_, 4)]);
+            b.union("kernfs_node_id", 8, &[("", inner, 0), ("id", u64_, 0)])
+        };
+        let _kn = b.strukt(
+            "kernfs_node",
+            128,
+            &[
+                ("count", i32_, 0),
+                ("parent", void_ptr, 8),
+                ("id", kernfs_id, 96),
+            ],
+        );
+        let _cgroup = b.strukt("cgroup", 2048, &[("self", u64_, 0), ("kn", void_ptr, 264)]);
+        let _css_set = b.strukt(
+            "css_set",
+            512,
+            &[("subsys", void_ptr, 0), ("dfl_cgrp", void_ptr, 136)],
+        );
+        let _signal = b.strukt(
+            "signal_struct",
+            1024,
+            &[
+                ("sigcnt", i32_, 0),
+                ("oom_score_adj", i16_, 730),
+                ("oom_score_adj_min", i16_, 732),
+            ],
+        );
+        let rss_stat = if modern {
+            let pcpu = b.strukt(
+                "percpu_counter",
+                40,
+                &[
+                    ("lock", i32_, 0),
+                    ("count", s64, 8),
+                    ("list", u64_, 16),
+                    ("counters", void_ptr, 32),
+                ],
+            );
+            b.array(pcpu, i32_, 4)
+        } else {
+            let arr = b.array(atomic_long_t, i32_, 4);
+            b.strukt("mm_rss_stat", 32, &[("count", arr, 0)])
+        };
+        let mm_inner = b.strukt(
+            "",
+            1200,
+            &[
+                ("mmap_base", u64_, 0),
+                ("pgtables_bytes", atomic_long_t, 96),
+                ("total_vm", u64_, 200),
+                ("rss_stat", rss_stat, 704),
+            ],
+        );
+        let _mm = b.strukt("mm_struct", 1300, &[("", mm_inner, 64)]);
+        let _task = b.strukt(
+            "task_struct",
+            9000,
+            &[
+                ("mm", void_ptr, 2352),
+                ("pid", pid_t, 2480),
+                ("tgid", pid_t, 2484),
+                ("comm", comm, 3000),
+                ("signal", void_ptr, 3100),
+                ("cgroups", void_ptr, 3400),
+            ],
+        );
+        b.enumeration(
+            "",
+            &[
+                ("MM_FILEPAGES", 0),
+                ("MM_ANONPAGES", 1),
+                ("MM_SWAPENTS", 2),
+                ("MM_SHMEMPAGES", 3),
+            ],
+        );
+        let proto = b.func_proto(&[void_ptr, void_ptr, i32_]);
+        let fptr = b.ptr(proto);
+        b.typedef("btf_trace_mark_victim", fptr);
+        b.build()
+    }
+
+    #[test]
+    fn resolves_a_6x_layout() {
+        let btf = Btf::parse(&mini_kernel(true)).unwrap();
+        let o = btf.task_offsets().unwrap();
+        assert_eq!(
+            o,
+            TaskOffsets {
+                task_pid: 2480,
+                task_tgid: 2484,
+                task_comm: 3000,
+                task_cgroups: 3400,
+                task_signal: 3100,
+                task_mm: 2352,
+                css_set_dfl_cgrp: 136,
+                cgroup_kn: 264,
+                kernfs_node_id: 96,
+                signal_oom_score_adj: 730,
+                // Inside the anonymous struct at 64.
+                mm_total_vm: 64 + 200,
+                mm_pgtables_bytes: 64 + 96,
+                mm_rss_stat: 64 + 704,
+                rss_stride: 40,
+                rss_count: 8,
+                rss_file_idx: 0,
+                rss_anon_idx: 1,
+                rss_shmem_idx: 3,
+                memory_valid: 1,
+                valid: 1,
+            }
+        );
+        assert!(btf.has_raw_tracepoint("mark_victim"));
+        assert!(!btf.has_raw_tracepoint("mark_victims"));
+    }
+
+    #[test]
+    fn resolves_a_5x_layout() {
+        let btf = Btf::parse(&mini_kernel(false)).unwrap();
+        let o = btf.task_offsets().unwrap();
+        // union kernfs_node_id: its `id` member is at offset 0 of the union at 96.
+        assert_eq!(o.kernfs_node_id, 96);
+        // struct mm_rss_stat { atomic_long_t count[4]; }: stride 8, value at 0.
+        assert_eq!((o.mm_rss_stat, o.rss_stride, o.rss_count), (64 + 704, 8, 0));
+        assert_eq!(o.memory_valid, 1);
+    }
+
+    #[test]
+    fn missing_required_member_is_named() {
+        let mut b = Builder::new();
+        let i32_ = b.int("int", 4);
+        b.strukt("task_struct", 64, &[("tgid", i32_, 4)]);
+        let btf = Btf::parse(&b.build()).unwrap();
+        assert_eq!(
+            btf.task_offsets().unwrap_err(),
+            BtfError::NoMember {
+                strukt: "task_struct".into(),
+                member: "pid".into()
+            }
+        );
+        assert_eq!(
+            btf.member_offset("mm_struct", "rss_stat").unwrap_err(),
+            BtfError::NoStruct {
+                name: "mm_struct".into()
+            }
+        );
+    }
+
+    #[test]
+    fn wrong_member_size_is_rejected() {
+        let mut b = Builder::new();
+        let i64_ = b.int("long", 8);
+        b.strukt("task_struct", 64, &[("pid", i64_, 0)]);
+        let btf = Btf::parse(&b.build()).unwrap();
+        assert!(matches!(
+            btf.task_offsets().unwrap_err(),
+            BtfError::Unexpected { what, .. } if what == "task_struct.pid"
+        ));
+    }
+
+    #[test]
+    fn memory_is_optional() {
+        // A kernel whose mm_struct lacks rss_stat still gives the required offsets.
+        let mut bytes = mini_kernel(true);
+        let btf_full = Btf::parse(&bytes).unwrap();
+        assert!(btf_full.memory_offsets().is_ok());
+        // Rename `rss_stat` in the string table (same length) so it is not found.
+        let pos = bytes.windows(9).position(|w| w == b"rss_stat\0").unwrap();
+        bytes[pos] = b'x';
+        let btf = Btf::parse(&bytes).unwrap();
+        let o = btf.task_offsets().unwrap();
+        assert_eq!(o.memory_valid, 0);
+        assert_eq!(o.valid, 1);
+        assert!(matches!(
+            btf.memory_offsets().unwrap_err(),
+            BtfError::NoMember { member, .. } if member == "rss_stat"
+        ));
+    }
+
+    #[test]
+    fn malformed_blobs_are_errors() {
+        let good = mini_kernel(true);
+        assert!(matches!(
+            Btf::parse(&[0x9f, 0xeb]).unwrap_err(),
+            BtfError::Truncated { .. }
+        ));
+        let mut bad_magic = good.clone();
+        bad_magic[0] = 0;
+        assert!(matches!(
+            Btf::parse(&bad_magic).unwrap_err(),
+            BtfError::BadMagic { .. }
+        ));
+        // Every truncation either parses (cut at a type boundary is impossible here since the
+        // header names the section lengths) or is an error: never a panic.
+        for len in 0..good.len() {
+            assert!(Btf::parse(&good[..len]).is_err(), "len {len}");
+        }
+        // An unknown kind.
+        let mut b = Builder::new();
+        b.push(&[0, 31 << 24, 0]);
+        assert_eq!(
+            Btf::parse(&b.build()).unwrap_err(),
+            BtfError::UnknownKind { id: 1, kind: 31 }
+        );
+        // A member pointing at a type that does not exist.
+        let mut b = Builder::new();
+        b.strukt("task_struct", 8, &[("pid", 99, 0)]);
+        assert_eq!(
+            Btf::parse(&b.build()).unwrap().task_offsets().unwrap_err(),
+            BtfError::DanglingType { id: 99, target: 99 }
+        );
+    }
+
+    #[test]
+    fn typedef_cycles_are_bounded() {
+        let mut b = Builder::new();
+        // typedef 1 -> 2, typedef 2 -> 1
+        b.typedef("a", 2);
+        b.typedef("b", 1);
+        b.strukt("task_struct", 8, &[("pid", 1, 0)]);
+        let btf = Btf::parse(&b.build()).unwrap();
+        assert_eq!(btf.task_offsets().unwrap_err(), BtfError::TooDeep { id: 1 });
+    }
+}

@@ -1,0 +1,666 @@
+//! The I/O half of the load policy: probe the kernel, plan (pure, in [`super::policy`]), load the
+//! object, fill the configuration maps, attach, and report a state per program. Nothing here
+//! fails the agent: a failure becomes a program state and a warning.
+use std::{collections::BTreeMap, os::unix::ffi::OsStrExt as _, time::Duration};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, PerCpuArray, RingBuf},
+    programs::Program,
+};
+use aya_log::EbpfLogger;
+use node_monitor_common::{
+    config::{ProbeConfigRaw, TaskOffsets, TpLayout, config_flags},
+    counters,
+    event::EventKind,
+    names::{self, prog},
+};
+use tokio::io::{Interest, unix::AsyncFd};
+use tracing::{debug, error, info, warn};
+
+use super::{
+    ProbeConfig,
+    btf::Btf,
+    policy::{
+        self, Attach, Capabilities, Decision, Family, PROGRAMS, ProgramSpec, ProgramState,
+        Requirement, Selection,
+    },
+    stream::EventStream,
+    tracefs,
+};
+
+/// The programs, built by node-monitor/build.rs (aya-build) from node-monitor-ebpf.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/node-monitor"));
+
+/// One program's status, for logs, metrics and `/readyz`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ProgramStatus {
+    pub name: &'static str,
+    #[serde(serialize_with = "ser_family")]
+    pub family: Family,
+    /// `tracepoint oom/mark_victim`, `raw_tracepoint mark_victim`.
+    pub attach: String,
+    #[serde(serialize_with = "ser_requirement")]
+    pub requirement: Requirement,
+    #[serde(flatten)]
+    pub state: ProgramState,
+    /// The kernel's id for the loaded program (bpftool prog show id N).
+    pub prog_id: Option<u32>,
+}
+
+fn ser_family<S: serde::Serializer>(f: &Family, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(f.as_str())
+}
+
+fn ser_requirement<S: serde::Serializer>(r: &Requirement, s: S) -> Result<S::Ok, S::Error> {
+    match r {
+        Requirement::Required => s.serialize_str("required"),
+        Requirement::Optional => s.serialize_str("optional"),
+        Requirement::FallbackFor(p) => s.serialize_str(&format!("fallback for {p}")),
+        Requirement::OptIn => s.serialize_str("opt-in"),
+    }
+}
+
+/// The in-kernel counters, summed over CPUs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Records sent to the ring buffer, per kind.
+    pub events: BTreeMap<EventKind, u64>,
+    /// Records lost because the ring buffer was full, per kind.
+    pub drops: BTreeMap<EventKind, u64>,
+    pub read_errors: u64,
+    pub reclaim_episodes: u64,
+    pub reclaim_unmatched: u64,
+    pub kswapd_suppressed: u64,
+    pub map_errors: u64,
+}
+
+impl Counters {
+    pub fn total_events(&self) -> u64 {
+        self.events.values().sum()
+    }
+
+    pub fn total_drops(&self) -> u64 {
+        self.drops.values().sum()
+    }
+}
+
+/// A program's cumulative run time from the kernel's BPF statistics (counted only while
+/// `kernel.bpf_stats_enabled` is 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunStats {
+    pub name: &'static str,
+    pub prog_id: u32,
+    pub run_count: u64,
+    pub run_time: Duration,
+}
+
+/// Errors reading from loaded probes.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("the eBPF object is not loaded")]
+    NotLoaded,
+    #[error("map {name} is missing from the eBPF object")]
+    MissingMap { name: &'static str },
+    #[error("map {name}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("registering {what} with the async runtime")]
+    Register {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The loaded kernel probes.
+pub struct Probes {
+    ebpf: Option<Ebpf>,
+    statuses: Vec<ProgramStatus>,
+    logger: Option<EbpfLogger<TracingLog>>,
+}
+
+impl std::fmt::Debug for Probes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probes")
+            .field("loaded", &self.ebpf.is_some())
+            .field("statuses", &self.statuses)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Probes {
+    /// Loads and attaches every program the kernel supports and the configuration wants. Never
+    /// fails: programs that cannot run are reported with a reason, and each is logged.
+    pub fn load(config: &ProbeConfig) -> Self {
+        let this = Self::try_load(config);
+        for s in &this.statuses {
+            let required = s.requirement == Requirement::Required;
+            match &s.state {
+                ProgramState::Attached => {
+                    info!(program = s.name, attach = %s.attach, prog_id = ?s.prog_id, "kernel probe attached");
+                }
+                ProgramState::Failed { reason } if required => {
+                    warn!(program = s.name, attach = %s.attach, reason, required, "kernel probe failed");
+                }
+                ProgramState::Failed { reason } => {
+                    warn!(program = s.name, attach = %s.attach, reason, "kernel probe failed");
+                }
+                ProgramState::Disabled { reason } => {
+                    debug!(program = s.name, reason, "kernel probe disabled");
+                }
+                ProgramState::Loaded => {
+                    info!(program = s.name, "kernel probe loaded, not attached");
+                }
+            }
+        }
+        for feature in this.degraded() {
+            warn!(
+                program = feature.name,
+                missing = feature.when_missing,
+                "kernel probe feature degraded"
+            );
+        }
+        this
+    }
+
+    fn try_load(config: &ProbeConfig) -> Self {
+        if let Err(e) = config.validate() {
+            return Self::all(ProgramState::Failed {
+                reason: e.to_string(),
+            });
+        }
+        let caps = probe_capabilities(config);
+        let selection = Selection {
+            disabled: config.disable.clone(),
+            opt_in: config.synthetic_tgid.is_some(),
+        };
+        let plan = policy::plan(PROGRAMS, &caps, &selection);
+
+        let level: u8 = if config.kernel_log {
+            aya_log::Level::Trace as u8
+        } else {
+            0
+        };
+        let mut loader = EbpfLoader::new();
+        loader
+            .map_max_entries(names::EVENTS_MAP, config.ring_buffer_bytes)
+            .override_global(aya_log::LEVEL, &level, false);
+        let mut ebpf = match loader.load(OBJECT) {
+            Ok(e) => e,
+            Err(e) => {
+                return Self::unloaded(&plan, format!("loading the eBPF object: {}", chain(&e)));
+            }
+        };
+        let offsets = caps
+            .task_offsets
+            .as_ref()
+            .and_then(|r| r.as_ref().ok())
+            .copied()
+            .unwrap_or_default();
+        if let Err(e) = write_maps(&mut ebpf, config, offsets, &plan) {
+            return Self::unloaded(&plan, format!("writing configuration maps: {}", chain(&e)));
+        }
+        let logger = if config.kernel_log {
+            match EbpfLogger::init_with_logger(&mut ebpf, TracingLog) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    warn!(error = %chain(&e), "kernel log forwarding unavailable");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+
+        let mut states: BTreeMap<&'static str, ProgramState> = BTreeMap::new();
+        for (spec, decision) in &plan {
+            let state = match decision {
+                Decision::Skip(state) => state.clone(),
+                Decision::Attach { .. } => attach(&mut ebpf, spec),
+                Decision::Fallback { primary, .. } => {
+                    if states.get(primary).is_some_and(ProgramState::is_attached) {
+                        ProgramState::Disabled {
+                            reason: format!("standby: {primary} is attached"),
+                        }
+                    } else {
+                        attach(&mut ebpf, spec)
+                    }
+                }
+            };
+            states.insert(spec.name, state);
+        }
+        for (name, reason) in policy::broken_groups(PROGRAMS, &states) {
+            unload(&mut ebpf, name);
+            states.insert(name, ProgramState::Failed { reason });
+        }
+        let statuses = PROGRAMS
+            .iter()
+            .map(|spec| {
+                let state = states.remove(spec.name).unwrap_or(ProgramState::Disabled {
+                    reason: "not planned".to_owned(),
+                });
+                let prog_id = match state {
+                    ProgramState::Attached | ProgramState::Loaded => ebpf
+                        .program(spec.name)
+                        .and_then(|p| p.info().ok())
+                        .map(|i| i.id()),
+                    _ => None,
+                };
+                status(spec, state, prog_id)
+            })
+            .collect();
+        Self {
+            ebpf: Some(ebpf),
+            statuses,
+            logger,
+        }
+    }
+
+    fn all(state: ProgramState) -> Self {
+        Self {
+            ebpf: None,
+            statuses: PROGRAMS
+                .iter()
+                .map(|spec| status(spec, state.clone(), None))
+                .collect(),
+            logger: None,
+        }
+    }
+
+    /// Every program that was to run failed for `reason`; the rest keep their planned state.
+    fn unloaded(plan: &[(&'static ProgramSpec, Decision)], reason: String) -> Self {
+        Self {
+            ebpf: None,
+            statuses: plan
+                .iter()
+                .map(|(spec, d)| {
+                    let state = match d {
+                        Decision::Skip(s) => s.clone(),
+                        _ => ProgramState::Failed {
+                            reason: reason.clone(),
+                        },
+                    };
+                    status(spec, state, None)
+                })
+                .collect(),
+            logger: None,
+        }
+    }
+
+    /// One status per program in the table.
+    pub fn program_states(&self) -> Vec<ProgramStatus> {
+        self.statuses.clone()
+    }
+
+    /// The state of one program.
+    pub fn state(&self, name: &str) -> Option<&ProgramState> {
+        self.statuses
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| &s.state)
+    }
+
+    /// How many programs are attached.
+    pub fn attached(&self) -> usize {
+        self.statuses
+            .iter()
+            .filter(|s| s.state.is_attached())
+            .count()
+    }
+
+    fn is_attached(&self, name: &str) -> bool {
+        self.state(name).is_some_and(ProgramState::is_attached)
+    }
+
+    /// Required programs that are not attached and that no fallback replaces.
+    pub fn degraded(&self) -> Vec<&'static ProgramSpec> {
+        PROGRAMS
+            .iter()
+            .filter(|spec| {
+                spec.requirement == Requirement::Required && !self.is_attached(spec.name)
+            })
+            .filter(|spec| {
+                !PROGRAMS.iter().any(|f| {
+                    f.requirement == Requirement::FallbackFor(spec.name) && self.is_attached(f.name)
+                })
+            })
+            .collect()
+    }
+
+    /// Whether both reclaim groups run, which telling a memcg OOM from a global one needs.
+    pub fn reclaim_attached(&self) -> bool {
+        [
+            prog::DIRECT_BEGIN,
+            prog::DIRECT_END,
+            prog::MEMCG_BEGIN,
+            prog::MEMCG_END,
+        ]
+        .iter()
+        .all(|p| self.is_attached(p))
+    }
+
+    /// The in-kernel counters, summed over CPUs.
+    pub fn counters(&self) -> Result<Counters, ProbeError> {
+        let ebpf = self.ebpf.as_ref().ok_or(ProbeError::NotLoaded)?;
+        let name = names::COUNTERS_MAP;
+        let map = ebpf.map(name).ok_or(ProbeError::MissingMap { name })?;
+        let array: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
+        let read = |slot: u32| -> Result<u64, ProbeError> {
+            let values = array
+                .get(&slot, 0)
+                .map_err(|source| ProbeError::Map { name, source })?;
+            Ok(values.iter().copied().fold(0u64, u64::wrapping_add))
+        };
+        let mut c = Counters::default();
+        for kind in EventKind::ALL {
+            c.events.insert(kind, read(counters::EVENTS + kind.slot())?);
+            c.drops.insert(kind, read(counters::DROPS + kind.slot())?);
+        }
+        c.read_errors = read(counters::READ_ERRORS)?;
+        c.reclaim_episodes = read(counters::RECLAIM_EPISODES)?;
+        c.reclaim_unmatched = read(counters::RECLAIM_UNMATCHED)?;
+        c.kswapd_suppressed = read(counters::KSWAPD_SUPPRESSED)?;
+        c.map_errors = read(counters::MAP_ERRORS)?;
+        Ok(c)
+    }
+
+    /// The event stream. Takes the ring buffer: callable once. Needs a tokio runtime.
+    pub fn events(&mut self) -> Result<EventStream, ProbeError> {
+        let reclaim = self.reclaim_attached();
+        let ebpf = self.ebpf.as_mut().ok_or(ProbeError::NotLoaded)?;
+        let name = names::EVENTS_MAP;
+        let map = ebpf.take_map(name).ok_or(ProbeError::MissingMap { name })?;
+        let ring = RingBuf::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
+        let fd = register(ring, "the event ring buffer")?;
+        Ok(EventStream::new(fd, reclaim))
+    }
+
+    /// Forwards the programs' aya-log records to tracing (target `node_monitor::ebpf::kernel`)
+    /// from a task. `None` unless loaded with `kernel_log`. Needs a tokio runtime.
+    pub fn forward_kernel_log(
+        &mut self,
+    ) -> Result<Option<tokio::task::JoinHandle<()>>, ProbeError> {
+        let Some(logger) = self.logger.take() else {
+            return Ok(None);
+        };
+        let mut fd = register(logger, "the kernel log ring buffer")?;
+        Ok(Some(tokio::spawn(async move {
+            loop {
+                let Ok(mut guard) = fd.readable_mut().await else {
+                    warn!("kernel log ring buffer is no longer readable");
+                    return;
+                };
+                guard.get_inner_mut().flush();
+                guard.clear_ready();
+            }
+        })))
+    }
+
+    /// Run-time statistics of the attached programs (see [`RunStats`]).
+    pub fn run_stats(&self) -> Vec<RunStats> {
+        let Some(ebpf) = self.ebpf.as_ref() else {
+            return Vec::new();
+        };
+        self.statuses
+            .iter()
+            .filter(|s| s.state.is_attached())
+            .filter_map(|s| {
+                let info = ebpf.program(s.name)?.info().ok()?;
+                Some(RunStats {
+                    name: s.name,
+                    prog_id: info.id(),
+                    run_count: info.run_count(),
+                    run_time: info.run_time(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Registers a map's fd with the current tokio runtime (an error, not a panic, without one).
+fn register<T: std::os::fd::AsRawFd>(
+    inner: T,
+    what: &'static str,
+) -> Result<AsyncFd<T>, ProbeError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(ProbeError::Register {
+            what,
+            source: std::io::Error::other("no tokio runtime"),
+        });
+    }
+    // SAFETY: `inner` owns its map fd (aya's `MapData` / `EbpfLogger`), which stays open and
+    // unchanged until `inner`, owned by the AsyncFd from here on, is dropped.
+    unsafe { AsyncFd::register_with_interest(inner, Interest::READABLE) }.map_err(|e| {
+        ProbeError::Register {
+            what,
+            source: e.into_parts().1,
+        }
+    })
+}
+
+fn status(spec: &'static ProgramSpec, state: ProgramState, prog_id: Option<u32>) -> ProgramStatus {
+    ProgramStatus {
+        name: spec.name,
+        family: spec.family,
+        attach: spec.attach.to_string(),
+        requirement: spec.requirement,
+        state,
+        prog_id,
+    }
+}
+
+/// An error and its causes on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    // Verifier logs can be long: keep the end, where the verifier says what it refused.
+    const MAX: usize = 2000;
+    if s.len() > MAX {
+        let mut cut = s.len() - MAX;
+        while !s.is_char_boundary(cut) {
+            cut += 1;
+        }
+        s = format!("…{}", &s[cut..]);
+    }
+    s
+}
+
+fn probe_capabilities(config: &ProbeConfig) -> Capabilities {
+    let mut caps = Capabilities {
+        kernel: nix::sys::utsname::uname().ok().and_then(|u| {
+            std::str::from_utf8(u.release().as_bytes())
+                .ok()
+                .and_then(policy::parse_kernel_release)
+        }),
+        ..Capabilities::default()
+    };
+
+    caps.task_offsets = Some(match std::fs::read(&config.btf_path) {
+        Err(e) => Err(format!("read {}: {e}", config.btf_path.display())),
+        Ok(bytes) => match Btf::parse(&bytes) {
+            Err(e) => Err(format!("parse {}: {e}", config.btf_path.display())),
+            Ok(btf) => {
+                for spec in PROGRAMS {
+                    if let Attach::RawTracePoint { name } = spec.attach
+                        && btf.has_raw_tracepoint(name)
+                    {
+                        caps.raw_tracepoints.insert(name.to_owned());
+                    }
+                }
+                let offsets = btf.task_offsets().map_err(|e| e.to_string());
+                if let Ok(o) = &offsets
+                    && o.memory_valid == 0
+                    && let Err(e) = btf.memory_offsets()
+                {
+                    warn!(error = %e, "oom victim memory figures unavailable from BTF");
+                }
+                offsets
+            }
+        },
+    });
+
+    let tracefs = match tracefs::find() {
+        Some(p) => Ok(p),
+        None if config.mount_tracefs => tracefs::mount().map_err(|e| {
+            format!("not mounted, and mounting it at /sys/kernel/tracing failed: {e}")
+        }),
+        None => Err("not mounted (mounting disabled)".to_owned()),
+    };
+    match tracefs {
+        Err(e) => caps.tracefs_error = Some(e),
+        Ok(root) => {
+            for spec in PROGRAMS {
+                if let Attach::TracePoint { category, name } = spec.attach {
+                    caps.tracepoints.insert(
+                        format!("{category}/{name}"),
+                        tracefs::read_format(&root, category, name),
+                    );
+                }
+            }
+        }
+    }
+    caps
+}
+
+fn write_maps(
+    ebpf: &mut Ebpf,
+    config: &ProbeConfig,
+    offsets: TaskOffsets,
+    plan: &[(&'static ProgramSpec, Decision)],
+) -> Result<(), ProbeError> {
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|p| u64::try_from(p).ok())
+        .unwrap_or(4096);
+    let raw = ProbeConfigRaw {
+        stall_budget_ns: nanos(config.stall_budget),
+        stall_window_ns: nanos(config.stall_window),
+        kswapd_min_interval_ns: nanos(config.kswapd_min_interval),
+        page_size,
+        synthetic_tgid: config.synthetic_tgid.unwrap_or(0),
+        flags: if config.kernel_log {
+            config_flags::KERNEL_LOG
+        } else {
+            0
+        },
+    };
+    set(ebpf, names::CONFIG_MAP, 0, &raw)?;
+    set(ebpf, names::TASK_OFFSETS_MAP, 0, &offsets)?;
+    for (_, decision) in plan {
+        if let Decision::Attach {
+            layout: Some((index, layout)),
+        }
+        | Decision::Fallback {
+            layout: Some((index, layout)),
+            ..
+        } = decision
+        {
+            set::<TpLayout>(ebpf, names::TP_LAYOUT_MAP, *index, layout)?;
+        }
+    }
+    Ok(())
+}
+
+fn set<V: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    index: u32,
+    value: &V,
+) -> Result<(), ProbeError> {
+    let map = ebpf.map_mut(name).ok_or(ProbeError::MissingMap { name })?;
+    let mut array: Array<_, V> =
+        Array::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
+    array
+        .set(index, value, 0)
+        .map_err(|source| ProbeError::Map { name, source })
+}
+
+fn attach(ebpf: &mut Ebpf, spec: &ProgramSpec) -> ProgramState {
+    let Some(program) = ebpf.program_mut(spec.name) else {
+        return ProgramState::Failed {
+            reason: "program missing from the eBPF object".to_owned(),
+        };
+    };
+    let result = match (spec.attach, program) {
+        (Attach::TracePoint { category, name }, Program::TracePoint(p)) => p
+            .load()
+            .map_err(|e| format!("load: {}", chain(&e)))
+            .and_then(|()| {
+                p.attach(category, name)
+                    .map(drop)
+                    .map_err(|e| format!("attach: {}", chain(&e)))
+            }),
+        (Attach::RawTracePoint { name }, Program::RawTracePoint(p)) => p
+            .load()
+            .map_err(|e| format!("load: {}", chain(&e)))
+            .and_then(|()| {
+                p.attach(name)
+                    .map(drop)
+                    .map_err(|e| format!("attach: {}", chain(&e)))
+            }),
+        (attach, p) => Err(format!(
+            "the object's program is a {:?}, the table says {attach}",
+            p.prog_type()
+        )),
+    };
+    match result {
+        Ok(()) => ProgramState::Attached,
+        Err(reason) => ProgramState::Failed { reason },
+    }
+}
+
+fn unload(ebpf: &mut Ebpf, name: &str) {
+    let result = match ebpf.program_mut(name) {
+        Some(Program::TracePoint(p)) => p.unload(),
+        Some(Program::RawTracePoint(p)) => p.unload(),
+        _ => Ok(()),
+    };
+    if let Err(e) = result {
+        error!(program = name, error = %chain(&e), "unloading a kernel probe failed");
+    }
+}
+
+/// Hands aya-log records (the `log` facade) to tracing.
+pub(crate) struct TracingLog;
+
+impl log::Log for TracingLog {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        let module = record.target();
+        let message = record.args();
+        match record.level() {
+            log::Level::Error => {
+                tracing::error!(target: "node_monitor::ebpf::kernel", module, "{message}");
+            }
+            log::Level::Warn => {
+                tracing::warn!(target: "node_monitor::ebpf::kernel", module, "{message}");
+            }
+            log::Level::Info => {
+                tracing::info!(target: "node_monitor::ebpf::kernel", module, "{message}");
+            }
+            log::Level::Debug => {
+                tracing::debug!(target: "node_monitor::ebpf::kernel", module, "{message}");
+            }
+            log::Level::Trace => {
+                tracing::trace!(target: "node_monitor::ebpf::kernel", module, "{message}");
+            }
+        }
+    }
+
+    fn flush(&self) {}
+}

@@ -1,0 +1,459 @@
+//! Where the sampler reads from: the configuration and the resolved layout (cgroup version,
+//! node cgroup, kubepods, filesystems).
+
+use std::{
+    path::{Component, Path, PathBuf},
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+
+pub const DEFAULT_CGROUP_ROOT: &str = "/sys/fs/cgroup";
+pub const DEFAULT_PROC_ROOT: &str = "/proc";
+pub const DEFAULT_KUBELET_ROOT: &str = "/var/lib/kubelet";
+pub const DEFAULT_POD_LOG_ROOT: &str = "/var/log/pods";
+/// The kubelet's default housekeeping interval, also the cadence of the expensive part of
+/// sampling (per-pod disk usage).
+pub const DEFAULT_FULL_SAMPLE_INTERVAL: Duration = Duration::from_secs(10);
+/// Directory entries walked per pod when measuring its disk usage, at most.
+pub const DEFAULT_POD_DISK_BUDGET: u64 = 100_000;
+/// Descriptors kept open for pod cgroup files: enough for 1 000 pods.
+pub const DEFAULT_MAX_OPEN_FILES: usize = 3_000;
+
+/// Image filesystem candidates, in order: the first that exists is the image filesystem. The
+/// snapshotter and storage directories are what the runtimes report through CRI `ImageFsInfo`
+/// (containerd: the snapshotter root; CRI-O: the containers/storage graph root); statvfs of
+/// either gives the filesystem that holds images and writable layers.
+pub const IMAGE_FS_CANDIDATES: [(&str, ImageFsSource); 3] = [
+    (
+        "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs",
+        ImageFsSource::Containerd,
+    ),
+    ("/var/lib/containerd", ImageFsSource::Containerd),
+    ("/var/lib/containers/storage", ImageFsSource::CriO),
+];
+
+/// The cgroup version of the memory controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+/// Where the image filesystem path came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageFsSource {
+    Configured,
+    Containerd,
+    CriO,
+}
+
+/// How the sampler reads the node. Every path is overridable so tests and simulated nodes can
+/// point it at test cgroups and temporary directories.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplerConfig {
+    /// Where the cgroup hierarchies are mounted.
+    pub cgroup_root: PathBuf,
+    /// `None` detects: cgroup2 mounted at `cgroup_root` (statfs magic, like runc's
+    /// `IsCgroup2UnifiedMode`) is v2; a memory hierarchy at `cgroup_root/memory` is v1.
+    pub cgroup_version: Option<CgroupVersion>,
+    /// The node cgroup, relative to each hierarchy's root. Empty or `/` is the root: capacity is
+    /// `MemTotal`, as the kubelet computes it. A non-root node cgroup (a simulated or nested node)
+    /// takes capacity from its memory limit and usage from its own files.
+    pub node_cgroup: PathBuf,
+    /// The kubepods cgroup under the node cgroup: `kubepods` (cgroupfs driver) or
+    /// `kubepods.slice` (systemd driver).
+    pub kubepods_cgroup: String,
+    /// procfs (meminfo, loadavg, pid sysctls, pressure).
+    pub proc_root: PathBuf,
+    /// The kubelet's root directory: its filesystem is nodefs.
+    pub kubelet_root: PathBuf,
+    /// `/var/log/pods`, for per-pod log usage.
+    pub pod_log_root: PathBuf,
+    /// The image filesystem path. `None` discovers it from [`IMAGE_FS_CANDIDATES`].
+    pub image_fs: Option<PathBuf>,
+    /// The container (writable layer) filesystem, for runtimes that split it from images
+    /// (KEP-4191). `None`: the same as the image filesystem, which is what the kubelet reports
+    /// when the runtime does not split them.
+    pub container_fs: Option<PathBuf>,
+    /// Allocatable memory in bytes (the Node's `status.allocatable.memory`). `None` uses the
+    /// kubepods cgroup's memory limit, which is what the kubelet's own stats report.
+    pub allocatable_memory: Option<u64>,
+    /// A full sample (per-pod disk usage) runs at least this often, whatever woke the sampler.
+    pub full_sample_interval: Duration,
+    /// Measure per-pod disk usage (local volumes and logs) on full samples.
+    pub pod_disk_usage: bool,
+    /// Directory entries walked per pod at most; beyond it the pod's disk usage is left out.
+    pub pod_disk_budget: u64,
+    /// File descriptors the sampler may keep open for pod cgroup files (three per pod),
+    /// capped at half the process's `RLIMIT_NOFILE` soft limit. Pods beyond it are read with
+    /// open/read/close each pass (slower, same values).
+    pub max_open_files: usize,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        Self {
+            cgroup_root: DEFAULT_CGROUP_ROOT.into(),
+            cgroup_version: None,
+            node_cgroup: PathBuf::new(),
+            kubepods_cgroup: "kubepods".into(),
+            proc_root: DEFAULT_PROC_ROOT.into(),
+            kubelet_root: DEFAULT_KUBELET_ROOT.into(),
+            pod_log_root: DEFAULT_POD_LOG_ROOT.into(),
+            image_fs: None,
+            container_fs: None,
+            allocatable_memory: None,
+            full_sample_interval: DEFAULT_FULL_SAMPLE_INTERVAL,
+            pod_disk_usage: true,
+            pod_disk_budget: DEFAULT_POD_DISK_BUDGET,
+            max_open_files: DEFAULT_MAX_OPEN_FILES,
+        }
+    }
+}
+
+/// A configuration the sampler cannot work with. Messages name the field and the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("node_cgroup {value:?} must be a path inside the cgroup hierarchy (no \"..\")")]
+    NodeCgroup { value: PathBuf },
+    #[error("kubepods_cgroup {value:?} must be one non-empty path component")]
+    KubepodsCgroup { value: String },
+    #[error(
+        "cgroup_root {root:?}: neither a cgroup2 mount nor a cgroup v1 memory hierarchy \
+         ({root:?}/memory) was found"
+    )]
+    NoMemoryHierarchy { root: PathBuf },
+    #[error("full_sample_interval must be positive, got {value:?}")]
+    FullSampleInterval { value: Duration },
+    #[error("allocatable_memory must be positive, got {value}")]
+    AllocatableMemory { value: u64 },
+    #[error("pod_disk_budget must be positive, got {value}")]
+    PodDiskBudget { value: u64 },
+}
+
+/// Files under procfs that the sampler reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcPaths {
+    pub meminfo: PathBuf,
+    pub loadavg: PathBuf,
+    pub pid_max: PathBuf,
+    pub threads_max: PathBuf,
+    pub pressure_memory: PathBuf,
+}
+
+/// The configuration resolved against the host: concrete directories for every read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub version: CgroupVersion,
+    pub node_is_root: bool,
+    /// The node cgroup's directory in the memory hierarchy (v1: `<root>/memory/<node>`,
+    /// v2: `<root>/<node>`).
+    pub node_memory: PathBuf,
+    /// The node cgroup in a pids hierarchy (v1: `<root>/pids/<node>` when mounted; v2: the same
+    /// directory as `node_memory`).
+    pub node_pids: Option<PathBuf>,
+    /// The node cgroup in a cgroup2 hierarchy, for per-cgroup PSI: v2 `node_memory`; on a v1 host
+    /// with a hybrid `<root>/unified` mount, the node cgroup there.
+    pub node_unified: Option<PathBuf>,
+    /// The kubepods cgroup name (one component).
+    pub kubepods_name: String,
+    pub kubepods_memory: PathBuf,
+    pub kubepods_pids: Option<PathBuf>,
+    pub proc: ProcPaths,
+    pub kubelet_root: PathBuf,
+    pub pod_log_root: PathBuf,
+    pub image_fs: Option<(PathBuf, ImageFsSource)>,
+    pub container_fs: Option<PathBuf>,
+}
+
+impl SamplerConfig {
+    /// Validates the configuration and resolves it against the filesystem.
+    pub fn resolve(&self) -> Result<Layout, ConfigError> {
+        let node_rel = node_relative(&self.node_cgroup)?;
+        let kp = self.kubepods_cgroup.as_str();
+        if kp.is_empty() || kp.contains('/') || kp == "." || kp == ".." {
+            return Err(ConfigError::KubepodsCgroup {
+                value: self.kubepods_cgroup.clone(),
+            });
+        }
+        if self.full_sample_interval.is_zero() {
+            return Err(ConfigError::FullSampleInterval {
+                value: self.full_sample_interval,
+            });
+        }
+        if self.allocatable_memory == Some(0) {
+            return Err(ConfigError::AllocatableMemory { value: 0 });
+        }
+        if self.pod_disk_budget == 0 {
+            return Err(ConfigError::PodDiskBudget { value: 0 });
+        }
+        let root = &self.cgroup_root;
+        let version = match self.cgroup_version {
+            Some(v) => v,
+            None => detect_version(root)?,
+        };
+        let node_is_root = node_rel.as_os_str().is_empty();
+        let (node_memory, node_pids, node_unified) = match version {
+            CgroupVersion::V2 => {
+                let dir = root.join(&node_rel);
+                (dir.clone(), Some(dir.clone()), Some(dir))
+            }
+            CgroupVersion::V1 => {
+                let pids_root = root.join("pids");
+                let unified_root = root.join("unified");
+                (
+                    root.join("memory").join(&node_rel),
+                    pids_root.is_dir().then(|| pids_root.join(&node_rel)),
+                    unified_root
+                        .join("cgroup.controllers")
+                        .is_file()
+                        .then(|| unified_root.join(&node_rel)),
+                )
+            }
+        };
+        let kubepods_memory = node_memory.join(kp);
+        let kubepods_pids = node_pids.as_ref().map(|p| p.join(kp));
+        let proc = &self.proc_root;
+        let image_fs = match &self.image_fs {
+            Some(p) => Some((p.clone(), ImageFsSource::Configured)),
+            None => discover_image_fs(|p| p.exists()),
+        };
+        Ok(Layout {
+            version,
+            node_is_root,
+            node_memory,
+            node_pids,
+            node_unified,
+            kubepods_name: kp.to_owned(),
+            kubepods_memory,
+            kubepods_pids,
+            proc: ProcPaths {
+                meminfo: proc.join("meminfo"),
+                loadavg: proc.join("loadavg"),
+                pid_max: proc.join("sys/kernel/pid_max"),
+                threads_max: proc.join("sys/kernel/threads-max"),
+                pressure_memory: proc.join("pressure/memory"),
+            },
+            kubelet_root: self.kubelet_root.clone(),
+            pod_log_root: self.pod_log_root.clone(),
+            container_fs: self
+                .container_fs
+                .clone()
+                .or_else(|| image_fs.as_ref().map(|(p, _)| p.clone())),
+            image_fs,
+        })
+    }
+}
+
+/// The node cgroup as a relative path; `/`, `` and `.` are the root.
+fn node_relative(p: &Path) -> Result<PathBuf, ConfigError> {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::RootDir | Component::CurDir => {}
+            Component::Normal(s) => out.push(s),
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(ConfigError::NodeCgroup {
+                    value: p.to_path_buf(),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// cgroup2 mounted at `root` is a unified host (runc `IsCgroup2UnifiedMode`: statfs magic);
+/// a memory hierarchy at `root/memory` is cgroup v1 (hybrid hosts included: the memory
+/// controller is what matters). Directories that are not cgroup mounts (test fixtures) are told
+/// apart by their files.
+fn detect_version(root: &Path) -> Result<CgroupVersion, ConfigError> {
+    use nix::sys::statfs::{CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, statfs};
+    if statfs(root).is_ok_and(|s| s.filesystem_type() == CGROUP2_SUPER_MAGIC) {
+        return Ok(CgroupVersion::V2);
+    }
+    let v1_memory = root.join("memory");
+    if statfs(&v1_memory).is_ok_and(|s| s.filesystem_type() == CGROUP_SUPER_MAGIC)
+        || v1_memory.join("memory.usage_in_bytes").is_file()
+    {
+        return Ok(CgroupVersion::V1);
+    }
+    if root.join("cgroup.controllers").is_file() {
+        return Ok(CgroupVersion::V2);
+    }
+    Err(ConfigError::NoMemoryHierarchy {
+        root: root.to_path_buf(),
+    })
+}
+
+/// The image filesystem rule: the first of [`IMAGE_FS_CANDIDATES`] that exists.
+pub fn discover_image_fs(exists: impl Fn(&Path) -> bool) -> Option<(PathBuf, ImageFsSource)> {
+    IMAGE_FS_CANDIDATES
+        .iter()
+        .find(|(p, _)| exists(Path::new(p)))
+        .map(|(p, s)| (PathBuf::from(p), *s))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    #[test]
+    fn image_fs_discovery_order() {
+        let only = |want: &'static str| move |p: &Path| p == Path::new(want);
+        assert_eq!(
+            discover_image_fs(only("/var/lib/containerd")),
+            Some(("/var/lib/containerd".into(), ImageFsSource::Containerd))
+        );
+        assert_eq!(
+            discover_image_fs(only("/var/lib/containers/storage")),
+            Some(("/var/lib/containers/storage".into(), ImageFsSource::CriO))
+        );
+        assert_eq!(
+            discover_image_fs(|_| true),
+            Some((
+                "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs".into(),
+                ImageFsSource::Containerd
+            ))
+        );
+        assert_eq!(discover_image_fs(|_| false), None);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let base = SamplerConfig {
+            cgroup_version: Some(CgroupVersion::V2),
+            ..SamplerConfig::default()
+        };
+        let cases: Vec<(SamplerConfig, ConfigError)> = vec![
+            (
+                SamplerConfig {
+                    node_cgroup: "../escape".into(),
+                    ..base.clone()
+                },
+                ConfigError::NodeCgroup {
+                    value: "../escape".into(),
+                },
+            ),
+            (
+                SamplerConfig {
+                    kubepods_cgroup: "a/b".into(),
+                    ..base.clone()
+                },
+                ConfigError::KubepodsCgroup {
+                    value: "a/b".into(),
+                },
+            ),
+            (
+                SamplerConfig {
+                    kubepods_cgroup: String::new(),
+                    ..base.clone()
+                },
+                ConfigError::KubepodsCgroup {
+                    value: String::new(),
+                },
+            ),
+            (
+                SamplerConfig {
+                    full_sample_interval: Duration::ZERO,
+                    ..base.clone()
+                },
+                ConfigError::FullSampleInterval {
+                    value: Duration::ZERO,
+                },
+            ),
+            (
+                SamplerConfig {
+                    allocatable_memory: Some(0),
+                    ..base.clone()
+                },
+                ConfigError::AllocatableMemory { value: 0 },
+            ),
+            (
+                SamplerConfig {
+                    pod_disk_budget: 0,
+                    ..base.clone()
+                },
+                ConfigError::PodDiskBudget { value: 0 },
+            ),
+        ];
+        for (cfg, want) in cases {
+            assert_eq!(cfg.resolve(), Err(want));
+        }
+        let msg = ConfigError::NodeCgroup {
+            value: "../escape".into(),
+        }
+        .to_string();
+        assert!(
+            msg.contains("node_cgroup") && msg.contains("../escape"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn layouts_for_both_versions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        // A v1 fixture with pids and a hybrid unified mount.
+        for d in ["memory", "pids", "unified"] {
+            fs::create_dir(root.join(d)).expect("mkdir");
+        }
+        fs::write(root.join("memory/memory.usage_in_bytes"), "0\n").expect("write");
+        fs::write(root.join("unified/cgroup.controllers"), "\n").expect("write");
+        let cfg = SamplerConfig {
+            cgroup_root: root.to_path_buf(),
+            node_cgroup: "/sim/node-a".into(),
+            kubepods_cgroup: "kubepods.slice".into(),
+            image_fs: Some("/images".into()),
+            ..SamplerConfig::default()
+        };
+        let l = cfg.resolve().expect("resolves");
+        assert_eq!(l.version, CgroupVersion::V1);
+        assert!(!l.node_is_root);
+        assert_eq!(l.node_memory, root.join("memory/sim/node-a"));
+        assert_eq!(l.node_pids, Some(root.join("pids/sim/node-a")));
+        assert_eq!(l.node_unified, Some(root.join("unified/sim/node-a")));
+        assert_eq!(
+            l.kubepods_memory,
+            root.join("memory/sim/node-a/kubepods.slice")
+        );
+        assert_eq!(
+            l.image_fs,
+            Some(("/images".into(), ImageFsSource::Configured))
+        );
+        // Without a split container filesystem, containerfs is the image filesystem.
+        assert_eq!(l.container_fs, Some("/images".into()));
+
+        // A v2 fixture: the root cgroup.
+        let dir2 = tempfile::tempdir().expect("tempdir");
+        fs::write(dir2.path().join("cgroup.controllers"), "memory pids\n").expect("write");
+        let cfg2 = SamplerConfig {
+            cgroup_root: dir2.path().to_path_buf(),
+            node_cgroup: "/".into(),
+            ..SamplerConfig::default()
+        };
+        let l2 = cfg2.resolve().expect("resolves");
+        assert_eq!(l2.version, CgroupVersion::V2);
+        assert!(l2.node_is_root);
+        assert_eq!(l2.node_memory, dir2.path());
+        assert_eq!(l2.kubepods_memory, dir2.path().join("kubepods"));
+        assert_eq!(l2.node_unified.as_deref(), Some(dir2.path()));
+
+        // Neither.
+        let empty = tempfile::tempdir().expect("tempdir");
+        let cfg3 = SamplerConfig {
+            cgroup_root: empty.path().to_path_buf(),
+            ..SamplerConfig::default()
+        };
+        assert_eq!(
+            cfg3.resolve(),
+            Err(ConfigError::NoMemoryHierarchy {
+                root: empty.path().to_path_buf()
+            })
+        );
+    }
+}

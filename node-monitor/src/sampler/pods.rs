@@ -1,0 +1,447 @@
+//! Pods from the kubelet's cgroup layout under kubepods, and their disk usage.
+//!
+//! The walk lists kubepods and, one level down, every directory that is not itself a pod (the
+//! QoS tiers of either driver); each name is classified by
+//! [`parse_cgroup_path`](crate::core::kubelet_layout::parse_cgroup_path), so the layout rules
+//! live in one place. Names seen before are looked up, not parsed again: in steady state a walk
+//! costs the `readdir` calls and one hash lookup per directory.
+
+use std::{
+    collections::{HashMap, HashSet},
+    ffi::{CStr, CString},
+    fs, io,
+    os::unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
+    path::{Path, PathBuf},
+};
+
+use crate::core::kubelet_layout::parse_cgroup_path;
+
+use super::{SamplerError, config::Layout, read::CgroupFiles};
+
+/// A pod's cgroup directories and its last measured disk usage.
+#[derive(Debug)]
+pub(crate) struct PodEntry {
+    pub uid: String,
+    /// The pod cgroup in the memory hierarchy.
+    pub memory_dir: PathBuf,
+    /// The pod cgroup in the pids hierarchy (v1) or the same directory (v2).
+    pub pids_dir: Option<PathBuf>,
+    /// Local volumes + logs, from the last full sample.
+    pub disk: Option<u64>,
+    /// Whether this pod's files are kept open (within the descriptor budget).
+    pub keep_files: bool,
+    pub files: CgroupFiles,
+    seen: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct PodTable {
+    /// Pods whose files may be kept open, and how many are.
+    keep_limit: usize,
+    kept: usize,
+    /// Keyed by pod UID.
+    pods: HashMap<String, PodEntry>,
+    /// Pod directories by their path below kubepods (`burstable/pod<uid>`,
+    /// `kubepods-pod<uid_>.slice`, …), to their pod UID.
+    dirs: HashMap<String, String>,
+    /// Directories that are not pods (QoS tiers), with the generation they were last seen in,
+    /// so they are not parsed again on every pass.
+    others: HashMap<String, u64>,
+    generation: u64,
+    key: String,
+    layout_path: String,
+    kubepods_c: Option<CString>,
+    child_path: Vec<u8>,
+}
+
+/// Subdirectories of a directory, read with readdir(3) straight from the directory stream:
+/// std's `read_dir` allocates a name per entry, and this walk runs on every wake-up.
+struct DirIter {
+    dir: std::ptr::NonNull<libc::DIR>,
+}
+
+impl DirIter {
+    fn open(path: &CStr) -> io::Result<Self> {
+        // SAFETY: `path` is a valid NUL-terminated string; opendir does not keep the pointer.
+        let dir = unsafe { libc::opendir(path.as_ptr()) };
+        std::ptr::NonNull::new(dir)
+            .map(|dir| Self { dir })
+            .ok_or_else(io::Error::last_os_error)
+    }
+
+    /// The next entry that is a directory (or of unknown type), without `.` and `..`. The name
+    /// borrows the stream's buffer until the next call.
+    fn next_dir(&mut self) -> Option<&CStr> {
+        loop {
+            // SAFETY: `self.dir` is an open stream owned by `self` (closed only in Drop), and
+            // only this `&mut self` method reads from it.
+            let ent = unsafe { libc::readdir(self.dir.as_ptr()) };
+            if ent.is_null() {
+                return None;
+            }
+            // SAFETY: a non-null readdir result points to a dirent that stays valid until the
+            // next readdir/closedir on this stream; the returned borrow ends before either
+            // (it is tied to `&mut self`). `d_name` is NUL-terminated.
+            let (d_type, name) = unsafe {
+                let ent = &*ent;
+                (ent.d_type, CStr::from_ptr(ent.d_name.as_ptr()))
+            };
+            if d_type != libc::DT_DIR && d_type != libc::DT_UNKNOWN {
+                continue;
+            }
+            let b = name.to_bytes();
+            if b == b"." || b == b".." {
+                continue;
+            }
+            return Some(name);
+        }
+    }
+}
+
+impl Drop for DirIter {
+    fn drop(&mut self) {
+        // SAFETY: the stream is open and closed exactly once, here.
+        unsafe {
+            libc::closedir(self.dir.as_ptr());
+        }
+    }
+}
+
+impl PodTable {
+    pub fn new(keep_limit: usize) -> Self {
+        Self {
+            keep_limit,
+            ..Self::default()
+        }
+    }
+
+    /// Re-lists kubepods: adds new pod cgroups, drops the ones that disappeared. An error means
+    /// kubepods itself could not be listed; the table is then left as it was.
+    pub fn refresh(&mut self, layout: &Layout) -> Result<(), SamplerError> {
+        let read_err = |source| SamplerError::Read {
+            path: layout.kubepods_memory.clone(),
+            source,
+        };
+        if self.kubepods_c.is_none() {
+            let c = CString::new(layout.kubepods_memory.as_os_str().as_bytes())
+                .map_err(|e| read_err(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
+            self.kubepods_c = Some(c);
+        }
+        let Some(top_path) = self.kubepods_c.as_deref() else {
+            return Ok(());
+        };
+        let mut top = DirIter::open(top_path).map_err(read_err)?;
+        self.generation += 1;
+        while let Some(name) = top.next_dir() {
+            let Ok(name) = name.to_str() else { continue };
+            self.key.clear();
+            self.key.push_str(name);
+            if self.visit(layout) {
+                continue;
+            }
+            // Not a pod: a QoS tier (or something else); its children may be pods.
+            self.child_path.clear();
+            self.child_path
+                .extend_from_slice(layout.kubepods_memory.as_os_str().as_bytes());
+            self.child_path.push(b'/');
+            self.child_path.extend_from_slice(name.as_bytes());
+            self.child_path.push(0);
+            let Ok(child_c) = CStr::from_bytes_with_nul(&self.child_path) else {
+                continue;
+            };
+            let Ok(mut children) = DirIter::open(child_c) else {
+                continue;
+            };
+            while let Some(cname) = children.next_dir() {
+                let Ok(cname) = cname.to_str() else { continue };
+                self.key.clear();
+                self.key.push_str(name);
+                self.key.push('/');
+                self.key.push_str(cname);
+                self.visit(layout);
+            }
+        }
+        let generation = self.generation;
+        let kept = &mut self.kept;
+        self.pods.retain(|_, p| {
+            let stays = p.seen == generation;
+            if !stays && p.keep_files {
+                *kept -= 1;
+            }
+            stays
+        });
+        let pods = &self.pods;
+        self.dirs.retain(|_, uid| pods.contains_key(uid));
+        self.others.retain(|_, seen| *seen == generation);
+        Ok(())
+    }
+
+    /// Marks or adds the pod at `self.key`; false when the directory is not a pod cgroup.
+    fn visit(&mut self, layout: &Layout) -> bool {
+        if let Some(p) = self
+            .dirs
+            .get(self.key.as_str())
+            .and_then(|uid| self.pods.get_mut(uid))
+        {
+            p.seen = self.generation;
+            return true;
+        }
+        if let Some(seen) = self.others.get_mut(self.key.as_str()) {
+            *seen = self.generation;
+            return false;
+        }
+        self.layout_path.clear();
+        self.layout_path.push('/');
+        self.layout_path.push_str(&layout.kubepods_name);
+        self.layout_path.push('/');
+        self.layout_path.push_str(&self.key);
+        match parse_cgroup_path(&self.layout_path) {
+            Some(pod) if pod.container_id.is_none() => {
+                let keep_files = self.kept < self.keep_limit;
+                if keep_files {
+                    self.kept += 1;
+                }
+                self.dirs.insert(self.key.clone(), pod.pod_uid.clone());
+                self.pods.insert(
+                    pod.pod_uid.clone(),
+                    PodEntry {
+                        uid: pod.pod_uid,
+                        memory_dir: layout.kubepods_memory.join(&self.key),
+                        pids_dir: layout.kubepods_pids.as_ref().map(|p| p.join(&self.key)),
+                        disk: None,
+                        keep_files,
+                        files: CgroupFiles::default(),
+                        seen: self.generation,
+                    },
+                );
+                true
+            }
+            _ => {
+                self.others.insert(self.key.clone(), self.generation);
+                false
+            }
+        }
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut PodEntry> {
+        self.pods.values_mut()
+    }
+
+    #[cfg(test)]
+    pub fn iter(&self) -> impl Iterator<Item = &PodEntry> {
+        self.pods.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn contains_uid(&self, uid: &str) -> bool {
+        self.pods.contains_key(uid)
+    }
+}
+
+/// Pod log directories under `/var/log/pods` (`<namespace>_<name>_<uid>`), by UID.
+pub(crate) fn pod_log_dirs(root: &Path) -> HashMap<String, PathBuf> {
+    let mut out = HashMap::new();
+    let Ok(rd) = fs::read_dir(root) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        if let Some(uid) = name.to_str().and_then(super::parse::pod_log_dir_uid) {
+            out.insert(uid.to_owned(), e.path());
+        }
+    }
+    out
+}
+
+/// Disk usage of `root` in bytes (allocated blocks, as `du` and the kubelet's volume metrics
+/// count them), without crossing into other filesystems: memory-backed volumes (tmpfs
+/// emptyDir, secrets) and mounted persistent volumes are not local ephemeral storage on nodefs.
+/// Hard links are counted once. `Ok(None)` when `root` does not exist. The walk stops with an
+/// error after `budget` entries, so one pod with millions of files cannot stall the sampler.
+pub(crate) fn disk_usage(
+    root: &Path,
+    budget: u64,
+    inodes: &mut HashSet<(u64, u64)>,
+) -> Result<Option<u64>, SamplerError> {
+    let meta = match fs::symlink_metadata(root) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(SamplerError::Read {
+                path: root.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let dev = meta.dev();
+    let mut total = meta.blocks().saturating_mul(512);
+    let mut walked = 0u64;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        // A directory that vanished mid-walk (log rotation, volume teardown) is skipped.
+        let Ok(rd) = fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            walked += 1;
+            if walked > budget {
+                return Err(SamplerError::DiskBudget {
+                    path: root.to_path_buf(),
+                    budget,
+                });
+            }
+            let Ok(m) = e.metadata() else { continue };
+            if m.dev() != dev {
+                continue;
+            }
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.nlink() > 1 && !inodes.insert((m.dev(), m.ino())) {
+                continue;
+            }
+            total = total.saturating_add(m.blocks().saturating_mul(512));
+        }
+    }
+    Ok(Some(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+    use crate::sampler::config::{CgroupVersion, SamplerConfig};
+
+    const UID_A: &str = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
+    const UID_B: &str = "1a1b2c3d-4e5f-6789-abcd-ef0123456789";
+    const UID_C: &str = "2a1b2c3d-4e5f-6789-abcd-ef0123456789";
+
+    fn layout(root: &Path, kubepods: &str) -> Layout {
+        SamplerConfig {
+            cgroup_root: root.to_path_buf(),
+            cgroup_version: Some(CgroupVersion::V2),
+            node_cgroup: "node".into(),
+            kubepods_cgroup: kubepods.into(),
+            ..SamplerConfig::default()
+        }
+        .resolve()
+        .expect("resolves")
+    }
+
+    fn uids(t: &PodTable) -> Vec<String> {
+        let mut v: Vec<String> = t.iter().map(|p| p.uid.clone()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn walks_both_drivers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let mk = |p: &str| fs::create_dir_all(root.join(p)).expect("mkdir");
+        // cgroupfs
+        mk(&format!("node/kubepods/pod{UID_A}/c1"));
+        mk(&format!("node/kubepods/burstable/pod{UID_B}/c2"));
+        mk(&format!("node/kubepods/besteffort/pod{UID_C}"));
+        mk("node/kubepods/besteffort/not-a-pod");
+        fs::write(root.join("node/kubepods/memory.stat"), "").expect("write");
+        let l = layout(root, "kubepods");
+        let mut t = PodTable::default();
+        t.refresh(&l).expect("refresh");
+        assert_eq!(uids(&t), vec![UID_A, UID_B, UID_C]);
+        let b = t.iter().find(|p| p.uid == UID_B).expect("pod b");
+        assert_eq!(
+            b.memory_dir,
+            root.join(format!("node/kubepods/burstable/pod{UID_B}"))
+        );
+        assert_eq!(b.pids_dir.as_ref(), Some(&b.memory_dir));
+
+        // A pod goes away, another comes.
+        fs::remove_dir_all(root.join(format!("node/kubepods/pod{UID_A}"))).expect("rm");
+        mk(&format!("node/kubepods/burstable/pod{UID_A}"));
+        fs::remove_dir_all(root.join(format!("node/kubepods/besteffort/pod{UID_C}"))).expect("rm");
+        t.refresh(&l).expect("refresh");
+        assert_eq!(uids(&t), vec![UID_A, UID_B]);
+        assert!(
+            t.iter()
+                .any(|p| p.memory_dir.ends_with(format!("burstable/pod{UID_A}")))
+        );
+
+        // systemd
+        let sd = |u: &str| u.replace('-', "_");
+        mk(&format!(
+            "node/kubepods.slice/kubepods-pod{}.slice/cri-containerd-x.scope",
+            sd(UID_A)
+        ));
+        mk(&format!(
+            "node/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+            sd(UID_B)
+        ));
+        mk(&format!(
+            "node/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+            sd(UID_C)
+        ));
+        // The wrong tier prefix is not a pod.
+        mk(&format!(
+            "node/kubepods.slice/kubepods-burstable.slice/kubepods-besteffort-pod{}.slice",
+            sd(UID_A)
+        ));
+        let l = layout(root, "kubepods.slice");
+        let mut t = PodTable::default();
+        t.refresh(&l).expect("refresh");
+        assert_eq!(uids(&t), vec![UID_A, UID_B, UID_C]);
+    }
+
+    #[test]
+    fn missing_kubepods_is_an_error_and_keeps_the_table() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let l = layout(dir.path(), "kubepods");
+        let mut t = PodTable::default();
+        let e = t.refresh(&l).expect_err("no kubepods");
+        assert!(e.to_string().contains("kubepods"), "{e}");
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn disk_usage_counts_blocks_once_and_respects_the_budget() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("pod");
+        fs::create_dir_all(root.join("volumes/kubernetes.io~empty-dir/cache")).expect("mkdir");
+        let data = vec![7u8; 256 * 1024];
+        fs::write(root.join("volumes/kubernetes.io~empty-dir/cache/a"), &data).expect("write");
+        fs::hard_link(
+            root.join("volumes/kubernetes.io~empty-dir/cache/a"),
+            root.join("volumes/kubernetes.io~empty-dir/cache/b"),
+        )
+        .expect("link");
+        let mut seen = HashSet::new();
+        let got = disk_usage(&root, 1000, &mut seen)
+            .expect("walks")
+            .expect("exists");
+        // The file's blocks once, plus directories (a few KiB each at most).
+        assert!(got >= 256 * 1024, "{got}");
+        assert!(got < 256 * 1024 + 64 * 1024, "{got}");
+        seen.clear();
+        let e = disk_usage(&root, 2, &mut seen).expect_err("budget");
+        assert!(
+            matches!(e, SamplerError::DiskBudget { budget: 2, .. }),
+            "{e}"
+        );
+        assert_eq!(
+            disk_usage(&dir.path().join("absent"), 10, &mut seen).expect("ok"),
+            None
+        );
+    }
+
+    #[test]
+    fn log_dirs_by_uid() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::create_dir(dir.path().join(format!("default_web-0_{UID_A}"))).expect("mkdir");
+        fs::create_dir(dir.path().join("junk")).expect("mkdir");
+        let m = pod_log_dirs(dir.path());
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[UID_A], dir.path().join(format!("default_web-0_{UID_A}")));
+        assert!(pod_log_dirs(&dir.path().join("absent")).is_empty());
+    }
+}

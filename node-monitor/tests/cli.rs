@@ -1,0 +1,448 @@
+//! The real binary's `check-config` and `explain` commands: output, exit codes and error
+//! messages, as documented in docs/cli.md.
+
+use std::{
+    io::Write as _,
+    process::{Command, Output},
+};
+
+use serde_json::{Value, json};
+
+fn node_monitor(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_node-monitor"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node-monitor {args:?}: {e}"))
+}
+
+fn stdout_json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "exit {:?}, stderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn temp_file(contents: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().expect("temp file");
+    f.write_all(contents.as_bytes()).expect("write temp file");
+    f
+}
+
+fn path(f: &tempfile::NamedTempFile) -> &str {
+    f.path().to_str().expect("utf-8 temp path")
+}
+
+/// (signal, source, quantity or percentage, hard)
+fn summary(v: &Value) -> Vec<(String, String, Value, bool)> {
+    v.as_array()
+        .expect("a JSON array")
+        .iter()
+        .map(|t| {
+            let amount = t.get("quantity").or_else(|| t.get("percentage"));
+            (
+                t["signal"].as_str().expect("signal").to_owned(),
+                t["source"].as_str().expect("source").to_owned(),
+                amount.cloned().expect("quantity or percentage"),
+                t["hard"].as_bool().expect("hard"),
+            )
+        })
+        .collect()
+}
+
+fn s(signal: &str, source: &str, amount: Value, hard: bool) -> (String, String, Value, bool) {
+    (signal.into(), source.into(), amount, hard)
+}
+
+#[test]
+fn check_config_defaults() {
+    let v = stdout_json(&node_monitor(&["check-config"]));
+    assert_eq!(
+        summary(&v),
+        [
+            s("memory.available", "evictionHard", json!(104_857_600), true),
+            s("nodefs.available", "evictionHard", json!(10), true),
+            s("nodefs.inodesFree", "evictionHard", json!(5), true),
+            s("imagefs.available", "evictionHard", json!(15), true),
+            s("imagefs.inodesFree", "evictionHard", json!(5), true),
+            s(
+                "allocatableMemory.available",
+                "allocatable",
+                json!(104_857_600),
+                true
+            ),
+        ]
+    );
+    for t in v.as_array().expect("array") {
+        assert_eq!(t["operator"], "LessThan");
+        assert_eq!(t["grace_period_seconds"], 0);
+        assert_eq!(t["min_reclaim"], Value::Null);
+    }
+}
+
+#[test]
+fn check_config_flags() {
+    let v = stdout_json(&node_monitor(&[
+        "check-config",
+        "--eviction-hard=memory.available<500Mi,nodefs.available<10%",
+        "--eviction-soft=memory.available<1.5Gi",
+        "--eviction-soft-grace-period=memory.available=1m30s",
+        "--eviction-max-pod-grace-period=60",
+        "--eviction-minimum-reclaim=memory.available=0Mi,nodefs.available=500Mi",
+        "--eviction-pressure-transition-period=1m",
+    ]));
+    assert_eq!(
+        summary(&v),
+        [
+            s("memory.available", "evictionHard", json!(524_288_000), true),
+            s("nodefs.available", "evictionHard", json!(10), true),
+            s(
+                "memory.available",
+                "evictionSoft",
+                json!(1_610_612_736),
+                false
+            ),
+            s(
+                "allocatableMemory.available",
+                "allocatable",
+                json!(524_288_000),
+                true
+            ),
+        ]
+    );
+    assert_eq!(v[1]["min_reclaim"], json!({"quantity": 524_288_000}));
+    assert_eq!(v[2]["grace_period_seconds"], 90);
+    assert_eq!(v[2]["min_reclaim"], json!({"quantity": 0}));
+}
+
+#[test]
+fn check_config_file_and_flag_precedence() {
+    let f = temp_file(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 110\n\
+         evictionHard:\n  memory.available: 1Gi\n  nodefs.available: 20%\n\
+         evictionMinimumReclaim:\n  nodefs.available: 5%\nnodeMonitor:\n  maxPodsPerCycle: 2\n",
+    );
+    let v = stdout_json(&node_monitor(&["check-config", "--config", path(&f)]));
+    assert_eq!(
+        summary(&v),
+        [
+            s(
+                "memory.available",
+                "evictionHard",
+                json!(1_073_741_824),
+                true
+            ),
+            s("nodefs.available", "evictionHard", json!(20), true),
+            s(
+                "allocatableMemory.available",
+                "allocatable",
+                json!(1_073_741_824),
+                true
+            ),
+        ]
+    );
+    assert_eq!(v[1]["min_reclaim"], json!({"percentage": 5}));
+    // A flag replaces the file's whole evictionHard map.
+    let v = stdout_json(&node_monitor(&[
+        "check-config",
+        "--config",
+        path(&f),
+        "--eviction-hard=pid.available<1k",
+    ]));
+    assert_eq!(
+        summary(&v),
+        [s("pid.available", "evictionHard", json!(1000), true)]
+    );
+    // mergeDefaultEvictionSettings brings the unset defaults back.
+    let f =
+        temp_file("evictionHard:\n  memory.available: 1Gi\nmergeDefaultEvictionSettings: true\n");
+    let v = stdout_json(&node_monitor(&["check-config", "--config", path(&f)]));
+    assert_eq!(v.as_array().expect("array").len(), 6);
+}
+
+/// Every rejection exits non-zero and names the field and the value on stderr.
+#[test]
+fn check_config_rejections() {
+    let file_cases: &[(&str, &[&str])] = &[
+        (
+            "evictionHard:\n  memory.free: 1Gi\n",
+            &[
+                "evictionHard[\"memory.free\"]",
+                "unsupported eviction signal",
+            ],
+        ),
+        (
+            "evictionHard:\n  memory.available: -100Mi\n",
+            &[
+                "evictionHard[\"memory.available\"]",
+                "\"-100Mi\"",
+                "must be positive",
+            ],
+        ),
+        (
+            "evictionHard:\n  nodefs.available: 110%\n",
+            &["evictionHard[\"nodefs.available\"]", "\"110%\""],
+        ),
+        (
+            "evictionSoft:\n  memory.available: 1Gi\n",
+            &[
+                "evictionSoft[\"memory.available\"]",
+                "grace period must be specified",
+            ],
+        ),
+        (
+            "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 1x\n",
+            &["evictionSoftGracePeriod[\"memory.available\"]", "\"1x\""],
+        ),
+        (
+            "evictionMinimumReclaim:\n  disk.available: 1Gi\n",
+            &[
+                "evictionMinimumReclaim[\"disk.available\"]",
+                "\"disk.available\"",
+            ],
+        ),
+        (
+            "evictionPressureTransitionPeriod: forever\n",
+            &["evictionPressureTransitionPeriod", "\"forever\""],
+        ),
+        (
+            "nodeMonitor:\n  dryrun: true\n",
+            &["nodeMonitor", "unknown setting \"dryrun\""],
+        ),
+    ];
+    for (yaml, wants) in file_cases {
+        let f = temp_file(yaml);
+        let out = node_monitor(&["check-config", "--config", path(&f)]);
+        assert!(!out.status.success(), "{yaml:?} should be rejected");
+        assert!(out.stdout.is_empty(), "nothing on stdout for {yaml:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(path(&f)),
+            "{yaml:?}: the file is named in {err:?}"
+        );
+        for want in *wants {
+            assert!(
+                err.contains(want),
+                "{yaml:?}: {err:?} should contain {want:?}"
+            );
+        }
+    }
+    let flag_cases: &[(&str, &[&str])] = &[
+        (
+            "--eviction-hard=memory.available>100Mi",
+            &["--eviction-hard", "unsupported operator \">\""],
+        ),
+        (
+            "--eviction-hard=memory.available<1Gb",
+            &["--eviction-hard memory.available", "\"1Gb\""],
+        ),
+        (
+            "--eviction-soft=nodefs.available<10%",
+            &[
+                "--eviction-soft nodefs.available",
+                "grace period must be specified",
+            ],
+        ),
+        (
+            "--eviction-max-pod-grace-period=thirty",
+            &["--eviction-max-pod-grace-period", "\"thirty\""],
+        ),
+        (
+            "--eviction-pressure-transition-period=5",
+            &["--eviction-pressure-transition-period", "\"5\""],
+        ),
+        (
+            "--eviction-minimum-reclaim=memory.available=-1Mi",
+            &["--eviction-minimum-reclaim memory.available", "\"-1Mi\""],
+        ),
+    ];
+    for (flag, wants) in flag_cases {
+        let out = node_monitor(&["check-config", flag]);
+        assert!(!out.status.success(), "{flag} should be rejected");
+        let err = String::from_utf8_lossy(&out.stderr);
+        for want in *wants {
+            assert!(
+                err.contains(want),
+                "{flag}: {err:?} should contain {want:?}"
+            );
+        }
+    }
+    let out = node_monitor(&["check-config", "--config", "/nonexistent/kubelet.yaml"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/kubelet.yaml"));
+}
+
+#[test]
+fn check_config_warns_about_ignored_entries() {
+    let f = temp_file("evictionSoftGracePeriod:\n  memory.available: 1m\n");
+    let out = node_monitor(&["check-config", "--config", path(&f)]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no soft threshold"), "{err}");
+}
+
+fn pod(name: &str, namespace: &str, qos: &str, resources: Value, priority: i32) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}")},
+        "spec": {
+            "containers": [{"name": "main", "image": "example", "resources": resources}],
+            "priority": priority,
+            "terminationGracePeriodSeconds": 30
+        },
+        "status": {"phase": "Running", "qosClass": qos}
+    })
+}
+
+fn memory_usage(bytes: &str) -> Value {
+    json!({"memory": bytes, "containers": {"main": {"memory": bytes}}})
+}
+
+/// BestEffort, Burstable over its request, Guaranteed, and a critical (mirror) pod; memory below
+/// the default hard threshold.
+fn pressure_snapshot(extra_config: Value, critical_priority: i32) -> String {
+    let mut critical = pod(
+        "kube-proxy",
+        "kube-system",
+        "BestEffort",
+        json!({}),
+        critical_priority,
+    );
+    critical["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "x"});
+    json!({
+        "pods": {"apiVersion": "v1", "kind": "List", "items": [
+            pod("guaranteed", "default", "Guaranteed",
+                json!({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}), 0),
+            pod("burstable", "default", "Burstable", json!({"requests": {"memory": "256Mi"}}), 0),
+            critical,
+            pod("besteffort", "default", "BestEffort", json!({}), 0),
+        ]},
+        "usage": {
+            "uid-guaranteed": memory_usage("900Mi"),
+            "uid-burstable": memory_usage("768Mi"),
+            "uid-kube-proxy": memory_usage("3Gi"),
+            "uid-besteffort": memory_usage("1536Mi")
+        },
+        "observations": {
+            "memory.available": {"available": "80Mi", "capacity": "8Gi"},
+            "nodefs.available": {"available": "50Gi", "capacity": "100Gi"}
+        },
+        "config": extra_config
+    })
+    .to_string()
+}
+
+#[test]
+fn explain_evicts_the_best_effort_pod_under_memory_pressure() {
+    let f = temp_file(&pressure_snapshot(json!({}), 2_000_001_000));
+    let v = stdout_json(&node_monitor(&["explain", "--input", path(&f)]));
+    assert_eq!(v["reclaim"], "memory.available");
+    assert_eq!(v["reclaim_details"]["resource"], "memory");
+    let ranked: Vec<&str> = v["ranked"]
+        .as_array()
+        .expect("ranked")
+        .iter()
+        .map(|p| p["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(
+        ranked,
+        ["besteffort", "burstable", "kube-proxy", "guaranteed"]
+    );
+    assert_eq!(v["ranked"][0]["qos"], "BestEffort");
+    assert_eq!(v["ranked"][0]["exceeds_request"], true);
+    assert_eq!(v["ranked"][3]["exceeds_request"], false);
+    let evict = v["evict"].as_array().expect("evict");
+    assert_eq!(evict.len(), 1);
+    assert_eq!(evict[0]["namespace"], "default");
+    assert_eq!(evict[0]["name"], "besteffort");
+    assert_eq!(evict[0]["signal"], "memory.available");
+    assert_eq!(evict[0]["grace_period_seconds"], 1);
+    assert_eq!(
+        evict[0]["message"],
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 80Mi. \
+         Container main was using 1536Mi, request is 0, has larger consumption of memory. "
+    );
+    let pressure = v["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .find(|c| c["type"] == "MemoryPressure")
+        .expect("MemoryPressure");
+    assert_eq!(pressure["status"], true);
+}
+
+#[test]
+fn explain_never_evicts_critical_pods() {
+    // The mirror pod (priority 0, the largest user) ranks first; room for every pod in one
+    // cycle and a shortfall (7Gi threshold) that no set of evictions covers.
+    let f = temp_file(&pressure_snapshot(
+        json!({"evictionHard": {"memory.available": "7Gi"}, "nodeMonitor": {"maxPodsPerCycle": 10}}),
+        0,
+    ));
+    let v = stdout_json(&node_monitor(&["explain", "--input", path(&f)]));
+    assert_eq!(v["ranked"][0]["name"], "kube-proxy");
+    assert_eq!(v["ranked"][0]["critical"], true);
+    let evicted: Vec<&str> = v["evict"]
+        .as_array()
+        .expect("evict")
+        .iter()
+        .map(|p| p["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(evicted, ["besteffort", "burstable", "guaranteed"]);
+}
+
+#[test]
+fn explain_soft_thresholds_wait_for_their_grace_period() {
+    let snapshot = temp_file(&pressure_snapshot(
+        json!({"evictionHard": {}}),
+        2_000_001_000,
+    ));
+    let cfg = temp_file(
+        "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 2m\nevictionMaxPodGracePeriod: 20\n",
+    );
+    let v = stdout_json(&node_monitor(&[
+        "explain",
+        "--input",
+        path(&snapshot),
+        "--config",
+        path(&cfg),
+    ]));
+    assert_eq!(v["thresholds_met"][0]["grace_period_elapsed"], false);
+    assert_eq!(v["thresholds_met"][0]["grace_remaining_seconds"], 120.0);
+    assert_eq!(v["reclaim"], Value::Null);
+    assert_eq!(v["evict"], json!([]));
+    let v = stdout_json(&node_monitor(&[
+        "explain",
+        "--input",
+        path(&snapshot),
+        "--config",
+        path(&cfg),
+        "--held-for=2m",
+    ]));
+    assert_eq!(v["evict"][0]["name"], "besteffort");
+    assert_eq!(v["evict"][0]["grace_period_seconds"], 20);
+    assert_eq!(v["evict"][0]["hard"], false);
+}
+
+#[test]
+fn explain_rejects_bad_snapshots() {
+    let f = temp_file(
+        r#"{"pods": [], "observations": {"memory.avail": {"available": 1, "capacity": 2}}}"#,
+    );
+    let out = node_monitor(&["explain", "--input", path(&f)]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("memory.avail"), "{err}");
+    let out = node_monitor(&["explain", "--input", "/nonexistent/snapshot.json"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/snapshot.json"));
+}

@@ -1,0 +1,497 @@
+//! End-to-end harness: a real control plane, a stand-in kubelet whose pods are real processes in
+//! kubelet-layout cgroups under a memory-limited node cgroup, and the real `node-monitor` binary
+//! running as that node's agent. Shared by the end-to-end tests, the demo and the benchmarks.
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use k8s_openapi::{
+    api::{
+        core::v1::{Container, Event, Pod, PodSpec, ResourceRequirements},
+        policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
+        scheduling::v1::PriorityClass,
+    },
+    apimachinery::pkg::{
+        api::resource::Quantity,
+        apis::meta::v1::{LabelSelector, ObjectMeta},
+        util::intstr::IntOrString,
+    },
+};
+use kube::{
+    Api, Client,
+    api::{ListParams, PostParams},
+};
+
+use crate::{
+    control_plane::{ControlPlane, ControlPlaneOptions},
+    standin::{StandIn, StandInConfig},
+};
+
+/// A directory of this workspace's target (debug) binaries: `node-monitor`, `nm-workload`, ….
+/// `CARGO_TARGET_DIR` is honoured. The test command builds every binary before running tests.
+pub fn target_dir() -> PathBuf {
+    let base = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    base.join("debug")
+}
+
+/// Path of a workspace binary, or a failure that says how to build it.
+pub fn binary(name: &str) -> PathBuf {
+    let p = target_dir().join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: build the binaries first (`cargo build --bins`, as scripts/test.sh does)",
+        p.display()
+    );
+    p
+}
+
+/// A control plane plus one stand-in node.
+pub struct Cluster {
+    pub cp: ControlPlane,
+    pub standin: Option<StandIn>,
+    pub node: String,
+    /// The node cgroup relative to the hierarchy roots (`node-monitor-test/<node>-<pid>`).
+    pub node_cgroup: PathBuf,
+}
+
+impl Cluster {
+    /// Starts the control plane and a stand-in node with `memory` bytes (the node cgroup's limit).
+    pub async fn start(node: &str, memory: u64) -> Result<Cluster> {
+        crate::cgroup::require_root("the end-to-end tier");
+        let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+        let node_cgroup = PathBuf::from(format!("node-monitor-test/{node}-{}", std::process::id()));
+        let cfg = StandInConfig::new(node, &node_cgroup).memory(memory);
+        let standin = StandIn::start(cp.client(), cfg).await?;
+        standin.wait_ready(Duration::from_secs(60)).await?;
+        Ok(Cluster {
+            cp,
+            standin: Some(standin),
+            node: node.to_owned(),
+            node_cgroup,
+        })
+    }
+
+    pub fn client(&self) -> Client {
+        self.cp.client()
+    }
+
+    pub fn pods(&self, ns: &str) -> Api<Pod> {
+        Api::namespaced(self.client(), ns)
+    }
+
+    /// The node cgroup's directory in the memory hierarchy.
+    pub fn node_memory_dir(&self) -> PathBuf {
+        Path::new(crate::cgroup::MEMORY_V1).join(&self.node_cgroup)
+    }
+
+    /// memory.available of the node cgroup as the kubelet computes it (capacity − working set),
+    /// read directly from the cgroup files: the ground truth the agent is measured against.
+    pub fn memory_available(&self) -> Result<i64> {
+        let dir = self.node_memory_dir();
+        let read = |f: &str| -> Result<String> {
+            fs::read_to_string(dir.join(f)).with_context(|| format!("{}/{f}", dir.display()))
+        };
+        let limit: i64 = read("memory.limit_in_bytes")?.trim().parse()?;
+        let usage: i64 = read("memory.usage_in_bytes")?.trim().parse()?;
+        let stat = read("memory.stat")?;
+        let inactive: i64 = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("total_inactive_file "))
+            .context("total_inactive_file")?
+            .trim()
+            .parse()?;
+        Ok(limit - (usage - inactive).max(0))
+    }
+
+    /// memory.available once the pods have finished allocating: two reads 500 ms apart within
+    /// 4 MiB of each other (a pod reports Running before its process has touched its memory).
+    pub async fn settled_memory_available(&self) -> Result<i64> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut last = self.memory_available()?;
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = self.memory_available()?;
+            if (now - last).abs() < 4 << 20 {
+                return Ok(now);
+            }
+            if Instant::now() > deadline {
+                bail!("node memory did not settle: {last} then {now} bytes available");
+            }
+            last = now;
+        }
+    }
+
+    pub async fn create_pod(&self, pod: Pod) -> Result<Pod> {
+        let ns = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        Ok(self.pods(&ns).create(&PostParams::default(), &pod).await?)
+    }
+
+    /// Waits until the pod reports Running (its processes started).
+    pub async fn wait_running(&self, ns: &str, name: &str, timeout: Duration) -> Result<Pod> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(p) = self.pods(ns).get_opt(name).await?
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            {
+                return Ok(p);
+            }
+            if Instant::now() > deadline {
+                bail!("pod {ns}/{name} not Running after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until the pod is gone from the API; returns when it went, or `None` on timeout.
+    pub async fn wait_gone(
+        &self,
+        ns: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Option<Instant>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.pods(ns).get_opt(name).await?.is_none() {
+                return Ok(Some(Instant::now()));
+            }
+            if Instant::now() > deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Is the pod still in the API and not terminating?
+    pub async fn is_live(&self, ns: &str, name: &str) -> Result<bool> {
+        Ok(self
+            .pods(ns)
+            .get_opt(name)
+            .await?
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_none()))
+    }
+
+    /// Events whose reason is `reason`, about the object named `name`, in `ns`.
+    pub async fn events(&self, ns: &str, name: &str, reason: &str) -> Result<Vec<Event>> {
+        let events: Api<Event> = Api::namespaced(self.client(), ns);
+        Ok(events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.involved_object.name.as_deref() == Some(name)
+                    && e.reason.as_deref() == Some(reason)
+            })
+            .collect())
+    }
+
+    pub async fn create_priority_class(&self, name: &str, value: i32) -> Result<()> {
+        let api: Api<PriorityClass> = Api::all(self.client());
+        let pc = PriorityClass {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            value: Some(value),
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &pc).await?;
+        Ok(())
+    }
+
+    /// A PDB over `app=<app>` with `minAvailable`.
+    pub async fn create_pdb(&self, ns: &str, app: &str, min_available: i32) -> Result<()> {
+        let api: Api<PodDisruptionBudget> = Api::namespaced(self.client(), ns);
+        let pdb = PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some(format!("{app}-pdb")),
+                ..Default::default()
+            },
+            spec: Some(PodDisruptionBudgetSpec {
+                min_available: Some(IntOrString::Int(min_available)),
+                selector: Some(LabelSelector {
+                    match_labels: Some(BTreeMap::from([("app".to_owned(), app.to_owned())])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &pdb).await?;
+        // The disruption controller must have computed the budget before evictions consult it.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let p = api.get(&format!("{app}-pdb")).await?;
+            if p.status.as_ref().is_some_and(|s| {
+                s.observed_generation.is_some() && s.expected_pods.unwrap_or(0) > 0
+            }) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("PDB {app}-pdb was not observed by the disruption controller");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub async fn stop(mut self) -> Result<()> {
+        if let Some(s) = self.standin.take() {
+            s.stop().await?;
+        }
+        self.cp.stop()?;
+        Ok(())
+    }
+}
+
+/// A pod whose single container runs `nm-workload` with `args` on the stand-in's node.
+#[derive(Debug, Clone)]
+pub struct PodBuilder {
+    pod: Pod,
+}
+
+impl PodBuilder {
+    pub fn new(name: &str, node: &str, workload_args: &[&str]) -> Self {
+        let mut command = vec![binary("nm-workload").display().to_string()];
+        command.extend(workload_args.iter().map(|s| (*s).to_owned()));
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                labels: Some(BTreeMap::from([("app".to_owned(), name.to_owned())])),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some(node.into()),
+                termination_grace_period_seconds: Some(5),
+                containers: vec![Container {
+                    name: "main".into(),
+                    image: Some("nm-workload".into()),
+                    command: Some(command),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        Self { pod }
+    }
+
+    fn container(&mut self) -> &mut Container {
+        &mut self.pod.spec.as_mut().expect("spec").containers[0]
+    }
+
+    /// Memory request (and limit, when given), with a matching CPU request so `limit` makes the pod
+    /// Guaranteed.
+    pub fn memory(mut self, request: &str, limit: Option<&str>) -> Self {
+        let mut requests = BTreeMap::from([("memory".to_owned(), Quantity(request.into()))]);
+        let mut limits = BTreeMap::new();
+        if let Some(l) = limit {
+            requests.insert("cpu".into(), Quantity("100m".into()));
+            limits.insert("memory".to_owned(), Quantity(l.into()));
+            limits.insert("cpu".to_owned(), Quantity("100m".into()));
+        }
+        self.container().resources = Some(ResourceRequirements {
+            requests: Some(requests),
+            limits: (!limits.is_empty()).then_some(limits),
+            ..Default::default()
+        });
+        self
+    }
+
+    pub fn priority_class(mut self, name: &str) -> Self {
+        self.pod.spec.as_mut().expect("spec").priority_class_name = Some(name.into());
+        self
+    }
+
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.pod
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(k.into(), v.into());
+        self
+    }
+
+    pub fn termination_grace(mut self, secs: i64) -> Self {
+        self.pod
+            .spec
+            .as_mut()
+            .expect("spec")
+            .termination_grace_period_seconds = Some(secs);
+        self
+    }
+
+    pub fn build(self) -> Pod {
+        self.pod
+    }
+}
+
+/// The agent binary running as the stand-in node's agent.
+pub struct Agent {
+    child: Option<Child>,
+    pub log_path: PathBuf,
+    pub metrics_port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    /// Starts `node-monitor run` for the cluster's node with `config_yaml` and `extra` arguments.
+    /// The agent's node cgroup is the stand-in's, so memory.available is the simulated node's.
+    pub fn spawn(cluster: &Cluster, config_yaml: &str, extra: &[&str]) -> Result<Agent> {
+        let dir = tempfile::Builder::new().prefix("nm-agent").tempdir()?;
+        let config = dir.path().join("config.yaml");
+        fs::write(&config, config_yaml)?;
+        let log_path = dir.path().join("agent.log");
+        let log = fs::File::create(&log_path)?;
+        let metrics_port = free_port()?;
+        let child = Command::new(binary("node-monitor"))
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .arg("--kubeconfig")
+            .arg(cluster.cp.kubeconfig_path())
+            .args(["--node-name", &cluster.node])
+            .arg("--node-cgroup")
+            .arg(&cluster.node_cgroup)
+            .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
+            .args(extra)
+            .env("RUST_LOG", "info,node_monitor=debug")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting node-monitor")?;
+        Ok(Agent {
+            child: Some(child),
+            log_path,
+            metrics_port,
+            _dir: dir,
+        })
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Waits until the log contains `needle`.
+    pub async fn wait_log(&mut self, needle: &str, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.log().contains(needle) {
+                return Ok(());
+            }
+            if let Some(c) = self.child.as_mut()
+                && let Some(status) = c.try_wait()?
+            {
+                bail!(
+                    "agent exited ({status}) before logging {needle:?}:\n{}",
+                    self.log()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "agent did not log {needle:?} within {timeout:?}:\n{}",
+                    crate::vm::tail(&self.log(), 60)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The agent's /metrics text.
+    pub async fn metrics(&self) -> Result<String> {
+        http_get(self.metrics_port, "/metrics").await
+    }
+
+    /// Sum of the samples of `family` whose label set contains every `labels` pair.
+    pub async fn metric_sum(&self, family: &str, labels: &[(&str, &str)]) -> Result<f64> {
+        Ok(sum_samples(&self.metrics().await?, family, labels))
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    pub fn terminate(&mut self) -> Result<std::process::ExitStatus> {
+        let mut child = self.child.take().context("agent already stopped")?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(child.id())?),
+            nix::sys::signal::Signal::SIGTERM,
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(s) = child.try_wait()? {
+                return Ok(s);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!(
+                    "agent did not exit within 20 s of SIGTERM:\n{}",
+                    crate::vm::tail(&self.log(), 40)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Sums a metric family's samples (text exposition) whose labels include all of `labels`.
+pub fn sum_samples(text: &str, family: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name_labels, value) = l.rsplit_once(' ')?;
+            let (name, lbls) = match name_labels.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (name_labels, ""),
+            };
+            (name == family
+                && labels
+                    .iter()
+                    .all(|(k, v)| lbls.contains(&format!("{k}=\"{v}\""))))
+            .then(|| value.parse::<f64>().ok())
+            .flatten()
+        })
+        .sum()
+}
+
+/// A minimal HTTP/1.0 GET on loopback (no client dependency for one line of protocol).
+pub async fn http_get(port: u16, path: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").context("no HTTP header")?;
+    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
+        bail!("GET {path}: {}", head.lines().next().unwrap_or_default());
+    }
+    Ok(body.to_owned())
+}
+
+/// A free loopback TCP port.
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}

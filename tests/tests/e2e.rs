@@ -1,0 +1,476 @@
+//! End to end: the real `node-monitor` binary as the agent of a stand-in node (pods are real
+//! processes in kubelet-layout cgroups under a 1 GiB node cgroup), against a real etcd,
+//! kube-apiserver and kube-controller-manager, under real memory pressure. Every scenario asserts on
+//! the API server's state. Root only; fails loudly when it cannot run.
+use std::time::{Duration, Instant};
+
+use node_monitor_tests::e2e::{Agent, Cluster, PodBuilder};
+
+const MI: u64 = 1 << 20;
+const NODE_MEMORY: u64 = 1024 * MI;
+const NS: &str = "default";
+
+/// The node cgroup's kernel OOM kills: a scenario that reacts in time has none.
+fn node_oom_kills(cluster: &Cluster) -> u64 {
+    let text = std::fs::read_to_string(cluster.node_memory_dir().join("memory.oom_control"))
+        .expect("memory.oom_control");
+    text.lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("oom_kill counter")
+}
+
+async fn running(cluster: &Cluster, pod: PodBuilder) -> String {
+    let p = cluster.create_pod(pod.build()).await.expect("create pod");
+    let name = p.metadata.name.expect("name");
+    cluster
+        .wait_running(NS, &name, Duration::from_secs(30))
+        .await
+        .expect("pod running");
+    name
+}
+
+/// Scenario 1: a climbing BestEffort pod is evicted before the OOM killer acts; the Guaranteed
+/// pod is never touched; the eviction carries the kubelet's wording and the agent-owned
+/// condition is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn besteffort_climber_is_evicted_never_the_guaranteed_pod() {
+    let cluster = Cluster::start("e2e-climb", NODE_MEMORY)
+        .await
+        .expect("cluster");
+    let mut agent = Agent::spawn(
+        &cluster,
+        "evictionHard:\n  memory.available: 300Mi\nevictionPressureTransitionPeriod: 30s\n",
+        &["--no-mlock"],
+    )
+    .expect("agent");
+    agent
+        .wait_log("deciding", Duration::from_secs(30))
+        .await
+        .expect("agent up");
+    let node = cluster.node.clone();
+    running(
+        &cluster,
+        PodBuilder::new("guaranteed", &node, &["--hold", "150Mi"]).memory("200Mi", Some("200Mi")),
+    )
+    .await;
+    running(
+        &cluster,
+        PodBuilder::new(
+            "climber",
+            &node,
+            &[
+                "--ramp-to",
+                "900Mi",
+                "--step",
+                "16Mi",
+                "--interval",
+                "100ms",
+            ],
+        ),
+    )
+    .await;
+
+    let gone = cluster
+        .wait_gone(NS, "climber", Duration::from_secs(60))
+        .await
+        .expect("watch");
+    assert!(
+        gone.is_some(),
+        "the climber was not evicted:\n{}",
+        agent.log()
+    );
+    assert!(
+        cluster.is_live(NS, "guaranteed").await.expect("get"),
+        "the Guaranteed pod must stay"
+    );
+    let events = cluster
+        .events(NS, "climber", "Evicted")
+        .await
+        .expect("events");
+    let msg = events
+        .first()
+        .and_then(|e| e.message.clone())
+        .expect("an Evicted event on the pod");
+    assert!(
+        msg.starts_with(
+            "The node was low on resource: memory. Threshold quantity: 300Mi, available: "
+        ),
+        "{msg}"
+    );
+    assert_eq!(
+        events[0]
+            .source
+            .as_ref()
+            .and_then(|s| s.component.as_deref()),
+        Some("node-monitor")
+    );
+    assert_eq!(
+        node_oom_kills(&cluster),
+        0,
+        "the kernel OOM killer acted first:\n{}",
+        agent.log()
+    );
+    let evicted = agent
+        .metric_sum(
+            "node_monitor_evictions_total",
+            &[
+                ("eviction_signal", "memory.available"),
+                ("outcome", "evicted"),
+            ],
+        )
+        .await
+        .expect("metrics");
+    assert!(evicted >= 1.0, "evictions_total={evicted}");
+
+    // The agent-owned condition was published (and the kubelet's own conditions were left alone).
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(cluster.client());
+    let n = nodes.get(&cluster.node).await.expect("node");
+    let conds = n.status.and_then(|s| s.conditions).unwrap_or_default();
+    let mine = conds
+        .iter()
+        .find(|c| c.type_ == "NodeMonitorMemoryPressure")
+        .expect("agent condition");
+    assert_eq!(
+        mine.status, "True",
+        "pressure persists for the transition period: {mine:?}"
+    );
+    assert!(
+        conds
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True"),
+        "Ready untouched: {conds:?}"
+    );
+
+    assert!(
+        agent.terminate().expect("SIGTERM").success(),
+        "clean exit on SIGTERM"
+    );
+    cluster.stop().await.expect("stop");
+}
+
+/// Scenario 2: a Burstable pod over its request outranks one under its request; among pods over
+/// their requests, the lower priority goes first even when it uses less.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranking_exceeds_request_then_priority() {
+    let cluster = Cluster::start("e2e-rank", NODE_MEMORY)
+        .await
+        .expect("cluster");
+    cluster
+        .create_priority_class("high", 1000)
+        .await
+        .expect("priority class");
+    let mut agent = Agent::spawn(
+        &cluster,
+        "evictionHard:\n  memory.available: 400Mi\n",
+        &["--no-mlock"],
+    )
+    .expect("agent");
+    agent
+        .wait_log("deciding", Duration::from_secs(30))
+        .await
+        .expect("agent up");
+    let node = cluster.node.clone();
+    running(
+        &cluster,
+        PodBuilder::new("over", &node, &["--hold", "150Mi"]).memory("50Mi", None),
+    )
+    .await;
+    running(
+        &cluster,
+        PodBuilder::new("under", &node, &["--hold", "100Mi"]).memory("400Mi", None),
+    )
+    .await;
+    running(
+        &cluster,
+        PodBuilder::new("filler", &node, &["--hold", "400Mi"]).memory("450Mi", Some("450Mi")),
+    )
+    .await;
+
+    assert!(
+        cluster
+            .wait_gone(NS, "over", Duration::from_secs(40))
+            .await
+            .expect("watch")
+            .is_some(),
+        "the pod over its request goes first:\n{}",
+        agent.log()
+    );
+    for p in ["under", "filler"] {
+        assert!(cluster.is_live(NS, p).await.expect("get"), "{p} must stay");
+    }
+
+    // Both new pods exceed their requests; priority decides, not usage.
+    running(
+        &cluster,
+        PodBuilder::new("low-prio", &node, &["--hold", "60Mi"]).memory("10Mi", None),
+    )
+    .await;
+    running(
+        &cluster,
+        PodBuilder::new("high-prio", &node, &["--hold", "110Mi"])
+            .memory("10Mi", None)
+            .priority_class("high"),
+    )
+    .await;
+    assert!(
+        cluster
+            .wait_gone(NS, "low-prio", Duration::from_secs(40))
+            .await
+            .expect("watch")
+            .is_some(),
+        "the lower-priority pod goes first:\n{}",
+        agent.log()
+    );
+    for p in ["high-prio", "under", "filler"] {
+        assert!(
+            cluster.is_live(NS, p).await.expect("get"),
+            "{p} must stay:\n{}",
+            agent.log()
+        );
+    }
+    assert_eq!(node_oom_kills(&cluster), 0);
+    cluster.stop().await.expect("stop");
+}
+
+async fn pdb_scenario(policy: &str) -> (Cluster, Agent) {
+    let cluster = Cluster::start(&format!("e2e-pdb-{policy}"), NODE_MEMORY)
+        .await
+        .expect("cluster");
+    let mut agent = Agent::spawn(
+        &cluster,
+        &format!("evictionHard:\n  memory.available: 300Mi\nnodeMonitor:\n  pdbPolicy: {policy}\n"),
+        &["--no-mlock"],
+    )
+    .expect("agent");
+    agent
+        .wait_log("deciding", Duration::from_secs(30))
+        .await
+        .expect("agent up");
+    let node = cluster.node.clone();
+    running(
+        &cluster,
+        PodBuilder::new("guarded", &node, &["--hold", "300Mi"]),
+    )
+    .await;
+    running(
+        &cluster,
+        PodBuilder::new("other", &node, &["--hold", "100Mi"]),
+    )
+    .await;
+    cluster.create_pdb(NS, "guarded", 1).await.expect("pdb");
+    // Cross the 300Mi threshold by 50Mi, measured from the ground truth, so evicting "other"
+    // (100Mi) alone relieves the pressure whatever the node's baseline usage.
+    let available = cluster.settled_memory_available().await.expect("node memory") / MI as i64;
+    let trigger = available - 300 + 50;
+    assert!(trigger > 0, "the node is already under pressure: {available}Mi available");
+    let (hold, limit) = (format!("{trigger}Mi"), format!("{}Mi", trigger + 32));
+    running(
+        &cluster,
+        PodBuilder::new("trigger", &node, &["--hold", &hold]).memory(&limit, Some(&limit)),
+    )
+    .await;
+    (cluster, agent)
+}
+
+/// Scenario 3a: `pdbPolicy: respect` — the PDB blocks the top-ranked pod (429), the agent backs
+/// off and evicts the next candidate; the guarded pod stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pdb_respected_next_candidate_evicted() {
+    let (cluster, agent) = pdb_scenario("respect").await;
+    assert!(
+        cluster
+            .wait_gone(NS, "other", Duration::from_secs(40))
+            .await
+            .expect("watch")
+            .is_some(),
+        "the next candidate is evicted while the guarded pod backs off:\n{}",
+        agent.log()
+    );
+    assert!(
+        cluster.is_live(NS, "guarded").await.expect("get"),
+        "the PDB is respected"
+    );
+    let blocked = agent
+        .metric_sum(
+            "node_monitor_evictions_total",
+            &[("outcome", "pdb_blocked"), ("threshold", "hard")],
+        )
+        .await
+        .expect("metrics");
+    assert!(blocked >= 1.0, "pdb_blocked={blocked}");
+    assert!(
+        !cluster
+            .events(NS, "guarded", "EvictionBlocked")
+            .await
+            .expect("events")
+            .is_empty()
+    );
+    assert_eq!(
+        agent
+            .metric_sum("node_monitor_evictions_total", &[("outcome", "escalated")])
+            .await
+            .expect("metrics"),
+        0.0
+    );
+    cluster.stop().await.expect("stop");
+}
+
+/// Scenario 3b: `pdbPolicy: escalate` — under a hard threshold the blocked pod is deleted with the
+/// minimal grace period (never a force delete) and the escalation is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pdb_escalated_under_hard_threshold() {
+    let (cluster, agent) = pdb_scenario("escalate").await;
+    assert!(
+        cluster
+            .wait_gone(NS, "guarded", Duration::from_secs(40))
+            .await
+            .expect("watch")
+            .is_some(),
+        "the blocked pod is deleted under hard pressure:\n{}",
+        agent.log()
+    );
+    assert!(
+        cluster.is_live(NS, "other").await.expect("get"),
+        "one pod was enough"
+    );
+    let escalated = agent
+        .metric_sum("node_monitor_evictions_total", &[("outcome", "escalated")])
+        .await
+        .expect("metrics");
+    assert!(escalated >= 1.0, "escalated={escalated}");
+    cluster.stop().await.expect("stop");
+}
+
+/// Scenario 4: a soft threshold — nothing happens before its grace period ends; then the pod is
+/// evicted with min(its terminationGracePeriodSeconds, evictionMaxPodGracePeriod).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soft_threshold_waits_for_its_grace_period() {
+    const GRACE: Duration = Duration::from_secs(8);
+    let cluster = Cluster::start("e2e-soft", NODE_MEMORY)
+        .await
+        .expect("cluster");
+    let mut agent = Agent::spawn(
+        &cluster,
+        "evictionHard:\n  memory.available: 50Mi\nevictionSoft:\n  memory.available: 400Mi\nevictionSoftGracePeriod:\n  memory.available: 8s\nevictionMaxPodGracePeriod: 3\n",
+        &["--no-mlock"],
+    )
+    .expect("agent");
+    agent
+        .wait_log("deciding", Duration::from_secs(30))
+        .await
+        .expect("agent up");
+    let node = cluster.node.clone();
+    running(
+        &cluster,
+        PodBuilder::new(
+            "soft",
+            &node,
+            &["--ramp-to", "700Mi", "--step", "64Mi", "--interval", "50ms"],
+        )
+        .termination_grace(30),
+    )
+    .await;
+
+    // Ground truth: when memory.available truly crossed 400Mi, read from the cgroup files.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let crossed = loop {
+        if cluster.memory_available().expect("read node cgroup") < 400 * MI as i64 {
+            break Instant::now();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "memory.available never crossed 400Mi"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    tokio::time::sleep(GRACE / 2).await;
+    assert!(
+        cluster.is_live(NS, "soft").await.expect("get"),
+        "evicted before the grace period ended:\n{}",
+        agent.log()
+    );
+    let gone = cluster
+        .wait_gone(NS, "soft", Duration::from_secs(40))
+        .await
+        .expect("watch")
+        .expect("evicted after grace");
+    // Semantics, not speed: the eviction cannot precede the grace period (less the sampling skew
+    // between the ground-truth sampler and the agent).
+    assert!(
+        gone.duration_since(crossed) >= GRACE - Duration::from_millis(500),
+        "evicted {:?} after the crossing",
+        gone.duration_since(crossed)
+    );
+    let log = agent.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("evicting") && l.contains("default/soft"))
+        .expect("eviction logged");
+    assert!(
+        line.contains("hard=false") && line.contains("grace=3"),
+        "soft eviction uses min(30, evictionMaxPodGracePeriod=3): {line}"
+    );
+    cluster.stop().await.expect("stop");
+}
+
+/// Scenario 6: dry-run decides, logs and counts, and touches nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_touches_nothing() {
+    let cluster = Cluster::start("e2e-dry", NODE_MEMORY)
+        .await
+        .expect("cluster");
+    let mut agent = Agent::spawn(
+        &cluster,
+        "evictionHard:\n  memory.available: 300Mi\n",
+        &["--no-mlock", "--dry-run"],
+    )
+    .expect("agent");
+    agent
+        .wait_log("deciding", Duration::from_secs(30))
+        .await
+        .expect("agent up");
+    let node = cluster.node.clone();
+    running(
+        &cluster,
+        PodBuilder::new("hog", &node, &["--hold", "800Mi"]),
+    )
+    .await;
+    agent
+        .wait_log("dry-run: would evict", Duration::from_secs(30))
+        .await
+        .expect("decision logged");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        cluster.is_live(NS, "hog").await.expect("get"),
+        "dry-run must not evict"
+    );
+    assert!(
+        cluster
+            .events(NS, "hog", "Evicted")
+            .await
+            .expect("events")
+            .is_empty()
+    );
+    assert!(
+        !cluster
+            .events(NS, "hog", "EvictionDryRun")
+            .await
+            .expect("events")
+            .is_empty(),
+        "the would-be eviction is reported"
+    );
+    let dry = agent
+        .metric_sum("node_monitor_evictions_total", &[("outcome", "dry_run")])
+        .await
+        .expect("metrics");
+    assert!(dry >= 1.0, "dry_run={dry}");
+    assert_eq!(
+        agent
+            .metric_sum("node_monitor_evictions_total", &[("outcome", "evicted")])
+            .await
+            .expect("metrics"),
+        0.0
+    );
+    cluster.stop().await.expect("stop");
+}

@@ -1,0 +1,685 @@
+//! Kernel tier: the sampler and the wake-up sources on real cgroups (root, real kernel).
+//!
+//! Each test builds its node under its own `node-monitor-test/` subtree (cgroup v1 memory and
+//! pids, and the unified hierarchy), runs real processes in it and checks the sampler against
+//! values computed here, independently, from the same kernel files. Tests that cannot run fail
+//! loudly; none skips.
+//!
+//! cgroup v2 `memory.events` cannot be exercised on this host (the memory controller is bound
+//! to v1); its parser and inotify plumbing are unit-tested in the crate, and the guest-VM tier
+//! covers the v2 paths.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    fs,
+    io::{BufRead as _, BufReader, Write as _},
+    path::Path,
+    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
+    time::Duration,
+};
+
+use node_monitor::{
+    core::signals::{Observations, Signal},
+    sampler::{
+        KernelWakeKind, MemcgTarget, SampleKind, Sampler, SamplerConfig, SourceKind, SourceSetting,
+        SourceState, UNPRIVILEGED_PSI_WINDOW, WakeSource, Wakeup, WakeupConfig, Wakeups,
+        memcg_usage_threshold,
+    },
+};
+use node_monitor_tests::cgroup::{TestCgroups, require_root};
+
+const MIB: u64 = 1 << 20;
+/// A failure guard, not a speed expectation: how long to wait for a kernel notification.
+const NOTIFY_GUARD: Duration = Duration::from_secs(60);
+
+const UID_A: &str = "1b4e28ba-2fa1-41d2-883f-0016d3cca427";
+const UID_B: &str = "6fa459ea-ee8a-4ca4-894e-db77e160355e";
+const UID_C: &str = "16fd2706-8baf-433b-82eb-8c7fada847da";
+const CID: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+/// A process that allocates anonymous memory on command: `alloc <MiB>` reads that much from
+/// /dev/zero into a fresh buffer (the kernel writes every page, so every page is charged),
+/// `free` releases everything. glibc's mmap threshold is pinned so freed buffers go back to the
+/// kernel.
+const HOG: &str = r#"
+$| = 1;
+open(my $z, "<", "/dev/zero") or die "open /dev/zero: $!";
+my @keep;
+print "ready\n";
+while (my $l = <STDIN>) {
+    chomp $l;
+    if ($l =~ /^alloc (\d+)$/) {
+        my $b = "";
+        my $n = $1 * 1048576;
+        my $got = 0;
+        while ($got < $n) {
+            my $r = sysread($z, $b, $n - $got, $got);
+            die "read: $!" unless $r;
+            $got += $r;
+        }
+        push @keep, \$b;
+        print "ok\n";
+    } elsif ($l eq "free") {
+        @keep = ();
+        print "ok\n";
+    }
+}
+"#;
+
+struct Hog {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Hog {
+    fn spawn(cg: &TestCgroups, rel: &str) -> Self {
+        let mut cmd = Command::new("/usr/bin/perl");
+        cmd.arg("-e")
+            .arg(HOG)
+            .env("MALLOC_MMAP_THRESHOLD_", "131072")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let mut child = cg
+            .spawn_in(rel, &mut cmd)
+            .unwrap_or_else(|e| panic!("spawn the allocator in {rel}: {e:#}"));
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut hog = Self {
+            child,
+            stdin,
+            stdout,
+        };
+        hog.expect_line("ready");
+        hog
+    }
+
+    fn expect_line(&mut self, want: &str) {
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .unwrap_or_else(|e| panic!("allocator output: {e}"));
+        assert_eq!(line.trim(), want, "allocator said {line:?}");
+    }
+
+    fn command(&mut self, cmd: &str) {
+        writeln!(self.stdin, "{cmd}").unwrap_or_else(|e| panic!("allocator input: {e}"));
+        self.expect_line("ok");
+    }
+
+    fn alloc(&mut self, mib: u64) {
+        self.command(&format!("alloc {mib}"));
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn read_u64(path: &Path) -> u64 {
+    let t = fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    t.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {t:?}: {e}", path.display()))
+}
+
+fn stat_field(path: &Path, key: &str) -> u64 {
+    let t = fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    t.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == key).then(|| v.trim().parse::<u64>().ok()).flatten()
+        })
+        .unwrap_or_else(|| panic!("{key} not in {}", path.display()))
+}
+
+/// `limit − max(0, usage − total_inactive_file)` for a v1 memory cgroup, read here.
+fn independent_available(dir: &Path, capacity: u64) -> i64 {
+    let usage = read_u64(&dir.join("memory.usage_in_bytes"));
+    let inactive = stat_field(&dir.join("memory.stat"), "total_inactive_file");
+    i(capacity) - i(usage.saturating_sub(inactive))
+}
+
+fn i(v: u64) -> i64 {
+    i64::try_from(v).expect("fits in i64")
+}
+
+fn signal(o: &Observations, s: Signal) -> (i64, i64) {
+    let v = o
+        .signals
+        .get(&s)
+        .unwrap_or_else(|| panic!("{s} missing from {:?}", o.signals));
+    (v.available, v.capacity)
+}
+
+/// Asserts `got` lies within `[min(a, b) − slack, max(a, b) + slack]`: the sampler read between
+/// two independent reads, so only what changed in between (plus kernel batching) separates them.
+fn assert_bracketed(what: &str, got: i64, a: i64, b: i64, slack: i64) {
+    let (lo, hi) = (a.min(b) - slack, a.max(b) + slack);
+    assert!(
+        (lo..=hi).contains(&got),
+        "{what}: sampler {got}, independent reads {a} and {b} (slack {slack})"
+    );
+}
+
+fn node_config(cg: &TestCgroups, node: &str, kubepods: &str) -> SamplerConfig {
+    SamplerConfig {
+        node_cgroup: cg.rel_root().join(node),
+        kubepods_cgroup: kubepods.into(),
+        ..SamplerConfig::default()
+    }
+}
+
+#[test]
+fn memory_available_of_a_limited_node_cgroup_follows_its_files() {
+    let mut cg = TestCgroups::new("sampler-mem");
+    cg.create("node/system").expect("create node/system");
+    cg.create("node/kubepods").expect("create node/kubepods");
+    let limit = 512 * MIB;
+    cg.set_memory_limit("node", limit).expect("limit");
+    let mut hog = Hog::spawn(&cg, "node/system");
+    hog.alloc(64);
+
+    let mut sampler = Sampler::new(node_config(&cg, "node", "kubepods")).expect("sampler");
+    let dir = cg.memory("node");
+    let before = independent_available(&dir, limit);
+    let o = sampler.sample(SampleKind::Fast);
+    let after = independent_available(&dir, limit);
+    let (avail, cap) = signal(&o, Signal::MemoryAvailable);
+    assert_eq!(cap, i(limit), "capacity of a node cgroup is its limit");
+    assert_bracketed("memory.available", avail, before, after, i(4 * MIB));
+    // The allocation shows: at least 64 MiB is in the working set.
+    assert!(avail <= i(limit - 64 * MIB), "available {avail}");
+    let m = sampler.last_node_memory().expect("node memory read");
+    assert_eq!(m.working_set, m.usage.saturating_sub(m.inactive_file));
+
+    hog.alloc(64);
+    let o2 = sampler.sample(SampleKind::Fast);
+    let (avail2, _) = signal(&o2, Signal::MemoryAvailable);
+    let dropped = avail - avail2;
+    assert!(
+        (i(56 * MIB)..=i(72 * MIB)).contains(&dropped),
+        "another 64 MiB should lower available by about 64 MiB, it moved by {dropped}"
+    );
+}
+
+#[test]
+fn memory_available_at_the_host_root_matches_the_kubelet_script() {
+    require_root("reading the host's root memory cgroup");
+    let mut sampler = Sampler::new(SamplerConfig::default()).expect("sampler on the host");
+    assert!(sampler.layout().node_is_root);
+    let mem_total = {
+        let t = fs::read_to_string("/proc/meminfo").expect("meminfo");
+        let kb: u64 = t
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .expect("MemTotal");
+        kb * 1024
+    };
+    // The kubelet's cgroup v1 script: capacity from MemTotal, working set from the root
+    // memory cgroup's usage minus total_inactive_file, floored at 0.
+    let root = Path::new("/sys/fs/cgroup/memory");
+    let before = independent_available(root, mem_total);
+    let o = sampler.sample(SampleKind::Fast);
+    let after = independent_available(root, mem_total);
+    let (avail, cap) = signal(&o, Signal::MemoryAvailable);
+    assert_eq!(cap, i(mem_total));
+    // Other builds run on this host: memory moves between the reads. The slack still tells
+    // the formula apart from free(1)'s or from one that keeps inactive_file.
+    assert_bracketed("host memory.available", avail, before, after, i(32 * MIB));
+    let m = sampler.last_node_memory().expect("node memory");
+    assert_eq!(m.capacity, mem_total);
+    assert_eq!(m.working_set, m.usage.saturating_sub(m.inactive_file));
+}
+
+/// Builds a kubelet layout under `node` for one driver and returns the pod UIDs it put there.
+fn build_pods(cg: &mut TestCgroups, node: &str, systemd: bool) -> [(String, &'static str); 3] {
+    let sd = |u: &str| u.replace('-', "_");
+    let (a, b, c) = if systemd {
+        (
+            format!(
+                "{node}/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{CID}.scope",
+                sd(UID_A)
+            ),
+            format!(
+                "{node}/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/cri-containerd-{CID}.scope",
+                sd(UID_B)
+            ),
+            format!(
+                "{node}/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{CID}.scope",
+                sd(UID_C)
+            ),
+        )
+    } else {
+        (
+            format!("{node}/kubepods/burstable/pod{UID_A}/{CID}"),
+            format!("{node}/kubepods/besteffort/pod{UID_B}/{CID}"),
+            format!("{node}/kubepods/pod{UID_C}/{CID}"),
+        )
+    };
+    for p in [&a, &b, &c] {
+        cg.create(p).unwrap_or_else(|e| panic!("create {p}: {e:#}"));
+    }
+    [(a, UID_A), (b, UID_B), (c, UID_C)]
+}
+
+fn check_pods(systemd: bool) {
+    let name = if systemd {
+        "sampler-pods-sd"
+    } else {
+        "sampler-pods"
+    };
+    let kubepods = if systemd {
+        "kubepods.slice"
+    } else {
+        "kubepods"
+    };
+    let mut cg = TestCgroups::new(name);
+    let [(a, _), (b, _), (c, _)] = build_pods(&mut cg, "node", systemd);
+    let mut hog_a = Hog::spawn(&cg, &a);
+    hog_a.alloc(64);
+    let mut hog_b = Hog::spawn(&cg, &b);
+    hog_b.alloc(8);
+    let sleepers: Vec<Child> = (0..2)
+        .map(|_| {
+            cg.spawn_in(&c, Command::new("sleep").arg("600"))
+                .expect("spawn sleep")
+        })
+        .collect();
+    // The kubepods cgroup gets a limit: allocatableMemory.available is read against it.
+    let kp_limit = 1024 * MIB;
+    cg.set_memory_limit(Path::new("node").join(kubepods), kp_limit)
+        .expect("kubepods limit");
+
+    let mut sampler = Sampler::new(node_config(&cg, "node", kubepods)).expect("sampler");
+    let kp_dir = cg.memory(Path::new("node").join(kubepods));
+    let before = independent_available(&kp_dir, kp_limit);
+    let o = sampler.sample(SampleKind::Fast);
+    let after = independent_available(&kp_dir, kp_limit);
+
+    let uids: BTreeSet<&str> = o.pods.keys().map(String::as_str).collect();
+    assert_eq!(uids, BTreeSet::from([UID_A, UID_B, UID_C]), "{kubepods}");
+    let mem = |u: &str| o.pods[u].memory.unwrap_or_else(|| panic!("{u}: no memory"));
+    let procs = |u: &str| {
+        o.pods[u]
+            .processes
+            .unwrap_or_else(|| panic!("{u}: no processes"))
+    };
+    assert!(mem(UID_A) >= 64 * MIB, "64 MiB pod: {}", mem(UID_A));
+    assert!(mem(UID_B) >= 8 * MIB, "8 MiB pod: {}", mem(UID_B));
+    assert!(
+        mem(UID_A) > mem(UID_B) + 48 * MIB,
+        "{} vs {}",
+        mem(UID_A),
+        mem(UID_B)
+    );
+    // Each pod's working set equals its own cgroup files (read here).
+    for (rel, uid) in [(&a, UID_A), (&b, UID_B)] {
+        let pod_dir = cg.memory(rel).parent().expect("pod dir").to_path_buf();
+        let usage = read_u64(&pod_dir.join("memory.usage_in_bytes"));
+        let inactive = stat_field(&pod_dir.join("memory.stat"), "total_inactive_file");
+        assert!(
+            mem(uid).abs_diff(usage.saturating_sub(inactive)) < 2 * MIB,
+            "{uid}: {} vs {}",
+            mem(uid),
+            usage.saturating_sub(inactive)
+        );
+    }
+    assert_eq!(procs(UID_A), 1);
+    assert_eq!(procs(UID_B), 1);
+    assert_eq!(procs(UID_C), 2);
+
+    let (avail, cap) = signal(&o, Signal::AllocatableMemoryAvailable);
+    assert_eq!(cap, i(kp_limit));
+    assert_bracketed(
+        "allocatableMemory.available",
+        avail,
+        before,
+        after,
+        i(4 * MIB),
+    );
+    assert!(
+        avail < i(kp_limit - 72 * MIB),
+        "pods use at least 72 MiB: {avail}"
+    );
+    drop(sleepers);
+}
+
+#[test]
+fn per_pod_usage_cgroupfs_driver() {
+    check_pods(false);
+}
+
+#[test]
+fn per_pod_usage_systemd_driver() {
+    check_pods(true);
+}
+
+/// Waits for a wake-up matching `want`, skipping others (housekeeping, crossings of other
+/// levels). The timeout is a failure guard.
+async fn wait_for(wakeups: &mut Wakeups, what: &str, want: impl Fn(&WakeSource) -> bool) -> Wakeup {
+    let deadline = tokio::time::Instant::now() + NOTIFY_GUARD;
+    loop {
+        let w = tokio::time::timeout_at(deadline, wakeups.next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no {what} wake-up within {NOTIFY_GUARD:?}; sources: {:?}",
+                    wakeups.source_states()
+                )
+            })
+            .expect("wake-up queue open");
+        if want(&w.source) {
+            return w;
+        }
+    }
+}
+
+fn state(w: &Wakeups, kind: SourceKind) -> SourceState {
+    w.source_states()
+        .into_iter()
+        .find(|s| s.source == kind)
+        .map(|s| s.state)
+        .expect("every kind is listed")
+}
+
+fn quiet_config(sampler: &Sampler) -> WakeupConfig {
+    WakeupConfig {
+        housekeeping: Duration::from_secs(3600),
+        ..WakeupConfig::for_layout(sampler.layout())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memcg_threshold_fires_under_real_pressure_and_rearms() {
+    let mut cg = TestCgroups::new("sampler-memcg");
+    cg.create("node/system").expect("create");
+    cg.create("node/kubepods").expect("create");
+    let limit = 512 * MIB;
+    cg.set_memory_limit("node", limit).expect("limit");
+    let mut hog = Hog::spawn(&cg, "node/system");
+    hog.alloc(16);
+
+    let mut sampler = Sampler::new(node_config(&cg, "node", "kubepods")).expect("sampler");
+    let mut wakeups = Wakeups::start(quiet_config(&sampler)).expect("wake-ups");
+    assert!(
+        state(&wakeups, SourceKind::MemcgOom).is_armed(),
+        "{:?}",
+        state(&wakeups, SourceKind::MemcgOom)
+    );
+    sampler.sample(SampleKind::Fast);
+    let m = sampler.last_node_memory().expect("node memory");
+    assert_eq!(m.capacity, limit);
+
+    // An eviction threshold that the working set reaches 48 MiB from now.
+    let threshold = m.capacity - (m.working_set + 48 * MIB);
+    wakeups.arm_memory_thresholds(&[threshold], m.capacity, m.inactive_file);
+    let level = memcg_usage_threshold(m.capacity, threshold, m.inactive_file);
+    let armed = wakeups.armed_thresholds();
+    assert_eq!(armed.len(), 1);
+    assert_eq!(armed[0].usage_bytes, level);
+    assert_eq!(armed[0].target, MemcgTarget::Node);
+    assert!(state(&wakeups, SourceKind::MemcgThreshold).is_armed());
+
+    // Drive the cgroup past it.
+    hog.alloc(96);
+    let w = wait_for(
+        &mut wakeups,
+        "memcg threshold",
+        |s| matches!(s, WakeSource::MemcgThreshold { usage_bytes, .. } if *usage_bytes == level),
+    )
+    .await;
+    assert_eq!(
+        w.source,
+        WakeSource::MemcgThreshold {
+            target: MemcgTarget::Node,
+            usage_bytes: level
+        }
+    );
+    // The pass the wake-up triggers sees the threshold met.
+    let timed = sampler.observe(w);
+    let (avail, _) = signal(&timed.observations, Signal::MemoryAvailable);
+    assert!(
+        avail < i(threshold),
+        "available {avail} not below {threshold}"
+    );
+
+    // A move of inactive_file within the tolerance keeps the registration.
+    let first_armed_at = armed[0].armed_at;
+    wakeups.arm_memory_thresholds(&[threshold], m.capacity, m.inactive_file + 256 * 1024);
+    assert_eq!(wakeups.armed_thresholds()[0].armed_at, first_armed_at);
+    // A larger move re-arms at the new level (as if the kernel had 96 MiB more inactive file).
+    wakeups.arm_memory_thresholds(&[threshold], m.capacity, m.inactive_file + 96 * MIB);
+    let rearmed = wakeups.armed_thresholds();
+    assert_eq!(rearmed.len(), 1);
+    let level2 = level + 96 * MIB;
+    assert_eq!(rearmed[0].usage_bytes, level2);
+    assert_ne!(rearmed[0].armed_at, first_armed_at);
+    while wakeups.try_next().is_some() {}
+
+    hog.alloc(96);
+    let w2 = wait_for(&mut wakeups, "re-armed memcg threshold", |s| {
+        matches!(s, WakeSource::MemcgThreshold { .. })
+    })
+    .await;
+    assert_eq!(
+        w2.source,
+        WakeSource::MemcgThreshold {
+            target: MemcgTarget::Node,
+            usage_bytes: level2
+        },
+        "only the re-armed level may fire; the old registration is gone"
+    );
+
+    // Allocatable thresholds live on kubepods, independently of the node's.
+    wakeups.arm_allocatable_thresholds(&[64 * MIB], 256 * MIB, 0);
+    let on_kubepods: Vec<_> = wakeups
+        .armed_thresholds()
+        .into_iter()
+        .filter(|a| a.target == MemcgTarget::Allocatable)
+        .collect();
+    assert_eq!(on_kubepods.len(), 1);
+    assert_eq!(on_kubepods[0].usage_bytes, 192 * MIB);
+    // Thresholds no longer wanted are disarmed; the other target's stay.
+    wakeups.arm_memory_thresholds(&[], m.capacity, m.inactive_file);
+    let left = wakeups.armed_thresholds();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].target, MemcgTarget::Allocatable);
+    assert!(state(&wakeups, SourceKind::MemcgThreshold).is_armed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memcg_oom_control_wakes_on_a_node_oom() {
+    let mut cg = TestCgroups::new("sampler-oom");
+    cg.create("node/system").expect("create");
+    cg.create("node/kubepods").expect("create");
+    cg.set_memory_limit("node", 64 * MIB).expect("limit");
+    let sampler = Sampler::new(node_config(&cg, "node", "kubepods")).expect("sampler");
+    let mut wakeups = Wakeups::start(quiet_config(&sampler)).expect("wake-ups");
+    assert!(state(&wakeups, SourceKind::MemcgOom).is_armed());
+    let mut hog = Hog::spawn(&cg, "node/system");
+    // 128 MiB into a 64 MiB node without swap: the kernel OOM-kills the allocator.
+    writeln!(hog.stdin, "alloc 128").expect("allocator input");
+    let w = wait_for(&mut wakeups, "memcg OOM", |s| *s == WakeSource::MemcgOom).await;
+    assert_eq!(w.source.label(), "memcg_oom");
+    let status = hog.child.wait().expect("wait for the allocator");
+    assert!(
+        !status.success(),
+        "the allocator should have been killed: {status}"
+    );
+}
+
+fn has_cap_sys_resource() -> bool {
+    let status = fs::read_to_string("/proc/self/status").expect("status");
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(str::trim)
+        .expect("CapEff");
+    let bits = u64::from_str_radix(eff, 16).expect("hex caps");
+    // CAP_SYS_RESOURCE is capability 24 (include/uapi/linux/capability.h).
+    bits & (1 << 24) != 0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psi_trigger_falls_back_to_2s_and_fires_under_a_real_stall() {
+    let mut cg = TestCgroups::new("sampler-psi");
+    cg.create("node/system").expect("create");
+    cg.create("node/kubepods").expect("create");
+    cg.set_memory_limit("node", 32 * MIB).expect("limit");
+    let sampler = Sampler::new(node_config(&cg, "node", "kubepods")).expect("sampler");
+    let mut config = quiet_config(&sampler);
+    // This host has per-cgroup PSI on its cgroup2 (unified) mount: the node cgroup's own file.
+    let psi_file = cg.unified("node").join("memory.pressure");
+    assert!(psi_file.is_file(), "{} missing", psi_file.display());
+    assert_eq!(config.psi, SourceSetting::Path(psi_file.clone()));
+    config.psi_trigger.window = Duration::from_secs(1);
+    let mut wakeups = Wakeups::start(config).expect("wake-ups");
+    assert!(
+        state(&wakeups, SourceKind::Psi).is_armed(),
+        "{:?}",
+        state(&wakeups, SourceKind::Psi)
+    );
+    let want = if has_cap_sys_resource() {
+        Duration::from_secs(1)
+    } else {
+        UNPRIVILEGED_PSI_WINDOW
+    };
+    assert_eq!(wakeups.psi_effective_window(), Some(want));
+
+    // Page-cache thrashing in a 32 MiB node: the file is written and re-read from inside the
+    // cgroup, so every read reclaims the node's own cache (memory stall).
+    let scratch = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
+    let file = scratch.path().join("thrash");
+    let script = format!(
+        "dd if=/dev/zero of={f} bs=1M count=256 status=none; \
+         while :; do cat {f} > /dev/null; done",
+        f = file.display()
+    );
+    let mut thrash = cg
+        .spawn_in("node/system", Command::new("bash").arg("-c").arg(script))
+        .expect("spawn the thrasher");
+    let w = wait_for(&mut wakeups, "PSI", |s| *s == WakeSource::Psi).await;
+    assert_eq!(w.source.label(), "psi");
+    let pressure = fs::read_to_string(&psi_file).expect("pressure");
+    let stalled = node_monitor::sampler::parse::parse_pressure(&pressure).expect("parses");
+    assert!(stalled.some.total_us > 0, "{pressure}");
+    let _ = thrash.kill();
+    let _ = thrash.wait();
+}
+
+fn statvfs_pair(path: &Path) -> (i64, i64, i64, i64) {
+    let s = nix::sys::statvfs::statvfs(path).expect("statvfs");
+    (
+        i(s.blocks_available() * s.fragment_size()),
+        i(s.blocks() * s.fragment_size()),
+        i(s.files_free()),
+        i(s.files()),
+    )
+}
+
+#[test]
+fn nodefs_and_imagefs_from_directories() {
+    require_root("the kernel tier");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubelet = dir.path().join("kubelet");
+    fs::create_dir(&kubelet).expect("mkdir");
+    // A dedicated image filesystem: tmpfs at /dev/shm.
+    let image = Path::new("/dev/shm");
+    let cfg = SamplerConfig {
+        kubelet_root: kubelet.clone(),
+        image_fs: Some(image.to_path_buf()),
+        ..SamplerConfig::default()
+    };
+    let mut sampler = Sampler::new(cfg).expect("sampler");
+    let (nb, nc, ni, nic) = statvfs_pair(&kubelet);
+    let (ib, ic, ii, iic) = statvfs_pair(image);
+    let o = sampler.sample(SampleKind::Fast);
+    let (nb2, _, ni2, _) = statvfs_pair(&kubelet);
+    let (ib2, _, ii2, _) = statvfs_pair(image);
+
+    let (avail, cap) = signal(&o, Signal::NodeFsAvailable);
+    assert_eq!(cap, nc);
+    assert_bracketed("nodefs.available", avail, nb, nb2, i(64 * MIB));
+    let (avail, cap) = signal(&o, Signal::NodeFsInodesFree);
+    assert_eq!(cap, nic);
+    assert_bracketed("nodefs.inodesFree", avail, ni, ni2, 1000);
+    let (avail, cap) = signal(&o, Signal::ImageFsAvailable);
+    assert_eq!(cap, ic);
+    assert_bracketed("imagefs.available", avail, ib, ib2, i(16 * MIB));
+    let (avail, cap) = signal(&o, Signal::ImageFsInodesFree);
+    assert_eq!(cap, iic);
+    assert_bracketed("imagefs.inodesFree", avail, ii, ii2, 100);
+    // Not split: containerfs is the image filesystem.
+    assert_eq!(
+        signal(&o, Signal::ContainerFsAvailable).1,
+        signal(&o, Signal::ImageFsAvailable).1
+    );
+    assert_eq!(sampler.has_dedicated_image_fs(), Some(true));
+
+    // An image directory on the same filesystem: imagefs is reported (as the kubelet reports
+    // it from CRI) with nodefs' capacity, and it is not dedicated.
+    let same = dir.path().join("images");
+    fs::create_dir(&same).expect("mkdir");
+    let mut sampler = Sampler::new(SamplerConfig {
+        kubelet_root: kubelet,
+        image_fs: Some(same),
+        ..SamplerConfig::default()
+    })
+    .expect("sampler");
+    let o = sampler.sample(SampleKind::Fast);
+    assert_eq!(signal(&o, Signal::ImageFsAvailable).1, nc);
+    assert_eq!(sampler.has_dedicated_image_fs(), Some(false));
+}
+
+#[test]
+fn pid_available_is_sane() {
+    require_root("the kernel tier");
+    let mut sampler = Sampler::new(SamplerConfig::default()).expect("sampler");
+    let o = sampler.sample(SampleKind::Fast);
+    let (avail, cap) = signal(&o, Signal::PidAvailable);
+    let pid_max = read_u64(Path::new("/proc/sys/kernel/pid_max"));
+    let threads_max = read_u64(Path::new("/proc/sys/kernel/threads-max"));
+    assert_eq!(cap, i(pid_max.min(threads_max)));
+    assert!(avail > 0 && avail < cap, "pid.available {avail} of {cap}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernel_wakeups_reach_a_measured_pass() {
+    require_root("the kernel tier");
+    let mut sampler = Sampler::new(SamplerConfig::default()).expect("sampler");
+    let mut wakeups = Wakeups::start(quiet_config(&sampler)).expect("wake-ups");
+    let sender = wakeups.kernel_sender();
+    assert!(state(&wakeups, SourceKind::Kernel).is_armed());
+    let tx = sender.clone();
+    std::thread::spawn(move || tx.wake(KernelWakeKind::OomKill));
+    let w = wait_for(&mut wakeups, "kernel", |s| {
+        *s == WakeSource::Kernel(KernelWakeKind::OomKill)
+    })
+    .await;
+    let timed = sampler.observe(w);
+    assert_eq!(timed.wakeup, w);
+    assert_eq!(timed.kind, SampleKind::Full, "the first pass is a full one");
+    assert!(timed.since_wakeup >= timed.sampling);
+    assert!(
+        timed
+            .observations
+            .signals
+            .contains_key(&Signal::MemoryAvailable)
+    );
+    let states: HashMap<SourceKind, SourceState> = wakeups
+        .source_states()
+        .into_iter()
+        .map(|s| (s.source, s.state))
+        .collect();
+    // On this host (memory controller on v1) memory.events is not applicable and says why.
+    let SourceState::Unavailable { reason } = &states[&SourceKind::MemoryEvents] else {
+        panic!("memory_events: {:?}", states[&SourceKind::MemoryEvents]);
+    };
+    assert!(reason.contains("cgroup v1"), "{reason}");
+}

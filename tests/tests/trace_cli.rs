@@ -1,0 +1,190 @@
+//! Kernel tier: the real `node-monitor trace` binary streams a real OOM kill as a JSON line
+//! attributed to its pod. Needs root and the binary (`cargo build -p node-monitor`); fails, never
+//! skips, without them.
+use std::{
+    io::{BufRead as _, BufReader},
+    os::unix::process::ExitStatusExt as _,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use node_monitor_tests::cgroup::{TestCgroups, require_root};
+use serde_json::Value;
+
+const MEMHOG: &str = env!("CARGO_BIN_EXE_nm-memhog");
+const MIB: u64 = 1 << 20;
+
+/// The workspace's `node-monitor` binary (another package's binaries have no
+/// `CARGO_BIN_EXE_*`). `NODE_MONITOR_BIN` overrides.
+fn node_monitor_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("NODE_MONITOR_BIN") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let bin = target.join("debug/node-monitor");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first with `cargo build -p node-monitor` (or set NODE_MONITOR_BIN)",
+        bin.display()
+    );
+    bin
+}
+
+/// Kills the trace process if the test panics.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Lines of a pipe, read on a thread.
+fn lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn wait_line(
+    rx: &mpsc::Receiver<String>,
+    timeout: Duration,
+    what: &str,
+    seen: &mut Vec<String>,
+    mut pred: impl FnMut(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if pred(&line) => return line,
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("no {what} within {timeout:?}; lines so far: {seen:#?}"),
+        }
+    }
+}
+
+#[test]
+fn trace_json_reports_a_real_oom_kill_with_its_pod() {
+    require_root("node-monitor trace");
+    let bin = node_monitor_bin();
+
+    let mut cg = TestCgroups::new("trace-cli");
+    let uid = format!("{:08x}-0000-4000-8000-{:012x}", std::process::id(), 0x7ace);
+    let cid = format!("{:064x}", u128::from(std::process::id()) << 64 | 0xc1d);
+    // The systemd driver's layout (the kernel-tier test of the probes uses cgroupfs').
+    let rel = format!(
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{cid}.scope",
+        uid.replace('-', "_")
+    );
+    cg.create(&rel).unwrap();
+    cg.set_memory_limit(&rel, 32 * MIB).unwrap();
+
+    let mut trace = Guard(
+        Command::new(&bin)
+            .args(["trace", "--json", "--kind", "oom_kill", "--duration", "120"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("running {}: {e}", bin.display())),
+    );
+    let stdout = lines(trace.0.stdout.take().unwrap());
+    let stderr = lines(trace.0.stderr.take().unwrap());
+    let mut err_lines = Vec::new();
+    wait_line(
+        &stderr,
+        Duration::from_secs(60),
+        "readiness line",
+        &mut err_lines,
+        |l| l.contains("listening"),
+    );
+
+    let mut hog = cg
+        .spawn_in(&rel, Command::new(MEMHOG).args(["anon", "256"]))
+        .unwrap();
+    let pid = hog.id();
+    let status = hog.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+
+    let mut out_lines = Vec::new();
+    let line = wait_line(
+        &stdout,
+        Duration::from_secs(30),
+        "oom_kill line",
+        &mut out_lines,
+        |l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["pid"] == pid),
+    );
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["kind"], "oom_kill", "{v}");
+    assert!(v["ts_ns"].as_u64().is_some_and(|t| t > 0), "{v}");
+    assert_eq!(v["comm"], "nm-memhog", "{v}");
+    assert_eq!(v["cgroup_id"], cg.v2_id(&rel), "{v}");
+    assert_eq!(
+        v["cgroup_path"],
+        format!("/{}/{rel}", cg.rel_root().display()),
+        "{v}"
+    );
+    assert_eq!(v["pod_uid"], uid, "{v}");
+    assert_eq!(v["container_id"], cid, "{v}");
+    assert_eq!(v["qos_class"], "Burstable", "{v}");
+    assert_eq!(v["global"], false, "{v}");
+    assert_eq!(v["cgroup_source"], "victim", "{v}");
+    let rss = v["rss_bytes"].as_u64().expect("rss_bytes");
+    assert!((16 * MIB..=64 * MIB).contains(&rss), "{v}");
+    // Only the requested kind is printed, and every line is JSON.
+    for l in &out_lines {
+        let o: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        assert_eq!(o["kind"], "oom_kill", "{l}");
+    }
+
+    // SIGINT ends the stream with the totals on stderr (stdout stays JSON lines).
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(trace.0.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let totals = wait_line(
+        &stderr,
+        Duration::from_secs(30),
+        "totals",
+        &mut err_lines,
+        |l| l.contains("\"totals\""),
+    );
+    let status = trace.0.wait().unwrap();
+    assert!(
+        status.success(),
+        "trace exited with {status:?}; stderr: {err_lines:#?}"
+    );
+    let t: Value = serde_json::from_str(&totals).unwrap();
+    assert!(
+        t["totals"]["printed"].as_u64().is_some_and(|n| n >= 1),
+        "{t}"
+    );
+    assert!(
+        t["totals"]["kernel_events"]["oom_kill"]
+            .as_u64()
+            .is_some_and(|n| n >= 1),
+        "{t}"
+    );
+    assert_eq!(t["totals"]["drops"], 0, "{t}");
+    for l in stdout.try_iter() {
+        assert!(
+            serde_json::from_str::<Value>(&l).is_ok(),
+            "non-JSON on stdout: {l}"
+        );
+    }
+}
