@@ -93,8 +93,9 @@ pub enum PdbPolicy {
     /// Retry the API eviction later; never bypass the budget.
     #[default]
     Respect,
-    /// For hard thresholds only: once the budget has blocked for a pod cleanup timeout, delete
-    /// the pod (with the hard-eviction grace period), as the kubelet would; counted and logged.
+    /// For hard thresholds only: when the budget blocks, delete the pod instead (same grace
+    /// period and UID precondition), as the kubelet kills it regardless of budgets; counted and
+    /// logged as an escalation.
     Escalate,
 }
 

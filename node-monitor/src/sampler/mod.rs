@@ -4,8 +4,10 @@
 //!   `docs/signals.md`) plus per-pod usage from the kubelet's cgroup layout.
 //! - [`Wakeups`] merges the wake-up sources (eBPF events, memcg thresholds, `memory.events`,
 //!   PSI, the housekeeping tick) into one queue.
-//! - [`Sampler::observe`] runs a pass for a [`Wakeup`] and measures it, so the run loop can
-//!   record the time from wake-up to decision.
+//! - [`Sampler::observe`] / [`Sampler::observe_as`] run a pass for a [`Wakeup`] and measure it,
+//!   so the run loop can record the time from wake-up to decision. A [`SampleKind::Signals`]
+//!   pass costs tens of microseconds whatever the pod count; read the pods
+//!   ([`SampleKind::Fast`]) when a threshold is met and ranking needs them.
 //!
 //! ```no_run
 //! # async fn run() -> anyhow::Result<()> {

@@ -1,0 +1,208 @@
+//! The self-contained demo (`scripts/demo.sh`): a real control plane on loopback, this machine
+//! registered as a 1 GiB node through the kubelet stand-in, pods of every QoS class and two
+//! priorities, the real agent, and one pod whose memory climbs. It shows what the agent saw and did,
+//! what the API server recorded, and how fast, then removes everything it started.
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context as _, Result};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use node_monitor_tests::e2e::{Agent, Cluster, PodBuilder};
+
+const MI: i64 = 1 << 20;
+const THRESHOLD_MI: i64 = 300;
+
+fn say(s: &str) {
+    println!("\n\x1b[1m== {s}\x1b[0m");
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn,kube_client=off"))
+        .init();
+    say(
+        "1. control plane (etcd, kube-apiserver, kube-controller-manager) on loopback, and this machine as node `demo-node` (1 GiB)",
+    );
+    let started = Instant::now();
+    let cluster = Cluster::start("demo-node", 1 << 30)
+        .await
+        .context("starting the cluster")?;
+    println!(
+        "   ready in {:.1} s; API server {}",
+        started.elapsed().as_secs_f64(),
+        cluster.cp.server()
+    );
+    let result = run(&cluster).await;
+    say("6. cleaning up");
+    cluster.stop().await?;
+    println!("   stopped every process and removed every cgroup the demo created");
+    result
+}
+
+async fn run(cluster: &Cluster) -> Result<()> {
+    say("2. pods through the stand-in: one per QoS class, two priorities");
+    cluster
+        .create_priority_class("business-critical", 100_000)
+        .await?;
+    let node = cluster.node.clone();
+    let pods = [
+        (
+            "database",
+            PodBuilder::new("database", &node, &["--hold", "150Mi"])
+                .memory("200Mi", Some("200Mi"))
+                .priority_class("business-critical"),
+            "Guaranteed, priority 100000",
+        ),
+        (
+            "api",
+            PodBuilder::new("api", &node, &["--hold", "60Mi"]).memory("100Mi", None),
+            "Burstable, under its request",
+        ),
+        (
+            "batch",
+            PodBuilder::new("batch", &node, &["--hold", "40Mi"]),
+            "BestEffort, steady",
+        ),
+    ];
+    for (name, pod, what) in pods {
+        cluster.create_pod(pod.build()).await?;
+        cluster
+            .wait_running("default", name, Duration::from_secs(30))
+            .await?;
+        println!("   {name:<10} Running   {what}");
+    }
+
+    say("3. the agent: `node-monitor run` with evictionHard memory.available<300Mi");
+    let mut agent = Agent::spawn(
+        cluster,
+        &format!(
+            "evictionHard:\n  memory.available: {THRESHOLD_MI}Mi\nevictionPressureTransitionPeriod: 30s\n"
+        ),
+        &["--no-mlock"],
+    )?;
+    agent.wait_log("deciding", Duration::from_secs(30)).await?;
+    let available = cluster.settled_memory_available().await? / MI;
+    println!(
+        "   memory.available = {available}Mi of 1024Mi; metrics on 127.0.0.1:{}",
+        agent.metrics_port
+    );
+
+    say("4. `leaky` (BestEffort) allocates 32 MiB every 100 ms");
+    cluster
+        .create_pod(
+            PodBuilder::new(
+                "leaky",
+                &node,
+                &[
+                    "--ramp-to",
+                    "900Mi",
+                    "--step",
+                    "32Mi",
+                    "--interval",
+                    "100ms",
+                ],
+            )
+            .build(),
+        )
+        .await?;
+    // Ground truth, independent of the agent: poll the node cgroup until memory.available
+    // crosses the threshold.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let crossed = loop {
+        if cluster.memory_available()? < THRESHOLD_MI * MI {
+            break SystemTime::now();
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "memory.available never crossed the threshold"
+        );
+        tokio::time::sleep(Duration::from_micros(500)).await;
+    };
+    println!("   memory.available crossed {THRESHOLD_MI}Mi (ground truth from the cgroup files)");
+    let gone = cluster
+        .wait_gone("default", "leaky", Duration::from_secs(60))
+        .await?;
+    anyhow::ensure!(gone.is_some(), "leaky was not evicted:\n{}", agent.log());
+
+    say("5. what happened");
+    let log = agent.log();
+    println!("   the agent's log (wake-up, decision, eviction):");
+    for line in log.lines().filter(|l| {
+        l.contains("evicting")
+            || l.contains("eviction answered")
+            || l.contains("kernel event")
+            || l.contains("processes are gone")
+    }) {
+        println!("     {}", line.trim());
+    }
+    let events = cluster.events("default", "leaky", "Evicted").await?;
+    if let Some(e) = events.first() {
+        println!(
+            "   Event on pod default/leaky: reason=Evicted source={:?}",
+            e.source
+                .as_ref()
+                .and_then(|s| s.component.clone())
+                .unwrap_or_default()
+        );
+        println!("     \"{}\"", e.message.clone().unwrap_or_default());
+    }
+    let nodes: Api<Node> = Api::all(cluster.client());
+    let n = nodes.get(&cluster.node).await?;
+    for c in n.status.and_then(|s| s.conditions).unwrap_or_default() {
+        if c.type_.starts_with("NodeMonitor") || c.type_ == "Ready" {
+            println!(
+                "   node condition {:<28} {}  {}",
+                c.type_,
+                c.status,
+                c.message.unwrap_or_default()
+            );
+        }
+    }
+    for name in ["database", "api", "batch"] {
+        let live = cluster.is_live("default", name).await?;
+        println!(
+            "   {name:<10} {}",
+            if live { "still Running" } else { "GONE" }
+        );
+    }
+    // Reaction time: ground-truth crossing → the agent sending the eviction (its log timestamp).
+    if let Some(ts) = log
+        .lines()
+        .find(|l| l.contains("evicting"))
+        .and_then(|l| l.split_whitespace().next())
+    {
+        if let Ok(t) = ts.parse::<jiff_ts::Timestamp>() {
+            let sent = SystemTime::from(t);
+            match sent.duration_since(crossed) {
+                Ok(d) => println!(
+                    "   reaction: eviction sent {:.1} ms after memory.available crossed the threshold (the kubelet polls every 10 s)",
+                    d.as_secs_f64() * 1e3
+                ),
+                Err(e) => println!(
+                    "   reaction: eviction sent {:.1} ms before the ground-truth sampler saw the crossing",
+                    e.duration().as_secs_f64() * 1e3
+                ),
+            }
+        }
+    }
+    let oom = std::fs::read_to_string(cluster.node_memory_dir().join("memory.oom_control"))?;
+    let kills = oom
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .unwrap_or("?")
+        .trim()
+        .to_owned();
+    println!("   kernel OOM kills in the node: {kills}");
+    let evicted = agent
+        .metric_sum("node_monitor_evictions_total", &[("outcome", "evicted")])
+        .await?;
+    println!("   node_monitor_evictions_total{{outcome=\"evicted\"}} = {evicted}");
+    agent.terminate()?;
+    Ok(())
+}
+
+/// Timestamps in the agent's log are RFC 3339 (tracing's default formatter, UTC).
+mod jiff_ts {
+    pub use k8s_openapi::jiff::Timestamp;
+}
