@@ -12,5 +12,6 @@ pub mod metrics;
 pub mod ebpf;
 pub mod http;
 pub mod sampler;
+pub mod shutdown;
 pub mod telemetry;
 pub mod trace;

@@ -175,6 +175,8 @@ pub struct Metrics {
     pub shutdown_phase_start_time_seconds: Family<PhaseLabels, Gauge<f64, AtomicU64>>,
     pub shutdown_phase_end_time_seconds: Family<PhaseLabels, Gauge<f64, AtomicU64>>,
     pub shutdowns_bypassing_inhibitor: Counter,
+    pub shutdown_budget_seconds: Gauge<f64, AtomicU64>,
+    pub shutdown_inhibit_delay_max_seconds: Gauge<f64, AtomicU64>,
     pub api_errors: Family<OperationLabels, Counter>,
     pub degraded: Gauge,
     oom_pods_seen: Mutex<HashSet<(String, String)>>,
@@ -219,6 +221,8 @@ impl Metrics {
             shutdown_phase_start_time_seconds: Family::default(),
             shutdown_phase_end_time_seconds: Family::default(),
             shutdowns_bypassing_inhibitor: Counter::default(),
+            shutdown_budget_seconds: Gauge::default(),
+            shutdown_inhibit_delay_max_seconds: Gauge::default(),
             api_errors: Family::default(),
             degraded: Gauge::default(),
             oom_pods_seen: Mutex::new(HashSet::new()),
@@ -320,6 +324,16 @@ impl Metrics {
             "shutdowns_bypassing_inhibitor",
             "Reboots or power-offs seen by the kernel probe without a preceding PrepareForShutdown",
             m.shutdowns_bypassing_inhibitor.clone(),
+        );
+        reg.add(
+            "shutdown_budget_seconds",
+            "Sum of the graceful shutdown groups' periods",
+            m.shutdown_budget_seconds.clone(),
+        );
+        reg.add(
+            "shutdown_inhibit_delay_max_seconds",
+            "systemd-logind's InhibitDelayMaxSec as last read",
+            m.shutdown_inhibit_delay_max_seconds.clone(),
         );
         reg.add(
             "api_errors",

@@ -325,6 +325,8 @@ impl WorkDir {
 /// terminates every process it started, waits for them and removes the temporary directory.
 pub struct ControlPlane {
     processes: Vec<ManagedProcess>,
+    /// kube-apiserver's program and flags, to start it again after [`ControlPlane::stop_apiserver`].
+    apiserver_command: Option<(PathBuf, Vec<std::ffi::OsString>)>,
     spawner: Option<Spawner>,
     pki: Pki,
     server: String,
@@ -438,6 +440,7 @@ impl ControlPlane {
         })?;
         let mut cp = ControlPlane {
             processes: Vec::new(),
+            apiserver_command: None,
             spawner: Some(spawner),
             pki,
             server,
@@ -507,6 +510,10 @@ impl ControlPlane {
                 "--v=1".to_owned(),
             ])
             .args(&opts.apiserver_args);
+        cp.apiserver_command = Some((
+            PathBuf::from(apiserver.get_program()),
+            apiserver.get_args().map(ToOwned::to_owned).collect(),
+        ));
         cp.spawn("kube-apiserver", apiserver)?;
 
         cp.wait_for("kube-apiserver /readyz", deadline, started, |cp| {
@@ -910,6 +917,59 @@ impl ControlPlane {
                 }
             }
         }
+    }
+
+    /// Stops kube-apiserver alone (SIGTERM, SIGKILL after 5 s); etcd and the controller manager
+    /// keep running. For clients that must survive an unreachable API server.
+    pub fn stop_apiserver(&mut self) -> Result<()> {
+        let idx = self
+            .processes
+            .iter()
+            .position(|p| p.name() == "kube-apiserver")
+            .ok_or_else(|| Error::Spawn {
+                name: "kube-apiserver".to_owned(),
+                source: std::io::Error::other("kube-apiserver is not running"),
+            })?;
+        let mut p = self.processes.remove(idx);
+        p.terminate(Duration::from_secs(5))
+            .map_err(|source| Error::Spawn {
+                name: "kube-apiserver".to_owned(),
+                source,
+            })?;
+        info!("kube-apiserver stopped");
+        Ok(())
+    }
+
+    /// Starts kube-apiserver again with the same flags (port, certificates, etcd) and waits for
+    /// its `/readyz`.
+    pub async fn restart_apiserver(&mut self) -> Result<()> {
+        let (program, args) = self.apiserver_command.clone().ok_or_else(|| Error::Spawn {
+            name: "kube-apiserver".to_owned(),
+            source: std::io::Error::other("the control plane never started kube-apiserver"),
+        })?;
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        self.spawn("kube-apiserver", cmd)?;
+        let started = Instant::now();
+        self.wait_for(
+            "kube-apiserver /readyz",
+            started + Duration::from_secs(60),
+            started,
+            |cp| {
+                let client = cp.client.clone();
+                async move {
+                    get_text(&client, "/readyz")
+                        .await
+                        .is_some_and(|t| t == "ok")
+                }
+            },
+        )
+        .await?;
+        info!(
+            elapsed_ms = started.elapsed().as_millis(),
+            "kube-apiserver restarted"
+        );
+        Ok(())
     }
 
     /// Terminates every process (SIGTERM to its process group, SIGKILL after 5 s), newest first,

@@ -261,9 +261,16 @@ async fn pdb_scenario(policy: &str) -> (Cluster, Agent) {
     cluster.create_pdb(NS, "guarded", 1).await.expect("pdb");
     // Cross the 300Mi threshold by 50Mi, measured from the ground truth, so evicting "other"
     // (100Mi) alone relieves the pressure whatever the node's baseline usage.
-    let available = cluster.settled_memory_available().await.expect("node memory") / MI as i64;
+    let available = cluster
+        .settled_memory_available()
+        .await
+        .expect("node memory")
+        / MI as i64;
     let trigger = available - 300 + 50;
-    assert!(trigger > 0, "the node is already under pressure: {available}Mi available");
+    assert!(
+        trigger > 0,
+        "the node is already under pressure: {available}Mi available"
+    );
     let (hold, limit) = (format!("{trigger}Mi"), format!("{}Mi", trigger + 32));
     running(
         &cluster,
@@ -471,6 +478,84 @@ async fn dry_run_touches_nothing() {
             .await
             .expect("metrics"),
         0.0
+    );
+    cluster.stop().await.expect("stop");
+}
+
+/// Scenario 5: the API server is stopped mid-pressure and restarted. The agent keeps sampling
+/// and deciding, fails its eviction requests without crashing, and evicts once the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_outage_mid_pressure_is_survived() {
+    let mut cluster = Cluster::start("e2e-outage", NODE_MEMORY)
+        .await
+        .expect("cluster");
+    let mut agent = Agent::spawn(
+        &cluster,
+        "evictionHard:\n  memory.available: 300Mi\n",
+        &["--no-mlock"],
+    )
+    .expect("agent");
+    agent
+        .wait_log("deciding", Duration::from_secs(30))
+        .await
+        .expect("agent up");
+    let node = cluster.node.clone();
+    running(
+        &cluster,
+        PodBuilder::new("steady", &node, &["--hold", "100Mi"]).memory("150Mi", Some("150Mi")),
+    )
+    .await;
+    // Crosses 300Mi available a few seconds from now, and stops below the node's limit.
+    running(
+        &cluster,
+        PodBuilder::new(
+            "climber",
+            &node,
+            &[
+                "--ramp-to",
+                "800Mi",
+                "--step",
+                "32Mi",
+                "--interval",
+                "250ms",
+            ],
+        ),
+    )
+    .await;
+    cluster.cp.stop_apiserver().expect("stop apiserver");
+    agent
+        .wait_log("eviction request failed", Duration::from_secs(60))
+        .await
+        .expect("evictions fail while the API is down");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster
+        .cp
+        .restart_apiserver()
+        .await
+        .expect("restart apiserver");
+
+    assert!(
+        cluster
+            .wait_gone(NS, "climber", Duration::from_secs(60))
+            .await
+            .expect("watch")
+            .is_some(),
+        "the agent catches up once the API server is back:\n{}",
+        agent.log()
+    );
+    assert!(cluster.is_live(NS, "steady").await.expect("get"));
+    let errors = agent
+        .metric_sum("node_monitor_api_errors_total", &[("operation", "evict")])
+        .await
+        .expect("metrics");
+    assert!(
+        errors >= 1.0,
+        "api_errors_total{{operation=evict}}={errors}"
+    );
+    assert_eq!(node_oom_kills(&cluster), 0, "{}", agent.log());
+    assert!(
+        agent.terminate().expect("SIGTERM").success(),
+        "the agent survived the outage and exits cleanly"
     );
     cluster.stop().await.expect("stop");
 }

@@ -185,6 +185,15 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         allocatable_memory: allocatable,
         ..SamplerConfig::default()
     };
+    match crate::sampler::raise_nofile_limit() {
+        Ok(n) => debug!(
+            nofile = n,
+            "open-file limit raised for per-pod cgroup files"
+        ),
+        Err(e) => {
+            warn!(error = %e, "could not raise the open-file limit; pod files are reopened per pass")
+        }
+    }
     let mut sampler = Sampler::new(sampler_config).context("sampler configuration")?;
     let mut wake_config = WakeupConfig::for_layout(sampler.layout());
     wake_config.housekeeping = config.node_monitor.housekeeping_interval;
@@ -252,6 +261,8 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         store,
         backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
         published: PublishedConditions::default(),
+        retry_at: None,
+        retry_delay: RETRY_INITIAL,
     };
     info!("deciding");
     // A first pass at once: it arms the memcg thresholds and catches pressure that predates the agent.
@@ -270,6 +281,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         let grace = [
             next_grace_deadline(&agent.state, &agent.config),
             agent.backoff.next_expiry(now),
+            agent.retry_at.filter(|t| *t > now),
         ]
         .into_iter()
         .flatten()
@@ -382,7 +394,14 @@ struct Loop {
     store: Store<Pod>,
     backoff: Backoff,
     published: PublishedConditions,
+    /// After a failed API call under pressure: decide again then, not at the next tick.
+    retry_at: Option<Timestamp>,
+    retry_delay: Duration,
 }
+
+/// Retry delays after failed eviction requests (API server unreachable, 5xx): 250 ms doubling to 5 s.
+const RETRY_INITIAL: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(5);
 
 impl Loop {
     fn now(&self) -> Timestamp {
@@ -401,7 +420,23 @@ impl Loop {
         wakeup: Wakeup,
     ) -> CycleEnd {
         let mut end = CycleEnd::Done;
-        let timed = tokio::task::block_in_place(|| sampler.observe(wakeup));
+        // Signals first (tens of µs whatever the pod count); per-pod usage only when a threshold
+        // is met or a condition still holds, since ranking is the only thing that needs it.
+        let mut timed =
+            tokio::task::block_in_place(|| sampler.observe_as(wakeup, SampleKind::Signals));
+        let pressure = !self.state.conditions().is_empty()
+            || self.config.thresholds.iter().any(|t| {
+                timed
+                    .observations
+                    .signals
+                    .get(&t.signal)
+                    .is_some_and(|o| t.is_met(o, true))
+            });
+        if pressure {
+            tokio::task::block_in_place(|| {
+                sampler.sample_into(SampleKind::Fast, &mut timed.observations)
+            });
+        }
         self.metrics
             .wakeups
             .get_or_create(&crate::metrics::SourceLabels {
@@ -467,6 +502,8 @@ impl Loop {
                     debug!(uid = %req.uid, ?delay, "pod backs off; next candidate considered meanwhile");
                 }
                 EvictOutcome::Failed { reason, .. } => {
+                    self.retry_at = Some(self.now() + self.retry_delay);
+                    self.retry_delay = (self.retry_delay * 2).min(RETRY_MAX);
                     self.metrics
                         .api_errors
                         .get_or_create(&crate::metrics::OperationLabels {
@@ -476,6 +513,8 @@ impl Loop {
                     debug!(%reason, "eviction failed; retried on a later cycle");
                 }
                 o if o.took_effect() => {
+                    self.retry_at = None;
+                    self.retry_delay = RETRY_INITIAL;
                     self.metrics
                         .detection_to_eviction_seconds
                         .observe(reaction.as_secs_f64());

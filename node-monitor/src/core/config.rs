@@ -942,7 +942,8 @@ fn non_negative_duration(field: &str, value: &str) -> Result<Duration, ConfigErr
         })
 }
 
-const NODE_MONITOR_KEYS: [&str; 9] = [
+const NODE_MONITOR_KEYS: [&str; 10] = [
+    "shutdown",
     "maxPodsPerCycle",
     "housekeepingInterval",
     "pdbPolicy",
@@ -1008,6 +1009,8 @@ fn parse_node_monitor(
                     other => return Err(wrong_type(field, "\"respect\" or \"escalate\"", other)),
                 }
             }
+            // Graceful shutdown options: read and validated by `shutdown::parse_shutdown_config`.
+            "shutdown" => {}
             "dryRun" => s.dry_run = boolean(field, v)?,
             "taintOnPressure" => s.taint_on_pressure = boolean(field, v)?,
             "psiWindow" => {

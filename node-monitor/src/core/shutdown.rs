@@ -1,22 +1,96 @@
-//! Graceful node shutdown planning, with the kubelet's semantics
+//! Graceful node shutdown, with the kubelet's semantics
 //! (`pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go`, seed 000):
 //!
-//! - Without `shutdownGracePeriodByPodPriority`, two groups: regular pods get
+//! - Without `shutdownGracePeriodByPodPriority`, two groups (`migrateConfig`): regular pods get
 //!   `shutdownGracePeriod − shutdownGracePeriodCriticalPods`, then critical pods (priority ≥
 //!   system-critical, 2 000 000 000) get `shutdownGracePeriodCriticalPods`.
 //! - With it, each pod joins the group with the highest priority not above its own (pods below
-//!   every group join the lowest); groups run from the lowest priority upwards.
-//! - Each pod gets min(its terminationGracePeriodSeconds, the group's period).
+//!   every group join the lowest); groups run from the lowest priority upwards
+//!   (`groupByPriority`).
+//! - Each pod gets min(its terminationGracePeriodSeconds, the group's period); a pod without one
+//!   gets the group's period.
 //! - Groups without pods are skipped: no time is spent waiting on them.
+//! - A group ends when all its pods are gone or when its period, counted from the group's start,
+//!   runs out; the next group starts then.
+//!
+//! Validation follows `ValidateKubeletConfiguration` (`pkg/kubelet/apis/config/validation`).
+//!
+//! Also here, pure and table-tested: the phase state machine the shutdown manager drives with
+//! the pods the API still shows and the time ([`ShutdownRun`]), and the policy decisions around
+//! logind's inhibitor ([`role`], [`inhibit_delay_check`], [`classify_reboot`]).
 //!
 //! Pure: no I/O; the manager passes pods and time in.
-use std::{collections::BTreeSet, fmt, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    time::Duration,
+};
 
 use serde::{Deserialize, Serialize};
 
-use super::pod::SYSTEM_CRITICAL_PRIORITY;
+use super::{
+    clock::Timestamp,
+    duration::{format_go_duration, parse_go_duration},
+    pod::SYSTEM_CRITICAL_PRIORITY,
+};
 
-/// One `shutdownGracePeriodByPodPriority` entry.
+/// A Go duration as a KubeletConfiguration holds it (`metav1.Duration`): signed nanoseconds,
+/// written as a string such as `"30s"` or `"1m30s"`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GoDuration(pub i64);
+
+impl GoDuration {
+    pub const ZERO: GoDuration = GoDuration(0);
+
+    pub const fn from_secs(secs: i64) -> Self {
+        Self(secs.saturating_mul(1_000_000_000))
+    }
+
+    pub const fn from_millis(millis: i64) -> Self {
+        Self(millis.saturating_mul(1_000_000))
+    }
+
+    /// Parses a Go duration string.
+    pub fn parse(s: &str) -> Result<Self, super::duration::DurationError> {
+        parse_go_duration(s).map(Self)
+    }
+
+    pub const fn is_negative(self) -> bool {
+        self.0 < 0
+    }
+
+    /// Whole seconds, truncated towards zero as Go's `int64(d / time.Second)` does.
+    pub const fn whole_seconds(self) -> i64 {
+        self.0 / 1_000_000_000
+    }
+}
+
+impl fmt::Display for GoDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let abs = Duration::from_nanos(self.0.unsigned_abs());
+        if self.0 < 0 {
+            write!(f, "-{}", format_go_duration(abs))
+        } else {
+            f.write_str(&format_go_duration(abs))
+        }
+    }
+}
+
+impl Serialize for GoDuration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for GoDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        GoDuration::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// One `shutdownGracePeriodByPodPriority` entry (`ShutdownGracePeriodByPodPriority` in the
+/// kubelet's config API: `priority` int32, `shutdownGracePeriodSeconds` int64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PriorityPeriod {
@@ -24,16 +98,18 @@ pub struct PriorityPeriod {
     pub shutdown_grace_period_seconds: i64,
 }
 
-/// The kubelet's shutdown settings (KubeletConfiguration field names).
+/// The kubelet's shutdown settings, with the KubeletConfiguration field names and formats:
+/// `shutdownGracePeriod` and `shutdownGracePeriodCriticalPods` are Go durations,
+/// `shutdownGracePeriodByPodPriority` a list of `{priority, shutdownGracePeriodSeconds}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ShutdownSettings {
-    /// Seconds. The whole budget when `shutdownGracePeriodByPodPriority` is empty.
+    /// The whole budget when `shutdownGracePeriodByPodPriority` is empty.
     #[serde(default)]
-    pub shutdown_grace_period_seconds: i64,
-    /// Seconds reserved for critical pods, out of `shutdownGracePeriodSeconds`.
+    pub shutdown_grace_period: GoDuration,
+    /// Reserved for critical pods, out of `shutdownGracePeriod`.
     #[serde(default)]
-    pub shutdown_grace_period_critical_pods_seconds: i64,
+    pub shutdown_grace_period_critical_pods: GoDuration,
     #[serde(default)]
     pub shutdown_grace_period_by_pod_priority: Vec<PriorityPeriod>,
 }
@@ -42,11 +118,11 @@ pub struct ShutdownSettings {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShutdownConfigError {
     #[error("{field}: {value} is negative")]
-    Negative { field: &'static str, value: i64 },
-    #[error(
-        "shutdownGracePeriodCriticalPods: {critical}s exceeds shutdownGracePeriod: {total}s"
-    )]
-    CriticalExceedsTotal { critical: i64, total: i64 },
+    Negative { field: &'static str, value: String },
+    #[error("{field}: {value} must be either zero or otherwise >= 1s")]
+    SubSecond { field: &'static str, value: String },
+    #[error("shutdownGracePeriodCriticalPods: {critical} exceeds shutdownGracePeriod: {total}")]
+    CriticalExceedsTotal { critical: String, total: String },
     #[error("shutdownGracePeriodByPodPriority: priority {0} appears more than once")]
     DuplicatePriority(i32),
     #[error(
@@ -68,20 +144,29 @@ pub struct Group {
 
 impl ShutdownSettings {
     /// The groups, sorted by priority ascending, validated. Empty when shutdown handling is off
-    /// (all periods zero).
+    /// (no priority list and a zero `shutdownGracePeriod`).
     pub fn groups(&self) -> Result<Vec<Group>, ShutdownConfigError> {
-        let total = self.shutdown_grace_period_seconds;
-        let critical = self.shutdown_grace_period_critical_pods_seconds;
+        let total = self.shutdown_grace_period;
+        let critical = self.shutdown_grace_period_critical_pods;
         for (field, value) in [
             ("shutdownGracePeriod", total),
             ("shutdownGracePeriodCriticalPods", critical),
         ] {
-            if value < 0 {
-                return Err(ShutdownConfigError::Negative { field, value });
+            if value.is_negative() {
+                return Err(ShutdownConfigError::Negative { field, value: value.to_string() });
+            }
+            if value.0 > 0 && value < GoDuration::from_secs(1) {
+                return Err(ShutdownConfigError::SubSecond { field, value: value.to_string() });
             }
         }
+        if critical > total {
+            return Err(ShutdownConfigError::CriticalExceedsTotal {
+                critical: critical.to_string(),
+                total: total.to_string(),
+            });
+        }
         if !self.shutdown_grace_period_by_pod_priority.is_empty() {
-            if total != 0 || critical != 0 {
+            if total.0 != 0 || critical.0 != 0 {
                 return Err(ShutdownConfigError::BothForms);
             }
             let mut seen = BTreeSet::new();
@@ -90,7 +175,7 @@ impl ShutdownSettings {
                 if p.shutdown_grace_period_seconds < 0 {
                     return Err(ShutdownConfigError::Negative {
                         field: "shutdownGracePeriodByPodPriority.shutdownGracePeriodSeconds",
-                        value: p.shutdown_grace_period_seconds,
+                        value: p.shutdown_grace_period_seconds.to_string(),
                     });
                 }
                 if !seen.insert(p.priority) {
@@ -104,20 +189,23 @@ impl ShutdownSettings {
             groups.sort_by_key(|g| g.priority);
             return Ok(groups);
         }
-        if critical > total {
-            return Err(ShutdownConfigError::CriticalExceedsTotal { critical, total });
-        }
-        if total == 0 {
+        if total.0 == 0 {
             return Ok(Vec::new());
         }
-        // The kubelet's migration of the two legacy fields (migrateInsufficientConfig).
+        // migrateConfig: the regular group gets total − critical, the critical group the rest,
+        // each truncated to whole seconds.
+        let regular = GoDuration(total.0 - critical.0);
+        let critical_rest = GoDuration(total.0 - regular.0);
         Ok(vec![
-            Group { priority: 0, period: secs(total - critical) },
-            Group { priority: SYSTEM_CRITICAL_PRIORITY, period: secs(critical) },
+            Group { priority: 0, period: secs(regular.whole_seconds()) },
+            Group {
+                priority: SYSTEM_CRITICAL_PRIORITY,
+                period: secs(critical_rest.whole_seconds()),
+            },
         ])
     }
 
-    /// The budget the groups need from logind: the sum of their periods.
+    /// The budget the groups need from logind: the sum of their periods (`periodRequested`).
     pub fn budget(&self) -> Result<Duration, ShutdownConfigError> {
         Ok(self.groups()?.iter().map(|g| g.period).sum())
     }
@@ -145,7 +233,7 @@ pub struct ShutdownPod {
     pub name: String,
     pub uid: String,
     pub priority: i32,
-    /// `spec.terminationGracePeriodSeconds`; `None` means the API default (30 s).
+    /// `spec.terminationGracePeriodSeconds`; `None` gives the group's period, as in the kubelet.
     pub termination_grace_period_seconds: Option<i64>,
 }
 
@@ -172,6 +260,12 @@ pub struct ShutdownPlan {
     pub groups: Vec<PlannedGroup>,
 }
 
+impl ShutdownPlan {
+    pub fn pod_count(&self) -> usize {
+        self.groups.iter().map(|g| g.pods.len()).sum()
+    }
+}
+
 impl fmt::Display for ShutdownPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for g in &self.groups {
@@ -180,9 +274,6 @@ impl fmt::Display for ShutdownPlan {
         Ok(())
     }
 }
-
-/// The API's default terminationGracePeriodSeconds.
-const DEFAULT_TERMINATION_GRACE: i64 = 30;
 
 /// Assigns pods to groups (kubelet `groupByPriority`) and gives each its grace period.
 pub fn plan(groups: &[Group], pods: &[ShutdownPod]) -> ShutdownPlan {
@@ -194,8 +285,12 @@ pub fn plan(groups: &[Group], pods: &[ShutdownPod]) -> ShutdownPlan {
         // The last group whose priority is not above the pod's; pods below all go to the first.
         let idx = groups.iter().rposition(|g| g.priority <= pod.priority).unwrap_or(0);
         let period = i64::try_from(groups[idx].period.as_secs()).unwrap_or(i64::MAX);
-        let own = pod.termination_grace_period_seconds.unwrap_or(DEFAULT_TERMINATION_GRACE).max(0);
-        buckets[idx].push(PlannedPod { pod: pod.clone(), grace_period_seconds: own.min(period) });
+        // The kubelet takes the pod's own period only when it is set and not longer.
+        let grace = match pod.termination_grace_period_seconds {
+            Some(own) if own <= period => own.max(0),
+            _ => period,
+        };
+        buckets[idx].push(PlannedPod { pod: pod.clone(), grace_period_seconds: grace });
     }
     let mut out = ShutdownPlan::default();
     let mut offset = Duration::ZERO;
@@ -204,10 +299,311 @@ pub fn plan(groups: &[Group], pods: &[ShutdownPod]) -> ShutdownPlan {
             continue;
         }
         pods.sort_by(|a, b| (&a.pod.namespace, &a.pod.name).cmp(&(&b.pod.namespace, &b.pod.name)));
-        out.groups.push(PlannedGroup { priority: g.priority, period: g.period, latest_start: offset, pods });
+        out.groups.push(PlannedGroup {
+            priority: g.priority,
+            period: g.period,
+            latest_start: offset,
+            pods,
+        });
         offset += g.period;
     }
     out
+}
+
+/// The metric `phase` label of a group: `priority_<N>`.
+pub fn group_phase(priority: i32) -> String {
+    format!("priority_{priority}")
+}
+
+/// The metric `phase` label of the whole shutdown, from PrepareForShutdown to the lock's release.
+pub const PHASE_TOTAL: &str = "total";
+
+/// How a group ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum GroupOutcome {
+    /// The API confirmed every pod of the group gone.
+    AllGone,
+    /// The group's period ran out with these pods (`namespace/name`) still present.
+    PeriodElapsed { remaining: Vec<String> },
+}
+
+/// What the manager must do next, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Terminate the group's pods now, each with its planned grace period.
+    StartGroup { index: usize, priority: i32, pods: Vec<PlannedPod> },
+    /// The group is over.
+    EndGroup { index: usize, priority: i32, outcome: GroupOutcome },
+    /// Every group ran: release the inhibitor.
+    Release,
+}
+
+/// A group's times, for metrics and the benchmark.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupRecord {
+    pub priority: i32,
+    pub started: Timestamp,
+    pub ended: Option<Timestamp>,
+    pub outcome: Option<GroupOutcome>,
+}
+
+/// The phase state machine of one shutdown: runs the plan's groups one after another, each until
+/// its pods are gone or its period (counted from its own start, as the kubelet's timer is) runs
+/// out. The manager calls [`ShutdownRun::advance`] with the time and the UIDs the API still
+/// shows, whenever the API answers and at the latest at [`ShutdownRun::deadline`].
+#[derive(Debug, Clone)]
+pub struct ShutdownRun {
+    plan: ShutdownPlan,
+    started: Timestamp,
+    /// Index of the running group; `plan.groups.len()` once all ran.
+    current: usize,
+    records: Vec<GroupRecord>,
+    released: Option<Timestamp>,
+}
+
+impl ShutdownRun {
+    pub fn new(plan: ShutdownPlan, now: Timestamp) -> Self {
+        Self { plan, started: now, current: 0, records: Vec::new(), released: None }
+    }
+
+    pub fn plan(&self) -> &ShutdownPlan {
+        &self.plan
+    }
+
+    pub fn started(&self) -> Timestamp {
+        self.started
+    }
+
+    pub fn records(&self) -> &[GroupRecord] {
+        &self.records
+    }
+
+    /// When the lock was released, once it was.
+    pub fn released(&self) -> Option<Timestamp> {
+        self.released
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.released.is_some()
+    }
+
+    /// The pods of the running group, if any.
+    pub fn current_pods(&self) -> &[PlannedPod] {
+        if self.records.len() == self.current + 1 {
+            self.plan.groups.get(self.current).map_or(&[], |g| g.pods.as_slice())
+        } else {
+            &[]
+        }
+    }
+
+    /// The latest time the manager must call [`Self::advance`] again: the running group's end.
+    pub fn deadline(&self) -> Option<Timestamp> {
+        if self.released.is_some() {
+            return None;
+        }
+        let g = self.plan.groups.get(self.current)?;
+        let rec = self.records.get(self.current)?;
+        Some(rec.started + g.period)
+    }
+
+    /// Advances the phases. `present` holds the UIDs of planned pods the API still shows (a UID
+    /// the manager could not check counts as present). Returns the steps to carry out, in order.
+    pub fn advance(&mut self, now: Timestamp, present: &BTreeSet<String>) -> Vec<Step> {
+        let mut steps = Vec::new();
+        if self.released.is_some() {
+            return steps;
+        }
+        loop {
+            let Some(group) = self.plan.groups.get(self.current) else {
+                self.released = Some(now);
+                steps.push(Step::Release);
+                return steps;
+            };
+            if self.records.len() == self.current {
+                self.records.push(GroupRecord {
+                    priority: group.priority,
+                    started: now,
+                    ended: None,
+                    outcome: None,
+                });
+                steps.push(Step::StartGroup {
+                    index: self.current,
+                    priority: group.priority,
+                    pods: group.pods.clone(),
+                });
+                // Pods already gone (e.g. deleted by someone else) still get their group's
+                // start; the end is decided on the next call, after the deletions went out.
+                return steps;
+            }
+            let remaining: Vec<String> = group
+                .pods
+                .iter()
+                .filter(|p| present.contains(&p.pod.uid))
+                .map(|p| format!("{}/{}", p.pod.namespace, p.pod.name))
+                .collect();
+            let rec = &mut self.records[self.current];
+            let outcome = if remaining.is_empty() {
+                GroupOutcome::AllGone
+            } else if now >= rec.started + group.period {
+                GroupOutcome::PeriodElapsed { remaining }
+            } else {
+                return steps;
+            };
+            rec.ended = Some(now);
+            rec.outcome = Some(outcome.clone());
+            steps.push(Step::EndGroup { index: self.current, priority: group.priority, outcome });
+            self.current += 1;
+        }
+    }
+
+    /// Stops the run early (a cancelled shutdown): the running group ends now with the pods it
+    /// still had, and no later group starts.
+    pub fn abort(&mut self, now: Timestamp, present: &BTreeSet<String>) -> Option<Step> {
+        if self.released.is_some() {
+            return None;
+        }
+        self.released = Some(now);
+        let group = self.plan.groups.get(self.current)?;
+        let rec = self.records.get_mut(self.current)?;
+        let remaining: Vec<String> = group
+            .pods
+            .iter()
+            .filter(|p| present.contains(&p.pod.uid))
+            .map(|p| format!("{}/{}", p.pod.namespace, p.pod.name))
+            .collect();
+        let outcome = if remaining.is_empty() {
+            GroupOutcome::AllGone
+        } else {
+            GroupOutcome::PeriodElapsed { remaining }
+        };
+        rec.ended = Some(now);
+        rec.outcome = Some(outcome.clone());
+        Some(Step::EndGroup { index: self.current, priority: group.priority, outcome })
+    }
+}
+
+/// What node-monitor does when the kubelet holds a shutdown inhibitor of its own
+/// (`nodeMonitor.shutdown.kubeletInhibitorPolicy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum KubeletInhibitorPolicy {
+    /// Terminate the pods through the API anyway, with node-monitor's plan.
+    TakeOver,
+    /// Hold a lock and mark the node, but leave terminating the pods to the kubelet; wait for
+    /// the API to show them finished before releasing.
+    #[default]
+    Cooperate,
+    /// Take no lock and mark nothing; only watch (bypass detection still works).
+    StandAside,
+}
+
+impl KubeletInhibitorPolicy {
+    pub const ALL: [(&'static str, KubeletInhibitorPolicy); 3] = [
+        ("takeOver", KubeletInhibitorPolicy::TakeOver),
+        ("cooperate", KubeletInhibitorPolicy::Cooperate),
+        ("standAside", KubeletInhibitorPolicy::StandAside),
+    ];
+}
+
+/// node-monitor's part in a shutdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Hold the lock, mark the node, terminate the pods group by group through the API.
+    Terminate,
+    /// Hold the lock, mark the node, wait for the kubelet to finish the pods.
+    Observe,
+    /// Hold no lock; watch only.
+    Passive,
+}
+
+/// The role for a policy, given whether the kubelet holds its own shutdown delay inhibitor.
+/// Without one, node-monitor is the only graceful shutdown there is, whatever the policy.
+pub fn role(policy: KubeletInhibitorPolicy, kubelet_holds_inhibitor: bool) -> Role {
+    match (kubelet_holds_inhibitor, policy) {
+        (false, _) | (true, KubeletInhibitorPolicy::TakeOver) => Role::Terminate,
+        (true, KubeletInhibitorPolicy::Cooperate) => Role::Observe,
+        (true, KubeletInhibitorPolicy::StandAside) => Role::Passive,
+    }
+}
+
+/// One row of logind's `ListInhibitors` (`a(ssssuu)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inhibitor {
+    pub what: String,
+    pub who: String,
+    pub why: String,
+    pub mode: String,
+    pub uid: u32,
+    pub pid: u32,
+}
+
+/// Whether the kubelet holds a shutdown delay inhibitor (`who` is `kubelet`, as
+/// `pkg/kubelet/nodeshutdown/systemd/inhibit_linux.go` names it).
+pub fn kubelet_holds_inhibitor(inhibitors: &[Inhibitor]) -> bool {
+    inhibitors.iter().any(|i| {
+        i.who == "kubelet" && i.mode == "delay" && i.what.split(':').any(|w| w == "shutdown")
+    })
+}
+
+/// What to do about logind's `InhibitDelayMaxSec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DelayCheck {
+    /// logind already waits long enough.
+    Sufficient,
+    /// Write a drop-in raising it to this many seconds and reload logind.
+    Raise { seconds: u64 },
+    /// Too low and not ours to change.
+    TooLow { needed: Duration, allowed: Duration },
+}
+
+/// Compares the delay the shutdown needs with logind's, and says whether to raise it.
+pub fn inhibit_delay_check(needed: Duration, current: Duration, manage: bool) -> DelayCheck {
+    if needed <= current {
+        DelayCheck::Sufficient
+    } else if manage {
+        // Whole seconds, rounded up: logind.conf takes seconds here.
+        let seconds = needed.as_secs() + u64::from(needed.subsec_nanos() > 0);
+        DelayCheck::Raise { seconds }
+    } else {
+        DelayCheck::TooLow { needed, allowed: current }
+    }
+}
+
+/// The logind.conf drop-in that raises `InhibitDelayMaxSec` (logind.conf(5)).
+pub fn logind_dropin(seconds: u64) -> String {
+    format!(
+        "# Written by node-monitor: graceful node shutdown needs logind to wait this long for\n\
+         # delay inhibitors (nodeMonitor.shutdown.manageInhibitDelay).\n\
+         [Login]\nInhibitDelayMaxSec={seconds}\n"
+    )
+}
+
+/// What a reboot(2) seen by the kernel probe means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebootVerdict {
+    /// The command does not take the machine down (e.g. enabling Ctrl-Alt-Del).
+    NotShutdown,
+    /// The end of a shutdown logind announced: graceful.
+    Graceful,
+    /// A shutdown that went around logind and every inhibitor.
+    BypassedInhibitor,
+}
+
+/// Classifies a reboot(2) call: `goes_down` from the command, `preparing` when logind announced
+/// a shutdown (PrepareForShutdown(true)) not cancelled since.
+pub fn classify_reboot(goes_down: bool, preparing: bool) -> RebootVerdict {
+    match (goes_down, preparing) {
+        (false, _) => RebootVerdict::NotShutdown,
+        (true, true) => RebootVerdict::Graceful,
+        (true, false) => RebootVerdict::BypassedInhibitor,
+    }
+}
+
+/// Counts pods per group for a log line: `{priority: pods}`.
+pub fn plan_summary(plan: &ShutdownPlan) -> BTreeMap<i32, usize> {
+    plan.groups.iter().map(|g| (g.priority, g.pods.len())).collect()
 }
 
 #[cfg(test)]
@@ -234,13 +630,17 @@ mod tests {
         }
     }
 
+    fn legacy(total: GoDuration, critical: GoDuration) -> ShutdownSettings {
+        ShutdownSettings {
+            shutdown_grace_period: total,
+            shutdown_grace_period_critical_pods: critical,
+            ..ShutdownSettings::default()
+        }
+    }
+
     #[test]
     fn legacy_fields_become_two_groups() {
-        let s = ShutdownSettings {
-            shutdown_grace_period_seconds: 30,
-            shutdown_grace_period_critical_pods_seconds: 10,
-            ..ShutdownSettings::default()
-        };
+        let s = legacy(GoDuration::from_secs(30), GoDuration::from_secs(10));
         assert_eq!(
             s.groups(),
             Ok(vec![
@@ -250,6 +650,29 @@ mod tests {
         );
         assert_eq!(s.budget(), Ok(Duration::from_secs(30)));
         assert_eq!(ShutdownSettings::default().groups(), Ok(vec![]));
+        // Sub-second remainders are truncated per group, as Go's int64(d / time.Second) does.
+        let s = legacy(GoDuration::from_millis(2500), GoDuration::from_millis(1200));
+        let periods: Vec<u64> = s.groups().expect("valid").iter().map(|g| g.period.as_secs()).collect();
+        assert_eq!(periods, vec![1, 1]);
+    }
+
+    /// The kubelet's field names and formats: Go duration strings and the priority list.
+    #[test]
+    fn serde_uses_kubelet_configuration_names() {
+        let yaml = "shutdownGracePeriod: 1m30s\nshutdownGracePeriodCriticalPods: 30s\n";
+        let s: ShutdownSettings = serde_yaml::from_str(yaml).expect("legacy form");
+        assert_eq!(s, legacy(GoDuration::from_secs(90), GoDuration::from_secs(30)));
+        let yaml = "shutdownGracePeriodByPodPriority:\n  - priority: 100000\n    shutdownGracePeriodSeconds: 10\n  - priority: 0\n    shutdownGracePeriodSeconds: 60\n";
+        let s: ShutdownSettings = serde_yaml::from_str(yaml).expect("priority form");
+        assert_eq!(s, by_priority(&[(100_000, 10), (0, 60)]));
+        let json = serde_json::to_value(legacy(GoDuration::from_secs(90), GoDuration::ZERO))
+            .expect("json");
+        assert_eq!(json["shutdownGracePeriod"], "1m30s");
+        assert_eq!(json["shutdownGracePeriodCriticalPods"], "0s");
+        let err = serde_yaml::from_str::<ShutdownSettings>("shutdownGracePeriod: 30\n")
+            .expect_err("an integer is not a Go duration");
+        assert!(err.to_string().contains("shutdownGracePeriod"), "{err}");
+        assert_eq!(GoDuration::from_secs(-5).to_string(), "-5s");
     }
 
     /// The seed's example: 100000→10 s, 10000→180 s, 1000→120 s, 0→60 s.
@@ -262,7 +685,7 @@ mod tests {
         let pods = [
             pod("custom-class-a", 2_000, Some(600)), // 1000 ≤ 2000 < 10000 → 120 s group
             pod("custom-class-b", 20_000, Some(5)),  // own 5 s < 180 s
-            pod("low", -5, None),                    // below every group → lowest (60 s), default 30 s
+            pod("low", -5, None),                    // below every group → lowest; no own period → 60 s
             pod("critical", 2_000_000_000, Some(60)), // → 100000 group, capped at 10 s
         ];
         let p = plan(&groups, &pods);
@@ -281,12 +704,14 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                (0, vec![("low", 30)], 0),
+                (0, vec![("low", 60)], 0),
                 (1_000, vec![("custom-class-a", 120)], 60),
                 (10_000, vec![("custom-class-b", 5)], 180),
                 (100_000, vec![("critical", 10)], 360),
             ]
         );
+        assert_eq!(p.pod_count(), 4);
+        assert_eq!(plan_summary(&p).get(&1_000), Some(&1));
     }
 
     #[test]
@@ -300,35 +725,57 @@ mod tests {
 
     #[test]
     fn invalid_configurations_name_the_field() {
-        let cases: Vec<(ShutdownSettings, ShutdownConfigError)> = vec![
+        let cases: Vec<(ShutdownSettings, ShutdownConfigError, &str)> = vec![
             (
-                ShutdownSettings { shutdown_grace_period_seconds: -1, ..Default::default() },
-                ShutdownConfigError::Negative { field: "shutdownGracePeriod", value: -1 },
+                legacy(GoDuration::from_secs(-1), GoDuration::ZERO),
+                ShutdownConfigError::Negative { field: "shutdownGracePeriod", value: "-1s".into() },
+                "shutdownGracePeriod: -1s is negative",
             ),
             (
-                ShutdownSettings {
-                    shutdown_grace_period_seconds: 10,
-                    shutdown_grace_period_critical_pods_seconds: 20,
-                    ..Default::default()
+                legacy(GoDuration::from_millis(500), GoDuration::ZERO),
+                ShutdownConfigError::SubSecond {
+                    field: "shutdownGracePeriod",
+                    value: "500ms".into(),
                 },
-                ShutdownConfigError::CriticalExceedsTotal { critical: 20, total: 10 },
+                ">= 1s",
             ),
-            (by_priority(&[(0, 10), (0, 20)]), ShutdownConfigError::DuplicatePriority(0)),
+            (
+                legacy(GoDuration::from_secs(10), GoDuration::from_millis(200)),
+                ShutdownConfigError::SubSecond {
+                    field: "shutdownGracePeriodCriticalPods",
+                    value: "200ms".into(),
+                },
+                "shutdownGracePeriodCriticalPods: 200ms",
+            ),
+            (
+                legacy(GoDuration::from_secs(10), GoDuration::from_secs(20)),
+                ShutdownConfigError::CriticalExceedsTotal {
+                    critical: "20s".into(),
+                    total: "10s".into(),
+                },
+                "20s exceeds shutdownGracePeriod: 10s",
+            ),
+            (by_priority(&[(0, 10), (0, 20)]), ShutdownConfigError::DuplicatePriority(0), "priority 0"),
             (
                 by_priority(&[(0, -3)]),
                 ShutdownConfigError::Negative {
                     field: "shutdownGracePeriodByPodPriority.shutdownGracePeriodSeconds",
-                    value: -3,
+                    value: "-3".into(),
                 },
+                "shutdownGracePeriodSeconds: -3 is negative",
             ),
             (
-                ShutdownSettings { shutdown_grace_period_seconds: 5, ..by_priority(&[(0, 10)]) },
+                ShutdownSettings {
+                    shutdown_grace_period: GoDuration::from_secs(5),
+                    ..by_priority(&[(0, 10)])
+                },
                 ShutdownConfigError::BothForms,
+                "both set",
             ),
         ];
-        for (s, want) in cases {
+        for (s, want, text) in cases {
             assert_eq!(s.groups(), Err(want.clone()), "{s:?}");
-            assert!(!want.to_string().is_empty());
+            assert!(want.to_string().contains(text), "{want} should contain {text:?}");
         }
     }
 
@@ -338,5 +785,189 @@ mod tests {
         let err = check_inhibit_delay(Duration::from_secs(30), Duration::from_secs(5)).expect_err("too long");
         assert_eq!(err, ShutdownConfigError::ExceedsInhibitDelay { needed: 30, allowed: 5 });
         assert!(err.to_string().contains("InhibitDelayMaxSec allows 5s"), "{err}");
+    }
+
+    fn t(ms: u64) -> Timestamp {
+        Timestamp::from_millis(ms)
+    }
+
+    fn uids(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| format!("uid-{n}")).collect()
+    }
+
+    fn three_groups() -> ShutdownPlan {
+        let groups = by_priority(&[(0, 10), (1_000, 20), (100_000, 5)]).groups().expect("valid");
+        plan(
+            &groups,
+            &[pod("low-a", 0, Some(3)), pod("low-b", 10, Some(30)), pod("mid", 5_000, Some(3)), pod("top", 200_000, Some(3))],
+        )
+    }
+
+    /// Steps of a run, as short strings, for table-driven checks.
+    fn describe(steps: &[Step]) -> Vec<String> {
+        steps
+            .iter()
+            .map(|s| match s {
+                Step::StartGroup { priority, pods, .. } => format!(
+                    "start {priority} [{}]",
+                    pods.iter()
+                        .map(|p| format!("{}:{}", p.pod.name, p.grace_period_seconds))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+                Step::EndGroup { priority, outcome: GroupOutcome::AllGone, .. } => {
+                    format!("end {priority} gone")
+                }
+                Step::EndGroup { priority, outcome: GroupOutcome::PeriodElapsed { remaining }, .. } => {
+                    format!("end {priority} elapsed {}", remaining.join(","))
+                }
+                Step::Release => "release".into(),
+            })
+            .collect()
+    }
+
+    /// The run with a fixed clock: (time ms, pods the API still shows, expected steps, deadline ms).
+    #[test]
+    fn run_goes_group_by_group_until_gone_or_elapsed() {
+        let mut run = ShutdownRun::new(three_groups(), t(0));
+        type Case = (u64, &'static [&'static str], &'static [&'static str], Option<u64>);
+        let cases: &[Case] = &[
+            (0, &["low-a", "low-b", "mid", "top"], &["start 0 [low-a:3,low-b:10]"], Some(10_000)),
+            // One low pod gone: the group goes on.
+            (2_000, &["low-b", "mid", "top"], &[], Some(10_000)),
+            // Period elapsed with low-b still there: end, and the next group starts at once.
+            (
+                10_000,
+                &["low-b", "mid", "top"],
+                &["end 0 elapsed ns/low-b", "start 1000 [mid:3]"],
+                Some(30_000),
+            ),
+            // mid gone well before its 20 s: the top group starts without waiting.
+            (12_500, &["low-b", "top"], &["end 1000 gone", "start 100000 [top:3]"], Some(17_500)),
+            (13_000, &["low-b", "top"], &[], Some(17_500)),
+            (14_000, &["low-b"], &["end 100000 gone", "release"], None),
+            // Nothing after the release.
+            (20_000, &[], &[], None),
+        ];
+        for &(now, present, want, deadline) in cases {
+            let steps = run.advance(t(now), &uids(present));
+            assert_eq!(describe(&steps), want, "at {now} ms");
+            assert_eq!(run.deadline(), deadline.map(t), "deadline at {now} ms");
+        }
+        assert!(run.is_finished());
+        assert_eq!(run.released(), Some(t(14_000)));
+        let rec: Vec<(i32, u64, Option<u64>)> = run
+            .records()
+            .iter()
+            .map(|r| {
+                (
+                    r.priority,
+                    r.started.since_origin().as_millis() as u64,
+                    r.ended.map(|e| e.since_origin().as_millis() as u64),
+                )
+            })
+            .collect();
+        assert_eq!(rec, vec![(0, 0, Some(10_000)), (1_000, 10_000, Some(12_500)), (100_000, 12_500, Some(14_000))]);
+    }
+
+    #[test]
+    fn run_without_pods_releases_at_once_and_abort_stops_early() {
+        let mut run = ShutdownRun::new(ShutdownPlan::default(), t(5));
+        assert_eq!(describe(&run.advance(t(5), &BTreeSet::new())), vec!["release"]);
+        assert_eq!(run.released(), Some(t(5)));
+
+        let mut run = ShutdownRun::new(three_groups(), t(0));
+        run.advance(t(0), &uids(&["low-a", "low-b", "mid", "top"]));
+        assert_eq!(run.current_pods().len(), 2);
+        let step = run.abort(t(1_000), &uids(&["low-b", "mid", "top"]));
+        assert_eq!(describe(&step.into_iter().collect::<Vec<_>>()), vec!["end 0 elapsed ns/low-b"]);
+        assert!(run.is_finished());
+        assert_eq!(run.deadline(), None);
+        assert!(run.advance(t(2_000), &BTreeSet::new()).is_empty(), "no group starts after an abort");
+        assert!(run.abort(t(3_000), &BTreeSet::new()).is_none());
+    }
+
+    /// Pods gone before their group starts (deleted by someone else) end the group on the next
+    /// call, without waiting for its period.
+    #[test]
+    fn pods_gone_early_do_not_hold_their_group() {
+        let mut run = ShutdownRun::new(three_groups(), t(0));
+        assert_eq!(describe(&run.advance(t(0), &uids(&["low-a", "low-b"]))), vec!["start 0 [low-a:3,low-b:10]"]);
+        assert_eq!(
+            describe(&run.advance(t(100), &uids(&[]))),
+            vec!["end 0 gone", "start 1000 [mid:3]"]
+        );
+        assert_eq!(describe(&run.advance(t(200), &uids(&[]))), vec!["end 1000 gone", "start 100000 [top:3]"]);
+        assert_eq!(describe(&run.advance(t(300), &uids(&[]))), vec!["end 100000 gone", "release"]);
+    }
+
+    #[test]
+    fn role_follows_policy_only_when_the_kubelet_holds_a_lock() {
+        use KubeletInhibitorPolicy::*;
+        let cases = [
+            (TakeOver, false, Role::Terminate),
+            (Cooperate, false, Role::Terminate),
+            (StandAside, false, Role::Terminate),
+            (TakeOver, true, Role::Terminate),
+            (Cooperate, true, Role::Observe),
+            (StandAside, true, Role::Passive),
+        ];
+        for (policy, kubelet, want) in cases {
+            assert_eq!(role(policy, kubelet), want, "{policy:?} kubelet={kubelet}");
+        }
+    }
+
+    #[test]
+    fn kubelet_inhibitor_is_recognised() {
+        let inh = |what: &str, who: &str, mode: &str| Inhibitor {
+            what: what.into(),
+            who: who.into(),
+            why: "Kubelet needs time to handle node shutdown".into(),
+            mode: mode.into(),
+            uid: 0,
+            pid: 42,
+        };
+        let cases = [
+            (vec![inh("shutdown", "kubelet", "delay")], true),
+            (vec![inh("sleep:shutdown", "kubelet", "delay")], true),
+            (vec![inh("shutdown", "kubelet", "block")], false),
+            (vec![inh("sleep", "kubelet", "delay")], false),
+            (vec![inh("shutdown", "node-monitor", "delay"), inh("handle-power-key", "kubelet", "block")], false),
+            (vec![], false),
+        ];
+        for (list, want) in cases {
+            assert_eq!(kubelet_holds_inhibitor(&list), want, "{list:?}");
+        }
+    }
+
+    #[test]
+    fn inhibit_delay_decisions() {
+        let s = Duration::from_secs;
+        let cases = [
+            (s(30), s(30), true, DelayCheck::Sufficient),
+            (s(30), s(60), false, DelayCheck::Sufficient),
+            (s(30), s(5), true, DelayCheck::Raise { seconds: 30 }),
+            (Duration::from_millis(30_200), s(5), true, DelayCheck::Raise { seconds: 31 }),
+            (s(30), s(5), false, DelayCheck::TooLow { needed: s(30), allowed: s(5) }),
+        ];
+        for (needed, current, manage, want) in cases {
+            assert_eq!(inhibit_delay_check(needed, current, manage), want, "{needed:?} {current:?} {manage}");
+        }
+        let dropin = logind_dropin(23);
+        assert!(dropin.contains("[Login]\nInhibitDelayMaxSec=23\n"), "{dropin}");
+    }
+
+    #[test]
+    fn reboot_classification() {
+        let cases = [
+            (true, false, RebootVerdict::BypassedInhibitor),
+            (true, true, RebootVerdict::Graceful),
+            (false, false, RebootVerdict::NotShutdown),
+            (false, true, RebootVerdict::NotShutdown),
+        ];
+        for (down, preparing, want) in cases {
+            assert_eq!(classify_reboot(down, preparing), want, "down={down} preparing={preparing}");
+        }
+        assert_eq!(group_phase(1_000), "priority_1000");
     }
 }

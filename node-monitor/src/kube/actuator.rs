@@ -111,6 +111,22 @@ pub enum ActuatorError {
         #[source]
         source: kube::Error,
     },
+    #[error("pod {pod}: {what}")]
+    PodApi {
+        pod: String,
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// What a pod deletion did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// The API accepted the deletion; the pod terminates with the grace period.
+    Deleted,
+    /// The pod (with this UID) no longer exists.
+    Gone,
 }
 
 /// Executes actions through the API.
@@ -383,6 +399,105 @@ impl Actuator {
             "patch taints",
             kube::Error::Api(Box::new(conflict_status())),
         ))
+    }
+
+    /// Deletes a pod with a grace period and a UID precondition (a re-created pod with the same
+    /// name is never hit). Never with 0: a zero grace period through the API is a force delete
+    /// that removes the pod before its processes stop. Not the eviction API: like the kubelet's
+    /// shutdown manager, a node going down terminates its pods whatever their disruption budgets.
+    pub async fn delete_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        grace_period_seconds: u32,
+    ) -> Result<DeleteOutcome, ActuatorError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(grace_period_seconds.max(1)),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match pods.delete(name, &dp).await {
+            Ok(_) => Ok(DeleteOutcome::Deleted),
+            // 404: gone; 409: the UID precondition failed, so the pod we meant is gone.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(DeleteOutcome::Gone),
+            Err(source) => Err(ActuatorError::PodApi {
+                pod: format!("{namespace}/{name}"),
+                what: "delete",
+                source,
+            }),
+        }
+    }
+
+    /// Cordons (`true`) or uncordons the node (`spec.unschedulable`). Returns whether it was
+    /// unschedulable before, so a caller can undo only what it did.
+    pub async fn set_unschedulable(&self, unschedulable: bool) -> Result<bool, ActuatorError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let err = |what, source| ActuatorError::Api {
+            node: self.cfg.node_name.clone(),
+            what,
+            source,
+        };
+        let node = nodes
+            .get(&self.cfg.node_name)
+            .await
+            .map_err(|e| err("get node", e))?;
+        let before = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        if before != unschedulable {
+            nodes
+                .patch(
+                    &self.cfg.node_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "spec": { "unschedulable": unschedulable } })),
+                )
+                .await
+                .map_err(|e| err("patch unschedulable", e))?;
+            info!(unschedulable, "node schedulability updated");
+        }
+        Ok(before)
+    }
+
+    /// Sets (`Some`) or removes (`None`) one annotation on the node, with a single merge patch.
+    pub async fn annotate_node(&self, key: &str, value: Option<&str>) -> Result<(), ActuatorError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        nodes
+            .patch(
+                &self.cfg.node_name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "metadata": { "annotations": { key: value } } })),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|source| ActuatorError::Api {
+                node: self.cfg.node_name.clone(),
+                what: "patch annotation",
+                source,
+            })
+    }
+
+    /// The value of one annotation on the node.
+    pub async fn node_annotation(&self, key: &str) -> Result<Option<String>, ActuatorError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = nodes
+            .get(&self.cfg.node_name)
+            .await
+            .map_err(|source| ActuatorError::Api {
+                node: self.cfg.node_name.clone(),
+                what: "get node",
+                source,
+            })?;
+        Ok(node
+            .metadata
+            .annotations
+            .and_then(|mut a| a.remove(key)))
     }
 
     pub fn client(&self) -> &Client {

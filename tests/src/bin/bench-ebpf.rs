@@ -183,6 +183,7 @@ struct RateRow {
     p99_us: f64,
     max_us: f64,
     achieved_rate: f64,
+    kernel_ns: Option<f64>,
 }
 
 fn main() -> Result<()> {
@@ -235,6 +236,7 @@ fn main() -> Result<()> {
             r.latencies_ns.clear();
         }
         let before = probes.counters()?;
+        let stats_before = run_stats(&probes);
         let start = Instant::now();
         let sent = if rate == 0 {
             let deadline = Instant::now() + Duration::from_secs(1);
@@ -252,6 +254,7 @@ fn main() -> Result<()> {
         let elapsed = start.elapsed();
         std::thread::sleep(Duration::from_millis(500));
         let after = probes.counters()?;
+        let kernel_ns = mean_ns(&stats_before, &run_stats(&probes), "synthetic_evt");
         let drops = after.drops[&EventKind::Synthetic] - before.drops[&EventKind::Synthetic];
         let mut r = received.lock().unwrap_or_else(|p| p.into_inner());
         r.latencies_ns.sort_unstable();
@@ -269,6 +272,7 @@ fn main() -> Result<()> {
             p99_us: us(percentile(&r.latencies_ns, 0.99)),
             max_us: us(r.latencies_ns.last().copied().unwrap_or(0)),
             achieved_rate: sent as f64 / elapsed.as_secs_f64(),
+            kernel_ns,
         });
     }
 
@@ -374,12 +378,22 @@ fn main() -> Result<()> {
         filtered_mean_ns.map_or("n/a".to_owned(), |m| format!("{m:.0}"))
     );
     println!("\n### Ring buffer at controlled rates (synthetic events)\n");
-    println!("| rate | achieved/s | sent | received | kernel drops | p50 µs | p99 µs | max µs |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| rate | achieved/s | sent | received | kernel drops | kernel ns/event | p50 µs | p99 µs | max µs |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
         println!(
-            "| {} | {:.0} | {} | {} | {} | {:.1} | {:.1} | {:.1} |",
-            r.label, r.achieved_rate, r.sent, r.received, r.drops, r.p50_us, r.p99_us, r.max_us
+            "| {} | {:.0} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+            r.label,
+            r.achieved_rate,
+            r.sent,
+            r.received,
+            r.drops,
+            r.kernel_ns.map_or("n/a".to_owned(), |m| format!("{m:.0}")),
+            r.p50_us,
+            r.p99_us,
+            r.max_us
         );
     }
     let other = received.lock().map(|r| r.other.clone()).unwrap_or_default();

@@ -1,0 +1,521 @@
+//! The graceful shutdown configuration: the kubelet's own fields at the top level of the agent's
+//! config file (`shutdownGracePeriod`, `shutdownGracePeriodCriticalPods`,
+//! `shutdownGracePeriodByPodPriority`, as in a KubeletConfiguration, so the kubelet's file can be
+//! passed as it is), plus node-monitor's options under `nodeMonitor.shutdown`.
+//!
+//! Pure: the caller reads the file and passes its text.
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_yaml::Value;
+
+use crate::core::{
+    duration::{DurationError, format_go_duration},
+    shutdown::{
+        GoDuration, Group, KubeletInhibitorPolicy, PriorityPeriod, ShutdownConfigError,
+        ShutdownSettings,
+    },
+};
+
+/// What to tell the API when a reboot or power-off bypassed the inhibitor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LastGasp {
+    /// Nothing: log and count only.
+    None,
+    /// Set the `NodeMonitorShuttingDown` condition to True with reason `NonGracefulShutdown`.
+    #[default]
+    Condition,
+    /// Set the `node-monitor.io/last-gasp` annotation on the node.
+    Annotation,
+}
+
+/// node-monitor's own shutdown options (`nodeMonitor.shutdown`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShutdownOptions {
+    /// Run the shutdown manager. Default: on when the kubelet fields configure any group.
+    pub enabled: bool,
+    /// Raise logind's `InhibitDelayMaxSec` with a drop-in when it is shorter than needed.
+    pub manage_inhibit_delay: bool,
+    /// Added to the groups' budget for marking the node and the API's confirmations.
+    #[serde(serialize_with = "ser_go_duration")]
+    pub inhibit_delay_margin: Duration,
+    pub kubelet_inhibitor_policy: KubeletInhibitorPolicy,
+    /// Also cordon the node (`spec.unschedulable`) while it shuts down.
+    pub cordon: bool,
+    pub last_gasp: LastGasp,
+    /// The last gasp is one API request bounded by this.
+    #[serde(serialize_with = "ser_go_duration")]
+    pub last_gasp_timeout: Duration,
+    /// How often the API is asked which pods of the running group are still there.
+    #[serde(serialize_with = "ser_go_duration")]
+    pub poll_interval: Duration,
+}
+
+impl Default for ShutdownOptions {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            manage_inhibit_delay: true,
+            inhibit_delay_margin: Duration::from_secs(5),
+            kubelet_inhibitor_policy: KubeletInhibitorPolicy::default(),
+            cordon: false,
+            last_gasp: LastGasp::default(),
+            last_gasp_timeout: Duration::from_secs(2),
+            poll_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+fn ser_go_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_go_duration(*d))
+}
+
+/// The validated shutdown configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShutdownConfig {
+    pub settings: ShutdownSettings,
+    /// The groups, lowest priority first (validated from `settings`).
+    pub groups: Vec<Group>,
+    pub options: ShutdownOptions,
+    /// Accepted but worth knowing.
+    pub warnings: Vec<String>,
+}
+
+impl ShutdownConfig {
+    /// The sum of the groups' periods.
+    pub fn budget(&self) -> Duration {
+        self.groups.iter().map(|g| g.period).sum()
+    }
+
+    /// What logind must allow: the budget plus the margin. Zero without groups.
+    pub fn needed_inhibit_delay(&self) -> Duration {
+        if self.groups.is_empty() {
+            Duration::ZERO
+        } else {
+            self.budget() + self.options.inhibit_delay_margin
+        }
+    }
+}
+
+/// A shutdown configuration that cannot be used; every message names the field and the value.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file: not a valid YAML or JSON document")]
+    Syntax(#[source] serde_yaml::Error),
+    #[error("config file: expected a mapping of KubeletConfiguration fields, found {found}")]
+    NotAMapping { found: String },
+    #[error("{field}: expected {expected}, found {found}")]
+    WrongType {
+        field: String,
+        expected: &'static str,
+        found: String,
+    },
+    #[error("{field}: invalid duration {value:?}")]
+    Duration {
+        field: String,
+        value: String,
+        #[source]
+        source: DurationError,
+    },
+    #[error("{field}: unknown setting {key:?}; known settings: {known}")]
+    UnknownKey {
+        field: String,
+        key: String,
+        known: String,
+    },
+    #[error("{field}: {value:?} {reason}")]
+    Invalid {
+        field: String,
+        value: String,
+        reason: String,
+    },
+    #[error(transparent)]
+    Settings(#[from] ShutdownConfigError),
+}
+
+const OPTION_KEYS: [&str; 8] = [
+    "enabled",
+    "manageInhibitDelay",
+    "inhibitDelayMargin",
+    "kubeletInhibitorPolicy",
+    "cordon",
+    "lastGasp",
+    "lastGaspTimeout",
+    "pollInterval",
+];
+
+const PRIORITY_KEYS: [&str; 2] = ["priority", "shutdownGracePeriodSeconds"];
+
+/// Reads the shutdown configuration from the agent's config file (`None`: no file, shutdown
+/// handling off).
+pub fn parse_shutdown_config(config_file_text: Option<&str>) -> Result<ShutdownConfig, ConfigError> {
+    let Some(text) = config_file_text else {
+        return Ok(ShutdownConfig::default());
+    };
+    let doc: Value = serde_yaml::from_str(text).map_err(ConfigError::Syntax)?;
+    let map = match doc {
+        Value::Null => return Ok(ShutdownConfig::default()),
+        Value::Mapping(m) => m,
+        other => return Err(ConfigError::NotAMapping { found: describe(&other) }),
+    };
+    let mut settings = ShutdownSettings::default();
+    let mut options_map = None;
+    for (k, v) in &map {
+        let Value::String(key) = k else { continue };
+        match key.as_str() {
+            "shutdownGracePeriod" => settings.shutdown_grace_period = go_duration(key, v)?,
+            "shutdownGracePeriodCriticalPods" => {
+                settings.shutdown_grace_period_critical_pods = go_duration(key, v)?;
+            }
+            "shutdownGracePeriodByPodPriority" => {
+                settings.shutdown_grace_period_by_pod_priority = priority_list(key, v)?;
+            }
+            "nodeMonitor" => {
+                if let Value::Mapping(nm) = v
+                    && let Some(s) = nm.get("shutdown")
+                {
+                    options_map = Some(s.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    let groups = settings.groups()?;
+    let mut options = ShutdownOptions { enabled: !groups.is_empty(), ..ShutdownOptions::default() };
+    let mut warnings = Vec::new();
+    match options_map {
+        None | Some(Value::Null) => {}
+        Some(Value::Mapping(m)) => parse_options(&m, &mut options)?,
+        Some(other) => {
+            return Err(wrong_type("nodeMonitor.shutdown", "a mapping", &other));
+        }
+    }
+    if options.enabled && groups.is_empty() {
+        warnings.push(
+            "nodeMonitor.shutdown.enabled is true but no shutdownGracePeriod or \
+             shutdownGracePeriodByPodPriority is set: no inhibitor is taken; shutdowns are only \
+             watched and inhibitor bypasses reported"
+                .to_owned(),
+        );
+    }
+    if groups.iter().any(|g| g.period.is_zero()) {
+        warnings.push(
+            "a shutdown group has a zero period: its pods are deleted with the API's minimum \
+             grace period of 1s and not waited for"
+                .to_owned(),
+        );
+    }
+    Ok(ShutdownConfig { settings, groups, options, warnings })
+}
+
+fn parse_options(m: &serde_yaml::Mapping, o: &mut ShutdownOptions) -> Result<(), ConfigError> {
+    for (k, v) in m {
+        let Value::String(key) = k else {
+            return Err(wrong_type("nodeMonitor.shutdown", "string keys", k));
+        };
+        let field = format!("nodeMonitor.shutdown.{key}");
+        match key.as_str() {
+            "enabled" => o.enabled = boolean(&field, v)?,
+            "manageInhibitDelay" => o.manage_inhibit_delay = boolean(&field, v)?,
+            "cordon" => o.cordon = boolean(&field, v)?,
+            "inhibitDelayMargin" => o.inhibit_delay_margin = duration(&field, v, Duration::ZERO)?,
+            "lastGaspTimeout" => {
+                o.last_gasp_timeout = duration(&field, v, Duration::from_millis(100))?;
+            }
+            "pollInterval" => o.poll_interval = duration(&field, v, Duration::from_millis(50))?,
+            "kubeletInhibitorPolicy" => {
+                let s = string(&field, v, "takeOver, cooperate or standAside")?;
+                o.kubelet_inhibitor_policy = KubeletInhibitorPolicy::ALL
+                    .iter()
+                    .find(|(name, _)| *name == s)
+                    .map(|(_, p)| *p)
+                    .ok_or_else(|| ConfigError::Invalid {
+                        field: field.clone(),
+                        value: s.to_owned(),
+                        reason: "must be \"takeOver\", \"cooperate\" or \"standAside\"".into(),
+                    })?;
+            }
+            "lastGasp" => {
+                let s = string(&field, v, "none, condition or annotation")?;
+                o.last_gasp = match s {
+                    "none" => LastGasp::None,
+                    "condition" => LastGasp::Condition,
+                    "annotation" => LastGasp::Annotation,
+                    other => {
+                        return Err(ConfigError::Invalid {
+                            field,
+                            value: other.to_owned(),
+                            reason: "must be \"none\", \"condition\" or \"annotation\"".into(),
+                        });
+                    }
+                };
+            }
+            other => {
+                return Err(ConfigError::UnknownKey {
+                    field: "nodeMonitor.shutdown".into(),
+                    key: other.into(),
+                    known: OPTION_KEYS.join(", "),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn go_duration(field: &str, v: &Value) -> Result<GoDuration, ConfigError> {
+    match v {
+        Value::Null => Ok(GoDuration::ZERO),
+        Value::String(s) => GoDuration::parse(s).map_err(|source| ConfigError::Duration {
+            field: field.into(),
+            value: s.clone(),
+            source,
+        }),
+        other => Err(wrong_type(field, "a duration string such as \"30s\"", other)),
+    }
+}
+
+fn priority_list(field: &str, v: &Value) -> Result<Vec<PriorityPeriod>, ConfigError> {
+    let items = match v {
+        Value::Null => return Ok(Vec::new()),
+        Value::Sequence(items) => items,
+        other => return Err(wrong_type(field, "a list of {priority, shutdownGracePeriodSeconds}", other)),
+    };
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let entry = format!("{field}[{i}]");
+        let Value::Mapping(m) = item else {
+            return Err(wrong_type(&entry, "a mapping {priority, shutdownGracePeriodSeconds}", item));
+        };
+        // Go's zero values for fields left out.
+        let mut p = PriorityPeriod { priority: 0, shutdown_grace_period_seconds: 0 };
+        for (k, v) in m {
+            let key = k.as_str().unwrap_or_default();
+            let f = format!("{entry}.{key}");
+            match key {
+                "priority" => {
+                    p.priority = v
+                        .as_i64()
+                        .and_then(|n| i32::try_from(n).ok())
+                        .ok_or_else(|| invalid_number(&f, v, "is not a 32-bit integer"))?;
+                }
+                "shutdownGracePeriodSeconds" => {
+                    p.shutdown_grace_period_seconds =
+                        v.as_i64().ok_or_else(|| invalid_number(&f, v, "is not an integer (seconds)"))?;
+                }
+                _ => {
+                    return Err(ConfigError::UnknownKey {
+                        field: entry,
+                        key: describe_plain(k),
+                        known: PRIORITY_KEYS.join(", "),
+                    });
+                }
+            }
+        }
+        out.push(p);
+    }
+    Ok(out)
+}
+
+fn invalid_number(field: &str, v: &Value, reason: &str) -> ConfigError {
+    ConfigError::Invalid { field: field.into(), value: describe_plain(v), reason: reason.into() }
+}
+
+fn boolean(field: &str, v: &Value) -> Result<bool, ConfigError> {
+    match v {
+        Value::Bool(b) => Ok(*b),
+        other => Err(wrong_type(field, "a boolean", other)),
+    }
+}
+
+fn string<'a>(field: &str, v: &'a Value, expected: &'static str) -> Result<&'a str, ConfigError> {
+    match v {
+        Value::String(s) => Ok(s),
+        other => Err(wrong_type(field, expected, other)),
+    }
+}
+
+fn duration(field: &str, v: &Value, min: Duration) -> Result<Duration, ConfigError> {
+    let Value::String(text) = v else {
+        return Err(wrong_type(field, "a duration string such as \"5s\"", v));
+    };
+    let d = GoDuration::parse(text).map_err(|source| ConfigError::Duration {
+        field: field.into(),
+        value: text.clone(),
+        source,
+    })?;
+    let d = u64::try_from(d.0).map(Duration::from_nanos).map_err(|_| ConfigError::Invalid {
+        field: field.into(),
+        value: text.clone(),
+        reason: "must not be negative".into(),
+    })?;
+    if d < min {
+        return Err(ConfigError::Invalid {
+            field: field.into(),
+            value: text.clone(),
+            reason: format!("must be at least {}", format_go_duration(min)),
+        });
+    }
+    Ok(d)
+}
+
+fn wrong_type(field: &str, expected: &'static str, found: &Value) -> ConfigError {
+    ConfigError::WrongType { field: field.into(), expected, found: describe(found) }
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("the string {s:?}"),
+        Value::Sequence(_) => "a list".into(),
+        Value::Mapping(_) => "a mapping".into(),
+        Value::Tagged(_) => "a tagged value".into(),
+    }
+}
+
+fn describe_plain(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        other => describe(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::pod::SYSTEM_CRITICAL_PRIORITY;
+
+    #[test]
+    fn no_file_or_no_fields_means_off() {
+        for text in [None, Some(""), Some("evictionHard:\n  memory.available: 100Mi\n")] {
+            let c = parse_shutdown_config(text).expect("valid");
+            assert!(!c.options.enabled, "{text:?}");
+            assert!(c.groups.is_empty());
+            assert_eq!(c.needed_inhibit_delay(), Duration::ZERO);
+        }
+    }
+
+    /// A real KubeletConfiguration document, with fields node-monitor does not read.
+    #[test]
+    fn kubelet_fields_at_the_top_level() {
+        let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                    cgroupDriver: systemd\nshutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n";
+        let c = parse_shutdown_config(Some(text)).expect("legacy form");
+        assert!(c.options.enabled);
+        let got: Vec<(i32, u64)> = c.groups.iter().map(|g| (g.priority, g.period.as_secs())).collect();
+        assert_eq!(got, vec![(0, 20), (SYSTEM_CRITICAL_PRIORITY, 10)]);
+        assert_eq!(c.budget(), Duration::from_secs(30));
+        assert_eq!(c.needed_inhibit_delay(), Duration::from_secs(35));
+
+        let text = "shutdownGracePeriodByPodPriority:\n  - priority: 100000\n    shutdownGracePeriodSeconds: 10\n  - priority: 0\n    shutdownGracePeriodSeconds: 60\n  - shutdownGracePeriodSeconds: 5\n    priority: 1000\n";
+        let c = parse_shutdown_config(Some(text)).expect("priority form");
+        let got: Vec<(i32, u64)> = c.groups.iter().map(|g| (g.priority, g.period.as_secs())).collect();
+        assert_eq!(got, vec![(0, 60), (1_000, 5), (100_000, 10)]);
+    }
+
+    #[test]
+    fn node_monitor_options() {
+        let text = "shutdownGracePeriod: 20s\nnodeMonitor:\n  dryRun: false\n  shutdown:\n    enabled: true\n    manageInhibitDelay: false\n    inhibitDelayMargin: 2s\n    kubeletInhibitorPolicy: takeOver\n    cordon: true\n    lastGasp: annotation\n    lastGaspTimeout: 500ms\n    pollInterval: 100ms\n";
+        let c = parse_shutdown_config(Some(text)).expect("options");
+        assert_eq!(
+            c.options,
+            ShutdownOptions {
+                enabled: true,
+                manage_inhibit_delay: false,
+                inhibit_delay_margin: Duration::from_secs(2),
+                kubelet_inhibitor_policy: KubeletInhibitorPolicy::TakeOver,
+                cordon: true,
+                last_gasp: LastGasp::Annotation,
+                last_gasp_timeout: Duration::from_millis(500),
+                poll_interval: Duration::from_millis(100),
+            }
+        );
+        assert_eq!(c.needed_inhibit_delay(), Duration::from_secs(22));
+        let json = serde_json::to_value(&c.options).expect("json");
+        assert_eq!(json["kubeletInhibitorPolicy"], "takeOver");
+        assert_eq!(json["lastGaspTimeout"], "500ms");
+        // Explicitly off, with groups configured.
+        let c = parse_shutdown_config(Some("shutdownGracePeriod: 20s\nnodeMonitor:\n  shutdown:\n    enabled: false\n"))
+            .expect("off");
+        assert!(!c.options.enabled);
+        // On without groups: watched only, with a warning.
+        let c = parse_shutdown_config(Some("nodeMonitor:\n  shutdown:\n    enabled: true\n")).expect("watch");
+        assert!(c.options.enabled && c.groups.is_empty());
+        assert!(c.warnings.iter().any(|w| w.contains("no inhibitor")), "{:?}", c.warnings);
+    }
+
+    /// Every rejection names the field and the value.
+    #[test]
+    fn rejects_bad_input_naming_field_and_value() {
+        let cases: &[(&str, &[&str])] = &[
+            ("shutdownGracePeriod: 30\n", &["shutdownGracePeriod", "duration string", "30"]),
+            ("shutdownGracePeriod: 30 seconds\n", &["shutdownGracePeriod", "\"30 seconds\""]),
+            ("shutdownGracePeriod: -30s\n", &["shutdownGracePeriod", "-30s", "negative"]),
+            ("shutdownGracePeriod: 300ms\n", &["shutdownGracePeriod", "300ms", ">= 1s"]),
+            (
+                "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n",
+                &["shutdownGracePeriodCriticalPods", "20s", "10s"],
+            ),
+            (
+                "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: 10\n  - priority: 0\n    shutdownGracePeriodSeconds: 5\n",
+                &["shutdownGracePeriodByPodPriority", "priority 0", "more than once"],
+            ),
+            (
+                "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: -1\n",
+                &["shutdownGracePeriodSeconds", "-1", "negative"],
+            ),
+            (
+                "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSecond: 10\n",
+                &["shutdownGracePeriodByPodPriority[0]", "\"shutdownGracePeriodSecond\""],
+            ),
+            (
+                "shutdownGracePeriodByPodPriority:\n  - priority: 3000000000\n",
+                &["shutdownGracePeriodByPodPriority[0].priority", "3000000000", "32-bit"],
+            ),
+            (
+                "shutdownGracePeriodByPodPriority:\n  - priority: high\n",
+                &["shutdownGracePeriodByPodPriority[0].priority", "high"],
+            ),
+            ("shutdownGracePeriodByPodPriority: 10\n", &["shutdownGracePeriodByPodPriority", "a list"]),
+            (
+                "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: 10\n",
+                &["both set"],
+            ),
+            ("nodeMonitor:\n  shutdown: yes\n", &["nodeMonitor.shutdown", "a mapping"]),
+            ("nodeMonitor:\n  shutdown:\n    cordn: true\n", &["nodeMonitor.shutdown", "unknown setting \"cordn\"", "cordon"]),
+            ("nodeMonitor:\n  shutdown:\n    cordon: sometimes\n", &["nodeMonitor.shutdown.cordon", "a boolean", "\"sometimes\""]),
+            (
+                "nodeMonitor:\n  shutdown:\n    kubeletInhibitorPolicy: fight\n",
+                &["nodeMonitor.shutdown.kubeletInhibitorPolicy", "\"fight\"", "takeOver"],
+            ),
+            ("nodeMonitor:\n  shutdown:\n    lastGasp: scream\n", &["nodeMonitor.shutdown.lastGasp", "\"scream\""]),
+            ("nodeMonitor:\n  shutdown:\n    lastGaspTimeout: 1ms\n", &["nodeMonitor.shutdown.lastGaspTimeout", "\"1ms\"", "at least 100ms"]),
+            ("nodeMonitor:\n  shutdown:\n    inhibitDelayMargin: -1s\n", &["nodeMonitor.shutdown.inhibitDelayMargin", "\"-1s\"", "negative"]),
+            ("nodeMonitor:\n  shutdown:\n    pollInterval: soon\n", &["nodeMonitor.shutdown.pollInterval", "\"soon\""]),
+            ("- a\n- list\n", &["config file", "expected a mapping"]),
+            ("shutdownGracePeriod: [\n", &["config file", "not a valid YAML"]),
+        ];
+        for (text, wants) in cases {
+            let err = parse_shutdown_config(Some(text)).expect_err(text).to_string();
+            for want in *wants {
+                assert!(err.contains(want), "{text:?}: {err:?} should contain {want:?}");
+            }
+        }
+    }
+
+    /// The eviction parser accepts the `shutdown` block and leaves it to this one.
+    #[test]
+    fn eviction_config_accepts_the_shutdown_block() {
+        let text = "nodeMonitor:\n  dryRun: true\n  shutdown:\n    cordon: true\n";
+        let c = crate::core::config::load(Some(text), &crate::core::config::EvictionFlags::default())
+            .expect("eviction config");
+        assert!(c.node_monitor.dry_run);
+        assert!(parse_shutdown_config(Some(text)).expect("shutdown").options.cordon);
+    }
+}

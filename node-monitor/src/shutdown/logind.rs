@@ -1,0 +1,268 @@
+//! The systemd-logind adapter (D-Bus, `org.freedesktop.login1`): delay inhibitor locks,
+//! `PrepareForShutdown`, `InhibitDelayMaxUSec`, `ListInhibitors`, and reloading logind after a
+//! drop-in. It translates; it decides nothing.
+//!
+//! The protocol is systemd's inhibitor-lock one (<https://systemd.io/INHIBITOR_LOCKS/>), as the
+//! kubelet uses it (`pkg/kubelet/nodeshutdown/systemd/inhibit_linux.go`): `Inhibit` returns a file
+//! descriptor; the lock lasts until every copy of it is closed.
+use std::{
+    os::fd::{AsRawFd as _, OwnedFd},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use futures::{Stream, StreamExt as _};
+use tracing::{debug, info};
+use zbus::{
+    Connection,
+    fdo::DBusProxy,
+    names::BusName,
+    proxy::CacheProperties,
+};
+
+use crate::core::shutdown::Inhibitor;
+
+pub const LOGIND_SERVICE: &str = "org.freedesktop.login1";
+/// Where logind reads drop-ins (logind.conf(5)); later names win, so `99-` comes last.
+pub const DROPIN_DIR: &str = "/etc/systemd/logind.conf.d";
+pub const DROPIN_NAME: &str = "99-node-monitor.conf";
+
+#[zbus::proxy(
+    interface = "org.freedesktop.login1.Manager",
+    default_service = "org.freedesktop.login1",
+    default_path = "/org/freedesktop/login1",
+    gen_blocking = false
+)]
+trait Login1Manager {
+    /// `Inhibit(what, who, why, mode) -> h`.
+    fn inhibit(
+        &self,
+        what: &str,
+        who: &str,
+        why: &str,
+        mode: &str,
+    ) -> zbus::Result<zbus::zvariant::OwnedFd>;
+
+    /// `ListInhibitors() -> a(ssssuu)`: what, who, why, mode, uid, pid.
+    #[expect(clippy::type_complexity, reason = "the D-Bus signature a(ssssuu), converted right after")]
+    fn list_inhibitors(&self) -> zbus::Result<Vec<(String, String, String, String, u32, u32)>>;
+
+    /// `PrepareForShutdown(b start)`: true before a shutdown, false when it was cancelled.
+    #[zbus(signal)]
+    fn prepare_for_shutdown(&self, start: bool) -> zbus::Result<()>;
+
+    /// logind's `InhibitDelayMaxSec`, in microseconds.
+    #[zbus(property, name = "InhibitDelayMaxUSec")]
+    fn inhibit_delay_max_usec(&self) -> zbus::Result<u64>;
+}
+
+#[zbus::proxy(
+    interface = "org.freedesktop.systemd1.Manager",
+    default_service = "org.freedesktop.systemd1",
+    default_path = "/org/freedesktop/systemd1",
+    gen_blocking = false
+)]
+trait Systemd1Manager {
+    /// `KillUnit(name, whom, signal)`.
+    fn kill_unit(&self, name: &str, whom: &str, signal: i32) -> zbus::Result<()>;
+}
+
+/// Errors talking to logind.
+#[derive(Debug, thiserror::Error)]
+pub enum LogindError {
+    #[error("connecting to the system bus")]
+    Connect(#[source] Box<zbus::Error>),
+    #[error("logind {method}")]
+    Call {
+        method: &'static str,
+        #[source]
+        source: Box<zbus::Error>,
+    },
+    #[error("subscribing to {signal}")]
+    Subscribe {
+        signal: &'static str,
+        #[source]
+        source: Box<zbus::Error>,
+    },
+    #[error("writing the logind drop-in {path}")]
+    DropIn {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("reloading logind: KillUnit failed ({kill_unit}) and signalling pid {pid:?} failed")]
+    Reload {
+        kill_unit: String,
+        pid: Option<u32>,
+        #[source]
+        source: Option<nix::Error>,
+    },
+    #[error("the system bus connection ended")]
+    Disconnected,
+}
+
+/// A held delay inhibitor. Dropping it closes the descriptor, which releases the lock.
+#[derive(Debug)]
+pub struct InhibitorLock {
+    fd: OwnedFd,
+}
+
+impl InhibitorLock {
+    pub fn raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// One connection to the system bus with logind's manager object.
+pub struct Logind {
+    conn: Connection,
+    manager: Login1ManagerProxy<'static>,
+}
+
+impl Logind {
+    pub async fn connect() -> Result<Self, LogindError> {
+        let conn = Connection::system().await.map_err(|e| LogindError::Connect(Box::new(e)))?;
+        // Uncached: InhibitDelayMaxUSec changes on a reload without a PropertiesChanged signal.
+        let manager = Login1ManagerProxy::builder(&conn)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|e| LogindError::Connect(Box::new(e)))?;
+        Ok(Self { conn, manager })
+    }
+
+    /// logind's current `InhibitDelayMaxSec`.
+    pub async fn inhibit_delay_max(&self) -> Result<Duration, LogindError> {
+        let usec = self
+            .manager
+            .inhibit_delay_max_usec()
+            .await
+            .map_err(|source| LogindError::Call { method: "InhibitDelayMaxUSec", source: Box::new(source) })?;
+        Ok(Duration::from_micros(usec))
+    }
+
+    /// Takes a `delay` inhibitor for `shutdown`.
+    pub async fn inhibit(&self, who: &str, why: &str) -> Result<InhibitorLock, LogindError> {
+        let fd = self
+            .manager
+            .inhibit("shutdown", who, why, "delay")
+            .await
+            .map_err(|source| LogindError::Call { method: "Inhibit", source: Box::new(source) })?;
+        Ok(InhibitorLock { fd: OwnedFd::from(fd) })
+    }
+
+    pub async fn list_inhibitors(&self) -> Result<Vec<Inhibitor>, LogindError> {
+        let rows = self
+            .manager
+            .list_inhibitors()
+            .await
+            .map_err(|source| LogindError::Call { method: "ListInhibitors", source: Box::new(source) })?;
+        Ok(rows
+            .into_iter()
+            .map(|(what, who, why, mode, uid, pid)| Inhibitor { what, who, why, mode, uid, pid })
+            .collect())
+    }
+
+    /// `PrepareForShutdown` as a stream of its argument. Ends when the connection does.
+    pub async fn prepare_for_shutdown(
+        &self,
+    ) -> Result<impl Stream<Item = Result<bool, zbus::Error>> + Unpin + use<>, LogindError> {
+        let stream = self
+            .manager
+            .receive_prepare_for_shutdown()
+            .await
+            .map_err(|source| LogindError::Subscribe { signal: "PrepareForShutdown", source: Box::new(source) })?;
+        Ok(stream.map(|s| s.args().map(|a| a.start)))
+    }
+
+    /// Owner changes of logind's bus name (`NameOwnerChanged`): the new owner, `None` when logind
+    /// left the bus. Ends when the connection does.
+    pub async fn owner_changes(
+        &self,
+    ) -> Result<impl Stream<Item = Result<Option<String>, zbus::Error>> + Unpin + use<>, LogindError>
+    {
+        let dbus = DBusProxy::builder(&self.conn)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|source| LogindError::Subscribe { signal: "NameOwnerChanged", source: Box::new(source) })?;
+        let stream = dbus
+            .receive_name_owner_changed_with_args(&[(0, LOGIND_SERVICE)])
+            .await
+            .map_err(|source| LogindError::Subscribe { signal: "NameOwnerChanged", source: Box::new(source) })?;
+        Ok(stream.map(|s| s.args().map(|a| a.new_owner().as_ref().map(|o| o.to_string()))))
+    }
+
+    /// A cheap round trip to tell a live connection from a dead one.
+    pub async fn ping(&self) -> Result<(), LogindError> {
+        self.inhibit_delay_max().await.map(|_| ())
+    }
+
+    /// Makes logind re-read its configuration: SIGHUP through systemd (`KillUnit`, as the kubelet
+    /// does), else straight to logind's pid from the bus (`GetConnectionUnixProcessID`).
+    pub async fn reload(&self) -> Result<(), LogindError> {
+        let kill_unit = match Systemd1ManagerProxy::new(&self.conn).await {
+            Ok(systemd) => match systemd.kill_unit("systemd-logind.service", "main", 1).await {
+                Ok(()) => {
+                    debug!("sent SIGHUP to systemd-logind through KillUnit");
+                    return Ok(());
+                }
+                Err(e) => e.to_string(),
+            },
+            Err(e) => e.to_string(),
+        };
+        let pid = match DBusProxy::new(&self.conn).await {
+            Ok(dbus) => match BusName::try_from(LOGIND_SERVICE) {
+                Ok(name) => dbus.get_connection_unix_process_id(name).await.ok(),
+                Err(_) => None,
+            },
+            Err(_) => None,
+        };
+        let Some(pid) = pid.filter(|p| *p > 1) else {
+            return Err(LogindError::Reload { kill_unit, pid, source: None });
+        };
+        let raw = i32::try_from(pid).map_err(|_| LogindError::Reload {
+            kill_unit: kill_unit.clone(),
+            pid: Some(pid),
+            source: None,
+        })?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), nix::sys::signal::Signal::SIGHUP)
+            .map_err(|e| LogindError::Reload { kill_unit, pid: Some(pid), source: Some(e) })?;
+        info!(pid, "sent SIGHUP to systemd-logind");
+        Ok(())
+    }
+}
+
+/// Writes the drop-in raising `InhibitDelayMaxSec` (atomically: a temporary file renamed).
+pub fn write_dropin(dir: &Path, contents: &str) -> Result<PathBuf, LogindError> {
+    let path = dir.join(DROPIN_NAME);
+    let err = |source| LogindError::DropIn { path: path.clone(), source };
+    std::fs::create_dir_all(dir).map_err(err)?;
+    let tmp = dir.join(format!(".{DROPIN_NAME}.tmp"));
+    std::fs::write(&tmp, contents).map_err(err)?;
+    std::fs::rename(&tmp, &path).map_err(err)?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropin_is_written_where_logind_reads_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sub = dir.path().join("logind.conf.d");
+        let text = crate::core::shutdown::logind_dropin(42);
+        let path = write_dropin(&sub, &text).expect("write");
+        assert_eq!(path, sub.join("99-node-monitor.conf"));
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), text);
+        // Rewriting replaces it.
+        write_dropin(&sub, "[Login]\nInhibitDelayMaxSec=7\n").expect("rewrite");
+        assert!(std::fs::read_to_string(&path).expect("read").contains("=7"));
+        // A path that cannot be a directory is an error naming the file.
+        let blocker = dir.path().join("file");
+        std::fs::write(&blocker, "").expect("file");
+        let err = write_dropin(&blocker.join("sub"), &text).expect_err("not a directory");
+        assert!(err.to_string().contains("99-node-monitor.conf"), "{err}");
+    }
+}
