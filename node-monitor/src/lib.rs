@@ -11,6 +11,7 @@ pub mod kube;
 pub mod metrics;
 pub mod ebpf;
 pub mod http;
+pub mod remediate;
 pub mod sampler;
 pub mod shutdown;
 pub mod telemetry;

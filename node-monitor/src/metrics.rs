@@ -103,6 +103,130 @@ pub struct BuildLabels {
     pub version: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ZoneLabels {
+    pub zone: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ZoneStateLabels {
+    pub zone: String,
+    /// `Normal`, `PartialDisruption`, `FullDisruption`.
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepOutcomeLabels {
+    /// `isolation`, `power_management`, `recovery`.
+    pub step: String,
+    /// `success`, `failure`, `cancelled`.
+    pub outcome: String,
+}
+
+/// The families of `node-monitor remediate` (`node_monitor_remediation_*`).
+pub struct RemediationMetrics {
+    pub leader: Gauge,
+    pub nodes: Family<StateLabels, Gauge>,
+    pub operations: Family<StateLabels, Gauge>,
+    pub zone_state: Family<ZoneStateLabels, Gauge>,
+    pub zone_unhealthy_nodes: Family<ZoneLabels, Gauge>,
+    pub skips: Family<ReasonLabels, Counter>,
+    pub fence_steps: Family<StepOutcomeLabels, Counter>,
+    pub releases: Counter,
+    pub pods_deleted: Counter,
+    pub recoveries: Counter,
+    pub detection_to_release_seconds: Histogram,
+}
+
+impl Default for RemediationMetrics {
+    fn default() -> Self {
+        Self {
+            leader: Gauge::default(),
+            nodes: Family::default(),
+            operations: Family::default(),
+            zone_state: Family::default(),
+            zone_unhealthy_nodes: Family::default(),
+            skips: Family::default(),
+            fence_steps: Family::default(),
+            releases: Counter::default(),
+            pods_deleted: Counter::default(),
+            recoveries: Counter::default(),
+            // 0.5 s … ~17 min.
+            detection_to_release_seconds: Histogram::new(exponential_buckets(0.5, 2.0, 12)),
+        }
+    }
+}
+
+impl RemediationMetrics {
+    fn register(&self, reg: &mut Reg) {
+        reg.add(
+            "remediation_leader",
+            "1 while this remediate replica holds the leader Lease",
+            self.leader.clone(),
+        );
+        reg.add(
+            "remediation_nodes",
+            "Nodes by liveness as remediate judges it (alive, suspect, dead)",
+            self.nodes.clone(),
+        );
+        reg.add(
+            "remediation_operations",
+            "Fencing operations by phase",
+            self.operations.clone(),
+        );
+        reg.add(
+            "remediation_zone_state",
+            "1 for each zone's current state (Normal, PartialDisruption, FullDisruption)",
+            self.zone_state.clone(),
+        );
+        reg.add(
+            "remediation_zone_unhealthy_nodes",
+            "Unhealthy (suspect, dead or not Ready) nodes per zone",
+            self.zone_unhealthy_nodes.clone(),
+        );
+        reg.add(
+            "remediation_skips",
+            "Dead nodes not fenced, by reason (counted once per node and reason)",
+            self.skips.clone(),
+        );
+        reg.add(
+            "remediation_fence_steps",
+            "Fencing step runs by step and outcome",
+            self.fence_steps.clone(),
+        );
+        reg.add(
+            "remediation_releases",
+            "Nodes whose workload was released after confirmed fencing",
+            self.releases.clone(),
+        );
+        reg.add(
+            "remediation_pods_deleted",
+            "Pods deleted from fenced nodes",
+            self.pods_deleted.clone(),
+        );
+        reg.add(
+            "remediation_recoveries",
+            "Fenced nodes that came back and were recovered",
+            self.recoveries.clone(),
+        );
+        reg.add(
+            "remediation_detection_to_release_seconds",
+            "Time from a node found dead to its workload released",
+            self.detection_to_release_seconds.clone(),
+        );
+    }
+}
+
 /// A registered family: its scraped name and OpenMetrics type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Family_ {
@@ -179,6 +303,7 @@ pub struct Metrics {
     pub shutdown_inhibit_delay_max_seconds: Gauge<f64, AtomicU64>,
     pub api_errors: Family<OperationLabels, Counter>,
     pub degraded: Gauge,
+    pub remediation: RemediationMetrics,
     oom_pods_seen: Mutex<HashSet<(String, String)>>,
     ringbuf_drops_seen: AtomicU64,
 }
@@ -225,6 +350,7 @@ impl Metrics {
             shutdown_inhibit_delay_max_seconds: Gauge::default(),
             api_errors: Family::default(),
             degraded: Gauge::default(),
+            remediation: RemediationMetrics::default(),
             oom_pods_seen: Mutex::new(HashSet::new()),
             ringbuf_drops_seen: AtomicU64::new(0),
             registry: Registry::default(),
@@ -345,6 +471,7 @@ impl Metrics {
             "1 when the agent runs without some of its sources (see ebpf_program_state, wakeup_source_state)",
             m.degraded.clone(),
         );
+        m.remediation.register(&mut reg);
         Self {
             registry: reg.registry,
             families: reg.families,

@@ -375,7 +375,8 @@ pub fn event_text(ev: &KernelEvent, at: &Attribution) -> String {
                 s.push_str(&format!(" ({}/{})", r.namespace, r.name));
             }
             if let Some(c) = &p.container_id {
-                s.push_str(&format!(" container={}", &c[..c.len().min(12)]));
+                let short: String = c.chars().take(12).collect();
+                s.push_str(&format!(" container={short}"));
             }
         }
         (None, Some(path)) => s.push_str(&format!(" cgroup={path}")),
@@ -530,7 +531,9 @@ mod tests {
         let e = parse(&["--kind", "oom"]).unwrap_err().to_string();
         assert!(e.contains("unknown kind \"oom\""), "{e}");
         for bad in ["0", "-1", "NaN", "inf", "soon"] {
-            let e = parse(&["--duration", bad]).unwrap_err().to_string();
+            let e = parse(&[&format!("--duration={bad}")])
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(&format!("duration {bad:?}")), "{e}");
         }
         let e = parse(&["--stall-window-ms", "0"])
@@ -607,6 +610,16 @@ mod tests {
         assert!(t.contains("container=9f86d081884c"), "{t}");
         assert!(t.contains("oom=memcg") && t.contains("rss=31744KiB"), "{t}");
         assert!(t.contains("trigger=10/trigger"), "{t}");
+    }
+
+    #[test]
+    fn text_cuts_long_container_ids_on_char_boundaries() {
+        let mut at = pod_attribution(99);
+        if let Some(p) = at.pod.as_mut() {
+            p.container_id = Some("é".repeat(20));
+        }
+        let t = event_text(&oom(Some(99)), &at);
+        assert!(t.contains(&format!("container={} ", "é".repeat(12))), "{t}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! counted and retried on later cycles, and the pod reflector catches up on reconnect. Nothing the
 //! API answers can end the loop; only SIGTERM/SIGINT do.
 pub mod backoff;
+pub mod kernel;
 pub mod protect;
 
 use std::{
@@ -133,6 +134,7 @@ pub fn load_config(
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     let mut config = load_config(args.config.as_deref(), &args.eviction)?;
+    let shutdown_config = crate::shutdown::load_shutdown_config(args.config.as_deref())?;
     if args.dry_run {
         config.node_monitor.dry_run = true;
     }
@@ -235,10 +237,51 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
             health.report_degraded(format!("wake-up source {} unavailable", s.source.as_str()));
         }
     }
-    // The eBPF probes are attached by the kernel-event adapter when built in; without them the
-    // agent runs on cgroup notifications and the housekeeping tick.
+    // Kernel probes: each event wakes the sampler at once. Reboot requests go to the shutdown
+    // manager (`reboot_rx`). Polling-only mode runs without them, like the kubelet.
+    let (reboot_tx, reboot_rx) = tokio::sync::mpsc::channel::<kernel::RebootSeen>(16);
+    let probes = if args.no_ebpf || args.polling_only {
+        info!("eBPF programs not loaded (--no-ebpf or --polling-only)");
+        None
+    } else {
+        let probe_config = crate::ebpf::ProbeConfig {
+            stall_budget: config.node_monitor.reclaim_stall_budget,
+            ..crate::ebpf::ProbeConfig::default()
+        };
+        kernel::start(
+            probe_config,
+            store.clone(),
+            metrics.clone(),
+            health.clone(),
+            wakeups.kernel_sender(),
+            reboot_tx.clone(),
+            stop_rx.clone(),
+        )
+        .await
+        .map(Arc::new)
+    };
+    if let Some(p) = &probes {
+        tokio::spawn(kernel::mirror_counters(
+            p.clone(),
+            metrics.clone(),
+            stop_rx.clone(),
+        ));
+    }
     health.probes_loaded.store(true, Ordering::Relaxed);
-    let _ = args.no_ebpf;
+    // Graceful node shutdown through a logind inhibitor, when the configuration enables it.
+    if shutdown_config.options.enabled {
+        tokio::spawn(crate::shutdown::run(
+            crate::shutdown::ShutdownContext {
+                client: client.clone(),
+                node_name: args.node_name.clone(),
+                metrics: metrics.clone(),
+                health: health.clone(),
+                settings: shutdown_config,
+                reboots: reboot_rx,
+            },
+            stop_rx.clone(),
+        ));
+    }
 
     let actuator = Actuator::new(
         client.clone(),

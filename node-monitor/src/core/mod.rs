@@ -7,6 +7,7 @@ pub mod kubelet_layout;
 pub mod pod;
 pub mod quantity;
 pub mod rank;
+pub mod remediation;
 pub mod shutdown;
 pub mod signals;
 pub mod threshold;

@@ -34,11 +34,15 @@ pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
 pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";
 /// The taint's effect.
 pub const OUT_OF_SERVICE_EFFECT: &str = "NoExecute";
-/// Node annotation a node agent sets when it sees its machine go down around the shutdown
-/// inhibitor: an RFC 3339 time (the moment of the reboot/power-off call).
+/// Node annotation the node agent sets when it sees its machine go down around the shutdown
+/// inhibitor (`nodeMonitor.shutdown.lastGasp: annotation`): JSON whose `time` is the Unix time in
+/// seconds of the reboot/power-off call (an RFC 3339 string is accepted too).
 pub const LAST_GASP_ANNOTATION: &str = "node-monitor.io/last-gasp";
-/// The same evidence as an agent-owned node condition; its `lastTransitionTime` is the moment.
-pub const SHUTDOWN_BYPASSED_CONDITION: &str = "NodeMonitorShutdownBypassed";
+/// The agent-owned condition of a shutdown (`nodeMonitor.shutdown.lastGasp: condition`).
+pub const SHUTTING_DOWN_CONDITION: &str = "NodeMonitorShuttingDown";
+/// Its reason when the shutdown bypassed the inhibitor: only this one is a last gasp (a graceful
+/// shutdown terminates the pods itself); the condition's `lastTransitionTime` is the moment.
+pub const NON_GRACEFUL_SHUTDOWN_REASON: &str = "NonGracefulShutdown";
 /// Prefix of the conditions the node agent re-publishes at least every 60 s.
 pub const AGENT_CONDITION_PREFIX: &str = "NodeMonitor";
 /// Node annotation that takes a node out of remediation when set to `disabled`.
@@ -307,9 +311,7 @@ pub fn parse_config(
             .unwrap_or_default()
     };
     let d = RemediationConfig::default();
-    let missed_renewals = raw
-        .missed_renewals
-        .unwrap_or(d.detection.missed_renewals);
+    let missed_renewals = raw.missed_renewals.unwrap_or(d.detection.missed_renewals);
     if missed_renewals == 0 {
         return Err(RemediationConfigError::Invalid {
             field: "missedRenewals",
@@ -521,7 +523,8 @@ pub struct NodeFacts {
     pub lease: Option<LeaseFacts>,
     /// The newest `lastHeartbeatTime` of the node agent's `NodeMonitor*` conditions.
     pub agent_heartbeat: Option<WallMicros>,
-    /// The agent's last gasp: [`LAST_GASP_ANNOTATION`] or [`SHUTDOWN_BYPASSED_CONDITION`].
+    /// The agent's last gasp: [`LAST_GASP_ANNOTATION`], or [`SHUTTING_DOWN_CONDITION`] True with
+    /// reason [`NON_GRACEFUL_SHUTDOWN_REASON`].
     pub last_gasp: Option<WallMicros>,
     /// Selected by `nodeSelector` and not opted out.
     pub eligible: bool,
@@ -574,7 +577,9 @@ impl DeathEvidence {
 pub enum Liveness {
     Alive(AliveBecause),
     /// Silent for more than `suspectAfterRenewals` intervals: unhealthy, not yet dead.
-    Suspect { silent: Duration },
+    Suspect {
+        silent: Duration,
+    },
     Dead(DeathEvidence),
 }
 
@@ -746,10 +751,7 @@ impl ZoneState {
 /// `ComputeZoneState`: no healthy node → full disruption; more than two unhealthy nodes and
 /// at least `threshold` of the zone unhealthy → partial disruption; else normal.
 pub fn compute_zone_state(healthy: usize, unhealthy: usize, threshold: f64) -> ZoneState {
-    #[expect(
-        clippy::cast_precision_loss,
-        reason = "node counts are far below 2^52"
-    )]
+    #[expect(clippy::cast_precision_loss, reason = "node counts are far below 2^52")]
     let fraction = unhealthy as f64 / (healthy + unhealthy).max(1) as f64;
     if healthy == 0 && unhealthy > 0 {
         ZoneState::FullDisruption
@@ -940,18 +942,11 @@ pub fn assess(
             },
         );
     }
-    #[expect(
-        clippy::cast_precision_loss,
-        reason = "node counts are far below 2^52"
-    )]
+    #[expect(clippy::cast_precision_loss, reason = "node counts are far below 2^52")]
     let fraction = unhealthy as f64 / total.max(1) as f64;
     let blocked = if api_silent > cfg.api_stale_after {
         Some(SkipReason::ControllerPartitioned { api_silent })
-    } else if total > 0
-        && zones
-            .values()
-            .all(|z| z.state == ZoneState::FullDisruption)
-    {
+    } else if total > 0 && zones.values().all(|z| z.state == ZoneState::FullDisruption) {
         Some(SkipReason::AllZonesDisrupted { nodes: total })
     } else if unhealthy >= 2 && fraction >= cfg.max_unhealthy_fraction {
         Some(SkipReason::TooManyUnhealthy { unhealthy, total })
@@ -1008,8 +1003,8 @@ impl TokenBucket {
     /// Takes a token if one is there.
     pub fn try_take(&mut self, now: Timestamp) -> bool {
         self.refill(now);
-        if self.qps > 0.0 && self.tokens >= 1.0 {
-            self.tokens -= 1.0;
+        if self.qps > 0.0 && self.tokens >= 1.0 - TOKEN_EPSILON {
+            self.tokens = (self.tokens - 1.0).max(0.0);
             true
         } else {
             false
@@ -1019,15 +1014,12 @@ impl TokenBucket {
     /// Changes the rate (`RateLimitedTimedQueue.SwapLimiter`): a new bucket, drained by one
     /// token when the old one had none, so a state change never hands out a free token.
     pub fn swap_qps(&mut self, qps: f64, now: Timestamp) {
-        #[expect(
-            clippy::float_cmp,
-            reason = "the same configured value, as SwapLimiter compares it"
-        )]
-        if qps == self.qps {
+        // The same configured value, compared exactly as SwapLimiter does.
+        if qps.to_bits() == self.qps.to_bits() {
             return;
         }
         self.refill(now);
-        let had_token = self.qps > 0.0 && self.tokens >= 1.0;
+        let had_token = self.qps > 0.0 && self.tokens >= 1.0 - TOKEN_EPSILON;
         let burst = self.burst;
         *self = TokenBucket {
             qps,
@@ -1041,6 +1033,9 @@ impl TokenBucket {
     }
 }
 
+/// Rounding slack: 0.1 × 10 s must make a whole token.
+const TOKEN_EPSILON: f64 = 1e-9;
+
 /// One token bucket per zone, following the zones' rates.
 #[derive(Debug, Clone, Default)]
 pub struct ZoneLimiters {
@@ -1049,8 +1044,7 @@ pub struct ZoneLimiters {
 
 impl ZoneLimiters {
     pub fn update(&mut self, assessment: &Assessment, now: Timestamp) {
-        self.buckets
-            .retain(|z, _| assessment.zones.contains_key(z));
+        self.buckets.retain(|z, _| assessment.zones.contains_key(z));
         for (zone, status) in &assessment.zones {
             match self.buckets.get_mut(zone) {
                 Some(b) => b.swap_qps(status.rate, now),
@@ -1097,7 +1091,7 @@ impl Step {
 
 /// Where an operation stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "phase")]
+#[serde(rename_all = "camelCase", tag = "name")]
 pub enum Phase {
     /// Running, or about to run, the methods of a fencing step.
     Fencing { step: Step },
@@ -1246,7 +1240,9 @@ pub enum OpEvent {
         result: Result<ReleaseSummary, String>,
     },
     /// The out-of-service taint was removed (or was not there).
-    TaintRemoved { result: Result<(), String> },
+    TaintRemoved {
+        result: Result<(), String>,
+    },
 }
 
 /// What a release did.
@@ -1302,7 +1298,12 @@ fn notice(warning: bool, reason: &'static str, message: String) -> OpAction {
 }
 
 /// Moves to the next fencing step, or to `Unconfirmed` when none is left.
-fn next_step(op: &mut FenceOp, from: Step, ctx: &OpContext, policy: &FencingPolicy) -> Vec<OpAction> {
+fn next_step(
+    op: &mut FenceOp,
+    from: Step,
+    ctx: &OpContext,
+    policy: &FencingPolicy,
+) -> Vec<OpAction> {
     op.attempts = 0;
     op.running = None;
     if from == Step::Isolation && ctx.configured.power_management {
@@ -1314,7 +1315,10 @@ fn next_step(op: &mut FenceOp, from: Step, ctx: &OpContext, policy: &FencingPoli
     }
     op.phase = Phase::Unconfirmed;
     op.cycles += 1;
-    op.not_before = Some(ctx.now.saturating_add(millis(policy.unconfirmed_retry_interval)));
+    op.not_before = Some(
+        ctx.now
+            .saturating_add(millis(policy.unconfirmed_retry_interval)),
+    );
     vec![notice(
         true,
         "FencingUnconfirmed",
@@ -1622,7 +1626,10 @@ mod tests {
         assert_eq!(c.detection.renew_interval, Some(Duration::from_secs(1)));
         assert_eq!(c.fencing.power_management_after_isolation, None);
         assert_eq!(c.leader.retry_period, Duration::from_secs(1));
-        assert_eq!(c.node_selector.get("role").map(String::as_str), Some("worker"));
+        assert_eq!(
+            c.node_selector.get("role").map(String::as_str),
+            Some("worker")
+        );
     }
 
     #[test]
@@ -1687,7 +1694,11 @@ mod tests {
         ];
         for (labels, region, zone) in cases {
             let k = ZoneKey::from_labels(&labels);
-            assert_eq!((k.region.as_str(), k.zone.as_str()), (region, zone), "{labels:?}");
+            assert_eq!(
+                (k.region.as_str(), k.zone.as_str()),
+                (region, zone),
+                "{labels:?}"
+            );
         }
         assert_eq!(
             ZoneKey {
@@ -1709,7 +1720,7 @@ mod tests {
             (25, Some(2_000), "alive"), // 15 s silent: not yet beyond 1.5 intervals
             (26, Some(2_000), "suspect"),
             (39, Some(2_000), "suspect"),
-            (40, Some(2_000), "dead"), // 30 s silent: 3 renewals missed
+            (40, Some(2_000), "dead"),  // 30 s silent: 3 renewals missed
             (41, Some(3_000), "alive"), // renewed again
             (41, None, "alive"),        // the value changed (cleared): counts as a change
         ];
@@ -1744,11 +1755,19 @@ mod tests {
             (None, Some(4), Duration::from_secs(1)),
             (None, None, Duration::from_secs(10)),
             (None, Some(0), Duration::from_secs(10)),
-            (Some(Duration::from_secs(3)), Some(40), Duration::from_secs(3)),
+            (
+                Some(Duration::from_secs(3)),
+                Some(40),
+                Duration::from_secs(3),
+            ),
         ];
         for (configured, duration, want) in cases {
             cfg.renew_interval = configured;
-            assert_eq!(renew_interval(&cfg, &lease(duration)), want, "{configured:?} {duration:?}");
+            assert_eq!(
+                renew_interval(&cfg, &lease(duration)),
+                want,
+                "{configured:?} {duration:?}"
+            );
         }
     }
 
@@ -1783,7 +1802,11 @@ mod tests {
             f.last_gasp = gasp;
             t.observe(std::slice::from_ref(&f), Timestamp::ZERO, &cfg);
             let got = t.observe(&[f], Timestamp::from_secs(secs), &cfg);
-            assert_eq!(got["n"].label(), want, "renew={renew:?} hb={hb:?} gasp={gasp:?} t={secs}");
+            assert_eq!(
+                got["n"].label(),
+                want,
+                "renew={renew:?} hb={hb:?} gasp={gasp:?} t={secs}"
+            );
         }
     }
 
@@ -1801,7 +1824,11 @@ mod tests {
             (Some(10), None, false),
         ];
         for (recorded, now, want) in cases {
-            assert_eq!(node_is_back(recorded, Some(&l(now))), want, "{recorded:?} {now:?}");
+            assert_eq!(
+                node_is_back(recorded, Some(&l(now))),
+                want,
+                "{recorded:?} {now:?}"
+            );
         }
         assert!(!node_is_back(Some(1), None));
     }
@@ -1816,12 +1843,16 @@ mod tests {
             (0, 0, ZoneState::Normal),
             (1, 2, ZoneState::Normal), // 67 % but only two unhealthy
             (1, 3, ZoneState::PartialDisruption),
-            (2, 3, ZoneState::PartialDisruption), // 60 %
-            (3, 3, ZoneState::Normal),            // 50 %
+            (2, 3, ZoneState::PartialDisruption),  // 60 %
+            (3, 3, ZoneState::Normal),             // 50 %
             (9, 11, ZoneState::PartialDisruption), // exactly 55 %
         ];
         for (h, u, want) in cases {
-            assert_eq!(compute_zone_state(h, u, 0.55), want, "{h} healthy {u} unhealthy");
+            assert_eq!(
+                compute_zone_state(h, u, 0.55),
+                want,
+                "{h} healthy {u} unhealthy"
+            );
         }
     }
 
@@ -1860,12 +1891,30 @@ mod tests {
             spec.iter().map(|(zn, u)| (z(zn), *u)).collect()
         };
         // (nodes, api silent s, blocked label, zone to ask about, admits?)
-        type Row = (Vec<(ZoneKey, bool)>, u64, Option<&'static str>, &'static str, bool);
+        type Row = (
+            Vec<(ZoneKey, bool)>,
+            u64,
+            Option<&'static str>,
+            &'static str,
+            bool,
+        );
         let cases: Vec<Row> = vec![
             // One dead node of three: fence.
-            (nodes(&[("a", true), ("a", false), ("b", false)]), 0, None, "a", true),
+            (
+                nodes(&[("a", true), ("a", false), ("b", false)]),
+                0,
+                None,
+                "a",
+                true,
+            ),
             // A single-node zone fully down while another zone is fine: the NLC's normal rate.
-            (nodes(&[("a", false), ("a", false), ("b", true)]), 0, None, "b", true),
+            (
+                nodes(&[("a", false), ("a", false), ("b", true)]),
+                0,
+                None,
+                "b",
+                true,
+            ),
             // Two of three unhealthy: cluster-wide storm rule.
             (
                 nodes(&[("a", true), ("a", true), ("b", false)]),
@@ -1883,7 +1932,13 @@ mod tests {
                 false,
             ),
             // The controller has not reached the API for 7 s (> 6 s).
-            (nodes(&[("a", true), ("a", false), ("b", false)]), 7, Some("controller_partitioned"), "a", false),
+            (
+                nodes(&[("a", true), ("a", false), ("b", false)]),
+                7,
+                Some("controller_partitioned"),
+                "a",
+                false,
+            ),
         ];
         for (n, silent, blocked, zone, admits) in cases {
             let a = assess(n.clone(), Duration::from_secs(silent), &cfg);
@@ -1910,11 +1965,20 @@ mod tests {
         assert_eq!(a.zones[&z("a")].state, ZoneState::PartialDisruption);
         let err = a.admits(&z("a")).expect_err("rate 0");
         assert_eq!(err.label(), "zone_disruption");
-        assert!(err.message().contains("PartialDisruption"), "{}", err.message());
+        assert!(
+            err.message().contains("PartialDisruption"),
+            "{}",
+            err.message()
+        );
         assert!(a.admits(&z("b")).is_ok());
         // The same zone in a large cluster gets the secondary rate instead.
         cfg.large_cluster_size_threshold = 3;
-        let n = vec![(z("a"), true), (z("a"), true), (z("a"), true), (z("a"), false)];
+        let n = vec![
+            (z("a"), true),
+            (z("a"), true),
+            (z("a"), true),
+            (z("a"), false),
+        ];
         let a = assess(n, Duration::ZERO, &cfg);
         assert!((a.zones[&z("a")].rate - 0.01).abs() < 1e-12);
     }
@@ -1923,7 +1987,14 @@ mod tests {
     fn token_bucket_refills_at_qps_with_burst_one() {
         let mut b = TokenBucket::new(0.1, 1, Timestamp::ZERO);
         // (seconds, expected take)
-        let steps = [(0, true), (0, false), (5, false), (10, true), (19, false), (20, true)];
+        let steps = [
+            (0, true),
+            (0, false),
+            (5, false),
+            (10, true),
+            (19, false),
+            (20, true),
+        ];
         for (s, want) in steps {
             assert_eq!(b.try_take(Timestamp::from_secs(s)), want, "at {s}s");
         }
@@ -1948,7 +2019,10 @@ mod tests {
         b.swap_qps(0.0, Timestamp::from_secs(1));
         assert!(!b.try_take(Timestamp::from_secs(100)));
         b.swap_qps(0.1, Timestamp::from_secs(100));
-        assert!(!b.try_take(Timestamp::from_secs(100)), "drained on the way back");
+        assert!(
+            !b.try_take(Timestamp::from_secs(100)),
+            "drained on the way back"
+        );
         assert!(b.try_take(Timestamp::from_secs(110)));
     }
 
@@ -1956,11 +2030,21 @@ mod tests {
     fn zone_limiters_follow_the_assessment() {
         let cfg = storm();
         let mut l = ZoneLimiters::default();
-        let healthy = assess(vec![(z("a"), false), (z("a"), true), (z("b"), false)], Duration::ZERO, &cfg);
+        let healthy = assess(
+            vec![(z("a"), false), (z("a"), true), (z("b"), false)],
+            Duration::ZERO,
+            &cfg,
+        );
         l.update(&healthy, Timestamp::ZERO);
         assert!(l.try_take(&z("a"), Timestamp::ZERO));
-        assert!(!l.try_take(&z("a"), Timestamp::from_secs(1)), "one node per 10 s");
-        assert!(l.try_take(&z("b"), Timestamp::from_secs(1)), "zones are independent");
+        assert!(
+            !l.try_take(&z("a"), Timestamp::from_secs(1)),
+            "one node per 10 s"
+        );
+        assert!(
+            l.try_take(&z("b"), Timestamp::from_secs(1)),
+            "zones are independent"
+        );
         assert!(!l.try_take(&z("unknown"), Timestamp::from_secs(1)));
     }
 
@@ -2064,14 +2148,34 @@ mod tests {
         let op = script(&[
             (OpEvent::Tick, ctx(0), "fencing", &["run:isolation"]),
             (OpEvent::Tick, executing(ctx(1)), "fencing", &[]),
-            (ok(Step::Isolation), ctx(2), "releasing", &["event:FencingConfirmed"]),
+            (
+                ok(Step::Isolation),
+                ctx(2),
+                "releasing",
+                &["event:FencingConfirmed"],
+            ),
             (OpEvent::Tick, ctx(2), "releasing", &["release"]),
             (released, ctx(2), "released", &["event:NodeReleased"]),
             (OpEvent::Tick, ctx(100), "released", &[]),
-            (OpEvent::Tick, back(ctx(120)), "recovering", &["event:NodeBack"]),
-            (OpEvent::Tick, back(ctx(120)), "recovering", &["run:recovery"]),
+            (
+                OpEvent::Tick,
+                back(ctx(120)),
+                "recovering",
+                &["event:NodeBack"],
+            ),
+            (
+                OpEvent::Tick,
+                back(ctx(120)),
+                "recovering",
+                &["run:recovery"],
+            ),
             (ok(Step::Recovery), back(ctx(121)), "recovering", &[]),
-            (OpEvent::Tick, back(ctx(121)), "recovering", &["removetaint"]),
+            (
+                OpEvent::Tick,
+                back(ctx(121)),
+                "recovering",
+                &["removetaint"],
+            ),
             (
                 OpEvent::TaintRemoved { result: Ok(()) },
                 back(ctx(121)),
@@ -2087,13 +2191,28 @@ mod tests {
     fn failing_steps_never_release_and_end_unconfirmed() {
         let op = script(&[
             (OpEvent::Tick, ctx(0), "fencing", &["run:isolation"]),
-            (fail(Step::Isolation), ctx(1), "fencing", &["event:FenceStepFailed"]),
+            (
+                fail(Step::Isolation),
+                ctx(1),
+                "fencing",
+                &["event:FenceStepFailed"],
+            ),
             (OpEvent::Tick, ctx(3), "fencing", &[]), // backoff: 5 s
             (OpEvent::Tick, ctx(6), "fencing", &["run:isolation"]),
             // Retries exhausted (1 retry): power management next.
-            (fail(Step::Isolation), ctx(7), "fencing", &["event:FenceStepFailed"]),
+            (
+                fail(Step::Isolation),
+                ctx(7),
+                "fencing",
+                &["event:FenceStepFailed"],
+            ),
             (OpEvent::Tick, ctx(7), "fencing", &["run:power_management"]),
-            (fail(Step::PowerManagement), ctx(8), "fencing", &["event:FenceStepFailed"]),
+            (
+                fail(Step::PowerManagement),
+                ctx(8),
+                "fencing",
+                &["event:FenceStepFailed"],
+            ),
             (OpEvent::Tick, ctx(13), "fencing", &["run:power_management"]),
             (
                 fail(Step::PowerManagement),
@@ -2118,7 +2237,12 @@ mod tests {
         script(&[
             (OpEvent::Tick, c, "fencing", &[]),
             (OpEvent::Tick, c, "fencing", &["run:power_management"]),
-            (ok(Step::PowerManagement), c, "releasing", &["event:FencingConfirmed"]),
+            (
+                ok(Step::PowerManagement),
+                c,
+                "releasing",
+                &["event:FencingConfirmed"],
+            ),
         ]);
     }
 
@@ -2126,10 +2250,16 @@ mod tests {
     fn no_steps_configured_is_never_released() {
         let mut c = ctx(0);
         c.configured = ConfiguredSteps::default();
-        script(&[
-            (OpEvent::Tick, c, "fencing", &[]),
-            (OpEvent::Tick, c, "unconfirmed", &["event:FencingUnconfirmed"]),
+        let op = script(&[
+            (
+                OpEvent::Tick,
+                c,
+                "unconfirmed",
+                &["event:FencingUnconfirmed"],
+            ),
+            (OpEvent::Tick, c, "unconfirmed", &[]),
         ]);
+        assert_eq!(op.released_at, None);
     }
 
     #[test]
@@ -2139,7 +2269,12 @@ mod tests {
         script(&[
             (OpEvent::Tick, hold, "fencing", &[]),
             (OpEvent::Tick, ctx(1), "fencing", &["run:isolation"]),
-            (ok(Step::Isolation), hold, "releasing", &["event:FencingConfirmed"]),
+            (
+                ok(Step::Isolation),
+                hold,
+                "releasing",
+                &["event:FencingConfirmed"],
+            ),
             (OpEvent::Tick, hold, "releasing", &["release"]),
         ]);
     }
@@ -2157,7 +2292,12 @@ mod tests {
             // The cancelled step's late result is ignored.
             (ok(Step::Isolation), back(ctx(2)), "recovering", &[]),
             (OpEvent::Tick, back(ctx(2)), "recovering", &["run:recovery"]),
-            (fail(Step::Recovery), back(ctx(3)), "recovering", &["event:RecoveryFailed"]),
+            (
+                fail(Step::Recovery),
+                back(ctx(3)),
+                "recovering",
+                &["event:RecoveryFailed"],
+            ),
             (OpEvent::Tick, back(ctx(4)), "recovering", &[]),
             (OpEvent::Tick, back(ctx(8)), "recovering", &["run:recovery"]),
         ]);
@@ -2176,7 +2316,7 @@ mod tests {
         let json = serde_json::to_string(&t.op).expect("serialize");
         let back: FenceOp = serde_json::from_str(&json).expect("deserialize");
         assert_eq!(back, t.op);
-        assert!(json.contains("\"phase\":\"fencing\""), "{json}");
+        assert!(json.contains("\"phase\":{\"name\":\"fencing\""), "{json}");
     }
 
     #[test]
@@ -2188,7 +2328,11 @@ mod tests {
         let cases = [(299, false), (300, true)];
         for (s, runs) in cases {
             let t = advance(&op, &OpEvent::Tick, &ctx(s), &policy());
-            assert_eq!(t.actions == [OpAction::Run(Step::PowerManagement)], runs, "at {s}s");
+            assert_eq!(
+                t.actions == [OpAction::Run(Step::PowerManagement)],
+                runs,
+                "at {s}s"
+            );
         }
         op.running = Some(Step::PowerManagement);
         let t = advance(&op, &ok(Step::PowerManagement), &ctx(301), &policy());
@@ -2218,7 +2362,11 @@ mod tests {
             &policy(),
         );
         assert_eq!(t.op.phase, Phase::Releasing);
-        assert!(advance(&t.op, &OpEvent::Tick, &ctx(4), &policy()).actions.is_empty());
+        assert!(
+            advance(&t.op, &OpEvent::Tick, &ctx(4), &policy())
+                .actions
+                .is_empty()
+        );
         assert_eq!(
             advance(&t.op, &OpEvent::Tick, &ctx(5), &policy()).actions,
             [OpAction::Release]

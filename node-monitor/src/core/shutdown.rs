@@ -153,10 +153,16 @@ impl ShutdownSettings {
             ("shutdownGracePeriodCriticalPods", critical),
         ] {
             if value.is_negative() {
-                return Err(ShutdownConfigError::Negative { field, value: value.to_string() });
+                return Err(ShutdownConfigError::Negative {
+                    field,
+                    value: value.to_string(),
+                });
             }
             if value.0 > 0 && value < GoDuration::from_secs(1) {
-                return Err(ShutdownConfigError::SubSecond { field, value: value.to_string() });
+                return Err(ShutdownConfigError::SubSecond {
+                    field,
+                    value: value.to_string(),
+                });
             }
         }
         if critical > total {
@@ -197,7 +203,10 @@ impl ShutdownSettings {
         let regular = GoDuration(total.0 - critical.0);
         let critical_rest = GoDuration(total.0 - regular.0);
         Ok(vec![
-            Group { priority: 0, period: secs(regular.whole_seconds()) },
+            Group {
+                priority: 0,
+                period: secs(regular.whole_seconds()),
+            },
             Group {
                 priority: SYSTEM_CRITICAL_PRIORITY,
                 period: secs(critical_rest.whole_seconds()),
@@ -269,7 +278,13 @@ impl ShutdownPlan {
 impl fmt::Display for ShutdownPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for g in &self.groups {
-            writeln!(f, "priority>={} period={:?} pods={}", g.priority, g.period, g.pods.len())?;
+            writeln!(
+                f,
+                "priority>={} period={:?} pods={}",
+                g.priority,
+                g.period,
+                g.pods.len()
+            )?;
         }
         Ok(())
     }
@@ -283,14 +298,20 @@ pub fn plan(groups: &[Group], pods: &[ShutdownPod]) -> ShutdownPlan {
     let mut buckets: Vec<Vec<PlannedPod>> = vec![Vec::new(); groups.len()];
     for pod in pods {
         // The last group whose priority is not above the pod's; pods below all go to the first.
-        let idx = groups.iter().rposition(|g| g.priority <= pod.priority).unwrap_or(0);
+        let idx = groups
+            .iter()
+            .rposition(|g| g.priority <= pod.priority)
+            .unwrap_or(0);
         let period = i64::try_from(groups[idx].period.as_secs()).unwrap_or(i64::MAX);
         // The kubelet takes the pod's own period only when it is set and not longer.
         let grace = match pod.termination_grace_period_seconds {
             Some(own) if own <= period => own.max(0),
             _ => period,
         };
-        buckets[idx].push(PlannedPod { pod: pod.clone(), grace_period_seconds: grace });
+        buckets[idx].push(PlannedPod {
+            pod: pod.clone(),
+            grace_period_seconds: grace,
+        });
     }
     let mut out = ShutdownPlan::default();
     let mut offset = Duration::ZERO;
@@ -332,9 +353,17 @@ pub enum GroupOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     /// Terminate the group's pods now, each with its planned grace period.
-    StartGroup { index: usize, priority: i32, pods: Vec<PlannedPod> },
+    StartGroup {
+        index: usize,
+        priority: i32,
+        pods: Vec<PlannedPod>,
+    },
     /// The group is over.
-    EndGroup { index: usize, priority: i32, outcome: GroupOutcome },
+    EndGroup {
+        index: usize,
+        priority: i32,
+        outcome: GroupOutcome,
+    },
     /// Every group ran: release the inhibitor.
     Release,
 }
@@ -364,7 +393,13 @@ pub struct ShutdownRun {
 
 impl ShutdownRun {
     pub fn new(plan: ShutdownPlan, now: Timestamp) -> Self {
-        Self { plan, started: now, current: 0, records: Vec::new(), released: None }
+        Self {
+            plan,
+            started: now,
+            current: 0,
+            records: Vec::new(),
+            released: None,
+        }
     }
 
     pub fn plan(&self) -> &ShutdownPlan {
@@ -391,7 +426,10 @@ impl ShutdownRun {
     /// The pods of the running group, if any.
     pub fn current_pods(&self) -> &[PlannedPod] {
         if self.records.len() == self.current + 1 {
-            self.plan.groups.get(self.current).map_or(&[], |g| g.pods.as_slice())
+            self.plan
+                .groups
+                .get(self.current)
+                .map_or(&[], |g| g.pods.as_slice())
         } else {
             &[]
         }
@@ -452,7 +490,11 @@ impl ShutdownRun {
             };
             rec.ended = Some(now);
             rec.outcome = Some(outcome.clone());
-            steps.push(Step::EndGroup { index: self.current, priority: group.priority, outcome });
+            steps.push(Step::EndGroup {
+                index: self.current,
+                priority: group.priority,
+                outcome,
+            });
             self.current += 1;
         }
     }
@@ -479,7 +521,11 @@ impl ShutdownRun {
         };
         rec.ended = Some(now);
         rec.outcome = Some(outcome.clone());
-        Some(Step::EndGroup { index: self.current, priority: group.priority, outcome })
+        Some(Step::EndGroup {
+            index: self.current,
+            priority: group.priority,
+            outcome,
+        })
     }
 }
 
@@ -567,7 +613,10 @@ pub fn inhibit_delay_check(needed: Duration, current: Duration, manage: bool) ->
         let seconds = needed.as_secs() + u64::from(needed.subsec_nanos() > 0);
         DelayCheck::Raise { seconds }
     } else {
-        DelayCheck::TooLow { needed, allowed: current }
+        DelayCheck::TooLow {
+            needed,
+            allowed: current,
+        }
     }
 }
 
@@ -603,7 +652,10 @@ pub fn classify_reboot(goes_down: bool, preparing: bool) -> RebootVerdict {
 
 /// Counts pods per group for a log line: `{priority: pods}`.
 pub fn plan_summary(plan: &ShutdownPlan) -> BTreeMap<i32, usize> {
-    plan.groups.iter().map(|g| (g.priority, g.pods.len())).collect()
+    plan.groups
+        .iter()
+        .map(|g| (g.priority, g.pods.len()))
+        .collect()
 }
 
 #[cfg(test)]
@@ -624,7 +676,10 @@ mod tests {
         ShutdownSettings {
             shutdown_grace_period_by_pod_priority: entries
                 .iter()
-                .map(|&(priority, s)| PriorityPeriod { priority, shutdown_grace_period_seconds: s })
+                .map(|&(priority, s)| PriorityPeriod {
+                    priority,
+                    shutdown_grace_period_seconds: s,
+                })
                 .collect(),
             ..ShutdownSettings::default()
         }
@@ -644,15 +699,26 @@ mod tests {
         assert_eq!(
             s.groups(),
             Ok(vec![
-                Group { priority: 0, period: Duration::from_secs(20) },
-                Group { priority: SYSTEM_CRITICAL_PRIORITY, period: Duration::from_secs(10) },
+                Group {
+                    priority: 0,
+                    period: Duration::from_secs(20)
+                },
+                Group {
+                    priority: SYSTEM_CRITICAL_PRIORITY,
+                    period: Duration::from_secs(10)
+                },
             ])
         );
         assert_eq!(s.budget(), Ok(Duration::from_secs(30)));
         assert_eq!(ShutdownSettings::default().groups(), Ok(vec![]));
         // Sub-second remainders are truncated per group, as Go's int64(d / time.Second) does.
         let s = legacy(GoDuration::from_millis(2500), GoDuration::from_millis(1200));
-        let periods: Vec<u64> = s.groups().expect("valid").iter().map(|g| g.period.as_secs()).collect();
+        let periods: Vec<u64> = s
+            .groups()
+            .expect("valid")
+            .iter()
+            .map(|g| g.period.as_secs())
+            .collect();
         assert_eq!(periods, vec![1, 1]);
     }
 
@@ -661,7 +727,10 @@ mod tests {
     fn serde_uses_kubelet_configuration_names() {
         let yaml = "shutdownGracePeriod: 1m30s\nshutdownGracePeriodCriticalPods: 30s\n";
         let s: ShutdownSettings = serde_yaml::from_str(yaml).expect("legacy form");
-        assert_eq!(s, legacy(GoDuration::from_secs(90), GoDuration::from_secs(30)));
+        assert_eq!(
+            s,
+            legacy(GoDuration::from_secs(90), GoDuration::from_secs(30))
+        );
         let yaml = "shutdownGracePeriodByPodPriority:\n  - priority: 100000\n    shutdownGracePeriodSeconds: 10\n  - priority: 0\n    shutdownGracePeriodSeconds: 60\n";
         let s: ShutdownSettings = serde_yaml::from_str(yaml).expect("priority form");
         assert_eq!(s, by_priority(&[(100_000, 10), (0, 60)]));
@@ -670,8 +739,11 @@ mod tests {
         assert_eq!(json["shutdownGracePeriod"], "1m30s");
         assert_eq!(json["shutdownGracePeriodCriticalPods"], "0s");
         let err = serde_yaml::from_str::<ShutdownSettings>("shutdownGracePeriod: 30\n")
-            .expect_err("an integer is not a Go duration");
-        assert!(err.to_string().contains("shutdownGracePeriod"), "{err}");
+            .expect_err("a number without a unit is not a Go duration");
+        assert!(
+            err.to_string().contains("missing unit in duration \"30\""),
+            "{err}"
+        );
         assert_eq!(GoDuration::from_secs(-5).to_string(), "-5s");
     }
 
@@ -680,12 +752,15 @@ mod tests {
     fn seed_example_groups_and_periods() {
         let s = by_priority(&[(100_000, 10), (10_000, 180), (1_000, 120), (0, 60)]);
         let groups = s.groups().expect("valid");
-        assert_eq!(groups.iter().map(|g| g.priority).collect::<Vec<_>>(), vec![0, 1_000, 10_000, 100_000]);
+        assert_eq!(
+            groups.iter().map(|g| g.priority).collect::<Vec<_>>(),
+            vec![0, 1_000, 10_000, 100_000]
+        );
         assert_eq!(s.budget(), Ok(Duration::from_secs(370)));
         let pods = [
             pod("custom-class-a", 2_000, Some(600)), // 1000 ≤ 2000 < 10000 → 120 s group
             pod("custom-class-b", 20_000, Some(5)),  // own 5 s < 180 s
-            pod("low", -5, None),                    // below every group → lowest; no own period → 60 s
+            pod("low", -5, None), // below every group → lowest; no own period → 60 s
             pod("critical", 2_000_000_000, Some(60)), // → 100000 group, capped at 10 s
         ];
         let p = plan(&groups, &pods);
@@ -696,7 +771,10 @@ mod tests {
             .map(|g| {
                 (
                     g.priority,
-                    g.pods.iter().map(|pp| (pp.pod.name.as_str(), pp.grace_period_seconds)).collect(),
+                    g.pods
+                        .iter()
+                        .map(|pp| (pp.pod.name.as_str(), pp.grace_period_seconds))
+                        .collect(),
                     g.latest_start.as_secs(),
                 )
             })
@@ -717,8 +795,15 @@ mod tests {
     #[test]
     fn empty_groups_are_skipped_and_take_no_time() {
         let s = by_priority(&[(0, 20), (1_000, 30), (10_000, 40)]);
-        let p = plan(&s.groups().expect("valid"), &[pod("a", 0, Some(5)), pod("c", 50_000, Some(100))]);
-        let got: Vec<(i32, u64)> = p.groups.iter().map(|g| (g.priority, g.latest_start.as_secs())).collect();
+        let p = plan(
+            &s.groups().expect("valid"),
+            &[pod("a", 0, Some(5)), pod("c", 50_000, Some(100))],
+        );
+        let got: Vec<(i32, u64)> = p
+            .groups
+            .iter()
+            .map(|g| (g.priority, g.latest_start.as_secs()))
+            .collect();
         assert_eq!(got, vec![(0, 0), (10_000, 20)]);
         assert_eq!(p.groups[1].pods[0].grace_period_seconds, 40);
     }
@@ -728,7 +813,10 @@ mod tests {
         let cases: Vec<(ShutdownSettings, ShutdownConfigError, &str)> = vec![
             (
                 legacy(GoDuration::from_secs(-1), GoDuration::ZERO),
-                ShutdownConfigError::Negative { field: "shutdownGracePeriod", value: "-1s".into() },
+                ShutdownConfigError::Negative {
+                    field: "shutdownGracePeriod",
+                    value: "-1s".into(),
+                },
                 "shutdownGracePeriod: -1s is negative",
             ),
             (
@@ -755,7 +843,11 @@ mod tests {
                 },
                 "20s exceeds shutdownGracePeriod: 10s",
             ),
-            (by_priority(&[(0, 10), (0, 20)]), ShutdownConfigError::DuplicatePriority(0), "priority 0"),
+            (
+                by_priority(&[(0, 10), (0, 20)]),
+                ShutdownConfigError::DuplicatePriority(0),
+                "priority 0",
+            ),
             (
                 by_priority(&[(0, -3)]),
                 ShutdownConfigError::Negative {
@@ -775,16 +867,32 @@ mod tests {
         ];
         for (s, want, text) in cases {
             assert_eq!(s.groups(), Err(want.clone()), "{s:?}");
-            assert!(want.to_string().contains(text), "{want} should contain {text:?}");
+            assert!(
+                want.to_string().contains(text),
+                "{want} should contain {text:?}"
+            );
         }
     }
 
     #[test]
     fn budget_must_fit_logind_delay() {
-        assert_eq!(check_inhibit_delay(Duration::from_secs(30), Duration::from_secs(30)), Ok(()));
-        let err = check_inhibit_delay(Duration::from_secs(30), Duration::from_secs(5)).expect_err("too long");
-        assert_eq!(err, ShutdownConfigError::ExceedsInhibitDelay { needed: 30, allowed: 5 });
-        assert!(err.to_string().contains("InhibitDelayMaxSec allows 5s"), "{err}");
+        assert_eq!(
+            check_inhibit_delay(Duration::from_secs(30), Duration::from_secs(30)),
+            Ok(())
+        );
+        let err = check_inhibit_delay(Duration::from_secs(30), Duration::from_secs(5))
+            .expect_err("too long");
+        assert_eq!(
+            err,
+            ShutdownConfigError::ExceedsInhibitDelay {
+                needed: 30,
+                allowed: 5
+            }
+        );
+        assert!(
+            err.to_string().contains("InhibitDelayMaxSec allows 5s"),
+            "{err}"
+        );
     }
 
     fn t(ms: u64) -> Timestamp {
@@ -796,10 +904,17 @@ mod tests {
     }
 
     fn three_groups() -> ShutdownPlan {
-        let groups = by_priority(&[(0, 10), (1_000, 20), (100_000, 5)]).groups().expect("valid");
+        let groups = by_priority(&[(0, 10), (1_000, 20), (100_000, 5)])
+            .groups()
+            .expect("valid");
         plan(
             &groups,
-            &[pod("low-a", 0, Some(3)), pod("low-b", 10, Some(30)), pod("mid", 5_000, Some(3)), pod("top", 200_000, Some(3))],
+            &[
+                pod("low-a", 0, Some(3)),
+                pod("low-b", 10, Some(30)),
+                pod("mid", 5_000, Some(3)),
+                pod("top", 200_000, Some(3)),
+            ],
         )
     }
 
@@ -815,10 +930,18 @@ mod tests {
                         .collect::<Vec<_>>()
                         .join(",")
                 ),
-                Step::EndGroup { priority, outcome: GroupOutcome::AllGone, .. } => {
+                Step::EndGroup {
+                    priority,
+                    outcome: GroupOutcome::AllGone,
+                    ..
+                } => {
                     format!("end {priority} gone")
                 }
-                Step::EndGroup { priority, outcome: GroupOutcome::PeriodElapsed { remaining }, .. } => {
+                Step::EndGroup {
+                    priority,
+                    outcome: GroupOutcome::PeriodElapsed { remaining },
+                    ..
+                } => {
                     format!("end {priority} elapsed {}", remaining.join(","))
                 }
                 Step::Release => "release".into(),
@@ -830,9 +953,19 @@ mod tests {
     #[test]
     fn run_goes_group_by_group_until_gone_or_elapsed() {
         let mut run = ShutdownRun::new(three_groups(), t(0));
-        type Case = (u64, &'static [&'static str], &'static [&'static str], Option<u64>);
+        type Case = (
+            u64,
+            &'static [&'static str],
+            &'static [&'static str],
+            Option<u64>,
+        );
         let cases: &[Case] = &[
-            (0, &["low-a", "low-b", "mid", "top"], &["start 0 [low-a:3,low-b:10]"], Some(10_000)),
+            (
+                0,
+                &["low-a", "low-b", "mid", "top"],
+                &["start 0 [low-a:3,low-b:10]"],
+                Some(10_000),
+            ),
             // One low pod gone: the group goes on.
             (2_000, &["low-b", "mid", "top"], &[], Some(10_000)),
             // Period elapsed with low-b still there: end, and the next group starts at once.
@@ -843,7 +976,12 @@ mod tests {
                 Some(30_000),
             ),
             // mid gone well before its 20 s: the top group starts without waiting.
-            (12_500, &["low-b", "top"], &["end 1000 gone", "start 100000 [top:3]"], Some(17_500)),
+            (
+                12_500,
+                &["low-b", "top"],
+                &["end 1000 gone", "start 100000 [top:3]"],
+                Some(17_500),
+            ),
             (13_000, &["low-b", "top"], &[], Some(17_500)),
             (14_000, &["low-b"], &["end 100000 gone", "release"], None),
             // Nothing after the release.
@@ -867,23 +1005,39 @@ mod tests {
                 )
             })
             .collect();
-        assert_eq!(rec, vec![(0, 0, Some(10_000)), (1_000, 10_000, Some(12_500)), (100_000, 12_500, Some(14_000))]);
+        assert_eq!(
+            rec,
+            vec![
+                (0, 0, Some(10_000)),
+                (1_000, 10_000, Some(12_500)),
+                (100_000, 12_500, Some(14_000))
+            ]
+        );
     }
 
     #[test]
     fn run_without_pods_releases_at_once_and_abort_stops_early() {
         let mut run = ShutdownRun::new(ShutdownPlan::default(), t(5));
-        assert_eq!(describe(&run.advance(t(5), &BTreeSet::new())), vec!["release"]);
+        assert_eq!(
+            describe(&run.advance(t(5), &BTreeSet::new())),
+            vec!["release"]
+        );
         assert_eq!(run.released(), Some(t(5)));
 
         let mut run = ShutdownRun::new(three_groups(), t(0));
         run.advance(t(0), &uids(&["low-a", "low-b", "mid", "top"]));
         assert_eq!(run.current_pods().len(), 2);
         let step = run.abort(t(1_000), &uids(&["low-b", "mid", "top"]));
-        assert_eq!(describe(&step.into_iter().collect::<Vec<_>>()), vec!["end 0 elapsed ns/low-b"]);
+        assert_eq!(
+            describe(&step.into_iter().collect::<Vec<_>>()),
+            vec!["end 0 elapsed ns/low-b"]
+        );
         assert!(run.is_finished());
         assert_eq!(run.deadline(), None);
-        assert!(run.advance(t(2_000), &BTreeSet::new()).is_empty(), "no group starts after an abort");
+        assert!(
+            run.advance(t(2_000), &BTreeSet::new()).is_empty(),
+            "no group starts after an abort"
+        );
         assert!(run.abort(t(3_000), &BTreeSet::new()).is_none());
     }
 
@@ -892,13 +1046,22 @@ mod tests {
     #[test]
     fn pods_gone_early_do_not_hold_their_group() {
         let mut run = ShutdownRun::new(three_groups(), t(0));
-        assert_eq!(describe(&run.advance(t(0), &uids(&["low-a", "low-b"]))), vec!["start 0 [low-a:3,low-b:10]"]);
+        assert_eq!(
+            describe(&run.advance(t(0), &uids(&["low-a", "low-b"]))),
+            vec!["start 0 [low-a:3,low-b:10]"]
+        );
         assert_eq!(
             describe(&run.advance(t(100), &uids(&[]))),
             vec!["end 0 gone", "start 1000 [mid:3]"]
         );
-        assert_eq!(describe(&run.advance(t(200), &uids(&[]))), vec!["end 1000 gone", "start 100000 [top:3]"]);
-        assert_eq!(describe(&run.advance(t(300), &uids(&[]))), vec!["end 100000 gone", "release"]);
+        assert_eq!(
+            describe(&run.advance(t(200), &uids(&[]))),
+            vec!["end 1000 gone", "start 100000 [top:3]"]
+        );
+        assert_eq!(
+            describe(&run.advance(t(300), &uids(&[]))),
+            vec!["end 100000 gone", "release"]
+        );
     }
 
     #[test]
@@ -932,7 +1095,13 @@ mod tests {
             (vec![inh("sleep:shutdown", "kubelet", "delay")], true),
             (vec![inh("shutdown", "kubelet", "block")], false),
             (vec![inh("sleep", "kubelet", "delay")], false),
-            (vec![inh("shutdown", "node-monitor", "delay"), inh("handle-power-key", "kubelet", "block")], false),
+            (
+                vec![
+                    inh("shutdown", "node-monitor", "delay"),
+                    inh("handle-power-key", "kubelet", "block"),
+                ],
+                false,
+            ),
             (vec![], false),
         ];
         for (list, want) in cases {
@@ -947,14 +1116,34 @@ mod tests {
             (s(30), s(30), true, DelayCheck::Sufficient),
             (s(30), s(60), false, DelayCheck::Sufficient),
             (s(30), s(5), true, DelayCheck::Raise { seconds: 30 }),
-            (Duration::from_millis(30_200), s(5), true, DelayCheck::Raise { seconds: 31 }),
-            (s(30), s(5), false, DelayCheck::TooLow { needed: s(30), allowed: s(5) }),
+            (
+                Duration::from_millis(30_200),
+                s(5),
+                true,
+                DelayCheck::Raise { seconds: 31 },
+            ),
+            (
+                s(30),
+                s(5),
+                false,
+                DelayCheck::TooLow {
+                    needed: s(30),
+                    allowed: s(5),
+                },
+            ),
         ];
         for (needed, current, manage, want) in cases {
-            assert_eq!(inhibit_delay_check(needed, current, manage), want, "{needed:?} {current:?} {manage}");
+            assert_eq!(
+                inhibit_delay_check(needed, current, manage),
+                want,
+                "{needed:?} {current:?} {manage}"
+            );
         }
         let dropin = logind_dropin(23);
-        assert!(dropin.contains("[Login]\nInhibitDelayMaxSec=23\n"), "{dropin}");
+        assert!(
+            dropin.contains("[Login]\nInhibitDelayMaxSec=23\n"),
+            "{dropin}"
+        );
     }
 
     #[test]
@@ -966,7 +1155,11 @@ mod tests {
             (false, true, RebootVerdict::NotShutdown),
         ];
         for (down, preparing, want) in cases {
-            assert_eq!(classify_reboot(down, preparing), want, "down={down} preparing={preparing}");
+            assert_eq!(
+                classify_reboot(down, preparing),
+                want,
+                "down={down} preparing={preparing}"
+            );
         }
         assert_eq!(group_phase(1_000), "priority_1000");
     }

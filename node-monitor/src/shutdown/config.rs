@@ -151,7 +151,9 @@ const PRIORITY_KEYS: [&str; 2] = ["priority", "shutdownGracePeriodSeconds"];
 
 /// Reads the shutdown configuration from the agent's config file (`None`: no file, shutdown
 /// handling off).
-pub fn parse_shutdown_config(config_file_text: Option<&str>) -> Result<ShutdownConfig, ConfigError> {
+pub fn parse_shutdown_config(
+    config_file_text: Option<&str>,
+) -> Result<ShutdownConfig, ConfigError> {
     let Some(text) = config_file_text else {
         return Ok(ShutdownConfig::default());
     };
@@ -159,7 +161,11 @@ pub fn parse_shutdown_config(config_file_text: Option<&str>) -> Result<ShutdownC
     let map = match doc {
         Value::Null => return Ok(ShutdownConfig::default()),
         Value::Mapping(m) => m,
-        other => return Err(ConfigError::NotAMapping { found: describe(&other) }),
+        other => {
+            return Err(ConfigError::NotAMapping {
+                found: describe(&other),
+            });
+        }
     };
     let mut settings = ShutdownSettings::default();
     let mut options_map = None;
@@ -184,7 +190,10 @@ pub fn parse_shutdown_config(config_file_text: Option<&str>) -> Result<ShutdownC
         }
     }
     let groups = settings.groups()?;
-    let mut options = ShutdownOptions { enabled: !groups.is_empty(), ..ShutdownOptions::default() };
+    let mut options = ShutdownOptions {
+        enabled: !groups.is_empty(),
+        ..ShutdownOptions::default()
+    };
     let mut warnings = Vec::new();
     match options_map {
         None | Some(Value::Null) => {}
@@ -208,7 +217,12 @@ pub fn parse_shutdown_config(config_file_text: Option<&str>) -> Result<ShutdownC
                 .to_owned(),
         );
     }
-    Ok(ShutdownConfig { settings, groups, options, warnings })
+    Ok(ShutdownConfig {
+        settings,
+        groups,
+        options,
+        warnings,
+    })
 }
 
 fn parse_options(m: &serde_yaml::Mapping, o: &mut ShutdownOptions) -> Result<(), ConfigError> {
@@ -273,7 +287,11 @@ fn go_duration(field: &str, v: &Value) -> Result<GoDuration, ConfigError> {
             value: s.clone(),
             source,
         }),
-        other => Err(wrong_type(field, "a duration string such as \"30s\"", other)),
+        other => Err(wrong_type(
+            field,
+            "a duration string such as \"30s\"",
+            other,
+        )),
     }
 }
 
@@ -281,16 +299,29 @@ fn priority_list(field: &str, v: &Value) -> Result<Vec<PriorityPeriod>, ConfigEr
     let items = match v {
         Value::Null => return Ok(Vec::new()),
         Value::Sequence(items) => items,
-        other => return Err(wrong_type(field, "a list of {priority, shutdownGracePeriodSeconds}", other)),
+        other => {
+            return Err(wrong_type(
+                field,
+                "a list of {priority, shutdownGracePeriodSeconds}",
+                other,
+            ));
+        }
     };
     let mut out = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let entry = format!("{field}[{i}]");
         let Value::Mapping(m) = item else {
-            return Err(wrong_type(&entry, "a mapping {priority, shutdownGracePeriodSeconds}", item));
+            return Err(wrong_type(
+                &entry,
+                "a mapping {priority, shutdownGracePeriodSeconds}",
+                item,
+            ));
         };
         // Go's zero values for fields left out.
-        let mut p = PriorityPeriod { priority: 0, shutdown_grace_period_seconds: 0 };
+        let mut p = PriorityPeriod {
+            priority: 0,
+            shutdown_grace_period_seconds: 0,
+        };
         for (k, v) in m {
             let key = k.as_str().unwrap_or_default();
             let f = format!("{entry}.{key}");
@@ -302,8 +333,9 @@ fn priority_list(field: &str, v: &Value) -> Result<Vec<PriorityPeriod>, ConfigEr
                         .ok_or_else(|| invalid_number(&f, v, "is not a 32-bit integer"))?;
                 }
                 "shutdownGracePeriodSeconds" => {
-                    p.shutdown_grace_period_seconds =
-                        v.as_i64().ok_or_else(|| invalid_number(&f, v, "is not an integer (seconds)"))?;
+                    p.shutdown_grace_period_seconds = v
+                        .as_i64()
+                        .ok_or_else(|| invalid_number(&f, v, "is not an integer (seconds)"))?;
                 }
                 _ => {
                     return Err(ConfigError::UnknownKey {
@@ -320,7 +352,11 @@ fn priority_list(field: &str, v: &Value) -> Result<Vec<PriorityPeriod>, ConfigEr
 }
 
 fn invalid_number(field: &str, v: &Value, reason: &str) -> ConfigError {
-    ConfigError::Invalid { field: field.into(), value: describe_plain(v), reason: reason.into() }
+    ConfigError::Invalid {
+        field: field.into(),
+        value: describe_plain(v),
+        reason: reason.into(),
+    }
 }
 
 fn boolean(field: &str, v: &Value) -> Result<bool, ConfigError> {
@@ -346,11 +382,13 @@ fn duration(field: &str, v: &Value, min: Duration) -> Result<Duration, ConfigErr
         value: text.clone(),
         source,
     })?;
-    let d = u64::try_from(d.0).map(Duration::from_nanos).map_err(|_| ConfigError::Invalid {
-        field: field.into(),
-        value: text.clone(),
-        reason: "must not be negative".into(),
-    })?;
+    let d = u64::try_from(d.0)
+        .map(Duration::from_nanos)
+        .map_err(|_| ConfigError::Invalid {
+            field: field.into(),
+            value: text.clone(),
+            reason: "must not be negative".into(),
+        })?;
     if d < min {
         return Err(ConfigError::Invalid {
             field: field.into(),
@@ -362,7 +400,11 @@ fn duration(field: &str, v: &Value, min: Duration) -> Result<Duration, ConfigErr
 }
 
 fn wrong_type(field: &str, expected: &'static str, found: &Value) -> ConfigError {
-    ConfigError::WrongType { field: field.into(), expected, found: describe(found) }
+    ConfigError::WrongType {
+        field: field.into(),
+        expected,
+        found: describe(found),
+    }
 }
 
 fn describe(v: &Value) -> String {
@@ -393,7 +435,11 @@ mod tests {
 
     #[test]
     fn no_file_or_no_fields_means_off() {
-        for text in [None, Some(""), Some("evictionHard:\n  memory.available: 100Mi\n")] {
+        for text in [
+            None,
+            Some(""),
+            Some("evictionHard:\n  memory.available: 100Mi\n"),
+        ] {
             let c = parse_shutdown_config(text).expect("valid");
             assert!(!c.options.enabled, "{text:?}");
             assert!(c.groups.is_empty());
@@ -408,14 +454,22 @@ mod tests {
                     cgroupDriver: systemd\nshutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n";
         let c = parse_shutdown_config(Some(text)).expect("legacy form");
         assert!(c.options.enabled);
-        let got: Vec<(i32, u64)> = c.groups.iter().map(|g| (g.priority, g.period.as_secs())).collect();
+        let got: Vec<(i32, u64)> = c
+            .groups
+            .iter()
+            .map(|g| (g.priority, g.period.as_secs()))
+            .collect();
         assert_eq!(got, vec![(0, 20), (SYSTEM_CRITICAL_PRIORITY, 10)]);
         assert_eq!(c.budget(), Duration::from_secs(30));
         assert_eq!(c.needed_inhibit_delay(), Duration::from_secs(35));
 
         let text = "shutdownGracePeriodByPodPriority:\n  - priority: 100000\n    shutdownGracePeriodSeconds: 10\n  - priority: 0\n    shutdownGracePeriodSeconds: 60\n  - shutdownGracePeriodSeconds: 5\n    priority: 1000\n";
         let c = parse_shutdown_config(Some(text)).expect("priority form");
-        let got: Vec<(i32, u64)> = c.groups.iter().map(|g| (g.priority, g.period.as_secs())).collect();
+        let got: Vec<(i32, u64)> = c
+            .groups
+            .iter()
+            .map(|g| (g.priority, g.period.as_secs()))
+            .collect();
         assert_eq!(got, vec![(0, 60), (1_000, 5), (100_000, 10)]);
     }
 
@@ -441,30 +495,53 @@ mod tests {
         assert_eq!(json["kubeletInhibitorPolicy"], "takeOver");
         assert_eq!(json["lastGaspTimeout"], "500ms");
         // Explicitly off, with groups configured.
-        let c = parse_shutdown_config(Some("shutdownGracePeriod: 20s\nnodeMonitor:\n  shutdown:\n    enabled: false\n"))
-            .expect("off");
+        let c = parse_shutdown_config(Some(
+            "shutdownGracePeriod: 20s\nnodeMonitor:\n  shutdown:\n    enabled: false\n",
+        ))
+        .expect("off");
         assert!(!c.options.enabled);
         // On without groups: watched only, with a warning.
-        let c = parse_shutdown_config(Some("nodeMonitor:\n  shutdown:\n    enabled: true\n")).expect("watch");
+        let c = parse_shutdown_config(Some("nodeMonitor:\n  shutdown:\n    enabled: true\n"))
+            .expect("watch");
         assert!(c.options.enabled && c.groups.is_empty());
-        assert!(c.warnings.iter().any(|w| w.contains("no inhibitor")), "{:?}", c.warnings);
+        assert!(
+            c.warnings.iter().any(|w| w.contains("no inhibitor")),
+            "{:?}",
+            c.warnings
+        );
     }
 
     /// Every rejection names the field and the value.
     #[test]
     fn rejects_bad_input_naming_field_and_value() {
         let cases: &[(&str, &[&str])] = &[
-            ("shutdownGracePeriod: 30\n", &["shutdownGracePeriod", "duration string", "30"]),
-            ("shutdownGracePeriod: 30 seconds\n", &["shutdownGracePeriod", "\"30 seconds\""]),
-            ("shutdownGracePeriod: -30s\n", &["shutdownGracePeriod", "-30s", "negative"]),
-            ("shutdownGracePeriod: 300ms\n", &["shutdownGracePeriod", "300ms", ">= 1s"]),
+            (
+                "shutdownGracePeriod: 30\n",
+                &["shutdownGracePeriod", "duration string", "30"],
+            ),
+            (
+                "shutdownGracePeriod: 30 seconds\n",
+                &["shutdownGracePeriod", "\"30 seconds\""],
+            ),
+            (
+                "shutdownGracePeriod: -30s\n",
+                &["shutdownGracePeriod", "-30s", "negative"],
+            ),
+            (
+                "shutdownGracePeriod: 300ms\n",
+                &["shutdownGracePeriod", "300ms", ">= 1s"],
+            ),
             (
                 "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n",
                 &["shutdownGracePeriodCriticalPods", "20s", "10s"],
             ),
             (
                 "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: 10\n  - priority: 0\n    shutdownGracePeriodSeconds: 5\n",
-                &["shutdownGracePeriodByPodPriority", "priority 0", "more than once"],
+                &[
+                    "shutdownGracePeriodByPodPriority",
+                    "priority 0",
+                    "more than once",
+                ],
             ),
             (
                 "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: -1\n",
@@ -472,39 +549,94 @@ mod tests {
             ),
             (
                 "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSecond: 10\n",
-                &["shutdownGracePeriodByPodPriority[0]", "\"shutdownGracePeriodSecond\""],
+                &[
+                    "shutdownGracePeriodByPodPriority[0]",
+                    "\"shutdownGracePeriodSecond\"",
+                ],
             ),
             (
                 "shutdownGracePeriodByPodPriority:\n  - priority: 3000000000\n",
-                &["shutdownGracePeriodByPodPriority[0].priority", "3000000000", "32-bit"],
+                &[
+                    "shutdownGracePeriodByPodPriority[0].priority",
+                    "3000000000",
+                    "32-bit",
+                ],
             ),
             (
                 "shutdownGracePeriodByPodPriority:\n  - priority: high\n",
                 &["shutdownGracePeriodByPodPriority[0].priority", "high"],
             ),
-            ("shutdownGracePeriodByPodPriority: 10\n", &["shutdownGracePeriodByPodPriority", "a list"]),
+            (
+                "shutdownGracePeriodByPodPriority: 10\n",
+                &["shutdownGracePeriodByPodPriority", "a list"],
+            ),
             (
                 "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: 10\n",
                 &["both set"],
             ),
-            ("nodeMonitor:\n  shutdown: yes\n", &["nodeMonitor.shutdown", "a mapping"]),
-            ("nodeMonitor:\n  shutdown:\n    cordn: true\n", &["nodeMonitor.shutdown", "unknown setting \"cordn\"", "cordon"]),
-            ("nodeMonitor:\n  shutdown:\n    cordon: sometimes\n", &["nodeMonitor.shutdown.cordon", "a boolean", "\"sometimes\""]),
+            (
+                "nodeMonitor:\n  shutdown: yes\n",
+                &["nodeMonitor.shutdown", "a mapping"],
+            ),
+            (
+                "nodeMonitor:\n  shutdown:\n    cordn: true\n",
+                &[
+                    "nodeMonitor.shutdown",
+                    "unknown setting \"cordn\"",
+                    "cordon",
+                ],
+            ),
+            (
+                "nodeMonitor:\n  shutdown:\n    cordon: sometimes\n",
+                &["nodeMonitor.shutdown.cordon", "a boolean", "\"sometimes\""],
+            ),
             (
                 "nodeMonitor:\n  shutdown:\n    kubeletInhibitorPolicy: fight\n",
-                &["nodeMonitor.shutdown.kubeletInhibitorPolicy", "\"fight\"", "takeOver"],
+                &[
+                    "nodeMonitor.shutdown.kubeletInhibitorPolicy",
+                    "\"fight\"",
+                    "takeOver",
+                ],
             ),
-            ("nodeMonitor:\n  shutdown:\n    lastGasp: scream\n", &["nodeMonitor.shutdown.lastGasp", "\"scream\""]),
-            ("nodeMonitor:\n  shutdown:\n    lastGaspTimeout: 1ms\n", &["nodeMonitor.shutdown.lastGaspTimeout", "\"1ms\"", "at least 100ms"]),
-            ("nodeMonitor:\n  shutdown:\n    inhibitDelayMargin: -1s\n", &["nodeMonitor.shutdown.inhibitDelayMargin", "\"-1s\"", "negative"]),
-            ("nodeMonitor:\n  shutdown:\n    pollInterval: soon\n", &["nodeMonitor.shutdown.pollInterval", "\"soon\""]),
+            (
+                "nodeMonitor:\n  shutdown:\n    lastGasp: scream\n",
+                &["nodeMonitor.shutdown.lastGasp", "\"scream\""],
+            ),
+            (
+                "nodeMonitor:\n  shutdown:\n    lastGaspTimeout: 1ms\n",
+                &[
+                    "nodeMonitor.shutdown.lastGaspTimeout",
+                    "\"1ms\"",
+                    "at least 100ms",
+                ],
+            ),
+            (
+                "nodeMonitor:\n  shutdown:\n    inhibitDelayMargin: -1s\n",
+                &[
+                    "nodeMonitor.shutdown.inhibitDelayMargin",
+                    "\"-1s\"",
+                    "negative",
+                ],
+            ),
+            (
+                "nodeMonitor:\n  shutdown:\n    pollInterval: soon\n",
+                &["nodeMonitor.shutdown.pollInterval", "\"soon\""],
+            ),
             ("- a\n- list\n", &["config file", "expected a mapping"]),
-            ("shutdownGracePeriod: [\n", &["config file", "not a valid YAML"]),
+            (
+                "shutdownGracePeriod: [\n",
+                &["config file", "not a valid YAML"],
+            ),
         ];
         for (text, wants) in cases {
-            let err = parse_shutdown_config(Some(text)).expect_err(text).to_string();
+            let err = parse_shutdown_config(Some(text))
+                .expect_err(text)
+                .to_string();
             for want in *wants {
-                assert!(err.contains(want), "{text:?}: {err:?} should contain {want:?}");
+                assert!(
+                    err.contains(want),
+                    "{text:?}: {err:?} should contain {want:?}"
+                );
             }
         }
     }
@@ -513,9 +645,15 @@ mod tests {
     #[test]
     fn eviction_config_accepts_the_shutdown_block() {
         let text = "nodeMonitor:\n  dryRun: true\n  shutdown:\n    cordon: true\n";
-        let c = crate::core::config::load(Some(text), &crate::core::config::EvictionFlags::default())
-            .expect("eviction config");
+        let c =
+            crate::core::config::load(Some(text), &crate::core::config::EvictionFlags::default())
+                .expect("eviction config");
         assert!(c.node_monitor.dry_run);
-        assert!(parse_shutdown_config(Some(text)).expect("shutdown").options.cordon);
+        assert!(
+            parse_shutdown_config(Some(text))
+                .expect("shutdown")
+                .options
+                .cordon
+        );
     }
 }

@@ -13,12 +13,7 @@ use std::{
 
 use futures::{Stream, StreamExt as _};
 use tracing::{debug, info};
-use zbus::{
-    Connection,
-    fdo::DBusProxy,
-    names::BusName,
-    proxy::CacheProperties,
-};
+use zbus::{Connection, fdo::DBusProxy, names::BusName, proxy::CacheProperties};
 
 use crate::core::shutdown::Inhibitor;
 
@@ -44,7 +39,10 @@ trait Login1Manager {
     ) -> zbus::Result<zbus::zvariant::OwnedFd>;
 
     /// `ListInhibitors() -> a(ssssuu)`: what, who, why, mode, uid, pid.
-    #[expect(clippy::type_complexity, reason = "the D-Bus signature a(ssssuu), converted right after")]
+    #[expect(
+        clippy::type_complexity,
+        reason = "the D-Bus signature a(ssssuu), converted right after"
+    )]
     fn list_inhibitors(&self) -> zbus::Result<Vec<(String, String, String, String, u32, u32)>>;
 
     /// `PrepareForShutdown(b start)`: true before a shutdown, false when it was cancelled.
@@ -121,7 +119,9 @@ pub struct Logind {
 
 impl Logind {
     pub async fn connect() -> Result<Self, LogindError> {
-        let conn = Connection::system().await.map_err(|e| LogindError::Connect(Box::new(e)))?;
+        let conn = Connection::system()
+            .await
+            .map_err(|e| LogindError::Connect(Box::new(e)))?;
         // Uncached: InhibitDelayMaxUSec changes on a reload without a PropertiesChanged signal.
         let manager = Login1ManagerProxy::builder(&conn)
             .cache_properties(CacheProperties::No)
@@ -137,7 +137,10 @@ impl Logind {
             .manager
             .inhibit_delay_max_usec()
             .await
-            .map_err(|source| LogindError::Call { method: "InhibitDelayMaxUSec", source: Box::new(source) })?;
+            .map_err(|source| LogindError::Call {
+                method: "InhibitDelayMaxUSec",
+                source: Box::new(source),
+            })?;
         Ok(Duration::from_micros(usec))
     }
 
@@ -147,8 +150,13 @@ impl Logind {
             .manager
             .inhibit("shutdown", who, why, "delay")
             .await
-            .map_err(|source| LogindError::Call { method: "Inhibit", source: Box::new(source) })?;
-        Ok(InhibitorLock { fd: OwnedFd::from(fd) })
+            .map_err(|source| LogindError::Call {
+                method: "Inhibit",
+                source: Box::new(source),
+            })?;
+        Ok(InhibitorLock {
+            fd: OwnedFd::from(fd),
+        })
     }
 
     pub async fn list_inhibitors(&self) -> Result<Vec<Inhibitor>, LogindError> {
@@ -156,10 +164,20 @@ impl Logind {
             .manager
             .list_inhibitors()
             .await
-            .map_err(|source| LogindError::Call { method: "ListInhibitors", source: Box::new(source) })?;
+            .map_err(|source| LogindError::Call {
+                method: "ListInhibitors",
+                source: Box::new(source),
+            })?;
         Ok(rows
             .into_iter()
-            .map(|(what, who, why, mode, uid, pid)| Inhibitor { what, who, why, mode, uid, pid })
+            .map(|(what, who, why, mode, uid, pid)| Inhibitor {
+                what,
+                who,
+                why,
+                mode,
+                uid,
+                pid,
+            })
             .collect())
     }
 
@@ -171,7 +189,10 @@ impl Logind {
             .manager
             .receive_prepare_for_shutdown()
             .await
-            .map_err(|source| LogindError::Subscribe { signal: "PrepareForShutdown", source: Box::new(source) })?;
+            .map_err(|source| LogindError::Subscribe {
+                signal: "PrepareForShutdown",
+                source: Box::new(source),
+            })?;
         Ok(stream.map(|s| s.args().map(|a| a.start)))
     }
 
@@ -185,12 +206,21 @@ impl Logind {
             .cache_properties(CacheProperties::No)
             .build()
             .await
-            .map_err(|source| LogindError::Subscribe { signal: "NameOwnerChanged", source: Box::new(source) })?;
+            .map_err(|source| LogindError::Subscribe {
+                signal: "NameOwnerChanged",
+                source: Box::new(source),
+            })?;
         let stream = dbus
             .receive_name_owner_changed_with_args(&[(0, LOGIND_SERVICE)])
             .await
-            .map_err(|source| LogindError::Subscribe { signal: "NameOwnerChanged", source: Box::new(source) })?;
-        Ok(stream.map(|s| s.args().map(|a| a.new_owner().as_ref().map(|o| o.to_string()))))
+            .map_err(|source| LogindError::Subscribe {
+                signal: "NameOwnerChanged",
+                source: Box::new(source),
+            })?;
+        Ok(stream.map(|s| {
+            s.args()
+                .map(|a| a.new_owner().as_ref().map(|o| o.to_string()))
+        }))
     }
 
     /// A cheap round trip to tell a live connection from a dead one.
@@ -219,15 +249,26 @@ impl Logind {
             Err(_) => None,
         };
         let Some(pid) = pid.filter(|p| *p > 1) else {
-            return Err(LogindError::Reload { kill_unit, pid, source: None });
+            return Err(LogindError::Reload {
+                kill_unit,
+                pid,
+                source: None,
+            });
         };
         let raw = i32::try_from(pid).map_err(|_| LogindError::Reload {
             kill_unit: kill_unit.clone(),
             pid: Some(pid),
             source: None,
         })?;
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), nix::sys::signal::Signal::SIGHUP)
-            .map_err(|e| LogindError::Reload { kill_unit, pid: Some(pid), source: Some(e) })?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(raw),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .map_err(|e| LogindError::Reload {
+            kill_unit,
+            pid: Some(pid),
+            source: Some(e),
+        })?;
         info!(pid, "sent SIGHUP to systemd-logind");
         Ok(())
     }
@@ -236,7 +277,10 @@ impl Logind {
 /// Writes the drop-in raising `InhibitDelayMaxSec` (atomically: a temporary file renamed).
 pub fn write_dropin(dir: &Path, contents: &str) -> Result<PathBuf, LogindError> {
     let path = dir.join(DROPIN_NAME);
-    let err = |source| LogindError::DropIn { path: path.clone(), source };
+    let err = |source| LogindError::DropIn {
+        path: path.clone(),
+        source,
+    };
     std::fs::create_dir_all(dir).map_err(err)?;
     let tmp = dir.join(format!(".{DROPIN_NAME}.tmp"));
     std::fs::write(&tmp, contents).map_err(err)?;

@@ -32,7 +32,9 @@ use kube::{Api, api::ListParams};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 
-pub use self::config::{ConfigError, LastGasp, ShutdownConfig, ShutdownOptions, parse_shutdown_config};
+pub use self::config::{
+    ConfigError, LastGasp, ShutdownConfig, ShutdownOptions, parse_shutdown_config,
+};
 use self::logind::{InhibitorLock, Logind, LogindError};
 use crate::{
     core::{
@@ -77,7 +79,11 @@ pub struct RebootSeen {
 
 impl From<&RebootEvent> for RebootSeen {
     fn from(e: &RebootEvent) -> Self {
-        Self { cmd: e.cmd, pid: e.task.pid, comm: e.task.comm.clone() }
+        Self {
+            cmd: e.cmd,
+            pid: e.task.pid,
+            comm: e.task.comm.clone(),
+        }
     }
 }
 
@@ -90,6 +96,34 @@ pub struct ShutdownContext {
     pub settings: ShutdownConfig,
     /// reboot(2) calls from the kernel probe; the sender lives with the eBPF adapter.
     pub reboots: mpsc::Receiver<RebootSeen>,
+}
+
+/// Why the shutdown configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("reading --config {path}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--config {path}")]
+    Parse {
+        path: String,
+        #[source]
+        source: ConfigError,
+    },
+}
+
+/// Reads the agent's config file (if any) and parses its shutdown configuration.
+pub fn load_shutdown_config(path: Option<&std::path::Path>) -> Result<ShutdownConfig, LoadError> {
+    let Some(path) = path else {
+        return Ok(ShutdownConfig::default());
+    };
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| LoadError::Read { path: shown.clone(), source })?;
+    parse_shutdown_config(Some(&text)).map_err(|source| LoadError::Parse { path: shown, source })
 }
 
 /// Runs the shutdown manager until `stop` turns true. Never returns early on D-Bus or API
@@ -194,7 +228,9 @@ impl Manager {
 
     fn init_metrics(&self) {
         self.set_held(false);
-        self.metrics.shutdown_budget_seconds.set(self.cfg.budget().as_secs_f64());
+        self.metrics
+            .shutdown_budget_seconds
+            .set(self.cfg.budget().as_secs_f64());
     }
 
     fn set_held(&self, held: bool) {
@@ -212,7 +248,9 @@ impl Manager {
     fn api_error(&self, operation: &str) {
         self.metrics
             .api_errors
-            .get_or_create(&OperationLabels { operation: operation.to_owned() })
+            .get_or_create(&OperationLabels {
+                operation: operation.to_owned(),
+            })
             .inc();
     }
 
@@ -298,29 +336,44 @@ impl Manager {
                 return;
             }
         };
-        self.metrics.shutdown_inhibit_delay_max_seconds.set(current.as_secs_f64());
-        let check = core_shutdown::inhibit_delay_check(needed, current, self.cfg.options.manage_inhibit_delay);
+        self.metrics
+            .shutdown_inhibit_delay_max_seconds
+            .set(current.as_secs_f64());
+        let check = core_shutdown::inhibit_delay_check(
+            needed,
+            current,
+            self.cfg.options.manage_inhibit_delay,
+        );
         let allowed = match check {
             DelayCheck::Sufficient => {
                 debug!(?needed, ?current, "logind's InhibitDelayMaxSec suffices");
                 return;
             }
             DelayCheck::TooLow { allowed, .. } => allowed,
-            DelayCheck::Raise { seconds } => match self.raise_inhibit_delay(logind, seconds).await {
-                Ok(now) if now >= needed => {
-                    info!(inhibit_delay_max_s = now.as_secs(), "raised logind's InhibitDelayMaxSec");
-                    self.metrics.shutdown_inhibit_delay_max_seconds.set(now.as_secs_f64());
-                    return;
+            DelayCheck::Raise { seconds } => {
+                match self.raise_inhibit_delay(logind, seconds).await {
+                    Ok(now) if now >= needed => {
+                        info!(
+                            inhibit_delay_max_s = now.as_secs(),
+                            "raised logind's InhibitDelayMaxSec"
+                        );
+                        self.metrics
+                            .shutdown_inhibit_delay_max_seconds
+                            .set(now.as_secs_f64());
+                        return;
+                    }
+                    Ok(now) => {
+                        self.metrics
+                            .shutdown_inhibit_delay_max_seconds
+                            .set(now.as_secs_f64());
+                        now
+                    }
+                    Err(e) => {
+                        warn!(error = %chain(&e), "could not raise logind's InhibitDelayMaxSec");
+                        current
+                    }
                 }
-                Ok(now) => {
-                    self.metrics.shutdown_inhibit_delay_max_seconds.set(now.as_secs_f64());
-                    now
-                }
-                Err(e) => {
-                    warn!(error = %chain(&e), "could not raise logind's InhibitDelayMaxSec");
-                    current
-                }
-            },
+            }
         };
         let err = core_shutdown::check_inhibit_delay(needed, allowed).err();
         if let Some(e) = err {
@@ -329,7 +382,11 @@ impl Manager {
         }
     }
 
-    async fn raise_inhibit_delay(&self, logind: &Logind, seconds: u64) -> Result<Duration, LogindError> {
+    async fn raise_inhibit_delay(
+        &self,
+        logind: &Logind,
+        seconds: u64,
+    ) -> Result<Duration, LogindError> {
         let text = core_shutdown::logind_dropin(seconds);
         let path = logind::write_dropin(std::path::Path::new(logind::DROPIN_DIR), &text)?;
         info!(path = %path.display(), inhibit_delay_max_s = seconds, "wrote logind drop-in");
@@ -361,7 +418,10 @@ impl Manager {
                     self.cfg.budget().as_secs()
                 ),
             ),
-            (_, false) => ("NoInhibitor", "no shutdown groups configured; shutdowns are watched only".to_owned()),
+            (_, false) => (
+                "NoInhibitor",
+                "no shutdown groups configured; shutdowns are watched only".to_owned(),
+            ),
         };
         self.set_condition(false, reason, &message).await;
     }
@@ -385,7 +445,11 @@ impl Manager {
 
     /// After a reboot the node may still carry the marks of the shutdown that took it down.
     async fn clear_stale_marks(&mut self) {
-        if let Err(e) = self.actuator.set_taint(TAINT_KEY, "", "NoSchedule", false).await {
+        if let Err(e) = self
+            .actuator
+            .set_taint(TAINT_KEY, "", "NoSchedule", false)
+            .await
+        {
             warn!(error = %chain(&e), "could not clear a stale shutdown taint");
             self.api_error("patch_taint");
         }
@@ -423,7 +487,9 @@ impl Manager {
                     return Ok(None);
                 }
                 // Annotate first: a crash between the two leaves an annotation, never a stray cordon.
-                self.actuator.annotate_node(CORDONED_ANNOTATION, Some("true")).await?;
+                self.actuator
+                    .annotate_node(CORDONED_ANNOTATION, Some("true"))
+                    .await?;
                 self.actuator.set_unschedulable(true).await.map(Some)
             },
         );
@@ -508,12 +574,20 @@ impl Manager {
                         self.phase_start(&phase, unix_now());
                         info!(priority, pods = pods.len(), "shutdown group started");
                     }
-                    Step::EndGroup { priority, outcome, .. } => {
+                    Step::EndGroup {
+                        priority, outcome, ..
+                    } => {
                         self.phase_end(&core_shutdown::group_phase(priority), unix_now());
                         match &outcome {
-                            GroupOutcome::AllGone => info!(priority, "shutdown group done: all pods gone"),
+                            GroupOutcome::AllGone => {
+                                info!(priority, "shutdown group done: all pods gone")
+                            }
                             GroupOutcome::PeriodElapsed { remaining } => {
-                                warn!(priority, ?remaining, "shutdown group period elapsed with pods left");
+                                warn!(
+                                    priority,
+                                    ?remaining,
+                                    "shutdown group period elapsed with pods left"
+                                );
                             }
                         }
                     }
@@ -521,7 +595,10 @@ impl Manager {
                         self.release_lock();
                         self.phase_end(PHASE_TOTAL, unix_now());
                         let total = self.now().saturating_since(run.started());
-                        info!(total_ms = total.as_millis() as u64, "shutdown groups done; logind may proceed");
+                        info!(
+                            total_ms = total.as_millis() as u64,
+                            "shutdown groups done; logind may proceed"
+                        );
                     }
                 }
             }
@@ -570,13 +647,18 @@ impl Manager {
 
     /// Deletes the running group's pods not yet deleted (retrying failed deletions on each call).
     async fn delete_current(&self, run: &ShutdownRun, deleted: &mut BTreeSet<String>) {
-        let todo: Vec<_> = run.current_pods().iter().filter(|p| !deleted.contains(&p.pod.uid)).collect();
+        let todo: Vec<_> = run
+            .current_pods()
+            .iter()
+            .filter(|p| !deleted.contains(&p.pod.uid))
+            .collect();
         if todo.is_empty() {
             return;
         }
         let results = join_all(todo.iter().map(|p| {
             let grace = u32::try_from(p.grace_period_seconds).unwrap_or(u32::MAX);
-            self.actuator.delete_pod(&p.pod.namespace, &p.pod.name, &p.pod.uid, grace)
+            self.actuator
+                .delete_pod(&p.pod.namespace, &p.pod.name, &p.pod.uid, grace)
         }))
         .await;
         for (p, r) in todo.iter().zip(results) {
@@ -627,7 +709,11 @@ impl Manager {
     fn plannable(&self, p: &Pod) -> bool {
         let ns = p.metadata.namespace.as_deref().unwrap_or_default();
         let name = p.metadata.name.as_deref().unwrap_or_default();
-        if self.own_pod.as_ref().is_some_and(|(n, m)| n == ns && m == name) {
+        if self
+            .own_pod
+            .as_ref()
+            .is_some_and(|(n, m)| n == ns && m == name)
+        {
             return false;
         }
         if p.metadata
@@ -680,10 +766,17 @@ impl Manager {
         self.preparing = false;
         if self.role != Role::Passive {
             self.actuator
-                .record_node_event("NodeShutdown", "Shutdown manager detected shutdown cancellation")
+                .record_node_event(
+                    "NodeShutdown",
+                    "Shutdown manager detected shutdown cancellation",
+                )
                 .await;
             if self.marks.taint {
-                match self.actuator.set_taint(TAINT_KEY, "", "NoSchedule", false).await {
+                match self
+                    .actuator
+                    .set_taint(TAINT_KEY, "", "NoSchedule", false)
+                    .await
+                {
                     Ok(_) => self.marks.taint = false,
                     Err(e) => {
                         warn!(error = %chain(&e), "could not remove the shutdown taint");
@@ -743,8 +836,11 @@ impl Manager {
                     reason: "NonGracefulShutdown".into(),
                     message,
                 };
-                tokio::time::timeout(timeout, self.actuator.set_conditions(std::slice::from_ref(&update)))
-                    .await
+                tokio::time::timeout(
+                    timeout,
+                    self.actuator.set_conditions(std::slice::from_ref(&update)),
+                )
+                .await
             }
             LastGasp::Annotation => {
                 let value = format!(
@@ -754,8 +850,12 @@ impl Manager {
                     seen.comm,
                     seen.pid
                 );
-                tokio::time::timeout(timeout, self.actuator.annotate_node(LAST_GASP_ANNOTATION, Some(&value)))
-                    .await
+                tokio::time::timeout(
+                    timeout,
+                    self.actuator
+                        .annotate_node(LAST_GASP_ANNOTATION, Some(&value)),
+                )
+                .await
             }
         };
         match result {
@@ -774,15 +874,28 @@ impl Manager {
     }
 
     fn phase_start(&self, phase: &str, at: f64) {
-        let l = PhaseLabels { phase: phase.to_owned() };
-        self.metrics.shutdown_phase_start_time_seconds.get_or_create(&l).set(at);
+        let l = PhaseLabels {
+            phase: phase.to_owned(),
+        };
+        self.metrics
+            .shutdown_phase_start_time_seconds
+            .get_or_create(&l)
+            .set(at);
         // As the kubelet does for its end-time gauge: a new start clears the previous end.
-        self.metrics.shutdown_phase_end_time_seconds.get_or_create(&l).set(0.0);
+        self.metrics
+            .shutdown_phase_end_time_seconds
+            .get_or_create(&l)
+            .set(0.0);
     }
 
     fn phase_end(&self, phase: &str, at: f64) {
-        let l = PhaseLabels { phase: phase.to_owned() };
-        self.metrics.shutdown_phase_end_time_seconds.get_or_create(&l).set(at);
+        let l = PhaseLabels {
+            phase: phase.to_owned(),
+        };
+        self.metrics
+            .shutdown_phase_end_time_seconds
+            .get_or_create(&l)
+            .set(at);
     }
 }
 
@@ -851,7 +964,10 @@ mod tests {
                 termination_grace_period_seconds: tgp,
                 ..PodSpec::default()
             }),
-            status: Some(PodStatus { phase: Some(phase.into()), ..PodStatus::default() }),
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                ..PodStatus::default()
+            }),
         }
     }
 
@@ -869,7 +985,12 @@ mod tests {
             }
         );
         // No priority admitted yet: 0, as the kubelet reads a nil priority.
-        assert_eq!(shutdown_pod(&api_pod("b", None, None, "Pending")).expect("complete").priority, 0);
+        assert_eq!(
+            shutdown_pod(&api_pod("b", None, None, "Pending"))
+                .expect("complete")
+                .priority,
+            0
+        );
         let mut nameless = api_pod("c", None, None, "Running");
         nameless.metadata.uid = None;
         assert!(shutdown_pod(&nameless).is_none());
@@ -882,7 +1003,12 @@ mod tests {
     fn reboot_seen_from_the_kernel_event() {
         let ev = RebootEvent {
             ts_ns: 1,
-            task: crate::ebpf::TaskInfo { pid: 77, tid: 77, comm: "systemctl".into(), cgroup_id: 1 },
+            task: crate::ebpf::TaskInfo {
+                pid: 77,
+                tid: 77,
+                comm: "systemctl".into(),
+                cgroup_id: 1,
+            },
             cmd: RebootCmd::Restart,
             cmd_raw: 0x0123_4567,
             magic1: 0,
@@ -890,7 +1016,11 @@ mod tests {
         };
         assert_eq!(
             RebootSeen::from(&ev),
-            RebootSeen { cmd: RebootCmd::Restart, pid: 77, comm: "systemctl".into() }
+            RebootSeen {
+                cmd: RebootCmd::Restart,
+                pid: 77,
+                comm: "systemctl".into()
+            }
         );
     }
 

@@ -82,13 +82,47 @@ async fn run(cluster: &Cluster) -> Result<()> {
         &["--no-mlock"],
     )?;
     agent.wait_log("deciding", Duration::from_secs(30)).await?;
+    for line in agent
+        .log()
+        .lines()
+        .filter(|l| l.contains("eBPF programs ready") || l.contains("eBPF program unavailable"))
+    {
+        println!("     {}", line.trim());
+    }
     let available = cluster.settled_memory_available().await? / MI;
     println!(
         "   memory.available = {available}Mi of 1024Mi; metrics on 127.0.0.1:{}",
         agent.metrics_port
     );
 
-    say("4. `leaky` (BestEffort) allocates 32 MiB every 100 ms");
+    say(
+        "4a. `capped` has a 32 MiB limit and touches 64 MiB: the kernel OOM-kills it inside its own limit",
+    );
+    cluster
+        .create_pod(
+            PodBuilder::new("capped", &node, &["--hold", "64Mi"])
+                .memory("32Mi", Some("32Mi"))
+                .build(),
+        )
+        .await?;
+    match agent
+        .wait_log("kernel event: OOM kill", Duration::from_secs(30))
+        .await
+    {
+        Ok(()) => {
+            for line in agent
+                .log()
+                .lines()
+                .filter(|l| l.contains("kernel event: OOM kill"))
+                .take(1)
+            {
+                println!("     {}", line.trim());
+            }
+        }
+        Err(e) => println!("   no OOM event from the kernel probe: {e:#}"),
+    }
+
+    say("4b. `leaky` (BestEffort) allocates 32 MiB every 100 ms");
     cluster
         .create_pod(
             PodBuilder::new(

@@ -1,0 +1,202 @@
+//! Kernel events in the run loop: each event wakes the sampler at once, is counted by kind,
+//! attributed to its pod (OOM kills keep their namespace/pod in a bounded metric), logged, and
+//! reboot requests are handed to the shutdown manager. Malformed records are counted and skipped.
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::{mpsc, watch};
+use tracing::{info, warn};
+
+use crate::{
+    attribution::{Attributor, CgroupPaths, PodDirectory, PodRef},
+    ebpf::{KernelEvent, ProbeConfig, Probes},
+    http::Health,
+    metrics::{KindLabels, Metrics},
+    sampler::{KernelSender, KernelWakeKind},
+};
+
+/// A reboot, power-off, halt or kexec request the kernel probe saw (the shutdown manager's type).
+pub use crate::shutdown::RebootSeen;
+
+/// How often the in-kernel drop counters are mirrored into the metrics.
+const COUNTER_PERIOD: Duration = Duration::from_secs(5);
+
+/// Loads the probes (never fatal: failures degrade the agent with a warning and a metric) and
+/// spawns the task that consumes their events. Returns the probes so they stay attached.
+pub async fn start(
+    config: ProbeConfig,
+    pods: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    wake: KernelSender,
+    reboots: mpsc::Sender<RebootSeen>,
+    stop: watch::Receiver<bool>,
+) -> Option<Probes> {
+    let mut probes = match tokio::task::spawn_blocking(move || Probes::load(&config)).await {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(error = %e, "loading the eBPF programs panicked; running without them");
+            health.report_degraded("eBPF programs not loaded");
+            metrics.degraded.set(1);
+            return None;
+        }
+    };
+    for s in probes.program_states() {
+        metrics.set_program_state(s.name, s.state.label());
+        if s.state.label() == "failed" {
+            warn!(program = s.name, state = ?s.state, "eBPF program unavailable; the agent continues without it");
+            health.report_degraded(format!("eBPF program {} failed", s.name));
+            metrics.degraded.set(1);
+        }
+    }
+    info!(attached = probes.attached(), "eBPF programs ready");
+    let events = match probes.events() {
+        Ok(e) => e,
+        Err(e) => {
+            warn!(error = %e, "no kernel event stream; running on cgroup notifications and the tick");
+            health.report_degraded("kernel event stream unavailable");
+            metrics.degraded.set(1);
+            return Some(probes);
+        }
+    };
+    let attributor = match CgroupPaths::detect() {
+        Ok(paths) => Some(Attributor::new(paths, Box::new(StorePods(pods)))),
+        Err(e) => {
+            warn!(error = %e, "no cgroup2 hierarchy for attributing kernel events to pods");
+            None
+        }
+    };
+    tokio::spawn(consume(events, attributor, metrics, wake, reboots, stop));
+    Some(probes)
+}
+
+async fn consume(
+    mut events: crate::ebpf::EventStream,
+    mut attributor: Option<Attributor>,
+    metrics: Arc<Metrics>,
+    wake: KernelSender,
+    reboots: mpsc::Sender<RebootSeen>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let ev = tokio::select! {
+            ev = events.next() => ev,
+            _ = stop.changed() => return,
+        };
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(e) if e.is_fatal() => {
+                warn!(error = %e, "kernel event stream ended");
+                return;
+            }
+            Err(e) => {
+                metrics.kernel_event_errors.inc();
+                warn!(error = %e, "malformed kernel event skipped");
+                continue;
+            }
+        };
+        let kind = match &ev {
+            KernelEvent::OomKill(_) => KernelWakeKind::OomKill,
+            KernelEvent::ReclaimStall(_) => KernelWakeKind::ReclaimStall,
+            KernelEvent::KswapdWake(_) => KernelWakeKind::KswapdWake,
+            KernelEvent::Reboot(_) => KernelWakeKind::Reboot,
+            KernelEvent::Synthetic(_) => continue,
+        };
+        // Wake first: everything below is bookkeeping. A reboot goes to the shutdown manager
+        // just as early: its last gasp races the kernel's restart path.
+        wake.wake(kind);
+        if let KernelEvent::Reboot(r) = &ev
+            && reboots.try_send(RebootSeen::from(r)).is_err()
+        {
+            warn!("shutdown manager not listening for reboot events");
+        }
+        metrics
+            .kernel_events
+            .get_or_create(&KindLabels {
+                kind: ev.kind().to_owned(),
+            })
+            .inc();
+        let attribution = match attributor.as_mut() {
+            Some(a) => Some(a.attribute(ev.cgroup_id()).await),
+            None => None,
+        };
+        let pod_uid = attribution
+            .as_ref()
+            .and_then(|a| a.pod.as_ref())
+            .map(|p| p.pod_uid.clone());
+        let path = attribution.as_ref().and_then(|a| a.cgroup_path.clone());
+        match &ev {
+            KernelEvent::OomKill(o) => {
+                let global = o.global().unwrap_or(false);
+                let pod_ref = attribution.as_ref().and_then(|a| a.pod_ref.clone());
+                let labels = match (&pod_ref, &pod_uid) {
+                    (Some(r), _) => Some((r.namespace.clone(), r.name.clone())),
+                    (None, Some(uid)) => Some((String::new(), uid.clone())),
+                    (None, None) => None,
+                };
+                metrics.record_oom_kill(
+                    global,
+                    labels.as_ref().map(|(n, p)| (n.as_str(), p.as_str())),
+                );
+                warn!(
+                    kind = "oom_kill",
+                    global,
+                    pid = o.victim_pid,
+                    comm = o.victim_comm.as_deref().unwrap_or(""),
+                    pod_uid = pod_uid.as_deref().unwrap_or(""),
+                    cgroup = path.as_deref().unwrap_or(""),
+                    rss_bytes = o.memory.as_ref().map(|m| m.rss_bytes()),
+                    "kernel event: OOM kill"
+                );
+            }
+            KernelEvent::Reboot(r) => {
+                warn!(kind = "reboot", cmd = r.cmd.as_str(), pid = r.task.pid, comm = %r.task.comm, "kernel event: reboot requested");
+            }
+            other => info!(
+                kind = other.kind(),
+                pod_uid = pod_uid.as_deref().unwrap_or(""),
+                cgroup = path.as_deref().unwrap_or(""),
+                "kernel event"
+            ),
+        }
+    }
+}
+
+/// Namespace and name from the agent's own reflector of this node's pods: no extra API calls.
+struct StorePods(kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>);
+
+impl PodDirectory for StorePods {
+    fn lookup<'a>(
+        &'a mut self,
+        pod_uid: &'a str,
+    ) -> futures::future::BoxFuture<'a, Option<PodRef>> {
+        let found = self
+            .0
+            .state()
+            .iter()
+            .find(|p| p.metadata.uid.as_deref() == Some(pod_uid))
+            .map(|p| PodRef {
+                namespace: p.metadata.namespace.clone().unwrap_or_default(),
+                name: p.metadata.name.clone().unwrap_or_default(),
+            });
+        Box::pin(async move { found })
+    }
+}
+
+/// Mirrors the kernel's drop counters into the metrics until `stop`.
+pub async fn mirror_counters(
+    probes: Arc<Probes>,
+    metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(COUNTER_PERIOD);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        match probes.counters() {
+            Ok(c) => metrics.observe_ringbuf_drops(c.total_drops()),
+            Err(e) => warn!(error = %e, "reading the in-kernel counters failed"),
+        }
+    }
+}

@@ -1,0 +1,980 @@
+//! One pass of the remediation controller: observe every node, judge liveness and storm
+//! protection (pure core), start fencing operations for dead nodes that may be fenced, and move
+//! every operation along (pure state machine), carrying out what it asks: run fence steps in the
+//! background, release the workload, run recovery, remove the taint. Every replica observes, so a
+//! newly elected leader has the liveness history at once; only the leader acts.
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use k8s_openapi::{
+    api::{
+        coordination::v1::Lease,
+        core::v1::{ConfigMap, Event, EventSource, Node, ObjectReference, Pod, Secret},
+        storage::v1::VolumeAttachment,
+    },
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time},
+    jiff::Timestamp as WallTimestamp,
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, ListParams, PostParams, Preconditions},
+    runtime::reflector::{ObjectRef, Store},
+};
+use tokio::{sync::mpsc, task::JoinHandle};
+use tracing::{debug, info, warn};
+
+use super::{
+    ApiHealth, exec,
+    facts::node_facts,
+    methods::{self, FenceConfigError, MethodSpec, NodeFencePlan},
+    store::{OpStore, StoreError, StoredOp},
+};
+use crate::{
+    core::{
+        clock::Timestamp,
+        config::PdbPolicy,
+        remediation::{
+            Assessment, DeathEvidence, FenceOp, Liveness, LivenessTracker, NodeFacts,
+            OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, OpAction, OpContext,
+            OpEvent, Phase, ReadyStatus, ReleaseSummary, RemediationConfig, SkipReason, Step,
+            ZoneLimiters, ZoneState, advance, assess, node_is_back,
+        },
+    },
+    kube::actuator::{Actuator, ActuatorConfig},
+    metrics::{Metrics, ReasonLabels, StateLabels, StepOutcomeLabels, ZoneLabels, ZoneStateLabels},
+};
+
+/// The component name on Events.
+pub const COMPONENT: &str = "node-monitor-remediate";
+/// Every API request the controller makes is bounded by this.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// An operation is moved along at most this many times per pass (it converges in fewer).
+const MAX_STEPS_PER_PASS: usize = 8;
+
+/// The error and its causes on one line.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        cur = s.source();
+    }
+    out
+}
+
+fn unix_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The watched objects.
+pub struct Caches {
+    pub nodes: Store<Node>,
+    pub leases: Store<Lease>,
+    /// The controller's namespace: fence configuration and operations.
+    pub configmaps: Store<ConfigMap>,
+}
+
+struct StepResult {
+    node: String,
+    step: Step,
+    attempt: u32,
+    result: Result<(), String>,
+}
+
+struct Running {
+    step: Step,
+    attempt: u32,
+    handle: JoinHandle<()>,
+}
+
+/// What one pass sees.
+struct View {
+    now: Timestamp,
+    now_unix: i64,
+    facts: BTreeMap<String, NodeFacts>,
+    uids: BTreeMap<String, String>,
+    liveness: BTreeMap<String, Liveness>,
+    assessment: Assessment,
+}
+
+/// The remediation controller.
+pub struct Controller {
+    client: Client,
+    cfg: RemediationConfig,
+    namespace: String,
+    identity: String,
+    metrics: Arc<Metrics>,
+    api_health: Arc<ApiHealth>,
+    caches: Caches,
+    store: OpStore,
+    start: Instant,
+    tracker: LivenessTracker,
+    limiters: ZoneLimiters,
+    ops: BTreeMap<String, StoredOp>,
+    loaded: bool,
+    running: HashMap<String, Running>,
+    tx: mpsc::UnboundedSender<StepResult>,
+    rx: mpsc::UnboundedReceiver<StepResult>,
+    /// The skip reason last reported per node: each is reported once, not on every pass.
+    skips: HashMap<String, &'static str>,
+    last_liveness: HashMap<String, &'static str>,
+}
+
+impl Controller {
+    pub fn new(
+        client: Client,
+        cfg: RemediationConfig,
+        namespace: &str,
+        identity: &str,
+        metrics: Arc<Metrics>,
+        api_health: Arc<ApiHealth>,
+        caches: Caches,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        for r in SkipReason::LABELS {
+            let _ = metrics.remediation.skips.get_or_create(&ReasonLabels {
+                reason: r.to_owned(),
+            });
+        }
+        Self {
+            store: OpStore::new(client.clone(), namespace),
+            client,
+            cfg,
+            namespace: namespace.to_owned(),
+            identity: identity.to_owned(),
+            metrics,
+            api_health,
+            caches,
+            start: Instant::now(),
+            tracker: LivenessTracker::new(),
+            limiters: ZoneLimiters::default(),
+            ops: BTreeMap::new(),
+            loaded: false,
+            running: HashMap::new(),
+            tx,
+            rx,
+            skips: HashMap::new(),
+            last_liveness: HashMap::new(),
+        }
+    }
+
+    /// Stops acting: running steps are cancelled (their operations say they were running, so the
+    /// next leader runs them again) and the operations are forgotten until leading again.
+    pub fn stand_down(&mut self) {
+        for (node, r) in self.running.drain() {
+            r.handle.abort();
+            info!(%node, step = r.step.as_str(), "fence step cancelled: no longer leading");
+        }
+        self.ops.clear();
+        self.loaded = false;
+        self.skips.clear();
+    }
+
+    /// One pass.
+    pub async fn tick(&mut self, leading: bool) {
+        let view = self.observe();
+        if !leading {
+            if self.loaded {
+                self.stand_down();
+            }
+            return;
+        }
+        if !self.loaded {
+            match self.load().await {
+                Ok(n) => {
+                    self.loaded = true;
+                    if n > 0 {
+                        info!(operations = n, "resuming fencing operations");
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %chain(&e), "could not read the fencing operations; retrying");
+                    return;
+                }
+            }
+        }
+        while let Ok(r) = self.rx.try_recv() {
+            if self
+                .running
+                .get(&r.node)
+                .is_some_and(|x| x.step == r.step && x.attempt == r.attempt)
+            {
+                self.running.remove(&r.node);
+            }
+            let outcome = if r.result.is_ok() {
+                "success"
+            } else {
+                "failure"
+            };
+            self.metrics
+                .remediation
+                .fence_steps
+                .get_or_create(&StepOutcomeLabels {
+                    step: r.step.as_str().to_owned(),
+                    outcome: outcome.to_owned(),
+                })
+                .inc();
+            let current = self
+                .ops
+                .get(&r.node)
+                .is_some_and(|s| s.op.running == Some(r.step) && s.op.attempts == r.attempt);
+            if current {
+                self.drive(
+                    &r.node,
+                    OpEvent::StepDone {
+                        step: r.step,
+                        result: r.result,
+                    },
+                    &view,
+                )
+                .await;
+            }
+        }
+        let dead: Vec<(NodeFacts, DeathEvidence)> = view
+            .facts
+            .values()
+            .filter_map(|f| match view.liveness.get(&f.name) {
+                Some(Liveness::Dead(e)) if !self.ops.contains_key(&f.name) => Some((f.clone(), *e)),
+                _ => None,
+            })
+            .collect();
+        self.skips
+            .retain(|node, _| view.liveness.get(node).is_some_and(Liveness::is_dead));
+        for (f, evidence) in dead {
+            self.admit(&f, &evidence, &view).await;
+        }
+        let nodes: Vec<String> = self.ops.keys().cloned().collect();
+        for node in nodes {
+            self.drive(&node, OpEvent::Tick, &view).await;
+        }
+        self.record_ops();
+    }
+
+    fn observe(&mut self) -> View {
+        let now = Timestamp::from_duration(self.start.elapsed());
+        let now_unix = unix_millis();
+        let leases: HashMap<String, Arc<Lease>> = self
+            .caches
+            .leases
+            .state()
+            .into_iter()
+            .filter_map(|l| l.metadata.name.clone().map(|n| (n, l)))
+            .collect();
+        let mut facts = BTreeMap::new();
+        let mut uids = BTreeMap::new();
+        for n in self.caches.nodes.state() {
+            let Some(name) = n.metadata.name.clone() else {
+                continue;
+            };
+            let f = node_facts(
+                &n,
+                leases.get(&name).map(AsRef::as_ref),
+                &self.cfg.node_selector,
+            );
+            uids.insert(name.clone(), n.metadata.uid.clone().unwrap_or_default());
+            facts.insert(name, f);
+        }
+        let list: Vec<NodeFacts> = facts.values().cloned().collect();
+        let liveness = self.tracker.observe(&list, now, &self.cfg.detection);
+        let assessment = assess(
+            list.iter().map(|f| {
+                let bad = f.ready != ReadyStatus::True
+                    || liveness.get(&f.name).is_some_and(Liveness::is_unhealthy);
+                (f.zone.clone(), bad)
+            }),
+            self.api_health.silent_for(),
+            &self.cfg.storm,
+        );
+        self.limiters.update(&assessment, now);
+        self.record_liveness(&liveness);
+        self.record_zones(&assessment);
+        View {
+            now,
+            now_unix,
+            facts,
+            uids,
+            liveness,
+            assessment,
+        }
+    }
+
+    fn record_liveness(&mut self, liveness: &BTreeMap<String, Liveness>) {
+        let mut counts: BTreeMap<&'static str, i64> =
+            [("alive", 0), ("suspect", 0), ("dead", 0)].into();
+        for (node, l) in liveness {
+            *counts.entry(l.label()).or_default() += 1;
+            let prev = self.last_liveness.insert(node.clone(), l.label());
+            if prev != Some(l.label()) {
+                match l {
+                    Liveness::Dead(e) => {
+                        warn!(%node, evidence = %e.describe(), "node is dead");
+                    }
+                    Liveness::Suspect { silent } => {
+                        info!(%node, silent_s = silent.as_secs_f64(), "node is suspect");
+                    }
+                    Liveness::Alive(why) if prev.is_some() => {
+                        info!(%node, because = ?why, "node is alive");
+                    }
+                    Liveness::Alive(_) => {}
+                }
+            }
+        }
+        self.last_liveness
+            .retain(|node, _| liveness.contains_key(node));
+        for (state, n) in counts {
+            self.metrics
+                .remediation
+                .nodes
+                .get_or_create(&StateLabels {
+                    state: state.to_owned(),
+                })
+                .set(n);
+        }
+    }
+
+    fn record_zones(&self, a: &Assessment) {
+        for (zone, status) in &a.zones {
+            for s in ZoneState::ALL {
+                self.metrics
+                    .remediation
+                    .zone_state
+                    .get_or_create(&ZoneStateLabels {
+                        zone: zone.label(),
+                        state: s.as_str().to_owned(),
+                    })
+                    .set(i64::from(s == status.state));
+            }
+            self.metrics
+                .remediation
+                .zone_unhealthy_nodes
+                .get_or_create(&ZoneLabels { zone: zone.label() })
+                .set(i64::try_from(status.unhealthy).unwrap_or(i64::MAX));
+        }
+    }
+
+    fn record_ops(&self) {
+        for label in Phase::LABELS {
+            let n = self
+                .ops
+                .values()
+                .filter(|s| s.op.phase.label() == label)
+                .count();
+            self.metrics
+                .remediation
+                .operations
+                .get_or_create(&StateLabels {
+                    state: label.to_owned(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    async fn load(&mut self) -> Result<usize, StoreError> {
+        let items = self.store.list().await?;
+        self.api_health.ok();
+        self.ops.clear();
+        for item in items {
+            match item {
+                Ok(s) => {
+                    info!(node = %s.op.node, phase = s.op.phase.label(), running = ?s.op.running,
+                          "fencing operation loaded");
+                    self.ops.insert(s.op.node.clone(), s);
+                }
+                Err(e) => {
+                    warn!(error = %chain(&e), "fencing operation ignored; inspect or delete it")
+                }
+            }
+        }
+        Ok(self.ops.len())
+    }
+
+    fn configmap_data(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        self.caches
+            .configmaps
+            .get(&ObjectRef::new(name).within(&self.namespace))
+            .map(|cm| cm.data.clone().unwrap_or_default())
+    }
+
+    /// The node's fence plan: its own `fence-config-<node>`, else `fence-config-default`.
+    fn plan(&self, node: &str) -> Result<Option<NodeFencePlan>, FenceConfigError> {
+        for name in methods::plan_candidates(node) {
+            if let Some(data) = self.configmap_data(&name) {
+                return methods::parse_plan(&name, &data, node).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    async fn note_skip(&mut self, node: &str, uid: &str, reason: &SkipReason) {
+        let label = reason.label();
+        if self.skips.get(node) == Some(&label) {
+            return;
+        }
+        self.skips.insert(node.to_owned(), label);
+        self.metrics
+            .remediation
+            .skips
+            .get_or_create(&ReasonLabels {
+                reason: label.to_owned(),
+            })
+            .inc();
+        warn!(%node, reason = label, message = %reason.message(), "dead node not fenced");
+        self.node_event(node, uid, true, "FencingSkipped", &reason.message())
+            .await;
+    }
+
+    /// A dead node without an operation: start one if every rule allows it.
+    async fn admit(&mut self, f: &NodeFacts, evidence: &DeathEvidence, view: &View) {
+        let node = f.name.as_str();
+        let uid = view.uids.get(node).cloned().unwrap_or_default();
+        let skip = if !f.eligible {
+            Some(SkipReason::NotEligible)
+        } else if self.cfg.dry_run {
+            Some(SkipReason::DryRun)
+        } else if let Err(r) = view.assessment.admits(&f.zone) {
+            Some(r)
+        } else {
+            match self.plan(node) {
+                Ok(None) => Some(SkipReason::NoFenceConfig),
+                Err(e) => Some(SkipReason::FenceConfigError {
+                    error: e.to_string(),
+                }),
+                Ok(Some(_)) if !self.limiters.try_take(&f.zone, view.now) => {
+                    Some(SkipReason::RateLimited {
+                        zone: f.zone.label(),
+                    })
+                }
+                Ok(Some(_)) => None,
+            }
+        };
+        if let Some(reason) = skip {
+            self.note_skip(node, &uid, &reason).await;
+            return;
+        }
+        let op = FenceOp::new(
+            node,
+            &uid,
+            evidence,
+            f.lease.and_then(|l| l.renew_time),
+            view.now_unix,
+        );
+        match self.store.create(&op).await {
+            Ok(stored) => {
+                self.api_health.ok();
+                self.skips.remove(node);
+                self.ops.insert(node.to_owned(), stored);
+                warn!(%node, evidence = %evidence.describe(), zone = %f.zone.label(), "fencing started");
+                self.node_event(
+                    node,
+                    &uid,
+                    true,
+                    "FencingStarted",
+                    &format!(
+                        "node found dead ({}); fencing before its workload is released",
+                        evidence.describe()
+                    ),
+                )
+                .await;
+            }
+            Err(StoreError::Conflict { .. }) => {
+                // An operation exists that this replica has not loaded: read them all again.
+                self.loaded = false;
+            }
+            Err(e) => warn!(%node, error = %chain(&e), "could not record the fencing operation"),
+        }
+    }
+
+    /// Moves one operation along from `first`, persisting every change before acting on it.
+    async fn drive(&mut self, node: &str, first: OpEvent, view: &View) {
+        let mut event = first;
+        for _ in 0..MAX_STEPS_PER_PASS {
+            let Some(stored) = self.ops.get(node).cloned() else {
+                return;
+            };
+            let facts = view.facts.get(node);
+            let present = facts.is_some()
+                && view.uids.get(node).map(String::as_str) == Some(stored.op.node_uid.as_str());
+            let plan = self.plan(node);
+            let zone = facts.map(|f| f.zone.clone()).unwrap_or_default();
+            let ctx = OpContext {
+                now: view.now_unix,
+                node_present: present,
+                node_back: node_is_back(
+                    stored.op.lease_renew_time,
+                    facts.and_then(|f| f.lease.as_ref()),
+                ),
+                executing: self.running.contains_key(node),
+                may_fence: !self.cfg.dry_run && view.assessment.admits(&zone).is_ok(),
+                configured: plan
+                    .as_ref()
+                    .ok()
+                    .and_then(Option::as_ref)
+                    .map(NodeFencePlan::configured)
+                    .unwrap_or_default(),
+            };
+            let t = advance(&stored.op, &event, &ctx, &self.cfg.fencing);
+            let changed = t.op != stored.op;
+            let forget = t.actions.contains(&OpAction::Forget);
+            if changed && !forget {
+                match self.store.update(&stored, &t.op).await {
+                    Ok(s) => {
+                        self.api_health.ok();
+                        debug!(%node, phase = t.op.phase.label(), running = ?t.op.running, "operation saved");
+                        self.ops.insert(node.to_owned(), s);
+                    }
+                    Err(e) => {
+                        // Nothing is done that the stored operation does not say.
+                        warn!(%node, error = %chain(&e), "could not save the fencing operation; retrying");
+                        if matches!(e, StoreError::Conflict { .. }) {
+                            self.loaded = false;
+                        }
+                        return;
+                    }
+                }
+            }
+            let mut follow = None;
+            for action in t.actions {
+                match action {
+                    OpAction::Run(step) => self.spawn_step(node, step, t.op.attempts, &plan),
+                    OpAction::Cancel => self.cancel(node),
+                    OpAction::Release => {
+                        let result = self.release(node).await;
+                        if let Ok(s) = &result {
+                            self.metrics.remediation.releases.inc();
+                            self.metrics
+                                .remediation
+                                .pods_deleted
+                                .inc_by(u64::from(s.pods_deleted));
+                            #[expect(
+                                clippy::cast_precision_loss,
+                                reason = "milliseconds of an operation, far below 2^52"
+                            )]
+                            let secs = (view.now_unix - stored.op.detected_at).max(0) as f64 / 1e3;
+                            self.metrics
+                                .remediation
+                                .detection_to_release_seconds
+                                .observe(secs);
+                        }
+                        follow = Some(OpEvent::ReleaseDone { result });
+                    }
+                    OpAction::RemoveTaint => {
+                        let result = self.set_taint(node, false).await;
+                        follow = Some(OpEvent::TaintRemoved { result });
+                    }
+                    OpAction::Forget => {
+                        self.cancel(node);
+                        match self.store.delete(node).await {
+                            Ok(()) => {
+                                if matches!(stored.op.phase, Phase::Recovering { .. }) {
+                                    self.metrics.remediation.recoveries.inc();
+                                }
+                                info!(%node, "fencing operation finished");
+                                self.ops.remove(node);
+                            }
+                            Err(e) => {
+                                warn!(%node, error = %chain(&e), "could not delete the finished operation; retrying");
+                            }
+                        }
+                    }
+                    OpAction::Notify(n) => {
+                        if n.warning {
+                            warn!(%node, reason = n.reason, message = %n.message, "fencing");
+                        } else {
+                            info!(%node, reason = n.reason, message = %n.message, "fencing");
+                        }
+                        self.node_event(node, &stored.op.node_uid, n.warning, n.reason, &n.message)
+                            .await;
+                    }
+                }
+            }
+            if forget {
+                return;
+            }
+            match follow {
+                Some(ev) => event = ev,
+                None if changed => event = OpEvent::Tick,
+                None => return,
+            }
+        }
+    }
+
+    fn cancel(&mut self, node: &str) {
+        if let Some(r) = self.running.remove(node) {
+            r.handle.abort();
+            self.metrics
+                .remediation
+                .fence_steps
+                .get_or_create(&StepOutcomeLabels {
+                    step: r.step.as_str().to_owned(),
+                    outcome: "cancelled".to_owned(),
+                })
+                .inc();
+            info!(%node, step = r.step.as_str(), "fence step cancelled");
+        }
+    }
+
+    /// Resolves the step's methods now (from the watched ConfigMaps) and runs them in the
+    /// background; the outcome comes back through the channel. A configuration error is the
+    /// step's failure: an unusable configuration never confirms anything.
+    fn spawn_step(
+        &mut self,
+        node: &str,
+        step: Step,
+        attempt: u32,
+        plan: &Result<Option<NodeFencePlan>, FenceConfigError>,
+    ) {
+        let specs: Result<Vec<MethodSpec>, String> = match plan {
+            Ok(Some(p)) => {
+                // Method and template ConfigMaps as watched now (templates may have any name).
+                let all: BTreeMap<String, BTreeMap<String, String>> = self
+                    .caches
+                    .configmaps
+                    .state()
+                    .iter()
+                    .filter_map(|cm| {
+                        Some((
+                            cm.metadata.name.clone()?,
+                            cm.data.clone().unwrap_or_default(),
+                        ))
+                    })
+                    .collect();
+                p.methods(step)
+                    .iter()
+                    .map(|m| {
+                        methods::resolve_method(m, node, self.cfg.fencing.method_timeout, |n| {
+                            all.get(n)
+                        })
+                        .map_err(|e| e.to_string())
+                    })
+                    .collect()
+            }
+            Ok(None) => Err(SkipReason::NoFenceConfig.message()),
+            Err(e) => Err(e.to_string()),
+        };
+        let tx = self.tx.clone();
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        let node_name = node.to_owned();
+        info!(node, step = step.as_str(), attempt, "fence step starting");
+        let handle = tokio::spawn(async move {
+            let result = match specs {
+                Err(e) => Err(e),
+                Ok(mut specs) => match add_secrets(&secrets, &mut specs).await {
+                    Err(e) => Err(e),
+                    Ok(()) => exec::run_step(&node_name, step, &specs).await,
+                },
+            };
+            let _ = tx.send(StepResult {
+                node: node_name,
+                step,
+                attempt,
+                result,
+            });
+        });
+        self.running.insert(
+            node.to_owned(),
+            Running {
+                step,
+                attempt,
+                handle,
+            },
+        );
+    }
+
+    fn actuator(&self, node: &str) -> Actuator {
+        Actuator::new(
+            self.client.clone(),
+            ActuatorConfig {
+                node_name: node.to_owned(),
+                pdb_policy: PdbPolicy::Respect,
+                dry_run: false,
+            },
+        )
+    }
+
+    async fn set_taint(&self, node: &str, present: bool) -> Result<(), String> {
+        let actuator = self.actuator(node);
+        match tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            actuator.set_taint(
+                OUT_OF_SERVICE_TAINT,
+                OUT_OF_SERVICE_VALUE,
+                OUT_OF_SERVICE_EFFECT,
+                present,
+            ),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {
+                self.api_health.ok();
+                Ok(())
+            }
+            Ok(Err(e)) => Err(chain(&e)),
+            Err(_) => Err(format!(
+                "the taint update got no answer within {REQUEST_TIMEOUT:?}"
+            )),
+        }
+    }
+
+    /// Releases a fenced node's workload: the out-of-service taint first, then every pod still
+    /// bound to it is deleted with a zero grace period (force). Only ever called once fencing
+    /// confirmed the node off or isolated: a force deletion skips the kubelet's confirmation
+    /// that the containers stopped, which is exactly what fencing provides instead.
+    async fn release(&self, node: &str) -> Result<ReleaseSummary, String> {
+        self.set_taint(node, true).await?;
+        let mut summary = ReleaseSummary::default();
+        if self.cfg.force_delete_pods {
+            let pods: Api<Pod> = Api::all(self.client.clone());
+            let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
+            let list = match tokio::time::timeout(REQUEST_TIMEOUT, pods.list(&lp)).await {
+                Ok(Ok(l)) => l,
+                Ok(Err(e)) => return Err(format!("list the node's pods: {}", chain(&e))),
+                Err(_) => return Err("list the node's pods: no answer".to_owned()),
+            };
+            for pod in list.items {
+                if let Some(why) = keep_pod(&pod) {
+                    debug!(%node, pod = ?pod.metadata.name, why, "pod left in place");
+                    continue;
+                }
+                let ns = pod.metadata.namespace.clone().unwrap_or_default();
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                let dp = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    preconditions: Some(Preconditions {
+                        uid: pod.metadata.uid.clone(),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+                match tokio::time::timeout(REQUEST_TIMEOUT, api.delete(&name, &dp)).await {
+                    Ok(Ok(_)) => {
+                        summary.pods_deleted += 1;
+                        info!(%node, pod = %format!("{ns}/{name}"), "pod deleted after fencing");
+                        self.pod_event(
+                            &pod,
+                            &format!("deleted after node {node} was fenced (confirmed off or isolated); its controller recreates it elsewhere"),
+                        )
+                        .await;
+                    }
+                    Ok(Err(kube::Error::Api(s))) if s.code == 404 || s.code == 409 => {}
+                    Ok(Err(e)) => {
+                        return Err(format!("delete pod {ns}/{name}: {}", chain(&e)));
+                    }
+                    Err(_) => return Err(format!("delete pod {ns}/{name}: no answer")),
+                }
+            }
+        }
+        let vas: Api<VolumeAttachment> = Api::all(self.client.clone());
+        match tokio::time::timeout(REQUEST_TIMEOUT, vas.list(&ListParams::default())).await {
+            Ok(Ok(l)) => {
+                let on_node: Vec<String> = l
+                    .items
+                    .iter()
+                    .filter(|va| va.spec.node_name == node)
+                    .filter_map(|va| va.metadata.name.clone())
+                    .collect();
+                summary.volume_attachments = u32::try_from(on_node.len()).unwrap_or(u32::MAX);
+                if !on_node.is_empty() {
+                    info!(%node, volume_attachments = ?on_node,
+                          "left for the attach-detach controller, which detaches at once from a node with the out-of-service taint");
+                }
+            }
+            Ok(Err(e)) => debug!(%node, error = %e, "could not list VolumeAttachments"),
+            Err(_) => debug!(%node, "listing VolumeAttachments got no answer"),
+        }
+        Ok(summary)
+    }
+
+    async fn post_event(
+        &self,
+        namespace: &str,
+        involved: ObjectReference,
+        warning: bool,
+        reason: &str,
+        message: &str,
+    ) {
+        let now = WallTimestamp::now();
+        let ev = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!(
+                    "{}.",
+                    involved.name.as_deref().unwrap_or(COMPONENT)
+                )),
+                namespace: Some(namespace.to_owned()),
+                ..ObjectMeta::default()
+            },
+            involved_object: involved,
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+            type_: Some(if warning { "Warning" } else { "Normal" }.to_owned()),
+            source: Some(EventSource {
+                component: Some(COMPONENT.to_owned()),
+                host: None,
+            }),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            event_time: Some(MicroTime(now)),
+            count: Some(1),
+            reporting_component: Some(COMPONENT.to_owned()),
+            reporting_instance: Some(self.identity.clone()),
+            action: Some(reason.to_owned()),
+            ..Event::default()
+        };
+        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        match tokio::time::timeout(REQUEST_TIMEOUT, events.create(&PostParams::default(), &ev))
+            .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => warn!(error = %e, reason, "could not record event"),
+            Err(_) => warn!(reason, "recording an event got no answer"),
+        }
+    }
+
+    /// An Event about a node (in `default`, where the kubelet and the node lifecycle controller
+    /// record theirs).
+    async fn node_event(&self, node: &str, uid: &str, warning: bool, reason: &str, message: &str) {
+        let involved = ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Node".to_owned()),
+            name: Some(node.to_owned()),
+            uid: (!uid.is_empty()).then(|| uid.to_owned()),
+            ..ObjectReference::default()
+        };
+        self.post_event("default", involved, warning, reason, message)
+            .await;
+    }
+
+    async fn pod_event(&self, pod: &Pod, message: &str) {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let involved = ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Pod".to_owned()),
+            namespace: Some(ns.clone()),
+            name: pod.metadata.name.clone(),
+            uid: pod.metadata.uid.clone(),
+            ..ObjectReference::default()
+        };
+        self.post_event(&ns, involved, true, "DeletedAfterFencing", message)
+            .await;
+    }
+}
+
+/// Pods a release leaves alone, as the node lifecycle controller's `deletePods` does: DaemonSet
+/// pods (their controller would recreate them on the same node) and mirror pods of static pods
+/// (the kubelet owns those).
+pub fn keep_pod(pod: &Pod) -> Option<&'static str> {
+    let daemonset = pod
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|o| o.kind == "DaemonSet" && o.controller == Some(true));
+    if daemonset {
+        return Some("DaemonSet pod");
+    }
+    let mirror = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+    if mirror {
+        return Some("mirror pod");
+    }
+    None
+}
+
+async fn add_secrets(secrets: &Api<Secret>, specs: &mut [MethodSpec]) -> Result<(), String> {
+    for spec in specs.iter_mut() {
+        let Some(name) = spec.secret.clone() else {
+            continue;
+        };
+        let secret = match tokio::time::timeout(REQUEST_TIMEOUT, secrets.get_opt(&name)).await {
+            Ok(Ok(Some(s))) => s,
+            Ok(Ok(None)) => {
+                return Err(format!(
+                    "method {}: Secret {name} does not exist",
+                    spec.method
+                ));
+            }
+            Ok(Err(e)) => {
+                return Err(format!(
+                    "method {}: read Secret {name}: {}",
+                    spec.method,
+                    chain(&e)
+                ));
+            }
+            Err(_) => {
+                return Err(format!(
+                    "method {}: read Secret {name}: no answer",
+                    spec.method
+                ));
+            }
+        };
+        let data: BTreeMap<String, Vec<u8>> = secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        methods::add_secret(spec, &name, &data).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use super::*;
+
+    #[test]
+    fn releases_leave_daemonset_and_mirror_pods() {
+        let pod = |owner: Option<(&str, bool)>, mirror: bool| Pod {
+            metadata: ObjectMeta {
+                owner_references: owner.map(|(kind, controller)| {
+                    vec![OwnerReference {
+                        kind: kind.into(),
+                        controller: Some(controller),
+                        ..OwnerReference::default()
+                    }]
+                }),
+                annotations: mirror.then(|| {
+                    BTreeMap::from([("kubernetes.io/config.mirror".to_owned(), "x".to_owned())])
+                }),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        };
+        let cases = [
+            (pod(None, false), None),
+            (pod(Some(("ReplicaSet", true)), false), None),
+            (pod(Some(("StatefulSet", true)), false), None),
+            (pod(Some(("DaemonSet", true)), false), Some("DaemonSet pod")),
+            (pod(Some(("DaemonSet", false)), false), None),
+            (pod(None, true), Some("mirror pod")),
+        ];
+        for (p, want) in cases {
+            assert_eq!(keep_pod(&p), want, "{:?}", p.metadata);
+        }
+    }
+
+    #[test]
+    fn last_gasp_names_match_the_agents() {
+        // The shutdown manager writes them; the remediation controller reads them.
+        assert_eq!(
+            crate::core::remediation::LAST_GASP_ANNOTATION,
+            crate::shutdown::LAST_GASP_ANNOTATION
+        );
+        assert_eq!(
+            crate::core::remediation::SHUTTING_DOWN_CONDITION,
+            crate::shutdown::CONDITION_TYPE
+        );
+    }
+}

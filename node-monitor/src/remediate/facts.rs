@@ -1,0 +1,274 @@
+//! Translates Node and Lease objects into the facts the pure core judges: zone, Ready, the Lease's
+//! renewal, the node agent's heartbeat and its last gasp. Malformed values (an unparsable last
+//! gasp) are reported and ignored, never trusted.
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::{coordination::v1::Lease, core::v1::Node},
+    jiff::Timestamp,
+};
+use tracing::warn;
+
+use crate::core::remediation::{
+    AGENT_CONDITION_PREFIX, LAST_GASP_ANNOTATION, LeaseFacts, NON_GRACEFUL_SHUTDOWN_REASON,
+    NodeFacts, OPT_OUT_ANNOTATION, ReadyStatus, SHUTTING_DOWN_CONDITION, WallMicros, ZoneKey,
+};
+
+/// A malformed last gasp: the annotation's value names what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "node {node}: annotation {LAST_GASP_ANNOTATION}={value:?} is neither JSON with a numeric \"time\" (Unix seconds) nor an RFC 3339 time"
+)]
+pub struct LastGaspError {
+    pub node: String,
+    pub value: String,
+}
+
+/// Parses the last-gasp annotation: the agent's JSON (`{"time": <Unix seconds>, …}`) or an
+/// RFC 3339 time.
+pub fn parse_last_gasp(node: &str, value: &str) -> Result<WallMicros, LastGaspError> {
+    let err = || LastGaspError {
+        node: node.to_owned(),
+        value: value.to_owned(),
+    };
+    let v = value.trim();
+    if v.starts_with('{') {
+        let json: serde_json::Value = serde_json::from_str(v).map_err(|_| err())?;
+        let secs = json
+            .get("time")
+            .and_then(serde_json::Value::as_f64)
+            .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e11)
+            .ok_or_else(err)?;
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "bounded above: below 1e17 microseconds"
+        )]
+        return Ok((secs * 1e6).round() as i64);
+    }
+    v.parse::<Timestamp>()
+        .map(|t| t.as_microsecond())
+        .map_err(|_| err())
+}
+
+fn labels(node: &Node) -> BTreeMap<String, String> {
+    node.metadata.labels.clone().unwrap_or_default()
+}
+
+/// Whether `node` is remediated: all of `selector`'s labels match and it has not opted out.
+pub fn eligible(node: &Node, selector: &BTreeMap<String, String>) -> bool {
+    let l = labels(node);
+    let opted_out = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(OPT_OUT_ANNOTATION))
+        .is_some_and(|v| v == "disabled");
+    !opted_out && selector.iter().all(|(k, v)| l.get(k) == Some(v))
+}
+
+/// The facts of one node (its Lease may be missing).
+pub fn node_facts(
+    node: &Node,
+    lease: Option<&Lease>,
+    selector: &BTreeMap<String, String>,
+) -> NodeFacts {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let conditions = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let ready = match conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.as_str())
+    {
+        Some("True") => ReadyStatus::True,
+        Some("False") => ReadyStatus::False,
+        _ => ReadyStatus::Unknown,
+    };
+    let agent_heartbeat = conditions
+        .iter()
+        .filter(|c| c.type_.starts_with(AGENT_CONDITION_PREFIX))
+        .filter_map(|c| c.last_heartbeat_time.as_ref().map(|t| t.0.as_microsecond()))
+        .max();
+    let gasp_condition = conditions
+        .iter()
+        .find(|c| {
+            c.type_ == SHUTTING_DOWN_CONDITION
+                && c.status == "True"
+                && c.reason.as_deref() == Some(NON_GRACEFUL_SHUTDOWN_REASON)
+        })
+        .and_then(|c| {
+            c.last_transition_time
+                .as_ref()
+                .or(c.last_heartbeat_time.as_ref())
+                .map(|t| t.0.as_microsecond())
+        });
+    let gasp_annotation = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(LAST_GASP_ANNOTATION))
+        .and_then(|v| match parse_last_gasp(&name, v) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                warn!(error = %e, "last gasp ignored");
+                None
+            }
+        });
+    let lease = lease.map(|l| {
+        let spec = l.spec.as_ref();
+        LeaseFacts {
+            renew_time: spec
+                .and_then(|s| s.renew_time.as_ref())
+                .map(|t| t.0.as_microsecond()),
+            duration_seconds: spec.and_then(|s| s.lease_duration_seconds),
+        }
+    });
+    NodeFacts {
+        zone: ZoneKey::from_labels(&labels(node)),
+        ready,
+        lease,
+        agent_heartbeat,
+        last_gasp: gasp_condition.max(gasp_annotation),
+        eligible: eligible(node, selector),
+        name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::{
+        api::{
+            coordination::v1::LeaseSpec,
+            core::v1::{NodeCondition, NodeStatus},
+        },
+        apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time},
+    };
+
+    use super::*;
+
+    fn ts(secs: i64) -> Timestamp {
+        Timestamp::from_second(secs).expect("valid")
+    }
+
+    fn cond(type_: &str, status: &str, reason: &str, at: i64) -> NodeCondition {
+        NodeCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: Some(reason.into()),
+            last_heartbeat_time: Some(Time(ts(at))),
+            last_transition_time: Some(Time(ts(at))),
+            ..NodeCondition::default()
+        }
+    }
+
+    fn node(conditions: Vec<NodeCondition>, annotations: &[(&str, &str)]) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                labels: Some(BTreeMap::from([
+                    ("topology.kubernetes.io/zone".to_owned(), "a".to_owned()),
+                    ("role".to_owned(), "worker".to_owned()),
+                ])),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect(),
+                ),
+                ..ObjectMeta::default()
+            },
+            status: Some(NodeStatus {
+                conditions: Some(conditions),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn last_gasp_accepts_the_agents_json_and_rfc3339() {
+        let cases = [
+            (
+                r#"{"time":1700000000.250,"cmd":"POWER_OFF","comm":"kill","pid":1}"#,
+                Some(1_700_000_000_250_000),
+            ),
+            ("2023-11-14T22:13:20Z", Some(1_700_000_000_000_000)),
+            (r#"{"cmd":"POWER_OFF"}"#, None),
+            (r#"{"time":"soon"}"#, None),
+            ("yesterday", None),
+        ];
+        for (value, want) in cases {
+            assert_eq!(parse_last_gasp("n1", value).ok(), want, "{value}");
+        }
+        let err = parse_last_gasp("n1", "yesterday").expect_err("bad");
+        assert!(err.to_string().contains("yesterday") && err.to_string().contains("n1"));
+    }
+
+    #[test]
+    fn facts_from_node_and_lease() {
+        let n = node(
+            vec![
+                cond("Ready", "True", "KubeletReady", 10),
+                cond(
+                    "NodeMonitorMemoryPressure",
+                    "False",
+                    "NodeMonitorNoMemoryPressure",
+                    50,
+                ),
+                cond("NodeMonitorShuttingDown", "True", "NonGracefulShutdown", 60),
+            ],
+            &[],
+        );
+        let lease = Lease {
+            spec: Some(LeaseSpec {
+                renew_time: Some(MicroTime(ts(55))),
+                lease_duration_seconds: Some(40),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        };
+        let f = node_facts(&n, Some(&lease), &BTreeMap::new());
+        assert_eq!(f.name, "n1");
+        assert_eq!(f.zone.zone, "a");
+        assert_eq!(f.ready, ReadyStatus::True);
+        assert_eq!(f.agent_heartbeat, Some(60_000_000));
+        assert_eq!(f.last_gasp, Some(60_000_000));
+        assert_eq!(f.lease.and_then(|l| l.renew_time), Some(55_000_000));
+        assert!(f.eligible);
+    }
+
+    #[test]
+    fn a_graceful_shutdown_is_no_last_gasp() {
+        let n = node(
+            vec![cond(
+                "NodeMonitorShuttingDown",
+                "True",
+                "GracefulShutdown",
+                60,
+            )],
+            &[],
+        );
+        let f = node_facts(&n, None, &BTreeMap::new());
+        assert_eq!(f.last_gasp, None);
+        assert_eq!(f.ready, ReadyStatus::Unknown);
+        assert_eq!(f.lease, None);
+    }
+
+    #[test]
+    fn eligibility_by_selector_and_opt_out() {
+        let sel = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let n = node(vec![], &[]);
+        assert!(eligible(&n, &sel(&[("role", "worker")])));
+        assert!(!eligible(&n, &sel(&[("role", "db")])));
+        let out = node(vec![], &[(OPT_OUT_ANNOTATION, "disabled")]);
+        assert!(!eligible(&out, &sel(&[])));
+    }
+}

@@ -1,0 +1,519 @@
+//! Fence configuration in ConfigMaps, named as in the node-fencing design proposal:
+//!
+//! - `fence-config-<node>` (or `fence-config-default` for every node without one), key
+//!   `config.properties`: `isolation=`, `power_management=`, `recovery=` — each a list of method
+//!   names run in order — and optionally `node_name=` (must match);
+//! - `fence-method-<method>-<node>` (or the shared `fence-method-<method>`), key
+//!   `method.properties`: `template=<template ConfigMap>` and parameters overriding the template's;
+//! - the template ConfigMap (by convention `fence-method-template-<name>`), key
+//!   `template.properties`: `agent_name=` (the command: a fence agent such as `fence_ipmilan`, or a
+//!   script) and common parameters.
+//!
+//! A method runs as its agent with every parameter written to its standard input as `name=value`
+//! lines — the calling convention of the ClusterLabs fence agents — plus `nodename=<node>` unless
+//! set. `$(NODE_NAME)` in a value is replaced by the node's name. `secret=<Secret>` adds that
+//! Secret's keys as parameters (credentials stay out of ConfigMaps). `timeout=<duration>` bounds
+//! the run. `template`, `agent_name`, `name`, `secret` and `timeout` never reach the agent.
+//!
+//! Everything here is pure: the ConfigMaps come in as maps, errors name the ConfigMap, the key
+//! and the offending line.
+use std::{collections::BTreeMap, time::Duration};
+
+use crate::core::{duration::parse_non_negative, remediation::Step};
+
+pub const CONFIG_KEY: &str = "config.properties";
+pub const METHOD_KEY: &str = "method.properties";
+pub const TEMPLATE_KEY: &str = "template.properties";
+pub const CONFIG_PREFIX: &str = "fence-config-";
+pub const DEFAULT_CONFIG: &str = "fence-config-default";
+pub const METHOD_PREFIX: &str = "fence-method-";
+/// Replaced by the node's name in parameter values.
+pub const NODE_NAME_VAR: &str = "$(NODE_NAME)";
+/// Keys that configure node-monitor and never reach the agent.
+pub const RESERVED_KEYS: [&str; 5] = ["template", "agent_name", "name", "secret", "timeout"];
+
+/// A fence configuration that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FenceConfigError {
+    #[error("ConfigMap {configmap}: missing key {key:?}")]
+    MissingKey {
+        configmap: String,
+        key: &'static str,
+    },
+    #[error("ConfigMap {configmap} key {key}: line {line}: {text:?} is not name=value")]
+    BadLine {
+        configmap: String,
+        key: &'static str,
+        line: usize,
+        text: String,
+    },
+    #[error("ConfigMap {configmap} key {key}: {name}={value:?}: {reason}")]
+    Invalid {
+        configmap: String,
+        key: &'static str,
+        name: String,
+        value: String,
+        reason: &'static str,
+    },
+    #[error("method {method:?} of node {node}: none of the ConfigMaps {tried:?} exists")]
+    MissingMethod {
+        method: String,
+        node: String,
+        tried: Vec<String>,
+    },
+    #[error("method {method:?}: its template ConfigMap {template:?} does not exist")]
+    MissingTemplate { method: String, template: String },
+    #[error("method {method:?}: no agent_name in {origin}")]
+    NoAgent { method: String, origin: String },
+}
+
+/// Parses `name=value` lines (`#` and `!` start comments; blank lines are skipped; the first `=`
+/// splits; both sides are trimmed).
+pub fn parse_properties(
+    configmap: &str,
+    key: &'static str,
+    text: &str,
+) -> Result<BTreeMap<String, String>, FenceConfigError> {
+    let mut out = BTreeMap::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let bad = || FenceConfigError::BadLine {
+            configmap: configmap.to_owned(),
+            key,
+            line: i + 1,
+            text: raw.to_owned(),
+        };
+        let (name, value) = line.split_once('=').ok_or_else(bad)?;
+        let name = name.trim();
+        if name.is_empty() || name.contains(char::is_whitespace) {
+            return Err(bad());
+        }
+        out.insert(name.to_owned(), value.trim().to_owned());
+    }
+    Ok(out)
+}
+
+fn valid_method_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// The methods of each step for one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFencePlan {
+    /// The ConfigMap it came from.
+    pub source: String,
+    pub isolation: Vec<String>,
+    pub power_management: Vec<String>,
+    pub recovery: Vec<String>,
+}
+
+impl NodeFencePlan {
+    pub fn methods(&self, step: Step) -> &[String] {
+        match step {
+            Step::Isolation => &self.isolation,
+            Step::PowerManagement => &self.power_management,
+            Step::Recovery => &self.recovery,
+        }
+    }
+
+    pub fn configured(&self) -> crate::core::remediation::ConfiguredSteps {
+        crate::core::remediation::ConfiguredSteps {
+            isolation: !self.isolation.is_empty(),
+            power_management: !self.power_management.is_empty(),
+            recovery: !self.recovery.is_empty(),
+        }
+    }
+}
+
+/// The ConfigMap names tried for a node's plan, in order.
+pub fn plan_candidates(node: &str) -> [String; 2] {
+    [format!("{CONFIG_PREFIX}{node}"), DEFAULT_CONFIG.to_owned()]
+}
+
+/// The ConfigMap names tried for a method, in order: the node's own, then the shared one.
+pub fn method_candidates(method: &str, node: &str) -> [String; 2] {
+    [
+        format!("{METHOD_PREFIX}{method}-{node}"),
+        format!("{METHOD_PREFIX}{method}"),
+    ]
+}
+
+/// Reads a node's plan from its ConfigMap data (`configmap` names it in errors).
+pub fn parse_plan(
+    configmap: &str,
+    data: &BTreeMap<String, String>,
+    node: &str,
+) -> Result<NodeFencePlan, FenceConfigError> {
+    let text = data
+        .get(CONFIG_KEY)
+        .ok_or_else(|| FenceConfigError::MissingKey {
+            configmap: configmap.to_owned(),
+            key: CONFIG_KEY,
+        })?;
+    let props = parse_properties(configmap, CONFIG_KEY, text)?;
+    let invalid = |name: &str, value: &str, reason| FenceConfigError::Invalid {
+        configmap: configmap.to_owned(),
+        key: CONFIG_KEY,
+        name: name.to_owned(),
+        value: value.to_owned(),
+        reason,
+    };
+    let mut plan = NodeFencePlan {
+        source: configmap.to_owned(),
+        isolation: Vec::new(),
+        power_management: Vec::new(),
+        recovery: Vec::new(),
+    };
+    for (name, value) in &props {
+        let list = match name.as_str() {
+            "node_name" => {
+                // The shared default names no node; a per-node one must name its own.
+                if configmap != DEFAULT_CONFIG && value != node {
+                    return Err(invalid(name, value, "does not match the node"));
+                }
+                continue;
+            }
+            "isolation" => &mut plan.isolation,
+            "power_management" => &mut plan.power_management,
+            "recovery" => &mut plan.recovery,
+            _ => {
+                return Err(invalid(
+                    name,
+                    value,
+                    "unknown setting (known: node_name, isolation, power_management, recovery)",
+                ));
+            }
+        };
+        for m in value.split([' ', ',', '\t']).filter(|m| !m.is_empty()) {
+            if !valid_method_name(m) {
+                return Err(invalid(
+                    name,
+                    value,
+                    "method names are lower-case letters, digits and '-'",
+                ));
+            }
+            list.push(m.to_owned());
+        }
+    }
+    Ok(plan)
+}
+
+/// A method ready to run (before its Secret, if any, is read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MethodSpec {
+    pub method: String,
+    pub agent: String,
+    /// Parameters for the agent's standard input (reserved keys removed, `$(NODE_NAME)` expanded,
+    /// `nodename` added).
+    pub params: BTreeMap<String, String>,
+    /// A Secret whose keys are added as parameters.
+    pub secret: Option<String>,
+    pub timeout: Duration,
+    /// The ConfigMaps it came from, for messages.
+    pub origin: String,
+}
+
+/// Resolves method `method` for `node` from the ConfigMaps `get` returns (by name, their data).
+pub fn resolve_method<'a>(
+    method: &str,
+    node: &str,
+    default_timeout: Duration,
+    get: impl Fn(&str) -> Option<&'a BTreeMap<String, String>>,
+) -> Result<MethodSpec, FenceConfigError> {
+    let tried = method_candidates(method, node);
+    let (method_cm, method_data) = tried
+        .iter()
+        .find_map(|name| get(name).map(|d| (name.clone(), d)))
+        .ok_or_else(|| FenceConfigError::MissingMethod {
+            method: method.to_owned(),
+            node: node.to_owned(),
+            tried: tried.to_vec(),
+        })?;
+    let method_text = method_data
+        .get(METHOD_KEY)
+        .ok_or_else(|| FenceConfigError::MissingKey {
+            configmap: method_cm.clone(),
+            key: METHOD_KEY,
+        })?;
+    let method_props = parse_properties(&method_cm, METHOD_KEY, method_text)?;
+    let mut params = BTreeMap::new();
+    let mut origin = method_cm.clone();
+    if let Some(template) = method_props.get("template") {
+        let data = get(template).ok_or_else(|| FenceConfigError::MissingTemplate {
+            method: method.to_owned(),
+            template: template.clone(),
+        })?;
+        let text = data
+            .get(TEMPLATE_KEY)
+            .ok_or_else(|| FenceConfigError::MissingKey {
+                configmap: template.clone(),
+                key: TEMPLATE_KEY,
+            })?;
+        params.extend(parse_properties(template, TEMPLATE_KEY, text)?);
+        origin = format!("{method_cm} + {template}");
+    }
+    params.extend(method_props);
+    let agent = params
+        .get("agent_name")
+        .filter(|a| !a.is_empty())
+        .cloned()
+        .ok_or_else(|| FenceConfigError::NoAgent {
+            method: method.to_owned(),
+            origin: origin.clone(),
+        })?;
+    let timeout = match params.get("timeout") {
+        None => default_timeout,
+        Some(v) => match parse_non_negative(v) {
+            Ok(Some(d)) if !d.is_zero() => d,
+            _ => {
+                return Err(FenceConfigError::Invalid {
+                    configmap: origin,
+                    key: METHOD_KEY,
+                    name: "timeout".to_owned(),
+                    value: v.clone(),
+                    reason: "must be a positive duration such as 30s",
+                });
+            }
+        },
+    };
+    let secret = params.get("secret").filter(|s| !s.is_empty()).cloned();
+    let mut agent_params: BTreeMap<String, String> = params
+        .into_iter()
+        .filter(|(k, _)| !RESERVED_KEYS.contains(&k.as_str()))
+        .map(|(k, v)| (k, v.replace(NODE_NAME_VAR, node)))
+        .collect();
+    agent_params
+        .entry("nodename".to_owned())
+        .or_insert_with(|| node.to_owned());
+    Ok(MethodSpec {
+        method: method.to_owned(),
+        agent,
+        params: agent_params,
+        secret,
+        timeout,
+        origin,
+    })
+}
+
+/// Adds a Secret's entries to a method's parameters. A value with a line break cannot be passed
+/// as a `name=value` line and is refused.
+pub fn add_secret(
+    spec: &mut MethodSpec,
+    secret: &str,
+    data: &BTreeMap<String, Vec<u8>>,
+) -> Result<(), FenceConfigError> {
+    for (k, v) in data {
+        let value = String::from_utf8(v.clone()).map_err(|_| FenceConfigError::Invalid {
+            configmap: format!("Secret {secret}"),
+            key: "data",
+            name: k.clone(),
+            value: "<binary>".to_owned(),
+            reason: "is not UTF-8 text",
+        })?;
+        if value.contains(['\n', '\r']) || k.contains(['\n', '\r', '=']) {
+            return Err(FenceConfigError::Invalid {
+                configmap: format!("Secret {secret}"),
+                key: "data",
+                name: k.clone(),
+                value: "<redacted>".to_owned(),
+                reason: "must be one line (it is passed as name=value on the agent's stdin)",
+            });
+        }
+        spec.params.insert(k.clone(), value);
+    }
+    Ok(())
+}
+
+/// The agent's standard input: one `name=value` line per parameter.
+pub fn stdin_text(params: &BTreeMap<String, String>) -> String {
+    params.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn properties_parse_and_report_the_bad_line() {
+        let p = parse_properties(
+            "cm",
+            METHOD_KEY,
+            "# comment\n\n a = b \nc=d=e\n!x\nempty=\n",
+        )
+        .expect("valid");
+        assert_eq!(p, cm(&[("a", "b"), ("c", "d=e"), ("empty", "")]));
+        let cases = [("novalue\n", 1), ("a=b\n=c\n", 2), ("a b=c", 1)];
+        for (text, line) in cases {
+            let err = parse_properties("cm", METHOD_KEY, text).expect_err(text);
+            assert!(
+                matches!(&err, FenceConfigError::BadLine { line: l, .. } if *l == line),
+                "{text:?}: {err}"
+            );
+            assert!(err.to_string().contains("ConfigMap cm"), "{err}");
+        }
+    }
+
+    #[test]
+    fn plan_lists_methods_per_step_as_in_the_proposal() {
+        let data = cm(&[(
+            CONFIG_KEY,
+            "node_name=host1\nisolation=fc-off\npower_management=eaton-off eaton-on\nrecovery=fc-on\n",
+        )]);
+        let plan = parse_plan("fence-config-host1", &data, "host1").expect("valid");
+        assert_eq!(plan.isolation, ["fc-off"]);
+        assert_eq!(plan.power_management, ["eaton-off", "eaton-on"]);
+        assert_eq!(plan.methods(Step::Recovery), ["fc-on"]);
+        assert!(plan.configured().power_management);
+    }
+
+    #[test]
+    fn plan_errors_name_configmap_and_field() {
+        let cases = [
+            (
+                "fence-config-host1",
+                cm(&[(CONFIG_KEY, "node_name=host2\n")]),
+                "node_name",
+            ),
+            ("fence-config-host1", cm(&[]), CONFIG_KEY),
+            (
+                "fence-config-host1",
+                cm(&[(CONFIG_KEY, "isolaton=fc-off\n")]),
+                "isolaton",
+            ),
+            (
+                "fence-config-host1",
+                cm(&[(CONFIG_KEY, "isolation=FC_OFF\n")]),
+                "FC_OFF",
+            ),
+        ];
+        for (name, data, needle) in cases {
+            let err = parse_plan(name, &data, "host1").expect_err(needle);
+            let msg = err.to_string();
+            assert!(msg.contains(name) && msg.contains(needle), "{msg}");
+        }
+        // The shared default does not have to name the node.
+        let shared = cm(&[(CONFIG_KEY, "node_name=any\nisolation=a\n")]);
+        assert!(parse_plan(DEFAULT_CONFIG, &shared, "host1").is_ok());
+    }
+
+    fn store() -> BTreeMap<String, BTreeMap<String, String>> {
+        BTreeMap::from([
+            (
+                "fence-method-template-eaton-pdu".to_owned(),
+                cm(&[(
+                    TEMPLATE_KEY,
+                    "name=eaton_pdu\nagent_name=fence_eaton_snmp\nipaddr=192.168.1.4\nsecret=eaton-credentials\ntimeout=20s\n",
+                )]),
+            ),
+            (
+                "fence-method-eaton-off-host0".to_owned(),
+                cm(&[(
+                    METHOD_KEY,
+                    "template=fence-method-template-eaton-pdu\nplug=1\naction=off\n",
+                )]),
+            ),
+            (
+                "fence-method-eaton-off".to_owned(),
+                cm(&[(
+                    METHOD_KEY,
+                    "template=fence-method-template-eaton-pdu\nplug=$(NODE_NAME)\naction=off\ntimeout=5s\n",
+                )]),
+            ),
+            (
+                "fence-method-script".to_owned(),
+                cm(&[(
+                    METHOD_KEY,
+                    "agent_name=/usr/local/bin/fence-script\nnodename=override\n",
+                )]),
+            ),
+            (
+                "fence-method-orphan".to_owned(),
+                cm(&[(METHOD_KEY, "template=fence-method-template-missing\n")]),
+            ),
+            (
+                "fence-method-noagent".to_owned(),
+                cm(&[(METHOD_KEY, "plug=1\n")]),
+            ),
+        ])
+    }
+
+    #[test]
+    fn methods_resolve_per_node_then_shared_with_template_defaults() {
+        let s = store();
+        let get = |n: &str| s.get(n);
+        // host0 has its own method ConfigMap.
+        let m = resolve_method("eaton-off", "host0", Duration::from_secs(60), get).expect("host0");
+        assert_eq!(m.agent, "fence_eaton_snmp");
+        assert_eq!(m.secret.as_deref(), Some("eaton-credentials"));
+        assert_eq!(m.timeout, Duration::from_secs(20));
+        assert_eq!(
+            m.params,
+            cm(&[
+                ("action", "off"),
+                ("ipaddr", "192.168.1.4"),
+                ("nodename", "host0"),
+                ("plug", "1")
+            ])
+        );
+        assert_eq!(
+            m.origin,
+            "fence-method-eaton-off-host0 + fence-method-template-eaton-pdu"
+        );
+        // host1 falls back to the shared method, with the node name substituted.
+        let m = resolve_method("eaton-off", "host1", Duration::from_secs(60), get).expect("host1");
+        assert_eq!(m.params.get("plug").map(String::as_str), Some("host1"));
+        assert_eq!(m.timeout, Duration::from_secs(5));
+        // No template; an explicit nodename wins.
+        let m = resolve_method("script", "host1", Duration::from_secs(60), get).expect("script");
+        assert_eq!(m.timeout, Duration::from_secs(60));
+        assert_eq!(m.params, cm(&[("nodename", "override")]));
+        assert_eq!(stdin_text(&m.params), "nodename=override\n");
+    }
+
+    #[test]
+    fn method_errors_say_what_is_missing() {
+        let s = store();
+        let get = |n: &str| s.get(n);
+        let cases = [
+            ("absent", "fence-method-absent-host1"),
+            ("orphan", "fence-method-template-missing"),
+            ("noagent", "agent_name"),
+        ];
+        for (method, needle) in cases {
+            let err =
+                resolve_method(method, "host1", Duration::from_secs(1), get).expect_err(method);
+            assert!(err.to_string().contains(needle), "{method}: {err}");
+        }
+    }
+
+    #[test]
+    fn secrets_add_parameters_but_never_line_breaks() {
+        let s = store();
+        let mut m = resolve_method("eaton-off", "host0", Duration::from_secs(60), |n| s.get(n))
+            .expect("host0");
+        let ok = BTreeMap::from([("password".to_owned(), b"s3cret".to_vec())]);
+        add_secret(&mut m, "eaton-credentials", &ok).expect("one line");
+        assert_eq!(m.params.get("password").map(String::as_str), Some("s3cret"));
+        let bad = BTreeMap::from([("password".to_owned(), b"a\nb".to_vec())]);
+        let err = add_secret(&mut m, "eaton-credentials", &bad).expect_err("two lines");
+        assert!(
+            !err.to_string().contains("a\nb"),
+            "secrets are never echoed: {err}"
+        );
+    }
+}

@@ -1,0 +1,293 @@
+//! `node-monitor remediate`: fast, safe failover when a node dies.
+//!
+//! A leader-elected controller (a Deployment, not a DaemonSet) that watches every node's Lease and
+//! its node agent's heartbeats, finds a dead node within a few missed renewals (or at once from
+//! the agent's last gasp), refuses to act during fencing storms or when it may be partitioned
+//! itself, fences the node (isolation, then power management, per the node-fencing proposal) and
+//! only once fencing is confirmed releases its workload: the `node.kubernetes.io/out-of-service`
+//! taint (KEP-2268) and the deletion of the pods still bound to it, so ReplicaSets, StatefulSets
+//! and the attach-detach controller recover at once. When the node comes back it runs recovery
+//! and removes the taint. See docs/remediate.md.
+//!
+//! Layout: [`crate::core::remediation`] decides (pure); [`facts`] translates API objects;
+//! [`methods`] reads the fence configuration; [`exec`] runs fence agents; [`store`] keeps
+//! operations in the API; [`leader`] elects; [`controller`] ties them together.
+pub mod controller;
+pub mod exec;
+pub mod facts;
+pub mod leader;
+pub mod methods;
+pub mod store;
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    process::ExitCode,
+    sync::{Arc, Mutex, atomic::Ordering},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use futures::StreamExt as _;
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{ConfigMap, Node},
+};
+use kube::{
+    Api, Client,
+    runtime::{WatchStreamExt as _, reflector, watcher},
+};
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{error, info, warn};
+
+use crate::{
+    core::remediation::{RemediationConfig, parse_config},
+    http::{self, Health},
+    kube as kube_adapter,
+    metrics::Metrics,
+};
+
+use self::{controller::Controller, leader::LeaderElector};
+
+/// The namespace of node Leases.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// `node-monitor remediate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Configuration file (YAML; see docs/remediate.md). Default: every default.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Kubeconfig; default: in-cluster config, then $KUBECONFIG.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace of the leader Lease, the fence configuration and the fencing operations.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "node-monitor")]
+    pub namespace: String,
+    /// This replica's identity in the leader Lease (default: $POD_NAME, else hostname and pid).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Address for /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:9102")]
+    pub metrics_addr: SocketAddr,
+    /// Decide and report, but fence, taint and delete nothing (overrides the configuration).
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// When the controller last heard from the API server (any successful request or watch event).
+#[derive(Debug)]
+pub struct ApiHealth {
+    last_ok: Mutex<Instant>,
+}
+
+impl Default for ApiHealth {
+    fn default() -> Self {
+        Self {
+            last_ok: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+impl ApiHealth {
+    pub fn ok(&self) {
+        if let Ok(mut t) = self.last_ok.lock() {
+            *t = Instant::now();
+        }
+    }
+
+    /// Time since the last success.
+    pub fn silent_for(&self) -> Duration {
+        self.last_ok.lock().map_or(Duration::MAX, |t| t.elapsed())
+    }
+}
+
+/// Loads the configuration from `--config` (or the defaults).
+pub fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<RemediationConfig> {
+    match path {
+        None => Ok(RemediationConfig::default()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading --config {}", p.display()))?;
+            Ok(parse_config(&p.display().to_string(), &text)?)
+        }
+    }
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "remediate".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+/// A reflector whose every event (and error) is reported to `health`; it never ends.
+fn reflect<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    health: Arc<ApiHealth>,
+    what: &'static str,
+) -> (
+    reflector::Store<K>,
+    impl Future<Output = ()> + Send + 'static,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector(writer, watcher(api, cfg)).default_backoff();
+    let task = async move {
+        let mut stream = std::pin::pin!(stream);
+        let mut healthy = true;
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(_) => {
+                    health.ok();
+                    if !healthy {
+                        info!(what, "watch recovered");
+                        healthy = true;
+                    }
+                }
+                Err(e) => {
+                    if healthy {
+                        warn!(what, error = %e, "watch failed; retrying with backoff");
+                    }
+                    healthy = false;
+                }
+            }
+        }
+    };
+    (store, task)
+}
+
+/// Runs the controller until SIGTERM or SIGINT.
+pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let mut cfg = load_config(args.config.as_deref())?;
+    if args.dry_run {
+        cfg.dry_run = true;
+    }
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    info!(%identity, namespace = %args.namespace, dry_run = cfg.dry_run,
+          missed_renewals = cfg.detection.missed_renewals, "node-monitor remediate starting");
+
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::default());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let http_task = {
+        let (m, h, mut rx) = (metrics.clone(), health.clone(), stop_rx.clone());
+        let addr = args.metrics_addr;
+        tokio::spawn(async move {
+            let stop = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            if let Err(e) = http::serve(addr, m, h, stop).await {
+                error!(error = %e, %addr, "metrics endpoint failed");
+            }
+        })
+    };
+
+    let client: Client = kube_adapter::client(args.kubeconfig.as_deref()).await?;
+    let api_health = Arc::new(ApiHealth::default());
+    let (nodes, nodes_task) = reflect(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        api_health.clone(),
+        "nodes",
+    );
+    let (leases, leases_task) = reflect(
+        Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE),
+        watcher::Config::default(),
+        api_health.clone(),
+        "node leases",
+    );
+    let (configmaps, configmaps_task) = reflect(
+        Api::<ConfigMap>::namespaced(client.clone(), &args.namespace),
+        watcher::Config::default(),
+        api_health.clone(),
+        "fence configuration",
+    );
+    let tasks = [
+        tokio::spawn(nodes_task),
+        tokio::spawn(leases_task),
+        tokio::spawn(configmaps_task),
+    ];
+
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let synced = async {
+        let _ = nodes.wait_until_ready().await;
+        let _ = leases.wait_until_ready().await;
+        let _ = configmaps.wait_until_ready().await;
+    };
+    let stopped_early = tokio::select! {
+        () = synced => false,
+        _ = sigterm.recv() => true,
+        _ = sigint.recv() => true,
+    };
+    let mut elector = LeaderElector::new(
+        client.clone(),
+        &args.namespace,
+        &identity,
+        cfg.leader.clone(),
+    );
+    let mut controller = Controller::new(
+        client,
+        cfg.clone(),
+        &args.namespace,
+        &identity,
+        metrics.clone(),
+        api_health.clone(),
+        controller::Caches {
+            nodes,
+            leases,
+            configmaps,
+        },
+    );
+    if !stopped_early {
+        info!("caches synced");
+        health.pods_synced.store(true, Ordering::Relaxed);
+        health.probes_loaded.store(true, Ordering::Relaxed);
+        let mut next_election = Instant::now();
+        loop {
+            let wait = cfg.tick_interval.min(cfg.leader.retry_period);
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                _ = sigterm.recv() => { info!("SIGTERM: stopping"); break; }
+                _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
+            }
+            if Instant::now() >= next_election {
+                next_election = Instant::now() + cfg.leader.retry_period;
+                match elector.try_acquire_or_renew().await {
+                    Ok(_) => api_health.ok(),
+                    Err(e) => {
+                        warn!(error = %crate::remediate::controller::chain(&e), "leader election round failed");
+                    }
+                }
+                if elector.renew_deadline_passed() {
+                    error!(
+                        "could not renew the leader lease within the renew deadline; standing down"
+                    );
+                    elector.step_down();
+                }
+            }
+            let leading = elector.is_leading();
+            metrics.remediation.leader.set(i64::from(leading));
+            controller.tick(leading).await;
+        }
+    }
+    controller.stand_down();
+    elector.release().await;
+    let _ = stop_tx.send(true);
+    for t in &tasks {
+        t.abort();
+    }
+    let _ = http_task.await;
+    info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}

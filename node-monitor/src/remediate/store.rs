@@ -1,0 +1,259 @@
+//! Fencing operations kept in the API: one ConfigMap per node (`node-monitor-fence-<node>`) in the
+//! controller's namespace, holding the operation as JSON. Written before every step starts and
+//! after every step ends, with the resourceVersion as a precondition, so a restarted or newly
+//! elected controller resumes exactly where the previous one stopped. The ConfigMap is owned by
+//! the Node: deleting the Node lets the garbage collector delete the operation.
+use std::{collections::BTreeMap, time::Duration};
+
+use k8s_openapi::{
+    api::core::v1::ConfigMap,
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, ListParams, PostParams},
+};
+
+use crate::core::remediation::FenceOp;
+
+pub const OP_PREFIX: &str = "node-monitor-fence-";
+pub const OP_KEY: &str = "operation.json";
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "node-monitor-remediate");
+pub const COMPONENT: (&str, &str) = ("app.kubernetes.io/component", "fence-operation");
+/// The node's full name (label values are limited to 63 characters; node names are not).
+pub const NODE_ANNOTATION: &str = "node-monitor.io/fence-node";
+/// Every API request of the store is bounded by this.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Errors reading or writing operations.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{action} ConfigMap {namespace}/{name}")]
+    Api {
+        action: &'static str,
+        namespace: String,
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("{action} ConfigMap {namespace}/{name}: no answer within {REQUEST_TIMEOUT:?}")]
+    Timeout {
+        action: &'static str,
+        namespace: String,
+        name: String,
+    },
+    #[error("ConfigMap {namespace}/{name} changed meanwhile (resourceVersion conflict)")]
+    Conflict { namespace: String, name: String },
+    #[error("ConfigMap {namespace}/{name} key {OP_KEY}: not a fencing operation")]
+    Decode {
+        namespace: String,
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("encode the operation of node {node}")]
+    Encode {
+        node: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// The ConfigMap name for a node's operation: the prefix and the node name, shortened with a
+/// hash when the result would exceed the 253 characters of an object name.
+pub fn op_configmap_name(node: &str) -> String {
+    let full = format!("{OP_PREFIX}{node}");
+    if full.len() <= 253 {
+        return full;
+    }
+    // FNV-1a: stable across releases, no dependency.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in node.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    let keep: String = node.chars().take(253 - OP_PREFIX.len() - 17).collect();
+    format!("{OP_PREFIX}{}-{h:016x}", keep.trim_end_matches(['.', '-']))
+}
+
+/// An operation and the resourceVersion it was read or written at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredOp {
+    pub op: FenceOp,
+    pub resource_version: Option<String>,
+}
+
+/// Reads and writes operations.
+#[derive(Clone)]
+pub struct OpStore {
+    api: Api<ConfigMap>,
+    namespace: String,
+}
+
+async fn bounded<T>(
+    fut: impl Future<Output = Result<T, kube::Error>>,
+    action: &'static str,
+    namespace: &str,
+    name: &str,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(kube::Error::Api(s))) if s.code == 409 => Err(StoreError::Conflict {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }),
+        Ok(Err(source)) => Err(StoreError::Api {
+            action,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            source: Box::new(source),
+        }),
+        Err(_) => Err(StoreError::Timeout {
+            action,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }),
+    }
+}
+
+impl OpStore {
+    pub fn new(client: Client, namespace: &str) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_owned(),
+        }
+    }
+
+    fn object(
+        &self,
+        op: &FenceOp,
+        resource_version: Option<String>,
+    ) -> Result<ConfigMap, StoreError> {
+        let json = serde_json::to_string_pretty(op).map_err(|source| StoreError::Encode {
+            node: op.node.clone(),
+            source,
+        })?;
+        Ok(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(op_configmap_name(&op.node)),
+                namespace: Some(self.namespace.clone()),
+                resource_version,
+                labels: Some(BTreeMap::from([
+                    (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
+                    (COMPONENT.0.to_owned(), COMPONENT.1.to_owned()),
+                ])),
+                annotations: Some(BTreeMap::from([(
+                    NODE_ANNOTATION.to_owned(),
+                    op.node.clone(),
+                )])),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".to_owned(),
+                    kind: "Node".to_owned(),
+                    name: op.node.clone(),
+                    uid: op.node_uid.clone(),
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(OP_KEY.to_owned(), json)])),
+            ..ConfigMap::default()
+        })
+    }
+
+    /// Decodes one stored operation.
+    pub fn decode(&self, cm: &ConfigMap) -> Result<StoredOp, StoreError> {
+        let name = cm.metadata.name.clone().unwrap_or_default();
+        let text = cm
+            .data
+            .as_ref()
+            .and_then(|d| d.get(OP_KEY))
+            .map_or("", String::as_str);
+        let op: FenceOp = serde_json::from_str(text).map_err(|source| StoreError::Decode {
+            namespace: self.namespace.clone(),
+            name,
+            source,
+        })?;
+        Ok(StoredOp {
+            op,
+            resource_version: cm.metadata.resource_version.clone(),
+        })
+    }
+
+    /// Every stored operation; ones that cannot be decoded come back as errors, for the caller
+    /// to report (they are left in place for an operator to inspect).
+    pub async fn list(&self) -> Result<Vec<Result<StoredOp, StoreError>>, StoreError> {
+        let lp = ListParams::default().labels(&format!("{}={}", COMPONENT.0, COMPONENT.1));
+        let list = bounded(self.api.list(&lp), "list", &self.namespace, "*").await?;
+        Ok(list.items.iter().map(|cm| self.decode(cm)).collect())
+    }
+
+    pub async fn create(&self, op: &FenceOp) -> Result<StoredOp, StoreError> {
+        let name = op_configmap_name(&op.node);
+        let obj = self.object(op, None)?;
+        let cm = bounded(
+            self.api.create(&PostParams::default(), &obj),
+            "create",
+            &self.namespace,
+            &name,
+        )
+        .await?;
+        Ok(StoredOp {
+            op: op.clone(),
+            resource_version: cm.metadata.resource_version,
+        })
+    }
+
+    /// Replaces the stored operation, on the condition that nobody else wrote it since.
+    pub async fn update(&self, stored: &StoredOp, op: &FenceOp) -> Result<StoredOp, StoreError> {
+        let name = op_configmap_name(&op.node);
+        let obj = self.object(op, stored.resource_version.clone())?;
+        let cm = bounded(
+            self.api.replace(&name, &PostParams::default(), &obj),
+            "replace",
+            &self.namespace,
+            &name,
+        )
+        .await?;
+        Ok(StoredOp {
+            op: op.clone(),
+            resource_version: cm.metadata.resource_version,
+        })
+    }
+
+    pub async fn delete(&self, node: &str) -> Result<(), StoreError> {
+        let name = op_configmap_name(node);
+        match bounded(
+            self.api.delete(&name, &DeleteParams::default()),
+            "delete",
+            &self.namespace,
+            &name,
+        )
+        .await
+        {
+            Ok(_) => Ok(()),
+            Err(StoreError::Api { source, .. }) if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 404) => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_fit_an_object_name() {
+        assert_eq!(op_configmap_name("node-a"), "node-monitor-fence-node-a");
+        let long = "n".repeat(300);
+        let name = op_configmap_name(&long);
+        assert!(name.len() <= 253, "{}", name.len());
+        assert_ne!(
+            name,
+            op_configmap_name(&"n".repeat(301)),
+            "distinct nodes, distinct names"
+        );
+        assert_eq!(name, op_configmap_name(&long), "stable");
+    }
+}

@@ -1,0 +1,216 @@
+//! Reaction-time benchmark: from the moment memory.available truly crosses the hard threshold
+//! (ground truth: an independent sampler thread reading the node cgroup every 200 µs) to the
+//! eviction request arriving at the API server (`requestReceivedTimestamp` in kube-apiserver's own
+//! audit log). The same agent binary runs in two modes, alternating in one run: push (kernel and
+//! cgroup wake-ups) and `--polling-only` (the kubelet's 10 s housekeeping poll).
+//!
+//! ```text
+//! cargo build --bins && target/debug/bench-reaction --runs 20
+//! ```
+use std::{
+    fs,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, SystemTime},
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::Parser;
+use k8s_openapi::jiff::Timestamp;
+use node_monitor_tests::{
+    control_plane::{ControlPlane, ControlPlaneOptions},
+    e2e::{Agent, Cluster, PodBuilder},
+    standin::{StandIn, StandInConfig},
+};
+
+#[derive(Parser)]
+struct Args {
+    /// Runs per mode.
+    #[arg(long, default_value_t = 20)]
+    runs: usize,
+    /// Hard threshold (MiB) on a 1 GiB node.
+    #[arg(long, default_value_t = 300)]
+    threshold_mi: i64,
+}
+
+const MI: i64 = 1 << 20;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    node_monitor_tests::cgroup::require_root("bench-reaction");
+    let dir = tempfile::tempdir()?;
+    let policy = dir.path().join("audit-policy.yaml");
+    fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [ResponseStarted, ResponseComplete, Panic]\nrules:\n- level: Metadata\n  resources:\n  - group: \"\"\n    resources: [\"pods/eviction\"]\n- level: None\n",
+    )?;
+    let audit = dir.path().join("audit.log");
+    let cp = ControlPlane::start(
+        ControlPlaneOptions::default()
+            .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
+            .apiserver_arg(format!("--audit-log-path={}", audit.display())),
+    )
+    .await?;
+    let node = "bench-node";
+    let node_cgroup = format!("node-monitor-test/{node}-{}", std::process::id());
+    let standin = StandIn::start(
+        cp.client(),
+        StandInConfig::new(node, &node_cgroup).memory(1 << 30),
+    )
+    .await?;
+    standin.wait_ready(Duration::from_secs(60)).await?;
+    let cluster = Cluster {
+        cp,
+        standin: Some(standin),
+        node: node.into(),
+        node_cgroup: node_cgroup.into(),
+    };
+    let result = bench(&cluster, &args, &audit).await;
+    cluster.stop().await?;
+    result
+}
+
+async fn bench(cluster: &Cluster, args: &Args, audit: &std::path::Path) -> Result<()> {
+    let config = format!(
+        "evictionHard:\n  memory.available: {}Mi\n",
+        args.threshold_mi
+    );
+    let mut push = Vec::new();
+    let mut polling = Vec::new();
+    for run in 0..args.runs {
+        for (mode, extra, out) in [
+            ("push", &["--no-mlock"][..], &mut push),
+            (
+                "polling",
+                &["--no-mlock", "--polling-only"][..],
+                &mut polling,
+            ),
+        ] {
+            let mut agent = Agent::spawn(cluster, &config, extra)?;
+            agent.wait_log("deciding", Duration::from_secs(30)).await?;
+            let name = format!("ramp-{mode}-{run}");
+            let ms = one_run(cluster, &name, args.threshold_mi, audit)
+                .await
+                .with_context(|| format!("{name}:\n{}", agent.log()))?;
+            println!("{mode:>8} run {run:>2}: {ms:>9.2} ms");
+            out.push(ms);
+            agent.terminate()?;
+        }
+    }
+    report("push (node-monitor)", &mut push);
+    report("polling (10 s)", &mut polling);
+    Ok(())
+}
+
+/// One crossing: a BestEffort pod ramps to 150 MiB past the threshold and holds (it never reaches
+/// the node's limit, so polling mode is measured, not OOM-killed).
+async fn one_run(
+    cluster: &Cluster,
+    name: &str,
+    threshold_mi: i64,
+    audit: &std::path::Path,
+) -> Result<f64> {
+    let available = cluster.settled_memory_available().await? / MI;
+    let target = available - threshold_mi + 150;
+    if target < 32 {
+        bail!("node already near the threshold: {available}Mi available");
+    }
+    // Ground truth on its own thread, so the async runtime's scheduling does not skew it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let dir = cluster.node_memory_dir();
+    let limit = threshold_mi * MI;
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || -> Option<SystemTime> {
+            let read = |f: &str| fs::read_to_string(dir.join(f)).ok();
+            while !stop.load(Ordering::Relaxed) {
+                let (Some(l), Some(u), Some(st)) = (
+                    read("memory.limit_in_bytes"),
+                    read("memory.usage_in_bytes"),
+                    read("memory.stat"),
+                ) else {
+                    return None;
+                };
+                let l: i64 = l.trim().parse().ok()?;
+                let u: i64 = u.trim().parse().ok()?;
+                let inactive: i64 = st
+                    .lines()
+                    .find_map(|x| x.strip_prefix("total_inactive_file "))?
+                    .trim()
+                    .parse()
+                    .ok()?;
+                if l - (u - inactive).max(0) < limit {
+                    return Some(SystemTime::now());
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            None
+        })
+    };
+    let pod = PodBuilder::new(
+        name,
+        &cluster.node,
+        &[
+            "--ramp-to",
+            &format!("{target}Mi"),
+            "--step",
+            "16Mi",
+            "--interval",
+            "20ms",
+        ],
+    )
+    .build();
+    cluster.create_pod(pod).await?;
+    let gone = cluster
+        .wait_gone("default", name, Duration::from_secs(40))
+        .await?;
+    stop.store(true, Ordering::Relaxed);
+    let crossed = sampler
+        .join()
+        .map_err(|_| anyhow::anyhow!("sampler panicked"))?
+        .context("the crossing was not observed")?;
+    if gone.is_none() {
+        bail!("{name} was not evicted within 40 s");
+    }
+    let received = audit_received(audit, name)?.context("no eviction in the audit log")?;
+    let d = match received.duration_since(crossed) {
+        Ok(d) => d.as_secs_f64() * 1e3,
+        Err(e) => -e.duration().as_secs_f64() * 1e3,
+    };
+    // Let the node settle before the next run.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Ok(d)
+}
+
+/// `requestReceivedTimestamp` of the eviction of `pod` in the audit log.
+fn audit_received(audit: &std::path::Path, pod: &str) -> Result<Option<SystemTime>> {
+    let text = fs::read_to_string(audit).context("audit log")?;
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        let obj = &v["objectRef"];
+        if obj["subresource"] == "eviction" && obj["name"] == pod {
+            let ts: Timestamp = v["requestReceivedTimestamp"]
+                .as_str()
+                .context("timestamp")?
+                .parse()?;
+            return Ok(Some(SystemTime::from(ts)));
+        }
+    }
+    Ok(None)
+}
+
+fn report(label: &str, v: &mut [f64]) {
+    v.sort_by(f64::total_cmp);
+    let q = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
+    println!(
+        "{label:<22} n={:>2}  p50={:>9.2} ms  p99={:>9.2} ms  min={:>9.2} ms  max={:>9.2} ms",
+        v.len(),
+        q(0.5),
+        q(0.99),
+        v[0],
+        v[v.len() - 1]
+    );
+}
