@@ -1,6 +1,7 @@
 //! Kernel tier: the real `node-monitor trace` binary streams a real OOM kill as a JSON line
-//! attributed to its pod. Needs root and the binary (`cargo build -p node-monitor`); fails, never
-//! skips, without them.
+//! attributed to its pod, by UID from the cgroup layout and by name through a real API server.
+//! Needs root, the binary (`cargo build -p node-monitor`) and, for the API test, the control-plane
+//! binaries (scripts/setup.sh); fails, never skips, without them.
 use std::{
     io::{BufRead as _, BufReader},
     os::unix::process::ExitStatusExt as _,
@@ -10,7 +11,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use node_monitor_tests::cgroup::{TestCgroups, require_root};
+use node_monitor_tests::{
+    cgroup::{TestCgroups, require_root},
+    control_plane::{ControlPlane, ControlPlaneOptions},
+};
 use serde_json::Value;
 
 const MEMHOG: &str = env!("CARGO_BIN_EXE_nm-memhog");
@@ -187,4 +191,105 @@ fn trace_json_reports_a_real_oom_kill_with_its_pod() {
             "non-JSON on stdout: {l}"
         );
     }
+}
+
+#[test]
+fn trace_names_the_pod_through_the_api() {
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+    use kube::api::{Api, ObjectMeta, PostParams};
+
+    require_root("node-monitor trace");
+    let bin = node_monitor_bin();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cp = rt
+        .block_on(ControlPlane::start(ControlPlaneOptions::default()))
+        .unwrap_or_else(|e| panic!("starting the control plane: {e}"));
+    // A pod bound to a node name; nothing runs it: its UID names the test cgroup.
+    let node = "nm-trace-node";
+    let pods: Api<Pod> = Api::namespaced(cp.client(), "default");
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some("memhog".into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.into()),
+            containers: vec![Container {
+                name: "hog".into(),
+                image: Some("registry.invalid/memhog:1".into()),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    };
+    let created = rt
+        .block_on(pods.create(&PostParams::default(), &pod))
+        .unwrap_or_else(|e| panic!("creating the pod: {e}"));
+    let uid = created.metadata.uid.expect("the API server assigns a UID");
+
+    let mut cg = TestCgroups::new("trace-api");
+    let cid = format!("{:064x}", u128::from(std::process::id()) << 32 | 0xa91);
+    let rel = format!("kubepods/burstable/pod{uid}/{cid}");
+    cg.create(&rel).unwrap();
+    cg.set_memory_limit(&rel, 32 * MIB).unwrap();
+
+    let kubeconfig = cp.kubeconfig_path().to_owned();
+    let mut trace = Guard(
+        Command::new(&bin)
+            .args([
+                "trace",
+                "--json",
+                "--kind",
+                "oom_kill",
+                "--duration",
+                "120",
+                "--node-name",
+                node,
+            ])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("running {}: {e}", bin.display())),
+    );
+    let stdout = lines(trace.0.stdout.take().unwrap());
+    let stderr = lines(trace.0.stderr.take().unwrap());
+    let mut err_lines = Vec::new();
+    wait_line(
+        &stderr,
+        Duration::from_secs(60),
+        "readiness line",
+        &mut err_lines,
+        |l| l.contains("listening"),
+    );
+
+    let mut hog = cg
+        .spawn_in(&rel, Command::new(MEMHOG).args(["anon", "256"]))
+        .unwrap();
+    let pid = hog.id();
+    let status = hog.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+
+    let mut out_lines = Vec::new();
+    let line = wait_line(
+        &stdout,
+        Duration::from_secs(30),
+        "oom_kill line",
+        &mut out_lines,
+        |l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["pid"] == pid),
+    );
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["pod_uid"], uid.as_str(), "{v}");
+    assert_eq!(v["pod_namespace"], "default", "{v}");
+    assert_eq!(v["pod_name"], "memhog", "{v}");
+    assert_eq!(v["container_id"], cid, "{v}");
+    drop(trace);
+    drop(cp);
 }

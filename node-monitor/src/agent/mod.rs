@@ -405,6 +405,23 @@ fn init_metrics(m: &Metrics, config: &EvictionConfig) {
             });
         }
     }
+    for operation in ["evict", "patch_conditions", "patch_taint"] {
+        let _ = m
+            .api_errors
+            .get_or_create(&crate::metrics::OperationLabels {
+                operation: operation.to_owned(),
+            });
+    }
+    // 0 until a graceful shutdown happens, like the kubelet's graceful_shutdown_*_time_seconds.
+    let total = crate::metrics::PhaseLabels {
+        phase: "total".to_owned(),
+    };
+    m.shutdown_phase_start_time_seconds
+        .get_or_create(&total)
+        .set(0.0);
+    m.shutdown_phase_end_time_seconds
+        .get_or_create(&total)
+        .set(0.0);
     for c in NodeConditionType::ALL {
         m.node_condition
             .get_or_create(&ConditionLabels {

@@ -39,10 +39,6 @@ trait Login1Manager {
     ) -> zbus::Result<zbus::zvariant::OwnedFd>;
 
     /// `ListInhibitors() -> a(ssssuu)`: what, who, why, mode, uid, pid.
-    #[expect(
-        clippy::type_complexity,
-        reason = "the D-Bus signature a(ssssuu), converted right after"
-    )]
     fn list_inhibitors(&self) -> zbus::Result<Vec<(String, String, String, String, u32, u32)>>;
 
     /// `PrepareForShutdown(b start)`: true before a shutdown, false when it was cancelled.

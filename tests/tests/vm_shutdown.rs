@@ -1,0 +1,626 @@
+//! Graceful node shutdown with the real systemd-logind, in the Debian guest (systemd 252, kernel
+//! 6.1, cgroup v2), against a real control plane on the host.
+//!
+//! In the guest: the kubelet stand-in registers `vm-node` and runs its pods as processes; the
+//! `node-monitor` agent holds a logind delay inhibitor. The host creates pods in three priority
+//! groups and watches the API while the guest shuts down.
+//!
+//! 1. `graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one`:
+//!    - logind's `InhibitDelayMaxSec` (default 5 s) is raised by the agent's drop-in to the
+//!      groups' budget, and logind honours it: the shutdown is delayed well past 5 s;
+//!    - a cancelled shutdown: systemd 252 has no way to cancel a delayed shutdown from the
+//!      command line (`shutdown -c` only cancels a *scheduled* one, before any
+//!      PrepareForShutdown), but logind emits `PrepareForShutdown(false)` when the delayed
+//!      shutdown job cannot be started (`execute_shutdown_or_sleep` in logind-dbus.c). The guest
+//!      masks poweroff.target at runtime during the delay, so the real signal arrives; the agent
+//!      must undo its marks (condition, taint, cordon) and take the lock again;
+//!    - the real shutdown: the groups end in order (a group's pods are deleted only after the
+//!      previous group's pods are gone from the API), each within its period; every pod is gone
+//!      from the API before the guest powers off (only the stand-in in the guest can finalize
+//!      them); the node is marked; the agent's metrics recorded each phase.
+//! 2. `reboot_bypassing_the_inhibitor_is_reported_with_a_last_gasp`: `systemctl reboot -ff`
+//!    calls reboot(2) directly; the kernel probe sees it without a PrepareForShutdown, and the
+//!    agent's last gasp (the `NodeMonitorShuttingDown` condition, reason `NonGracefulShutdown`)
+//!    reaches the API before the machine is gone.
+//!
+//! The tests fail (never skip) when qemu, the guest image or the control-plane binaries are
+//! missing. Timings are reported on stderr for docs/benchmarks.md ("Graceful shutdown").
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::{
+    api::{
+        core::v1::{Container, Node, Pod, PodSpec},
+        scheduling::v1::PriorityClass,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube::{
+    Api, Client,
+    api::{ListParams, PostParams},
+};
+use node_monitor_tests::{
+    control_plane::{ControlPlane, ControlPlaneOptions},
+    e2e::binary,
+    vm::{GuestOptions, GuestRun, run_guest, tail},
+};
+
+const NODE: &str = "vm-node";
+const NS: &str = "default";
+/// Seconds a test pod takes to exit after SIGTERM (its bash trap).
+const EXIT_DELAY: u64 = 3;
+/// Each group's `shutdownGracePeriodSeconds`.
+const PERIOD: u64 = 8;
+/// The groups: (PriorityClass, value, pods).
+const GROUPS: [(&str, i32, &[&str]); 3] = [
+    ("nm-low", 0, &["low-a", "low-b"]),
+    ("nm-mid", 1_000, &["mid-a"]),
+    ("nm-high", 100_000, &["high-a"]),
+];
+
+/// The shell functions every guest script starts with.
+const GUEST_PRELUDE: &str = r#"#!/bin/bash
+set -u
+exec >/mnt/out/entry.log 2>&1
+set -x
+log() { echo "$(date +%s.%N) $*"; }
+# The agent and the metrics dumper live in a cgroup of their own, outside nm-guest.service:
+# systemd stops the service at the start of the power-off, and the agent must outlive it (a
+# DaemonSet's agent lives in the kubepods tree, not in a systemd service either).
+mkdir -p /sys/fs/cgroup/node-monitor-test/agent /var/lib/kubelet
+dump_metrics() {
+  exec 3<>/dev/tcp/127.0.0.1/9101 || return 1
+  printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+  cat <&3 > /mnt/out/.metrics.tmp
+  exec 3>&-
+  mv /mnt/out/.metrics.tmp "/mnt/out/$1"
+}
+ready() {
+  exec 4<>/dev/tcp/127.0.0.1/9101 || return 1
+  printf 'GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&4
+  local status; read -r _ status _ <&4
+  exec 4>&-
+  [ "$status" = 200 ]
+}
+wait_for() { while [ ! -e "$1" ]; do sleep 0.2; done; }
+/mnt/host/nm-kubelet-standin --kubeconfig /mnt/host/kubeconfig --node-name vm-node \
+  --cgroup-root /node-monitor-test/vm-node --memory 512Mi > /mnt/out/standin.log 2>&1 &
+(
+  echo $BASHPID > /sys/fs/cgroup/node-monitor-test/agent/cgroup.procs
+  export RUST_LOG=info NO_COLOR=1
+  exec /mnt/host/node-monitor run --config /mnt/host/config.yaml --node-name vm-node \
+    --node-cgroup node-monitor-test/vm-node --kubeconfig /mnt/host/kubeconfig \
+    --metrics-addr 127.0.0.1:9101 $AGENT_FLAGS > /mnt/out/agent.log 2>&1
+) &
+until ready; do sleep 0.5; done
+log "agent ready"
+"#;
+
+/// The graceful scenario, after the prelude.
+const GRACEFUL_SCRIPT: &str = r#"
+(
+  echo $BASHPID > /sys/fs/cgroup/node-monitor-test/agent/cgroup.procs
+  while true; do dump_metrics metrics.txt; sleep 0.2; done
+) &
+busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager InhibitDelayMaxUSec > /mnt/out/inhibit-delay-usec
+cat /etc/systemd/logind.conf.d/99-node-monitor.conf > /mnt/out/dropin 2>&1
+systemd-inhibit --list --no-pager > /mnt/out/inhibitors-start 2>&1
+
+# A cancelled shutdown: power off, then make the delayed start of poweroff.target fail.
+wait_for /mnt/host/go-cancel
+log "poweroff (to be cancelled)"
+systemctl poweroff
+systemctl mask --runtime poweroff.target
+systemctl daemon-reload
+log "poweroff.target masked"
+# logind gives up on the masked target once the agent releases its lock, and emits
+# PrepareForShutdown(false); the agent takes its lock again.
+until [ "$(busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager PreparingForShutdown)" = "b false" ] \
+      && systemd-inhibit --list --no-pager | grep -q node-monitor; do sleep 0.2; done
+log "cancelled; inhibitor held again"
+systemd-inhibit --list --no-pager > /mnt/out/inhibitors-after-cancel 2>&1
+systemctl unmask --runtime poweroff.target
+systemctl daemon-reload
+dump_metrics metrics-after-cancel.txt
+touch /mnt/out/cancel-done
+
+# The real shutdown.
+wait_for /mnt/host/go-poweroff
+dump_metrics metrics-before-poweroff.txt
+log "poweroff"
+date +%s.%N > /mnt/out/poweroff-at
+systemctl poweroff
+sleep infinity
+"#;
+
+/// The bypass scenario, after the prelude.
+const BYPASS_SCRIPT: &str = r#"
+until grep -q "eBPF programs ready" /mnt/out/agent.log; do sleep 0.2; done
+wait_for /mnt/host/go-reboot
+log "reboot -ff"
+systemctl reboot -ff
+sleep infinity
+"#;
+
+const GRACEFUL_CONFIG: &str = "evictionHard:
+  memory.available: 1Mi
+shutdownGracePeriodByPodPriority:
+  - priority: 0
+    shutdownGracePeriodSeconds: 8
+  - priority: 1000
+    shutdownGracePeriodSeconds: 8
+  - priority: 100000
+    shutdownGracePeriodSeconds: 8
+nodeMonitor:
+  shutdown:
+    cordon: true
+    lastGasp: condition
+";
+
+const BYPASS_CONFIG: &str = "evictionHard:
+  memory.available: 1Mi
+shutdownGracePeriod: 10s
+shutdownGracePeriodCriticalPods: 5s
+nodeMonitor:
+  shutdown:
+    lastGasp: condition
+    lastGaspTimeout: 2s
+";
+
+/// A payload directory: the binaries (hard links into target/, the same filesystem), the guest
+/// kubeconfig, the agent's config and the entry script. The host drops flag files into it to
+/// step the guest along.
+struct Payload {
+    dir: tempfile::TempDir,
+}
+
+impl Payload {
+    fn new(cp: &ControlPlane, config: &str, script: &str, agent_flags: &str) -> Payload {
+        let dir = tempfile::Builder::new().prefix("nm-vm-shutdown").tempdir().expect("payload dir");
+        for bin in ["node-monitor", "nm-kubelet-standin"] {
+            let src = binary(bin);
+            let dst = dir.path().join(bin);
+            if fs::hard_link(&src, &dst).is_err() {
+                fs::copy(&src, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
+            }
+        }
+        fs::copy(cp.guest_kubeconfig_path(), dir.path().join("kubeconfig")).expect("kubeconfig");
+        fs::write(dir.path().join("config.yaml"), config).expect("config");
+        let entry = format!("AGENT_FLAGS='{agent_flags}'\n{GUEST_PRELUDE}{script}");
+        fs::write(dir.path().join("guest-entry.sh"), entry).expect("entry script");
+        Payload { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn signal(&self, flag: &str) {
+        fs::write(self.dir.path().join(flag), "").expect("flag file");
+    }
+}
+
+/// The guest, booting in a thread while the test talks to the API.
+struct Guest {
+    handle: std::thread::JoinHandle<anyhow::Result<GuestRun>>,
+    started: Instant,
+}
+
+impl Guest {
+    fn boot(payload: &Payload) -> Guest {
+        let path: PathBuf = payload.path().to_owned();
+        let started = Instant::now();
+        let handle = std::thread::spawn(move || {
+            run_guest(&path, &GuestOptions { timeout: Duration::from_secs(300), ..Default::default() })
+        });
+        Guest { handle, started }
+    }
+
+    fn running(&self) -> bool {
+        !self.handle.is_finished()
+    }
+
+    /// Waits for qemu to exit; returns the run and when it ended.
+    async fn finish(self) -> (GuestRun, Instant) {
+        let handle = self.handle;
+        let run = tokio::task::spawn_blocking(move || handle.join())
+            .await
+            .expect("join task")
+            .expect("guest thread")
+            .unwrap_or_else(|e| panic!("guest run failed: {e:#}"));
+        (run, Instant::now())
+    }
+}
+
+/// Panics with the guest's files when the guest is gone (it never stops on its own before the
+/// host signals it, so an early exit is a failure).
+async fn fail_with_guest(guest: Guest, what: &str) -> ! {
+    let (run, _) = guest.finish().await;
+    panic!("{what}\n{}", guest_report(&run));
+}
+
+fn guest_report(run: &GuestRun) -> String {
+    let mut out = String::new();
+    for f in ["entry.log", "agent.log", "standin.log"] {
+        out.push_str(&format!("--- {f}:\n{}\n", tail(&run.read_out(f).unwrap_or_default(), 60)));
+    }
+    out.push_str(&format!("--- console:\n{}\n", tail(&run.console, 40)));
+    out
+}
+
+async fn node(client: &Client) -> Option<Node> {
+    Api::<Node>::all(client.clone()).get_opt(NODE).await.ok().flatten()
+}
+
+/// (status, reason) of the agent's shutdown condition.
+fn shutdown_condition(n: &Node) -> Option<(String, String)> {
+    n.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "NodeMonitorShuttingDown").map(|c| {
+        (c.status.clone(), c.reason.clone().unwrap_or_default())
+    })
+}
+
+fn has_shutdown_taint(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == "node-monitor.io/shutdown" && t.effect == "NoSchedule"))
+}
+
+fn unschedulable(n: &Node) -> bool {
+    n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
+}
+
+/// Waits until `check` holds for the node, failing when the guest ends first.
+async fn wait_node(client: &Client, guest: Guest, timeout: Duration, what: &str, check: impl Fn(&Node) -> bool) -> Guest {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(n) = node(client).await
+            && check(&n)
+        {
+            return guest;
+        }
+        if !guest.running() {
+            fail_with_guest(guest, &format!("the guest ended before: {what}")).await;
+        }
+        if Instant::now() > deadline {
+            eprintln!("node: {:?}", node(client).await.map(|n| (shutdown_condition(&n), has_shutdown_taint(&n))));
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn create_priority_classes(client: &Client) {
+    let api: Api<PriorityClass> = Api::all(client.clone());
+    for (name, value, _) in GROUPS {
+        let pc = PriorityClass {
+            metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+            value,
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &pc).await.unwrap_or_else(|e| panic!("priority class {name}: {e}"));
+    }
+}
+
+/// A pod on the guest node whose process takes [`EXIT_DELAY`] seconds to exit after SIGTERM.
+fn slow_pod(name: &str, class: &str) -> Pod {
+    let script = format!("trap 'sleep {EXIT_DELAY}; exit 0' TERM; while :; do sleep 0.2; done");
+    Pod {
+        metadata: ObjectMeta { name: Some(name.into()), namespace: Some(NS.into()), ..Default::default() },
+        spec: Some(PodSpec {
+            node_name: Some(NODE.into()),
+            priority_class_name: Some(class.into()),
+            termination_grace_period_seconds: Some(30),
+            containers: vec![Container {
+                name: "main".into(),
+                image: Some("bash".into()),
+                command: Some(vec!["/bin/bash".into(), "-c".into(), script]),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn create_running(client: &Client, pods: Vec<Pod>, guest: Guest) -> Guest {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let names: Vec<String> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    for p in pods {
+        api.create(&PostParams::default(), &p).await.expect("create pod");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = api.list(&ListParams::default()).await.expect("list pods");
+        let running = names.iter().all(|n| {
+            list.items.iter().any(|p| {
+                p.metadata.name.as_deref() == Some(n.as_str())
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })
+        });
+        if running {
+            return guest;
+        }
+        if !guest.running() {
+            fail_with_guest(guest, "the guest ended before the pods ran").await;
+        }
+        assert!(Instant::now() < deadline, "pods {names:?} not Running within 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What the host saw of each pod and of the node while the guest shut down.
+#[derive(Debug, Default)]
+struct Observed {
+    /// Pod name → first poll that showed a deletionTimestamp.
+    deleting: BTreeMap<String, Instant>,
+    /// Pod name → first poll that no longer showed it.
+    gone: BTreeMap<String, Instant>,
+    condition_true: Option<Instant>,
+    taint: Option<Instant>,
+    cordoned: Option<Instant>,
+}
+
+/// Polls the API every 100 ms until `stop`, recording what changed.
+fn watch_api(client: Client, names: Vec<String>, stop: tokio::sync::watch::Receiver<bool>) -> (Arc<Mutex<Observed>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Observed::default()));
+    let out = seen.clone();
+    let handle = tokio::spawn(async move {
+        let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+        while !*stop.borrow() {
+            let now = Instant::now();
+            if let Ok(list) = api.list(&ListParams::default()).await {
+                let mut o = seen.lock().expect("observations");
+                for n in &names {
+                    match list.items.iter().find(|p| p.metadata.name.as_deref() == Some(n.as_str())) {
+                        Some(p) if p.metadata.deletion_timestamp.is_some() => {
+                            o.deleting.entry(n.clone()).or_insert(now);
+                        }
+                        Some(_) => {}
+                        None => {
+                            o.gone.entry(n.clone()).or_insert(now);
+                        }
+                    }
+                }
+            }
+            if let Some(n) = node(&client).await {
+                let mut o = seen.lock().expect("observations");
+                if shutdown_condition(&n).is_some_and(|(s, _)| s == "True") {
+                    o.condition_true.get_or_insert(now);
+                }
+                if has_shutdown_taint(&n) {
+                    o.taint.get_or_insert(now);
+                }
+                if unschedulable(&n) {
+                    o.cordoned.get_or_insert(now);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    (out, handle)
+}
+
+/// Samples of `family` with their label sets, from a text exposition.
+fn samples(text: &str, family: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name_labels, value) = l.rsplit_once(' ')?;
+            let (name, labels) = match name_labels.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (name_labels, ""),
+            };
+            (name == family).then(|| Some((labels.to_owned(), value.parse().ok()?))).flatten()
+        })
+        .collect()
+}
+
+fn phase(text: &str, family: &str, phase: &str) -> f64 {
+    samples(text, family)
+        .get(&format!("phase=\"{phase}\""))
+        .copied()
+        .unwrap_or_else(|| panic!("{family}{{phase=\"{phase}\"}} missing from the metrics:\n{text}"))
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one() {
+    let cp = ControlPlane::start(ControlPlaneOptions::default()).await.expect("control plane");
+    let client = cp.client();
+    create_priority_classes(&client).await;
+    let payload = Payload::new(&cp, GRACEFUL_CONFIG, GRACEFUL_SCRIPT, "--no-ebpf");
+    let guest = Guest::boot(&payload);
+
+    // The agent holds its inhibitor and says so on the node.
+    let guest = wait_node(&client, guest, Duration::from_secs(180), "the agent's inhibitor on the node", |n| {
+        shutdown_condition(n).is_some_and(|(s, r)| s == "False" && r == "InhibitorHeld")
+    })
+    .await;
+    let armed = guest.started.elapsed();
+
+    // --- A cancelled shutdown: marks set, then undone, and the lock taken again.
+    let guest = create_running(&client, vec![slow_pod("canary", "nm-low")], guest).await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (cancel_seen, cancel_watch) = watch_api(client.clone(), vec!["canary".into()], stop_rx);
+    payload.signal("go-cancel");
+    let guest = wait_node(&client, guest, Duration::from_secs(60), "the node marked, then unmarked after the cancellation", |n| {
+        let o = cancel_seen.lock().expect("observations");
+        o.condition_true.is_some()
+            && o.taint.is_some()
+            && o.cordoned.is_some()
+            && !has_shutdown_taint(n)
+            && !unschedulable(n)
+            && shutdown_condition(n).is_some_and(|(s, r)| s == "False" && r == "InhibitorHeld")
+    })
+    .await;
+    let _ = stop_tx.send(true);
+    cancel_watch.await.expect("cancel watcher");
+    assert!(
+        cancel_seen.lock().expect("observations").gone.contains_key("canary"),
+        "the canary pod was terminated by the cancelled shutdown before logind gave up on it"
+    );
+
+    // --- The real shutdown: three groups.
+    let pods: Vec<Pod> = GROUPS
+        .iter()
+        .flat_map(|(class, _, names)| names.iter().map(|n| slow_pod(n, class)))
+        .collect();
+    let names: Vec<String> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    let guest = create_running(&client, pods, guest).await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (seen, watcher) = watch_api(client.clone(), names.clone(), stop_rx);
+    let poweroff = Instant::now();
+    payload.signal("go-poweroff");
+    let (run, exited) = guest.finish().await;
+    // The API has nothing more to say once the guest is gone, but let the last poll land.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = stop_tx.send(true);
+    watcher.await.expect("watcher");
+    let seen = seen.lock().expect("observations");
+    let report = guest_report(&run);
+
+    // Cancellation, from the guest's side: the inhibitor was held again afterwards.
+    let after_cancel = run.read_out("inhibitors-after-cancel").unwrap_or_default();
+    assert!(after_cancel.contains("node-monitor"), "inhibitor after the cancellation:\n{after_cancel}\n{report}");
+
+    // The drop-in raised logind's delay to the budget (3 × 8 s) plus the margin (5 s).
+    let delay = run.read_out("inhibit-delay-usec").unwrap_or_default();
+    assert_eq!(delay.trim(), "t 29000000", "InhibitDelayMaxUSec after the drop-in\n{report}");
+    let dropin = run.read_out("dropin").unwrap_or_default();
+    assert!(dropin.contains("InhibitDelayMaxSec=29"), "drop-in:\n{dropin}");
+
+    // Every pod went, and before the guest powered off.
+    for n in &names {
+        let gone = seen.gone.get(n).unwrap_or_else(|| panic!("pod {n} still in the API after the guest powered off\n{report}"));
+        assert!(*gone < exited, "pod {n} gone only after qemu exited\n{report}");
+        assert!(seen.deleting.contains_key(n) || seen.gone.contains_key(n), "pod {n} never terminated");
+    }
+    // Groups in order: a group's deletions start only once the previous group is gone.
+    let group_times: Vec<(Instant, Instant)> = GROUPS
+        .iter()
+        .map(|(_, _, pods)| {
+            let start = pods
+                .iter()
+                .map(|p| *seen.deleting.get(*p).or(seen.gone.get(*p)).expect("observed"))
+                .min()
+                .expect("pods");
+            let end = pods.iter().map(|p| seen.gone[*p]).max().expect("pods");
+            (start, end)
+        })
+        .collect();
+    for w in group_times.windows(2) {
+        assert!(w[0].1 <= w[1].0, "a group started before the previous one was gone: {group_times:?}");
+    }
+    // The node was marked.
+    assert!(seen.condition_true.is_some(), "NodeMonitorShuttingDown=True never seen\n{report}");
+    assert!(seen.taint.is_some(), "the shutdown taint was never seen\n{report}");
+    assert!(seen.cordoned.is_some(), "the node was never cordoned\n{report}");
+
+    // The agent's metrics recorded every phase, in order, each group within its period.
+    let before = run.read_out("metrics-before-poweroff.txt").expect("metrics before the power-off");
+    assert_eq!(samples(&before, "node_monitor_shutdown_inhibitor_held").values().copied().collect::<Vec<_>>(), vec![1.0]);
+    let m = run.read_out("metrics.txt").expect("metrics after the shutdown");
+    assert_eq!(
+        samples(&m, "node_monitor_shutdown_inhibitor_held").values().copied().collect::<Vec<_>>(),
+        vec![0.0],
+        "the lock is released at the end"
+    );
+    let mut last_end = phase(&m, "node_monitor_shutdown_phase_start_time_seconds", "total");
+    let total_start = last_end;
+    for (_, priority, _) in GROUPS {
+        let p = format!("priority_{priority}");
+        let start = phase(&m, "node_monitor_shutdown_phase_start_time_seconds", &p);
+        let end = phase(&m, "node_monitor_shutdown_phase_end_time_seconds", &p);
+        assert!(start >= last_end && end >= start, "{p}: start {start}, end {end}, previous end {last_end}");
+        assert!(end - start <= PERIOD as f64, "{p} took {}s, longer than its {PERIOD}s period", end - start);
+        last_end = end;
+    }
+    let total_end = phase(&m, "node_monitor_shutdown_phase_end_time_seconds", "total");
+    assert!(total_end >= last_end, "the total phase ends after the last group");
+    let agent_log = run.read_out("agent.log").unwrap_or_default();
+    assert_eq!(
+        agent_log.matches("shutdown group done: all pods gone").count(),
+        1 + GROUPS.len(),
+        "the canary's group and the three groups ended with their pods gone\n{report}"
+    );
+    assert!(!agent_log.contains("period elapsed with pods left"), "{report}");
+
+    // logind honoured the raised delay: the shutdown was held far longer than the default 5 s.
+    // Pods exit 3 s after SIGTERM and the groups run one after another, so the last group's
+    // pods cannot be gone before 3 × 3 s; only the guest's stand-in can remove them, so the
+    // guest was still up (not powering off at logind's default 5 s).
+    let held = total_end - total_start;
+    assert!(held > 5.0, "the shutdown was delayed {held:.1}s, not past logind's default 5 s\n{report}");
+    let last_gone = group_times.last().expect("groups").1;
+    assert!(
+        last_gone.duration_since(poweroff) > Duration::from_secs(5),
+        "the last group was gone {:?} after the power-off request",
+        last_gone.duration_since(poweroff)
+    );
+
+    eprintln!("vm_shutdown timings (host clock, API polled every 100 ms):");
+    eprintln!("  guest boot to agent armed: {:.1}s; guest run total: {:.1}s", secs(armed), secs(run.elapsed));
+    eprintln!("  metrics: PrepareForShutdown to release {:.2}s", total_end - total_start);
+    for (i, (_, priority, _)) in GROUPS.iter().enumerate() {
+        let p = format!("priority_{priority}");
+        let start = phase(&m, "node_monitor_shutdown_phase_start_time_seconds", &p);
+        let end = phase(&m, "node_monitor_shutdown_phase_end_time_seconds", &p);
+        eprintln!(
+            "  group {priority}: metrics {:.2}s (from PrepareForShutdown: {:.2}s); API deletion→gone {:.2}s",
+            end - start,
+            end - total_start,
+            secs(group_times[i].1.duration_since(group_times[i].0))
+        );
+    }
+    eprintln!("  metrics: last group end to release {:.3}s", total_end - last_end);
+    eprintln!("  power-off request to last pod gone (host): {:.2}s; to qemu exit: {:.2}s", secs(last_gone.duration_since(poweroff)), secs(exited.duration_since(poweroff)));
+    drop(seen);
+    cp.stop().expect("stop control plane");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reboot_bypassing_the_inhibitor_is_reported_with_a_last_gasp() {
+    let cp = ControlPlane::start(ControlPlaneOptions::default()).await.expect("control plane");
+    let client = cp.client();
+    let payload = Payload::new(&cp, BYPASS_CONFIG, BYPASS_SCRIPT, "");
+    let guest = Guest::boot(&payload);
+    let guest = wait_node(&client, guest, Duration::from_secs(180), "the agent's inhibitor on the node", |n| {
+        shutdown_condition(n).is_some_and(|(s, r)| s == "False" && r == "InhibitorHeld")
+    })
+    .await;
+    let reboot = Instant::now();
+    payload.signal("go-reboot");
+    let (run, exited) = guest.finish().await;
+    let report = guest_report(&run);
+    // The last gasp was sent before the machine went; give the API a moment to show it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let condition = loop {
+        let c = node(&client).await.and_then(|n| shutdown_condition(&n));
+        if c.as_ref().is_some_and(|(s, _)| s == "True") || Instant::now() > deadline {
+            break c;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        condition,
+        Some(("True".to_owned(), "NonGracefulShutdown".to_owned())),
+        "the last gasp did not reach the API\n{report}"
+    );
+    let agent_log = run.read_out("agent.log").unwrap_or_default();
+    assert!(agent_log.contains("kernel probe attached"), "the reboot probe must be attached\n{report}");
+    eprintln!(
+        "vm_shutdown bypass: reboot request to qemu exit {:.2}s; guest run {:.1}s",
+        secs(exited.duration_since(reboot)),
+        secs(run.elapsed)
+    );
+    cp.stop().expect("stop control plane");
+}
