@@ -54,6 +54,9 @@ const NODE: &str = "vm-node";
 const NS: &str = "default";
 /// Seconds a test pod takes to exit after SIGTERM (its bash trap).
 const EXIT_DELAY: u64 = 3;
+/// The canary of the cancelled shutdown exits later: the guest needs the time to mask
+/// poweroff.target (a daemon-reload) while the agent still holds the lock.
+const CANARY_EXIT_DELAY: u64 = 6;
 /// Each group's `shutdownGracePeriodSeconds`.
 const PERIOD: u64 = 8;
 /// The groups: (PriorityClass, value, pods).
@@ -67,25 +70,20 @@ const GROUPS: [(&str, i32, &[&str]); 3] = [
 const GUEST_PRELUDE: &str = r#"#!/bin/bash
 set -u
 exec >/mnt/out/entry.log 2>&1
-set -x
 log() { echo "$(date +%s.%N) $*"; }
 # The agent and the metrics dumper live in a cgroup of their own, outside nm-guest.service:
 # systemd stops the service at the start of the power-off, and the agent must outlive it (a
 # DaemonSet's agent lives in the kubepods tree, not in a systemd service either).
 mkdir -p /sys/fs/cgroup/node-monitor-test/agent /var/lib/kubelet
+# HTTP over bash's /dev/tcp (the guest has no curl); each in a subshell, so a refused
+# connection fails the function, not the script.
 dump_metrics() {
-  exec 3<>/dev/tcp/127.0.0.1/9101 || return 1
-  printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
-  cat <&3 > /mnt/out/.metrics.tmp
-  exec 3>&-
-  mv /mnt/out/.metrics.tmp "/mnt/out/$1"
+  ( exec 3<>/dev/tcp/127.0.0.1/9101 && printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3 \
+      && cat <&3 > "/mnt/out/.$1.tmp" && mv "/mnt/out/.$1.tmp" "/mnt/out/$1" ) 2>/dev/null
 }
 ready() {
-  exec 4<>/dev/tcp/127.0.0.1/9101 || return 1
-  printf 'GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&4
-  local status; read -r _ status _ <&4
-  exec 4>&-
-  [ "$status" = 200 ]
+  ( exec 4<>/dev/tcp/127.0.0.1/9101 && printf 'GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&4 \
+      && read -r _ status _ <&4 && [ "$status" = 200 ] ) 2>/dev/null
 }
 wait_for() { while [ ! -e "$1" ]; do sleep 0.2; done; }
 /mnt/host/nm-kubelet-standin --kubeconfig /mnt/host/kubeconfig --node-name vm-node \
@@ -300,16 +298,16 @@ async fn create_priority_classes(client: &Client) {
     for (name, value, _) in GROUPS {
         let pc = PriorityClass {
             metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
-            value,
+            value: Some(value),
             ..Default::default()
         };
         api.create(&PostParams::default(), &pc).await.unwrap_or_else(|e| panic!("priority class {name}: {e}"));
     }
 }
 
-/// A pod on the guest node whose process takes [`EXIT_DELAY`] seconds to exit after SIGTERM.
-fn slow_pod(name: &str, class: &str) -> Pod {
-    let script = format!("trap 'sleep {EXIT_DELAY}; exit 0' TERM; while :; do sleep 0.2; done");
+/// A pod on the guest node whose process takes `exit_delay` seconds to exit after SIGTERM.
+fn slow_pod(name: &str, class: &str, exit_delay: u64) -> Pod {
+    let script = format!("trap 'sleep {exit_delay}; exit 0' TERM; while :; do sleep 0.2; done");
     Pod {
         metadata: ObjectMeta { name: Some(name.into()), namespace: Some(NS.into()), ..Default::default() },
         spec: Some(PodSpec {
@@ -448,7 +446,7 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
     let armed = guest.started.elapsed();
 
     // --- A cancelled shutdown: marks set, then undone, and the lock taken again.
-    let guest = create_running(&client, vec![slow_pod("canary", "nm-low")], guest).await;
+    let guest = create_running(&client, vec![slow_pod("canary", "nm-low", CANARY_EXIT_DELAY)], guest).await;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (cancel_seen, cancel_watch) = watch_api(client.clone(), vec!["canary".into()], stop_rx);
     payload.signal("go-cancel");
@@ -472,7 +470,7 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
     // --- The real shutdown: three groups.
     let pods: Vec<Pod> = GROUPS
         .iter()
-        .flat_map(|(class, _, names)| names.iter().map(|n| slow_pod(n, class)))
+        .flat_map(|(class, _, names)| names.iter().map(|n| slow_pod(n, class, EXIT_DELAY)))
         .collect();
     let names: Vec<String> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
     let guest = create_running(&client, pods, guest).await;
