@@ -3,14 +3,14 @@
 //! Layering (imports point down only): [`core`] is pure (no I/O, no async, time passed in);
 //! adapters ([`ebpf`], [`sampler`]) translate between the outside world and core values; the agent
 //! loop and the CLI sit on top.
-pub mod attribution;
 pub mod agent;
+pub mod attribution;
 pub mod cli;
 pub mod core;
-pub mod kube;
-pub mod metrics;
 pub mod ebpf;
 pub mod http;
+pub mod kube;
+pub mod metrics;
 pub mod remediate;
 pub mod sampler;
 pub mod shutdown;

@@ -55,7 +55,12 @@ pub struct GuestOptions {
 
 impl Default for GuestOptions {
     fn default() -> Self {
-        Self { memory_mib: 1024, cpus: 2, cmdline: String::new(), timeout: Duration::from_secs(420) }
+        Self {
+            memory_mib: 1024,
+            cpus: 2,
+            cmdline: String::new(),
+            timeout: Duration::from_secs(420),
+        }
     }
 }
 
@@ -101,8 +106,19 @@ pub fn run_guest(payload: &Path, opts: &GuestOptions) -> Result<GuestRun> {
     let started = Instant::now();
     let mut child = Command::new(qemu)
         .args(["-machine", &format!("q35,accel={accel}"), "-cpu", cpu])
-        .args(["-smp", &opts.cpus.to_string(), "-m", &opts.memory_mib.to_string()])
-        .args(["-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio"])
+        .args([
+            "-smp",
+            &opts.cpus.to_string(),
+            "-m",
+            &opts.memory_mib.to_string(),
+        ])
+        .args([
+            "-nographic",
+            "-no-reboot",
+            "-nodefaults",
+            "-serial",
+            "stdio",
+        ])
         .arg("-kernel")
         .arg(image.join("vmlinuz"))
         .arg("-initrd")
@@ -115,15 +131,26 @@ pub fn run_guest(payload: &Path, opts: &GuestOptions) -> Result<GuestRun> {
             ),
         ])
         .arg("-drive")
-        .arg(format!("file={},if=virtio,format=raw,snapshot=on", image.join("rootfs.ext4").display()))
+        .arg(format!(
+            "file={},if=virtio,format=raw,snapshot=on",
+            image.join("rootfs.ext4").display()
+        ))
         .arg("-virtfs")
         .arg(format!(
             "local,path={},mount_tag=host,security_model=none,readonly=on",
             payload.display()
         ))
         .arg("-virtfs")
-        .arg(format!("local,path={},mount_tag=out,security_model=none", out.path().display()))
-        .args(["-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0"])
+        .arg(format!(
+            "local,path={},mount_tag=out,security_model=none",
+            out.path().display()
+        ))
+        .args([
+            "-netdev",
+            "user,id=n0",
+            "-device",
+            "virtio-net-pci,netdev=n0",
+        ])
         .stdin(Stdio::null())
         .stdout(console.try_clone()?)
         .stderr(console)
@@ -133,9 +160,16 @@ pub fn run_guest(payload: &Path, opts: &GuestOptions) -> Result<GuestRun> {
         if let Some(status) = child.try_wait()? {
             let console = fs::read_to_string(&console_path).unwrap_or_default();
             if !status.success() {
-                bail!("qemu exited with {status}; console:\n{}", tail(&console, 80));
+                bail!(
+                    "qemu exited with {status}; console:\n{}",
+                    tail(&console, 80)
+                );
             }
-            return Ok(GuestRun { console, out, elapsed: started.elapsed() });
+            return Ok(GuestRun {
+                console,
+                out,
+                elapsed: started.elapsed(),
+            });
         }
         if started.elapsed() > opts.timeout {
             let _ = child.kill();

@@ -8,16 +8,27 @@ fn deploy() -> &'static Path {
 
 /// Writes the PrometheusRule's `spec.groups` as a plain rules file next to a copy of the unit tests.
 fn extract_rules(dir: &Path) {
-    let text = std::fs::read_to_string(deploy().join("node-monitor-rules.yaml")).expect("read rules");
+    let text =
+        std::fs::read_to_string(deploy().join("node-monitor-rules.yaml")).expect("read rules");
     let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("rules are YAML");
     assert_eq!(doc["kind"], serde_yaml::Value::from("PrometheusRule"));
     let groups = doc["spec"]["groups"].clone();
-    assert!(groups.as_sequence().is_some_and(|g| !g.is_empty()), "no rule groups");
+    assert!(
+        groups.as_sequence().is_some_and(|g| !g.is_empty()),
+        "no rule groups"
+    );
     let mut plain = serde_yaml::Mapping::new();
     plain.insert("groups".into(), groups);
-    std::fs::write(dir.join("rules.generated.yaml"), serde_yaml::to_string(&plain).expect("yaml"))
-        .expect("write generated rules");
-    std::fs::copy(deploy().join("rules.test.yaml"), dir.join("rules.test.yaml")).expect("copy tests");
+    std::fs::write(
+        dir.join("rules.generated.yaml"),
+        serde_yaml::to_string(&plain).expect("yaml"),
+    )
+    .expect("write generated rules");
+    std::fs::copy(
+        deploy().join("rules.test.yaml"),
+        dir.join("rules.test.yaml"),
+    )
+    .expect("copy tests");
 }
 
 fn promtool(dir: &Path, args: &[&str]) -> String {
@@ -47,18 +58,26 @@ fn rules_pass_promtool_check_and_unit_tests() {
 
 #[test]
 fn every_alert_has_a_runbook_section_and_a_firing_case() {
-    let text = std::fs::read_to_string(deploy().join("node-monitor-rules.yaml")).expect("read rules");
+    let text =
+        std::fs::read_to_string(deploy().join("node-monitor-rules.yaml")).expect("read rules");
     let tests = std::fs::read_to_string(deploy().join("rules.test.yaml")).expect("read tests");
-    let runbook = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/runbook.md"))
-        .expect("docs/runbook.md exists");
+    let runbook =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/runbook.md"))
+            .expect("docs/runbook.md exists");
     let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
     let mut alerts = 0;
     for group in doc["spec"]["groups"].as_sequence().expect("groups") {
         for rule in group["rules"].as_sequence().expect("rules") {
             let name = rule["alert"].as_str().expect("alert name");
             alerts += 1;
-            assert!(runbook.contains(&format!("## {name}")), "docs/runbook.md has no section for {name}");
-            assert!(tests.contains(&format!("alertname: {name}")), "rules.test.yaml has no case for {name}");
+            assert!(
+                runbook.contains(&format!("## {name}")),
+                "docs/runbook.md has no section for {name}"
+            );
+            assert!(
+                tests.contains(&format!("alertname: {name}")),
+                "rules.test.yaml has no case for {name}"
+            );
         }
     }
     assert_eq!(alerts, 5);

@@ -232,7 +232,10 @@ impl Fixture {
     async fn start(test: &str, opts: ControlPlaneOptions, nodes: &[(&str, &str)]) -> Fixture {
         require_root("the remediate tests (kubelet stand-ins run pods as processes in cgroups)");
         let cp = must(ControlPlane::start(opts).await, "start the control plane");
-        must(cp.create_namespace(NS).await, "create the remediate namespace");
+        must(
+            cp.create_namespace(NS).await,
+            "create the remediate namespace",
+        );
         let mut cgroups = TestCgroups::new(test);
         let mut standins = BTreeMap::new();
         for (name, zone) in nodes {
@@ -450,16 +453,11 @@ impl Fixture {
         eventually(&format!("a Running pod of {app}"), async || {
             self.pods(app).await.into_iter().find_map(|p| {
                 let uid = p.metadata.uid.clone()?;
+                let node = p.spec.as_ref()?.node_name.clone()?;
                 let running = p.status.as_ref()?.phase.as_deref() == Some("Running")
                     && p.metadata.deletion_timestamp.is_none();
-                (running && not_uid != Some(uid.as_str())).then(|| {
-                    (
-                        p.metadata.name.clone().unwrap_or_default(),
-                        uid,
-                        p.spec.as_ref()?.node_name.clone().unwrap_or_default(),
-                    )
-                })
-                .and_then(|(n, u, node)| (!node.is_empty()).then_some((n, u, node)))
+                (running && not_uid != Some(uid.as_str()))
+                    .then(|| (p.metadata.name.clone().unwrap_or_default(), uid, node))
             })
         })
         .await
@@ -578,7 +576,10 @@ async fn kill_and_check_the_fence_comes_first(fx: &Fixture, app: &str) -> (Strin
         .pod_by_uid(&uid)
         .await
         .unwrap_or_else(|| panic!("{pod} was deleted before fencing was confirmed"));
-    assert!(p.metadata.deletion_timestamp.is_none(), "{pod} deleted before fencing confirmed");
+    assert!(
+        p.metadata.deletion_timestamp.is_none(),
+        "{pod} deleted before fencing confirmed"
+    );
     let op = fx.operation(&node).await.expect("the operation is stored");
     assert_eq!(op["phase"]["name"], "fencing", "{op}");
     assert_eq!(op["running"], "isolation", "{op}");
@@ -589,10 +590,10 @@ async fn kill_and_check_the_fence_comes_first(fx: &Fixture, app: &str) -> (Strin
     })
     .await;
     assert!(
-        fx.calls()
-            .iter()
-            .any(|c| c.phase == "end" && c.step == "isolation" && c.node == node
-                && c.result.as_deref() == Some("ok")),
+        fx.calls().iter().any(|c| c.phase == "end"
+            && c.step == "isolation"
+            && c.node == node
+            && c.result.as_deref() == Some("ok")),
         "the taint came before the fence method finished: {:?}",
         fx.calls()
     );
@@ -651,8 +652,16 @@ async fn a_dead_deployment_pod_is_replaced_after_fencing_and_the_node_recovers()
         );
     }
     let r = fx.remediate();
-    assert_eq!(r.metric("node_monitor_remediation_releases_total", &[]).await, 1.0);
-    assert!(r.metric("node_monitor_remediation_pods_deleted_total", &[]).await >= 1.0);
+    assert_eq!(
+        r.metric("node_monitor_remediation_releases_total", &[])
+            .await,
+        1.0
+    );
+    assert!(
+        r.metric("node_monitor_remediation_pods_deleted_total", &[])
+            .await
+            >= 1.0
+    );
     assert_eq!(
         r.metric(
             "node_monitor_remediation_fence_steps_total",
@@ -687,6 +696,7 @@ async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
     // elsewhere, under the same name.
     let (name, new_uid, new_node) = fx.running_pod("db", Some(&old_uid)).await;
     assert_eq!(name, "db-0");
+    assert_ne!(new_uid, old_uid, "a new db-0");
     assert_ne!(new_node, node);
     assert!(fx.out_of_service(&node).await);
     assert!(
@@ -696,9 +706,11 @@ async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
     );
     let released = fx.node_events(&node, "NodeReleased").await;
     assert!(
-        released
-            .iter()
-            .any(|e| e.message.as_deref().unwrap_or("").contains("1 pods deleted")),
+        released.iter().any(|e| e
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("1 pods deleted")),
         "{released:?}"
     );
     resume_and_check_recovery(&fx, &node).await;
@@ -739,15 +751,8 @@ async fn a_statefulset_volume_moves_after_fencing() {
     create_statefulset(&client, "db", Some("data")).await;
     let (_, old_uid, node) = fx.running_pod("db", None).await;
     let vas: Api<VolumeAttachment> = Api::all(client.clone());
-    let attached_to = async |n: &str| -> Option<VolumeAttachment> {
-        vas.list(&ListParams::default()).await.ok()?.items.into_iter().find(|va| {
-            va.spec.node_name == n
-                && va.spec.source.persistent_volume_name.as_deref() == Some(pv_name.as_str())
-                && va.status.as_ref().is_some_and(|s| s.attached)
-        })
-    };
     let old_va = eventually("the volume attached to the pod's node", async || {
-        attached_to(&node).await
+        attachment(&vas, &pv_name, &node).await
     })
     .await;
     // The kubelet would report the volume mounted: without the out-of-service taint, the
@@ -761,26 +766,24 @@ async fn a_statefulset_volume_moves_after_fencing() {
         "report the volume in use",
     );
 
-    let (node2, _) = {
-        let (n, u) = kill_and_check_the_fence_comes_first_with_volume(&fx, &node, &old_uid, &old_va).await;
-        (n, u)
-    };
+    kill_and_check_the_fence_comes_first_with_volume(&fx, &node, &old_uid, &old_va).await;
     // Released: the pod is force-deleted; the attach-detach controller detaches at once (the
     // volume is still "in use" on the node, but the node is out of service) and attaches the
     // volume where the replacement runs.
     let old_name = old_va.metadata.name.clone().expect("name");
-    eventually("the dead node's VolumeAttachment to be deleted", async || {
-        vas.get_opt(&old_name).await.ok()?.is_none().then_some(())
-    })
+    eventually(
+        "the dead node's VolumeAttachment to be deleted",
+        async || vas.get_opt(&old_name).await.ok()?.is_none().then_some(()),
+    )
     .await;
     let (name, _, new_node) = fx.running_pod("db", Some(&old_uid)).await;
     assert_eq!(name, "db-0");
-    assert_ne!(new_node, node2);
+    assert_ne!(new_node, node);
     eventually("the volume attached to the new node", async || {
-        attached_to(&new_node).await
+        attachment(&vas, &pv_name, &new_node).await
     })
     .await;
-    let released = fx.node_events(&node2, "NodeReleased").await;
+    let released = fx.node_events(&node, "NodeReleased").await;
     assert!(
         released.iter().any(|e| e
             .message
@@ -790,7 +793,21 @@ async fn a_statefulset_volume_moves_after_fencing() {
         "{released:?}"
     );
     attacher.abort();
-    resume_and_check_recovery(&fx, &node2).await;
+    resume_and_check_recovery(&fx, &node).await;
+}
+
+/// The attached VolumeAttachment of `pv` on `node`, if any.
+async fn attachment(vas: &Api<VolumeAttachment>, pv: &str, node: &str) -> Option<VolumeAttachment> {
+    vas.list(&ListParams::default())
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .find(|va| {
+            va.spec.node_name == node
+                && va.spec.source.persistent_volume_name.as_deref() == Some(pv)
+                && va.status.as_ref().is_some_and(|s| s.attached)
+        })
 }
 
 /// As [`kill_and_check_the_fence_comes_first`], for a node known in advance, also checking that
@@ -800,7 +817,7 @@ async fn kill_and_check_the_fence_comes_first_with_volume(
     node: &str,
     uid: &str,
     va: &VolumeAttachment,
-) -> (String, String) {
+) {
     fx.kill_node(node, uid);
     eventually("the isolation method to be called", async || {
         (fx.count("start", "isolation", node) > 0).then_some(())
@@ -819,7 +836,6 @@ async fn kill_and_check_the_fence_comes_first_with_volume(
         fx.out_of_service(node).await.then_some(())
     })
     .await;
-    (node.to_owned(), uid.to_owned())
 }
 
 /// A PersistentVolume of the fake CSI driver, pre-bound to claim `claim` in `default`; both
@@ -877,7 +893,10 @@ async fn create_bound_volume(client: &Client, claim: &str) -> String {
         }),
         ..PersistentVolume::default()
     };
-    must(pvs.create(&PostParams::default(), &pv).await, "create the volume");
+    must(
+        pvs.create(&PostParams::default(), &pv).await,
+        "create the volume",
+    );
     must(
         pvs.patch_status(
             &pv_name,
@@ -952,8 +971,12 @@ async fn a_partitioned_node_whose_fencing_fails_is_never_released() {
     eventually("four failed isolation attempts", async || {
         (fx.calls()
             .iter()
-            .filter(|c| c.phase == "end" && c.step == "isolation" && c.node == node
-                && c.result.as_deref() == Some("fail"))
+            .filter(|c| {
+                c.phase == "end"
+                    && c.step == "isolation"
+                    && c.node == node
+                    && c.result.as_deref() == Some("fail")
+            })
             .count()
             >= 4)
             .then_some(())
@@ -976,8 +999,16 @@ async fn a_partitioned_node_whose_fencing_fails_is_never_released() {
         );
     }
     let r = fx.remediate();
-    assert_eq!(r.metric("node_monitor_remediation_releases_total", &[]).await, 0.0);
-    assert_eq!(r.metric("node_monitor_remediation_pods_deleted_total", &[]).await, 0.0);
+    assert_eq!(
+        r.metric("node_monitor_remediation_releases_total", &[])
+            .await,
+        0.0
+    );
+    assert_eq!(
+        r.metric("node_monitor_remediation_pods_deleted_total", &[])
+            .await,
+        0.0
+    );
     assert!(
         r.metric(
             "node_monitor_remediation_fence_steps_total",
@@ -1084,7 +1115,11 @@ async fn most_of_a_zone_dying_at_once_releases_nothing() {
             .then_some(())
     })
     .await;
-    assert!(fx.calls().is_empty(), "no fence method ran: {:?}", fx.calls());
+    assert!(
+        fx.calls().is_empty(),
+        "no fence method ran: {:?}",
+        fx.calls()
+    );
     for n in dying {
         assert!(!fx.out_of_service(n).await, "{n} tainted");
         assert!(fx.operation(n).await.is_none(), "{n} has an operation");
@@ -1097,7 +1132,11 @@ async fn most_of_a_zone_dying_at_once_releases_nothing() {
         .filter_map(|p| p.metadata.uid.clone())
         .collect();
     assert_eq!(after.len(), before.len(), "no pod deleted");
-    assert_eq!(r.metric("node_monitor_remediation_releases_total", &[]).await, 0.0);
+    assert_eq!(
+        r.metric("node_monitor_remediation_releases_total", &[])
+            .await,
+        0.0
+    );
 
     // The zone comes back: still nothing was fenced.
     for n in dying {
@@ -1118,7 +1157,12 @@ async fn most_of_a_zone_dying_at_once_releases_nothing() {
 /// again and completes the failover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_resumes_after_a_controller_restart() {
-    let mut fx = Fixture::start("rem-restart", ControlPlaneOptions::default(), &three_nodes()).await;
+    let mut fx = Fixture::start(
+        "rem-restart",
+        ControlPlaneOptions::default(),
+        &three_nodes(),
+    )
+    .await;
     fx.fence_config(true).await;
     fs::write(fx.hold_file(), "").expect("hold");
     fx.start_remediate("remediate-1", CONFIG).await;
@@ -1133,7 +1177,10 @@ async fn fencing_resumes_after_a_controller_restart() {
     if let Some(mut r) = fx.remediate.take() {
         r.kill();
     }
-    let op = fx.operation(&node).await.expect("the operation survives the crash");
+    let op = fx
+        .operation(&node)
+        .await
+        .expect("the operation survives the crash");
     assert_eq!(op["phase"]["name"], "fencing", "{op}");
     assert_eq!(op["running"], "isolation", "{op}");
     assert!(!fx.out_of_service(&node).await);

@@ -30,14 +30,29 @@ systemctl poweroff
         s.read_to_string(&mut buf).expect("read");
         buf
     });
-    let run = run_guest(payload.path(), &GuestOptions { timeout: Duration::from_secs(300), ..Default::default() })
-        .expect("guest run");
+    let run = run_guest(
+        payload.path(),
+        &GuestOptions {
+            timeout: Duration::from_secs(300),
+            ..Default::default()
+        },
+    )
+    .expect("guest run");
     let kernel = run.read_out("kernel").expect("kernel");
-    assert!(kernel.starts_with("6.1."), "guest kernel is Debian bookworm's 6.1, got {kernel}");
+    assert!(
+        kernel.starts_with("6.1."),
+        "guest kernel is Debian bookworm's 6.1, got {kernel}"
+    );
     let controllers = run.read_out("controllers").expect("controllers");
-    assert!(controllers.split_whitespace().any(|c| c == "memory"), "cgroup v2 memory: {controllers}");
+    assert!(
+        controllers.split_whitespace().any(|c| c == "memory"),
+        "cgroup v2 memory: {controllers}"
+    );
     assert_eq!(run.read_out("logind").expect("logind").trim(), "active");
     assert_eq!(run.read_out("net").expect("net").trim(), "sent");
-    assert_eq!(accept.join().expect("accept thread").trim(), "hello-from-guest");
+    assert_eq!(
+        accept.join().expect("accept thread").trim(),
+        "hello-from-guest"
+    );
     eprintln!("guest boot-to-poweroff: {:?}", run.elapsed);
 }

@@ -494,10 +494,7 @@ impl Actuator {
                 what: "get node",
                 source,
             })?;
-        Ok(node
-            .metadata
-            .annotations
-            .and_then(|mut a| a.remove(key)))
+        Ok(node.metadata.annotations.and_then(|mut a| a.remove(key)))
     }
 
     pub fn client(&self) -> &Client {

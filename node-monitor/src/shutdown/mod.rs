@@ -121,9 +121,14 @@ pub fn load_shutdown_config(path: Option<&std::path::Path>) -> Result<ShutdownCo
         return Ok(ShutdownConfig::default());
     };
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| LoadError::Read { path: shown.clone(), source })?;
-    parse_shutdown_config(Some(&text)).map_err(|source| LoadError::Parse { path: shown, source })
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    parse_shutdown_config(Some(&text)).map_err(|source| LoadError::Parse {
+        path: shown,
+        source,
+    })
 }
 
 /// Runs the shutdown manager until `stop` turns true. Never returns early on D-Bus or API

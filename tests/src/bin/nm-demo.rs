@@ -205,19 +205,18 @@ async fn run(cluster: &Cluster) -> Result<()> {
         .lines()
         .find(|l| l.contains("evicting"))
         .and_then(|l| l.split_whitespace().next())
+        && let Ok(t) = ts.parse::<jiff_ts::Timestamp>()
     {
-        if let Ok(t) = ts.parse::<jiff_ts::Timestamp>() {
-            let sent = SystemTime::from(t);
-            match sent.duration_since(crossed) {
-                Ok(d) => println!(
-                    "   reaction: eviction sent {:.1} ms after memory.available crossed the threshold (the kubelet polls every 10 s)",
-                    d.as_secs_f64() * 1e3
-                ),
-                Err(e) => println!(
-                    "   reaction: eviction sent {:.1} ms before the ground-truth sampler saw the crossing",
-                    e.duration().as_secs_f64() * 1e3
-                ),
-            }
+        let sent = SystemTime::from(t);
+        match sent.duration_since(crossed) {
+            Ok(d) => println!(
+                "   reaction: eviction sent {:.1} ms after memory.available crossed the threshold (the kubelet polls every 10 s)",
+                d.as_secs_f64() * 1e3
+            ),
+            Err(e) => println!(
+                "   reaction: eviction sent {:.1} ms before the ground-truth sampler saw the crossing",
+                e.duration().as_secs_f64() * 1e3
+            ),
         }
     }
     let oom = std::fs::read_to_string(cluster.node_memory_dir().join("memory.oom_control"))?;
