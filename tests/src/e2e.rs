@@ -381,6 +381,11 @@ impl Agent {
         })
     }
 
+    /// The agent's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn log(&self) -> String {
         fs::read_to_string(&self.log_path).unwrap_or_default()
     }
