@@ -80,6 +80,8 @@ async fn bench(cluster: &Cluster, args: &Args, audit: &std::path::Path) -> Resul
     );
     let mut push = Vec::new();
     let mut polling = Vec::new();
+    // The agent's own wake-up → decision times (its `decided_us` log field), in ms.
+    let mut decided = Vec::new();
     for run in 0..args.runs {
         for (mode, extra, out) in [
             ("push", &["--no-mlock"][..], &mut push),
@@ -97,11 +99,18 @@ async fn bench(cluster: &Cluster, args: &Args, audit: &std::path::Path) -> Resul
                 .with_context(|| format!("{name}:\n{}", agent.log()))?;
             println!("{mode:>8} run {run:>2}: {ms:>9.2} ms");
             out.push(ms);
+            if mode == "push" {
+                decided.extend(agent.log().lines().filter_map(|l| {
+                    let v = l.split("decided_us=").nth(1)?.split_whitespace().next()?;
+                    v.parse::<f64>().ok().map(|us| us / 1e3)
+                }));
+            }
             agent.terminate()?;
         }
     }
     report("push (node-monitor)", &mut push);
     report("polling (10 s)", &mut polling);
+    report("wake-up -> decision", &mut decided);
     Ok(())
 }
 
