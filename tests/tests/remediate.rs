@@ -134,7 +134,7 @@ struct Remediate {
 }
 
 impl Remediate {
-    fn spawn(cp: &ControlPlane, dir: &Path, identity: &str, config: &str) -> Remediate {
+    fn spawn(kubeconfig: &Path, dir: &Path, identity: &str, config: &str) -> Remediate {
         let cfg = dir.join(format!("{identity}.yaml"));
         fs::write(&cfg, config).expect("write the remediate config");
         let log = dir.join(format!("{identity}.log"));
@@ -143,7 +143,7 @@ impl Remediate {
         let child = Command::new(binary("node-monitor"))
             .arg("remediate")
             .arg("--kubeconfig")
-            .arg(cp.kubeconfig_path())
+            .arg(kubeconfig)
             .args(["--namespace", NS, "--identity", identity])
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
             .arg("--config")
@@ -366,7 +366,12 @@ impl Fixture {
     }
 
     async fn start_remediate(&mut self, identity: &str, config: &str) {
-        let mut r = Remediate::spawn(&self.cp, self.dir.path(), identity, config);
+        let admin = self.cp.kubeconfig_path().to_owned();
+        self.start_remediate_as(identity, config, &admin).await;
+    }
+
+    async fn start_remediate_as(&mut self, identity: &str, config: &str, kubeconfig: &Path) {
+        let mut r = Remediate::spawn(kubeconfig, self.dir.path(), identity, config);
         r.wait_log("leading").await;
         self.remediate = Some(r);
     }
@@ -681,11 +686,36 @@ async fn a_dead_deployment_pod_is_replaced_after_fencing_and_the_node_recovers()
     );
 }
 
+/// Also: remediate runs as the ServiceAccount of deploy/remediate, with exactly the shipped RBAC.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
     let mut fx = Fixture::start("rem-sts", ControlPlaneOptions::default(), &three_nodes()).await;
     fx.fence_config(false).await;
-    fx.start_remediate("remediate-1", CONFIG).await;
+    // Every shipped manifest applies; the ServiceAccount and its RBAC for real, the rest as a
+    // server-side dry run (the stand-ins would otherwise run the Deployment's pods).
+    let kustomization: serde_yaml::Value = serde_yaml::from_str(
+        &fs::read_to_string(deploy_remediate("kustomization.yaml")).expect("kustomization"),
+    )
+    .expect("kustomization is YAML");
+    let files: Vec<String> = kustomization["resources"]
+        .as_sequence()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r.as_str().map(str::to_owned))
+        .collect();
+    assert!(files.len() >= 5, "{files:?}");
+    for file in &files {
+        let real = file == "serviceaccount.yaml" || file == "rbac.yaml";
+        apply_manifest(&fx.client(), &deploy_remediate(file), !real).await;
+    }
+    let kubeconfig = must(
+        fx.cp
+            .service_account_kubeconfig(NS, "node-monitor-remediate")
+            .await,
+        "a token for the remediate ServiceAccount",
+    );
+    fx.start_remediate_as("remediate-1", CONFIG, &kubeconfig)
+        .await;
     create_statefulset(&fx.client(), "db", None).await;
     let (pod, old_uid, node) = fx.running_pod("db", None).await;
     assert_eq!(pod, "db-0");
@@ -714,6 +744,55 @@ async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
         "{released:?}"
     );
     resume_and_check_recovery(&fx, &node).await;
+    let log = fx.remediate().log();
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "the shipped RBAC must allow every call:\n{}",
+        fx.remediate().tail()
+    );
+}
+
+fn deploy_remediate(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/remediate")
+        .join(file)
+}
+
+/// Server-side applies every document of a manifest file (or validates it with a dry run).
+async fn apply_manifest(client: &Client, path: &Path, dry_run: bool) {
+    use kube::{
+        api::DynamicObject,
+        core::GroupVersionKind,
+        discovery::{Scope, pinned_kind},
+    };
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value: serde_yaml::Value = serde::Deserialize::deserialize(doc)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let obj: DynamicObject =
+            serde_json::from_value(serde_json::to_value(&value).expect("YAML is JSON-compatible"))
+                .unwrap_or_else(|e| panic!("{}: not an object: {e}", path.display()));
+        let tm = obj.types.clone().expect("apiVersion and kind");
+        let gvk = GroupVersionKind::try_from(&tm).expect("a group/version/kind");
+        let (ar, caps) = pinned_kind(client, &gvk)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", tm.kind));
+        let name = obj.metadata.name.clone().expect("name");
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(
+                client.clone(),
+                obj.metadata.namespace.as_deref().unwrap_or("default"),
+                &ar,
+            ),
+            Scope::Cluster => Api::all_with(client.clone(), &ar),
+        };
+        let mut pp = PatchParams::apply("node-monitor-tests").force();
+        pp.dry_run = dry_run;
+        must(
+            api.patch(&name, &pp, &Patch::Apply(&obj)).await,
+            &format!("apply {} {name} from {}", tm.kind, path.display()),
+        );
+    }
 }
 
 /// The attach-detach controller needs a volume it manages: a PersistentVolume of a CSI driver,
@@ -723,12 +802,14 @@ async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
 /// `status.volumesInUse` (which the kubelet would report) is written by hand.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statefulset_volume_moves_after_fencing() {
-    let mut opts = ControlPlaneOptions::default();
-    opts.controllers = DEFAULT_CONTROLLERS
-        .iter()
-        .map(|s| (*s).to_owned())
-        .chain(["persistentvolume-attach-detach-controller".to_owned()])
-        .collect();
+    let opts = ControlPlaneOptions {
+        controllers: DEFAULT_CONTROLLERS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .chain(["persistentvolume-attach-detach-controller".to_owned()])
+            .collect(),
+        ..ControlPlaneOptions::default()
+    };
     let mut fx = Fixture::start("rem-va", opts, &three_nodes()).await;
     let client = fx.client();
     let nodes: Api<Node> = Api::all(client.clone());
@@ -1009,14 +1090,16 @@ async fn a_partitioned_node_whose_fencing_fails_is_never_released() {
             .await,
         0.0
     );
-    assert!(
-        r.metric(
+    eventually("the failures counted", async || {
+        (r.metric(
             "node_monitor_remediation_fence_steps_total",
-            &[("step", "isolation"), ("outcome", "failure")]
+            &[("step", "isolation"), ("outcome", "failure")],
         )
         .await
-            >= 4.0
-    );
+            >= 4.0)
+            .then_some(())
+    })
+    .await;
     let op = fx.operation(&node).await.expect("the operation is kept");
     assert!(op["cycles"].as_u64().unwrap_or(0) >= 1, "{op}");
     assert!(op["releasedAt"].is_null(), "{op}");
@@ -1152,6 +1235,125 @@ async fn most_of_a_zone_dying_at_once_releases_nothing() {
     assert!(fx.calls().is_empty());
 }
 
+/// Immediate evidence and a second liveness signal: a node whose agent announces a last gasp is
+/// fenced at once (the evidence is the gasp, not the Lease), while a node whose Lease stopped but
+/// whose agent keeps reporting is alive — until its agent falls silent too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_last_gasp_is_immediate_and_a_reporting_agent_keeps_its_node_alive() {
+    let mut fx = Fixture::start("rem-gasp", ControlPlaneOptions::default(), &three_nodes()).await;
+    fx.fence_config(false).await;
+    fx.start_remediate(
+        "remediate-1",
+        &format!("{CONFIG}agentHeartbeatTimeout: 5s\n"),
+    )
+    .await;
+    create_deployment(&fx.client(), "web", 1).await;
+    let (_, uid, node) = fx.running_pod("web", None).await;
+    let quiet = three_nodes()
+        .iter()
+        .map(|(n, _)| (*n).to_owned())
+        .find(|n| *n != node)
+        .expect("another node");
+    let nodes: Api<Node> = Api::all(fx.client());
+    // The quiet node is never fenced in this test (opted out): what matters is how it is judged.
+    must(
+        nodes
+            .patch(
+                &quiet,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    "node-monitor.io/remediation": "disabled"}}})),
+            )
+            .await,
+        "opt the quiet node out",
+    );
+    // Its agent keeps publishing its conditions (a heartbeat every second) while its kubelet's
+    // Lease stops.
+    let heartbeat = {
+        let nodes = nodes.clone();
+        let quiet = quiet.clone();
+        tokio::spawn(async move {
+            loop {
+                let now = k8s_openapi::jiff::Timestamp::now();
+                let patch = json!({"status": {"conditions": [{
+                    "type": "NodeMonitorMemoryPressure", "status": "False",
+                    "reason": "NodeMonitorNoMemoryPressure", "message": "agent heartbeat",
+                    "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
+                let _ = nodes
+                    .patch_status(&quiet, &PatchParams::default(), &Patch::Strategic(patch))
+                    .await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
+    fx.standin(&quiet).stop_renewing();
+
+    // The pod's node goes down with a last gasp, as the agent writes it.
+    fx.kill_node(&node, &uid);
+    let gasp = format!(
+        "{{\"time\":{:.3},\"cmd\":\"POWER_OFF\",\"comm\":\"test\",\"pid\":1}}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs_f64()
+    );
+    must(
+        nodes
+            .patch(
+                &node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    "node-monitor.io/last-gasp": gasp}}})),
+            )
+            .await,
+        "write the last gasp",
+    );
+    let (_, _, new_node) = fx.running_pod("web", Some(&uid)).await;
+    assert_ne!(new_node, node);
+    let started = fx.node_events(&node, "FencingStarted").await;
+    assert!(
+        started
+            .iter()
+            .any(|e| e.message.as_deref().unwrap_or("").contains("last gasp")),
+        "fenced on the last gasp, not on the Lease: {started:?}"
+    );
+
+    // The quiet node's Lease has now been silent for well over the 4 s window: still alive.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(fx.client(), "kube-node-lease");
+    eventually("the quiet node's Lease to be 8 s old", async || {
+        let l = leases.get(&quiet).await.ok()?;
+        let renew = l.spec?.renew_time?.0;
+        let age = k8s_openapi::jiff::Timestamp::now().duration_since(renew);
+        (age.as_secs() >= 8).then_some(())
+    })
+    .await;
+    let r = fx.remediate();
+    assert_eq!(
+        r.metric("node_monitor_remediation_nodes", &[("state", "dead")])
+            .await,
+        1.0,
+        "only the gasping node is dead:\n{}",
+        r.tail()
+    );
+    assert!(fx.node_events(&quiet, "FencingSkipped").await.is_empty());
+
+    // The agent falls silent too: now the node is dead (and skipped, being opted out).
+    heartbeat.abort();
+    eventually("the quiet node judged dead", async || {
+        (r.metric(
+            "node_monitor_remediation_skips_total",
+            &[("reason", "not_eligible")],
+        )
+        .await
+            >= 1.0)
+            .then_some(())
+    })
+    .await;
+    assert!(!fx.out_of_service(&quiet).await);
+    assert!(fx.operation(&quiet).await.is_none());
+}
+
 /// The controller is killed while a fence method runs; a new replica (another identity) takes
 /// the leader Lease over once it expires, finds the stored operation, runs the interrupted step
 /// again and completes the failover.
@@ -1210,4 +1412,61 @@ async fn fencing_resumes_after_a_controller_restart() {
         1.0
     );
     resume_and_check_recovery(&fx, &node).await;
+}
+
+/// The shipped alerts (deploy/remediate/prometheusrule.yaml) pass `promtool check rules` and
+/// their unit tests (deploy/remediate/rules.test.yaml), cases that fire and cases that must not.
+#[test]
+fn remediate_alert_rules_pass_promtool() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = fs::read_to_string(deploy_remediate("prometheusrule.yaml")).expect("read rules");
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("rules are YAML");
+    assert_eq!(doc["kind"], serde_yaml::Value::from("PrometheusRule"));
+    let mut plain = serde_yaml::Mapping::new();
+    plain.insert("groups".into(), doc["spec"]["groups"].clone());
+    fs::write(
+        dir.path().join("rules.generated.yaml"),
+        serde_yaml::to_string(&plain).expect("yaml"),
+    )
+    .expect("write the rules");
+    fs::copy(
+        deploy_remediate("rules.test.yaml"),
+        dir.path().join("rules.test.yaml"),
+    )
+    .expect("copy the rule tests");
+    for args in [
+        ["check", "rules", "rules.generated.yaml"],
+        ["test", "rules", "rules.test.yaml"],
+    ] {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .expect("promtool is installed by scripts/setup.sh (Debian package prometheus)");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The shipped configuration (deploy/remediate/configmap.yaml) parses and states the defaults.
+#[test]
+fn shipped_configuration_is_the_default_one() {
+    let text = fs::read_to_string(deploy_remediate("configmap.yaml")).expect("configmap");
+    let cm: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
+    let doc = cm["data"]["remediate.yaml"]
+        .as_str()
+        .expect("data.remediate.yaml");
+    let parsed = node_monitor::core::remediation::parse_config("configmap.yaml", doc)
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    assert_eq!(
+        parsed,
+        node_monitor::core::remediation::RemediationConfig::default()
+    );
+    // And the tests' own configuration is valid too.
+    node_monitor::core::remediation::parse_config("CONFIG", CONFIG)
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
 }

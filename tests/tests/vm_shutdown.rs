@@ -14,14 +14,15 @@
 //!      shutdown job cannot be started (`execute_shutdown_or_sleep` in logind-dbus.c). The guest
 //!      masks poweroff.target at runtime during the delay, so the real signal arrives; the agent
 //!      must undo its marks (condition, taint, cordon) and take the lock again;
-//!    - the real shutdown: the groups end in order (a group's pods are deleted only after the
-//!      previous group's pods are gone from the API), each within its period; every pod is gone
-//!      from the API before the guest powers off (only the stand-in in the guest can finalize
-//!      them); the node is marked; the agent's metrics recorded each phase.
+//!    - the real shutdown (`systemctl reboot`): the groups end in order (a group's pods are
+//!      deleted only after the previous group's pods are gone from the API), each within its
+//!      period; every pod is gone from the API before the guest goes down (only the stand-in in
+//!      the guest can finalize them); the node is marked; the agent's metrics recorded each phase.
 //! 2. `reboot_bypassing_the_inhibitor_is_reported_with_a_last_gasp`: `systemctl reboot -ff`
 //!    calls reboot(2) directly; the kernel probe sees it without a PrepareForShutdown, and the
-//!    agent's last gasp (the `NodeMonitorShuttingDown` condition, reason `NonGracefulShutdown`)
-//!    reaches the API before the machine is gone.
+//!    agent's last gasp (`lastGasp: annotation`) reaches the API before the machine is gone. The
+//!    guest has an md array, whose reboot notifier gives the restart path one second, as on a
+//!    server with software RAID (see `BYPASS_SCRIPT`).
 //!
 //! The tests fail (never skip) when qemu, the guest image or the control-plane binaries are
 //! missing. Timings are reported on stderr for docs/benchmarks.md ("Graceful shutdown").
@@ -54,9 +55,6 @@ const NODE: &str = "vm-node";
 const NS: &str = "default";
 /// Seconds a test pod takes to exit after SIGTERM (its bash trap).
 const EXIT_DELAY: u64 = 3;
-/// The canary of the cancelled shutdown exits later: the guest needs the time to mask
-/// poweroff.target (a daemon-reload) while the agent still holds the lock.
-const CANARY_EXIT_DELAY: u64 = 6;
 /// Each group's `shutdownGracePeriodSeconds`.
 const PERIOD: u64 = 8;
 /// The groups: (PriorityClass, value, pods).
@@ -71,6 +69,13 @@ const GUEST_PRELUDE: &str = r#"#!/bin/bash
 set -u
 exec >/mnt/out/entry.log 2>&1
 log() { echo "$(date +%s.%N) $*"; }
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+wait_for() { while [ ! -e "$1" ]; do sleep 0.2; done; }
+log "entry started; uptime $(uptime_s)"
+# The host boots the guest while its control plane starts, and hands the kubeconfig over last.
+# A host that never does (its control plane failed) must not leave the guest running.
+for _ in $(seq 750); do [ -e /mnt/host/kubeconfig ] && break; sleep 0.2; done
+[ -e /mnt/host/kubeconfig ] || { log "no kubeconfig from the host"; systemctl poweroff -ff; }
 # The agent and the metrics dumper live in a cgroup of their own, outside nm-guest.service:
 # systemd stops the service at the start of the power-off, and the agent must outlive it (a
 # DaemonSet's agent lives in the kubepods tree, not in a systemd service either).
@@ -85,7 +90,6 @@ ready() {
   ( exec 4<>/dev/tcp/127.0.0.1/9101 && printf 'GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&4 \
       && read -r _ status _ <&4 && [ "$status" = 200 ] ) 2>/dev/null
 }
-wait_for() { while [ ! -e "$1" ]; do sleep 0.2; done; }
 /mnt/host/nm-kubelet-standin --kubeconfig /mnt/host/kubeconfig --node-name vm-node \
   --cgroup-root /node-monitor-test/vm-node --memory 512Mi > /mnt/out/standin.log 2>&1 &
 (
@@ -96,7 +100,7 @@ wait_for() { while [ ! -e "$1" ]; do sleep 0.2; done; }
     --metrics-addr 127.0.0.1:9101 $AGENT_FLAGS > /mnt/out/agent.log 2>&1
 ) &
 until ready; do sleep 0.5; done
-log "agent ready"
+log "agent ready; uptime $(uptime_s)"
 "#;
 
 /// The graceful scenario, after the prelude.
@@ -105,42 +109,51 @@ const GRACEFUL_SCRIPT: &str = r#"
   echo $BASHPID > /sys/fs/cgroup/node-monitor-test/agent/cgroup.procs
   while true; do dump_metrics metrics.txt; sleep 0.2; done
 ) &
+until systemd-inhibit --list --no-pager | grep -q node-monitor; do sleep 0.2; done
 busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager InhibitDelayMaxUSec > /mnt/out/inhibit-delay-usec
 cat /etc/systemd/logind.conf.d/99-node-monitor.conf > /mnt/out/dropin 2>&1
 systemd-inhibit --list --no-pager > /mnt/out/inhibitors-start 2>&1
 
-# A cancelled shutdown: power off, then make the delayed start of poweroff.target fail.
+# A cancelled shutdown: power off, then make the delayed start of poweroff.target fail. A delay
+# lock of the script's own keeps logind from starting the target before the masked state is
+# loaded (a daemon-reload takes seconds here), however soon the agent releases its lock.
 wait_for /mnt/host/go-cancel
+systemd-inhibit --what=shutdown --mode=delay --who=nm-test --why="masking poweroff.target" sleep 300 &
+guard=$!
+until systemd-inhibit --list --no-pager | grep -q nm-test; do sleep 0.2; done
 log "poweroff (to be cancelled)"
 systemctl poweroff
 systemctl mask --runtime poweroff.target
 systemctl daemon-reload
 log "poweroff.target masked"
+kill $guard
 # logind gives up on the masked target once the agent releases its lock, and emits
 # PrepareForShutdown(false); the agent takes its lock again.
 until [ "$(busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager PreparingForShutdown)" = "b false" ] \
       && systemd-inhibit --list --no-pager | grep -q node-monitor; do sleep 0.2; done
 log "cancelled; inhibitor held again"
 systemd-inhibit --list --no-pager > /mnt/out/inhibitors-after-cancel 2>&1
-systemctl unmask --runtime poweroff.target
-systemctl daemon-reload
-dump_metrics metrics-after-cancel.txt
-touch /mnt/out/cancel-done
 
-# The real shutdown.
-wait_for /mnt/host/go-poweroff
-dump_metrics metrics-before-poweroff.txt
-log "poweroff"
-date +%s.%N > /mnt/out/poweroff-at
-systemctl poweroff
+# The real shutdown: a reboot (reboot.target is not masked, and unmasking would cost another
+# daemon-reload; logind delays a reboot exactly as a power-off, and qemu -no-reboot exits on it).
+wait_for /mnt/host/go-shutdown
+dump_metrics metrics-before-shutdown.txt
+log "reboot"
+systemctl reboot
 sleep infinity
 "#;
 
-/// The bypass scenario, after the prelude.
+/// The bypass scenario, after the prelude. The guest gets an (empty) md array first: md's reboot
+/// notifier holds every restart for one second (`md_notify_reboot` in drivers/md/md.c), as on any
+/// server with software RAID. Without such a delay the kernel's restart path in this TCG guest
+/// takes milliseconds, less than the agent needs to even wake up, and no last gasp can win.
 const BYPASS_SCRIPT: &str = r#"
+modprobe md_mod && echo md0 > /sys/module/md_mod/parameters/new_array
+ls -d /sys/block/md0 > /mnt/out/md 2>&1
 until grep -q "eBPF programs ready" /mnt/out/agent.log; do sleep 0.2; done
 wait_for /mnt/host/go-reboot
 log "reboot -ff"
+date +%s.%N > /mnt/out/reboot-at
 systemctl reboot -ff
 sleep infinity
 "#;
@@ -166,7 +179,7 @@ shutdownGracePeriod: 10s
 shutdownGracePeriodCriticalPods: 5s
 nodeMonitor:
   shutdown:
-    lastGasp: condition
+    lastGasp: annotation
     lastGaspTimeout: 2s
 ";
 
@@ -178,8 +191,11 @@ struct Payload {
 }
 
 impl Payload {
-    fn new(cp: &ControlPlane, config: &str, script: &str, agent_flags: &str) -> Payload {
-        let dir = tempfile::Builder::new().prefix("nm-vm-shutdown").tempdir().expect("payload dir");
+    fn new(config: &str, script: &str, agent_flags: &str) -> Payload {
+        let dir = tempfile::Builder::new()
+            .prefix("nm-vm-shutdown")
+            .tempdir()
+            .expect("payload dir");
         for bin in ["node-monitor", "nm-kubelet-standin"] {
             let src = binary(bin);
             let dst = dir.path().join(bin);
@@ -187,7 +203,6 @@ impl Payload {
                 fs::copy(&src, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
             }
         }
-        fs::copy(cp.guest_kubeconfig_path(), dir.path().join("kubeconfig")).expect("kubeconfig");
         fs::write(dir.path().join("config.yaml"), config).expect("config");
         let entry = format!("AGENT_FLAGS='{agent_flags}'\n{GUEST_PRELUDE}{script}");
         fs::write(dir.path().join("guest-entry.sh"), entry).expect("entry script");
@@ -196,6 +211,14 @@ impl Payload {
 
     fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Hands the control plane's guest kubeconfig over (renamed into place: the guest waits for
+    /// the name and must never read half a file).
+    fn kubeconfig(&self, cp: &ControlPlane) {
+        let tmp = self.dir.path().join(".kubeconfig");
+        fs::copy(cp.guest_kubeconfig_path(), &tmp).expect("kubeconfig");
+        fs::rename(&tmp, self.dir.path().join("kubeconfig")).expect("kubeconfig into place");
     }
 
     fn signal(&self, flag: &str) {
@@ -214,7 +237,13 @@ impl Guest {
         let path: PathBuf = payload.path().to_owned();
         let started = Instant::now();
         let handle = std::thread::spawn(move || {
-            run_guest(&path, &GuestOptions { timeout: Duration::from_secs(300), ..Default::default() })
+            run_guest(
+                &path,
+                &GuestOptions {
+                    timeout: Duration::from_secs(300),
+                    ..Default::default()
+                },
+            )
         });
         Guest { handle, started }
     }
@@ -245,36 +274,59 @@ async fn fail_with_guest(guest: Guest, what: &str) -> ! {
 fn guest_report(run: &GuestRun) -> String {
     let mut out = String::new();
     for f in ["entry.log", "agent.log", "standin.log"] {
-        out.push_str(&format!("--- {f}:\n{}\n", tail(&run.read_out(f).unwrap_or_default(), 60)));
+        out.push_str(&format!(
+            "--- {f}:\n{}\n",
+            tail(&run.read_out(f).unwrap_or_default(), 60)
+        ));
     }
     out.push_str(&format!("--- console:\n{}\n", tail(&run.console, 40)));
     out
 }
 
 async fn node(client: &Client) -> Option<Node> {
-    Api::<Node>::all(client.clone()).get_opt(NODE).await.ok().flatten()
+    Api::<Node>::all(client.clone())
+        .get_opt(NODE)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// (status, reason) of the agent's shutdown condition.
 fn shutdown_condition(n: &Node) -> Option<(String, String)> {
-    n.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "NodeMonitorShuttingDown").map(|c| {
-        (c.status.clone(), c.reason.clone().unwrap_or_default())
-    })
+    n.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "NodeMonitorShuttingDown")
+        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
 }
 
 fn has_shutdown_taint(n: &Node) -> bool {
     n.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| t.iter().any(|t| t.key == "node-monitor.io/shutdown" && t.effect == "NoSchedule"))
+        .is_some_and(|t| {
+            t.iter()
+                .any(|t| t.key == "node-monitor.io/shutdown" && t.effect == "NoSchedule")
+        })
 }
 
 fn unschedulable(n: &Node) -> bool {
-    n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
 }
 
 /// Waits until `check` holds for the node, failing when the guest ends first.
-async fn wait_node(client: &Client, guest: Guest, timeout: Duration, what: &str, check: impl Fn(&Node) -> bool) -> Guest {
+async fn wait_node(
+    client: &Client,
+    guest: Guest,
+    timeout: Duration,
+    what: &str,
+    check: impl Fn(&Node) -> bool,
+) -> Guest {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(n) = node(client).await
@@ -286,7 +338,12 @@ async fn wait_node(client: &Client, guest: Guest, timeout: Duration, what: &str,
             fail_with_guest(guest, &format!("the guest ended before: {what}")).await;
         }
         if Instant::now() > deadline {
-            eprintln!("node: {:?}", node(client).await.map(|n| (shutdown_condition(&n), has_shutdown_taint(&n))));
+            eprintln!(
+                "node: {:?}",
+                node(client)
+                    .await
+                    .map(|n| (shutdown_condition(&n), has_shutdown_taint(&n)))
+            );
             panic!("timed out after {timeout:?} waiting for: {what}");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -297,11 +354,16 @@ async fn create_priority_classes(client: &Client) {
     let api: Api<PriorityClass> = Api::all(client.clone());
     for (name, value, _) in GROUPS {
         let pc = PriorityClass {
-            metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
             value: Some(value),
             ..Default::default()
         };
-        api.create(&PostParams::default(), &pc).await.unwrap_or_else(|e| panic!("priority class {name}: {e}"));
+        api.create(&PostParams::default(), &pc)
+            .await
+            .unwrap_or_else(|e| panic!("priority class {name}: {e}"));
     }
 }
 
@@ -309,7 +371,11 @@ async fn create_priority_classes(client: &Client) {
 fn slow_pod(name: &str, class: &str, exit_delay: u64) -> Pod {
     let script = format!("trap 'sleep {exit_delay}; exit 0' TERM; while :; do sleep 0.2; done");
     Pod {
-        metadata: ObjectMeta { name: Some(name.into()), namespace: Some(NS.into()), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
         spec: Some(PodSpec {
             node_name: Some(NODE.into()),
             priority_class_name: Some(class.into()),
@@ -328,9 +394,14 @@ fn slow_pod(name: &str, class: &str, exit_delay: u64) -> Pod {
 
 async fn create_running(client: &Client, pods: Vec<Pod>, guest: Guest) -> Guest {
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let names: Vec<String> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    let names: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
     for p in pods {
-        api.create(&PostParams::default(), &p).await.expect("create pod");
+        api.create(&PostParams::default(), &p)
+            .await
+            .expect("create pod");
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -347,7 +418,10 @@ async fn create_running(client: &Client, pods: Vec<Pod>, guest: Guest) -> Guest 
         if !guest.running() {
             fail_with_guest(guest, "the guest ended before the pods ran").await;
         }
-        assert!(Instant::now() < deadline, "pods {names:?} not Running within 60 s");
+        assert!(
+            Instant::now() < deadline,
+            "pods {names:?} not Running within 60 s"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -365,7 +439,11 @@ struct Observed {
 }
 
 /// Polls the API every 100 ms until `stop`, recording what changed.
-fn watch_api(client: Client, names: Vec<String>, stop: tokio::sync::watch::Receiver<bool>) -> (Arc<Mutex<Observed>>, tokio::task::JoinHandle<()>) {
+fn watch_api(
+    client: Client,
+    names: Vec<String>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> (Arc<Mutex<Observed>>, tokio::task::JoinHandle<()>) {
     let seen = Arc::new(Mutex::new(Observed::default()));
     let out = seen.clone();
     let handle = tokio::spawn(async move {
@@ -375,7 +453,11 @@ fn watch_api(client: Client, names: Vec<String>, stop: tokio::sync::watch::Recei
             if let Ok(list) = api.list(&ListParams::default()).await {
                 let mut o = seen.lock().expect("observations");
                 for n in &names {
-                    match list.items.iter().find(|p| p.metadata.name.as_deref() == Some(n.as_str())) {
+                    match list
+                        .items
+                        .iter()
+                        .find(|p| p.metadata.name.as_deref() == Some(n.as_str()))
+                    {
                         Some(p) if p.metadata.deletion_timestamp.is_some() => {
                             o.deleting.entry(n.clone()).or_insert(now);
                         }
@@ -414,7 +496,9 @@ fn samples(text: &str, family: &str) -> BTreeMap<String, f64> {
                 Some((n, rest)) => (n, rest.trim_end_matches('}')),
                 None => (name_labels, ""),
             };
-            (name == family).then(|| Some((labels.to_owned(), value.parse().ok()?))).flatten()
+            (name == family)
+                .then(|| Some((labels.to_owned(), value.parse().ok()?)))
+                .flatten()
         })
         .collect()
 }
@@ -423,7 +507,19 @@ fn phase(text: &str, family: &str, phase: &str) -> f64 {
     samples(text, family)
         .get(&format!("phase=\"{phase}\""))
         .copied()
-        .unwrap_or_else(|| panic!("{family}{{phase=\"{phase}\"}} missing from the metrics:\n{text}"))
+        .unwrap_or_else(|| {
+            panic!("{family}{{phase=\"{phase}\"}} missing from the metrics:\n{text}")
+        })
+}
+
+/// The guest's uptime logged with a step of the entry script (NaN when missing).
+fn uptime_at(entry_log: &str, step: &str) -> f64 {
+    entry_log
+        .lines()
+        .find(|l| l.contains(step))
+        .and_then(|l| l.rsplit_once("uptime "))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 fn secs(d: Duration) -> f64 {
@@ -432,38 +528,61 @@ fn secs(d: Duration) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one() {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await.expect("control plane");
+    // The guest boots while the control plane starts.
+    let payload = Payload::new(GRACEFUL_CONFIG, GRACEFUL_SCRIPT, "--no-ebpf --no-mlock");
+    let guest = Guest::boot(&payload);
+    let cp = ControlPlane::start(ControlPlaneOptions::default())
+        .await
+        .expect("control plane");
     let client = cp.client();
     create_priority_classes(&client).await;
-    let payload = Payload::new(&cp, GRACEFUL_CONFIG, GRACEFUL_SCRIPT, "--no-ebpf");
-    let guest = Guest::boot(&payload);
+    payload.kubeconfig(&cp);
 
     // The agent holds its inhibitor and says so on the node.
-    let guest = wait_node(&client, guest, Duration::from_secs(180), "the agent's inhibitor on the node", |n| {
-        shutdown_condition(n).is_some_and(|(s, r)| s == "False" && r == "InhibitorHeld")
-    })
+    let guest = wait_node(
+        &client,
+        guest,
+        Duration::from_secs(180),
+        "the agent's inhibitor on the node",
+        |n| shutdown_condition(n).is_some_and(|(s, r)| s == "False" && r == "InhibitorHeld"),
+    )
     .await;
     let armed = guest.started.elapsed();
 
     // --- A cancelled shutdown: marks set, then undone, and the lock taken again.
-    let guest = create_running(&client, vec![slow_pod("canary", "nm-low", CANARY_EXIT_DELAY)], guest).await;
+    let guest = create_running(
+        &client,
+        vec![slow_pod("canary", "nm-low", EXIT_DELAY)],
+        guest,
+    )
+    .await;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (cancel_seen, cancel_watch) = watch_api(client.clone(), vec!["canary".into()], stop_rx);
     payload.signal("go-cancel");
-    let guest = wait_node(&client, guest, Duration::from_secs(60), "the node marked, then unmarked after the cancellation", |n| {
-        let o = cancel_seen.lock().expect("observations");
-        o.condition_true.is_some()
-            && o.taint.is_some()
-            && o.cordoned.is_some()
-            && !has_shutdown_taint(n)
-            && !unschedulable(n)
-            && shutdown_condition(n).is_some_and(|(s, r)| s == "False" && r == "InhibitorHeld")
-    })
+    let guest = wait_node(
+        &client,
+        guest,
+        Duration::from_secs(60),
+        "the node marked, then unmarked after the cancellation",
+        |n| {
+            let o = cancel_seen.lock().expect("observations");
+            o.condition_true.is_some()
+                && o.taint.is_some()
+                && o.cordoned.is_some()
+                && !has_shutdown_taint(n)
+                && !unschedulable(n)
+                && shutdown_condition(n).is_some_and(|(s, r)| s == "False" && r == "InhibitorHeld")
+        },
+    )
     .await;
     let _ = stop_tx.send(true);
     cancel_watch.await.expect("cancel watcher");
     assert!(
-        cancel_seen.lock().expect("observations").gone.contains_key("canary"),
+        cancel_seen
+            .lock()
+            .expect("observations")
+            .gone
+            .contains_key("canary"),
         "the canary pod was terminated by the cancelled shutdown before logind gave up on it"
     );
 
@@ -472,12 +591,15 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
         .iter()
         .flat_map(|(class, _, names)| names.iter().map(|n| slow_pod(n, class, EXIT_DELAY)))
         .collect();
-    let names: Vec<String> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    let names: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
     let guest = create_running(&client, pods, guest).await;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (seen, watcher) = watch_api(client.clone(), names.clone(), stop_rx);
-    let poweroff = Instant::now();
-    payload.signal("go-poweroff");
+    let shutdown_at = Instant::now();
+    payload.signal("go-shutdown");
     let (run, exited) = guest.finish().await;
     // The API has nothing more to say once the guest is gone, but let the last poll land.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -488,19 +610,37 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
 
     // Cancellation, from the guest's side: the inhibitor was held again afterwards.
     let after_cancel = run.read_out("inhibitors-after-cancel").unwrap_or_default();
-    assert!(after_cancel.contains("node-monitor"), "inhibitor after the cancellation:\n{after_cancel}\n{report}");
+    assert!(
+        after_cancel.contains("node-monitor"),
+        "inhibitor after the cancellation:\n{after_cancel}\n{report}"
+    );
 
     // The drop-in raised logind's delay to the budget (3 × 8 s) plus the margin (5 s).
     let delay = run.read_out("inhibit-delay-usec").unwrap_or_default();
-    assert_eq!(delay.trim(), "t 29000000", "InhibitDelayMaxUSec after the drop-in\n{report}");
+    assert_eq!(
+        delay.trim(),
+        "t 29000000",
+        "InhibitDelayMaxUSec after the drop-in\n{report}"
+    );
     let dropin = run.read_out("dropin").unwrap_or_default();
-    assert!(dropin.contains("InhibitDelayMaxSec=29"), "drop-in:\n{dropin}");
+    assert!(
+        dropin.contains("InhibitDelayMaxSec=29"),
+        "drop-in:\n{dropin}"
+    );
 
-    // Every pod went, and before the guest powered off.
+    // Every pod went, and before the guest went down.
     for n in &names {
-        let gone = seen.gone.get(n).unwrap_or_else(|| panic!("pod {n} still in the API after the guest powered off\n{report}"));
-        assert!(*gone < exited, "pod {n} gone only after qemu exited\n{report}");
-        assert!(seen.deleting.contains_key(n) || seen.gone.contains_key(n), "pod {n} never terminated");
+        let gone = seen.gone.get(n).unwrap_or_else(|| {
+            panic!("pod {n} still in the API after the guest went down\n{report}")
+        });
+        assert!(
+            *gone < exited,
+            "pod {n} gone only after qemu exited\n{report}"
+        );
+        assert!(
+            seen.deleting.contains_key(n) || seen.gone.contains_key(n),
+            "pod {n} never terminated"
+        );
     }
     // Groups in order: a group's deletions start only once the previous group is gone.
     let group_times: Vec<(Instant, Instant)> = GROUPS
@@ -508,7 +648,13 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
         .map(|(_, _, pods)| {
             let start = pods
                 .iter()
-                .map(|p| *seen.deleting.get(*p).or(seen.gone.get(*p)).expect("observed"))
+                .map(|p| {
+                    *seen
+                        .deleting
+                        .get(*p)
+                        .or(seen.gone.get(*p))
+                        .expect("observed")
+                })
                 .min()
                 .expect("pods");
             let end = pods.iter().map(|p| seen.gone[*p]).max().expect("pods");
@@ -516,58 +662,118 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
         })
         .collect();
     for w in group_times.windows(2) {
-        assert!(w[0].1 <= w[1].0, "a group started before the previous one was gone: {group_times:?}");
+        assert!(
+            w[0].1 <= w[1].0,
+            "a group started before the previous one was gone: {group_times:?}"
+        );
     }
     // The node was marked.
-    assert!(seen.condition_true.is_some(), "NodeMonitorShuttingDown=True never seen\n{report}");
-    assert!(seen.taint.is_some(), "the shutdown taint was never seen\n{report}");
-    assert!(seen.cordoned.is_some(), "the node was never cordoned\n{report}");
+    assert!(
+        seen.condition_true.is_some(),
+        "NodeMonitorShuttingDown=True never seen\n{report}"
+    );
+    assert!(
+        seen.taint.is_some(),
+        "the shutdown taint was never seen\n{report}"
+    );
+    assert!(
+        seen.cordoned.is_some(),
+        "the node was never cordoned\n{report}"
+    );
 
     // The agent's metrics recorded every phase, in order, each group within its period.
-    let before = run.read_out("metrics-before-poweroff.txt").expect("metrics before the power-off");
-    assert_eq!(samples(&before, "node_monitor_shutdown_inhibitor_held").values().copied().collect::<Vec<_>>(), vec![1.0]);
-    let m = run.read_out("metrics.txt").expect("metrics after the shutdown");
+    let before = run
+        .read_out("metrics-before-shutdown.txt")
+        .expect("metrics before the shutdown");
     assert_eq!(
-        samples(&m, "node_monitor_shutdown_inhibitor_held").values().copied().collect::<Vec<_>>(),
+        samples(&before, "node_monitor_shutdown_inhibitor_held")
+            .values()
+            .copied()
+            .collect::<Vec<_>>(),
+        vec![1.0]
+    );
+    let m = run
+        .read_out("metrics.txt")
+        .expect("metrics after the shutdown");
+    assert_eq!(
+        samples(&m, "node_monitor_shutdown_inhibitor_held")
+            .values()
+            .copied()
+            .collect::<Vec<_>>(),
         vec![0.0],
         "the lock is released at the end"
     );
-    let mut last_end = phase(&m, "node_monitor_shutdown_phase_start_time_seconds", "total");
+    let mut last_end = phase(
+        &m,
+        "node_monitor_shutdown_phase_start_time_seconds",
+        "total",
+    );
     let total_start = last_end;
     for (_, priority, _) in GROUPS {
         let p = format!("priority_{priority}");
         let start = phase(&m, "node_monitor_shutdown_phase_start_time_seconds", &p);
         let end = phase(&m, "node_monitor_shutdown_phase_end_time_seconds", &p);
-        assert!(start >= last_end && end >= start, "{p}: start {start}, end {end}, previous end {last_end}");
-        assert!(end - start <= PERIOD as f64, "{p} took {}s, longer than its {PERIOD}s period", end - start);
+        assert!(
+            start >= last_end && end >= start,
+            "{p}: start {start}, end {end}, previous end {last_end}"
+        );
+        assert!(
+            end - start <= PERIOD as f64,
+            "{p} took {}s, longer than its {PERIOD}s period",
+            end - start
+        );
         last_end = end;
     }
     let total_end = phase(&m, "node_monitor_shutdown_phase_end_time_seconds", "total");
-    assert!(total_end >= last_end, "the total phase ends after the last group");
+    assert!(
+        total_end >= last_end,
+        "the total phase ends after the last group"
+    );
     let agent_log = run.read_out("agent.log").unwrap_or_default();
     assert_eq!(
-        agent_log.matches("shutdown group done: all pods gone").count(),
+        agent_log
+            .matches("shutdown group done: all pods gone")
+            .count(),
         1 + GROUPS.len(),
         "the canary's group and the three groups ended with their pods gone\n{report}"
     );
-    assert!(!agent_log.contains("period elapsed with pods left"), "{report}");
+    assert!(
+        !agent_log.contains("period elapsed with pods left"),
+        "{report}"
+    );
 
     // logind honoured the raised delay: the shutdown was held far longer than the default 5 s.
     // Pods exit 3 s after SIGTERM and the groups run one after another, so the last group's
     // pods cannot be gone before 3 × 3 s; only the guest's stand-in can remove them, so the
     // guest was still up (not powering off at logind's default 5 s).
     let held = total_end - total_start;
-    assert!(held > 5.0, "the shutdown was delayed {held:.1}s, not past logind's default 5 s\n{report}");
+    assert!(
+        held > 5.0,
+        "the shutdown was delayed {held:.1}s, not past logind's default 5 s\n{report}"
+    );
     let last_gone = group_times.last().expect("groups").1;
     assert!(
-        last_gone.duration_since(poweroff) > Duration::from_secs(5),
-        "the last group was gone {:?} after the power-off request",
-        last_gone.duration_since(poweroff)
+        last_gone.duration_since(shutdown_at) > Duration::from_secs(5),
+        "the last group was gone {:?} after the shutdown request",
+        last_gone.duration_since(shutdown_at)
     );
 
     eprintln!("vm_shutdown timings (host clock, API polled every 100 ms):");
-    eprintln!("  guest boot to agent armed: {:.1}s; guest run total: {:.1}s", secs(armed), secs(run.elapsed));
-    eprintln!("  metrics: PrepareForShutdown to release {:.2}s", total_end - total_start);
+    let entry = run.read_out("entry.log").unwrap_or_default();
+    eprintln!(
+        "  guest uptime at nm-guest.service start: {:.1}s; at agent ready: {:.1}s",
+        uptime_at(&entry, "entry started"),
+        uptime_at(&entry, "agent ready")
+    );
+    eprintln!(
+        "  guest boot to agent armed: {:.1}s; guest run total: {:.1}s",
+        secs(armed),
+        secs(run.elapsed)
+    );
+    eprintln!(
+        "  metrics: PrepareForShutdown to release {:.2}s",
+        total_end - total_start
+    );
     for (i, (_, priority, _)) in GROUPS.iter().enumerate() {
         let p = format!("priority_{priority}");
         let start = phase(&m, "node_monitor_shutdown_phase_start_time_seconds", &p);
@@ -579,21 +785,61 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
             secs(group_times[i].1.duration_since(group_times[i].0))
         );
     }
-    eprintln!("  metrics: last group end to release {:.3}s", total_end - last_end);
-    eprintln!("  power-off request to last pod gone (host): {:.2}s; to qemu exit: {:.2}s", secs(last_gone.duration_since(poweroff)), secs(exited.duration_since(poweroff)));
+    eprintln!(
+        "  metrics: last group end to release {:.3}s",
+        total_end - last_end
+    );
+    // The stand-in's final delete of the last pod (its log, guest clock) to the release.
+    let standin = run.read_out("standin.log").unwrap_or_default();
+    let finalized = standin
+        .lines()
+        .filter(|l| l.contains("pod deletion completed") && l.contains("default/high-a"))
+        .filter_map(|l| {
+            // The first field, without the log's colour codes.
+            let t: String = l
+                .split_whitespace()
+                .next()?
+                .chars()
+                .filter(|c| !c.is_control())
+                .collect();
+            let t = t
+                .trim_start_matches("[2m")
+                .trim_end_matches("[0m")
+                .to_owned();
+            t.parse::<k8s_openapi::jiff::Timestamp>().ok()
+        })
+        .map(|t| t.as_millisecond() as f64 / 1e3)
+        .next_back()
+        .unwrap_or(f64::NAN);
+    eprintln!(
+        "  last pod deleted from the API (stand-in) to lock release: {:.0} ms",
+        (total_end - finalized) * 1e3
+    );
+    eprintln!(
+        "  shutdown request to last pod gone (host): {:.2}s; to qemu exit: {:.2}s",
+        secs(last_gone.duration_since(shutdown_at)),
+        secs(exited.duration_since(shutdown_at))
+    );
     drop(seen);
     cp.stop().expect("stop control plane");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reboot_bypassing_the_inhibitor_is_reported_with_a_last_gasp() {
-    let cp = ControlPlane::start(ControlPlaneOptions::default()).await.expect("control plane");
-    let client = cp.client();
-    let payload = Payload::new(&cp, BYPASS_CONFIG, BYPASS_SCRIPT, "");
+    let payload = Payload::new(BYPASS_CONFIG, BYPASS_SCRIPT, "--no-mlock");
     let guest = Guest::boot(&payload);
-    let guest = wait_node(&client, guest, Duration::from_secs(180), "the agent's inhibitor on the node", |n| {
-        shutdown_condition(n).is_some_and(|(s, r)| s == "False" && r == "InhibitorHeld")
-    })
+    let cp = ControlPlane::start(ControlPlaneOptions::default())
+        .await
+        .expect("control plane");
+    let client = cp.client();
+    payload.kubeconfig(&cp);
+    let guest = wait_node(
+        &client,
+        guest,
+        Duration::from_secs(180),
+        "the agent's inhibitor on the node",
+        |n| shutdown_condition(n).is_some_and(|(s, r)| s == "False" && r == "InhibitorHeld"),
+    )
     .await;
     let reboot = Instant::now();
     payload.signal("go-reboot");
@@ -601,22 +847,58 @@ async fn reboot_bypassing_the_inhibitor_is_reported_with_a_last_gasp() {
     let report = guest_report(&run);
     // The last gasp was sent before the machine went; give the API a moment to show it.
     let deadline = Instant::now() + Duration::from_secs(5);
-    let condition = loop {
-        let c = node(&client).await.and_then(|n| shutdown_condition(&n));
-        if c.as_ref().is_some_and(|(s, _)| s == "True") || Instant::now() > deadline {
-            break c;
+    let gasp = loop {
+        let a = node(&client).await.and_then(|n| {
+            n.metadata
+                .annotations
+                .and_then(|mut a| a.remove("node-monitor.io/last-gasp"))
+        });
+        if a.is_some() || Instant::now() > deadline {
+            break a;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    let md = run.read_out("md").unwrap_or_default();
+    assert!(
+        md.contains("/sys/block/md0"),
+        "the guest's md array: {md}\n{report}"
+    );
+    let gasp = gasp.unwrap_or_else(|| panic!("the last gasp did not reach the API\n{report}"));
+    let v: serde_json::Value =
+        serde_json::from_str(&gasp).unwrap_or_else(|e| panic!("last gasp {gasp:?}: {e}"));
+    assert_eq!(v["cmd"], "restart", "{gasp}");
+    assert_eq!(v["comm"], "systemctl", "{gasp}");
+    // The graceful path did not run: no PrepareForShutdown, so the node was never marked.
+    let n = node(&client).await.expect("node");
+    assert!(
+        !has_shutdown_taint(&n),
+        "a bypass must not look like a graceful shutdown"
+    );
     assert_eq!(
-        condition,
-        Some(("True".to_owned(), "NonGracefulShutdown".to_owned())),
-        "the last gasp did not reach the API\n{report}"
+        shutdown_condition(&n).map(|(s, _)| s),
+        Some("False".to_owned())
     );
     let agent_log = run.read_out("agent.log").unwrap_or_default();
-    assert!(agent_log.contains("kernel probe attached"), "the reboot probe must be attached\n{report}");
+    assert!(
+        agent_log.contains("program=\"reboot_enter\""),
+        "the reboot probe must be attached\n{report}"
+    );
+    let reboot_at: f64 = run
+        .read_out("reboot-at")
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .expect("reboot time");
+    let gasp_at = v["time"].as_f64().expect("last gasp time");
+    let entry = run.read_out("entry.log").unwrap_or_default();
     eprintln!(
-        "vm_shutdown bypass: reboot request to qemu exit {:.2}s; guest run {:.1}s",
+        "vm_shutdown bypass: guest uptime at nm-guest.service start {:.1}s, at agent ready {:.1}s",
+        uptime_at(&entry, "entry started"),
+        uptime_at(&entry, "agent ready")
+    );
+    eprintln!(
+        "vm_shutdown bypass: reboot(2) to last gasp sent {:.0} ms (guest clock); reboot request to qemu exit {:.2}s; guest run {:.1}s",
+        (gasp_at - reboot_at) * 1e3,
         secs(exited.duration_since(reboot)),
         secs(run.elapsed)
     );

@@ -629,6 +629,15 @@ pub fn logind_dropin(seconds: u64) -> String {
     )
 }
 
+/// Whether reboot(2) accepts these magic numbers (`kernel/reboot.c`: `LINUX_REBOOT_MAGIC1` and
+/// one of the four `LINUX_REBOOT_MAGIC2*`); the kernel refuses any other call with EINVAL, so it
+/// takes nothing down. The probe fires on entry, before that check.
+pub fn reboot_magic_accepted(magic1: u32, magic2: u32) -> bool {
+    const MAGIC1: u32 = 0xfee1_dead;
+    const MAGIC2: [u32; 4] = [672_274_793, 85_072_278, 369_367_448, 537_993_216];
+    magic1 == MAGIC1 && MAGIC2.contains(&magic2)
+}
+
 /// What a reboot(2) seen by the kernel probe means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RebootVerdict {
@@ -1162,5 +1171,17 @@ mod tests {
             );
         }
         assert_eq!(group_phase(1_000), "priority_1000");
+        // The magic numbers glibc's reboot(3) passes, and ones the kernel refuses.
+        let cases = [
+            (0xfee1_dead, 672_274_793, true),
+            (0xfee1_dead, 85_072_278, true),
+            (0xfee1_dead, 369_367_448, true),
+            (0xfee1_dead, 537_993_216, true),
+            (0xfee1_dead, 1, false),
+            (0xdead_beef, 672_274_793, false),
+        ];
+        for (m1, m2, want) in cases {
+            assert_eq!(reboot_magic_accepted(m1, m2), want, "{m1:#x} {m2}");
+        }
     }
 }

@@ -726,8 +726,28 @@ impl Controller {
     /// confirmed the node off or isolated: a force deletion skips the kubelet's confirmation
     /// that the containers stopped, which is exactly what fencing provides instead.
     async fn release(&self, node: &str) -> Result<ReleaseSummary, String> {
-        self.set_taint(node, true).await?;
         let mut summary = ReleaseSummary::default();
+        // Counted first: once the pods are gone the attach-detach controller detaches at once.
+        let vas: Api<VolumeAttachment> = Api::all(self.client.clone());
+        match tokio::time::timeout(REQUEST_TIMEOUT, vas.list(&ListParams::default())).await {
+            Ok(Ok(l)) => {
+                let on_node: Vec<String> = l
+                    .items
+                    .iter()
+                    .filter(|va| va.spec.node_name == node)
+                    .filter_map(|va| va.metadata.name.clone())
+                    .collect();
+                summary.volume_attachments = u32::try_from(on_node.len()).unwrap_or(u32::MAX);
+                if !on_node.is_empty() {
+                    info!(%node, volume_attachments = ?on_node,
+                          "left for the attach-detach controller, which detaches at once from a node with the out-of-service taint");
+                }
+            }
+            // Only reported: the attach-detach controller does the detaching either way.
+            Ok(Err(e)) => warn!(%node, error = %e, "could not list VolumeAttachments"),
+            Err(_) => warn!(%node, "listing VolumeAttachments got no answer"),
+        }
+        self.set_taint(node, true).await?;
         if self.cfg.force_delete_pods {
             let pods: Api<Pod> = Api::all(self.client.clone());
             let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
@@ -769,24 +789,6 @@ impl Controller {
                     Err(_) => return Err(format!("delete pod {ns}/{name}: no answer")),
                 }
             }
-        }
-        let vas: Api<VolumeAttachment> = Api::all(self.client.clone());
-        match tokio::time::timeout(REQUEST_TIMEOUT, vas.list(&ListParams::default())).await {
-            Ok(Ok(l)) => {
-                let on_node: Vec<String> = l
-                    .items
-                    .iter()
-                    .filter(|va| va.spec.node_name == node)
-                    .filter_map(|va| va.metadata.name.clone())
-                    .collect();
-                summary.volume_attachments = u32::try_from(on_node.len()).unwrap_or(u32::MAX);
-                if !on_node.is_empty() {
-                    info!(%node, volume_attachments = ?on_node,
-                          "left for the attach-detach controller, which detaches at once from a node with the out-of-service taint");
-                }
-            }
-            Ok(Err(e)) => debug!(%node, error = %e, "could not list VolumeAttachments"),
-            Err(_) => debug!(%node, "listing VolumeAttachments got no answer"),
         }
         Ok(summary)
     }

@@ -66,6 +66,10 @@ const INHIBITOR_WHY: &str = "node-monitor terminates the node's pods by priority
 const RECONNECT: Duration = Duration::from_secs(1);
 /// How often a quiet bus connection is checked.
 const PING: Duration = Duration::from_secs(30);
+/// A last gasp is taken back when the node is still up this long after it.
+const GASP_RETRACT: Duration = Duration::from_secs(30);
+/// API writes that failed at rest (the node not registered yet, the API down) are retried this often.
+const RETRY: Duration = Duration::from_secs(2);
 /// The pod list at the start of a shutdown is retried this long when the API fails.
 const LIST_RETRY: Duration = Duration::from_secs(5);
 
@@ -75,6 +79,8 @@ pub struct RebootSeen {
     pub cmd: RebootCmd,
     pub pid: u32,
     pub comm: String,
+    /// The kernel accepts the call's magic numbers (it refuses others before acting).
+    pub magic_ok: bool,
 }
 
 impl From<&RebootEvent> for RebootSeen {
@@ -83,6 +89,7 @@ impl From<&RebootEvent> for RebootSeen {
             cmd: e.cmd,
             pid: e.task.pid,
             comm: e.task.comm.clone(),
+            magic_ok: core_shutdown::reboot_magic_accepted(e.magic1, e.magic2),
         }
     }
 }
@@ -152,8 +159,13 @@ pub async fn run(ctx: ShutdownContext, mut stop: watch::Receiver<bool>) {
             Err(e) => {
                 m.lock = None;
                 m.set_held(false);
-                warn!(error = %chain(&e), retry_in = ?RECONNECT, "logind unavailable; shutdowns are not delayed until it is back");
-                m.degraded(format!("shutdown inhibitor: {}", chain(&e)));
+                if m.preparing {
+                    // The bus goes away as the machine shuts down: expected.
+                    info!(error = %chain(&e), "system bus gone during the shutdown");
+                } else {
+                    warn!(error = %chain(&e), retry_in = ?RECONNECT, "logind unavailable; shutdowns are not delayed until it is back");
+                    m.degraded(format!("shutdown inhibitor: {}", chain(&e)));
+                }
                 let until = tokio::time::Instant::now() + RECONNECT;
                 loop {
                     tokio::select! {
@@ -191,6 +203,12 @@ struct Manager {
     preparing: bool,
     marks: Marks,
     reported: HashSet<String>,
+    /// The condition at rest reached the API.
+    armed_published: bool,
+    /// Marks left from an earlier boot were cleared.
+    stale_cleared: bool,
+    /// When a last gasp went out: a node still up long after it was not going down after all.
+    gasp_at: Option<Instant>,
     /// The pod node-monitor runs in (downward API `POD_NAMESPACE`/`POD_NAME`), never deleted.
     own_pod: Option<(String, String)>,
 }
@@ -223,6 +241,9 @@ impl Manager {
             preparing: false,
             marks: Marks::default(),
             reported: HashSet::new(),
+            armed_published: false,
+            stale_cleared: false,
+            gasp_at: None,
             own_pod,
         }
     }
@@ -280,6 +301,8 @@ impl Manager {
         self.publish_armed().await;
         let mut ping = tokio::time::interval(PING);
         ping.tick().await;
+        let mut retry = tokio::time::interval(RETRY);
+        retry.tick().await;
         loop {
             tokio::select! {
                 _ = stop.changed() => return Ok(()),
@@ -311,6 +334,17 @@ impl Manager {
                     None => return Err(LogindError::Disconnected),
                 },
                 _ = ping.tick() => logind.ping().await?,
+                _ = retry.tick() => {
+                    if !self.stale_cleared && !self.preparing {
+                        self.clear_stale_marks().await;
+                    }
+                    if !self.armed_published && !self.preparing {
+                        self.publish_armed().await;
+                    }
+                    if self.gasp_at.is_some_and(|t| t.elapsed() > GASP_RETRACT) {
+                        self.retract_last_gasp().await;
+                    }
+                }
             }
         }
     }
@@ -428,7 +462,7 @@ impl Manager {
                 "no shutdown groups configured; shutdowns are watched only".to_owned(),
             ),
         };
-        self.set_condition(false, reason, &message).await;
+        self.armed_published = self.set_condition(false, reason, &message).await;
     }
 
     async fn set_condition(&mut self, status: bool, reason: &str, message: &str) -> bool {
@@ -449,14 +483,16 @@ impl Manager {
     }
 
     /// After a reboot the node may still carry the marks of the shutdown that took it down.
+    /// Until this succeeds (the node may not be registered yet), it is retried.
     async fn clear_stale_marks(&mut self) {
+        self.stale_cleared = true;
         if let Err(e) = self
             .actuator
             .set_taint(TAINT_KEY, "", "NoSchedule", false)
             .await
         {
-            warn!(error = %chain(&e), "could not clear a stale shutdown taint");
-            self.api_error("patch_taint");
+            debug!(error = %chain(&e), "could not clear a stale shutdown taint; retrying");
+            self.stale_cleared = false;
         }
         match self.actuator.node_annotation(CORDONED_ANNOTATION).await {
             Ok(Some(_)) => {
@@ -465,65 +501,8 @@ impl Manager {
             }
             Ok(None) => {}
             Err(e) => {
-                warn!(error = %chain(&e), "could not read the node's annotations");
-                self.api_error("get_node");
-            }
-        }
-    }
-
-    async fn mark_node(&mut self) {
-        let message = format!(
-            "systemd-logind announced a shutdown; node-monitor terminates pods by priority group within {}s",
-            self.cfg.budget().as_secs()
-        );
-        // The condition, the taint and the cordon are independent: one request each, together.
-        let cond = NodeConditionUpdate {
-            type_: CONDITION_TYPE.into(),
-            status: true,
-            reason: "NodeShuttingDown".into(),
-            message,
-        };
-        let cordon = self.cfg.options.cordon;
-        let (c, t, k) = tokio::join!(
-            self.actuator.set_conditions(std::slice::from_ref(&cond)),
-            self.actuator.set_taint(TAINT_KEY, "", "NoSchedule", true),
-            async {
-                if !cordon {
-                    return Ok(None);
-                }
-                // Annotate first: a crash between the two leaves an annotation, never a stray cordon.
-                self.actuator
-                    .annotate_node(CORDONED_ANNOTATION, Some("true"))
-                    .await?;
-                self.actuator.set_unschedulable(true).await.map(Some)
-            },
-        );
-        match c {
-            Ok(()) => self.marks.condition = true,
-            Err(e) => {
-                warn!(error = %chain(&e), "could not set the shutdown condition");
-                self.api_error("patch_conditions");
-            }
-        }
-        match t {
-            Ok(_) => self.marks.taint = true,
-            Err(e) => {
-                warn!(error = %chain(&e), "could not taint the node");
-                self.api_error("patch_taint");
-            }
-        }
-        match k {
-            Ok(Some(was)) => {
-                self.marks.cordoned = !was;
-                if was {
-                    // Cordoned by someone else: leave it so after a cancellation.
-                    let _ = self.actuator.annotate_node(CORDONED_ANNOTATION, None).await;
-                }
-            }
-            Ok(None) => {}
-            Err(e) => {
-                warn!(error = %chain(&e), "could not cordon the node");
-                self.api_error("patch_unschedulable");
+                debug!(error = %chain(&e), "could not read the node's annotations; retrying");
+                self.stale_cleared = false;
             }
         }
     }
@@ -559,10 +538,12 @@ impl Manager {
             return false;
         }
         self.phase_start(PHASE_TOTAL, wall_start);
-        self.actuator
-            .record_node_event("NodeShutdown", "Shutdown manager detected shutdown event")
-            .await;
-        self.mark_node().await;
+        let marking = tokio::spawn(mark_node(
+            self.actuator.clone(),
+            self.metrics.clone(),
+            self.cfg.budget().as_secs(),
+            self.cfg.options.cordon,
+        ));
         let pods = self.list_pods_for_plan().await;
         let plan = core_shutdown::plan(&self.cfg.groups, &pods);
         info!(pods = plan.pod_count(), groups = ?core_shutdown::plan_summary(&plan), "shutdown plan");
@@ -597,8 +578,9 @@ impl Manager {
                         }
                     }
                     Step::Release => {
-                        self.release_lock();
+                        // Metrics first: once the descriptor is closed the machine may go at once.
                         self.phase_end(PHASE_TOTAL, unix_now());
+                        self.release_lock();
                         let total = self.now().saturating_since(run.started());
                         info!(
                             total_ms = total.as_millis() as u64,
@@ -608,6 +590,7 @@ impl Manager {
                 }
             }
             if run.is_finished() {
+                self.marks = marking.await.unwrap_or_default();
                 self.actuator
                     .record_node_event("NodeShutdown", "Shutdown manager finished terminating pods")
                     .await;
@@ -633,6 +616,8 @@ impl Manager {
                         }
                         self.phase_end(PHASE_TOTAL, unix_now());
                         info!("shutdown cancelled while terminating pods; no further group starts");
+                        // The marks must be known to be undone.
+                        self.marks = marking.await.unwrap_or_default();
                         return true;
                     }
                     Some(Ok(true)) => {}
@@ -687,7 +672,7 @@ impl Manager {
     /// This node's pods as the plan needs them: active, not node-monitor's own, not mirror pods
     /// (static pods belong to the kubelet). Retried briefly; an API that stays down gives an
     /// empty plan (the kubelet, if configured, still acts locally).
-    async fn list_pods_for_plan(&mut self) -> Vec<ShutdownPod> {
+    async fn list_pods_for_plan(&self) -> Vec<ShutdownPod> {
         let deadline = Instant::now() + LIST_RETRY;
         loop {
             match self.list_node_pods().await {
@@ -769,6 +754,10 @@ impl Manager {
     async fn on_cancel(&mut self, logind: &Logind) -> Result<(), LogindError> {
         info!("PrepareForShutdown(false): the shutdown was cancelled");
         self.preparing = false;
+        // The lock first: the next shutdown may come at any moment.
+        if self.wants_lock() {
+            self.take_lock(logind).await?;
+        }
         if self.role != Role::Passive {
             self.actuator
                 .record_node_event(
@@ -791,9 +780,6 @@ impl Manager {
             }
             self.uncordon().await;
         }
-        if self.wants_lock() {
-            self.take_lock(logind).await?;
-        }
         self.publish_armed().await;
         self.marks.condition = false;
         Ok(())
@@ -806,7 +792,8 @@ impl Manager {
             self.reboots = None;
             return;
         };
-        match core_shutdown::classify_reboot(seen.cmd.goes_down(), self.preparing) {
+        let goes_down = seen.cmd.goes_down() && seen.magic_ok;
+        match core_shutdown::classify_reboot(goes_down, self.preparing) {
             RebootVerdict::NotShutdown => {
                 debug!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm, "reboot(2) that does not shut down");
             }
@@ -816,11 +803,30 @@ impl Manager {
             RebootVerdict::BypassedInhibitor => {
                 // The API first: the machine may be gone within milliseconds.
                 let sent = self.last_gasp(&seen).await;
+                self.gasp_at = Some(Instant::now());
                 self.metrics.shutdowns_bypassing_inhibitor.inc();
                 warn!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm, last_gasp = ?self.cfg.options.last_gasp,
                       last_gasp_sent = sent, "reboot(2) bypassed the shutdown inhibitor: non-graceful shutdown");
             }
         }
+    }
+
+    /// Still running long after a last gasp: the reboot(2) call did not take the node down (the
+    /// kernel refused it, or it came from a container's own PID namespace). Say so and restore
+    /// the condition; the counter keeps the request.
+    async fn retract_last_gasp(&mut self) {
+        self.gasp_at = None;
+        warn!(after = ?GASP_RETRACT, "the node is still up after a reboot(2) that bypassed the inhibitor; it did not shut the node down");
+        if self.cfg.options.last_gasp == LastGasp::Annotation
+            && let Err(e) = self
+                .actuator
+                .annotate_node(LAST_GASP_ANNOTATION, None)
+                .await
+        {
+            warn!(error = %chain(&e), "could not remove the last-gasp annotation");
+            self.api_error("patch_annotation");
+        }
+        self.publish_armed().await;
     }
 
     /// One bounded request telling the API the node is going down without a graceful shutdown.
@@ -902,6 +908,82 @@ impl Manager {
             .get_or_create(&l)
             .set(at);
     }
+}
+
+/// Posts the node Event and sets the marks; returns which marks took. Runs beside the first
+/// group (the kubelet, too, updates the node status asynchronously and starts killing at once).
+async fn mark_node(
+    actuator: Actuator,
+    metrics: Arc<Metrics>,
+    budget_s: u64,
+    cordon: bool,
+) -> Marks {
+    actuator
+        .record_node_event("NodeShutdown", "Shutdown manager detected shutdown event")
+        .await;
+    let api_error = |operation: &str| {
+        metrics
+            .api_errors
+            .get_or_create(&OperationLabels {
+                operation: operation.to_owned(),
+            })
+            .inc();
+    };
+    let mut marks = Marks::default();
+    let message = format!(
+        "systemd-logind announced a shutdown; node-monitor terminates pods by priority group within {}s",
+        budget_s
+    );
+    // The condition, the taint and the cordon are independent: one request each, together.
+    let cond = NodeConditionUpdate {
+        type_: CONDITION_TYPE.into(),
+        status: true,
+        reason: "NodeShuttingDown".into(),
+        message,
+    };
+    let (c, t, k) = tokio::join!(
+        actuator.set_conditions(std::slice::from_ref(&cond)),
+        actuator.set_taint(TAINT_KEY, "", "NoSchedule", true),
+        async {
+            if !cordon {
+                return Ok(None);
+            }
+            // Annotate first: a crash between the two leaves an annotation, never a stray cordon.
+            actuator
+                .annotate_node(CORDONED_ANNOTATION, Some("true"))
+                .await?;
+            actuator.set_unschedulable(true).await.map(Some)
+        },
+    );
+    match c {
+        Ok(()) => marks.condition = true,
+        Err(e) => {
+            warn!(error = %chain(&e), "could not set the shutdown condition");
+            api_error("patch_conditions");
+        }
+    }
+    match t {
+        Ok(_) => marks.taint = true,
+        Err(e) => {
+            warn!(error = %chain(&e), "could not taint the node");
+            api_error("patch_taint");
+        }
+    }
+    match k {
+        Ok(Some(was)) => {
+            marks.cordoned = !was;
+            if was {
+                // Cordoned by someone else: leave it so after a cancellation.
+                let _ = actuator.annotate_node(CORDONED_ANNOTATION, None).await;
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            warn!(error = %chain(&e), "could not cordon the node");
+            api_error("patch_unschedulable");
+        }
+    }
+    marks
 }
 
 /// Waits for the next reboot event, or forever once there is no sender.
@@ -1016,17 +1098,21 @@ mod tests {
             },
             cmd: RebootCmd::Restart,
             cmd_raw: 0x0123_4567,
-            magic1: 0,
-            magic2: 0,
+            magic1: 0xfee1_dead,
+            magic2: 672_274_793,
         };
         assert_eq!(
             RebootSeen::from(&ev),
             RebootSeen {
                 cmd: RebootCmd::Restart,
                 pid: 77,
-                comm: "systemctl".into()
+                comm: "systemctl".into(),
+                magic_ok: true,
             }
         );
+        // A call the kernel refuses for its magic numbers.
+        let bad = RebootEvent { magic2: 7, ..ev };
+        assert!(!RebootSeen::from(&bad).magic_ok);
     }
 
     #[test]
