@@ -171,6 +171,9 @@ impl Controller {
             r.handle.abort();
             info!(%node, step = r.step.as_str(), "fence step cancelled: no longer leading");
         }
+        // Outcomes of steps run under the old leadership: the stored operations still say
+        // those steps were running, so whoever leads next runs them again.
+        while self.rx.try_recv().is_ok() {}
         self.ops.clear();
         self.loaded = false;
         self.skips.clear();

@@ -266,7 +266,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 match elector.try_acquire_or_renew().await {
                     Ok(_) => api_health.ok(),
                     Err(e) => {
-                        warn!(error = %crate::remediate::controller::chain(&e), "leader election round failed");
+                        warn!(error = %controller::chain(&e), "leader election round failed");
                     }
                 }
                 if elector.renew_deadline_passed() {
