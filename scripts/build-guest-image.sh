@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${NODE_MONITOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/node-monitor}"
 # Bump when the image contents change (packages, hooks): the cache is keyed by it.
-IMAGE_REV=2
+IMAGE_REV=3
 key="r$IMAGE_REV"
 OUT="$CACHE/guest/bookworm-$key"
 if [[ -f "$OUT/rootfs.ext4" && -f "$OUT/vmlinuz" && -f "$OUT/initrd.img" ]]; then
@@ -24,7 +24,7 @@ rm -rf "$TMP"; mkdir -p "$TMP"
 ROOT="$TMP/rootfs"
 log "mmdebstrap bookworm (about 2 minutes)"
 mmdebstrap --mode=root --variant=minbase \
-  --include=systemd,systemd-sysv,dbus,udev,kmod,linux-image-amd64,procps,iproute2,util-linux,stress-ng \
+  --include=systemd,systemd-sysv,dbus,udev,kmod,linux-image-amd64,procps,iproute2,util-linux,stress-ng,earlyoom \
   --customize-hook='echo nm-guest > "$1/etc/hostname"' \
   --customize-hook='printf "/dev/vda / ext4 defaults 0 1\nhost /mnt/host 9p trans=virtio,version=9p2000.L,ro,nofail 0 0\nout /mnt/out 9p trans=virtio,version=9p2000.L,rw,nofail 0 0\n" > "$1/etc/fstab"' \
   --customize-hook='mkdir -p "$1/mnt/host" "$1/mnt/out"' \
@@ -33,6 +33,7 @@ mmdebstrap --mode=root --variant=minbase \
   --customize-hook='chroot "$1" passwd -d root' \
   --customize-hook='printf "[Unit]\nDescription=node-monitor guest test entry\nWants=network-online.target\nAfter=network-online.target dbus.service systemd-logind.service mnt-host.mount mnt-out.mount\nRequires=mnt-host.mount mnt-out.mount\n[Service]\nType=simple\nExecStart=/bin/bash /mnt/host/guest-entry.sh\nStandardOutput=journal+console\nStandardError=journal+console\n[Install]\nWantedBy=multi-user.target\n" > "$1/etc/systemd/system/nm-guest.service"' \
   --customize-hook='chroot "$1" systemctl enable nm-guest.service' \
+  --customize-hook='chroot "$1" systemctl disable earlyoom.service' \
   --customize-hook='chroot "$1" systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer' \
   bookworm "$ROOT" >&2
 cp "$ROOT"/boot/vmlinuz-* "$TMP/vmlinuz"

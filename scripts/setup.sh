@@ -77,6 +77,31 @@ fi
 if ((with_cp)); then
   assets=$(scripts/build-control-plane.sh)
   ln -sfn "$assets" "$CACHE/control-plane/current"
+
+  # The prometheus-operator CRDs (ServiceMonitor, PrometheusRule), so the monitoring manifests are
+  # applied server-side against the real API server (tests/tests/deploy_monitoring.rs). Taken from
+  # the Go module proxy into a module cache of their own; `current` is what the tests read.
+  PROMETHEUS_OPERATOR_VERSION=v0.85.0
+  po="$CACHE/prometheus-operator"
+  crds="$po/crds-${PROMETHEUS_OPERATOR_VERSION}"
+  crd_files=(monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml)
+  if [[ ! -s "$crds/${crd_files[0]}" || ! -s "$crds/${crd_files[1]}" ]]; then
+    command -v go >/dev/null || { log "go is required for the prometheus-operator CRDs"; exit 1; }
+    log "fetching the prometheus-operator ${PROMETHEUS_OPERATOR_VERSION} CRDs from the Go module proxy"
+    mkdir -p "$po"
+    moddir=$(cd "$po" && GOMODCACHE="$po/gomod" GOFLAGS=-mod=mod \
+      go mod download -json "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}" \
+      | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    [[ -d "$moddir" ]] || { log "go mod download gave no module directory"; exit 1; }
+    rm -rf "$crds.tmp" && mkdir -p "$crds.tmp"
+    for f in "${crd_files[@]}"; do
+      install -m 0644 "$moddir/example/prometheus-operator-crd/$f" "$crds.tmp/$f"
+    done
+    rm -rf "$crds" && mv "$crds.tmp" "$crds"
+    # Only the two files are kept; the module cache (read-only files) goes.
+    GOMODCACHE="$po/gomod" go clean -modcache
+  fi
+  ln -sfn "$crds" "$po/current"
 fi
 
 # --- Guest VM image (Debian bookworm with systemd, for the VM tier) ---------------------------------

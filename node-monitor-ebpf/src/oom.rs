@@ -101,20 +101,32 @@ fn read_task_memory(task: u64, o: &node_monitor_common::config::TaskOffsets, ev:
         let off = o.mm_rss_stat + idx * o.rss_stride + o.rss_count;
         kread::<i64>(mm, off).map(|v| if v < 0 { 0 } else { v as u64 * page })
     };
-    if let (Some(total_vm), Some(pgtables), Some(anon), Some(file), Some(shmem)) = (
-        kread::<u64>(mm, o.mm_total_vm),
-        kread::<i64>(mm, o.mm_pgtables_bytes),
-        rss(o.rss_anon_idx),
-        rss(o.rss_file_idx),
-        rss(o.rss_shmem_idx),
-    ) {
-        ev.total_vm_bytes = total_vm * page;
-        ev.pgtables_bytes = if pgtables < 0 { 0 } else { pgtables as u64 };
-        ev.anon_rss_bytes = anon;
-        ev.file_rss_bytes = file;
-        ev.shmem_rss_bytes = shmem;
-        ev.flags |= oom_flags::MEMORY;
-    }
+    // One read after another, leaving at the first failure. Matching all five `Option`s at once
+    // let LLVM merge the failed reads' undefined payloads into one register and test the
+    // discriminants together; the 6.1 verifier cannot prove that path dead and refuses the
+    // program ("R1 !read_ok": a register clobbered by a helper call is read). Newer verifiers
+    // prune it, so only an older kernel shows it (tests/tests/vm_cgroup2.rs).
+    let Some(total_vm) = kread::<u64>(mm, o.mm_total_vm) else {
+        return;
+    };
+    let Some(pgtables) = kread::<i64>(mm, o.mm_pgtables_bytes) else {
+        return;
+    };
+    let Some(anon) = rss(o.rss_anon_idx) else {
+        return;
+    };
+    let Some(file) = rss(o.rss_file_idx) else {
+        return;
+    };
+    let Some(shmem) = rss(o.rss_shmem_idx) else {
+        return;
+    };
+    ev.total_vm_bytes = total_vm * page;
+    ev.pgtables_bytes = if pgtables < 0 { 0 } else { pgtables as u64 };
+    ev.anon_rss_bytes = anon;
+    ev.file_rss_bytes = file;
+    ev.shmem_rss_bytes = shmem;
+    ev.flags |= oom_flags::MEMORY;
 }
 
 #[tracepoint(category = "oom", name = "mark_victim")]

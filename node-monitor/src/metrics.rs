@@ -537,7 +537,7 @@ impl Metrics {
 
     /// Sets a wake-up source's state (`active` or `unavailable`).
     pub fn set_source_state(&self, source: &str, state: &str) {
-        for s in ["active", "unavailable"] {
+        for s in ["active", "unavailable", "not_applicable", "disabled"] {
             self.wakeup_source_state
                 .get_or_create(&SourceStateLabels {
                     source: source.to_owned(),

@@ -289,6 +289,200 @@ fn check_config_warns_about_ignored_entries() {
     assert!(err.contains("no soft threshold"), "{err}");
 }
 
+/// The `node-monitor: …` line main prints for a failed command.
+fn error_line(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .find(|l| l.starts_with("node-monitor: "))
+        .unwrap_or_else(|| {
+            panic!(
+                "no error line in stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+        .to_owned()
+}
+
+/// Invalid graceful-shutdown settings: `check-config` exits 1 naming the field and the value,
+/// with the very message `node-monitor run` stops with at start (before it touches the API or
+/// the node).
+#[test]
+fn check_config_rejects_invalid_shutdown_settings_as_the_agent_does() {
+    let cases: &[(&str, &[&str])] = &[
+        // The critical group is longer than the whole budget.
+        (
+            "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n",
+            &[
+                "shutdownGracePeriodCriticalPods: 20s",
+                "exceeds shutdownGracePeriod: 10s",
+            ],
+        ),
+        // The groups add up to more than logind can be asked to wait.
+        (
+            "shutdownGracePeriodByPodPriority:\n  - {priority: 0, shutdownGracePeriodSeconds: 9223372036854775807}\n  - {priority: 1000, shutdownGracePeriodSeconds: 9223372036854775807}\n",
+            &[
+                "shutdownGracePeriodByPodPriority",
+                "18446744073709551614s",
+                "InhibitDelayMaxSec",
+            ],
+        ),
+        (
+            "shutdownGracePeriodByPodPriority:\n  - {priority: 0, shutdownGracePeriodSeconds: 18446744073709}\nnodeMonitor:\n  shutdown:\n    inhibitDelayMargin: 5s\n",
+            &[
+                "nodeMonitor.shutdown.inhibitDelayMargin",
+                "\"5s\"",
+                "InhibitDelayMaxSec",
+            ],
+        ),
+        (
+            "shutdownGracePeriod: -30s\n",
+            &["shutdownGracePeriod: -30s is negative"],
+        ),
+        (
+            "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: -1s\n",
+            &["shutdownGracePeriodCriticalPods: -1s is negative"],
+        ),
+        (
+            "shutdownGracePeriodByPodPriority:\n  - {priority: 0, shutdownGracePeriodSeconds: -1}\n",
+            &["shutdownGracePeriodSeconds: -1 is negative"],
+        ),
+        (
+            "shutdownGracePeriod: 500ms\n",
+            &["shutdownGracePeriod: 500ms", ">= 1s"],
+        ),
+        (
+            "shutdownGracePeriodByPodPriority:\n  - {priority: 1000, shutdownGracePeriodSeconds: 10}\n  - {priority: 1000, shutdownGracePeriodSeconds: 20}\n",
+            &[
+                "shutdownGracePeriodByPodPriority",
+                "priority 1000 appears more than once",
+            ],
+        ),
+        (
+            "shutdownGracePeriod: 30s\nshutdownGracePeriodByPodPriority:\n  - {priority: 0, shutdownGracePeriodSeconds: 10}\n",
+            &["shutdownGracePeriodByPodPriority", "both set"],
+        ),
+        (
+            "shutdownGracePeriodByPodPriority:\n  - {priority: 3000000000, shutdownGracePeriodSeconds: 10}\n",
+            &["shutdownGracePeriodByPodPriority[0].priority", "3000000000"],
+        ),
+        (
+            "shutdownGracePeriod: 30\n",
+            &["shutdownGracePeriod", "duration string", "30"],
+        ),
+        (
+            "nodeMonitor:\n  shutdown:\n    lastGasp: shout\n",
+            &["nodeMonitor.shutdown.lastGasp", "\"shout\""],
+        ),
+        (
+            "nodeMonitor:\n  shutdown:\n    kubeletInhibitorPolicy: ignore\n",
+            &["nodeMonitor.shutdown.kubeletInhibitorPolicy", "\"ignore\""],
+        ),
+        (
+            "nodeMonitor:\n  shutdown:\n    inhibitDelayMargin: -1s\n",
+            &[
+                "nodeMonitor.shutdown.inhibitDelayMargin",
+                "\"-1s\"",
+                "negative",
+            ],
+        ),
+        (
+            "nodeMonitor:\n  shutdown:\n    lastGaspTimeout: 10ms\n",
+            &[
+                "nodeMonitor.shutdown.lastGaspTimeout",
+                "\"10ms\"",
+                "at least 100ms",
+            ],
+        ),
+        (
+            "nodeMonitor:\n  shutdown:\n    cordn: true\n",
+            &["nodeMonitor.shutdown", "unknown setting \"cordn\""],
+        ),
+        (
+            "nodeMonitor:\n  shutdown: true\n",
+            &["nodeMonitor.shutdown", "a mapping"],
+        ),
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (yaml, wants) in cases {
+        let f = temp_file(yaml);
+        let out = node_monitor(&["check-config", "--config", path(&f)]);
+        assert_eq!(out.status.code(), Some(1), "{yaml:?} should be rejected");
+        assert!(out.stdout.is_empty(), "nothing on stdout for {yaml:?}");
+        let err = error_line(&out);
+        assert!(
+            err.contains(path(&f)),
+            "{yaml:?}: the file is named in {err:?}"
+        );
+        for want in *wants {
+            assert!(
+                err.contains(want),
+                "{yaml:?}: {err:?} should contain {want:?}"
+            );
+        }
+        // `--shutdown` changes only what is printed, not what is accepted.
+        let shown = node_monitor(&["check-config", "--shutdown", "--config", path(&f)]);
+        assert_eq!(error_line(&shown), err);
+        // The agent stops at start with the same message. Should it get further, the unreachable
+        // kubeconfig ends it without touching a cluster.
+        let run = Command::new(env!("CARGO_BIN_EXE_node-monitor"))
+            .args([
+                "run",
+                "--config",
+                path(&f),
+                "--node-name",
+                "config-check",
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--no-ebpf",
+                "--no-mlock",
+                "--kubeconfig",
+            ])
+            .arg(dir.path().join("no-such-kubeconfig"))
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run node-monitor run");
+        assert!(!run.status.success(), "{yaml:?}: the agent must refuse it");
+        assert_eq!(error_line(&run), err, "{yaml:?}");
+    }
+}
+
+#[test]
+fn check_config_shutdown_prints_the_groups() {
+    let f = temp_file(
+        "shutdownGracePeriodByPodPriority:\n  - {priority: 100000, shutdownGracePeriodSeconds: 10}\n  - {priority: 0, shutdownGracePeriodSeconds: 60}\n  - {priority: 1000, shutdownGracePeriodSeconds: 120}\nnodeMonitor:\n  shutdown:\n    manageInhibitDelay: false\n    lastGasp: annotation\n",
+    );
+    let out = node_monitor(&["check-config", "--shutdown", "--config", path(&f)]);
+    let v = stdout_json(&out);
+    assert_eq!(v["enabled"], true);
+    assert_eq!(
+        v["groups"],
+        json!([
+            {"priority": 0, "period_seconds": 60},
+            {"priority": 1000, "period_seconds": 120},
+            {"priority": 100_000, "period_seconds": 10},
+        ])
+    );
+    assert_eq!(v["budget_seconds"], 190);
+    assert_eq!(v["needed_inhibit_delay_seconds"], 195);
+    assert_eq!(v["options"]["lastGasp"], "annotation");
+    assert_eq!(v["options"]["manageInhibitDelay"], false);
+    assert_eq!(v["options"]["inhibitDelayMargin"], "5s");
+    // logind is left alone and the groups need more than its default 5s: say so.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("manageInhibitDelay is false") && err.contains("need 195s"),
+        "{err}"
+    );
+    // Without --shutdown the same file prints the eviction thresholds, as before.
+    let thresholds = stdout_json(&node_monitor(&["check-config", "--config", path(&f)]));
+    assert_eq!(summary(&thresholds).len(), 6);
+    // No shutdown fields: off, no groups.
+    let v = stdout_json(&node_monitor(&["check-config", "--shutdown"]));
+    assert_eq!(v["enabled"], false);
+    assert_eq!(v["groups"], json!([]));
+    assert_eq!(v["budget_seconds"], 0);
+}
+
 fn pod(name: &str, namespace: &str, qos: &str, resources: Value, priority: i32) -> Value {
     json!({
         "apiVersion": "v1",

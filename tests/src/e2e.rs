@@ -38,7 +38,8 @@ pub fn target_dir() -> PathBuf {
     let base = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    base.join("debug")
+    // Benchmarks run the release build with `NODE_MONITOR_PROFILE=release`; tests use the debug one.
+    base.join(std::env::var("NODE_MONITOR_PROFILE").unwrap_or_else(|_| "debug".to_owned()))
 }
 
 /// Path of a workspace binary, or a failure that says how to build it.

@@ -2,5 +2,6 @@
 pub mod cgroup;
 pub mod control_plane;
 pub mod e2e;
+pub mod manifests;
 pub mod standin;
 pub mod vm;

@@ -1,91 +1,39 @@
-//! The shipped manifests (deploy/kustomize/base) against a real API server: they apply server-side,
-//! and with the agent's own ServiceAccount token (bound to a pod on its node, as in the DaemonSet)
-//! the calls the agent makes succeed, while everything else is forbidden: secrets, pods in other
-//! namespaces, deleting pods (unless the escalate overlay is applied), deleting nodes, and writing
-//! any node but its own (the ValidatingAdmissionPolicy).
-use std::path::Path;
-
+//! The shipped manifests (deploy/kustomize/base and its overlays) against a real API server: they
+//! apply server-side, and with the agent's own ServiceAccount token (bound to a pod on its node,
+//! as in the DaemonSet) the calls the agent makes succeed, while everything else is forbidden:
+//! secrets, pods in other namespaces, deleting pods (unless the escalate or shutdown overlay is
+//! applied; the shutdown overlay only for pods on its own node), deleting nodes, and writing any
+//! node but its own (the ValidatingAdmissionPolicies).
 use k8s_openapi::api::{
     authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
     core::v1::{Container, Event, Node, Pod, PodSpec, Secret, ServiceAccount},
 };
 use kube::{
     Api, Client,
-    api::{DeleteParams, DynamicObject, EvictParams, ObjectMeta, Patch, PatchParams, PostParams},
+    api::{DeleteParams, EvictParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams},
     config::AuthInfo,
-    core::GroupVersionKind,
-    discovery::{Scope, pinned_kind},
 };
-use node_monitor_tests::control_plane::{ControlPlane, ControlPlaneOptions};
+use node_monitor::{
+    kube::actuator::{
+        Actuator, ActuatorConfig, ActuatorError, DeleteOutcome, NodeConditionUpdate, PdbPolicy,
+    },
+    shutdown::{CONDITION_TYPE, CORDONED_ANNOTATION, TAINT_KEY},
+};
+use node_monitor_tests::{
+    control_plane::{ControlPlane, ControlPlaneOptions, error_chain},
+    manifests,
+};
 use serde_json::json;
 
-fn deploy(rel: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy/kustomize")
-        .join(rel)
-}
-
-/// Server-side applies every document of every resource file listed in a kustomization.
-async fn apply_kustomization(client: &Client, dir: &Path) -> usize {
-    let k: serde_yaml::Value = serde_yaml::from_str(
-        &std::fs::read_to_string(dir.join("kustomization.yaml")).expect("kustomization"),
-    )
-    .expect("yaml");
-    let mut applied = 0;
-    for res in k["resources"].as_sequence().expect("resources") {
-        let rel = res.as_str().expect("resource path");
-        let path = dir.join(rel);
-        if path.is_dir() {
-            continue; // a base, applied by its own call
-        }
-        let text =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let value = serde_yaml::Value::deserialize_from(doc);
-            let obj: DynamicObject =
-                serde_json::from_value(serde_json::to_value(&value).expect("json"))
-                    .expect("object");
-            let tm = obj.types.clone().expect("apiVersion/kind");
-            let gvk = GroupVersionKind::try_from(&tm).expect("gvk");
-            let (ar, caps) = pinned_kind(client, &gvk)
-                .await
-                .unwrap_or_else(|e| panic!("{}: {e}", tm.kind));
-            let name = obj.metadata.name.clone().expect("name");
-            let api: Api<DynamicObject> = match caps.scope {
-                Scope::Namespaced => Api::namespaced_with(
-                    client.clone(),
-                    obj.metadata.namespace.as_deref().unwrap_or("default"),
-                    &ar,
-                ),
-                Scope::Cluster => Api::all_with(client.clone(), &ar),
-            };
-            api.patch(
-                &name,
-                &PatchParams::apply("node-monitor-tests").force(),
-                &Patch::Apply(&obj),
-            )
-            .await
-            .unwrap_or_else(|e| {
-                panic!(
-                    "server-side apply of {} {name} from {}: {e}",
-                    tm.kind,
-                    path.display()
-                )
-            });
-            applied += 1;
-        }
-    }
-    applied
-}
-
-trait DeserializeFrom {
-    fn deserialize_from(d: serde_yaml::Deserializer<'_>) -> Self;
-}
-
-impl DeserializeFrom for serde_yaml::Value {
-    fn deserialize_from(d: serde_yaml::Deserializer<'_>) -> Self {
-        serde::Deserialize::deserialize(d).expect("YAML document")
-    }
+/// Renders a kustomization under deploy/kustomize and server-side applies it; the number of
+/// objects applied.
+async fn apply_kustomization(client: &Client, rel: &str) -> usize {
+    let objects = manifests::render(&manifests::kustomize_dir(rel))
+        .unwrap_or_else(|e| panic!("render {rel}: {}", error_chain(&e)));
+    manifests::apply(client, &objects)
+        .await
+        .unwrap_or_else(|e| panic!("apply {rel}: {}", error_chain(&e)))
+        .len()
 }
 
 fn forbidden<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) {
@@ -138,28 +86,9 @@ async fn pod(client: &Client, ns: &str, name: &str, node: &str, sa: Option<&str>
         .expect("create pod")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn manifests_apply_and_grant_least_privilege() {
-    node_monitor_tests::cgroup::require_root("the control-plane tier");
-    let cp = ControlPlane::start(ControlPlaneOptions::default())
-        .await
-        .expect("control plane");
-    let admin = cp.client();
-    assert!(apply_kustomization(&admin, &deploy("base")).await >= 9);
-
-    node(&admin, "node-a").await;
-    node(&admin, "node-b").await;
-    let agent_pod = pod(
-        &admin,
-        "node-monitor",
-        "agent-on-a",
-        "node-a",
-        Some("node-monitor"),
-    )
-    .await;
-    let victim = pod(&admin, "default", "victim", "node-a", None).await;
-
-    // The token the kubelet would mount into the DaemonSet pod on node-a: bound to that pod.
+/// A client with the token the kubelet would mount into the DaemonSet pod `agent_pod`: the
+/// agent's ServiceAccount, bound to that pod (and so to its node).
+async fn agent_client(cp: &ControlPlane, admin: &Client, agent_pod: &Pod) -> Client {
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "node-monitor");
     let req = TokenRequest {
         spec: Some(TokenRequestSpec {
@@ -187,39 +116,80 @@ async fn manifests_apply_and_grant_least_privilege() {
         token: Some(token.into()),
         ..Default::default()
     };
-    let agent = Client::try_from(config).expect("agent client");
+    Client::try_from(config).expect("agent client")
+}
 
-    // The admission policy is loaded asynchronously after it is created: wait until it denies a
-    // write to another node, so the checks below run with it in force.
-    let nodes: Api<Node> = Api::all(agent.clone());
-    let other = json!({"metadata": {"labels": {"probe": "x"}}});
+/// Admission policies are loaded asynchronously after they are created: waits until `probe`
+/// is denied with `message`, so the checks that follow run with the policy in force.
+async fn wait_for_denial<T, F, Fut>(what: &str, message: &str, mut probe: F)
+where
+    T: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        match nodes
-            .patch("node-b", &PatchParams::default(), &Patch::Merge(&other))
-            .await
-        {
+        match probe().await {
             Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => {
+                if s.message.contains(message) {
+                    return;
+                }
+                // RBAC may answer first; the policy's own message is what is awaited.
                 assert!(
-                    s.message
-                        .contains("node-monitor may only modify the node it runs on"),
-                    "{s:?}"
+                    std::time::Instant::now() < deadline,
+                    "{what}: denied, but never by the policy: {s:?}"
                 );
-                break;
             }
             r => assert!(
                 std::time::Instant::now() < deadline,
-                "the own-node policy never took effect: {r:?}"
+                "{what}: the policy never took effect: {r:?}"
             ),
         }
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
+}
+
+async fn wait_for_own_node_policy(nodes: &Api<Node>) {
+    let other = Patch::Merge(json!({"metadata": {"labels": {"probe": "x"}}}));
+    let params = PatchParams::default();
+    wait_for_denial(
+        "writing another node",
+        "node-monitor may only modify the node it runs on",
+        || nodes.patch("node-b", &params, &other),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifests_apply_and_grant_least_privilege() {
+    node_monitor_tests::cgroup::require_root("the control-plane tier");
+    let cp = ControlPlane::start(ControlPlaneOptions::default())
+        .await
+        .expect("control plane");
+    let admin = cp.client();
+    assert!(apply_kustomization(&admin, "base").await >= 9);
+
+    node(&admin, "node-a").await;
+    node(&admin, "node-b").await;
+    let agent_pod = pod(
+        &admin,
+        "node-monitor",
+        "agent-on-a",
+        "node-a",
+        Some("node-monitor"),
+    )
+    .await;
+    let victim = pod(&admin, "default", "victim", "node-a", None).await;
+
+    let agent = agent_client(&cp, &admin, &agent_pod).await;
+    let nodes: Api<Node> = Api::all(agent.clone());
+    wait_for_own_node_policy(&nodes).await;
 
     // What the agent does.
     let pods: Api<Pod> = Api::all(agent.clone());
     allowed(
         "list pods on its node",
-        pods.list(&kube::api::ListParams::default().fields("spec.nodeName=node-a"))
+        pods.list(&ListParams::default().fields("spec.nodeName=node-a"))
             .await,
     );
     let victims: Api<Pod> = Api::namespaced(agent.clone(), "default");
@@ -336,7 +306,7 @@ async fn manifests_apply_and_grant_least_privilege() {
     );
 
     // The escalate overlay adds exactly pods/delete.
-    assert!(apply_kustomization(&admin, &deploy("overlays/escalate")).await >= 2);
+    assert!(apply_kustomization(&admin, "overlays/escalate").await >= 11);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         match victims.delete("victim", &delete_dry).await {
@@ -353,6 +323,221 @@ async fn manifests_apply_and_grant_least_privilege() {
         Api::<Secret>::namespaced(agent.clone(), "default")
             .list(&Default::default())
             .await,
+    );
+    cp.stop().expect("stop");
+}
+
+fn forbidden_by_actuator<T: std::fmt::Debug>(
+    what: &str,
+    r: Result<T, ActuatorError>,
+    message: Option<&str>,
+) {
+    match r {
+        Err(ActuatorError::PodApi {
+            source: kube::Error::Api(s),
+            ..
+        }) if (s.code == 403 || s.code == 422) && message.is_none_or(|m| s.message.contains(m)) => {
+        }
+        other => panic!("{what} must be forbidden (message {message:?}), got {other:?}"),
+    }
+}
+
+/// The graceful-shutdown drain through the agent's own actuator and its own pod-bound token:
+/// marking the node works with the base; deleting pods is forbidden until the shutdown overlay is
+/// applied, and then only for pods on the agent's own node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_overlay_grants_the_drain_on_its_own_node_only() {
+    node_monitor_tests::cgroup::require_root("the control-plane tier");
+    let cp = ControlPlane::start(ControlPlaneOptions::default())
+        .await
+        .expect("control plane");
+    let admin = cp.client();
+    assert!(apply_kustomization(&admin, "base").await >= 9);
+    node(&admin, "node-a").await;
+    node(&admin, "node-b").await;
+    let agent_pod = pod(
+        &admin,
+        "node-monitor",
+        "agent-on-a",
+        "node-a",
+        Some("node-monitor"),
+    )
+    .await;
+    let drained = pod(&admin, "default", "drained", "node-a", None).await;
+    let elsewhere = pod(&admin, "default", "elsewhere", "node-b", None).await;
+    let uid = |p: &Pod| p.metadata.uid.clone().expect("uid");
+    let agent = agent_client(&cp, &admin, &agent_pod).await;
+    wait_for_own_node_policy(&Api::all(agent.clone())).await;
+
+    // The shutdown manager's calls, made by its own actuator.
+    let actuator = Actuator::new(
+        agent.clone(),
+        ActuatorConfig {
+            node_name: "node-a".into(),
+            pdb_policy: PdbPolicy::Respect,
+            dry_run: false,
+        },
+    );
+    let admin_nodes: Api<Node> = Api::all(admin.clone());
+
+    // Marking the node and listing its pods need nothing beyond the base.
+    allowed(
+        "list the node's pods",
+        Api::<Pod>::all(agent.clone())
+            .list(&ListParams::default().fields("spec.nodeName=node-a"))
+            .await,
+    );
+    actuator
+        .set_conditions(&[NodeConditionUpdate {
+            type_: CONDITION_TYPE.into(),
+            status: true,
+            reason: "NodeShuttingDown".into(),
+            message: "test".into(),
+        }])
+        .await
+        .expect("the shutdown condition");
+    assert!(
+        actuator
+            .set_taint(TAINT_KEY, "", "NoSchedule", true)
+            .await
+            .expect("the shutdown taint")
+    );
+    actuator
+        .annotate_node(CORDONED_ANNOTATION, Some("true"))
+        .await
+        .expect("the cordon annotation");
+    assert!(
+        !actuator.set_unschedulable(true).await.expect("cordon"),
+        "node-a was schedulable before"
+    );
+    assert_eq!(
+        actuator
+            .node_annotation(CORDONED_ANNOTATION)
+            .await
+            .expect("read the annotation"),
+        Some("true".to_owned())
+    );
+    actuator
+        .record_node_event("NodeShutdown", "Shutdown manager detected shutdown event")
+        .await;
+    let n = admin_nodes.get("node-a").await.expect("node-a");
+    let spec = n.spec.clone().unwrap_or_default();
+    assert_eq!(spec.unschedulable, Some(true));
+    assert!(
+        spec.taints
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == TAINT_KEY && t.effect == "NoSchedule")
+    );
+    assert!(
+        n.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == CONDITION_TYPE && c.status == "True")
+    );
+    let events = Api::<Event>::namespaced(admin.clone(), "default")
+        .list(&ListParams::default().fields("involvedObject.name=node-a"))
+        .await
+        .expect("events");
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("NodeShutdown")),
+        "the node Event was posted"
+    );
+    // Undone as after a cancellation.
+    assert!(actuator.set_unschedulable(false).await.expect("uncordon"));
+    actuator
+        .annotate_node(CORDONED_ANNOTATION, None)
+        .await
+        .expect("remove the annotation");
+    assert!(
+        actuator
+            .set_taint(TAINT_KEY, "", "NoSchedule", false)
+            .await
+            .expect("remove the taint")
+    );
+    // Another node stays out of reach.
+    let other = Actuator::new(
+        agent.clone(),
+        ActuatorConfig {
+            node_name: "node-b".into(),
+            pdb_policy: PdbPolicy::Respect,
+            dry_run: false,
+        },
+    );
+    assert!(
+        other.set_unschedulable(true).await.is_err(),
+        "cordoning another node must be forbidden"
+    );
+
+    // The base forbids deleting pods, even on its own node.
+    forbidden_by_actuator(
+        "deleting a pod with the base",
+        actuator
+            .delete_pod("default", "drained", &uid(&drained), 20)
+            .await,
+        None,
+    );
+
+    // The shutdown overlay: pods/delete, for pods on its own node only.
+    assert!(apply_kustomization(&admin, "overlays/shutdown").await >= 13);
+    let pods: Api<Pod> = Api::namespaced(agent.clone(), "default");
+    let dry = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let own_pods_only = "node-monitor may only delete pods on the node it runs on";
+    // Authorisation comes before admission: the policy's denial means RBAC now lets it through.
+    wait_for_denial("deleting a pod on another node", own_pods_only, || {
+        pods.delete("elsewhere", &dry)
+    })
+    .await;
+    assert_eq!(
+        actuator
+            .delete_pod("default", "drained", &uid(&drained), 20)
+            .await
+            .expect("the drain deletes its own node's pod"),
+        DeleteOutcome::Deleted
+    );
+    let gone = Api::<Pod>::namespaced(admin.clone(), "default")
+        .get("drained")
+        .await
+        .expect("the pod terminates (no kubelet confirms it)");
+    assert!(gone.metadata.deletion_timestamp.is_some());
+    assert_eq!(gone.metadata.deletion_grace_period_seconds, Some(20));
+    forbidden_by_actuator(
+        "deleting a pod on another node with the overlay",
+        actuator
+            .delete_pod("default", "elsewhere", &uid(&elsewhere), 20)
+            .await,
+        Some(own_pods_only),
+    );
+
+    // Nothing else came with it.
+    forbidden(
+        "read secrets with the shutdown overlay",
+        Api::<Secret>::namespaced(agent.clone(), "default")
+            .list(&Default::default())
+            .await,
+    );
+    forbidden(
+        "delete a node with the shutdown overlay",
+        Api::<Node>::all(agent.clone())
+            .delete("node-b", &DeleteParams::default())
+            .await,
+    );
+    let mut p = elsewhere.clone();
+    p.metadata = ObjectMeta {
+        name: Some("intruder".into()),
+        namespace: Some("default".into()),
+        ..Default::default()
+    };
+    forbidden(
+        "create pods with the shutdown overlay",
+        pods.create(&PostParams::default(), &p).await,
     );
     cp.stop().expect("stop");
 }

@@ -8,6 +8,7 @@
 pub mod backoff;
 pub mod kernel;
 pub mod protect;
+pub mod sources;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -28,6 +29,7 @@ use crate::{
         clock::Timestamp,
         config::{self, ConfigSource, EvictionConfig, EvictionFlags, PdbPolicy},
         eviction::{Decision, EvictionState, next_grace_deadline, synchronize},
+        headroom::{Headroom, HeadroomPolicy},
         pod::PodInfo,
         signals::Signal,
         threshold::NodeConditionType,
@@ -75,7 +77,8 @@ pub struct Args {
     pub cgroup_root: PathBuf,
     /// The cgroup that stands for the node, relative to each hierarchy (default: the root). A
     /// nested or simulated node names its cgroup here; capacity is then its memory limit.
-    #[arg(long, default_value = "")]
+    // `/` and not "": clap's path parser refuses an empty value, default included.
+    #[arg(long, default_value = "/")]
     pub node_cgroup: PathBuf,
     /// The kubepods cgroup under the node cgroup: `kubepods` (cgroupfs driver) or `kubepods.slice`.
     #[arg(long, default_value = "kubepods")]
@@ -208,30 +211,21 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         wake_config.memory_events = SourceSetting::Disabled;
         wake_config.psi = SourceSetting::Disabled;
     }
-    // Sources this host cannot have (memory.events on cgroup v1, thresholds on v2) are not a
-    // degradation; sources that should work and do not are.
-    let not_applicable: Vec<SourceKind> = [
-        (&wake_config.memcg_node, SourceKind::MemcgThreshold),
-        (&wake_config.memory_events, SourceKind::MemoryEvents),
-        (&wake_config.psi, SourceKind::Psi),
-    ]
-    .into_iter()
-    .filter(|(s, _)| matches!(s, SourceSetting::NotApplicable(_)))
-    .map(|(_, k)| k)
-    .collect();
+    // Sources this host cannot have (memory.events on cgroup v1, thresholds and oom_control on
+    // v2) are not a degradation; sources that should work and do not are.
+    let not_applicable = sources::not_applicable(&wake_config);
     let mut wakeups = Wakeups::start(wake_config).context("wake-up sources")?;
     for s in wakeups.source_states() {
-        let (state, degraded) = match &s.state {
-            SourceState::Armed { .. } => ("active", false),
-            SourceState::Disabled => ("disabled", false),
-            SourceState::Unavailable { .. } if not_applicable.contains(&s.source) => {
-                ("not_applicable", false)
-            }
-            SourceState::Unavailable { reason } => {
-                warn!(source = s.source.as_str(), %reason, "wake-up source unavailable");
-                ("unavailable", true)
-            }
-        };
+        // Reported below, once the probes that feed it are loaded.
+        if s.source == SourceKind::Kernel {
+            continue;
+        }
+        let (state, degraded) = sources::report(s.source, &s.state, &not_applicable);
+        if let SourceState::Unavailable { reason } = &s.state
+            && degraded
+        {
+            warn!(source = s.source.as_str(), %reason, "wake-up source unavailable");
+        }
         metrics.set_source_state(s.source.as_str(), state);
         if degraded {
             health.report_degraded(format!("wake-up source {} unavailable", s.source.as_str()));
@@ -260,6 +254,13 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         .await
         .map(Arc::new)
     };
+    metrics.set_source_state(
+        SourceKind::Kernel.as_str(),
+        sources::kernel_state(
+            !(args.no_ebpf || args.polling_only),
+            probes.as_ref().map(|p| p.attached()),
+        ),
+    );
     if let Some(p) = &probes {
         tokio::spawn(kernel::mirror_counters(
             p.clone(),
@@ -293,6 +294,13 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     );
     init_metrics(&metrics, &config);
 
+    // Adaptive sampling near a threshold; off in polling mode, which is the kubelet's fixed tick.
+    let headroom_policy = (!args.polling_only
+        && !config.node_monitor.fast_sampling_interval.is_zero())
+    .then_some(HeadroomPolicy {
+        fast: config.node_monitor.fast_sampling_interval,
+        slow: config.node_monitor.housekeeping_interval,
+    });
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut agent = Loop {
@@ -306,9 +314,13 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         published: PublishedConditions::default(),
         retry_at: None,
         retry_delay: RETRY_INITIAL,
+        headroom: Headroom::new(),
+        headroom_policy,
+        next_sample_at: None,
     };
     info!("deciding");
     // A first pass at once: it arms the memcg thresholds and catches pressure that predates the agent.
+    agent.count_wakeup(WakeSource::Housekeeping.label());
     agent
         .cycle(
             &mut sampler,
@@ -330,18 +342,22 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         .flatten()
         .min()
         .map(|t| agent.instant_of(t));
-        let wakeup = tokio::select! {
+        let next_sample = agent.next_sample_at.map(|t| agent.instant_of(t));
+        let (wakeup, label) = tokio::select! {
             w = wakeups.next() => match w {
-                Some(w) => w,
+                Some(w) => (w, w.source.label()),
                 None => { error!("wake-up sources ended"); break; }
             },
             () = sleep_until_opt(grace) => {
-                agent.metrics.wakeups.get_or_create(&crate::metrics::SourceLabels { source: "timer".into() }).inc();
-                Wakeup { source: WakeSource::Housekeeping, at: Instant::now() }
+                (Wakeup { source: WakeSource::Housekeeping, at: Instant::now() }, "timer")
+            },
+            () = sleep_until_opt(next_sample) => {
+                (Wakeup { source: WakeSource::Housekeeping, at: Instant::now() }, "headroom")
             },
             _ = sigterm.recv() => { info!("SIGTERM: stopping"); break; }
             _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
         };
+        agent.count_wakeup(label);
         // A PDB refusal makes the next candidate eligible at once: decide again without waiting
         // for the next wake-up (bounded: each refusal puts one more pod into backoff).
         let mut wakeup = wakeup;
@@ -457,6 +473,10 @@ struct Loop {
     /// After a failed API call under pressure: decide again then, not at the next tick.
     retry_at: Option<Timestamp>,
     retry_delay: Duration,
+    /// Adaptive sampling: the headroom seen per threshold, and when to look again.
+    headroom: Headroom,
+    headroom_policy: Option<HeadroomPolicy>,
+    next_sample_at: Option<Timestamp>,
 }
 
 /// Retry delays after failed eviction requests (API server unreachable, 5xx): 250 ms doubling to 5 s.
@@ -472,6 +492,16 @@ impl Loop {
         self.start + t.since_origin()
     }
 
+    /// One wake-up received, by source (`timer` and `headroom` for the agent's own timers).
+    fn count_wakeup(&self, label: &str) {
+        self.metrics
+            .wakeups
+            .get_or_create(&crate::metrics::SourceLabels {
+                source: label.to_owned(),
+            })
+            .inc();
+    }
+
     /// One pass: observe, decide, act, wait for cleanup.
     async fn cycle(
         &mut self,
@@ -480,6 +510,9 @@ impl Loop {
         wakeup: Wakeup,
     ) -> CycleEnd {
         let mut end = CycleEnd::Done;
+        // A wake-up that arrived while the previous cycle was still running (acting, waiting for
+        // an evicted pod to go) has queued since; reported apart from this cycle's own work.
+        let started = Instant::now();
         // Signals first (tens of µs whatever the pod count); per-pod usage only when a threshold
         // is met or a condition still holds, since ranking is the only thing that needs it.
         let mut timed =
@@ -497,15 +530,15 @@ impl Loop {
                 sampler.sample_into(SampleKind::Fast, &mut timed.observations)
             });
         }
-        self.metrics
-            .wakeups
-            .get_or_create(&crate::metrics::SourceLabels {
-                source: wakeup.source.label().to_owned(),
-            })
-            .inc();
         self.rearm(sampler, wakeups);
 
         let now = self.now();
+        if let Some(policy) = self.headroom_policy {
+            self.next_sample_at = self
+                .headroom
+                .observe(now, &timed.observations, &self.config.thresholds, policy)
+                .map(|d| now + d);
+        }
         self.backoff.prune(now);
         let pods = self.candidate_pods(now);
         let decision = synchronize(
@@ -522,6 +555,8 @@ impl Loop {
         debug!(
             source = wakeup.source.label(),
             decided_us = decided.as_micros() as u64,
+            queued_us = started.saturating_duration_since(wakeup.at).as_micros() as u64,
+            processing_us = started.elapsed().as_micros() as u64,
             sampling_us = timed.sampling.as_micros() as u64,
             "decision"
         );

@@ -1,17 +1,23 @@
-//! `node-monitor check-config`: validate the eviction configuration and print the effective
-//! thresholds as JSON. The contract is in docs/cli.md.
+//! `node-monitor check-config`: validate the configuration exactly as `node-monitor run` does at
+//! start (the eviction fields and flags, then the graceful-shutdown fields and
+//! `nodeMonitor.shutdown`), and print the effective thresholds, or with `--shutdown` the shutdown
+//! groups, as JSON. The contract is in docs/cli.md.
 
 use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
-use crate::core::{
-    config::{ConfigSource, EvictionConfig, EvictionFlags, load_sources},
-    threshold::{Threshold, ThresholdValue},
+use crate::{
+    core::{
+        config::{ConfigSource, EvictionConfig, EvictionFlags, load_sources},
+        threshold::{Threshold, ThresholdValue},
+    },
+    shutdown::{ShutdownConfig, load_shutdown_config},
 };
 
-/// Validate the eviction configuration and print the effective thresholds as JSON.
+/// Validate the configuration as the agent does at start and print the effective thresholds (or,
+/// with `--shutdown`, the graceful-shutdown groups) as JSON.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A KubeletConfiguration file (YAML or JSON); node-monitor's own settings go under
@@ -20,18 +26,43 @@ pub struct Args {
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub eviction: EvictionFlags,
+    /// Print the validated graceful-shutdown configuration (groups, budget, options) instead of
+    /// the eviction thresholds.
+    #[arg(long)]
+    pub shutdown: bool,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    // The same loaders, in the same order, as `node-monitor run`: what fails here fails there.
     let config = load(args.config.as_deref(), &[], &args.eviction)?;
+    let shutdown = load_shutdown_config(args.config.as_deref())?;
     for warning in &config.warnings {
         tracing::warn!(%warning, "eviction configuration");
     }
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&thresholds_json(&config))?
-    );
+    for warning in &shutdown.warnings {
+        tracing::warn!(%warning, "shutdown configuration");
+    }
+    let out = if args.shutdown {
+        shutdown_json(&shutdown)
+    } else {
+        thresholds_json(&config)
+    };
+    println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The JSON object `check-config --shutdown` prints.
+pub(crate) fn shutdown_json(config: &ShutdownConfig) -> Value {
+    json!({
+        "enabled": config.options.enabled,
+        "groups": config.groups.iter().map(|g| json!({
+            "priority": g.priority,
+            "period_seconds": g.period.as_secs(),
+        })).collect::<Vec<_>>(),
+        "budget_seconds": config.budget().as_secs(),
+        "needed_inhibit_delay_seconds": config.needed_inhibit_delay().as_secs(),
+        "options": config.options,
+    })
 }
 
 /// Reads `--config` (if any) over the given earlier documents, then applies the flags.
@@ -119,5 +150,41 @@ mod tests {
         assert_eq!(v[2]["hard"], json!(false));
         assert_eq!(v[3]["source"], "allocatable");
         assert_eq!(v[3]["derived_from"], "memory.available");
+    }
+
+    #[test]
+    fn shutdown_json_shape() {
+        let cases: &[(&str, Value)] = &[
+            (
+                "",
+                json!({"enabled": false, "groups": [], "budget_seconds": 0,
+                       "needed_inhibit_delay_seconds": 0}),
+            ),
+            (
+                "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n",
+                json!({"enabled": true,
+                       "groups": [{"priority": 0, "period_seconds": 20},
+                                  {"priority": 2_000_000_000, "period_seconds": 10}],
+                       "budget_seconds": 30, "needed_inhibit_delay_seconds": 35}),
+            ),
+            (
+                "shutdownGracePeriodByPodPriority:\n  - {priority: 1000, shutdownGracePeriodSeconds: 7}\n  - {priority: 0, shutdownGracePeriodSeconds: 3}\nnodeMonitor:\n  shutdown:\n    inhibitDelayMargin: 0s\n",
+                json!({"enabled": true,
+                       "groups": [{"priority": 0, "period_seconds": 3},
+                                  {"priority": 1000, "period_seconds": 7}],
+                       "budget_seconds": 10, "needed_inhibit_delay_seconds": 10}),
+            ),
+        ];
+        for (text, want) in cases {
+            let c = crate::shutdown::parse_shutdown_config(Some(text)).expect(text);
+            let mut got = shutdown_json(&c);
+            let options = got
+                .as_object_mut()
+                .and_then(|o| o.remove("options"))
+                .expect("options");
+            assert_eq!(&got, want, "{text:?}");
+            assert_eq!(options, serde_json::to_value(&c.options).expect("json"));
+            assert_eq!(options["kubeletInhibitorPolicy"], "cooperate");
+        }
     }
 }

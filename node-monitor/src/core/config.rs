@@ -40,6 +40,22 @@ pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
 /// `evictionPressureTransitionPeriod` default (`SetDefaults_KubeletConfiguration`).
 pub const DEFAULT_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
 
+/// The top-level fields of a config document the eviction configuration reads: the
+/// KubeletConfiguration eviction fields and `nodeMonitor`. The parser skips every other field (a
+/// kubelet's own file can be passed as it is), so this list is exactly what it accepts;
+/// docs/configuration.md documents each (checked by `node-monitor/tests/config_doc.rs`).
+pub const EVICTION_FILE_FIELDS: [&str; 9] = [
+    "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionMaxPodGracePeriod",
+    "evictionMinimumReclaim",
+    "evictionPressureTransitionPeriod",
+    "mergeDefaultEvictionSettings",
+    "enforceNodeAllocatable",
+    "nodeMonitor",
+];
+
 /// The kubelet's eviction flags. Both `check-config` and `explain` flatten these, as will `run`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct EvictionFlags {
@@ -108,6 +124,10 @@ pub struct NodeMonitorSettings {
     /// The fallback sampling period when no kernel notification arrives (the kubelet's 10 s).
     #[serde(serialize_with = "ser_go_duration")]
     pub housekeeping_interval: Duration,
+    /// The shortest delay between samples while a signal nears or falls towards a threshold
+    /// (`core::headroom`); zero turns adaptive sampling off.
+    #[serde(serialize_with = "ser_go_duration")]
+    pub fast_sampling_interval: Duration,
     pub pdb_policy: PdbPolicy,
     /// Decide and report, never act.
     pub dry_run: bool,
@@ -134,6 +154,7 @@ impl Default for NodeMonitorSettings {
         Self {
             max_pods_per_cycle: 1,
             housekeeping_interval: Duration::from_secs(10),
+            fast_sampling_interval: Duration::from_millis(100),
             pdb_policy: PdbPolicy::Respect,
             dry_run: false,
             psi_window: Duration::from_secs(2),
@@ -553,6 +574,10 @@ impl FileSettings {
         let mut out = Self::default();
         for (k, v) in map {
             let Value::String(key) = k else { continue };
+            // Any other KubeletConfiguration field: not ours.
+            if !EVICTION_FILE_FIELDS.contains(&key.as_str()) {
+                continue;
+            }
             let field = format!("{}: {key}", source.name);
             match key.as_str() {
                 "evictionHard" => out.eviction_hard = string_map(&field, v)?,
@@ -625,7 +650,7 @@ impl FileSettings {
                     }
                     other => return Err(wrong_type(&field, "a mapping", &other)),
                 },
-                // Any other KubeletConfiguration field: not ours.
+                // Not in EVICTION_FILE_FIELDS: skipped above.
                 _ => {}
             }
         }
@@ -942,10 +967,13 @@ fn non_negative_duration(field: &str, value: &str) -> Result<Duration, ConfigErr
         })
 }
 
-const NODE_MONITOR_KEYS: [&str; 10] = [
+/// The keys accepted under `nodeMonitor`; any other key is rejected with this list in the
+/// message. `shutdown` is read by `shutdown::parse_shutdown_config`.
+pub const NODE_MONITOR_KEYS: [&str; 11] = [
     "shutdown",
     "maxPodsPerCycle",
     "housekeepingInterval",
+    "fastSamplingInterval",
     "pdbPolicy",
     "dryRun",
     "psiWindow",
@@ -979,6 +1007,16 @@ fn parse_node_monitor(
         other => Err(wrong_type(field, "a boolean", other)),
     };
     for (key, (field, v)) in entries {
+        if !NODE_MONITOR_KEYS.contains(&key.as_str()) {
+            return Err(ConfigError::UnknownKey {
+                field: field
+                    .rsplit_once('.')
+                    .map_or(field.as_str(), |(f, _)| f)
+                    .into(),
+                key: key.clone(),
+                known: NODE_MONITOR_KEYS.join(", "),
+            });
+        }
         match key.as_str() {
             "maxPodsPerCycle" => {
                 let n = match v {
@@ -998,6 +1036,13 @@ fn parse_node_monitor(
                     return Err(invalid(field, &text, "must be at least 100ms"));
                 }
                 s.housekeeping_interval = d;
+            }
+            "fastSamplingInterval" => {
+                let (d, text) = duration(field, v)?;
+                if !d.is_zero() && d < Duration::from_millis(10) {
+                    return Err(invalid(field, &text, "must be 0s (off) or at least 10ms"));
+                }
+                s.fast_sampling_interval = d;
             }
             "pdbPolicy" => {
                 s.pdb_policy = match v {
@@ -1042,17 +1087,22 @@ fn parse_node_monitor(
                 }
                 s.pod_cleanup_timeout = d;
             }
-            other => {
-                return Err(ConfigError::UnknownKey {
-                    field: field
-                        .rsplit_once('.')
-                        .map_or(field.as_str(), |(f, _)| f)
-                        .into(),
-                    key: other.into(),
-                    known: NODE_MONITOR_KEYS.join(", "),
-                });
-            }
+            // Not in NODE_MONITOR_KEYS: rejected above.
+            _ => {}
         }
+    }
+    if s.fast_sampling_interval > s.housekeeping_interval {
+        let field = entries
+            .get("fastSamplingInterval")
+            .map_or("nodeMonitor.fastSamplingInterval", |(f, _)| f.as_str());
+        return Err(invalid(
+            field,
+            &format_go_duration(s.fast_sampling_interval),
+            &format!(
+                "must not exceed housekeepingInterval ({})",
+                format_go_duration(s.housekeeping_interval)
+            ),
+        ));
     }
     if s.psi_threshold > s.psi_window {
         let field = entries
@@ -1486,6 +1536,22 @@ evictionMinimumReclaim:
                 &["nodeMonitor.housekeepingInterval", "\"soon\""],
             ),
             (
+                "nodeMonitor:\n  fastSamplingInterval: 5ms\n",
+                &[
+                    "nodeMonitor.fastSamplingInterval",
+                    "\"5ms\"",
+                    "at least 10ms",
+                ],
+            ),
+            (
+                "nodeMonitor:\n  housekeepingInterval: 1s\n  fastSamplingInterval: 2s\n",
+                &[
+                    "nodeMonitor.fastSamplingInterval",
+                    "2s",
+                    "housekeepingInterval (1s)",
+                ],
+            ),
+            (
                 "nodeMonitor:\n  dryRun: maybe\n",
                 &["nodeMonitor.dryRun", "expected a boolean", "\"maybe\""],
             ),
@@ -1647,13 +1713,14 @@ evictionMinimumReclaim:
 
     #[test]
     fn node_monitor_settings_parse() {
-        let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n";
+        let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n";
         let c = load_yaml(yaml, &flags()).expect("settings");
         assert_eq!(
             c.node_monitor,
             NodeMonitorSettings {
                 max_pods_per_cycle: 3,
                 housekeeping_interval: Duration::from_secs(5),
+                fast_sampling_interval: Duration::from_millis(50),
                 pdb_policy: PdbPolicy::Escalate,
                 dry_run: true,
                 psi_window: Duration::from_secs(4),

@@ -3,6 +3,7 @@ pub mod clock;
 pub mod config;
 pub mod duration;
 pub mod eviction;
+pub mod headroom;
 pub mod kubelet_layout;
 pub mod pod;
 pub mod quantity;

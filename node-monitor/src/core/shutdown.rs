@@ -114,6 +114,12 @@ pub struct ShutdownSettings {
     pub shutdown_grace_period_by_pod_priority: Vec<PriorityPeriod>,
 }
 
+/// The longest delay logind can be asked to wait: `InhibitDelayMaxSec` is held in microseconds
+/// in a `usec_t` whose largest value means infinity (`USEC_INFINITY`, systemd's
+/// `src/basic/time-util.h`). Longer shutdown budgets cannot be granted, and are refused before any
+/// arithmetic on them can overflow.
+pub const LOGIND_MAX_DELAY: Duration = Duration::from_micros(u64::MAX - 1);
+
 /// A configuration the kubelet would refuse, or one that cannot fit the logind budget.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShutdownConfigError {
@@ -125,6 +131,14 @@ pub enum ShutdownConfigError {
     CriticalExceedsTotal { critical: String, total: String },
     #[error("shutdownGracePeriodByPodPriority: priority {0} appears more than once")]
     DuplicatePriority(i32),
+    #[error(
+        "{field}: the shutdown groups need {needed_seconds}s in total, more than logind's InhibitDelayMaxSec can hold ({max_seconds}s)"
+    )]
+    BudgetTooLong {
+        field: &'static str,
+        needed_seconds: u128,
+        max_seconds: u64,
+    },
     #[error(
         "shutdownGracePeriodByPodPriority and shutdownGracePeriod/shutdownGracePeriodCriticalPods are both set; use one"
     )]
@@ -177,6 +191,8 @@ impl ShutdownSettings {
             }
             let mut seen = BTreeSet::new();
             let mut groups = Vec::new();
+            // Summed in seconds as i128: no entry list can overflow it.
+            let mut total_seconds: i128 = 0;
             for p in &self.shutdown_grace_period_by_pod_priority {
                 if p.shutdown_grace_period_seconds < 0 {
                     return Err(ShutdownConfigError::Negative {
@@ -187,9 +203,17 @@ impl ShutdownSettings {
                 if !seen.insert(p.priority) {
                     return Err(ShutdownConfigError::DuplicatePriority(p.priority));
                 }
+                total_seconds += i128::from(p.shutdown_grace_period_seconds);
                 groups.push(Group {
                     priority: p.priority,
                     period: secs(p.shutdown_grace_period_seconds),
+                });
+            }
+            if total_seconds > i128::from(LOGIND_MAX_DELAY.as_secs()) {
+                return Err(ShutdownConfigError::BudgetTooLong {
+                    field: "shutdownGracePeriodByPodPriority",
+                    needed_seconds: total_seconds.unsigned_abs(),
+                    max_seconds: LOGIND_MAX_DELAY.as_secs(),
                 });
             }
             groups.sort_by_key(|g| g.priority);
@@ -326,7 +350,7 @@ pub fn plan(groups: &[Group], pods: &[ShutdownPod]) -> ShutdownPlan {
             latest_start: offset,
             pods,
         });
-        offset += g.period;
+        offset = offset.saturating_add(g.period);
     }
     out
 }
@@ -873,6 +897,26 @@ mod tests {
                 ShutdownConfigError::BothForms,
                 "both set",
             ),
+            // Each entry is valid, the sum is more than logind can wait (and more than a
+            // Duration sum could hold).
+            (
+                by_priority(&[(0, i64::MAX), (1, i64::MAX), (2, i64::MAX)]),
+                ShutdownConfigError::BudgetTooLong {
+                    field: "shutdownGracePeriodByPodPriority",
+                    needed_seconds: 3 * u128::from(i64::MAX.unsigned_abs()),
+                    max_seconds: 18_446_744_073_709,
+                },
+                "need 27670116110564327421s in total",
+            ),
+            (
+                by_priority(&[(0, 18_446_744_073_710)]),
+                ShutdownConfigError::BudgetTooLong {
+                    field: "shutdownGracePeriodByPodPriority",
+                    needed_seconds: 18_446_744_073_710,
+                    max_seconds: 18_446_744_073_709,
+                },
+                "(18446744073709s)",
+            ),
         ];
         for (s, want, text) in cases {
             assert_eq!(s.groups(), Err(want.clone()), "{s:?}");
@@ -881,6 +925,24 @@ mod tests {
                 "{want} should contain {text:?}"
             );
         }
+    }
+
+    /// The longest budget logind can hold is accepted, and its plan's offsets do not overflow.
+    #[test]
+    fn the_longest_budget_logind_holds_is_accepted() {
+        let max = LOGIND_MAX_DELAY.as_secs();
+        let half = i64::try_from(max / 2).expect("fits");
+        let rest = i64::try_from(max).expect("fits") - half;
+        let s = by_priority(&[(0, half), (1, rest)]);
+        let groups = s.groups().expect("within logind's limit");
+        assert_eq!(s.budget(), Ok(Duration::from_secs(max)));
+        let p = plan(&groups, &[pod("a", 0, None), pod("b", 1, None)]);
+        assert_eq!(p.groups[1].latest_start, Duration::from_secs(max / 2));
+        // One second more is refused.
+        assert!(matches!(
+            by_priority(&[(0, half), (1, rest + 1)]).groups(),
+            Err(ShutdownConfigError::BudgetTooLong { .. })
+        ));
     }
 
     #[test]

@@ -59,7 +59,9 @@ enum Type {
     Int {
         size: u32,
     },
-    Ptr,
+    Ptr {
+        ty: u32,
+    },
     Array {
         elem: u32,
         nelems: u32,
@@ -86,7 +88,11 @@ enum Type {
     Float {
         size: u32,
     },
-    /// func, func_proto, var, datasec, decl_tag: never part of a struct layout.
+    /// A function prototype's parameter types (raw tracepoints' `btf_trace_<name>` point to one).
+    FuncProto {
+        params: Vec<u32>,
+    },
+    /// func, var, datasec, decl_tag: never part of a struct layout.
     Other,
 }
 
@@ -201,7 +207,7 @@ impl Btf {
                     r.u32("int encoding")?;
                     Type::Int { size: size_or_type }
                 }
-                2 => Type::Ptr,
+                2 => Type::Ptr { ty: size_or_type },
                 3 => {
                     let elem = r.u32("array.type")?;
                     r.u32("array.index_type")?;
@@ -260,11 +266,12 @@ impl Btf {
                 9 | 10 | 11 | 18 => Type::Modifier { ty: size_or_type },
                 12 => Type::Other,
                 13 => {
+                    let mut params = Vec::with_capacity(vlen);
                     for _ in 0..vlen {
                         r.u32("param.name_off")?;
-                        r.u32("param.type")?;
+                        params.push(r.u32("param.type")?);
                     }
-                    Type::Other
+                    Type::FuncProto { params }
                 }
                 14 => {
                     r.u32("var.linkage")?;
@@ -330,7 +337,7 @@ impl Btf {
             | Type::Union { size, .. }
             | Type::Enum { size }
             | Type::Float { size } => Ok(*size),
-            Type::Ptr => Ok(8),
+            Type::Ptr { .. } => Ok(8),
             Type::Array { elem, nelems } => Ok(self.size_of(*elem)?.saturating_mul(*nelems)),
             other => Err(BtfError::Unexpected {
                 what: format!("size of type {id}"),
@@ -421,6 +428,54 @@ impl Btf {
         self.types
             .iter()
             .any(|e| matches!(e.ty, Type::Typedef { .. }) && self.str_at(e.name_off) == Some(&want))
+    }
+
+    /// The argument types of raw tracepoint `name` (its `TP_PROTO`) as C spells them
+    /// (`struct task_struct *`, `uid_t`, `int`). `btf_trace_<name>` is a pointer to a prototype
+    /// whose first parameter is the probe's `void *__data` (include/trace/bpf_probe.h), left
+    /// out here. A tracepoint's prototype can change between kernels while its name stays:
+    /// `mark_victim` passed only the victim's pid before it passed the task. `None` when the
+    /// typedef is missing or not of that shape.
+    pub fn raw_tracepoint_args(&self, name: &str) -> Option<Vec<String>> {
+        let want = format!("btf_trace_{name}");
+        let id = self.types.iter().position(|e| {
+            matches!(e.ty, Type::Typedef { .. }) && self.str_at(e.name_off) == Some(&want)
+        })?;
+        let ptr = self.resolve(u32::try_from(id).ok()?).ok()?;
+        let Type::Ptr { ty } = self.types.get(ptr as usize)?.ty else {
+            return None;
+        };
+        let proto = self.resolve(ty).ok()?;
+        let Type::FuncProto { params } = &self.types.get(proto as usize)?.ty else {
+            return None;
+        };
+        Some(params.iter().skip(1).map(|p| self.c_type(*p)).collect())
+    }
+
+    /// A type as C spells it: pointers and modifiers unwrapped, typedef names kept.
+    fn c_type(&self, id: u32) -> String {
+        let (mut cur, mut pointers) = (id, 0);
+        for _ in 0..32 {
+            match self.types.get(cur as usize).map(|e| &e.ty) {
+                Some(Type::Modifier { ty }) => cur = *ty,
+                Some(Type::Ptr { ty }) => {
+                    pointers += 1;
+                    cur = *ty;
+                }
+                _ => break,
+            }
+        }
+        let base = match self.types.get(cur as usize).map(|e| &e.ty) {
+            _ if cur == 0 => "void".to_owned(),
+            Some(Type::Struct { .. } | Type::Fwd) => format!("struct {}", self.name(cur)),
+            Some(Type::Union { .. }) => format!("union {}", self.name(cur)),
+            Some(Type::Enum { .. }) => format!("enum {}", self.name(cur)),
+            _ => self.name(cur).to_owned(),
+        };
+        match pointers {
+            0 => base,
+            n => format!("{base} {}", "*".repeat(n)),
+        }
     }
 
     /// Offset of the 64-bit value inside a counter-like type: `percpu_counter.count`,
@@ -808,7 +863,10 @@ pub(crate) mod tests {
                 ("MM_SHMEMPAGES", 3),
             ],
         );
-        let proto = b.func_proto(&[void_ptr, void_ptr, i32_]);
+        let task_ptr = b.ptr(_task);
+        let u32_ = b.int("unsigned int", 4);
+        let uid_t = b.typedef("uid_t", u32_);
+        let proto = b.func_proto(&[void_ptr, task_ptr, uid_t]);
         let fptr = b.ptr(proto);
         b.typedef("btf_trace_mark_victim", fptr);
         b.build()
@@ -846,6 +904,41 @@ pub(crate) mod tests {
         );
         assert!(btf.has_raw_tracepoint("mark_victim"));
         assert!(!btf.has_raw_tracepoint("mark_victims"));
+        assert_eq!(
+            btf.raw_tracepoint_args("mark_victim"),
+            Some(vec!["struct task_struct *".to_owned(), "uid_t".to_owned()])
+        );
+        assert_eq!(btf.raw_tracepoint_args("mark_victims"), None);
+    }
+
+    /// Before `mark_victim` passed the task, its raw tracepoint existed with `TP_PROTO(int pid)`.
+    #[test]
+    fn raw_tracepoint_prototypes_are_read() {
+        let mut b = Builder::new();
+        let i32_ = b.int("int", 4);
+        let void_ptr = b.ptr(0);
+        let old = b.func_proto(&[void_ptr, i32_]);
+        let old_ptr = b.ptr(old);
+        b.typedef("btf_trace_mark_victim", old_ptr);
+        // A typedef that does not point to a prototype is no raw tracepoint.
+        b.typedef("btf_trace_odd", i32_);
+        let btf = Btf::parse(&b.build()).unwrap();
+        assert_eq!(
+            btf.raw_tracepoint_args("mark_victim"),
+            Some(vec!["int".to_owned()])
+        );
+        assert_eq!(btf.raw_tracepoint_args("odd"), None);
+        // The probe's own `void *__data` is never part of the answer; a `void *` argument is.
+        let mut b = Builder::new();
+        let void_ptr = b.ptr(0);
+        let proto = b.func_proto(&[void_ptr, void_ptr]);
+        let p = b.ptr(proto);
+        b.typedef("btf_trace_x", p);
+        let btf = Btf::parse(&b.build()).unwrap();
+        assert_eq!(
+            btf.raw_tracepoint_args("x"),
+            Some(vec!["void *".to_owned()])
+        );
     }
 
     #[test]

@@ -492,9 +492,9 @@ fn probe_capabilities(config: &ProbeConfig) -> Capabilities {
             Ok(btf) => {
                 for spec in PROGRAMS {
                     if let Attach::RawTracePoint { name } = spec.attach
-                        && btf.has_raw_tracepoint(name)
+                        && let Some(args) = btf.raw_tracepoint_args(name)
                     {
-                        caps.raw_tracepoints.insert(name.to_owned());
+                        caps.raw_tracepoints.insert(name.to_owned(), args);
                     }
                 }
                 let offsets = btf.task_offsets().map_err(|e| e.to_string());

@@ -44,8 +44,12 @@ pub enum Need {
     },
     /// The tracepoint exists and has the slot's required fields (their offsets go to the map).
     TracepointFields(TpSlot),
-    /// A raw tracepoint of that name exists (its `btf_trace_<name>` typedef is in the BTF).
-    RawTracepoint(&'static str),
+    /// A raw tracepoint of that name exists (its `btf_trace_<name>` typedef is in the BTF) and
+    /// its arguments start with `args` (C spelling), the ones the program reads.
+    RawTracepoint {
+        name: &'static str,
+        args: &'static [&'static str],
+    },
 }
 
 /// How much the agent depends on a program.
@@ -119,7 +123,14 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         attach: Attach::RawTracePoint {
             name: "mark_victim",
         },
-        needs: &[Need::TaskOffsets, Need::RawTracepoint("mark_victim")],
+        needs: &[
+            Need::TaskOffsets,
+            // `TP_PROTO(struct task_struct *task, uid_t uid)`; before it, `(int pid)`.
+            Need::RawTracepoint {
+                name: "mark_victim",
+                args: &["struct task_struct *", "uid_t"],
+            },
+        ],
         min_kernel: RINGBUF_KERNEL,
         requirement: Requirement::Required,
         group: None,
@@ -279,8 +290,9 @@ pub struct Capabilities {
     pub kernel: Option<KernelVersion>,
     /// The BTF-resolved task offsets, or why they are unavailable.
     pub task_offsets: Option<Result<TaskOffsets, String>>,
-    /// Raw tracepoints the kernel's BTF declares (only the ones the table asks about).
-    pub raw_tracepoints: BTreeSet<String>,
+    /// Raw tracepoints the kernel's BTF declares, with their argument types (only the ones the
+    /// table asks about).
+    pub raw_tracepoints: BTreeMap<String, Vec<String>>,
     /// Why tracefs is unavailable; `None` when it is mounted.
     pub tracefs_error: Option<String>,
     /// Parsed formats (or why not) of the tracepoints the table names, by `category/name`.
@@ -388,13 +400,19 @@ fn decide(spec: &ProgramSpec, caps: &Capabilities, selection: &Selection) -> Dec
                 Some(Err(e)) => Err(format!("kernel BTF offsets unavailable: {e}")),
                 None => Err("kernel BTF not probed".to_owned()),
             },
-            Need::RawTracepoint(name) => {
-                if caps.raw_tracepoints.contains(*name) {
-                    Ok(())
-                } else {
-                    Err(format!("raw tracepoint {name} not in kernel BTF"))
+            Need::RawTracepoint { name, args } => match caps.raw_tracepoints.get(*name) {
+                None => Err(format!("raw tracepoint {name} not in kernel BTF")),
+                Some(have)
+                    if have.len() < args.len() || args.iter().zip(have).any(|(a, h)| a != h) =>
+                {
+                    Err(format!(
+                        "raw tracepoint {name} passes ({}), the program reads ({})",
+                        have.join(", "),
+                        args.join(", ")
+                    ))
                 }
-            }
+                Some(_) => Ok(()),
+            },
             Need::Tracepoint { category, name } => caps.tracepoint(category, name).map(|_| ()),
             Need::TracepointFields(slot) => caps
                 .tracepoint(slot.category, slot.name)
@@ -472,7 +490,11 @@ mod tests {
                 valid: 1,
                 ..TaskOffsets::default()
             })),
-            raw_tracepoints: ["mark_victim".to_owned()].into(),
+            raw_tracepoints: [(
+                "mark_victim".to_owned(),
+                vec!["struct task_struct *".to_owned(), "uid_t".to_owned()],
+            )]
+            .into(),
             tracefs_error: None,
             tracepoints: all_tracepoints(),
         }
@@ -670,6 +692,28 @@ mod tests {
                     (prog::SYNTHETIC, "disabled"),
                 ],
             ),
+            (
+                "the raw tracepoint passes only the pid (before it passed the task): fallback",
+                |c, _| {
+                    c.raw_tracepoints
+                        .insert("mark_victim".into(), vec!["int".into()]);
+                    c.tracepoints.insert(
+                        "oom/mark_victim".into(),
+                        Ok(parse_format(fmt::MARK_VICTIM_5_15).unwrap()),
+                    );
+                },
+                [
+                    (prog::OOM_RAW, "failed"),
+                    (prog::OOM_TP, "fallback"),
+                    (prog::DIRECT_BEGIN, "attach"),
+                    (prog::DIRECT_END, "attach"),
+                    (prog::MEMCG_BEGIN, "attach"),
+                    (prog::MEMCG_END, "attach"),
+                    (prog::KSWAPD_WAKE, "attach"),
+                    (prog::REBOOT, "attach"),
+                    (prog::SYNTHETIC, "disabled"),
+                ],
+            ),
         ];
         for (scenario, tweak, want) in cases {
             let mut caps = full();
@@ -703,6 +747,15 @@ mod tests {
         );
         assert!(reason(&d[prog::MEMCG_END]).contains("vmscan/mm_vmscan_memcg_reclaim_end"));
         assert!(reason(&d[prog::MEMCG_BEGIN]).contains("memcg_rcl_end"));
+        let mut pid_only = full();
+        pid_only
+            .raw_tracepoints
+            .insert("mark_victim".into(), vec!["int".into()]);
+        assert_eq!(
+            reason(&decisions(&pid_only, &Selection::default())[prog::OOM_RAW]),
+            "raw tracepoint mark_victim passes (int), the program reads (struct task_struct *, \
+             uid_t)"
+        );
         let mut old = full();
         old.kernel = parse_kernel_release("4.19.0");
         assert_eq!(

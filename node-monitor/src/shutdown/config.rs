@@ -12,10 +12,13 @@ use serde_yaml::Value;
 use crate::core::{
     duration::{DurationError, format_go_duration},
     shutdown::{
-        GoDuration, Group, KubeletInhibitorPolicy, PriorityPeriod, ShutdownConfigError,
-        ShutdownSettings,
+        GoDuration, Group, KubeletInhibitorPolicy, LOGIND_MAX_DELAY, PriorityPeriod,
+        ShutdownConfigError, ShutdownSettings,
     },
 };
+
+/// logind's `InhibitDelayMaxSec` when nothing configures it (logind.conf(5)).
+pub const LOGIND_DEFAULT_INHIBIT_DELAY: Duration = Duration::from_secs(5);
 
 /// What to tell the API when a reboot or power-off bypassed the inhibitor.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -85,9 +88,12 @@ pub struct ShutdownConfig {
 }
 
 impl ShutdownConfig {
-    /// The sum of the groups' periods.
+    /// The sum of the groups' periods (validated to fit [`LOGIND_MAX_DELAY`]; saturating for a
+    /// value built by hand).
     pub fn budget(&self) -> Duration {
-        self.groups.iter().map(|g| g.period).sum()
+        self.groups
+            .iter()
+            .fold(Duration::ZERO, |sum, g| sum.saturating_add(g.period))
     }
 
     /// What logind must allow: the budget plus the margin. Zero without groups.
@@ -95,7 +101,8 @@ impl ShutdownConfig {
         if self.groups.is_empty() {
             Duration::ZERO
         } else {
-            self.budget() + self.options.inhibit_delay_margin
+            self.budget()
+                .saturating_add(self.options.inhibit_delay_margin)
         }
     }
 }
@@ -136,7 +143,16 @@ pub enum ConfigError {
     Settings(#[from] ShutdownConfigError),
 }
 
-const OPTION_KEYS: [&str; 8] = [
+/// The KubeletConfiguration shutdown fields read at the top level of the config document (every
+/// other top-level field but `nodeMonitor` is skipped); docs/configuration.md documents each.
+pub const SHUTDOWN_FILE_FIELDS: [&str; 3] = [
+    "shutdownGracePeriod",
+    "shutdownGracePeriodCriticalPods",
+    "shutdownGracePeriodByPodPriority",
+];
+
+/// The keys accepted under `nodeMonitor.shutdown`; any other key is rejected with this list.
+pub const SHUTDOWN_OPTION_KEYS: [&str; 8] = [
     "enabled",
     "manageInhibitDelay",
     "inhibitDelayMargin",
@@ -147,7 +163,8 @@ const OPTION_KEYS: [&str; 8] = [
     "pollInterval",
 ];
 
-const PRIORITY_KEYS: [&str; 2] = ["priority", "shutdownGracePeriodSeconds"];
+/// The keys of one `shutdownGracePeriodByPodPriority` entry; any other key is rejected.
+pub const PRIORITY_ENTRY_KEYS: [&str; 2] = ["priority", "shutdownGracePeriodSeconds"];
 
 /// Reads the shutdown configuration from the agent's config file (`None`: no file, shutdown
 /// handling off).
@@ -171,6 +188,19 @@ pub fn parse_shutdown_config(
     let mut options_map = None;
     for (k, v) in &map {
         let Value::String(key) = k else { continue };
+        if key == "nodeMonitor" {
+            // Anything but a mapping is rejected by the eviction configuration's parser.
+            if let Value::Mapping(nm) = v
+                && let Some(s) = nm.get("shutdown")
+            {
+                options_map = Some(s.clone());
+            }
+            continue;
+        }
+        // Any other KubeletConfiguration field: not read here.
+        if !SHUTDOWN_FILE_FIELDS.contains(&key.as_str()) {
+            continue;
+        }
         match key.as_str() {
             "shutdownGracePeriod" => settings.shutdown_grace_period = go_duration(key, v)?,
             "shutdownGracePeriodCriticalPods" => {
@@ -179,13 +209,7 @@ pub fn parse_shutdown_config(
             "shutdownGracePeriodByPodPriority" => {
                 settings.shutdown_grace_period_by_pod_priority = priority_list(key, v)?;
             }
-            "nodeMonitor" => {
-                if let Value::Mapping(nm) = v
-                    && let Some(s) = nm.get("shutdown")
-                {
-                    options_map = Some(s.clone());
-                }
-            }
+            // Not in SHUTDOWN_FILE_FIELDS: skipped above.
             _ => {}
         }
     }
@@ -217,12 +241,38 @@ pub fn parse_shutdown_config(
                 .to_owned(),
         );
     }
-    Ok(ShutdownConfig {
+    let mut config = ShutdownConfig {
         settings,
         groups,
         options,
         warnings,
-    })
+    };
+    let needed = config.needed_inhibit_delay();
+    if needed > LOGIND_MAX_DELAY {
+        return Err(ConfigError::Invalid {
+            field: "nodeMonitor.shutdown.inhibitDelayMargin".into(),
+            value: format_go_duration(config.options.inhibit_delay_margin),
+            reason: format!(
+                "makes the delay logind must grant ({}s) longer than its InhibitDelayMaxSec can \
+                 hold ({}s)",
+                needed.as_secs(),
+                LOGIND_MAX_DELAY.as_secs()
+            ),
+        });
+    }
+    if config.options.enabled
+        && !config.options.manage_inhibit_delay
+        && needed > LOGIND_DEFAULT_INHIBIT_DELAY
+    {
+        config.warnings.push(format!(
+            "nodeMonitor.shutdown.manageInhibitDelay is false and the shutdown groups need {}s \
+             (their periods plus inhibitDelayMargin): logind's InhibitDelayMaxSec (default {}s) \
+             must be at least that on every node, or logind ends the delay early",
+            needed.as_secs(),
+            LOGIND_DEFAULT_INHIBIT_DELAY.as_secs()
+        ));
+    }
+    Ok(config)
 }
 
 fn parse_options(m: &serde_yaml::Mapping, o: &mut ShutdownOptions) -> Result<(), ConfigError> {
@@ -230,6 +280,13 @@ fn parse_options(m: &serde_yaml::Mapping, o: &mut ShutdownOptions) -> Result<(),
         let Value::String(key) = k else {
             return Err(wrong_type("nodeMonitor.shutdown", "string keys", k));
         };
+        if !SHUTDOWN_OPTION_KEYS.contains(&key.as_str()) {
+            return Err(ConfigError::UnknownKey {
+                field: "nodeMonitor.shutdown".into(),
+                key: key.clone(),
+                known: SHUTDOWN_OPTION_KEYS.join(", "),
+            });
+        }
         let field = format!("nodeMonitor.shutdown.{key}");
         match key.as_str() {
             "enabled" => o.enabled = boolean(&field, v)?,
@@ -267,13 +324,8 @@ fn parse_options(m: &serde_yaml::Mapping, o: &mut ShutdownOptions) -> Result<(),
                     }
                 };
             }
-            other => {
-                return Err(ConfigError::UnknownKey {
-                    field: "nodeMonitor.shutdown".into(),
-                    key: other.into(),
-                    known: OPTION_KEYS.join(", "),
-                });
-            }
+            // Not in SHUTDOWN_OPTION_KEYS: rejected above.
+            _ => {}
         }
     }
     Ok(())
@@ -324,6 +376,13 @@ fn priority_list(field: &str, v: &Value) -> Result<Vec<PriorityPeriod>, ConfigEr
         };
         for (k, v) in m {
             let key = k.as_str().unwrap_or_default();
+            if !PRIORITY_ENTRY_KEYS.contains(&key) {
+                return Err(ConfigError::UnknownKey {
+                    field: entry,
+                    key: describe_plain(k),
+                    known: PRIORITY_ENTRY_KEYS.join(", "),
+                });
+            }
             let f = format!("{entry}.{key}");
             match key {
                 "priority" => {
@@ -337,13 +396,8 @@ fn priority_list(field: &str, v: &Value) -> Result<Vec<PriorityPeriod>, ConfigEr
                         .as_i64()
                         .ok_or_else(|| invalid_number(&f, v, "is not an integer (seconds)"))?;
                 }
-                _ => {
-                    return Err(ConfigError::UnknownKey {
-                        field: entry,
-                        key: describe_plain(k),
-                        known: PRIORITY_KEYS.join(", "),
-                    });
-                }
+                // Not in PRIORITY_ENTRY_KEYS: rejected above.
+                _ => {}
             }
         }
         out.push(p);
@@ -622,6 +676,61 @@ mod tests {
                 "nodeMonitor:\n  shutdown:\n    pollInterval: soon\n",
                 &["nodeMonitor.shutdown.pollInterval", "\"soon\""],
             ),
+            (
+                "shutdownGracePeriodCriticalPods: -5s\nshutdownGracePeriod: 10s\n",
+                &["shutdownGracePeriodCriticalPods", "-5s", "negative"],
+            ),
+            // Go's zero values for a left-out priority: two entries at priority 0.
+            (
+                "shutdownGracePeriodByPodPriority:\n  - shutdownGracePeriodSeconds: 5\n  - {}\n",
+                &[
+                    "shutdownGracePeriodByPodPriority",
+                    "priority 0",
+                    "more than once",
+                ],
+            ),
+            (
+                "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: ten\n",
+                &[
+                    "shutdownGracePeriodByPodPriority[0].shutdownGracePeriodSeconds",
+                    "\"ten\"",
+                    "integer",
+                ],
+            ),
+            (
+                "shutdownGracePeriodByPodPriority:\n  - [priority, 0]\n",
+                &["shutdownGracePeriodByPodPriority[0]", "a mapping", "a list"],
+            ),
+            // Each period is a valid int64, their sum is more than logind can wait for.
+            (
+                "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: 9223372036854775807\n  - priority: 1\n    shutdownGracePeriodSeconds: 9223372036854775807\n",
+                &[
+                    "shutdownGracePeriodByPodPriority",
+                    "need 18446744073709551614s in total",
+                    "InhibitDelayMaxSec",
+                ],
+            ),
+            (
+                "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: 18446744073709\nnodeMonitor:\n  shutdown:\n    inhibitDelayMargin: 1s\n",
+                &[
+                    "nodeMonitor.shutdown.inhibitDelayMargin",
+                    "\"1s\"",
+                    "(18446744073710s)",
+                    "InhibitDelayMaxSec",
+                ],
+            ),
+            (
+                "nodeMonitor:\n  shutdown:\n    pollInterval: 10ms\n",
+                &[
+                    "nodeMonitor.shutdown.pollInterval",
+                    "\"10ms\"",
+                    "at least 50ms",
+                ],
+            ),
+            (
+                "nodeMonitor:\n  shutdown:\n    enabled: 1\n",
+                &["nodeMonitor.shutdown.enabled", "a boolean", "the number 1"],
+            ),
             ("- a\n- list\n", &["config file", "expected a mapping"]),
             (
                 "shutdownGracePeriod: [\n",
@@ -639,6 +748,76 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Without `manageInhibitDelay`, a budget above logind's default delay is accepted with a
+    /// warning naming what the nodes' logind must allow; with it, or within 5s, no warning.
+    #[test]
+    fn unmanaged_inhibit_delay_warns_when_above_logind_default() {
+        let cases: &[(&str, Option<&str>)] = &[
+            (
+                "shutdownGracePeriod: 30s\nnodeMonitor:\n  shutdown:\n    manageInhibitDelay: false\n",
+                Some("need 35s"),
+            ),
+            ("shutdownGracePeriod: 30s\n", None),
+            (
+                "shutdownGracePeriod: 3s\nnodeMonitor:\n  shutdown:\n    manageInhibitDelay: false\n    inhibitDelayMargin: 2s\n",
+                None,
+            ),
+            (
+                "shutdownGracePeriod: 30s\nnodeMonitor:\n  shutdown:\n    manageInhibitDelay: false\n    enabled: false\n",
+                None,
+            ),
+        ];
+        for (text, want) in cases {
+            let c = parse_shutdown_config(Some(text)).expect(text);
+            let warning = c.warnings.iter().find(|w| w.contains("manageInhibitDelay"));
+            match want {
+                Some(w) => assert!(
+                    warning.is_some_and(|got| got.contains(w) && got.contains("default 5s")),
+                    "{text:?}: {:?}",
+                    c.warnings
+                ),
+                None => assert!(warning.is_none(), "{text:?}: {:?}", c.warnings),
+            }
+        }
+    }
+
+    /// The key lists are the parser's: every listed key is read (a wrong type is rejected naming
+    /// it), and other top-level fields are skipped.
+    #[test]
+    fn key_lists_are_what_the_parser_reads() {
+        for key in SHUTDOWN_FILE_FIELDS {
+            let err = parse_shutdown_config(Some(&format!("{key}: [[1]]\n")))
+                .expect_err(key)
+                .to_string();
+            assert!(err.contains(key), "{key}: {err}");
+        }
+        for key in SHUTDOWN_OPTION_KEYS {
+            let err = parse_shutdown_config(Some(&format!(
+                "nodeMonitor:\n  shutdown:\n    {key}: [[1]]\n"
+            )))
+            .expect_err(key)
+            .to_string();
+            assert!(
+                err.contains(&format!("nodeMonitor.shutdown.{key}")),
+                "{err}"
+            );
+        }
+        for key in PRIORITY_ENTRY_KEYS {
+            let err = parse_shutdown_config(Some(&format!(
+                "shutdownGracePeriodByPodPriority:\n  - {key}: [[1]]\n"
+            )))
+            .expect_err(key)
+            .to_string();
+            assert!(
+                err.contains(&format!("shutdownGracePeriodByPodPriority[0].{key}")),
+                "{err}"
+            );
+        }
+        let c = parse_shutdown_config(Some("shutdownGracePeriods: [[1]]\nmaxPods: 110\n"))
+            .expect("other fields are skipped");
+        assert!(c.groups.is_empty());
     }
 
     /// The eviction parser accepts the `shutdown` block and leaves it to this one.

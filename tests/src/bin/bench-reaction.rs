@@ -80,8 +80,12 @@ async fn bench(cluster: &Cluster, args: &Args, audit: &std::path::Path) -> Resul
     );
     let mut push = Vec::new();
     let mut polling = Vec::new();
-    // The agent's own wake-up → decision times (its `decided_us` log field), in ms.
+    // The agent's own wake-up → decision times (its `decided_us` log field), split into the time a
+    // wake-up queued behind the previous cycle (`queued_us`) and the cycle's own work, from its start
+    // to the decision (`processing_us`); in ms.
     let mut decided = Vec::new();
+    let mut queued = Vec::new();
+    let mut processing = Vec::new();
     for run in 0..args.runs {
         for (mode, extra, out) in [
             ("push", &["--no-mlock"][..], &mut push),
@@ -100,10 +104,14 @@ async fn bench(cluster: &Cluster, args: &Args, audit: &std::path::Path) -> Resul
             println!("{mode:>8} run {run:>2}: {ms:>9.2} ms");
             out.push(ms);
             if mode == "push" {
-                decided.extend(agent.log().lines().filter_map(|l| {
-                    let v = l.split("decided_us=").nth(1)?.split_whitespace().next()?;
-                    v.parse::<f64>().ok().map(|us| us / 1e3)
-                }));
+                let log = agent.log();
+                for (field, out) in [
+                    ("decided_us=", &mut decided),
+                    ("queued_us=", &mut queued),
+                    ("processing_us=", &mut processing),
+                ] {
+                    out.extend(log.lines().filter_map(|l| log_field_ms(l, field)));
+                }
             }
             agent.terminate()?;
         }
@@ -111,7 +119,15 @@ async fn bench(cluster: &Cluster, args: &Args, audit: &std::path::Path) -> Resul
     report("push (node-monitor)", &mut push);
     report("polling (10 s)", &mut polling);
     report("wake-up -> decision", &mut decided);
+    report("  queued behind a cycle", &mut queued);
+    report("  cycle start -> decision", &mut processing);
     Ok(())
+}
+
+/// A `field=<µs>` value of one of the agent's log lines, in ms.
+fn log_field_ms(line: &str, field: &str) -> Option<f64> {
+    let v = line.split(field).nth(1)?.split_whitespace().next()?;
+    v.parse::<f64>().ok().map(|us| us / 1e3)
 }
 
 /// One crossing: a BestEffort pod ramps to 150 MiB past the threshold and holds (it never reaches
@@ -212,10 +228,14 @@ fn audit_received(audit: &std::path::Path, pod: &str) -> Result<Option<SystemTim
 }
 
 fn report(label: &str, v: &mut [f64]) {
+    if v.is_empty() {
+        println!("{label:<26} no samples");
+        return;
+    }
     v.sort_by(f64::total_cmp);
     let q = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
     println!(
-        "{label:<22} n={:>2}  p50={:>9.2} ms  p99={:>9.2} ms  min={:>9.2} ms  max={:>9.2} ms",
+        "{label:<26} n={:>3}  p50={:>9.2} ms  p99={:>9.2} ms  min={:>9.2} ms  max={:>9.2} ms",
         v.len(),
         q(0.5),
         q(0.99),

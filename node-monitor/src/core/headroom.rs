@@ -1,0 +1,262 @@
+//! Adaptive sampling between wake-ups: how soon to look again, from how close each signal is to
+//! its thresholds and how fast it is falling.
+//!
+//! Push notifications do not cover every crossing. A cgroup v2 node cgroup has no memory
+//! threshold eventfd (`memory.usage_in_bytes` notifications are cgroup v1 only), `memory.events`
+//! fires only at `high`/`max`, and PSI only once tasks stall in reclaim, which a node with free
+//! page cache to drop may never do before the threshold is crossed. Between those, the kubelet's
+//! 10 s housekeeping poll is all that is left, and a pod climbing at 100 MiB/s crosses a 300 MiB
+//! margin in 3 s.
+//!
+//! This module keeps, per threshold, the last observed headroom (`available − threshold`) and
+//! turns it into the delay before the next signals-only sample (tens of µs):
+//!
+//! - **falling**: the next look comes after a quarter of the estimated time to the crossing
+//!   (`headroom / rate`), so a steady climb is sampled about four times more often as it nears
+//!   the threshold, and a fast one is seen within one `fast` interval;
+//! - **near**: within `near_band` of the threshold (the larger of the threshold itself and a tenth of
+//!   the capacity), the agent looks every `fast` interval even when nothing is falling yet;
+//! - otherwise the housekeeping interval applies.
+//!
+//! Pure: observations and time are passed in.
+use std::{collections::BTreeMap, time::Duration};
+
+use crate::core::{
+    clock::Timestamp,
+    signals::Observations,
+    threshold::{Threshold, ThresholdKey},
+};
+
+/// The limits of adaptive sampling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadroomPolicy {
+    /// The shortest delay between two samples, and the delay near a threshold.
+    pub fast: Duration,
+    /// The longest delay: the housekeeping interval.
+    pub slow: Duration,
+}
+
+/// A fraction of the time left before a crossing: sample four times before it at a steady rate.
+const ETA_DIVISOR: u32 = 4;
+
+/// The last headroom seen per threshold.
+#[derive(Debug, Clone, Default)]
+pub struct Headroom {
+    last: BTreeMap<ThresholdKey, (Timestamp, i128)>,
+}
+
+impl Headroom {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records one sampling pass and returns the delay before the next sample, or `None` when
+    /// no threshold needs a look before the housekeeping tick. Thresholds already met are left to
+    /// the eviction logic (its grace and retry timers), not sampled faster.
+    pub fn observe(
+        &mut self,
+        now: Timestamp,
+        observations: &Observations,
+        thresholds: &[Threshold],
+        policy: HeadroomPolicy,
+    ) -> Option<Duration> {
+        let mut next: Option<Duration> = None;
+        let mut seen = Vec::with_capacity(thresholds.len());
+        for t in thresholds {
+            let Some(obs) = observations.signals.get(&t.signal) else {
+                continue;
+            };
+            let key = t.key();
+            seen.push(key);
+            // In bytes (or inodes, or pids) as the signal counts them; nanos keep fractions.
+            let threshold = t.quantity(obs.capacity).nanos() / 1_000_000_000;
+            let headroom = i128::from(obs.available) - threshold;
+            let previous = self.last.insert(key, (now, headroom));
+            if headroom <= 0 {
+                continue;
+            }
+            let mut delay = policy.slow;
+            let near_band = threshold.max(i128::from(obs.capacity) / 10);
+            if headroom <= near_band {
+                delay = delay.min(policy.fast);
+            }
+            if let Some((then, before)) = previous {
+                let elapsed = now.saturating_since(then);
+                let fallen = before - headroom;
+                if fallen > 0 && !elapsed.is_zero() {
+                    // time to the crossing at the observed rate = headroom × elapsed / fallen
+                    let eta_ns = headroom.saturating_mul(elapsed.as_nanos() as i128) / fallen;
+                    let eta = Duration::from_nanos(u64::try_from(eta_ns).unwrap_or(u64::MAX));
+                    delay = delay.min(eta / ETA_DIVISOR);
+                }
+            }
+            let delay = delay.clamp(policy.fast, policy.slow.max(policy.fast));
+            next = Some(next.map_or(delay, |n| n.min(delay)));
+        }
+        // Forget thresholds that are gone (a signal no longer read): no stale rate later.
+        self.last.retain(|k, _| seen.contains(k));
+        next.filter(|d| *d < policy.slow)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{
+        quantity::{Format, Quantity},
+        signals::{Signal, SignalObservation},
+        threshold::{Operator, ThresholdSource, ThresholdValue},
+    };
+
+    const MI: i64 = 1 << 20;
+    const POLICY: HeadroomPolicy = HeadroomPolicy {
+        fast: Duration::from_millis(100),
+        slow: Duration::from_secs(10),
+    };
+
+    fn hard(signal: Signal, bytes: i64) -> Threshold {
+        Threshold {
+            signal,
+            operator: Operator::LessThan,
+            value: ThresholdValue::Quantity(Quantity::new(bytes, Format::BinarySI)),
+            grace_period: Duration::ZERO,
+            min_reclaim: None,
+            source: if signal == Signal::MemoryAvailable {
+                ThresholdSource::EvictionHard
+            } else {
+                ThresholdSource::Allocatable
+            },
+            derived_from: None,
+        }
+    }
+
+    fn memory(available: i64, capacity: i64) -> Observations {
+        let mut o = Observations::default();
+        o.signals.insert(
+            Signal::MemoryAvailable,
+            SignalObservation {
+                available,
+                capacity,
+            },
+        );
+        o
+    }
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_duration(Duration::from_millis(ms))
+    }
+
+    #[test]
+    fn delays_follow_headroom_and_rate() {
+        let gi = 1024 * MI;
+        // (case, first available, second available, ms between, expected delay)
+        let cases: &[(&str, i64, i64, u64, Option<Duration>)] = &[
+            ("far and steady: housekeeping", 8 * gi, 8 * gi, 1000, None),
+            ("far and rising: housekeeping", 6 * gi, 8 * gi, 1000, None),
+            (
+                // 1 GiB headroom falling 100 MiB/s: ~10.2 s to the crossing, a quarter of it
+                "falling at 100 MiB/s, 1 GiB away",
+                gi + 100 * MI + 300 * MI,
+                gi + 300 * MI,
+                1000,
+                Some(Duration::from_millis(2560)),
+            ),
+            (
+                // 100 MiB/s for 1 s just seen, 2 GiB to go: 5.12 s
+                "falling at 100 MiB/s, 2 GiB away",
+                2 * gi + 400 * MI,
+                2 * gi + 300 * MI,
+                1000,
+                Some(Duration::from_millis(5120)),
+            ),
+            (
+                "falling too slowly to matter",
+                8 * gi + MI,
+                8 * gi,
+                1000,
+                None,
+            ),
+            (
+                // within the 819 MiB band (a tenth of 8 GiB) without falling
+                "near the threshold, steady",
+                800 * MI,
+                800 * MI,
+                1000,
+                Some(Duration::from_millis(100)),
+            ),
+            (
+                // 900 MiB to go (outside the band) at ~6.8 GiB/s: 32 ms, raised to the minimum
+                "falling very fast, clamped to the fast interval",
+                8 * gi,
+                1200 * MI,
+                1000,
+                Some(Duration::from_millis(100)),
+            ),
+            (
+                "already met: left to the eviction logic",
+                200 * MI,
+                100 * MI,
+                1000,
+                None,
+            ),
+        ];
+        for (case, first, second, ms, want) in cases {
+            let t = [hard(Signal::MemoryAvailable, 300 * MI)];
+            let mut h = Headroom::new();
+            let cap = 8 * gi;
+            let _ = h.observe(at(0), &memory(*first, cap), &t, POLICY);
+            let got = h.observe(at(*ms), &memory(*second, cap), &t, POLICY);
+            assert_eq!(got, *want, "{case}");
+        }
+    }
+
+    #[test]
+    fn the_band_is_the_threshold_on_a_small_node() {
+        // 1 GiB node, 300 MiB threshold: the band is 300 MiB (more than a tenth of 1 GiB).
+        let t = [hard(Signal::MemoryAvailable, 300 * MI)];
+        let mut h = Headroom::new();
+        assert_eq!(
+            h.observe(at(0), &memory(599 * MI, 1024 * MI), &t, POLICY),
+            Some(POLICY.fast)
+        );
+        let mut h = Headroom::new();
+        assert_eq!(
+            h.observe(at(0), &memory(601 * MI, 1024 * MI), &t, POLICY),
+            None
+        );
+    }
+
+    #[test]
+    fn the_closest_threshold_wins_and_gone_signals_are_forgotten() {
+        let gi = 1024 * MI;
+        let t = [
+            hard(Signal::MemoryAvailable, 300 * MI),
+            hard(Signal::AllocatableMemoryAvailable, 300 * MI),
+        ];
+        let mut both = memory(4 * gi, 8 * gi);
+        both.signals.insert(
+            Signal::AllocatableMemoryAvailable,
+            SignalObservation {
+                available: 700 * MI,
+                capacity: 8 * gi,
+            },
+        );
+        let mut h = Headroom::new();
+        assert_eq!(h.observe(at(0), &both, &t, POLICY), Some(POLICY.fast));
+        // allocatable no longer read; memory.available far: housekeeping, and no stale entry
+        assert_eq!(
+            h.observe(at(1000), &memory(4 * gi, 8 * gi), &t, POLICY),
+            None
+        );
+        assert_eq!(h.last.len(), 1);
+    }
+
+    #[test]
+    fn a_repeated_timestamp_gives_no_rate() {
+        let gi = 1024 * MI;
+        let t = [hard(Signal::MemoryAvailable, 300 * MI)];
+        let mut h = Headroom::new();
+        let _ = h.observe(at(5), &memory(4 * gi, 8 * gi), &t, POLICY);
+        assert_eq!(h.observe(at(5), &memory(3 * gi, 8 * gi), &t, POLICY), None);
+    }
+}

@@ -1,0 +1,227 @@
+//! The kustomizations in deploy/kustomize, rendered (no cluster needed): the configuration each
+//! ships is accepted by the agent's own parsers, the DaemonSet's command line starts the agent up
+//! to its first API call, and the shutdown overlay carries exactly what the shutdown manager
+//! needs beyond the base (the logind drop-in directory, read-write, and the shutdown fields).
+//! RBAC and admission are checked against a real API server in deploy_rbac.rs.
+use std::process::Command;
+
+use node_monitor::{
+    core::config::{ConfigSource, EvictionFlags, load_sources},
+    shutdown::{config::parse_shutdown_config, logind::DROPIN_DIR},
+};
+use node_monitor_tests::manifests::{Manifest, find, kustomize_dir, render};
+use serde_json::Value;
+
+const KUSTOMIZATIONS: [&str; 3] = ["base", "overlays/escalate", "overlays/shutdown"];
+
+fn rendered(rel: &str) -> Vec<Manifest> {
+    render(&kustomize_dir(rel)).unwrap_or_else(|e| panic!("render {rel}: {e}"))
+}
+
+fn config_yaml(objects: &[Manifest]) -> String {
+    find(objects, "ConfigMap", "node-monitor-config")
+        .and_then(|m| m.object["data"]["config.yaml"].as_str())
+        .expect("ConfigMap node-monitor-config with data.config.yaml")
+        .to_owned()
+}
+
+fn container(objects: &[Manifest]) -> Value {
+    find(objects, "DaemonSet", "node-monitor")
+        .map(|m| m.object["spec"]["template"]["spec"]["containers"][0].clone())
+        .expect("DaemonSet node-monitor with a container")
+}
+
+fn pod_spec(objects: &[Manifest]) -> Value {
+    find(objects, "DaemonSet", "node-monitor")
+        .map(|m| m.object["spec"]["template"]["spec"].clone())
+        .expect("DaemonSet node-monitor")
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The mount of the logind drop-in directory, if any: (read-only, hostPath).
+fn dropin_mount(objects: &[Manifest]) -> Option<(bool, String)> {
+    let c = container(objects);
+    let spec = pod_spec(objects);
+    let mount = c["volumeMounts"]
+        .as_array()?
+        .iter()
+        .find(|m| m["mountPath"] == DROPIN_DIR)?
+        .clone();
+    let volume = spec["volumes"]
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == mount["name"])?
+        .clone();
+    Some((
+        mount["readOnly"].as_bool().unwrap_or(false),
+        volume["hostPath"]["path"].as_str()?.to_owned(),
+    ))
+}
+
+#[test]
+fn every_shipped_configuration_is_accepted_by_the_agent() {
+    for rel in KUSTOMIZATIONS {
+        let text = config_yaml(&rendered(rel));
+        let eviction = load_sources(
+            &[ConfigSource {
+                name: rel,
+                text: &text,
+            }],
+            &EvictionFlags::default(),
+        )
+        .unwrap_or_else(|e| panic!("{rel}: the eviction configuration is rejected: {e}"));
+        assert!(!eviction.thresholds.is_empty(), "{rel}: no thresholds");
+        let shutdown = parse_shutdown_config(Some(&text))
+            .unwrap_or_else(|e| panic!("{rel}: the shutdown configuration is rejected: {e}"));
+        assert!(
+            shutdown.warnings.is_empty(),
+            "{rel}: {:?}",
+            shutdown.warnings
+        );
+        let escalate = rel == "overlays/escalate";
+        assert_eq!(
+            eviction.node_monitor.pdb_policy == node_monitor::core::config::PdbPolicy::Escalate,
+            escalate,
+            "{rel}"
+        );
+        // Only the shutdown overlay turns the shutdown manager on.
+        let shutdown_on = rel == "overlays/shutdown";
+        assert_eq!(shutdown.options.enabled, shutdown_on, "{rel}");
+        assert_eq!(!shutdown.groups.is_empty(), shutdown_on, "{rel}");
+    }
+}
+
+#[test]
+fn shutdown_overlay_adds_what_the_shutdown_manager_needs() {
+    let base = rendered("base");
+    let overlay = rendered("overlays/shutdown");
+
+    // The configuration: the kubelet's two-group form and the drop-in managed.
+    let shutdown = parse_shutdown_config(Some(&config_yaml(&overlay))).expect("valid");
+    let groups: Vec<(i32, u64)> = shutdown
+        .groups
+        .iter()
+        .map(|g| (g.priority, g.period.as_secs()))
+        .collect();
+    assert_eq!(groups, [(0, 20), (2_000_000_000, 10)]);
+    assert!(shutdown.options.manage_inhibit_delay);
+
+    // The drop-in directory the code writes to, mounted read-write from the host; the base
+    // mounts nothing there.
+    assert_eq!(
+        dropin_mount(&overlay),
+        Some((false, DROPIN_DIR.to_owned())),
+        "the shutdown overlay mounts the host's {DROPIN_DIR} read-write"
+    );
+    assert_eq!(dropin_mount(&base), None);
+    // The root filesystem stays read-only: the drop-in goes only to the mount.
+    assert_eq!(
+        container(&overlay)["securityContext"]["readOnlyRootFilesystem"],
+        true
+    );
+
+    // Capabilities: the base's plus the two systemd checks on the D-Bus calls, nothing else.
+    let caps = |objects: &[Manifest]| {
+        let mut c = strings(&container(objects)["securityContext"]["capabilities"]["add"]);
+        c.sort();
+        c
+    };
+    let mut want = caps(&base);
+    want.extend(["KILL".to_owned(), "SYS_BOOT".to_owned()]);
+    want.sort();
+    assert_eq!(caps(&overlay), want);
+    assert_eq!(
+        strings(&container(&overlay)["securityContext"]["capabilities"]["drop"]),
+        ["ALL"]
+    );
+    // The system bus (base) stays: the inhibitor and the reload go through it.
+    assert!(
+        container(&overlay)["volumeMounts"]
+            .as_array()
+            .is_some_and(|m| m
+                .iter()
+                .any(|m| m["mountPath"] == "/run/dbus/system_bus_socket")),
+        "the system bus socket is mounted"
+    );
+
+    // RBAC: the overlay's extra role grants pods/delete and nothing else.
+    let extra: Vec<&Manifest> = overlay
+        .iter()
+        .filter(|m| find(&base, m.kind(), m.name()).is_none())
+        .collect();
+    let mut kinds: Vec<(&str, &str)> = extra.iter().map(|m| (m.kind(), m.name())).collect();
+    kinds.sort_unstable();
+    assert_eq!(
+        kinds,
+        [
+            ("ClusterRole", "node-monitor-shutdown"),
+            ("ClusterRoleBinding", "node-monitor-shutdown"),
+            ("ValidatingAdmissionPolicy", "node-monitor-own-node-pods"),
+            (
+                "ValidatingAdmissionPolicyBinding",
+                "node-monitor-own-node-pods"
+            ),
+        ]
+    );
+    let role = find(&overlay, "ClusterRole", "node-monitor-shutdown").expect("role");
+    assert_eq!(
+        role.object["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}])
+    );
+}
+
+/// The DaemonSet's command line, with its ConfigMap's configuration, gets the agent through
+/// argument parsing and configuration loading to its first API call: what a node runs parses.
+#[test]
+fn daemonset_command_line_starts_the_agent() {
+    let bin = node_monitor_tests::e2e::binary("node-monitor");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for rel in KUSTOMIZATIONS {
+        let objects = rendered(rel);
+        let config = dir.path().join(format!("{}.yaml", rel.replace('/', "-")));
+        std::fs::write(&config, config_yaml(&objects)).expect("write config");
+        let c = container(&objects);
+        let args: Vec<String> = strings(&c["args"])
+            .into_iter()
+            .map(|a| {
+                if a.starts_with("--config=") {
+                    format!("--config={}", config.display())
+                } else if a.starts_with("--metrics-addr=") {
+                    // Any free port: the test must not collide with an agent on this host.
+                    "--metrics-addr=127.0.0.1:0".to_owned()
+                } else {
+                    // The kubelet expands $(VAR) from the container's environment.
+                    a.replace("$(NODE_NAME)", "deploy-test-node")
+                }
+            })
+            .collect();
+        assert_eq!(args.first().map(String::as_str), Some("run"), "{rel}");
+        let out = Command::new(&bin)
+            .args(&args)
+            // No in-cluster environment and no kubeconfig: the first API step fails, cleanly.
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run node-monitor");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{rel}: {stderr}");
+        let error = stderr
+            .lines()
+            .find(|l| l.starts_with("node-monitor: "))
+            .unwrap_or_else(|| panic!("{rel}: no error line in {stderr}"));
+        assert!(
+            error.starts_with("node-monitor: no in-cluster config and no kubeconfig"),
+            "{rel} {args:?}: stopped before the API client: {error}"
+        );
+    }
+}
