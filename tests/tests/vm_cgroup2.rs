@@ -649,6 +649,13 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
         wakeups("kernel_oom_kill") >= 1.0,
         "no kernel OOM-kill wake-up\n{m}\n{report}"
     );
+    // No notification reports a climb towards a threshold on a cgroup v2 node cgroup (no
+    // threshold eventfd on v2); adaptive sampling must have looked again as the climber's
+    // headroom fell, between the 10 s housekeeping ticks (docs/signals.md, "Adaptive sampling").
+    assert!(
+        wakeups("headroom") >= 1.0,
+        "no adaptive-sampling pass while the climber approached the threshold\n{m}\n{report}"
+    );
     // The kernel OOM kill, attributed to its pod through the systemd layout (cgroup id → path
     // under kubepods.slice → pod UID → namespace/name from the agent's pod cache).
     assert_eq!(

@@ -561,8 +561,11 @@ impl Loop {
             "decision"
         );
         self.record_observations(&timed.observations, &decision);
-        self.publish_conditions(&decision).await;
 
+        // Eviction requests first: the node conditions, the Events and the wait for cleanup
+        // follow, so no API round trip of theirs delays an eviction (the kubelet too updates the
+        // node status apart from its eviction loop).
+        let mut answered = Vec::with_capacity(decision.evict.len());
         for e in &decision.evict {
             let req = EvictionRequest {
                 namespace: e.namespace.clone(),
@@ -589,7 +592,6 @@ impl Loop {
                 .inc();
             info!(pod = %format!("{}/{}", e.namespace, e.name), outcome = outcome.label(),
                   reaction_ms = reaction.as_secs_f64() * 1e3, "eviction answered");
-            self.actuator.record_eviction_events(&req, &outcome).await;
             match &outcome {
                 EvictOutcome::PdbBlocked => {
                     end = CycleEnd::Refused;
@@ -614,9 +616,18 @@ impl Loop {
                         .detection_to_eviction_seconds
                         .observe(reaction.as_secs_f64());
                     self.backoff.forget(&req.uid);
-                    self.wait_for_cleanup(sampler, &req).await;
                 }
                 _ => {}
+            }
+            answered.push((req, outcome));
+        }
+        self.publish_conditions(&decision).await;
+        for (req, outcome) in &answered {
+            self.actuator.record_eviction_events(req, outcome).await;
+        }
+        for (req, outcome) in &answered {
+            if outcome.took_effect() {
+                self.wait_for_cleanup(sampler, req).await;
             }
         }
         end

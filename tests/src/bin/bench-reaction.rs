@@ -33,6 +33,9 @@ struct Args {
     /// Hard threshold (MiB) on a 1 GiB node.
     #[arg(long, default_value_t = 300)]
     threshold_mi: i64,
+    /// Print the agent's log of every push run slower than this (ms), to see where the time went.
+    #[arg(long)]
+    show_log_over_ms: Option<f64>,
 }
 
 const MI: i64 = 1 << 20;
@@ -102,6 +105,9 @@ async fn bench(cluster: &Cluster, args: &Args, audit: &std::path::Path) -> Resul
                 .await
                 .with_context(|| format!("{name}:\n{}", agent.log()))?;
             println!("{mode:>8} run {run:>2}: {ms:>9.2} ms");
+            if mode == "push" && args.show_log_over_ms.is_some_and(|limit| ms > limit) {
+                println!("{}", agent.log());
+            }
             out.push(ms);
             if mode == "push" {
                 let log = agent.log();
