@@ -190,39 +190,27 @@ fn main() {
 
     println!("decision core, {PODS} pods ({per_sample} calls x {samples} samples)");
     let mut now = Timestamp::ZERO;
-    let mut state = EvictionState::new();
-    let s = measure(
-        || {
-            now = now + Duration::from_secs(1);
-            black_box(synchronize(
-                &mut state,
-                &config,
-                black_box(&pressure),
-                black_box(&pods),
-                now,
-            ));
-        },
-        per_sample,
-        samples,
-    );
-    report("synchronize, memory pressure (rank+plan)", &s);
-
-    let mut state = EvictionState::new();
-    let s = measure(
-        || {
-            now = now + Duration::from_secs(1);
-            black_box(synchronize(
-                &mut state,
-                &config,
-                black_box(&calm),
-                black_box(&pods),
-                now,
-            ));
-        },
-        per_sample,
-        samples,
-    );
-    report("synchronize, no pressure", &s);
+    for (label, observed) in [
+        ("synchronize, memory pressure (rank+plan)", &pressure),
+        ("synchronize, no pressure", &calm),
+    ] {
+        let mut state = EvictionState::new();
+        let s = measure(
+            || {
+                now = now + Duration::from_secs(1);
+                black_box(synchronize(
+                    &mut state,
+                    &config,
+                    black_box(observed),
+                    black_box(&pods),
+                    now,
+                ));
+            },
+            per_sample,
+            samples,
+        );
+        report(label, &s);
+    }
 
     let s = measure(
         || {

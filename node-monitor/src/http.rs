@@ -12,8 +12,8 @@ use std::{
 };
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
-use tokio::net::TcpListener;
-use tracing::info;
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+use tracing::{error, info};
 
 use crate::metrics::Metrics;
 
@@ -74,6 +74,24 @@ pub async fn serve(
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// [`serve`] in a task of its own, until `stop` turns true. A failure to serve is logged: the
+/// process goes on without its endpoint rather than stop over it.
+pub fn spawn(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = serve(addr, metrics, health, stopped).await {
+            error!(error = %e, %addr, "metrics endpoint failed");
+        }
+    })
 }
 
 async fn metrics_handler(State(s): State<AppState>) -> impl IntoResponse {

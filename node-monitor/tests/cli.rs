@@ -62,23 +62,55 @@ fn s(signal: &str, source: &str, amount: Value, hard: bool) -> (String, String, 
     (signal.into(), source.into(), amount, hard)
 }
 
+/// An `evictionHard` threshold of `amount` (bytes, a percentage or a count).
+fn hard(signal: &str, amount: u64) -> (String, String, Value, bool) {
+    s(signal, "evictionHard", json!(amount), true)
+}
+
+/// The `allocatableMemory.available` copy of a `memory.available` hard threshold of `bytes`.
+fn allocatable(bytes: u64) -> (String, String, Value, bool) {
+    s(
+        "allocatableMemory.available",
+        "allocatable",
+        json!(bytes),
+        true,
+    )
+}
+
+/// Asserts that the error `err` for the input `what` contains every one of `wants`.
+fn assert_names(what: &str, err: &str, wants: &[&str]) {
+    for want in wants {
+        assert!(
+            err.contains(want),
+            "{what}: {err:?} should contain {want:?}"
+        );
+    }
+}
+
+/// Runs `check-config` on a file holding `yaml`; asserts it is rejected with nothing on stdout
+/// and an error naming the file and each of `wants`. Returns the output and the file.
+fn rejected_file(yaml: &str, wants: &[&str]) -> (Output, tempfile::NamedTempFile) {
+    let f = temp_file(yaml);
+    let out = node_monitor(&["check-config", "--config", path(&f)]);
+    assert!(!out.status.success(), "{yaml:?} should be rejected");
+    assert!(out.stdout.is_empty(), "nothing on stdout for {yaml:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_names(&format!("{yaml:?}"), &err, &[&[path(&f)], wants].concat());
+    (out, f)
+}
+
 #[test]
 fn check_config_defaults() {
     let v = stdout_json(&node_monitor(&["check-config"]));
     assert_eq!(
         summary(&v),
         [
-            s("memory.available", "evictionHard", json!(104_857_600), true),
-            s("nodefs.available", "evictionHard", json!(10), true),
-            s("nodefs.inodesFree", "evictionHard", json!(5), true),
-            s("imagefs.available", "evictionHard", json!(15), true),
-            s("imagefs.inodesFree", "evictionHard", json!(5), true),
-            s(
-                "allocatableMemory.available",
-                "allocatable",
-                json!(104_857_600),
-                true
-            ),
+            hard("memory.available", 104_857_600),
+            hard("nodefs.available", 10),
+            hard("nodefs.inodesFree", 5),
+            hard("imagefs.available", 15),
+            hard("imagefs.inodesFree", 5),
+            allocatable(104_857_600),
         ]
     );
     for t in v.as_array().expect("array") {
@@ -102,20 +134,15 @@ fn check_config_flags() {
     assert_eq!(
         summary(&v),
         [
-            s("memory.available", "evictionHard", json!(524_288_000), true),
-            s("nodefs.available", "evictionHard", json!(10), true),
+            hard("memory.available", 524_288_000),
+            hard("nodefs.available", 10),
             s(
                 "memory.available",
                 "evictionSoft",
                 json!(1_610_612_736),
                 false
             ),
-            s(
-                "allocatableMemory.available",
-                "allocatable",
-                json!(524_288_000),
-                true
-            ),
+            allocatable(524_288_000),
         ]
     );
     assert_eq!(v[1]["min_reclaim"], json!({"quantity": 524_288_000}));
@@ -134,19 +161,9 @@ fn check_config_file_and_flag_precedence() {
     assert_eq!(
         summary(&v),
         [
-            s(
-                "memory.available",
-                "evictionHard",
-                json!(1_073_741_824),
-                true
-            ),
-            s("nodefs.available", "evictionHard", json!(20), true),
-            s(
-                "allocatableMemory.available",
-                "allocatable",
-                json!(1_073_741_824),
-                true
-            ),
+            hard("memory.available", 1_073_741_824),
+            hard("nodefs.available", 20),
+            allocatable(1_073_741_824),
         ]
     );
     assert_eq!(v[1]["min_reclaim"], json!({"percentage": 5}));
@@ -157,10 +174,7 @@ fn check_config_file_and_flag_precedence() {
         path(&f),
         "--eviction-hard=pid.available<1k",
     ]));
-    assert_eq!(
-        summary(&v),
-        [s("pid.available", "evictionHard", json!(1000), true)]
-    );
+    assert_eq!(summary(&v), [hard("pid.available", 1000)]);
     // mergeDefaultEvictionSettings brings the unset defaults back.
     let f =
         temp_file("evictionHard:\n  memory.available: 1Gi\nmergeDefaultEvictionSettings: true\n");
@@ -219,21 +233,7 @@ fn check_config_rejections() {
         ),
     ];
     for (yaml, wants) in file_cases {
-        let f = temp_file(yaml);
-        let out = node_monitor(&["check-config", "--config", path(&f)]);
-        assert!(!out.status.success(), "{yaml:?} should be rejected");
-        assert!(out.stdout.is_empty(), "nothing on stdout for {yaml:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains(path(&f)),
-            "{yaml:?}: the file is named in {err:?}"
-        );
-        for want in *wants {
-            assert!(
-                err.contains(want),
-                "{yaml:?}: {err:?} should contain {want:?}"
-            );
-        }
+        rejected_file(yaml, wants);
     }
     let flag_cases: &[(&str, &[&str])] = &[
         (
@@ -267,13 +267,7 @@ fn check_config_rejections() {
     for (flag, wants) in flag_cases {
         let out = node_monitor(&["check-config", flag]);
         assert!(!out.status.success(), "{flag} should be rejected");
-        let err = String::from_utf8_lossy(&out.stderr);
-        for want in *wants {
-            assert!(
-                err.contains(want),
-                "{flag}: {err:?} should contain {want:?}"
-            );
-        }
+        assert_names(flag, &String::from_utf8_lossy(&out.stderr), wants);
     }
     let out = node_monitor(&["check-config", "--config", "/nonexistent/kubelet.yaml"]);
     assert!(!out.status.success());
@@ -404,21 +398,10 @@ fn check_config_rejects_invalid_shutdown_settings_as_the_agent_does() {
     ];
     let dir = tempfile::tempdir().expect("tempdir");
     for (yaml, wants) in cases {
-        let f = temp_file(yaml);
-        let out = node_monitor(&["check-config", "--config", path(&f)]);
+        let (out, f) = rejected_file(yaml, &[]);
         assert_eq!(out.status.code(), Some(1), "{yaml:?} should be rejected");
-        assert!(out.stdout.is_empty(), "nothing on stdout for {yaml:?}");
         let err = error_line(&out);
-        assert!(
-            err.contains(path(&f)),
-            "{yaml:?}: the file is named in {err:?}"
-        );
-        for want in *wants {
-            assert!(
-                err.contains(want),
-                "{yaml:?}: {err:?} should contain {want:?}"
-            );
-        }
+        assert_names(&format!("{yaml:?}"), &err, &[&[path(&f)], *wants].concat());
         // `--shutdown` changes only what is printed, not what is accepted.
         let shown = node_monitor(&["check-config", "--shutdown", "--config", path(&f)]);
         assert_eq!(error_line(&shown), err);
@@ -497,6 +480,15 @@ fn pod(name: &str, namespace: &str, qos: &str, resources: Value, priority: i32) 
     })
 }
 
+/// The `name` of each pod of an `explain` list (`ranked`, `evict`).
+fn names(list: &Value) -> Vec<&str> {
+    list.as_array()
+        .expect("a list of pods")
+        .iter()
+        .map(|p| p["name"].as_str().expect("name"))
+        .collect()
+}
+
 fn memory_usage(bytes: &str) -> Value {
     json!({"memory": bytes, "containers": {"main": {"memory": bytes}}})
 }
@@ -541,14 +533,8 @@ fn explain_evicts_the_best_effort_pod_under_memory_pressure() {
     let v = stdout_json(&node_monitor(&["explain", "--input", path(&f)]));
     assert_eq!(v["reclaim"], "memory.available");
     assert_eq!(v["reclaim_details"]["resource"], "memory");
-    let ranked: Vec<&str> = v["ranked"]
-        .as_array()
-        .expect("ranked")
-        .iter()
-        .map(|p| p["name"].as_str().expect("name"))
-        .collect();
     assert_eq!(
-        ranked,
+        names(&v["ranked"]),
         ["besteffort", "burstable", "kube-proxy", "guaranteed"]
     );
     assert_eq!(v["ranked"][0]["qos"], "BestEffort");
@@ -585,13 +571,10 @@ fn explain_never_evicts_critical_pods() {
     let v = stdout_json(&node_monitor(&["explain", "--input", path(&f)]));
     assert_eq!(v["ranked"][0]["name"], "kube-proxy");
     assert_eq!(v["ranked"][0]["critical"], true);
-    let evicted: Vec<&str> = v["evict"]
-        .as_array()
-        .expect("evict")
-        .iter()
-        .map(|p| p["name"].as_str().expect("name"))
-        .collect();
-    assert_eq!(evicted, ["besteffort", "burstable", "guaranteed"]);
+    assert_eq!(
+        names(&v["evict"]),
+        ["besteffort", "burstable", "guaranteed"]
+    );
 }
 
 #[test]
@@ -603,25 +586,22 @@ fn explain_soft_thresholds_wait_for_their_grace_period() {
     let cfg = temp_file(
         "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 2m\nevictionMaxPodGracePeriod: 20\n",
     );
-    let v = stdout_json(&node_monitor(&[
-        "explain",
-        "--input",
-        path(&snapshot),
-        "--config",
-        path(&cfg),
-    ]));
+    let explain = |extra: &[&str]| {
+        let args = [
+            "explain",
+            "--input",
+            path(&snapshot),
+            "--config",
+            path(&cfg),
+        ];
+        stdout_json(&node_monitor(&[&args, extra].concat()))
+    };
+    let v = explain(&[]);
     assert_eq!(v["thresholds_met"][0]["grace_period_elapsed"], false);
     assert_eq!(v["thresholds_met"][0]["grace_remaining_seconds"], 120.0);
     assert_eq!(v["reclaim"], Value::Null);
     assert_eq!(v["evict"], json!([]));
-    let v = stdout_json(&node_monitor(&[
-        "explain",
-        "--input",
-        path(&snapshot),
-        "--config",
-        path(&cfg),
-        "--held-for=2m",
-    ]));
+    let v = explain(&["--held-for=2m"]);
     assert_eq!(v["evict"][0]["name"], "besteffort");
     assert_eq!(v["evict"][0]["grace_period_seconds"], 20);
     assert_eq!(v["evict"][0]["hard"], false);

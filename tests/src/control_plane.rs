@@ -259,6 +259,18 @@ impl ControlPlaneOptions {
     }
 }
 
+/// Creates `object`; one that already exists (409) is left as it is.
+async fn create_if_absent<K>(api: &Api<K>, object: &K, action: String) -> Result<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(source) => Err(Error::Api { action, source }),
+    }
+}
+
 /// Finds the directory holding [`BINARIES`]: `override_dir`, else `KUBEBUILDER_ASSETS`, else
 /// `$NODE_MONITOR_CACHE` / `$XDG_CACHE_HOME/node-monitor` / `~/.cache/node-monitor` +
 /// `control-plane/current` (the symlink the setup script makes).
@@ -516,15 +528,7 @@ impl ControlPlane {
         ));
         cp.spawn("kube-apiserver", apiserver)?;
 
-        cp.wait_for("kube-apiserver /readyz", deadline, started, |cp| {
-            let client = cp.client.clone();
-            async move {
-                get_text(&client, "/readyz")
-                    .await
-                    .is_some_and(|t| t == "ok")
-            }
-        })
-        .await?;
+        cp.wait_apiserver_ready(deadline, started).await?;
         cp.wait_for("the default namespace", deadline, started, |cp| {
             let api: Api<Namespace> = Api::all(cp.client.clone());
             async move { matches!(api.get_opt("default").await, Ok(Some(_))) }
@@ -622,6 +626,19 @@ impl ControlPlane {
     }
 
     /// Polls `check` until it holds, failing early when a process exits and at `deadline`.
+    /// Waits until kube-apiserver answers `/readyz` with `ok`.
+    async fn wait_apiserver_ready(&mut self, deadline: Instant, started: Instant) -> Result<()> {
+        self.wait_for("kube-apiserver /readyz", deadline, started, |cp| {
+            let client = cp.client.clone();
+            async move {
+                get_text(&client, "/readyz")
+                    .await
+                    .is_some_and(|t| t == "ok")
+            }
+        })
+        .await
+    }
+
     async fn wait_for<F, Fut>(
         &mut self,
         what: &str,
@@ -816,16 +833,7 @@ impl ControlPlane {
                 },
                 ..ServiceAccount::default()
             };
-            match api.create(&PostParams::default(), &sa).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(source) => {
-                    return Err(Error::Api {
-                        action: action("create"),
-                        source,
-                    });
-                }
-            }
+            create_if_absent(&api, &sa, action("create")).await?;
         }
         let request = TokenRequest {
             spec: Some(TokenRequestSpec {
@@ -884,16 +892,7 @@ impl ControlPlane {
             },
             ..Namespace::default()
         };
-        match api.create(&PostParams::default(), &ns).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(source) => {
-                return Err(Error::Api {
-                    action: format!("create namespace {name}"),
-                    source,
-                });
-            }
-        }
+        create_if_absent(&api, &ns, format!("create namespace {name}")).await?;
         let sas: Api<ServiceAccount> = Api::namespaced(self.client(), name);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -951,20 +950,8 @@ impl ControlPlane {
         cmd.args(args);
         self.spawn("kube-apiserver", cmd)?;
         let started = Instant::now();
-        self.wait_for(
-            "kube-apiserver /readyz",
-            started + Duration::from_secs(60),
-            started,
-            |cp| {
-                let client = cp.client.clone();
-                async move {
-                    get_text(&client, "/readyz")
-                        .await
-                        .is_some_and(|t| t == "ok")
-                }
-            },
-        )
-        .await?;
+        self.wait_apiserver_ready(started + Duration::from_secs(60), started)
+            .await?;
         info!(
             elapsed_ms = started.elapsed().as_millis(),
             "kube-apiserver restarted"

@@ -129,6 +129,19 @@ impl Cluster {
         }
     }
 
+    /// The node cgroup's kernel OOM kills (`oom_kill` in memory.oom_control): a scenario whose
+    /// agent reacts in time has none.
+    pub fn oom_kills(&self) -> Result<u64> {
+        let path = self.node_memory_dir().join("memory.oom_control");
+        let text = fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .with_context(|| format!("no oom_kill counter in {}", path.display()))?
+            .trim()
+            .parse()
+            .with_context(|| format!("oom_kill in {}", path.display()))
+    }
+
     pub async fn create_pod(&self, pod: Pod) -> Result<Pod> {
         let ns = pod
             .metadata
@@ -152,6 +165,20 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Creates the pod and waits (up to 30 s) until it reports Running; returns its name.
+    pub async fn run_pod(&self, pod: PodBuilder) -> Result<String> {
+        let p = self.create_pod(pod.build()).await?;
+        let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+        let name = p
+            .metadata
+            .name
+            .clone()
+            .context("the created pod has no name")?;
+        self.wait_running(ns, &name, Duration::from_secs(30))
+            .await?;
+        Ok(name)
     }
 
     /// Waits until the pod is gone from the API; returns when it went, or `None` on timeout.
@@ -288,6 +315,15 @@ impl PodBuilder {
         Self { pod }
     }
 
+    /// A pod whose memory climbs to `to` by `step` every `interval` (`nm-workload --ramp-to`).
+    pub fn ramping(name: &str, node: &str, to: &str, step: &str, interval: &str) -> Self {
+        Self::new(
+            name,
+            node,
+            &["--ramp-to", to, "--step", step, "--interval", interval],
+        )
+    }
+
     fn container(&mut self) -> &mut Container {
         &mut self.pod.spec.as_mut().expect("spec").containers[0]
     }
@@ -380,6 +416,14 @@ impl Agent {
             metrics_port,
             _dir: dir,
         })
+    }
+
+    /// [`Agent::spawn`], then waits (up to 30 s) until the agent logs `deciding`: its sources are
+    /// up and its decision loop starts.
+    pub async fn start(cluster: &Cluster, config_yaml: &str, extra: &[&str]) -> Result<Agent> {
+        let mut agent = Agent::spawn(cluster, config_yaml, extra)?;
+        agent.wait_log("deciding", Duration::from_secs(30)).await?;
+        Ok(agent)
     }
 
     /// The agent's process id while it runs.

@@ -5,3 +5,5 @@ pub mod e2e;
 pub mod manifests;
 pub mod standin;
 pub mod vm;
+pub mod wait;
+pub mod workload;

@@ -285,6 +285,20 @@ pub fn find<'a>(objects: &'a [Manifest], kind: &str, name: &str) -> Option<&'a M
 /// Server-side applies every object, in order, with strict field validation: an unknown or
 /// mistyped field is an error, not a warning.
 pub async fn apply(client: &Client, objects: &[Manifest]) -> Result<Vec<DynamicObject>> {
+    apply_objects(client, objects, false).await
+}
+
+/// As [`apply`], as a server-side dry run: every object is validated and admitted, none stored
+/// (no controller acts on it).
+pub async fn apply_dry_run(client: &Client, objects: &[Manifest]) -> Result<Vec<DynamicObject>> {
+    apply_objects(client, objects, true).await
+}
+
+async fn apply_objects(
+    client: &Client,
+    objects: &[Manifest],
+    dry_run: bool,
+) -> Result<Vec<DynamicObject>> {
     let mut applied = Vec::new();
     for m in objects {
         let object_err = |what: String| Error::Object {
@@ -320,9 +334,10 @@ pub async fn apply(client: &Client, objects: &[Manifest]) -> Result<Vec<DynamicO
             ),
             Scope::Cluster => Api::all_with(client.clone(), &resource),
         };
-        let params = PatchParams::apply(FIELD_MANAGER)
+        let mut params = PatchParams::apply(FIELD_MANAGER)
             .force()
             .validation_strict();
+        params.dry_run = dry_run;
         let out = api
             .patch(&name, &params, &Patch::Apply(&obj))
             .await

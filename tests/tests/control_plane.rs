@@ -34,8 +34,9 @@ use kube::{
 use node_monitor::core::kubelet_layout::{QosClass, parse_cgroup_path};
 use node_monitor_tests::{
     cgroup::{MEMORY_V1, PIDS_V1, TestCgroups, UNIFIED, require_root},
-    control_plane::{ControlPlane, ControlPlaneOptions, error_chain},
+    control_plane::{ControlPlane, ControlPlaneOptions},
     standin::{StandIn, StandInConfig, decide::parse_bytes},
+    wait::{self, must},
 };
 use serde_json::json;
 
@@ -43,22 +44,8 @@ use serde_json::json;
 const WAIT: Duration = Duration::from_secs(90);
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_nm-workload");
 
-fn must<T, E: std::error::Error>(r: Result<T, E>, what: &str) -> T {
-    r.unwrap_or_else(|e| panic!("{what}: {}", error_chain(&e)))
-}
-
-async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "gave up after {WAIT:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+async fn eventually<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
+    wait::eventually(what, WAIT, check).await
 }
 
 async fn start_control_plane() -> ControlPlane {
@@ -210,8 +197,49 @@ fn node_cgroup(test: &str) -> NodeCgroup {
     }
 }
 
-async fn start_standin(cp: &ControlPlane, node_rel: &Path, memory: u64) -> StandIn {
-    start_named_standin(cp, "node-a", node_rel, memory).await
+/// A control plane and the stand-in `node-a` (512 MiB) in a test cgroup. Fields drop in order:
+/// the stand-in, the control plane, the node cgroup.
+struct NodeA {
+    standin: StandIn,
+    cp: ControlPlane,
+    node: NodeCgroup,
+}
+
+impl NodeA {
+    async fn start(test: &str, opts: ControlPlaneOptions) -> NodeA {
+        let node = node_cgroup(test);
+        let cp = must(ControlPlane::start(opts).await, "start the control plane");
+        let standin = start_named_standin(&cp, "node-a", &node.node_rel, 512 << 20).await;
+        NodeA { standin, cp, node }
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.cp.client(), "default")
+    }
+
+    /// Stops the stand-in (its processes and cgroups go), then the control plane, then removes
+    /// the node cgroup.
+    async fn stop(self) {
+        must(self.standin.stop().await, "stop the stand-in");
+        drop(self.cp);
+        drop(self.node);
+    }
+}
+
+async fn create_pod(pods: &Api<Pod>, pod: &Pod) -> Pod {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    must(
+        pods.create(&PostParams::default(), pod).await,
+        &format!("create pod {name}"),
+    )
+}
+
+/// Waits until the pod `name` is gone from the API.
+async fn wait_gone(pods: &Api<Pod>, name: &str) {
+    eventually(&format!("{name} to leave the API"), async || {
+        matches!(pods.get_opt(name).await, Ok(None)).then_some(())
+    })
+    .await;
 }
 
 async fn start_named_standin(
@@ -478,10 +506,9 @@ fn control_plane_binary_takes_its_processes_down_when_killed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standin_registers_a_ready_node_and_runs_pods_in_kubelet_cgroups() {
-    let node = node_cgroup("cp-standin");
-    let cp = start_control_plane().await;
-    let standin = start_standin(&cp, &node.node_rel, 512 << 20).await;
-    let client = cp.client();
+    let fx = NodeA::start("cp-standin", ControlPlaneOptions::default()).await;
+    let (standin, node) = (&fx.standin, &fx.node);
+    let client = fx.cp.client();
 
     // The Node: Ready, capacity = the node cgroup's limit, labels.
     let nodes: Api<Node> = Api::all(client.clone());
@@ -519,15 +546,12 @@ async fn standin_registers_a_ready_node_and_runs_pods_in_kubelet_cgroups() {
     .await;
 
     // A pod without a node is bound to node-a and runs as processes in its kubelet cgroup.
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    must(
-        pods.create(
-            &PostParams::default(),
-            &workload_pod("w1", &[], &["--hold", "8Mi", "--procs", "2"], Some("64Mi")),
-        )
-        .await,
-        "create pod w1",
-    );
+    let pods = fx.pods();
+    create_pod(
+        &pods,
+        &workload_pod("w1", &[], &["--hold", "8Mi", "--procs", "2"], Some("64Mi")),
+    )
+    .await;
     let pod = wait_running(&pods, "w1").await;
     assert_eq!(
         pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
@@ -572,10 +596,7 @@ async fn standin_registers_a_ready_node_and_runs_pods_in_kubelet_cgroups() {
     if let Some(spec) = once.spec.as_mut() {
         spec.restart_policy = Some("Never".to_owned());
     }
-    let once = must(
-        pods.create(&PostParams::default(), &once).await,
-        "create pod once",
-    );
+    let once = create_pod(&pods, &once).await;
     let once_uid = once.metadata.uid.expect("uid");
     let done = eventually("once to succeed", async || {
         let p = pods.get_opt("once").await.ok().flatten()?;
@@ -645,32 +666,27 @@ async fn standin_registers_a_ready_node_and_runs_pods_in_kubelet_cgroups() {
     );
 
     // Stopping the stand-in kills the processes and removes its cgroups.
-    must(standin.stop().await, "stop the stand-in");
+    let node_rel = node.node_rel.clone();
+    fx.stop().await;
     for pid in &pids {
         assert!(!running(*pid), "pid {pid} outlived the stand-in");
     }
     for root in [MEMORY_V1, PIDS_V1, UNIFIED] {
-        let kubepods = Path::new(root).join(&node.node_rel).join("kubepods");
+        let kubepods = Path::new(root).join(&node_rel).join("kubepods");
         assert!(!kubepods.exists(), "{} remains", kubepods.display());
     }
-    drop(cp);
-    drop(node);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eviction_kills_the_processes_and_the_standin_finalizes_the_pod() {
-    let node = node_cgroup("cp-evict");
-    let cp = start_control_plane().await;
-    let standin = start_standin(&cp, &node.node_rel, 512 << 20).await;
-    let pods: Api<Pod> = Api::namespaced(cp.client(), "default");
-    must(
-        pods.create(
-            &PostParams::default(),
-            &workload_pod("victim", &[], &["--hold", "8Mi", "--procs", "1"], None),
-        )
-        .await,
-        "create pod victim",
-    );
+    let fx = NodeA::start("cp-evict", ControlPlaneOptions::default()).await;
+    let (standin, node) = (&fx.standin, &fx.node);
+    let pods = fx.pods();
+    create_pod(
+        &pods,
+        &workload_pod("victim", &[], &["--hold", "8Mi", "--procs", "1"], None),
+    )
+    .await;
     let pod = wait_running(&pods, "victim").await;
     let uid = pod.metadata.uid.clone().expect("uid");
     let info = standin.pod(&uid).expect("the stand-in runs victim");
@@ -714,28 +730,20 @@ async fn eviction_kills_the_processes_and_the_standin_finalizes_the_pod() {
     // The workload saw SIGTERM (a graceful stop), not only a SIGKILL.
     let out = fs::read_to_string(&log).expect("container log");
     assert!(out.contains("signalled; exiting"), "{out}");
-
-    must(standin.stop().await, "stop the stand-in");
-    drop(cp);
-    drop(node);
+    fx.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pdb_at_its_minimum_makes_eviction_return_429() {
-    let node = node_cgroup("cp-pdb");
-    let cp = start_control_plane().await;
-    let standin = start_standin(&cp, &node.node_rel, 512 << 20).await;
-    let client = cp.client();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let fx = NodeA::start("cp-pdb", ControlPlaneOptions::default()).await;
+    let client = fx.cp.client();
+    let pods = fx.pods();
     for name in ["guarded-0", "guarded-1"] {
-        must(
-            pods.create(
-                &PostParams::default(),
-                &workload_pod(name, &[("app", "guarded")], &["--sleep"], None),
-            )
-            .await,
-            "create a guarded pod",
-        );
+        create_pod(
+            &pods,
+            &workload_pod(name, &[("app", "guarded")], &["--sleep"], None),
+        )
+        .await;
     }
     for name in ["guarded-0", "guarded-1"] {
         wait_running(&pods, name).await;
@@ -783,7 +791,9 @@ async fn a_pdb_at_its_minimum_makes_eviction_return_429() {
     observed(0).await;
 
     let victim = must(pods.get("guarded-0").await, "get guarded-0");
-    let victim_pids = standin.pod_pids(victim.metadata.uid.as_deref().expect("uid"));
+    let victim_pids = fx
+        .standin
+        .pod_pids(victim.metadata.uid.as_deref().expect("uid"));
     assert!(!victim_pids.is_empty());
     match pods.evict("guarded-0", &EvictParams::default()).await {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 429, "{s:?}"),
@@ -808,36 +818,25 @@ async fn a_pdb_at_its_minimum_makes_eviction_return_429() {
         pods.evict("guarded-0", &EvictParams::default()).await,
         "evict within the budget",
     );
-    eventually("guarded-0 to leave the API", async || {
-        matches!(pods.get_opt("guarded-0").await, Ok(None)).then_some(())
-    })
-    .await;
+    wait_gone(&pods, "guarded-0").await;
     assert!(victim_pids.iter().all(|p| !running(*p)));
-
-    must(standin.stop().await, "stop the stand-in");
-    drop(cp);
-    drop(node);
+    fx.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oom_killed_container_is_reported_and_restarted() {
-    let node = node_cgroup("cp-oom");
-    let cp = start_control_plane().await;
-    let standin = start_standin(&cp, &node.node_rel, 512 << 20).await;
-    let pods: Api<Pod> = Api::namespaced(cp.client(), "default");
-    must(
-        pods.create(
-            &PostParams::default(),
-            &workload_pod(
-                "hog",
-                &[],
-                &["--ramp-to", "128Mi", "--step", "8Mi", "--interval", "10ms"],
-                Some("48Mi"),
-            ),
-        )
-        .await,
-        "create pod hog",
-    );
+    let fx = NodeA::start("cp-oom", ControlPlaneOptions::default()).await;
+    let pods = fx.pods();
+    create_pod(
+        &pods,
+        &workload_pod(
+            "hog",
+            &[],
+            &["--ramp-to", "128Mi", "--step", "8Mi", "--interval", "10ms"],
+            Some("48Mi"),
+        ),
+    )
+    .await;
     let last = eventually("hog's OOMKilled termination and restart", async || {
         let p = pods.get_opt("hog").await.ok().flatten()?;
         let cs = p.status?.container_statuses?.into_iter().next()?;
@@ -852,26 +851,20 @@ async fn an_oom_killed_container_is_reported_and_restarted() {
             .await,
         "delete hog",
     );
-    eventually("hog to leave the API", async || {
-        matches!(pods.get_opt("hog").await, Ok(None)).then_some(())
-    })
-    .await;
+    wait_gone(&pods, "hog").await;
 
     // Without a limit of its own, the pod runs into the node's (the kubepods cgroup's) limit: the
     // kernel's OOM killer picks it in an ancestor cgroup, and it is still reported OOMKilled.
-    must(
-        pods.create(
-            &PostParams::default(),
-            &workload_pod(
-                "node-hog",
-                &[],
-                &["--ramp-to", "1Gi", "--step", "16Mi", "--interval", "10ms"],
-                None,
-            ),
-        )
-        .await,
-        "create pod node-hog",
-    );
+    create_pod(
+        &pods,
+        &workload_pod(
+            "node-hog",
+            &[],
+            &["--ramp-to", "1Gi", "--step", "16Mi", "--interval", "10ms"],
+            None,
+        ),
+    )
+    .await;
     let last = eventually("node-hog's OOMKilled termination", async || {
         let p = pods.get_opt("node-hog").await.ok().flatten()?;
         let cs = p.status?.container_statuses?.into_iter().next()?;
@@ -879,19 +872,16 @@ async fn an_oom_killed_container_is_reported_and_restarted() {
     })
     .await;
     assert_eq!(last.reason.as_deref(), Some("OOMKilled"), "{last:?}");
-    must(standin.stop().await, "stop the stand-in");
-    drop(cp);
-    drop(node);
+    fx.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_standin_goes_unknown_and_its_deleted_pods_wait_for_it() {
-    let node = node_cgroup("cp-pause");
     // Node failure handling scaled down: unreachable after 4 s, pods evicted 2 s later.
     let opts = ControlPlaneOptions::default()
         .fast_node_failover(Duration::from_secs(4), Duration::from_secs(2));
-    let cp = must(ControlPlane::start(opts).await, "start the control plane");
-    let standin = start_standin(&cp, &node.node_rel, 512 << 20).await;
+    let fx = NodeA::start("cp-pause", opts).await;
+    let (standin, cp) = (&fx.standin, &fx.cp);
     // A healthy second node: with every node down the node lifecycle controller enters
     // "full disruption" and evicts nothing.
     let mut other_cgroups = TestCgroups::new("cp-pause-b");
@@ -899,7 +889,7 @@ async fn a_paused_standin_goes_unknown_and_its_deleted_pods_wait_for_it() {
         .create("node-b")
         .unwrap_or_else(|e| panic!("create the node-b cgroup: {e:#}"));
     let other = start_named_standin(
-        &cp,
+        cp,
         "node-b",
         &other_cgroups.rel_root().join("node-b"),
         256 << 20,
@@ -908,15 +898,8 @@ async fn a_paused_standin_goes_unknown_and_its_deleted_pods_wait_for_it() {
     // node-b takes no pods: the one under test must land on node-a.
     let nodes: Api<Node> = Api::all(cp.client());
     must(nodes.cordon("node-b").await, "cordon node-b");
-    let pods: Api<Pod> = Api::namespaced(cp.client(), "default");
-    must(
-        pods.create(
-            &PostParams::default(),
-            &workload_pod("stranded", &[], &["--sleep"], None),
-        )
-        .await,
-        "create pod stranded",
-    );
+    let pods = fx.pods();
+    create_pod(&pods, &workload_pod("stranded", &[], &["--sleep"], None)).await;
     let pod = wait_running(&pods, "stranded").await;
     let uid = pod.metadata.uid.clone().expect("uid");
     let pids = standin.pod_pids(&uid);
@@ -954,19 +937,14 @@ async fn a_paused_standin_goes_unknown_and_its_deleted_pods_wait_for_it() {
 
     // The kubelet comes back: it completes the deletion and the node turns Ready again.
     standin.resume();
-    eventually("stranded to leave the API", async || {
-        matches!(pods.get_opt("stranded").await, Ok(None)).then_some(())
-    })
-    .await;
+    wait_gone(&pods, "stranded").await;
     assert!(pids.iter().all(|p| !running(*p)));
     eventually("node-a Ready=True again", async || {
         let n = nodes.get("node-a").await.ok()?;
         (ready(&n).as_deref() == Some("True")).then_some(())
     })
     .await;
-    must(standin.stop().await, "stop the stand-in");
     must(other.stop().await, "stop the node-b stand-in");
-    drop(cp);
     drop(other_cgroups);
-    drop(node);
+    fx.stop().await;
 }

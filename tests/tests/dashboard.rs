@@ -94,16 +94,13 @@ fn dashboard_uses_template_variables_and_only_exported_metrics() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_panel_returns_data_from_a_real_prometheus() {
     let cluster = Cluster::start("dash-node", 1 << 30).await.expect("cluster");
-    let mut agent = Agent::spawn(
+    let mut agent = Agent::start(
         &cluster,
         "evictionHard:\n  memory.available: 300Mi\n",
         &["--no-mlock"],
     )
-    .expect("agent");
-    agent
-        .wait_log("deciding", Duration::from_secs(30))
-        .await
-        .expect("agent up");
+    .await
+    .expect("agent up");
 
     let dir = tempfile::tempdir().expect("tempdir");
     let port = free_port().expect("port");
@@ -150,21 +147,7 @@ async fn every_panel_returns_data_from_a_real_prometheus() {
         .await
         .expect("OOM kill seen");
     cluster
-        .create_pod(
-            PodBuilder::new(
-                "leaky",
-                &node,
-                &[
-                    "--ramp-to",
-                    "900Mi",
-                    "--step",
-                    "32Mi",
-                    "--interval",
-                    "100ms",
-                ],
-            )
-            .build(),
-        )
+        .create_pod(PodBuilder::ramping("leaky", &node, "900Mi", "32Mi", "100ms").build())
         .await
         .expect("leaky pod");
     assert!(

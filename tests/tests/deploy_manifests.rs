@@ -153,7 +153,8 @@ fn shutdown_overlay_adds_what_the_shutdown_manager_needs() {
         "the system bus socket is mounted"
     );
 
-    // RBAC: the overlay's extra role grants pods/delete and nothing else.
+    // RBAC: the overlay's extra role grants pods/delete and nothing else (the base's admission
+    // policy limits it to the agent's own node).
     let extra: Vec<&Manifest> = overlay
         .iter()
         .filter(|m| find(&base, m.kind(), m.name()).is_none())
@@ -165,11 +166,6 @@ fn shutdown_overlay_adds_what_the_shutdown_manager_needs() {
         [
             ("ClusterRole", "node-monitor-shutdown"),
             ("ClusterRoleBinding", "node-monitor-shutdown"),
-            ("ValidatingAdmissionPolicy", "node-monitor-own-node-pods"),
-            (
-                "ValidatingAdmissionPolicyBinding",
-                "node-monitor-own-node-pods"
-            ),
         ]
     );
     let role = find(&overlay, "ClusterRole", "node-monitor-shutdown").expect("role");
@@ -177,6 +173,54 @@ fn shutdown_overlay_adds_what_the_shutdown_manager_needs() {
         role.object["rules"],
         serde_json::json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}])
     );
+}
+
+/// Whatever grants the agent `pods: delete` (the escalate and shutdown overlays), the base's
+/// admission policy limits it to pods bound to the agent's own node: every kustomization renders
+/// the policy and its denying binding. deploy_rbac.rs checks that the API server enforces it.
+#[test]
+fn every_kustomization_limits_pod_deletion_to_the_agents_own_node() {
+    let grants_delete = |m: &Manifest| {
+        m.kind() == "ClusterRole"
+            && m.object["rules"].as_array().is_some_and(|rules| {
+                rules.iter().any(|r| {
+                    strings(&r["resources"]).contains(&"pods".to_owned())
+                        && strings(&r["verbs"]).contains(&"delete".to_owned())
+                })
+            })
+    };
+    for rel in KUSTOMIZATIONS {
+        let objects = rendered(rel);
+        let policy = find(
+            &objects,
+            "ValidatingAdmissionPolicy",
+            "node-monitor-own-node-pods",
+        )
+        .unwrap_or_else(|| panic!("{rel}: no pod-deletion policy"));
+        assert_eq!(
+            strings(&policy.object["spec"]["matchConstraints"]["resourceRules"][0]["operations"]),
+            ["DELETE"],
+            "{rel}"
+        );
+        let binding = find(
+            &objects,
+            "ValidatingAdmissionPolicyBinding",
+            "node-monitor-own-node-pods",
+        )
+        .unwrap_or_else(|| panic!("{rel}: no binding of the pod-deletion policy"));
+        assert_eq!(
+            binding.object["spec"]["policyName"], "node-monitor-own-node-pods",
+            "{rel}"
+        );
+        assert_eq!(
+            strings(&binding.object["spec"]["validationActions"]),
+            ["Deny"],
+            "{rel}"
+        );
+        // The base itself grants no deletion; each overlay grants it once.
+        let grants = objects.iter().filter(|m| grants_delete(m)).count();
+        assert_eq!(grants, usize::from(rel != "base"), "{rel}");
+    }
 }
 
 /// The DaemonSet's command line, with its ConfigMap's configuration, gets the agent through

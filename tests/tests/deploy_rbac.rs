@@ -2,11 +2,15 @@
 //! apply server-side, and with the agent's own ServiceAccount token (bound to a pod on its node,
 //! as in the DaemonSet) the calls the agent makes succeed, while everything else is forbidden:
 //! secrets, pods in other namespaces, deleting pods (unless the escalate or shutdown overlay is
-//! applied; the shutdown overlay only for pods on its own node), deleting nodes, and writing any
-//! node but its own (the ValidatingAdmissionPolicies).
-use k8s_openapi::api::{
-    authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
-    core::v1::{Container, Event, Node, Pod, PodSpec, Secret, ServiceAccount},
+//! applied, and then only pods on its own node), deleting nodes, and writing any node but its own
+//! (the base's ValidatingAdmissionPolicies).
+use k8s_openapi::{
+    api::{
+        authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
+        core::v1::{Container, Event, Node, Pod, PodSpec, Secret, ServiceAccount},
+        policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
+    },
+    apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString},
 };
 use kube::{
     Api, Client,
@@ -15,7 +19,8 @@ use kube::{
 };
 use node_monitor::{
     kube::actuator::{
-        Actuator, ActuatorConfig, ActuatorError, DeleteOutcome, NodeConditionUpdate, PdbPolicy,
+        Actuator, ActuatorConfig, ActuatorError, DeleteOutcome, EvictOutcome, EvictionRequest,
+        NodeConditionUpdate, PdbPolicy,
     },
     shutdown::{CONDITION_TYPE, CORDONED_ANNOTATION, TAINT_KEY},
 };
@@ -24,6 +29,9 @@ use node_monitor_tests::{
     manifests,
 };
 use serde_json::json;
+
+/// The base's denial of a pod deletion on another node.
+const OWN_PODS_ONLY: &str = "node-monitor may only delete pods on the node it runs on";
 
 /// Renders a kustomization under deploy/kustomize and server-side applies it; the number of
 /// objects applied.
@@ -160,30 +168,106 @@ async fn wait_for_own_node_policy(nodes: &Api<Node>) {
     .await;
 }
 
+/// A control plane with the base applied, the nodes `node-a` and `node-b`, and the agent's
+/// DaemonSet pod on node-a.
+struct Base {
+    cp: ControlPlane,
+    admin: Client,
+    /// The agent's pod-bound token: its ServiceAccount, on node-a.
+    agent: Client,
+}
+
+impl Base {
+    /// Returns once the base's own-node policy is in force for the agent's token.
+    async fn start() -> Base {
+        node_monitor_tests::cgroup::require_root("the control-plane tier");
+        let cp = ControlPlane::start(ControlPlaneOptions::default())
+            .await
+            .expect("control plane");
+        let admin = cp.client();
+        assert!(apply_kustomization(&admin, "base").await >= 9);
+        node(&admin, "node-a").await;
+        node(&admin, "node-b").await;
+        let agent_pod = pod(
+            &admin,
+            "node-monitor",
+            "agent-on-a",
+            "node-a",
+            Some("node-monitor"),
+        )
+        .await;
+        let agent = agent_client(&cp, &admin, &agent_pod).await;
+        wait_for_own_node_policy(&Api::all(agent.clone())).await;
+        Base { cp, admin, agent }
+    }
+
+    /// The agent's own actuator on node-a.
+    fn actuator(&self, pdb_policy: PdbPolicy) -> Actuator {
+        Actuator::new(
+            self.agent.clone(),
+            ActuatorConfig {
+                node_name: "node-a".into(),
+                pdb_policy,
+                dry_run: false,
+            },
+        )
+    }
+}
+
+/// The eviction the agent sends under a hard threshold, for `pod` in `default`.
+fn hard_eviction(pod: &Pod) -> EvictionRequest {
+    EvictionRequest {
+        namespace: "default".into(),
+        name: pod.metadata.name.clone().expect("name"),
+        uid: pod.metadata.uid.clone().expect("uid"),
+        grace_period_seconds: 1,
+        hard: true,
+        signal: "memory.available".into(),
+        message: "test".into(),
+    }
+}
+
+/// Makes the eviction API answer 429 for `pods` (all in `default`): they run (no kubelet here, so
+/// their status is written directly) and a PodDisruptionBudget over the namespace wants them all.
+async fn block_evictions(admin: &Client, pods: &[&Pod]) {
+    let api: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    for p in pods {
+        api.patch_status(
+            p.metadata.name.as_deref().expect("name"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running"}})),
+        )
+        .await
+        .expect("mark the pod Running");
+    }
+    let pdb = PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some("everything".into()),
+            ..Default::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int(
+                i32::try_from(pods.len()).expect("a few pods"),
+            )),
+            // policy/v1: an empty selector selects every pod of the namespace.
+            selector: Some(LabelSelector::default()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Api::<PodDisruptionBudget>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &pdb)
+        .await
+        .expect("create the PDB");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifests_apply_and_grant_least_privilege() {
-    node_monitor_tests::cgroup::require_root("the control-plane tier");
-    let cp = ControlPlane::start(ControlPlaneOptions::default())
-        .await
-        .expect("control plane");
-    let admin = cp.client();
-    assert!(apply_kustomization(&admin, "base").await >= 9);
-
-    node(&admin, "node-a").await;
-    node(&admin, "node-b").await;
-    let agent_pod = pod(
-        &admin,
-        "node-monitor",
-        "agent-on-a",
-        "node-a",
-        Some("node-monitor"),
-    )
-    .await;
-    let victim = pod(&admin, "default", "victim", "node-a", None).await;
-
-    let agent = agent_client(&cp, &admin, &agent_pod).await;
+    let base = Base::start().await;
+    let (admin, agent) = (&base.admin, &base.agent);
+    let victim = pod(admin, "default", "victim", "node-a", None).await;
+    let elsewhere = pod(admin, "default", "elsewhere", "node-b", None).await;
     let nodes: Api<Node> = Api::all(agent.clone());
-    wait_for_own_node_policy(&nodes).await;
 
     // What the agent does.
     let pods: Api<Pod> = Api::all(agent.clone());
@@ -305,8 +389,8 @@ async fn manifests_apply_and_grant_least_privilege() {
             .await,
     );
 
-    // The escalate overlay adds exactly pods/delete.
-    assert!(apply_kustomization(&admin, "overlays/escalate").await >= 11);
+    // The escalate overlay adds exactly pods/delete, for pods on its own node.
+    assert!(apply_kustomization(admin, "overlays/escalate").await >= 11);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         match victims.delete("victim", &delete_dry).await {
@@ -318,13 +402,43 @@ async fn manifests_apply_and_grant_least_privilege() {
             Err(e) => panic!("delete with the escalate overlay must be allowed: {e}"),
         }
     }
+    // Authorisation comes before admission: RBAC lets it through now, the policy stops it.
+    wait_for_denial(
+        "deleting a pod on another node with the escalate overlay",
+        OWN_PODS_ONLY,
+        || victims.delete("elsewhere", &delete_dry),
+    )
+    .await;
+    // The escalation itself, by the agent's own actuator: a PDB blocks both evictions (429), the
+    // delete that follows goes through on its own node only.
+    block_evictions(admin, &[&victim, &elsewhere]).await;
+    let actuator = base.actuator(PdbPolicy::Escalate);
+    match actuator.evict(&hard_eviction(&elsewhere)).await {
+        EvictOutcome::Failed {
+            code: Some(403 | 422),
+            reason,
+        } if reason.contains(OWN_PODS_ONLY) => {}
+        other => panic!("escalating on another node must be denied by the policy, got {other:?}"),
+    }
+    assert_eq!(
+        actuator.evict(&hard_eviction(&victim)).await,
+        EvictOutcome::Escalated
+    );
+    let pods_as_admin = Api::<Pod>::namespaced(admin.clone(), "default");
+    let gone = pods_as_admin
+        .get("victim")
+        .await
+        .expect("the pod terminates (no kubelet confirms it)");
+    assert!(gone.metadata.deletion_timestamp.is_some());
+    let kept = pods_as_admin.get("elsewhere").await.expect("elsewhere");
+    assert!(kept.metadata.deletion_timestamp.is_none());
     forbidden(
         "read secrets with the escalate overlay",
         Api::<Secret>::namespaced(agent.clone(), "default")
             .list(&Default::default())
             .await,
     );
-    cp.stop().expect("stop");
+    base.cp.stop().expect("stop");
 }
 
 fn forbidden_by_actuator<T: std::fmt::Debug>(
@@ -347,37 +461,14 @@ fn forbidden_by_actuator<T: std::fmt::Debug>(
 /// applied, and then only for pods on the agent's own node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_overlay_grants_the_drain_on_its_own_node_only() {
-    node_monitor_tests::cgroup::require_root("the control-plane tier");
-    let cp = ControlPlane::start(ControlPlaneOptions::default())
-        .await
-        .expect("control plane");
-    let admin = cp.client();
-    assert!(apply_kustomization(&admin, "base").await >= 9);
-    node(&admin, "node-a").await;
-    node(&admin, "node-b").await;
-    let agent_pod = pod(
-        &admin,
-        "node-monitor",
-        "agent-on-a",
-        "node-a",
-        Some("node-monitor"),
-    )
-    .await;
-    let drained = pod(&admin, "default", "drained", "node-a", None).await;
-    let elsewhere = pod(&admin, "default", "elsewhere", "node-b", None).await;
+    let base = Base::start().await;
+    let (admin, agent) = (&base.admin, &base.agent);
+    let drained = pod(admin, "default", "drained", "node-a", None).await;
+    let elsewhere = pod(admin, "default", "elsewhere", "node-b", None).await;
     let uid = |p: &Pod| p.metadata.uid.clone().expect("uid");
-    let agent = agent_client(&cp, &admin, &agent_pod).await;
-    wait_for_own_node_policy(&Api::all(agent.clone())).await;
 
     // The shutdown manager's calls, made by its own actuator.
-    let actuator = Actuator::new(
-        agent.clone(),
-        ActuatorConfig {
-            node_name: "node-a".into(),
-            pdb_policy: PdbPolicy::Respect,
-            dry_run: false,
-        },
-    );
+    let actuator = base.actuator(PdbPolicy::Respect);
     let admin_nodes: Api<Node> = Api::all(admin.clone());
 
     // Marking the node and listing its pods need nothing beyond the base.
@@ -483,15 +574,14 @@ async fn shutdown_overlay_grants_the_drain_on_its_own_node_only() {
     );
 
     // The shutdown overlay: pods/delete, for pods on its own node only.
-    assert!(apply_kustomization(&admin, "overlays/shutdown").await >= 13);
+    assert!(apply_kustomization(admin, "overlays/shutdown").await >= 13);
     let pods: Api<Pod> = Api::namespaced(agent.clone(), "default");
     let dry = DeleteParams {
         dry_run: true,
         ..Default::default()
     };
-    let own_pods_only = "node-monitor may only delete pods on the node it runs on";
     // Authorisation comes before admission: the policy's denial means RBAC now lets it through.
-    wait_for_denial("deleting a pod on another node", own_pods_only, || {
+    wait_for_denial("deleting a pod on another node", OWN_PODS_ONLY, || {
         pods.delete("elsewhere", &dry)
     })
     .await;
@@ -513,7 +603,7 @@ async fn shutdown_overlay_grants_the_drain_on_its_own_node_only() {
         actuator
             .delete_pod("default", "elsewhere", &uid(&elsewhere), 20)
             .await,
-        Some(own_pods_only),
+        Some(OWN_PODS_ONLY),
     );
 
     // Nothing else came with it.
@@ -539,5 +629,5 @@ async fn shutdown_overlay_grants_the_drain_on_its_own_node_only() {
         "create pods with the shutdown overlay",
         pods.create(&PostParams::default(), &p).await,
     );
-    cp.stop().expect("stop");
+    base.cp.stop().expect("stop");
 }

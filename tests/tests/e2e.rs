@@ -12,22 +12,43 @@ const NS: &str = "default";
 
 /// The node cgroup's kernel OOM kills: a scenario that reacts in time has none.
 fn node_oom_kills(cluster: &Cluster) -> u64 {
-    let text = std::fs::read_to_string(cluster.node_memory_dir().join("memory.oom_control"))
-        .expect("memory.oom_control");
-    text.lines()
-        .find_map(|l| l.strip_prefix("oom_kill "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("oom_kill counter")
+    cluster.oom_kills().expect("oom_kill counter")
 }
 
 async fn running(cluster: &Cluster, pod: PodBuilder) -> String {
-    let p = cluster.create_pod(pod.build()).await.expect("create pod");
-    let name = p.metadata.name.expect("name");
-    cluster
-        .wait_running(NS, &name, Duration::from_secs(30))
+    cluster.run_pod(pod).await.expect("pod running")
+}
+
+/// A stand-in node named `node` with the agent running `config` (and `extra` arguments) as its
+/// agent, deciding.
+async fn with_agent(node: &str, config: &str, extra: &[&str]) -> (Cluster, Agent) {
+    let cluster = Cluster::start(node, NODE_MEMORY).await.expect("cluster");
+    let agent = Agent::start(&cluster, config, extra)
         .await
-        .expect("pod running");
-    name
+        .expect("agent up");
+    (cluster, agent)
+}
+
+/// Asserts that the pod `name` leaves the API within `within`; says `why` with the agent's log
+/// otherwise.
+async fn assert_gone(cluster: &Cluster, agent: &Agent, name: &str, within: Duration, why: &str) {
+    assert!(
+        cluster
+            .wait_gone(NS, name, within)
+            .await
+            .expect("watch")
+            .is_some(),
+        "{why}:\n{}",
+        agent.log()
+    );
+}
+
+/// `node_monitor_evictions_total` summed over the samples with all of `labels`.
+async fn evictions(agent: &Agent, labels: &[(&str, &str)]) -> f64 {
+    agent
+        .metric_sum("node_monitor_evictions_total", labels)
+        .await
+        .expect("metrics")
 }
 
 /// Scenario 1: a climbing BestEffort pod is evicted before the OOM killer acts; the Guaranteed
@@ -35,19 +56,12 @@ async fn running(cluster: &Cluster, pod: PodBuilder) -> String {
 /// condition is published.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn besteffort_climber_is_evicted_never_the_guaranteed_pod() {
-    let cluster = Cluster::start("e2e-climb", NODE_MEMORY)
-        .await
-        .expect("cluster");
-    let mut agent = Agent::spawn(
-        &cluster,
+    let (cluster, mut agent) = with_agent(
+        "e2e-climb",
         "evictionHard:\n  memory.available: 300Mi\nevictionPressureTransitionPeriod: 30s\n",
         &["--no-mlock"],
     )
-    .expect("agent");
-    agent
-        .wait_log("deciding", Duration::from_secs(30))
-        .await
-        .expect("agent up");
+    .await;
     let node = cluster.node.clone();
     running(
         &cluster,
@@ -56,30 +70,18 @@ async fn besteffort_climber_is_evicted_never_the_guaranteed_pod() {
     .await;
     running(
         &cluster,
-        PodBuilder::new(
-            "climber",
-            &node,
-            &[
-                "--ramp-to",
-                "900Mi",
-                "--step",
-                "16Mi",
-                "--interval",
-                "100ms",
-            ],
-        ),
+        PodBuilder::ramping("climber", &node, "900Mi", "16Mi", "100ms"),
     )
     .await;
 
-    let gone = cluster
-        .wait_gone(NS, "climber", Duration::from_secs(60))
-        .await
-        .expect("watch");
-    assert!(
-        gone.is_some(),
-        "the climber was not evicted:\n{}",
-        agent.log()
-    );
+    assert_gone(
+        &cluster,
+        &agent,
+        "climber",
+        Duration::from_secs(60),
+        "the climber was not evicted",
+    )
+    .await;
     assert!(
         cluster.is_live(NS, "guaranteed").await.expect("get"),
         "the Guaranteed pod must stay"
@@ -111,16 +113,14 @@ async fn besteffort_climber_is_evicted_never_the_guaranteed_pod() {
         "the kernel OOM killer acted first:\n{}",
         agent.log()
     );
-    let evicted = agent
-        .metric_sum(
-            "node_monitor_evictions_total",
-            &[
-                ("eviction_signal", "memory.available"),
-                ("outcome", "evicted"),
-            ],
-        )
-        .await
-        .expect("metrics");
+    let evicted = evictions(
+        &agent,
+        &[
+            ("eviction_signal", "memory.available"),
+            ("outcome", "evicted"),
+        ],
+    )
+    .await;
     assert!(evicted >= 1.0, "evictions_total={evicted}");
 
     // The agent-owned condition was published (and the kubelet's own conditions were left alone).
@@ -153,23 +153,16 @@ async fn besteffort_climber_is_evicted_never_the_guaranteed_pod() {
 /// their requests, the lower priority goes first even when it uses less.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ranking_exceeds_request_then_priority() {
-    let cluster = Cluster::start("e2e-rank", NODE_MEMORY)
-        .await
-        .expect("cluster");
+    let (cluster, agent) = with_agent(
+        "e2e-rank",
+        "evictionHard:\n  memory.available: 400Mi\n",
+        &["--no-mlock"],
+    )
+    .await;
     cluster
         .create_priority_class("high", 1000)
         .await
         .expect("priority class");
-    let mut agent = Agent::spawn(
-        &cluster,
-        "evictionHard:\n  memory.available: 400Mi\n",
-        &["--no-mlock"],
-    )
-    .expect("agent");
-    agent
-        .wait_log("deciding", Duration::from_secs(30))
-        .await
-        .expect("agent up");
     let node = cluster.node.clone();
     running(
         &cluster,
@@ -187,15 +180,14 @@ async fn ranking_exceeds_request_then_priority() {
     )
     .await;
 
-    assert!(
-        cluster
-            .wait_gone(NS, "over", Duration::from_secs(40))
-            .await
-            .expect("watch")
-            .is_some(),
-        "the pod over its request goes first:\n{}",
-        agent.log()
-    );
+    assert_gone(
+        &cluster,
+        &agent,
+        "over",
+        Duration::from_secs(40),
+        "the pod over its request goes first",
+    )
+    .await;
     for p in ["under", "filler"] {
         assert!(cluster.is_live(NS, p).await.expect("get"), "{p} must stay");
     }
@@ -213,15 +205,14 @@ async fn ranking_exceeds_request_then_priority() {
             .priority_class("high"),
     )
     .await;
-    assert!(
-        cluster
-            .wait_gone(NS, "low-prio", Duration::from_secs(40))
-            .await
-            .expect("watch")
-            .is_some(),
-        "the lower-priority pod goes first:\n{}",
-        agent.log()
-    );
+    assert_gone(
+        &cluster,
+        &agent,
+        "low-prio",
+        Duration::from_secs(40),
+        "the lower-priority pod goes first",
+    )
+    .await;
     for p in ["high-prio", "under", "filler"] {
         assert!(
             cluster.is_live(NS, p).await.expect("get"),
@@ -234,19 +225,12 @@ async fn ranking_exceeds_request_then_priority() {
 }
 
 async fn pdb_scenario(policy: &str) -> (Cluster, Agent) {
-    let cluster = Cluster::start(&format!("e2e-pdb-{policy}"), NODE_MEMORY)
-        .await
-        .expect("cluster");
-    let mut agent = Agent::spawn(
-        &cluster,
+    let (cluster, agent) = with_agent(
+        &format!("e2e-pdb-{policy}"),
         &format!("evictionHard:\n  memory.available: 300Mi\nnodeMonitor:\n  pdbPolicy: {policy}\n"),
         &["--no-mlock"],
     )
-    .expect("agent");
-    agent
-        .wait_log("deciding", Duration::from_secs(30))
-        .await
-        .expect("agent up");
+    .await;
     let node = cluster.node.clone();
     running(
         &cluster,
@@ -285,26 +269,19 @@ async fn pdb_scenario(policy: &str) -> (Cluster, Agent) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pdb_respected_next_candidate_evicted() {
     let (cluster, agent) = pdb_scenario("respect").await;
-    assert!(
-        cluster
-            .wait_gone(NS, "other", Duration::from_secs(40))
-            .await
-            .expect("watch")
-            .is_some(),
-        "the next candidate is evicted while the guarded pod backs off:\n{}",
-        agent.log()
-    );
+    assert_gone(
+        &cluster,
+        &agent,
+        "other",
+        Duration::from_secs(40),
+        "the next candidate is evicted while the guarded pod backs off",
+    )
+    .await;
     assert!(
         cluster.is_live(NS, "guarded").await.expect("get"),
         "the PDB is respected"
     );
-    let blocked = agent
-        .metric_sum(
-            "node_monitor_evictions_total",
-            &[("outcome", "pdb_blocked"), ("threshold", "hard")],
-        )
-        .await
-        .expect("metrics");
+    let blocked = evictions(&agent, &[("outcome", "pdb_blocked"), ("threshold", "hard")]).await;
     assert!(blocked >= 1.0, "pdb_blocked={blocked}");
     assert!(
         !cluster
@@ -313,13 +290,7 @@ async fn pdb_respected_next_candidate_evicted() {
             .expect("events")
             .is_empty()
     );
-    assert_eq!(
-        agent
-            .metric_sum("node_monitor_evictions_total", &[("outcome", "escalated")])
-            .await
-            .expect("metrics"),
-        0.0
-    );
+    assert_eq!(evictions(&agent, &[("outcome", "escalated")]).await, 0.0);
     cluster.stop().await.expect("stop");
 }
 
@@ -328,23 +299,19 @@ async fn pdb_respected_next_candidate_evicted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pdb_escalated_under_hard_threshold() {
     let (cluster, agent) = pdb_scenario("escalate").await;
-    assert!(
-        cluster
-            .wait_gone(NS, "guarded", Duration::from_secs(40))
-            .await
-            .expect("watch")
-            .is_some(),
-        "the blocked pod is deleted under hard pressure:\n{}",
-        agent.log()
-    );
+    assert_gone(
+        &cluster,
+        &agent,
+        "guarded",
+        Duration::from_secs(40),
+        "the blocked pod is deleted under hard pressure",
+    )
+    .await;
     assert!(
         cluster.is_live(NS, "other").await.expect("get"),
         "one pod was enough"
     );
-    let escalated = agent
-        .metric_sum("node_monitor_evictions_total", &[("outcome", "escalated")])
-        .await
-        .expect("metrics");
+    let escalated = evictions(&agent, &[("outcome", "escalated")]).await;
     assert!(escalated >= 1.0, "escalated={escalated}");
     cluster.stop().await.expect("stop");
 }
@@ -354,28 +321,16 @@ async fn pdb_escalated_under_hard_threshold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soft_threshold_waits_for_its_grace_period() {
     const GRACE: Duration = Duration::from_secs(8);
-    let cluster = Cluster::start("e2e-soft", NODE_MEMORY)
-        .await
-        .expect("cluster");
-    let mut agent = Agent::spawn(
-        &cluster,
+    let (cluster, agent) = with_agent(
+        "e2e-soft",
         "evictionHard:\n  memory.available: 50Mi\nevictionSoft:\n  memory.available: 400Mi\nevictionSoftGracePeriod:\n  memory.available: 8s\nevictionMaxPodGracePeriod: 3\n",
         &["--no-mlock"],
     )
-    .expect("agent");
-    agent
-        .wait_log("deciding", Duration::from_secs(30))
-        .await
-        .expect("agent up");
+    .await;
     let node = cluster.node.clone();
     running(
         &cluster,
-        PodBuilder::new(
-            "soft",
-            &node,
-            &["--ramp-to", "700Mi", "--step", "64Mi", "--interval", "50ms"],
-        )
-        .termination_grace(30),
+        PodBuilder::ramping("soft", &node, "700Mi", "64Mi", "50ms").termination_grace(30),
     )
     .await;
 
@@ -424,19 +379,12 @@ async fn soft_threshold_waits_for_its_grace_period() {
 /// Scenario 6: dry-run decides, logs and counts, and touches nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_run_touches_nothing() {
-    let cluster = Cluster::start("e2e-dry", NODE_MEMORY)
-        .await
-        .expect("cluster");
-    let mut agent = Agent::spawn(
-        &cluster,
+    let (cluster, mut agent) = with_agent(
+        "e2e-dry",
         "evictionHard:\n  memory.available: 300Mi\n",
         &["--no-mlock", "--dry-run"],
     )
-    .expect("agent");
-    agent
-        .wait_log("deciding", Duration::from_secs(30))
-        .await
-        .expect("agent up");
+    .await;
     let node = cluster.node.clone();
     running(
         &cluster,
@@ -467,18 +415,9 @@ async fn dry_run_touches_nothing() {
             .is_empty(),
         "the would-be eviction is reported"
     );
-    let dry = agent
-        .metric_sum("node_monitor_evictions_total", &[("outcome", "dry_run")])
-        .await
-        .expect("metrics");
+    let dry = evictions(&agent, &[("outcome", "dry_run")]).await;
     assert!(dry >= 1.0, "dry_run={dry}");
-    assert_eq!(
-        agent
-            .metric_sum("node_monitor_evictions_total", &[("outcome", "evicted")])
-            .await
-            .expect("metrics"),
-        0.0
-    );
+    assert_eq!(evictions(&agent, &[("outcome", "evicted")]).await, 0.0);
     cluster.stop().await.expect("stop");
 }
 
@@ -486,19 +425,12 @@ async fn dry_run_touches_nothing() {
 /// and deciding, fails its eviction requests without crashing, and evicts once the server is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_outage_mid_pressure_is_survived() {
-    let mut cluster = Cluster::start("e2e-outage", NODE_MEMORY)
-        .await
-        .expect("cluster");
-    let mut agent = Agent::spawn(
-        &cluster,
+    let (mut cluster, mut agent) = with_agent(
+        "e2e-outage",
         "evictionHard:\n  memory.available: 300Mi\n",
         &["--no-mlock"],
     )
-    .expect("agent");
-    agent
-        .wait_log("deciding", Duration::from_secs(30))
-        .await
-        .expect("agent up");
+    .await;
     let node = cluster.node.clone();
     running(
         &cluster,
@@ -508,18 +440,7 @@ async fn api_server_outage_mid_pressure_is_survived() {
     // Crosses 300Mi available a few seconds from now, and stops below the node's limit.
     running(
         &cluster,
-        PodBuilder::new(
-            "climber",
-            &node,
-            &[
-                "--ramp-to",
-                "800Mi",
-                "--step",
-                "32Mi",
-                "--interval",
-                "250ms",
-            ],
-        ),
+        PodBuilder::ramping("climber", &node, "800Mi", "32Mi", "250ms"),
     )
     .await;
     cluster.cp.stop_apiserver().expect("stop apiserver");
@@ -534,15 +455,14 @@ async fn api_server_outage_mid_pressure_is_survived() {
         .await
         .expect("restart apiserver");
 
-    assert!(
-        cluster
-            .wait_gone(NS, "climber", Duration::from_secs(60))
-            .await
-            .expect("watch")
-            .is_some(),
-        "the agent catches up once the API server is back:\n{}",
-        agent.log()
-    );
+    assert_gone(
+        &cluster,
+        &agent,
+        "climber",
+        Duration::from_secs(60),
+        "the agent catches up once the API server is back",
+    )
+    .await;
     assert!(cluster.is_live(NS, "steady").await.expect("get"));
     let errors = agent
         .metric_sum("node_monitor_api_errors_total", &[("operation", "evict")])

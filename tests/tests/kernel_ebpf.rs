@@ -16,8 +16,8 @@ use node_monitor::{
     attribution::{Attributor, CgroupPaths, NoApi},
     core::kubelet_layout::{CgroupDriver, QosClass, parse_cgroup_path},
     ebpf::{
-        EventKind, EventStream, KernelEvent, ProbeConfig, Probes, ProgramState, ReclaimFlavor,
-        StreamError, prog,
+        EventKind, EventStream, KernelEvent, OomKillEvent, ProbeConfig, Probes, ProgramState,
+        ReclaimFlavor, StreamError, prog,
     },
 };
 use node_monitor_tests::cgroup::{TestCgroups, UNIFIED, require_root};
@@ -107,6 +107,32 @@ async fn wait_for(
     }
 }
 
+/// Runs `nm-memhog anon 256` in the cgroup `rel` (limited to less), which the kernel OOM-kills;
+/// returns the hog's pid and the event of its kill.
+async fn oom_kill_of_a_memhog(
+    stream: &mut EventStream,
+    cg: &TestCgroups,
+    rel: &str,
+) -> (u32, OomKillEvent) {
+    let mut child = cg
+        .spawn_in(rel, Command::new(MEMHOG).args(["anon", "256"]))
+        .expect("spawn nm-memhog");
+    let pid = child.id();
+    let ev = wait_for(
+        stream,
+        Duration::from_secs(30),
+        "oom_kill",
+        |e| matches!(e, KernelEvent::OomKill(k) if k.victim_pid == pid),
+    )
+    .await;
+    let status = child.wait().expect("wait for nm-memhog");
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    let KernelEvent::OomKill(k) = ev else {
+        unreachable!("wait_for returned another event")
+    };
+    (pid, k)
+}
+
 #[test]
 fn every_program_loads_and_attaches() {
     let probes = load(&ProbeConfig {
@@ -155,22 +181,7 @@ fn the_tracepoint_fallback_takes_over_and_reports_an_oom_kill() {
     cg.set_memory_limit(rel, 32 * MIB).unwrap();
     runtime().block_on(async {
         let mut stream = probes.events().expect("event stream");
-        let mut child = cg
-            .spawn_in(rel, Command::new(MEMHOG).args(["anon", "256"]))
-            .unwrap();
-        let pid = child.id();
-        let ev = wait_for(
-            &mut stream,
-            Duration::from_secs(30),
-            "oom_kill",
-            |e| matches!(e, KernelEvent::OomKill(k) if k.victim_pid == pid),
-        )
-        .await;
-        let status = child.wait().unwrap();
-        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
-        let KernelEvent::OomKill(k) = ev else {
-            unreachable!()
-        };
+        let (pid, k) = oom_kill_of_a_memhog(&mut stream, &cg, rel).await;
         // The tracepoint does not carry the victim's cgroup: the trigger's (the victim itself
         // here) stands in.
         assert_eq!(k.victim_cgroup_id, None);
@@ -200,22 +211,7 @@ fn a_memcg_oom_kill_is_reported_with_the_victims_cgroup_and_pod() {
     );
     runtime().block_on(async {
         let mut stream = probes.events().expect("event stream");
-        let mut child = cg
-            .spawn_in(&rel, Command::new(MEMHOG).args(["anon", "256"]))
-            .unwrap();
-        let pid = child.id();
-        let ev = wait_for(
-            &mut stream,
-            Duration::from_secs(30),
-            "oom_kill",
-            |e| matches!(e, KernelEvent::OomKill(k) if k.victim_pid == pid),
-        )
-        .await;
-        let status = child.wait().unwrap();
-        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
-        let KernelEvent::OomKill(k) = ev else {
-            unreachable!()
-        };
+        let (pid, k) = oom_kill_of_a_memhog(&mut stream, &cg, &rel).await;
         assert_eq!(k.victim_cgroup_id, Some(cg.v2_id(&rel)), "{k:?}");
         assert_eq!(k.victim_tid, pid);
         assert_eq!(k.victim_comm.as_deref(), Some("nm-memhog"));

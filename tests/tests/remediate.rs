@@ -20,24 +20,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::{
-    api::{
-        apps::v1::{Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec},
-        core::v1::{
-            ConfigMap, Container, Event, Node, PersistentVolume, PersistentVolumeClaim,
-            PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PersistentVolumeSpec,
-            Pod, PodSpec, PodTemplateSpec, Volume, VolumeResourceRequirements,
-        },
-        storage::v1::VolumeAttachment,
-    },
-    apimachinery::pkg::{
-        api::resource::Quantity,
-        apis::meta::v1::{LabelSelector, ObjectMeta},
-    },
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Event, Node, Pod},
+    storage::v1::VolumeAttachment,
 };
 use kube::{
     Api, Client,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{ListParams, Patch, PatchParams},
 };
 use node_monitor::{
     core::remediation::{OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE},
@@ -45,36 +34,21 @@ use node_monitor::{
 };
 use node_monitor_tests::{
     cgroup::{TestCgroups, require_root},
-    control_plane::{ControlPlane, ControlPlaneOptions, DEFAULT_CONTROLLERS, error_chain},
+    control_plane::{ControlPlane, ControlPlaneOptions, error_chain},
     e2e::{binary, free_port, http_get, sum_samples},
+    manifests,
     standin::{StandIn, StandInConfig},
+    wait::{self, must},
+    workload::{self, APPS, ZONE_LABEL},
 };
 use serde_json::json;
 
 /// Bound on every wait for the cluster to converge (a liveness bound, not a speed assertion).
 const WAIT: Duration = Duration::from_secs(120);
 const NS: &str = "node-monitor";
-const APPS: &str = "default";
-const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
-/// The fake CSI driver of the volume scenario.
-const DRIVER: &str = "csi.node-monitor.test";
 
-fn must<T, E: std::error::Error>(r: Result<T, E>, what: &str) -> T {
-    r.unwrap_or_else(|e| panic!("{what}: {}", error_chain(&e)))
-}
-
-async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "gave up after {WAIT:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+async fn eventually<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
+    wait::eventually(what, WAIT, check).await
 }
 
 /// remediate's configuration for these tests: fast ticks, 4 missed 1 s renewals, short retries
@@ -202,6 +176,25 @@ impl Remediate {
         sum_samples(&text, family, labels)
     }
 
+    /// The value of an unlabelled metric (the sum over its label sets).
+    async fn total(&self, family: &str) -> f64 {
+        self.metric(family, &[]).await
+    }
+
+    /// Waits until the metric's sum satisfies `done`.
+    async fn wait_metric(
+        &self,
+        what: &str,
+        family: &str,
+        labels: &[(&str, &str)],
+        done: impl Fn(f64) -> bool,
+    ) {
+        eventually(what, async || {
+            done(self.metric(family, labels).await).then_some(())
+        })
+        .await;
+    }
+
     /// SIGKILL: a crash, nothing cleaned up.
     fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -309,19 +302,23 @@ impl Fixture {
             .count()
     }
 
+    /// Waits until the number of `phase` records of `step` on `node` satisfies `done`.
+    async fn wait_count(
+        &self,
+        what: &str,
+        (phase, step, node): (&str, &str, &str),
+        done: impl Fn(usize) -> bool,
+    ) {
+        eventually(what, async || {
+            done(self.count(phase, step, node)).then_some(())
+        })
+        .await;
+    }
+
     async fn configmap(&self, name: &str, key: &str, text: &str) {
-        let api: Api<ConfigMap> = Api::namespaced(self.client(), NS);
-        let cm = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                ..ObjectMeta::default()
-            },
-            data: Some(BTreeMap::from([(key.to_owned(), text.to_owned())])),
-            ..ConfigMap::default()
-        };
         must(
-            api.create(&PostParams::default(), &cm).await,
-            &format!("create ConfigMap {name}"),
+            workload::create_configmap(&self.client(), NS, name, key, text).await,
+            "create a fence ConfigMap",
         );
     }
 
@@ -389,16 +386,8 @@ impl Fixture {
     /// A dead machine: the stand-in stops (no heartbeats, nothing finalized) and the pod's
     /// processes die.
     fn kill_node(&self, node: &str, pod_uid: &str) {
-        let s = self.standin(node);
-        s.pause();
-        let pids = s.pod_pids(pod_uid);
-        assert!(!pids.is_empty(), "pod {pod_uid} has no processes on {node}");
-        for pid in pids {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+        let killed = workload::power_off(self.standin(node), pod_uid);
+        assert!(killed > 0, "pod {pod_uid} has no processes on {node}");
     }
 
     async fn node(&self, name: &str) -> Node {
@@ -418,6 +407,29 @@ impl Fixture {
                     && t.effect == "NoExecute"
                     && t.value.as_deref() == Some(OUT_OF_SERVICE_VALUE)
             })
+    }
+
+    /// Waits until `node` carries the out-of-service taint (`tainted`) or no longer does.
+    async fn wait_out_of_service(&self, node: &str, tainted: bool) {
+        let what = if tainted {
+            "the out-of-service taint"
+        } else {
+            "the out-of-service taint to be removed"
+        };
+        eventually(what, async || {
+            (self.out_of_service(node).await == tainted).then_some(())
+        })
+        .await;
+    }
+
+    /// Waits until recovery ran on `node` and its operation is forgotten.
+    async fn wait_recovered(&self, node: &str) {
+        self.wait_count("recovery to run", ("end", "recovery", node), |n| n > 0)
+            .await;
+        eventually("the operation to be forgotten", async || {
+            self.operation(node).await.is_none().then_some(())
+        })
+        .await;
     }
 
     async fn operation(&self, node: &str) -> Option<serde_json::Value> {
@@ -444,26 +456,13 @@ impl Fixture {
     }
 
     async fn pods(&self, app: &str) -> Vec<Pod> {
-        let api: Api<Pod> = Api::namespaced(self.client(), APPS);
-        must(
-            api.list(&ListParams::default().labels(&format!("app={app}")))
-                .await,
-            "list pods",
-        )
-        .items
+        must(workload::app_pods(&self.client(), app).await, "list pods")
     }
 
     /// The app's single running pod: (name, uid, node).
     async fn running_pod(&self, app: &str, not_uid: Option<&str>) -> (String, String, String) {
         eventually(&format!("a Running pod of {app}"), async || {
-            self.pods(app).await.into_iter().find_map(|p| {
-                let uid = p.metadata.uid.clone()?;
-                let node = p.spec.as_ref()?.node_name.clone()?;
-                let running = p.status.as_ref()?.phase.as_deref() == Some("Running")
-                    && p.metadata.deletion_timestamp.is_none();
-                (running && not_uid != Some(uid.as_str()))
-                    .then(|| (p.metadata.name.clone().unwrap_or_default(), uid, node))
-            })
+            workload::running_pod(&self.pods(app).await, not_uid)
         })
         .await
     }
@@ -475,90 +474,34 @@ impl Fixture {
             .find(|p| p.metadata.uid.as_deref() == Some(uid))
     }
 
+    /// Asserts that the pod `uid` (named `pod`) is in the API and not terminating.
+    async fn assert_not_deleted(&self, pod: &str, uid: &str, when: &str) {
+        let p = self
+            .pod_by_uid(uid)
+            .await
+            .unwrap_or_else(|| panic!("{pod} was deleted {when}"));
+        assert!(
+            p.metadata.deletion_timestamp.is_none(),
+            "{pod} deleted {when}"
+        );
+    }
+
     async fn pods_all(&self) -> Vec<Pod> {
         let api: Api<Pod> = Api::namespaced(self.client(), APPS);
         must(api.list(&ListParams::default()).await, "list pods").items
     }
 }
 
-fn workload_template(app: &str, volume_claim: Option<&str>) -> PodTemplateSpec {
-    PodTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(BTreeMap::from([("app".to_owned(), app.to_owned())])),
-            ..ObjectMeta::default()
-        }),
-        spec: Some(PodSpec {
-            termination_grace_period_seconds: Some(5),
-            containers: vec![Container {
-                name: "main".to_owned(),
-                image: Some("nm-workload".to_owned()),
-                command: Some(vec![
-                    binary("nm-workload").display().to_string(),
-                    "--sleep".to_owned(),
-                ]),
-                ..Container::default()
-            }],
-            volumes: volume_claim.map(|claim| {
-                vec![Volume {
-                    name: "data".to_owned(),
-                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                        claim_name: claim.to_owned(),
-                        read_only: None,
-                    }),
-                    ..Volume::default()
-                }]
-            }),
-            ..PodSpec::default()
-        }),
-    }
-}
-
-fn selector(app: &str) -> LabelSelector {
-    LabelSelector {
-        match_labels: Some(BTreeMap::from([("app".to_owned(), app.to_owned())])),
-        ..LabelSelector::default()
-    }
-}
-
 async fn create_deployment(client: &Client, app: &str, replicas: i32) {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), APPS);
-    let d = Deployment {
-        metadata: ObjectMeta {
-            name: Some(app.to_owned()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(DeploymentSpec {
-            replicas: Some(replicas),
-            selector: selector(app),
-            template: workload_template(app, None),
-            ..DeploymentSpec::default()
-        }),
-        ..Deployment::default()
-    };
     must(
-        api.create(&PostParams::default(), &d).await,
+        workload::create_deployment(client, app, replicas).await,
         "create the Deployment",
     );
 }
 
 async fn create_statefulset(client: &Client, app: &str, claim: Option<&str>) {
-    let api: Api<StatefulSet> = Api::namespaced(client.clone(), APPS);
-    let s = StatefulSet {
-        metadata: ObjectMeta {
-            name: Some(app.to_owned()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(StatefulSetSpec {
-            replicas: Some(1),
-            service_name: Some(app.to_owned()),
-            selector: selector(app),
-            template: workload_template(app, claim),
-            ..StatefulSetSpec::default()
-        }),
-        ..StatefulSet::default()
-    };
     must(
-        api.create(&PostParams::default(), &s).await,
+        workload::create_statefulset(client, app, claim).await,
         "create the StatefulSet",
     );
 }
@@ -568,32 +511,25 @@ async fn create_statefulset(client: &Client, app: &str, claim: Option<&str>) {
 async fn kill_and_check_the_fence_comes_first(fx: &Fixture, app: &str) -> (String, String) {
     let (pod, uid, node) = fx.running_pod(app, None).await;
     fx.kill_node(&node, &uid);
-    eventually("the isolation method to be called", async || {
-        (fx.count("start", "isolation", &node) > 0).then_some(())
-    })
+    fx.wait_count(
+        "the isolation method to be called",
+        ("start", "isolation", &node),
+        |n| n > 0,
+    )
     .await;
     // The fence method runs (held): nothing is released yet.
     assert!(
         !fx.out_of_service(&node).await,
         "the out-of-service taint must wait for confirmed fencing"
     );
-    let p = fx
-        .pod_by_uid(&uid)
-        .await
-        .unwrap_or_else(|| panic!("{pod} was deleted before fencing was confirmed"));
-    assert!(
-        p.metadata.deletion_timestamp.is_none(),
-        "{pod} deleted before fencing confirmed"
-    );
+    fx.assert_not_deleted(&pod, &uid, "before fencing was confirmed")
+        .await;
     let op = fx.operation(&node).await.expect("the operation is stored");
     assert_eq!(op["phase"]["name"], "fencing", "{op}");
     assert_eq!(op["running"], "isolation", "{op}");
     // Fencing completes: now the node is released.
     fs::remove_file(fx.hold_file()).expect("release the hold");
-    eventually("the out-of-service taint", async || {
-        fx.out_of_service(&node).await.then_some(())
-    })
-    .await;
+    fx.wait_out_of_service(&node, true).await;
     assert!(
         fx.calls().iter().any(|c| c.phase == "end"
             && c.step == "isolation"
@@ -608,22 +544,19 @@ async fn kill_and_check_the_fence_comes_first(fx: &Fixture, app: &str) -> (Strin
 /// The node resumes: recovery runs, the taint goes, the operation is forgotten.
 async fn resume_and_check_recovery(fx: &Fixture, node: &str) {
     fx.standin(node).resume();
-    eventually("recovery to run", async || {
-        (fx.count("end", "recovery", node) > 0).then_some(())
-    })
-    .await;
-    eventually("the out-of-service taint to be removed", async || {
-        (!fx.out_of_service(node).await).then_some(())
-    })
-    .await;
-    eventually("the operation to be forgotten", async || {
-        fx.operation(node).await.is_none().then_some(())
-    })
-    .await;
+    fx.wait_recovered(node).await;
+    fx.wait_out_of_service(node, false).await;
     assert!(
         !fx.node_events(node, "NodeRecovered").await.is_empty(),
         "a NodeRecovered event"
     );
+}
+
+/// Whether one of `events` says `text`.
+fn mentions(events: &[Event], text: &str) -> bool {
+    events
+        .iter()
+        .any(|e| e.message.as_deref().unwrap_or("").contains(text))
 }
 
 fn three_nodes() -> [(&'static str, &'static str); 3] {
@@ -658,15 +591,10 @@ async fn a_dead_deployment_pod_is_replaced_after_fencing_and_the_node_recovers()
     }
     let r = fx.remediate();
     assert_eq!(
-        r.metric("node_monitor_remediation_releases_total", &[])
-            .await,
+        r.total("node_monitor_remediation_releases_total").await,
         1.0
     );
-    assert!(
-        r.metric("node_monitor_remediation_pods_deleted_total", &[])
-            .await
-            >= 1.0
-    );
+    assert!(r.total("node_monitor_remediation_pods_deleted_total").await >= 1.0);
     assert_eq!(
         r.metric(
             "node_monitor_remediation_fence_steps_total",
@@ -680,7 +608,7 @@ async fn a_dead_deployment_pod_is_replaced_after_fencing_and_the_node_recovers()
     resume_and_check_recovery(&fx, &node).await;
     assert!(
         fx.remediate()
-            .metric("node_monitor_remediation_recoveries_total", &[])
+            .total("node_monitor_remediation_recoveries_total")
             .await
             >= 1.0
     );
@@ -705,8 +633,16 @@ async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
         .collect();
     assert!(files.len() >= 5, "{files:?}");
     for file in &files {
-        let real = file == "serviceaccount.yaml" || file == "rbac.yaml";
-        apply_manifest(&fx.client(), &deploy_remediate(file), !real).await;
+        let objects = must(
+            manifests::read_objects(&deploy_remediate(file)),
+            "read a shipped manifest",
+        );
+        let applied = if file == "serviceaccount.yaml" || file == "rbac.yaml" {
+            manifests::apply(&fx.client(), &objects).await
+        } else {
+            manifests::apply_dry_run(&fx.client(), &objects).await
+        };
+        must(applied, "apply a shipped manifest");
     }
     let kubeconfig = must(
         fx.cp
@@ -735,14 +671,7 @@ async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
         fx.calls()
     );
     let released = fx.node_events(&node, "NodeReleased").await;
-    assert!(
-        released.iter().any(|e| e
-            .message
-            .as_deref()
-            .unwrap_or("")
-            .contains("1 pods deleted")),
-        "{released:?}"
-    );
+    assert!(mentions(&released, "1 pods deleted"), "{released:?}");
     resume_and_check_recovery(&fx, &node).await;
     let log = fx.remediate().log();
     assert!(
@@ -753,46 +682,7 @@ async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
 }
 
 fn deploy_remediate(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy/remediate")
-        .join(file)
-}
-
-/// Server-side applies every document of a manifest file (or validates it with a dry run).
-async fn apply_manifest(client: &Client, path: &Path, dry_run: bool) {
-    use kube::{
-        api::DynamicObject,
-        core::GroupVersionKind,
-        discovery::{Scope, pinned_kind},
-    };
-    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let value: serde_yaml::Value = serde::Deserialize::deserialize(doc)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let obj: DynamicObject =
-            serde_json::from_value(serde_json::to_value(&value).expect("YAML is JSON-compatible"))
-                .unwrap_or_else(|e| panic!("{}: not an object: {e}", path.display()));
-        let tm = obj.types.clone().expect("apiVersion and kind");
-        let gvk = GroupVersionKind::try_from(&tm).expect("a group/version/kind");
-        let (ar, caps) = pinned_kind(client, &gvk)
-            .await
-            .unwrap_or_else(|e| panic!("{}: {e}", tm.kind));
-        let name = obj.metadata.name.clone().expect("name");
-        let api: Api<DynamicObject> = match caps.scope {
-            Scope::Namespaced => Api::namespaced_with(
-                client.clone(),
-                obj.metadata.namespace.as_deref().unwrap_or("default"),
-                &ar,
-            ),
-            Scope::Cluster => Api::all_with(client.clone(), &ar),
-        };
-        let mut pp = PatchParams::apply("node-monitor-tests").force();
-        pp.dry_run = dry_run;
-        must(
-            api.patch(&name, &pp, &Patch::Apply(&obj)).await,
-            &format!("apply {} {name} from {}", tm.kind, path.display()),
-        );
-    }
+    manifests::deploy_dir().join("remediate").join(file)
 }
 
 /// The attach-detach controller needs a volume it manages: a PersistentVolume of a CSI driver,
@@ -802,46 +692,35 @@ async fn apply_manifest(client: &Client, path: &Path, dry_run: bool) {
 /// `status.volumesInUse` (which the kubelet would report) is written by hand.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statefulset_volume_moves_after_fencing() {
-    let opts = ControlPlaneOptions {
-        controllers: DEFAULT_CONTROLLERS
-            .iter()
-            .map(|s| (*s).to_owned())
-            .chain(["persistentvolume-attach-detach-controller".to_owned()])
-            .collect(),
-        ..ControlPlaneOptions::default()
-    };
+    let mut opts = ControlPlaneOptions::default();
+    opts.controllers
+        .push(workload::ATTACH_DETACH_CONTROLLER.to_owned());
     let mut fx = Fixture::start("rem-va", opts, &three_nodes()).await;
     let client = fx.client();
-    let nodes: Api<Node> = Api::all(client.clone());
-    for (n, _) in three_nodes() {
-        let patch = json!({"metadata": {"annotations": {
-            "volumes.kubernetes.io/controller-managed-attach-detach": "true"}}});
-        must(
-            nodes
-                .patch(n, &PatchParams::default(), &Patch::Merge(&patch))
-                .await,
-            "let the attach-detach controller manage the node",
-        );
-    }
-    let pv_name = create_bound_volume(&client, "data").await;
-    let attacher = tokio::spawn(fake_external_attacher(client.clone()));
+    must(
+        workload::manage_attach_detach(&client, three_nodes().map(|(n, _)| n)).await,
+        "let the attach-detach controller manage the nodes",
+    );
+    let pv_name = must(
+        workload::create_bound_volume(&client, "data").await,
+        "create the volume",
+    );
+    let attacher = tokio::spawn(workload::fake_external_attacher(client.clone()));
 
     fx.fence_config(true).await;
     fs::write(fx.hold_file(), "").expect("hold");
     fx.start_remediate("remediate-1", CONFIG).await;
     create_statefulset(&client, "db", Some("data")).await;
     let (_, old_uid, node) = fx.running_pod("db", None).await;
-    let vas: Api<VolumeAttachment> = Api::all(client.clone());
     let old_va = eventually("the volume attached to the pod's node", async || {
-        attachment(&vas, &pv_name, &node).await
+        attachment(&client, &pv_name, &node).await
     })
     .await;
     // The kubelet would report the volume mounted: without the out-of-service taint, the
     // attach-detach controller then waits 6 minutes before force-detaching.
-    let unique = format!("kubernetes.io/csi/{DRIVER}^vol-1");
-    let patch = json!({"status": {"volumesInUse": [unique]}});
+    let patch = json!({"status": {"volumesInUse": [workload::volume_in_use_name()]}});
     must(
-        nodes
+        Api::<Node>::all(client.clone())
             .patch_status(&node, &PatchParams::default(), &Patch::Merge(&patch))
             .await,
         "report the volume in use",
@@ -852,6 +731,7 @@ async fn a_statefulset_volume_moves_after_fencing() {
     // volume is still "in use" on the node, but the node is out of service) and attaches the
     // volume where the replacement runs.
     let old_name = old_va.metadata.name.clone().expect("name");
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
     eventually(
         "the dead node's VolumeAttachment to be deleted",
         async || vas.get_opt(&old_name).await.ok()?.is_none().then_some(()),
@@ -861,34 +741,18 @@ async fn a_statefulset_volume_moves_after_fencing() {
     assert_eq!(name, "db-0");
     assert_ne!(new_node, node);
     eventually("the volume attached to the new node", async || {
-        attachment(&vas, &pv_name, &new_node).await
+        attachment(&client, &pv_name, &new_node).await
     })
     .await;
     let released = fx.node_events(&node, "NodeReleased").await;
-    assert!(
-        released.iter().any(|e| e
-            .message
-            .as_deref()
-            .unwrap_or("")
-            .contains("1 volume attachments")),
-        "{released:?}"
-    );
+    assert!(mentions(&released, "1 volume attachments"), "{released:?}");
     attacher.abort();
     resume_and_check_recovery(&fx, &node).await;
 }
 
-/// The attached VolumeAttachment of `pv` on `node`, if any.
-async fn attachment(vas: &Api<VolumeAttachment>, pv: &str, node: &str) -> Option<VolumeAttachment> {
-    vas.list(&ListParams::default())
-        .await
-        .ok()?
-        .items
-        .into_iter()
-        .find(|va| {
-            va.spec.node_name == node
-                && va.spec.source.persistent_volume_name.as_deref() == Some(pv)
-                && va.status.as_ref().is_some_and(|s| s.attached)
-        })
+/// The attached VolumeAttachment of `pv` on `node`; `None` also while the API cannot say.
+async fn attachment(client: &Client, pv: &str, node: &str) -> Option<VolumeAttachment> {
+    workload::attachment(client, pv, node).await.ok().flatten()
 }
 
 /// As [`kill_and_check_the_fence_comes_first`], for a node known in advance, also checking that
@@ -900,9 +764,11 @@ async fn kill_and_check_the_fence_comes_first_with_volume(
     va: &VolumeAttachment,
 ) {
     fx.kill_node(node, uid);
-    eventually("the isolation method to be called", async || {
-        (fx.count("start", "isolation", node) > 0).then_some(())
-    })
+    fx.wait_count(
+        "the isolation method to be called",
+        ("start", "isolation", node),
+        |n| n > 0,
+    )
     .await;
     assert!(!fx.out_of_service(node).await);
     let vas: Api<VolumeAttachment> = Api::all(fx.client());
@@ -913,118 +779,7 @@ async fn kill_and_check_the_fence_comes_first_with_volume(
     );
     assert!(fx.pod_by_uid(uid).await.is_some());
     fs::remove_file(fx.hold_file()).expect("release the hold");
-    eventually("the out-of-service taint", async || {
-        fx.out_of_service(node).await.then_some(())
-    })
-    .await;
-}
-
-/// A PersistentVolume of the fake CSI driver, pre-bound to claim `claim` in `default`; both
-/// marked Bound (no binder controller runs). Returns the PV's name.
-async fn create_bound_volume(client: &Client, claim: &str) -> String {
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), APPS);
-    let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    let pv_name = format!("{claim}-pv");
-    let storage = BTreeMap::from([("storage".to_owned(), Quantity("1Gi".to_owned()))]);
-    let pvc = PersistentVolumeClaim {
-        metadata: ObjectMeta {
-            name: Some(claim.to_owned()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PersistentVolumeClaimSpec {
-            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
-            storage_class_name: Some(String::new()),
-            volume_name: Some(pv_name.clone()),
-            resources: Some(VolumeResourceRequirements {
-                requests: Some(storage.clone()),
-                ..VolumeResourceRequirements::default()
-            }),
-            ..PersistentVolumeClaimSpec::default()
-        }),
-        ..PersistentVolumeClaim::default()
-    };
-    let pvc = must(
-        pvcs.create(&PostParams::default(), &pvc).await,
-        "create the claim",
-    );
-    let pv = PersistentVolume {
-        metadata: ObjectMeta {
-            name: Some(pv_name.clone()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PersistentVolumeSpec {
-            capacity: Some(storage.clone()),
-            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
-            persistent_volume_reclaim_policy: Some("Retain".to_owned()),
-            storage_class_name: Some(String::new()),
-            claim_ref: Some(k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some("v1".to_owned()),
-                kind: Some("PersistentVolumeClaim".to_owned()),
-                namespace: Some(APPS.to_owned()),
-                name: Some(claim.to_owned()),
-                uid: pvc.metadata.uid.clone(),
-                ..Default::default()
-            }),
-            csi: Some(k8s_openapi::api::core::v1::CSIPersistentVolumeSource {
-                driver: DRIVER.to_owned(),
-                volume_handle: "vol-1".to_owned(),
-                ..Default::default()
-            }),
-            ..PersistentVolumeSpec::default()
-        }),
-        ..PersistentVolume::default()
-    };
-    must(
-        pvs.create(&PostParams::default(), &pv).await,
-        "create the volume",
-    );
-    must(
-        pvs.patch_status(
-            &pv_name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Bound"}})),
-        )
-        .await,
-        "mark the volume Bound",
-    );
-    must(
-        pvcs.patch_status(
-            claim,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {
-                "phase": "Bound",
-                "accessModes": ["ReadWriteOnce"],
-                "capacity": {"storage": "1Gi"}
-            }})),
-        )
-        .await,
-        "mark the claim Bound",
-    );
-    pv_name
-}
-
-/// Marks every VolumeAttachment of the fake driver attached, as the CSI external-attacher does.
-async fn fake_external_attacher(client: Client) {
-    let vas: Api<VolumeAttachment> = Api::all(client);
-    loop {
-        if let Ok(list) = vas.list(&ListParams::default()).await {
-            for va in list.items {
-                let pending = va.spec.attacher == DRIVER
-                    && va.metadata.deletion_timestamp.is_none()
-                    && !va.status.as_ref().is_some_and(|s| s.attached);
-                if let (true, Some(name)) = (pending, va.metadata.name.as_deref()) {
-                    let _ = vas
-                        .patch_status(
-                            name,
-                            &PatchParams::default(),
-                            &Patch::Merge(json!({"status": {"attached": true}})),
-                        )
-                        .await;
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    fx.wait_out_of_service(node, true).await;
 }
 
 /// A node cut off from the API server but alive (its pods keep running), whose fence method
@@ -1068,11 +823,8 @@ async fn a_partitioned_node_whose_fencing_fails_is_never_released() {
         !fx.out_of_service(&node).await,
         "an unconfirmed node is never tainted"
     );
-    let p = fx
-        .pod_by_uid(&uid)
-        .await
-        .unwrap_or_else(|| panic!("{pod} was deleted"));
-    assert!(p.metadata.deletion_timestamp.is_none(), "{pod} was deleted");
+    fx.assert_not_deleted(&pod, &uid, "while its node was alive")
+        .await;
     for pid in &pids {
         assert!(
             Path::new(&format!("/proc/{pid}")).exists(),
@@ -1081,24 +833,19 @@ async fn a_partitioned_node_whose_fencing_fails_is_never_released() {
     }
     let r = fx.remediate();
     assert_eq!(
-        r.metric("node_monitor_remediation_releases_total", &[])
-            .await,
+        r.total("node_monitor_remediation_releases_total").await,
         0.0
     );
     assert_eq!(
-        r.metric("node_monitor_remediation_pods_deleted_total", &[])
-            .await,
+        r.total("node_monitor_remediation_pods_deleted_total").await,
         0.0
     );
-    eventually("the failures counted", async || {
-        (r.metric(
-            "node_monitor_remediation_fence_steps_total",
-            &[("step", "isolation"), ("outcome", "failure")],
-        )
-        .await
-            >= 4.0)
-            .then_some(())
-    })
+    r.wait_metric(
+        "the failures counted",
+        "node_monitor_remediation_fence_steps_total",
+        &[("step", "isolation"), ("outcome", "failure")],
+        |v| v >= 4.0,
+    )
     .await;
     let op = fx.operation(&node).await.expect("the operation is kept");
     assert!(op["cycles"].as_u64().unwrap_or(0) >= 1, "{op}");
@@ -1107,14 +854,7 @@ async fn a_partitioned_node_whose_fencing_fails_is_never_released() {
     // The partition heals: recovery undoes whatever isolation may have done; nothing was
     // released, so nothing is restored but the node.
     fx.standin(&node).resume_renewing();
-    eventually("recovery to run", async || {
-        (fx.count("end", "recovery", &node) > 0).then_some(())
-    })
-    .await;
-    eventually("the operation to be forgotten", async || {
-        fx.operation(&node).await.is_none().then_some(())
-    })
-    .await;
+    fx.wait_recovered(&node).await;
     assert!(!fx.out_of_service(&node).await);
     assert!(fx.pod_by_uid(&uid).await.is_some(), "the pod survived");
 }
@@ -1161,15 +901,12 @@ async fn most_of_a_zone_dying_at_once_releases_nothing() {
         fx.standin(n).pause();
     }
     let r = fx.remediate();
-    eventually("a zone_disruption skip", async || {
-        (r.metric(
-            "node_monitor_remediation_skips_total",
-            &[("reason", "zone_disruption")],
-        )
-        .await
-            >= 1.0)
-            .then_some(())
-    })
+    r.wait_metric(
+        "a zone_disruption skip",
+        "node_monitor_remediation_skips_total",
+        &[("reason", "zone_disruption")],
+        |v| v >= 1.0,
+    )
     .await;
     let zone_state = r
         .metric(
@@ -1182,21 +919,14 @@ async fn most_of_a_zone_dying_at_once_releases_nothing() {
     for n in dying {
         skipped.extend(fx.node_events(n, "FencingSkipped").await);
     }
-    assert!(
-        skipped.iter().any(|e| e
-            .message
-            .as_deref()
-            .unwrap_or("")
-            .contains("PartialDisruption")),
-        "{skipped:?}"
-    );
+    assert!(mentions(&skipped, "PartialDisruption"), "{skipped:?}");
     // Every dead node of the zone is reported, none fenced.
-    eventually("all three dead nodes reported", async || {
-        (r.metric("node_monitor_remediation_nodes", &[("state", "dead")])
-            .await
-            == 3.0)
-            .then_some(())
-    })
+    r.wait_metric(
+        "all three dead nodes reported",
+        "node_monitor_remediation_nodes",
+        &[("state", "dead")],
+        |v| v == 3.0,
+    )
     .await;
     assert!(
         fx.calls().is_empty(),
@@ -1216,8 +946,7 @@ async fn most_of_a_zone_dying_at_once_releases_nothing() {
         .collect();
     assert_eq!(after.len(), before.len(), "no pod deleted");
     assert_eq!(
-        r.metric("node_monitor_remediation_releases_total", &[])
-            .await,
+        r.total("node_monitor_remediation_releases_total").await,
         0.0
     );
 
@@ -1225,12 +954,12 @@ async fn most_of_a_zone_dying_at_once_releases_nothing() {
     for n in dying {
         fx.standin(n).resume();
     }
-    eventually("every node alive again", async || {
-        (r.metric("node_monitor_remediation_nodes", &[("state", "dead")])
-            .await
-            == 0.0)
-            .then_some(())
-    })
+    r.wait_metric(
+        "every node alive again",
+        "node_monitor_remediation_nodes",
+        &[("state", "dead")],
+        |v| v == 0.0,
+    )
     .await;
     assert!(fx.calls().is_empty());
 }
@@ -1312,9 +1041,7 @@ async fn a_last_gasp_is_immediate_and_a_reporting_agent_keeps_its_node_alive() {
     assert_ne!(new_node, node);
     let started = fx.node_events(&node, "FencingStarted").await;
     assert!(
-        started
-            .iter()
-            .any(|e| e.message.as_deref().unwrap_or("").contains("last gasp")),
+        mentions(&started, "last gasp"),
         "fenced on the last gasp, not on the Lease: {started:?}"
     );
 
@@ -1340,15 +1067,12 @@ async fn a_last_gasp_is_immediate_and_a_reporting_agent_keeps_its_node_alive() {
 
     // The agent falls silent too: now the node is dead (and skipped, being opted out).
     heartbeat.abort();
-    eventually("the quiet node judged dead", async || {
-        (r.metric(
-            "node_monitor_remediation_skips_total",
-            &[("reason", "not_eligible")],
-        )
-        .await
-            >= 1.0)
-            .then_some(())
-    })
+    r.wait_metric(
+        "the quiet node judged dead",
+        "node_monitor_remediation_skips_total",
+        &[("reason", "not_eligible")],
+        |v| v >= 1.0,
+    )
     .await;
     assert!(!fx.out_of_service(&quiet).await);
     assert!(fx.operation(&quiet).await.is_none());
@@ -1371,9 +1095,11 @@ async fn fencing_resumes_after_a_controller_restart() {
     create_deployment(&fx.client(), "web", 1).await;
     let (_, old_uid, node) = fx.running_pod("web", None).await;
     fx.kill_node(&node, &old_uid);
-    eventually("the isolation method to be called", async || {
-        (fx.count("start", "isolation", &node) == 1).then_some(())
-    })
+    fx.wait_count(
+        "the isolation method to be called",
+        ("start", "isolation", &node),
+        |n| n == 1,
+    )
     .await;
     // Crash mid-fence.
     if let Some(mut r) = fx.remediate.take() {
@@ -1393,9 +1119,11 @@ async fn fencing_resumes_after_a_controller_restart() {
         .expect("running")
         .wait_log("resuming fencing operations")
         .await;
-    eventually("the interrupted isolation step to run again", async || {
-        (fx.count("start", "isolation", &node) == 2).then_some(())
-    })
+    fx.wait_count(
+        "the interrupted isolation step to run again",
+        ("start", "isolation", &node),
+        |n| n == 2,
+    )
     .await;
     assert!(
         !fx.out_of_service(&node).await,
@@ -1407,7 +1135,7 @@ async fn fencing_resumes_after_a_controller_restart() {
     assert!(fx.out_of_service(&node).await);
     assert_eq!(
         fx.remediate()
-            .metric("node_monitor_remediation_releases_total", &[])
+            .total("node_monitor_remediation_releases_total")
             .await,
         1.0
     );

@@ -63,6 +63,67 @@ fn lines(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     rx
 }
 
+/// `node-monitor trace --json --kind oom_kill` with `extra` arguments, once it listens.
+struct Trace {
+    process: Guard,
+    stdout: mpsc::Receiver<String>,
+    stderr: mpsc::Receiver<String>,
+    /// The stderr lines read so far.
+    err_lines: Vec<String>,
+}
+
+impl Trace {
+    fn start(extra: &[&std::ffi::OsStr]) -> Trace {
+        let bin = node_monitor_bin();
+        let mut process = Guard(
+            Command::new(&bin)
+                .args(["trace", "--json", "--kind", "oom_kill", "--duration", "120"])
+                .args(extra)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("running {}: {e}", bin.display())),
+        );
+        let stdout = lines(process.0.stdout.take().expect("piped stdout"));
+        let stderr = lines(process.0.stderr.take().expect("piped stderr"));
+        let mut err_lines = Vec::new();
+        wait_line(
+            &stderr,
+            Duration::from_secs(60),
+            "readiness line",
+            &mut err_lines,
+            |l| l.contains("listening"),
+        );
+        Trace {
+            process,
+            stdout,
+            stderr,
+            err_lines,
+        }
+    }
+
+    /// Runs `nm-memhog anon 256` in the cgroup `rel` (limited to less), which the kernel OOM-kills;
+    /// returns the trace's line for that kill, and the other stdout lines read before it.
+    fn oom_kill_line(&self, cg: &TestCgroups, rel: &str) -> (String, Vec<String>) {
+        let mut hog = cg
+            .spawn_in(rel, Command::new(MEMHOG).args(["anon", "256"]))
+            .expect("spawn nm-memhog");
+        let pid = hog.id();
+        let status = hog.wait().expect("wait for nm-memhog");
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+        let mut out_lines = Vec::new();
+        let line = wait_line(
+            &self.stdout,
+            Duration::from_secs(30),
+            "oom_kill line",
+            &mut out_lines,
+            |l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["pid"] == pid),
+        );
+        (line, out_lines)
+    }
+}
+
 fn wait_line(
     rx: &mpsc::Receiver<String>,
     timeout: Duration,
@@ -84,8 +145,6 @@ fn wait_line(
 #[test]
 fn trace_json_reports_a_real_oom_kill_with_its_pod() {
     require_root("node-monitor trace");
-    let bin = node_monitor_bin();
-
     let mut cg = TestCgroups::new("trace-cli");
     let uid = format!("{:08x}-0000-4000-8000-{:012x}", std::process::id(), 0x7ace);
     let cid = format!("{:064x}", u128::from(std::process::id()) << 64 | 0xc1d);
@@ -97,41 +156,8 @@ fn trace_json_reports_a_real_oom_kill_with_its_pod() {
     cg.create(&rel).unwrap();
     cg.set_memory_limit(&rel, 32 * MIB).unwrap();
 
-    let mut trace = Guard(
-        Command::new(&bin)
-            .args(["trace", "--json", "--kind", "oom_kill", "--duration", "120"])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("running {}: {e}", bin.display())),
-    );
-    let stdout = lines(trace.0.stdout.take().unwrap());
-    let stderr = lines(trace.0.stderr.take().unwrap());
-    let mut err_lines = Vec::new();
-    wait_line(
-        &stderr,
-        Duration::from_secs(60),
-        "readiness line",
-        &mut err_lines,
-        |l| l.contains("listening"),
-    );
-
-    let mut hog = cg
-        .spawn_in(&rel, Command::new(MEMHOG).args(["anon", "256"]))
-        .unwrap();
-    let pid = hog.id();
-    let status = hog.wait().unwrap();
-    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
-
-    let mut out_lines = Vec::new();
-    let line = wait_line(
-        &stdout,
-        Duration::from_secs(30),
-        "oom_kill line",
-        &mut out_lines,
-        |l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["pid"] == pid),
-    );
+    let mut trace = Trace::start(&[]);
+    let (line, out_lines) = trace.oom_kill_line(&cg, &rel);
     let v: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(v["kind"], "oom_kill", "{v}");
     assert!(v["ts_ns"].as_u64().is_some_and(|t| t > 0), "{v}");
@@ -157,21 +183,22 @@ fn trace_json_reports_a_real_oom_kill_with_its_pod() {
 
     // SIGINT ends the stream with the totals on stderr (stdout stays JSON lines).
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(trace.0.id() as i32),
+        nix::unistd::Pid::from_raw(trace.process.0.id() as i32),
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
     let totals = wait_line(
-        &stderr,
+        &trace.stderr,
         Duration::from_secs(30),
         "totals",
-        &mut err_lines,
+        &mut trace.err_lines,
         |l| l.contains("\"totals\""),
     );
-    let status = trace.0.wait().unwrap();
+    let status = trace.process.0.wait().unwrap();
     assert!(
         status.success(),
-        "trace exited with {status:?}; stderr: {err_lines:#?}"
+        "trace exited with {status:?}; stderr: {:#?}",
+        trace.err_lines
     );
     let t: Value = serde_json::from_str(&totals).unwrap();
     assert!(
@@ -185,7 +212,7 @@ fn trace_json_reports_a_real_oom_kill_with_its_pod() {
         "{t}"
     );
     assert_eq!(t["totals"]["drops"], 0, "{t}");
-    for l in stdout.try_iter() {
+    for l in trace.stdout.try_iter() {
         assert!(
             serde_json::from_str::<Value>(&l).is_ok(),
             "non-JSON on stdout: {l}"
@@ -199,7 +226,6 @@ fn trace_names_the_pod_through_the_api() {
     use kube::api::{Api, ObjectMeta, PostParams};
 
     require_root("node-monitor trace");
-    let bin = node_monitor_bin();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -238,53 +264,13 @@ fn trace_names_the_pod_through_the_api() {
     cg.create(&rel).unwrap();
     cg.set_memory_limit(&rel, 32 * MIB).unwrap();
 
-    let kubeconfig = cp.kubeconfig_path().to_owned();
-    let mut trace = Guard(
-        Command::new(&bin)
-            .args([
-                "trace",
-                "--json",
-                "--kind",
-                "oom_kill",
-                "--duration",
-                "120",
-                "--node-name",
-                node,
-            ])
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("running {}: {e}", bin.display())),
-    );
-    let stdout = lines(trace.0.stdout.take().unwrap());
-    let stderr = lines(trace.0.stderr.take().unwrap());
-    let mut err_lines = Vec::new();
-    wait_line(
-        &stderr,
-        Duration::from_secs(60),
-        "readiness line",
-        &mut err_lines,
-        |l| l.contains("listening"),
-    );
-
-    let mut hog = cg
-        .spawn_in(&rel, Command::new(MEMHOG).args(["anon", "256"]))
-        .unwrap();
-    let pid = hog.id();
-    let status = hog.wait().unwrap();
-    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
-
-    let mut out_lines = Vec::new();
-    let line = wait_line(
-        &stdout,
-        Duration::from_secs(30),
-        "oom_kill line",
-        &mut out_lines,
-        |l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["pid"] == pid),
-    );
+    let trace = Trace::start(&[
+        "--node-name".as_ref(),
+        node.as_ref(),
+        "--kubeconfig".as_ref(),
+        cp.kubeconfig_path().as_os_str(),
+    ]);
+    let (line, _) = trace.oom_kill_line(&cg, &rel);
     let v: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(v["pod_uid"], uid.as_str(), "{v}");
     assert_eq!(v["pod_namespace"], "default", "{v}");

@@ -329,6 +329,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
                 source: WakeSource::Housekeeping,
                 at: Instant::now(),
             },
+            WakeSource::Housekeeping.label(),
         )
         .await;
     loop {
@@ -361,7 +362,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         // A PDB refusal makes the next candidate eligible at once: decide again without waiting
         // for the next wake-up (bounded: each refusal puts one more pod into backoff).
         let mut wakeup = wakeup;
-        while agent.cycle(&mut sampler, &mut wakeups, wakeup).await == CycleEnd::Refused {
+        while agent.cycle(&mut sampler, &mut wakeups, wakeup, label).await == CycleEnd::Refused {
             wakeup = Wakeup {
                 source: wakeup.source,
                 at: Instant::now(),
@@ -508,6 +509,8 @@ impl Loop {
         sampler: &mut Sampler,
         wakeups: &mut Wakeups,
         wakeup: Wakeup,
+        // What woke the agent, as in `node_monitor_wakeups_total` (`headroom`, `timer`, …).
+        label: &'static str,
     ) -> CycleEnd {
         let mut end = CycleEnd::Done;
         // A wake-up that arrived while the previous cycle was still running (acting, waiting for
@@ -553,7 +556,7 @@ impl Loop {
             .wakeup_to_decision_seconds
             .observe(decided.as_secs_f64());
         debug!(
-            source = wakeup.source.label(),
+            source = label,
             decided_us = decided.as_micros() as u64,
             queued_us = started.saturating_duration_since(wakeup.at).as_micros() as u64,
             processing_us = started.elapsed().as_micros() as u64,
@@ -578,7 +581,7 @@ impl Loop {
                 message: e.message.clone(),
             };
             info!(pod = %format!("{}/{}", e.namespace, e.name), signal = %e.signal, hard = e.hard,
-                  grace = e.grace_period_seconds, wake_source = wakeup.source.label(),
+                  grace = e.grace_period_seconds, wake_source = label,
                   message = %e.message, "evicting");
             let outcome = self.actuator.evict(&req).await;
             let reaction = wakeup.at.elapsed();

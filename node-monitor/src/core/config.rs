@@ -166,7 +166,9 @@ impl Default for NodeMonitorSettings {
     }
 }
 
-fn ser_go_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+/// Serializes a duration as the Go duration string the configuration takes (`"2m30s"`), so what
+/// `check-config` prints can be pasted back. Shared with the shutdown configuration.
+pub(crate) fn ser_go_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format_go_duration(*d))
 }
 
@@ -711,7 +713,9 @@ fn default_hard() -> StatementMap {
     }
 }
 
-fn describe(v: &Value) -> String {
+/// What a YAML value is, for a wrong-type error ("the string \"5s\"", "a list"). Shared with the
+/// shutdown configuration, so both word their errors alike.
+pub(crate) fn describe(v: &Value) -> String {
     match v {
         Value::Null => "null".into(),
         Value::Bool(b) => format!("the boolean {b}"),
@@ -1120,17 +1124,44 @@ fn parse_node_monitor(
     Ok(s)
 }
 
-fn describe_plain(v: &Value) -> String {
+/// A scalar as written (`5s`, `1000`, `true`), for an invalid-value error; anything else as
+/// [`describe`] says it.
+pub(crate) fn describe_plain(v: &Value) -> String {
     match v {
-        Value::Number(n) => n.to_string(),
         Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
         other => describe(other),
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Asserts that `parse` rejects every input of `cases` with an error that names each of its
+    /// wants (the field, the value, the reason).
+    pub(crate) fn assert_rejections<
+        C: std::fmt::Debug,
+        T: std::fmt::Debug,
+        E: std::fmt::Display,
+    >(
+        cases: &[(C, &[&str])],
+        parse: impl Fn(&C) -> Result<T, E>,
+    ) {
+        for (input, wants) in cases {
+            let err = match parse(input) {
+                Ok(accepted) => panic!("{input:?} should be rejected, got {accepted:?}"),
+                Err(e) => e.to_string(),
+            };
+            for want in *wants {
+                assert!(
+                    err.contains(want),
+                    "{input:?}: {err:?} should contain {want:?}"
+                );
+            }
+        }
+    }
 
     fn flags() -> EvictionFlags {
         EvictionFlags::default()
@@ -1568,15 +1599,7 @@ evictionMinimumReclaim:
                 &["kubelet.yaml", "not a valid YAML"],
             ),
         ];
-        for (yaml, wants) in cases {
-            let err = load_yaml(yaml, &flags()).expect_err(yaml).to_string();
-            for want in *wants {
-                assert!(
-                    err.contains(want),
-                    "{yaml:?}: {err:?} should contain {want:?}"
-                );
-            }
-        }
+        assert_rejections(cases, |yaml| load_yaml(yaml, &flags()));
     }
 
     #[test]
@@ -1673,12 +1696,7 @@ evictionMinimumReclaim:
                 &["--eviction-pressure-transition-period", "\"5\""],
             ),
         ];
-        for (f, wants) in cases {
-            let err = load(None, f).expect_err("should fail").to_string();
-            for want in *wants {
-                assert!(err.contains(want), "{f:?}: {err:?} should contain {want:?}");
-            }
-        }
+        assert_rejections(cases, |f| load(None, f));
     }
 
     #[test]

@@ -282,28 +282,48 @@ mod tests {
 
     #[test]
     fn signal_mappings() {
-        assert_eq!(
-            signal_resource(Signal::AllocatableMemoryAvailable),
-            Resource::Memory
-        );
-        assert_eq!(
-            signal_resource(Signal::ImageFsAvailable),
-            Resource::EphemeralStorage
-        );
-        assert_eq!(
-            signal_resource(Signal::ContainerFsInodesFree),
-            Resource::Inodes
-        );
-        assert_eq!(
-            signal_condition(Signal::PidAvailable),
-            NodeConditionType::PidPressure
-        );
-        assert_eq!(
-            signal_condition(Signal::NodeFsInodesFree),
-            NodeConditionType::DiskPressure
-        );
-        assert_eq!(signal_format(Signal::PidAvailable), Format::DecimalSI);
-        assert_eq!(signal_format(Signal::NodeFsAvailable), Format::BinarySI);
+        for (signal, resource, condition, format) in [
+            (
+                Signal::AllocatableMemoryAvailable,
+                Resource::Memory,
+                NodeConditionType::MemoryPressure,
+                Format::BinarySI,
+            ),
+            (
+                Signal::ImageFsAvailable,
+                Resource::EphemeralStorage,
+                NodeConditionType::DiskPressure,
+                Format::BinarySI,
+            ),
+            (
+                Signal::ContainerFsInodesFree,
+                Resource::Inodes,
+                NodeConditionType::DiskPressure,
+                Format::DecimalSI,
+            ),
+            (
+                Signal::PidAvailable,
+                Resource::Pids,
+                NodeConditionType::PidPressure,
+                Format::DecimalSI,
+            ),
+            (
+                Signal::NodeFsInodesFree,
+                Resource::Inodes,
+                NodeConditionType::DiskPressure,
+                Format::DecimalSI,
+            ),
+            (
+                Signal::NodeFsAvailable,
+                Resource::EphemeralStorage,
+                NodeConditionType::DiskPressure,
+                Format::BinarySI,
+            ),
+        ] {
+            assert_eq!(signal_resource(signal), resource, "{signal:?}");
+            assert_eq!(signal_condition(signal), condition, "{signal:?}");
+            assert_eq!(signal_format(signal), format, "{signal:?}");
+        }
         assert_eq!(
             serde_json::to_string(&NodeConditionType::PidPressure).expect("json"),
             "\"PIDPressure\""

@@ -309,12 +309,18 @@ mod tests {
         }
     }
 
+    /// The record decoded, as an OOM kill.
+    fn decoded(e: &Event<OomKill>, reclaim_probes_attached: bool) -> OomKillEvent {
+        match KernelEvent::decode(as_bytes(e), reclaim_probes_attached) {
+            Ok(KernelEvent::OomKill(k)) => k,
+            other => panic!("not an oom kill: {other:?}"),
+        }
+    }
+
     #[test]
     fn oom_kill_from_the_raw_program() {
         let e = oom(oom_flags::ALL, ReclaimFlavor::Memcg as u32);
-        let KernelEvent::OomKill(k) = KernelEvent::decode(as_bytes(&e), true).unwrap() else {
-            panic!("not an oom kill");
-        };
+        let k = decoded(&e, true);
         assert_eq!(k.victim_pid, 40);
         assert_eq!(k.victim_comm.as_deref(), Some("victim"));
         assert_eq!(k.victim_cgroup_id, Some(500));
@@ -329,17 +335,13 @@ mod tests {
     fn oom_kill_from_the_fallback_attributes_to_the_trigger() {
         // The tracepoint fallback knows neither the victim's cgroup nor its tgid.
         let e = oom(oom_flags::COMM | oom_flags::MEMORY, NO_RECLAIM_SEEN);
-        let KernelEvent::OomKill(k) = KernelEvent::decode(as_bytes(&e), true).unwrap() else {
-            panic!("not an oom kill");
-        };
+        let k = decoded(&e, true);
         assert_eq!(k.victim_cgroup_id, None);
         assert_eq!(k.cgroup_id(), 300);
         assert_eq!(k.uid, None);
         assert_eq!(k.global(), Some(true));
         // Without the reclaim probes the scope is unknown.
-        let KernelEvent::OomKill(k) = KernelEvent::decode(as_bytes(&e), false).unwrap() else {
-            panic!("not an oom kill");
-        };
+        let k = decoded(&e, false);
         assert_eq!(k.global(), None);
         assert_eq!(KernelEvent::OomKill(k).kind(), "oom_kill");
     }

@@ -456,13 +456,7 @@ fn status(spec: &'static ProgramSpec, state: ProgramState, prog_id: Option<u32>)
 
 /// An error and its causes on one line.
 fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
+    let mut s = crate::telemetry::error_chain(e);
     // Verifier logs can be long: keep the end, where the verifier says what it refused.
     const MAX: usize = 2000;
     if s.len() > MAX {

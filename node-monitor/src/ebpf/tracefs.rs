@@ -214,16 +214,27 @@ pub(crate) mod tests {
 
     use super::*;
 
-    /// `oom/mark_victim` on 6.18 (as read from this kernel).
-    pub(crate) const MARK_VICTIM_6_18: &str = "name: mark_victim
-ID: 609
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
-\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+    /// A tracepoint's `format` file as tracefs prints it: every record starts with the fields of
+    /// `struct trace_entry` (include/linux/trace_events.h), then a blank line and its own.
+    macro_rules! format_file {
+        ($head:literal, $fields:literal) => {
+            concat!(
+                $head,
+                "\nformat:\n",
+                "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n",
+                "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n",
+                "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n",
+                "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n",
+                "\n",
+                $fields
+            )
+        };
+    }
 
-\tfield:int pid;\toffset:8;\tsize:4;\tsigned:1;
+    /// `oom/mark_victim` on 6.18 (as read from this kernel).
+    pub(crate) const MARK_VICTIM_6_18: &str = format_file!(
+        "name: mark_victim\nID: 609",
+        "\tfield:int pid;\toffset:8;\tsize:4;\tsigned:1;
 \tfield:__data_loc char[] comm;\toffset:12;\tsize:4;\tsigned:0;
 \tfield:unsigned long total_vm;\toffset:16;\tsize:8;\tsigned:0;
 \tfield:unsigned long anon_rss;\toffset:24;\tsize:8;\tsigned:0;
@@ -234,42 +245,36 @@ format:
 \tfield:short oom_score_adj;\toffset:64;\tsize:2;\tsigned:1;
 
 print fmt: \"pid=%d comm=%s\", REC->pid, __get_str(comm)
-";
+"
+    );
 
     /// `oom/mark_victim` before 6.1: only the pid.
-    pub(crate) const MARK_VICTIM_5_15: &str = "name: mark_victim
-ID: 480
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
-\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
-
-\tfield:int pid;\toffset:8;\tsize:4;\tsigned:1;
+    pub(crate) const MARK_VICTIM_5_15: &str = format_file!(
+        "name: mark_victim\nID: 480",
+        "\tfield:int pid;\toffset:8;\tsize:4;\tsigned:1;
 
 print fmt: \"pid=%d\", REC->pid
-";
+"
+    );
 
-    pub(crate) const WAKEUP_KSWAPD_6_18: &str = "name: mm_vmscan_wakeup_kswapd
-ID: 500
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:int nid;\toffset:8;\tsize:4;\tsigned:1;
+    pub(crate) const WAKEUP_KSWAPD_6_18: &str = format_file!(
+        "name: mm_vmscan_wakeup_kswapd\nID: 500",
+        "\tfield:int nid;\toffset:8;\tsize:4;\tsigned:1;
 \tfield:int zid;\toffset:12;\tsize:4;\tsigned:1;
 \tfield:int order;\toffset:16;\tsize:4;\tsigned:1;
 \tfield:unsigned long gfp_flags;\toffset:24;\tsize:8;\tsigned:0;
-";
+"
+    );
 
-    pub(crate) const SYS_ENTER_REBOOT: &str = "name: sys_enter_reboot
-ID: 348
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;
+    pub(crate) const SYS_ENTER_REBOOT: &str = format_file!(
+        "name: sys_enter_reboot\nID: 348",
+        "\tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;
 \tfield:int magic1;\toffset:16;\tsize:8;\tsigned:0;
 \tfield:int magic2;\toffset:24;\tsize:8;\tsigned:0;
 \tfield:unsigned int cmd;\toffset:32;\tsize:8;\tsigned:0;
 \tfield:void * arg;\toffset:40;\tsize:8;\tsigned:0;
-";
+"
+    );
 
     fn loc(offset: u16, size: u8, flags: u8) -> FieldLoc {
         FieldLoc {

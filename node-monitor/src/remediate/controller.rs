@@ -32,6 +32,7 @@ use super::{
     methods::{self, FenceConfigError, MethodSpec, NodeFencePlan},
     store::{OpStore, StoreError, StoredOp},
 };
+pub use crate::telemetry::error_chain as chain;
 use crate::{
     core::{
         clock::Timestamp,
@@ -53,18 +54,6 @@ pub const COMPONENT: &str = "node-monitor-remediate";
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// An operation is moved along at most this many times per pass (it converges in fewer).
 const MAX_STEPS_PER_PASS: usize = 8;
-
-/// The error and its causes on one line.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        cur = s.source();
-    }
-    out
-}
 
 fn unix_millis() -> i64 {
     SystemTime::now()

@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_yaml::Value;
 
 use crate::core::{
+    config::{describe, describe_plain, ser_go_duration},
     duration::{DurationError, format_go_duration},
     shutdown::{
         GoDuration, Group, KubeletInhibitorPolicy, LOGIND_MAX_DELAY, PriorityPeriod,
@@ -69,10 +70,6 @@ impl Default for ShutdownOptions {
             poll_interval: Duration::from_millis(250),
         }
     }
-}
-
-fn ser_go_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&format_go_duration(*d))
 }
 
 /// The validated shutdown configuration.
@@ -461,31 +458,10 @@ fn wrong_type(field: &str, expected: &'static str, found: &Value) -> ConfigError
     }
 }
 
-fn describe(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => format!("the boolean {b}"),
-        Value::Number(n) => format!("the number {n}"),
-        Value::String(s) => format!("the string {s:?}"),
-        Value::Sequence(_) => "a list".into(),
-        Value::Mapping(_) => "a mapping".into(),
-        Value::Tagged(_) => "a tagged value".into(),
-    }
-}
-
-fn describe_plain(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        Value::Bool(b) => b.to_string(),
-        other => describe(other),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::pod::SYSTEM_CRITICAL_PRIORITY;
+    use crate::core::{config::tests::assert_rejections, pod::SYSTEM_CRITICAL_PRIORITY};
 
     #[test]
     fn no_file_or_no_fields_means_off() {
@@ -737,17 +713,7 @@ mod tests {
                 &["config file", "not a valid YAML"],
             ),
         ];
-        for (text, wants) in cases {
-            let err = parse_shutdown_config(Some(text))
-                .expect_err(text)
-                .to_string();
-            for want in *wants {
-                assert!(
-                    err.contains(want),
-                    "{text:?}: {err:?} should contain {want:?}"
-                );
-            }
-        }
+        assert_rejections(cases, |text| parse_shutdown_config(Some(text)));
     }
 
     /// Without `manageInhibitDelay`, a budget above logind's default delay is accepted with a

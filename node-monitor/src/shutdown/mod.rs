@@ -48,6 +48,7 @@ use crate::{
     http::Health,
     kube::actuator::{Actuator, ActuatorConfig, DeleteOutcome, NodeConditionUpdate, PdbPolicy},
     metrics::{Metrics, OperationLabels, PhaseLabels},
+    telemetry::error_chain as chain,
 };
 
 /// The agent-owned condition that says the node is shutting down.
@@ -1016,18 +1017,6 @@ fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// An error and its causes, for one log field.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        cur = s.source();
-    }
-    out
 }
 
 #[cfg(test)]

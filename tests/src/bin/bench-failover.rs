@@ -24,37 +24,21 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, ValueEnum};
-use k8s_openapi::{
-    api::{
-        apps::v1::{Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec},
-        core::v1::{
-            CSIPersistentVolumeSource, ConfigMap, Container, Node, ObjectReference,
-            PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-            PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, Pod, PodSpec, PodTemplateSpec,
-            Volume, VolumeResourceRequirements,
-        },
-        storage::v1::VolumeAttachment,
-    },
-    apimachinery::pkg::{
-        api::resource::Quantity,
-        apis::meta::v1::{LabelSelector, ObjectMeta},
-    },
-};
+use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams},
 };
 use node_monitor_tests::{
     cgroup::{TestCgroups, require_root},
-    control_plane::{ControlPlane, ControlPlaneOptions, DEFAULT_CONTROLLERS},
+    control_plane::{ControlPlane, ControlPlaneOptions},
     e2e::{binary, free_port},
     standin::{StandIn, StandInConfig},
+    workload::{self, ZONE_LABEL},
 };
 use serde_json::json;
 
 const NS: &str = "node-monitor";
-const APPS: &str = "default";
-const DRIVER: &str = "csi.node-monitor.test";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Scenario {
@@ -163,11 +147,8 @@ impl Bench {
     async fn start(setup: Setup) -> Result<Bench> {
         let mut opts = ControlPlaneOptions::default();
         if setup.scenario == Scenario::StatefulsetVa {
-            opts.controllers = DEFAULT_CONTROLLERS
-                .iter()
-                .map(|s| (*s).to_owned())
-                .chain(["persistentvolume-attach-detach-controller".to_owned()])
-                .collect();
+            opts.controllers
+                .push(workload::ATTACH_DETACH_CONTROLLER.to_owned());
         }
         if setup.scaled {
             opts = opts.fast_node_failover(Duration::from_secs(10), Duration::from_secs(10));
@@ -180,7 +161,7 @@ impl Bench {
             cgroups.create(name)?;
             let mut cfg = StandInConfig::new(name, cgroups.rel_root().join(name))
                 .memory(256 << 20)
-                .label("topology.kubernetes.io/zone", zone);
+                .label(ZONE_LABEL, zone);
             if setup.scaled {
                 cfg = cfg
                     .lease_interval(Duration::from_secs(1))
@@ -222,7 +203,6 @@ impl Bench {
     }
 
     async fn fence_config(&self, agent: &Path) -> Result<()> {
-        let api: Api<ConfigMap> = Api::namespaced(self.client(), NS);
         let cms = [
             (
                 "fence-method-template-bench",
@@ -241,17 +221,7 @@ impl Bench {
             ),
         ];
         for (name, key, text) in cms {
-            let cm = ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(name.to_owned()),
-                    ..ObjectMeta::default()
-                },
-                data: Some(BTreeMap::from([(key.to_owned(), text)])),
-                ..ConfigMap::default()
-            };
-            api.create(&PostParams::default(), &cm)
-                .await
-                .with_context(|| format!("create ConfigMap {name}"))?;
+            workload::create_configmap(&self.client(), NS, name, key, &text).await?;
         }
         Ok(())
     }
@@ -294,103 +264,22 @@ impl Bench {
         Ok(())
     }
 
-    async fn pods(&self, app: &str) -> Result<Vec<Pod>> {
-        let api: Api<Pod> = Api::namespaced(self.client(), APPS);
-        Ok(api
-            .list(&ListParams::default().labels(&format!("app={app}")))
-            .await?
-            .items)
-    }
-
     /// (uid, node) of a Running pod of `app` other than `not_uid`.
     async fn running(&self, app: &str, not_uid: Option<&str>) -> Result<Option<(String, String)>> {
-        Ok(self.pods(app).await?.into_iter().find_map(|p| {
-            let uid = p.metadata.uid.clone()?;
-            let node = p.spec.as_ref()?.node_name.clone()?;
-            let running = p.status.as_ref()?.phase.as_deref() == Some("Running")
-                && p.metadata.deletion_timestamp.is_none();
-            (running && not_uid != Some(uid.as_str())).then_some((uid, node))
-        }))
-    }
-}
-
-fn template(app: &str, claim: Option<&str>) -> PodTemplateSpec {
-    PodTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(BTreeMap::from([("app".to_owned(), app.to_owned())])),
-            ..ObjectMeta::default()
-        }),
-        spec: Some(PodSpec {
-            termination_grace_period_seconds: Some(5),
-            containers: vec![Container {
-                name: "main".to_owned(),
-                image: Some("nm-workload".to_owned()),
-                command: Some(vec![
-                    binary("nm-workload").display().to_string(),
-                    "--sleep".to_owned(),
-                ]),
-                ..Container::default()
-            }],
-            volumes: claim.map(|c| {
-                vec![Volume {
-                    name: "data".to_owned(),
-                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                        claim_name: c.to_owned(),
-                        read_only: None,
-                    }),
-                    ..Volume::default()
-                }]
-            }),
-            ..PodSpec::default()
-        }),
-    }
-}
-
-fn selector(app: &str) -> LabelSelector {
-    LabelSelector {
-        match_labels: Some(BTreeMap::from([("app".to_owned(), app.to_owned())])),
-        ..LabelSelector::default()
+        let pods = workload::app_pods(&self.client(), app).await?;
+        Ok(workload::running_pod(&pods, not_uid).map(|(_, uid, node)| (uid, node)))
     }
 }
 
 async fn create_workload(client: &Client, scenario: Scenario) -> Result<&'static str> {
     match scenario {
         Scenario::Deployment => {
-            let api: Api<Deployment> = Api::namespaced(client.clone(), APPS);
-            let d = Deployment {
-                metadata: ObjectMeta {
-                    name: Some("web".to_owned()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(DeploymentSpec {
-                    replicas: Some(1),
-                    selector: selector("web"),
-                    template: template("web", None),
-                    ..DeploymentSpec::default()
-                }),
-                ..Deployment::default()
-            };
-            api.create(&PostParams::default(), &d).await?;
+            workload::create_deployment(client, "web", 1).await?;
             Ok("web")
         }
         Scenario::Statefulset | Scenario::StatefulsetVa => {
             let claim = (scenario == Scenario::StatefulsetVa).then_some("data");
-            let api: Api<StatefulSet> = Api::namespaced(client.clone(), APPS);
-            let s = StatefulSet {
-                metadata: ObjectMeta {
-                    name: Some("db".to_owned()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(StatefulSetSpec {
-                    replicas: Some(1),
-                    service_name: Some("db".to_owned()),
-                    selector: selector("db"),
-                    template: template("db", claim),
-                    ..StatefulSetSpec::default()
-                }),
-                ..StatefulSet::default()
-            };
-            api.create(&PostParams::default(), &s).await?;
+            workload::create_statefulset(client, "db", claim).await?;
             Ok("db")
         }
         Scenario::All => bail!("not a single scenario"),
@@ -398,122 +287,11 @@ async fn create_workload(client: &Client, scenario: Scenario) -> Result<&'static
 }
 
 /// The CSI volume of the volume scenario, as in tests/tests/remediate.rs: a PV pre-bound to the
-/// claim, both marked Bound, every node managed by the attach-detach controller.
-async fn create_volume(client: &Client) -> Result<()> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    for (n, _) in NODES {
-        let patch = json!({"metadata": {"annotations": {
-            "volumes.kubernetes.io/controller-managed-attach-detach": "true"}}});
-        nodes
-            .patch(n, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-    }
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), APPS);
-    let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    let storage = BTreeMap::from([("storage".to_owned(), Quantity("1Gi".to_owned()))]);
-    let pvc = pvcs
-        .create(
-            &PostParams::default(),
-            &PersistentVolumeClaim {
-                metadata: ObjectMeta {
-                    name: Some("data".to_owned()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(PersistentVolumeClaimSpec {
-                    access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
-                    storage_class_name: Some(String::new()),
-                    volume_name: Some("data-pv".to_owned()),
-                    resources: Some(VolumeResourceRequirements {
-                        requests: Some(storage.clone()),
-                        ..VolumeResourceRequirements::default()
-                    }),
-                    ..PersistentVolumeClaimSpec::default()
-                }),
-                ..PersistentVolumeClaim::default()
-            },
-        )
-        .await?;
-    pvs.create(
-        &PostParams::default(),
-        &PersistentVolume {
-            metadata: ObjectMeta {
-                name: Some("data-pv".to_owned()),
-                ..ObjectMeta::default()
-            },
-            spec: Some(PersistentVolumeSpec {
-                capacity: Some(storage),
-                access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
-                persistent_volume_reclaim_policy: Some("Retain".to_owned()),
-                storage_class_name: Some(String::new()),
-                claim_ref: Some(ObjectReference {
-                    api_version: Some("v1".to_owned()),
-                    kind: Some("PersistentVolumeClaim".to_owned()),
-                    namespace: Some(APPS.to_owned()),
-                    name: Some("data".to_owned()),
-                    uid: pvc.metadata.uid.clone(),
-                    ..ObjectReference::default()
-                }),
-                csi: Some(CSIPersistentVolumeSource {
-                    driver: DRIVER.to_owned(),
-                    volume_handle: "vol-1".to_owned(),
-                    ..CSIPersistentVolumeSource::default()
-                }),
-                ..PersistentVolumeSpec::default()
-            }),
-            ..PersistentVolume::default()
-        },
-    )
-    .await?;
-    pvs.patch_status(
-        "data-pv",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Bound"}})),
-    )
-    .await?;
-    pvcs.patch_status(
-        "data",
-        &PatchParams::default(),
-        &Patch::Merge(
-            json!({"status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"],
-                                        "capacity": {"storage": "1Gi"}}}),
-        ),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Marks the fake driver's VolumeAttachments attached, as a CSI external-attacher would.
-async fn fake_external_attacher(client: Client) {
-    let vas: Api<VolumeAttachment> = Api::all(client);
-    loop {
-        if let Ok(list) = vas.list(&ListParams::default()).await {
-            for va in list.items {
-                let pending = va.spec.attacher == DRIVER
-                    && va.metadata.deletion_timestamp.is_none()
-                    && !va.status.as_ref().is_some_and(|s| s.attached);
-                if let (true, Some(name)) = (pending, va.metadata.name.as_deref()) {
-                    let _ = vas
-                        .patch_status(
-                            name,
-                            &PatchParams::default(),
-                            &Patch::Merge(json!({"status": {"attached": true}})),
-                        )
-                        .await;
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn volume_attached(client: &Client, node: &str) -> Result<bool> {
-    let vas: Api<VolumeAttachment> = Api::all(client.clone());
-    Ok(vas
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .any(|va| va.spec.node_name == node && va.status.as_ref().is_some_and(|s| s.attached)))
+/// claim, both marked Bound, every node managed by the attach-detach controller. Returns the PV's
+/// name.
+async fn create_volume(client: &Client) -> Result<String> {
+    workload::manage_attach_detach(client, NODES.map(|(n, _)| n)).await?;
+    Ok(workload::create_bound_volume(client, "data").await?)
 }
 
 /// One run: the seconds until the replacement runs (and, with a volume, has it attached), or
@@ -521,11 +299,17 @@ async fn volume_attached(client: &Client, node: &str) -> Result<bool> {
 async fn run_once(setup: Setup, cap: Duration) -> Result<Option<f64>> {
     let bench = Bench::start(setup).await?;
     let client = bench.client();
-    let attacher = if setup.scenario == Scenario::StatefulsetVa {
-        create_volume(&client).await?;
-        Some(tokio::spawn(fake_external_attacher(client.clone())))
+    let volume = if setup.scenario == Scenario::StatefulsetVa {
+        let pv = create_volume(&client).await?;
+        Some((
+            pv,
+            tokio::spawn(workload::fake_external_attacher(client.clone())),
+        ))
     } else {
         None
+    };
+    let attached = async |pv: &str, node: &str| -> Result<bool> {
+        Ok(workload::attachment(&client, pv, node).await?.is_some())
     };
     let app = create_workload(&client, setup.scenario).await?;
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -538,17 +322,16 @@ async fn run_once(setup: Setup, cap: Duration) -> Result<Option<f64>> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    if setup.scenario == Scenario::StatefulsetVa {
+    if let Some((pv, _)) = &volume {
         let deadline = Instant::now() + Duration::from_secs(120);
-        while !volume_attached(&client, &node).await? {
+        while !attached(pv, &node).await? {
             if Instant::now() > deadline {
                 bail!("the volume was never attached to {node}");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let nodes: Api<Node> = Api::all(client.clone());
-        let patch =
-            json!({"status": {"volumesInUse": [format!("kubernetes.io/csi/{DRIVER}^vol-1")]}});
+        let patch = json!({"status": {"volumesInUse": [workload::volume_in_use_name()]}});
         nodes
             .patch_status(&node, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
@@ -566,20 +349,15 @@ async fn run_once(setup: Setup, cap: Duration) -> Result<Option<f64>> {
         .standins
         .get(&node)
         .with_context(|| format!("no stand-in {node}"))?;
-    let pids = standin.pod_pids(&uid);
     let t0 = Instant::now();
-    standin.pause();
-    for pid in pids {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
+    workload::power_off(standin, &uid);
     let result = loop {
         if let Some((_, new_node)) = bench.running(app, Some(&uid)).await?
             && new_node != node
-            && (setup.scenario != Scenario::StatefulsetVa
-                || volume_attached(&client, &new_node).await?)
+            && match &volume {
+                Some((pv, _)) => attached(pv, &new_node).await?,
+                None => true,
+            }
         {
             break Some(t0.elapsed().as_secs_f64());
         }
@@ -588,8 +366,8 @@ async fn run_once(setup: Setup, cap: Duration) -> Result<Option<f64>> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    if let Some(a) = attacher {
-        a.abort();
+    if let Some((_, attacher)) = volume {
+        attacher.abort();
     }
     drop(bench);
     Ok(result)

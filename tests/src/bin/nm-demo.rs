@@ -48,40 +48,34 @@ async fn run(cluster: &Cluster) -> Result<()> {
     let node = cluster.node.clone();
     let pods = [
         (
-            "database",
             PodBuilder::new("database", &node, &["--hold", "150Mi"])
                 .memory("200Mi", Some("200Mi"))
                 .priority_class("business-critical"),
             "Guaranteed, priority 100000",
         ),
         (
-            "api",
             PodBuilder::new("api", &node, &["--hold", "60Mi"]).memory("100Mi", None),
             "Burstable, under its request",
         ),
         (
-            "batch",
             PodBuilder::new("batch", &node, &["--hold", "40Mi"]),
             "BestEffort, steady",
         ),
     ];
-    for (name, pod, what) in pods {
-        cluster.create_pod(pod.build()).await?;
-        cluster
-            .wait_running("default", name, Duration::from_secs(30))
-            .await?;
+    for (pod, what) in pods {
+        let name = cluster.run_pod(pod).await?;
         println!("   {name:<10} Running   {what}");
     }
 
     say("3. the agent: `node-monitor run` with evictionHard memory.available<300Mi");
-    let mut agent = Agent::spawn(
+    let mut agent = Agent::start(
         cluster,
         &format!(
             "evictionHard:\n  memory.available: {THRESHOLD_MI}Mi\nevictionPressureTransitionPeriod: 30s\n"
         ),
         &["--no-mlock"],
-    )?;
-    agent.wait_log("deciding", Duration::from_secs(30)).await?;
+    )
+    .await?;
     for line in agent
         .log()
         .lines()
@@ -124,21 +118,7 @@ async fn run(cluster: &Cluster) -> Result<()> {
 
     say("4b. `leaky` (BestEffort) allocates 32 MiB every 100 ms");
     cluster
-        .create_pod(
-            PodBuilder::new(
-                "leaky",
-                &node,
-                &[
-                    "--ramp-to",
-                    "900Mi",
-                    "--step",
-                    "32Mi",
-                    "--interval",
-                    "100ms",
-                ],
-            )
-            .build(),
-        )
+        .create_pod(PodBuilder::ramping("leaky", &node, "900Mi", "32Mi", "100ms").build())
         .await?;
     // Ground truth, independent of the agent: poll the node cgroup until memory.available
     // crosses the threshold.
@@ -219,13 +199,9 @@ async fn run(cluster: &Cluster) -> Result<()> {
             ),
         }
     }
-    let oom = std::fs::read_to_string(cluster.node_memory_dir().join("memory.oom_control"))?;
-    let kills = oom
-        .lines()
-        .find_map(|l| l.strip_prefix("oom_kill "))
-        .unwrap_or("?")
-        .trim()
-        .to_owned();
+    let kills = cluster
+        .oom_kills()
+        .map_or_else(|e| format!("? ({e:#})"), |n| n.to_string());
     println!("   kernel OOM kills in the node: {kills}");
     let evicted = agent
         .metric_sum("node_monitor_evictions_total", &[("outcome", "evicted")])
