@@ -35,6 +35,15 @@ pub fn cgroup_capacity(limit: MemoryLimit, mem_total: u64) -> u64 {
     }
 }
 
+/// Whether a node cgroup's limit bounds its memory below the machine's. A limit at or above
+/// `MemTotal` (or none) never binds: the cgroup then shares the machine's memory with everything
+/// outside it, and only the machine's working set tells how much is left, which is what the
+/// kubelet reads for the node whatever its `--cgroup-root` (the root container's stats,
+/// pkg/kubelet/eviction/helpers.go `makeSignalObservations` from the summary's node stats).
+pub fn limit_binds(limit: MemoryLimit, mem_total: u64) -> bool {
+    matches!(limit, MemoryLimit::Bytes(b) if b < mem_total)
+}
+
 /// What `statvfs(2)` says about a filesystem, in the units cadvisor reads
 /// (`fs/fs.go` `getVfsStats`: sizes in `f_frsize` units).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +143,21 @@ mod tests {
         );
         assert_eq!(cgroup_capacity(MemoryLimit::Bytes(64 << 30), total), total);
         assert_eq!(cgroup_capacity(MemoryLimit::Unlimited, total), total);
+    }
+
+    #[test]
+    fn a_limit_binds_only_below_the_machine() {
+        let total = 1 << 30;
+        let cases = [
+            (MemoryLimit::Bytes(512 << 20), true),
+            (MemoryLimit::Bytes(total - 1), true),
+            (MemoryLimit::Bytes(total), false),
+            (MemoryLimit::Bytes(4 << 30), false),
+            (MemoryLimit::Unlimited, false),
+        ];
+        for (limit, want) in cases {
+            assert_eq!(limit_binds(limit, total), want, "{limit:?}");
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::{
     collections::HashSet,
     fs::File,
-    path::Path,
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -42,7 +42,8 @@ pub enum SampleKind {
 pub struct MemoryReading {
     /// What `available` is a share of: `MemTotal` at the root, the cgroup's limit otherwise.
     pub capacity: u64,
-    /// `memory.usage_in_bytes` (v1), `memory.current` (v2), `anon + file` (v2 root).
+    /// `memory.usage_in_bytes` (v1), `memory.current` (v2), `anon + file` (v2 root). For a node
+    /// cgroup whose limit does not bind (see [`compute::limit_binds`]), the machine's (root's).
     pub usage: u64,
     /// `total_inactive_file` (v1) or `inactive_file` (v2) from `memory.stat`.
     pub inactive_file: u64,
@@ -94,6 +95,11 @@ pub struct Sampler {
     dedicated_image_fs: Option<bool>,
     /// The last full pass found no capacity for allocatableMemory.available.
     allocatable_missing: bool,
+    /// The memory hierarchy's root: the machine, read in place of a node cgroup whose limit does
+    /// not bind.
+    machine_memory: PathBuf,
+    /// Whether the last read found the node cgroup unbounded (logged when it changes).
+    node_unbounded: Option<bool>,
 }
 
 impl Sampler {
@@ -118,6 +124,10 @@ impl Sampler {
             .max_open_files
             .min(usize::try_from(soft / 2).unwrap_or(usize::MAX));
         let keep_pods = budget / CgroupFiles::PER_POD;
+        let machine_memory = match layout.version {
+            CgroupVersion::V1 => config.cgroup_root.join("memory"),
+            CgroupVersion::V2 => config.cgroup_root.clone(),
+        };
         tracing::debug!(
             nofile_soft = soft,
             keep_pods,
@@ -136,6 +146,8 @@ impl Sampler {
             last_kubepods_memory: None,
             dedicated_image_fs: None,
             allocatable_missing: false,
+            machine_memory,
+            node_unbounded: None,
         })
     }
 
@@ -300,20 +312,46 @@ impl Sampler {
     fn read_node_memory(&mut self, mem_total: u64) -> Result<MemoryReading, SamplerError> {
         let l = &self.layout;
         let files = &mut self.files.node;
-        let (usage, inactive) = read_usage(
-            &mut self.reader,
-            files,
-            l.version,
-            &l.node_memory,
-            l.node_is_root,
-        )?;
-        let capacity = if l.node_is_root {
+        let (capacity, unbounded) = if l.node_is_root {
             // The kubelet's capacity for the root: MemTotal (node.status.capacity[memory]).
-            mem_total
+            (mem_total, false)
         } else {
             let limit = read_limit(&mut self.reader, files, l.version, &l.node_memory)?;
-            compute::cgroup_capacity(limit, mem_total)
+            (
+                compute::cgroup_capacity(limit, mem_total),
+                !compute::limit_binds(limit, mem_total),
+            )
         };
+        let (usage, inactive) = if unbounded {
+            // Memory outside the node cgroup is not available to its pods: the machine's working
+            // set, as the kubelet reads it for the root.
+            read_usage(
+                &mut self.reader,
+                &mut self.files.machine,
+                l.version,
+                &self.machine_memory,
+                true,
+            )?
+        } else {
+            read_usage(
+                &mut self.reader,
+                files,
+                l.version,
+                &l.node_memory,
+                l.node_is_root,
+            )?
+        };
+        if self.node_unbounded != Some(unbounded) && !l.node_is_root {
+            // A limit of none or at least MemTotal leaves the node cgroup's pods the machine's
+            // memory, shared with everything outside it.
+            tracing::info!(
+                node = %l.node_memory.display(),
+                limit_binds = !unbounded,
+                working_set_of = if unbounded { "machine" } else { "node cgroup" },
+                "sampler: memory.available source"
+            );
+        }
+        self.node_unbounded = Some(unbounded);
         Ok(MemoryReading {
             capacity,
             usage,
@@ -596,6 +634,8 @@ struct NodeFiles {
     threads_max: Option<File>,
     node: CgroupFiles,
     kubepods: CgroupFiles,
+    /// The hierarchy root, for a node cgroup whose limit does not bind.
+    machine: CgroupFiles,
 }
 
 fn nofile_soft_limit() -> u64 {
@@ -957,16 +997,73 @@ mod tests {
             obs(&o, Signal::AllocatableMemoryAvailable),
             Some((i(350 * MIB), i(400 * MIB)))
         );
-        // A limit above MemTotal: MemTotal is the capacity.
+        // A limit above MemTotal does not bind: MemTotal is the capacity and the machine's
+        // (the v1 root's) working set is what is used, not only the node cgroup's.
         f.write(
             &format!("{node}/memory.limit_in_bytes"),
             &format!("{}\n", 4096 * MIB),
         );
+        f.write(
+            "cg/memory/memory.usage_in_bytes",
+            &format!("{}\n", 700 * MIB),
+        );
+        f.write(
+            "cg/memory/memory.stat",
+            &format!("total_inactive_file {}\n", 150 * MIB),
+        );
         let o = s.sample(SampleKind::Fast);
         assert_eq!(
             obs(&o, Signal::MemoryAvailable),
-            Some((i(1024 * MIB - 200 * MIB), i(1024 * MIB)))
+            Some((i(1024 * MIB - 550 * MIB), i(1024 * MIB)))
         );
+    }
+
+    #[test]
+    fn cgroup_v2_node_cgroup_without_a_binding_limit_reads_the_machine() {
+        let f = Fixture::new();
+        // The node cgroup holds 200 MiB; the machine (the v2 root: anon + file) 600 MiB, of
+        // which 100 MiB inactive file.
+        f.write(
+            "cg/memory.stat",
+            &format!(
+                "anon {}\nfile {}\ninactive_file {}\n",
+                400 * MIB,
+                200 * MIB,
+                100 * MIB
+            ),
+        );
+        let node = "cg/sim/node";
+        f.write(
+            &format!("{node}/memory.current"),
+            &format!("{}\n", 200 * MIB),
+        );
+        f.write(
+            &format!("{node}/memory.stat"),
+            "anon 1\nfile 1\ninactive_file 0\n",
+        );
+        let machine = Some((i(1024 * MIB - 500 * MIB), i(1024 * MIB)));
+        let own = |limit: u64| Some((i(limit - 200 * MIB), i(limit)));
+        // (memory.max, what memory.available must be)
+        let cases = [
+            ("max".to_owned(), machine),
+            (format!("{}", 1024 * MIB), machine),
+            (format!("{}", 8192 * MIB), machine),
+            (format!("{}", 512 * MIB), own(512 * MIB)),
+            (format!("{}", 1024 * MIB - 4096), own(1024 * MIB - 4096)),
+        ];
+        let mut s = Sampler::new(f.config(CgroupVersion::V2, "sim/node")).expect("sampler");
+        for (max, want) in cases {
+            f.write(&format!("{node}/memory.max"), &format!("{max}\n"));
+            let o = s.sample(SampleKind::Signals);
+            assert_eq!(obs(&o, Signal::MemoryAvailable), want, "memory.max {max}");
+        }
+        // The machine's files unreadable: the signal is left out, not taken from the node alone.
+        // (A new sampler: one that read the file keeps it open.)
+        f.write(&format!("{node}/memory.max"), "max\n");
+        fs::remove_file(f.root.join("cg/memory.stat")).expect("rm");
+        let mut s = Sampler::new(f.config(CgroupVersion::V2, "sim/node")).expect("sampler");
+        let o = s.sample(SampleKind::Signals);
+        assert_eq!(obs(&o, Signal::MemoryAvailable), None);
     }
 
     #[test]
