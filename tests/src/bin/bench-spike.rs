@@ -4,8 +4,8 @@
 //! Each contender runs in its own fresh boot of the Debian guest (`tests/src/vm.rs`: kernel 6.1,
 //! cgroup v2, no swap), with the same memory, the same pods and the same ramps:
 //!
-//! - `node-monitor@<N>`: the agent with every push source (eBPF, cgroup v2 `memory.events`, PSI)
-//!   and the hard threshold `memory.available<N%`;
+//! - `node-monitor@<N>`: the agent with its defaults (eBPF, cgroup v2 `memory.events`, PSI,
+//!   adaptive sampling near a threshold) and the hard threshold `memory.available<N%`;
 //! - `polling@<N>`: the same agent with `--polling-only` (the kubelet's 10 s housekeeping poll);
 //! - `earlyoom`: Debian's earlyoom service with its packaged defaults (`-r 3600`: SIGTERM at
 //!   MemAvailable ≤ 10 %, SIGKILL at ≤ 5 %), no agent;
