@@ -948,3 +948,75 @@ async fn a_paused_standin_goes_unknown_and_its_deleted_pods_wait_for_it() {
     drop(other_cgroups);
     fx.stop().await;
 }
+
+/// The agent's eviction reaches the API server with its grace period and UID precondition (the
+/// Eviction's `deleteOptions`): the pod's deletionGracePeriodSeconds is the planned one, not its
+/// terminationGracePeriodSeconds, and an eviction meant for an older pod of the same name is
+/// refused. No kubelet runs for `ghost`, so an evicted pod stays Terminating and can be read.
+#[tokio::test]
+async fn agent_evictions_carry_their_grace_period_and_uid_precondition() {
+    use node_monitor::{
+        core::config::PdbPolicy,
+        kube::actuator::{Actuator, ActuatorConfig, EvictOutcome, EvictionRequest},
+    };
+    let cp = start_control_plane().await;
+    let client = cp.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod = |name: &str| Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some("ghost".into()),
+            termination_grace_period_seconds: Some(30),
+            containers: vec![Container {
+                name: "c".into(),
+                image: Some("none".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let actuator = Actuator::new(
+        client.clone(),
+        ActuatorConfig {
+            node_name: "ghost".into(),
+            pdb_policy: PdbPolicy::Respect,
+            dry_run: false,
+        },
+    );
+    let request = |name: &str, uid: &str| EvictionRequest {
+        namespace: "default".into(),
+        name: name.into(),
+        uid: uid.into(),
+        grace_period_seconds: 7,
+        hard: true,
+        signal: "memory.available".into(),
+        message: "test".into(),
+    };
+    let a = create_pod(&pods, &pod("a")).await;
+    let uid = a.metadata.uid.clone().expect("uid");
+    assert_eq!(
+        actuator.evict(&request("a", &uid)).await,
+        EvictOutcome::Evicted
+    );
+    let a = must(pods.get("a").await, "get a");
+    assert!(a.metadata.deletion_timestamp.is_some(), "a is terminating");
+    assert_eq!(
+        a.metadata.deletion_grace_period_seconds,
+        Some(7),
+        "the planned grace period, not the pod's 30 s"
+    );
+    let b = create_pod(&pods, &pod("b")).await;
+    assert_eq!(
+        actuator.evict(&request("b", "an-older-pods-uid")).await,
+        EvictOutcome::Gone,
+        "the UID precondition refuses an eviction meant for another pod"
+    );
+    let b_now = must(pods.get("b").await, "get b");
+    assert!(b_now.metadata.deletion_timestamp.is_none(), "b untouched");
+    assert_eq!(b_now.metadata.uid, b.metadata.uid);
+    must(cp.stop(), "stop the control plane");
+}

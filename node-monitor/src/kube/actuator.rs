@@ -10,7 +10,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client,
-    api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams, Preconditions},
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
 };
 use serde_json::json;
 use tracing::{debug, info, warn};
@@ -163,11 +163,8 @@ impl Actuator {
             }),
             ..DeleteParams::default()
         };
-        let ep = EvictParams {
-            delete_options: Some(delete.clone()),
-            post_options: PostParams::default(),
-        };
-        match pods.evict(&req.name, &ep).await {
+        match evict_with_options(&pods, &req.name, &req.uid, req.grace_period_seconds.max(1)).await
+        {
             Ok(_) => {
                 info!(grace = req.grace_period_seconds, "evicted");
                 EvictOutcome::Evicted
@@ -516,5 +513,67 @@ fn failed(e: kube::Error) -> EvictOutcome {
     EvictOutcome::Failed {
         code,
         reason: e.to_string(),
+    }
+}
+
+/// `POST pods/<name>/eviction` with a policy/v1 Eviction whose `deleteOptions` carry the grace
+/// period and the UID precondition. kube's `Api::evict` (kube-core 5) serialises the options
+/// under `delete_options`, a field the API server ignores: the pod's own
+/// terminationGracePeriodSeconds would apply and the UID precondition would be lost.
+pub async fn evict_with_options(
+    pods: &Api<Pod>,
+    name: &str,
+    uid: &str,
+    grace_period_seconds: u32,
+) -> Result<serde_json::Value, kube::Error> {
+    let body = eviction_body(pods_namespace(pods), name, uid, grace_period_seconds);
+    pods.create_subresource("eviction", name, &PostParams::default(), &body)
+        .await
+}
+
+fn pods_namespace(pods: &Api<Pod>) -> Option<String> {
+    pods.namespace().map(str::to_owned)
+}
+
+/// The policy/v1 Eviction for one pod.
+pub fn eviction_body(
+    namespace: Option<String>,
+    name: &str,
+    uid: &str,
+    grace_period_seconds: u32,
+) -> k8s_openapi::api::policy::v1::Eviction {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+    k8s_openapi::api::policy::v1::Eviction {
+        metadata: meta::ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace,
+            ..Default::default()
+        },
+        delete_options: Some(meta::DeleteOptions {
+            grace_period_seconds: Some(i64::from(grace_period_seconds)),
+            preconditions: Some(meta::Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eviction_body_carries_grace_and_uid_under_delete_options() {
+        let body = eviction_body(Some("ns".into()), "p", "uid-1", 7);
+        let json = serde_json::to_value(&body).expect("serialize");
+        assert_eq!(json["apiVersion"], "policy/v1");
+        assert_eq!(json["kind"], "Eviction");
+        assert_eq!(json["metadata"]["name"], "p");
+        assert_eq!(json["metadata"]["namespace"], "ns");
+        assert_eq!(json["deleteOptions"]["gracePeriodSeconds"], 7);
+        assert_eq!(json["deleteOptions"]["preconditions"]["uid"], "uid-1");
+        assert!(json.get("delete_options").is_none(), "{json}");
     }
 }
