@@ -153,18 +153,12 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
     // Metrics and health first, so a stuck start-up is visible.
-    let http_task = {
-        let (m, h, mut rx) = (metrics.clone(), health.clone(), stop_rx.clone());
-        let addr = args.metrics_addr;
-        tokio::spawn(async move {
-            let stop = async move {
-                let _ = rx.wait_for(|s| *s).await;
-            };
-            if let Err(e) = http::serve(addr, m, h, stop).await {
-                error!(error = %e, %addr, "metrics endpoint failed");
-            }
-        })
-    };
+    let http_task = http::spawn(
+        args.metrics_addr,
+        metrics.clone(),
+        health.clone(),
+        stop_rx.clone(),
+    );
 
     let client = kube_adapter::client(args.kubeconfig.as_deref()).await?;
     let (store, reflector) = kube_adapter::pod_reflector(client.clone(), &args.node_name);
