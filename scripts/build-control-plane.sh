@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver and kube-controller-manager from Go modules, once, and caches the
 # binaries keyed by version. Prints the directory that holds them (usable as KUBEBUILDER_ASSETS).
-#
-# k8s.io/kubernetes requires its staging modules at v0.0.0 (resolved by `replace` to ./staging in its
-# own tree); a module that imports it must replace each of them with the published version that
-# matches the release (v1.X.Y <-> v0.X.Y). The list is read from the release's own go.mod so it
-# stays right across versions.
+# The Go module that imports k8s.io/kubernetes is made by scripts/lib/k8s-module.sh.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
@@ -22,41 +18,17 @@ command -v go >/dev/null || { echo "build-control-plane: go is not installed" >&
 log() { echo "build-control-plane: $*" >&2; }
 
 WORK="$CACHE/control-plane/build-${K8S_VERSION}"
-mkdir -p "$WORK/k8s" "$WORK/etcd" "$OUT.tmp"
-staging_version="v0.${K8S_VERSION#v1.}"
+mkdir -p "$WORK/etcd" "$OUT.tmp"
+cd "$(dirname "$0")/.."
+# shellcheck source=lib/k8s-module.sh
+source scripts/lib/k8s-module.sh
 
 # --- kube-apiserver and kube-controller-manager -------------------------------------------------
-cd "$WORK/k8s"
-cat > go.mod <<MOD
-module node-monitor.local/control-plane
-
-go 1.26
-MOD
-cat > tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-)
-GO
-log "resolving k8s.io/kubernetes@${K8S_VERSION}"
-go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" >/dev/null
-modfile="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/${K8S_VERSION}.mod"
-# Every "k8s.io/x => ./staging/src/k8s.io/x" line names a staging module.
-staging=$(sed -n 's#^\s*\(k8s.io/[^ ]*\) => ./staging/src/.*#\1#p' "$modfile")
-[[ -n "$staging" ]] || { log "no staging modules found in $modfile"; exit 1; }
-go mod edit -require="k8s.io/kubernetes@${K8S_VERSION}"
-for m in $staging; do
-  go mod edit -replace="$m=$m@${staging_version}"
-done
-log "go mod tidy ($(echo "$staging" | wc -w) staging modules at ${staging_version})"
-GOFLAGS=-mod=mod go mod tidy >&2
+k8s_module "$WORK/k8s" node-monitor.local/control-plane \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
 log "building kube-apiserver and kube-controller-manager (several minutes on 2 cores)"
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#v1.}" \
-  -o "$OUT.tmp/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager >&2
+( cd "$WORK/k8s" && CGO_ENABLED=0 go build -trimpath -ldflags "$(k8s_ldflags)" \
+    -o "$OUT.tmp/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager >&2 )
 
 # --- etcd ----------------------------------------------------------------------------------------
 cd "$WORK/etcd"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One setup path for a fresh machine: Debian packages, the pinned Rust toolchains, bpf-linker and the
-# control-plane binaries. Idempotent and cached: a second run checks versions and returns in seconds.
+# One setup path for a fresh machine: Debian packages, the pinned Rust toolchains, bpf-linker, the
+# control-plane binaries, the guest image and the real node's binaries.
+# Idempotent and cached: a second run checks versions and returns in seconds.
 #
 # Usage: scripts/setup.sh [--with-control-plane] [--with-vm]
 set -euo pipefail
@@ -105,8 +106,12 @@ if ((with_cp)); then
 fi
 
 # --- Guest VM image (Debian bookworm with systemd, for the VM tier) ---------------------------------
+# and the real node's kubelet, kube-scheduler, containerd and pause (scripts/build-node.sh).
 if ((with_vm)); then
   scripts/build-guest-image.sh >/dev/null
+  node=$(scripts/build-node.sh)
+  mkdir -p "$CACHE/node"
+  ln -sfn "$node" "$CACHE/node/current"
 fi
 
 log "ok"

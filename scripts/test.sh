@@ -18,6 +18,11 @@ cargo clippy --all-targets --locked -- -D warnings
 echo "== build (the integration tiers run the binaries)"
 cargo build --bins --locked
 
-echo "== unit, kernel, control-plane, end-to-end and guest VM tiers"
+echo "== images for the real-node tier: OCI archives built offline (target/images/)"
+cargo xtask image pause --binary "$CACHE/node/current/pause"
+cargo xtask image workload --profile debug
+cargo xtask image node-monitor
+
+echo "== unit, kernel, control-plane, end-to-end, guest VM and real-node tiers"
 # Kernel state (cgroups, probes) is shared: one test at a time.
 cargo test --locked -- --test-threads=1

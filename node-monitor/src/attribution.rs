@@ -4,13 +4,18 @@
 //! cgroup, which is the inode number of its directory in the cgroup2 hierarchy (kernfs uses the
 //! node id as inode number on 64-bit, fs/kernfs/inode.c). [`CgroupPaths`] walks that hierarchy
 //! (`/sys/fs/cgroup` on a v2 host, `/sys/fs/cgroup/unified` on a hybrid one) to map inodes to
-//! paths, keeps the result, and walks again on a miss (rate-limited, bounded). The path then goes
+//! paths, keeps the result, and walks again on a miss (rate-limited, bounded). A container that
+//! dies of an OOM kill is often gone before its event is read (the runtime removes its scope at
+//! once), so [`CgroupPaths::watch`] also notes every cgroup the moment it is created (inotify on
+//! the hierarchy's directories) and keeps what it learned for [`CREATED_RETENTION`] after the
+//! cgroup is removed. The path then goes
 //! through the kubelet-layout parser ([`crate::core::kubelet_layout::parse_cgroup_path`]) for the
 //! pod UID, QoS class and container id, and optionally through the API for namespace and name.
 use std::{
     collections::HashMap,
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -77,12 +82,22 @@ fn unescape_mountinfo(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// How long a cgroup noted at creation stays resolvable: long enough for an OOM event of a
+/// container that lived a moment to be read and attributed.
+pub const CREATED_RETENTION: Duration = Duration::from_secs(600);
+/// At most this many cgroups noted at creation are kept (the oldest go first).
+const CREATED_MAX: usize = 50_000;
+
+/// Cgroups noted at creation by the watcher thread: id → (path, when noted).
+type Created = Arc<Mutex<HashMap<u64, (String, Instant)>>>;
+
 /// cgroup id → path (relative to the cgroup2 root, with a leading `/`), from walks of the
-/// hierarchy.
+/// hierarchy and, with [`CgroupPaths::watch`], from cgroups noted as they are created.
 #[derive(Debug)]
 pub struct CgroupPaths {
     root: PathBuf,
     by_id: HashMap<u64, String>,
+    created: Created,
     /// A walk stops after this many cgroups (the map is rebuilt by each walk, so it stays bounded).
     max_entries: usize,
     /// Misses do not walk again sooner than this after the last walk.
@@ -99,6 +114,7 @@ impl CgroupPaths {
         Self {
             root: root.into(),
             by_id: HashMap::new(),
+            created: Arc::default(),
             max_entries: Self::DEFAULT_MAX_ENTRIES,
             min_rescan: Self::DEFAULT_MIN_RESCAN,
             last_scan: None,
@@ -148,6 +164,9 @@ impl CgroupPaths {
         if let Some(p) = self.by_id.get(&id) {
             return Some(p.clone());
         }
+        if let Some(p) = self.created_path(id) {
+            return Some(p);
+        }
         if self
             .last_scan
             .is_some_and(|t| t.elapsed() < self.min_rescan)
@@ -158,6 +177,30 @@ impl CgroupPaths {
             warn!(root = %self.root.display(), error = %e, "walking the cgroup hierarchy failed");
         }
         self.by_id.get(&id).cloned()
+    }
+
+    fn created_path(&self, id: u64) -> Option<String> {
+        let created = self
+            .created
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        created.get(&id).map(|(p, _)| p.clone())
+    }
+
+    /// Starts a thread that notes every cgroup created under the root from now on (inotify on
+    /// each directory of the hierarchy, added as directories appear), so that a cgroup removed
+    /// before its event is attributed still resolves. Without inotify (a limit reached, an
+    /// unusual file system) attribution falls back to walks, with a warning.
+    pub fn watch(&mut self) -> Result<(), AttributionError> {
+        let watcher = CreationWatcher::new(self.root.clone(), self.created.clone())?;
+        std::thread::Builder::new()
+            .name("cgroup-watch".into())
+            .spawn(move || watcher.run())
+            .map_err(|source| AttributionError::Read {
+                path: self.root.clone(),
+                source,
+            })?;
+        Ok(())
     }
 
     /// Rebuilds the map from a walk. Returns the number of cgroups found.
@@ -203,6 +246,131 @@ impl CgroupPaths {
         debug!(root = %self.root.display(), cgroups = by_id.len(), "cgroup hierarchy walked");
         self.by_id = by_id;
         Ok(self.by_id.len())
+    }
+}
+
+/// The inotify side of [`CgroupPaths::watch`].
+struct CreationWatcher {
+    root: PathBuf,
+    inotify: nix::sys::inotify::Inotify,
+    /// Watch descriptor → the directory's path relative to the root ("" for the root).
+    dirs: HashMap<nix::sys::inotify::WatchDescriptor, String>,
+    created: Created,
+}
+
+impl CreationWatcher {
+    const MAX_WATCHES: usize = 50_000;
+
+    fn new(root: PathBuf, created: Created) -> Result<Self, AttributionError> {
+        use nix::sys::inotify::{InitFlags, Inotify};
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC).map_err(|e| AttributionError::Read {
+            path: root.clone(),
+            source: e.into(),
+        })?;
+        let mut w = Self {
+            root,
+            inotify,
+            dirs: HashMap::new(),
+            created,
+        };
+        w.add_tree(String::new(), false);
+        if w.dirs.is_empty() {
+            return Err(AttributionError::Read {
+                path: w.root.clone(),
+                source: std::io::Error::other("no directory of the hierarchy could be watched"),
+            });
+        }
+        debug!(root = %w.root.display(), watches = w.dirs.len(), "watching cgroup creation");
+        Ok(w)
+    }
+
+    /// Watches `rel` and every directory below it; with `note`, also records each (they were
+    /// created after the watch began).
+    fn add_tree(&mut self, rel: String, note: bool) {
+        use nix::sys::inotify::AddWatchFlags;
+        let mut stack = vec![rel];
+        while let Some(rel) = stack.pop() {
+            if self.dirs.len() >= Self::MAX_WATCHES {
+                warn!(
+                    max = Self::MAX_WATCHES,
+                    "cgroup creation watches at their bound"
+                );
+                return;
+            }
+            let path = self.root.join(rel.trim_start_matches('/'));
+            let flags = AddWatchFlags::IN_CREATE | AddWatchFlags::IN_ONLYDIR;
+            let Ok(wd) = self.inotify.add_watch(&path, flags) else {
+                // Removed meanwhile, or a limit: the walks still cover it.
+                continue;
+            };
+            if note && let Ok(meta) = std::fs::metadata(&path) {
+                self.note(meta.ino(), &rel);
+            }
+            self.dirs.insert(wd, rel.clone());
+            // Children created before the watch took effect are found by listing.
+            let Ok(entries) = std::fs::read_dir(&path) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir())
+                    && let Some(name) = entry.file_name().to_str()
+                {
+                    stack.push(format!("{rel}/{name}"));
+                }
+            }
+        }
+    }
+
+    fn note(&self, id: u64, rel: &str) {
+        let now = Instant::now();
+        let mut created = self
+            .created
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        created.retain(|_, (_, at)| now.duration_since(*at) < CREATED_RETENTION);
+        if created.len() >= CREATED_MAX
+            && let Some(oldest) = created
+                .iter()
+                .min_by_key(|(_, (_, at))| *at)
+                .map(|(k, _)| *k)
+        {
+            created.remove(&oldest);
+        }
+        created.insert(id, (rel.to_owned(), now));
+    }
+
+    fn run(mut self) {
+        use nix::sys::inotify::AddWatchFlags;
+        loop {
+            let events = match self.inotify.read_events() {
+                Ok(events) => events,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    warn!(error = %e, "cgroup creation watch ended; attribution falls back to walks");
+                    return;
+                }
+            };
+            for ev in events {
+                if ev.mask.contains(AddWatchFlags::IN_IGNORED) {
+                    self.dirs.remove(&ev.wd);
+                    continue;
+                }
+                if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                    warn!("cgroup creation events overflowed; attribution falls back to walks");
+                    continue;
+                }
+                if !ev.mask.contains(AddWatchFlags::IN_ISDIR) {
+                    continue;
+                }
+                let (Some(parent), Some(name)) = (
+                    self.dirs.get(&ev.wd).cloned(),
+                    ev.name.as_ref().and_then(|n| n.to_str().map(str::to_owned)),
+                ) else {
+                    continue;
+                };
+                self.add_tree(format!("{parent}/{name}"), true);
+            }
+        }
     }
 }
 
@@ -435,6 +603,37 @@ mod tests {
         // Within min_rescan a second miss does not walk.
         assert_eq!(paths.path(u64::MAX - 1), None);
         assert_eq!(paths.scans(), 1);
+    }
+
+    #[test]
+    fn cgroups_noted_at_creation_resolve_after_removal() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("kubepods.slice")).unwrap();
+        let mut paths = CgroupPaths::new(dir.path());
+        paths.watch().unwrap();
+        let scope = dir
+            .path()
+            .join("kubepods.slice/pod.slice/cri-containerd-1.scope");
+        std::fs::create_dir_all(&scope).unwrap();
+        let id = std::fs::metadata(&scope).unwrap().ino();
+        let pod_id = std::fs::metadata(scope.parent().unwrap()).unwrap().ino();
+        // The watcher thread notes it asynchronously: a liveness bound, not a speed assertion.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while paths.created_path(id).is_none() {
+            assert!(Instant::now() < deadline, "the new cgroup was never noted");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::fs::remove_dir(&scope).unwrap();
+        // Gone from the hierarchy, so no walk can find it; the note still resolves it.
+        paths.rescan().unwrap();
+        assert_eq!(
+            paths.path(id).as_deref(),
+            Some("/kubepods.slice/pod.slice/cri-containerd-1.scope")
+        );
+        assert_eq!(
+            paths.path(pod_id).as_deref(),
+            Some("/kubepods.slice/pod.slice")
+        );
     }
 
     #[test]

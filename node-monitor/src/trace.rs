@@ -138,10 +138,13 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .forward_kernel_log()
         .context("forwarding kernel logs")?;
 
-    let paths = match &args.cgroup_root {
+    let mut paths = match &args.cgroup_root {
         Some(root) => CgroupPaths::new(root),
         None => CgroupPaths::detect().context("finding the cgroup2 hierarchy")?,
     };
+    if let Err(e) = paths.watch() {
+        warn!(error = %e, "not watching cgroup creation: short-lived containers may go unattributed");
+    }
     let mut attributor = Attributor::new(paths, directory(args).await);
 
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;

@@ -209,6 +209,10 @@ pub struct ControlPlaneOptions {
     pub etcd_args: Vec<String>,
     pub apiserver_args: Vec<String>,
     pub controller_manager_args: Vec<String>,
+    /// A kube-scheduler binary to start once the apiserver is ready (the real-node tier, whose
+    /// DaemonSet and test pods are scheduled as on any cluster; scripts/build-node.sh builds it).
+    /// `None`: no scheduler (the stand-in binds its own pods).
+    pub scheduler: Option<PathBuf>,
 }
 
 impl Default for ControlPlaneOptions {
@@ -226,6 +230,7 @@ impl Default for ControlPlaneOptions {
             etcd_args: Vec::new(),
             apiserver_args: Vec::new(),
             controller_manager_args: Vec::new(),
+            scheduler: None,
         }
     }
 }
@@ -399,7 +404,7 @@ impl ControlPlane {
             warn!(range = %opts.service_cluster_ip_range, "not an IPv4 CIDR; assuming 10.0.0.1");
             Ipv4Addr::new(10, 0, 0, 1)
         });
-        let [etcd_client, etcd_peer, port, kcm_port] = free_ports()?;
+        let [etcd_client, etcd_peer, port, kcm_port] = free_ports::<4>()?;
         let server = format!("https://127.0.0.1:{port}");
 
         let pki = Pki::new().map_err(cert_err("CA"))?;
@@ -599,6 +604,24 @@ impl ControlPlane {
                 },
             )
             .await?;
+        }
+        if let Some(bin) = &opts.scheduler {
+            // Serving on a port of its own, which nothing scrapes; the admin identity spares
+            // the scheduler's own certificate.
+            let [sched_port] = free_ports::<1>()?;
+            let kc = cp.admin_kubeconfig.display().to_string();
+            let mut sched = Command::new(bin);
+            sched.args([
+                format!("--kubeconfig={kc}"),
+                format!("--authentication-kubeconfig={kc}"),
+                format!("--authorization-kubeconfig={kc}"),
+                "--bind-address=127.0.0.1".to_owned(),
+                format!("--secure-port={sched_port}"),
+                format!("--cert-dir={}", d.join("pki/scheduler").display()),
+                "--leader-elect=false".to_owned(),
+                "--v=1".to_owned(),
+            ]);
+            cp.spawn("kube-scheduler", sched)?;
         }
         info!(
             server = %cp.server,
@@ -1086,15 +1109,15 @@ impl PkiFiles {
     }
 }
 
-/// Four distinct free loopback ports: etcd client and peer, apiserver, controller manager. They
-/// are released before the processes bind them, so another process may take one meanwhile; the
-/// caller retries the start when a process then fails with `address already in use`.
-fn free_ports() -> Result<[u16; 4]> {
-    let listeners = (0..4)
+/// `N` distinct free loopback ports (etcd client and peer, apiserver, controller manager; the
+/// scheduler). They are released before the processes bind them, so another process may take one
+/// meanwhile; the caller retries the start when a process then fails with `address already in use`.
+fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let listeners = (0..N)
         .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(Error::Port)?;
-    let mut ports = [0u16; 4];
+    let mut ports = [0u16; N];
     for (slot, l) in ports.iter_mut().zip(&listeners) {
         *slot = l.local_addr().map_err(Error::Port)?.port();
     }

@@ -12,6 +12,7 @@
 //! whenever `/sys/module/kvm_pvm` exists or /dev/kvm is absent.
 use std::{
     fs,
+    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
@@ -70,7 +71,7 @@ pub struct GuestRun {
     /// The serial console (kernel and `nm-guest.service` output).
     pub console: String,
     /// The guest's `/mnt/out`.
-    pub out: tempfile::TempDir,
+    pub out: OutDir,
     pub elapsed: Duration,
 }
 
@@ -78,6 +79,23 @@ impl GuestRun {
     pub fn read_out(&self, name: &str) -> Result<String> {
         let p = self.out.path().join(name);
         fs::read_to_string(&p).with_context(|| format!("guest output {} missing", p.display()))
+    }
+}
+
+/// The guest's `/mnt/out` on the host: a temporary directory removed with the run, or a
+/// caller's directory, which is kept.
+#[derive(Debug)]
+pub enum OutDir {
+    Temp(tempfile::TempDir),
+    Kept(PathBuf),
+}
+
+impl OutDir {
+    pub fn path(&self) -> &Path {
+        match self {
+            OutDir::Temp(t) => t.path(),
+            OutDir::Kept(p) => p,
+        }
     }
 }
 
@@ -93,19 +111,25 @@ pub fn accelerator() -> &'static str {
 /// Boots the guest with `payload` shared at /mnt/host (it must contain `guest-entry.sh`) and waits
 /// until the guest powers off (the entry script ends with a shutdown of some kind).
 pub fn run_guest(payload: &Path, opts: &GuestOptions) -> Result<GuestRun> {
+    let out = tempfile::Builder::new().prefix("nm-guest-out").tempdir()?;
+    run_guest_in(payload, opts, OutDir::Temp(out))
+}
+
+/// [`run_guest`] with the guest's `/mnt/out` at `out`, which the caller can read while the guest
+/// runs and which outlives a failed run.
+pub fn run_guest_in(payload: &Path, opts: &GuestOptions, out: OutDir) -> Result<GuestRun> {
     if !payload.join("guest-entry.sh").is_file() {
         bail!("{} has no guest-entry.sh", payload.display());
     }
     let image = image_dir()?;
-    let out = tempfile::Builder::new().prefix("nm-guest-out").tempdir()?;
     let console_path = out.path().join(".console.log");
     let console = fs::File::create(&console_path)?;
     let qemu = which_qemu()?;
     let accel = accelerator();
     let cpu = if accel == "tcg" { "max" } else { "host" };
     let started = Instant::now();
-    let mut child = Command::new(qemu)
-        .args(["-machine", &format!("q35,accel={accel}"), "-cpu", cpu])
+    let mut cmd = Command::new(qemu);
+    cmd.args(["-machine", &format!("q35,accel={accel}"), "-cpu", cpu])
         .args([
             "-smp",
             &opts.cpus.to_string(),
@@ -153,9 +177,19 @@ pub fn run_guest(payload: &Path, opts: &GuestOptions) -> Result<GuestRun> {
         ])
         .stdin(Stdio::null())
         .stdout(console.try_clone()?)
-        .stderr(console)
-        .spawn()
-        .context("starting qemu")?;
+        .stderr(console);
+    // The guest dies with the thread that waits for it: a test that fails (and exits) never
+    // leaves a guest running, holding the VM lock and two cores.
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("starting qemu")?;
     loop {
         if let Some(status) = child.try_wait()? {
             let console = fs::read_to_string(&console_path).unwrap_or_default();

@@ -59,7 +59,12 @@ pub async fn start(
         }
     };
     let attributor = match CgroupPaths::detect() {
-        Ok(paths) => Some(Attributor::new(paths, Box::new(StorePods(pods)))),
+        Ok(mut paths) => {
+            if let Err(e) = paths.watch() {
+                warn!(error = %e, "not watching cgroup creation: short-lived containers may go unattributed");
+            }
+            Some(Attributor::new(paths, Box::new(StorePods(pods))))
+        }
         Err(e) => {
             warn!(error = %e, "no cgroup2 hierarchy for attributing kernel events to pods");
             None

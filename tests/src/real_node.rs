@@ -1,0 +1,395 @@
+//! The real-node tier: the guest VM (Debian bookworm, systemd, cgroup v2) runs a real kubelet and
+//! containerd and joins the host's control plane as a node; node-monitor runs there as the
+//! DaemonSet pod installed from the shipped manifests.
+//!
+//! - Binaries: the kubelet, kube-scheduler, containerd, ctr, the runc shim and the pause binary
+//!   from `scripts/build-node.sh` (cached); runc and the CNI plugins are Debian's, in the guest
+//!   image.
+//! - Images, without a registry: `cargo xtask image pause|workload|node-monitor` write OCI
+//!   archives to `target/images/`; the guest imports them into containerd's `k8s.io` namespace.
+//!   Pods use them with the default pull policy of a tagged image (`IfNotPresent`): nothing pulls.
+//! - Joining: the node's client certificate (`system:node:<name>` in `system:nodes`) is issued by
+//!   the harness's CA; the API server runs with NodeRestriction. The kubelet uses the systemd
+//!   cgroup driver and its own default eviction thresholds, with a read-only port on the guest's
+//!   loopback for `/stats/summary`.
+//! - The `kubernetes` Service (10.0.0.1:443) reaches the API server on the host through a DNAT
+//!   rule in the guest, which is the part of kube-proxy's job a single-Service cluster needs.
+//!
+//! The host steps the guest along with numbered shell scripts (`steps/<n>.sh` in the payload,
+//! renamed into place); the guest runs each in order and writes `steps/<n>.rc` and `.log` to
+//! `/mnt/out`. Everything the guest writes is in the run's output directory.
+use std::{
+    fs,
+    os::unix::fs::PermissionsExt as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{
+    control_plane::ControlPlane,
+    vm::{GuestOptions, GuestRun, OutDir, run_guest_in, tail},
+};
+
+/// The node's name, as its certificate and `--hostname-override` give it.
+pub const NODE: &str = "nm-real";
+/// The images the tier imports, by archive name under `target/images/`, with the command that
+/// builds each.
+pub const IMAGES: [(&str, &str); 3] = [
+    (
+        "pause.oci.tar",
+        "cargo xtask image pause --binary <scripts/build-node.sh>/pause",
+    ),
+    (
+        "workload.oci.tar",
+        "cargo xtask image workload --profile debug",
+    ),
+    ("node-monitor.oci.tar", "cargo xtask image node-monitor"),
+];
+/// The workload image's reference (xtask's default).
+pub const WORKLOAD_IMAGE: &str = "node-monitor.local/workload:0.1.0";
+/// containerd's sandbox image (xtask's pause default).
+pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.1";
+/// The guest's pod network (the CNI bridge).
+const POD_SUBNET: &str = "10.88.0.0/16";
+
+/// The directory `scripts/build-node.sh` prints (building once if needed).
+pub fn node_binaries() -> Result<PathBuf> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-node.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "the real-node binaries are not available: run `scripts/setup.sh --with-vm` ({} failed)",
+            script.display()
+        );
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// `target/images/<name>`, which must exist.
+pub fn image_archive(name: &str) -> Result<PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let p = target.join("images").join(name);
+    if !p.is_file() {
+        let how = IMAGES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or("cargo xtask image", |(_, how)| how);
+        bail!(
+            "{} is missing: build it with `{how}` (scripts/test.sh does)",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+/// How the node is set up.
+#[derive(Debug, Clone)]
+pub struct RealNodeOptions {
+    pub memory_mib: u32,
+    /// Appended to the KubeletConfiguration (e.g. `shutdownGracePeriod: 30s`).
+    pub kubelet_config_extra: String,
+    /// Bound on the whole guest run.
+    pub timeout: Duration,
+}
+
+impl Default for RealNodeOptions {
+    fn default() -> Self {
+        Self {
+            memory_mib: 2048,
+            kubelet_config_extra: String::new(),
+            timeout: Duration::from_secs(1500),
+        }
+    }
+}
+
+/// containerd 2.x: the systemd cgroup driver (like the kubelet's), and the pause image imported
+/// from the archive pinned as the sandbox so it is never collected.
+fn containerd_config() -> String {
+    format!(
+        "version = 3\n\
+         [plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = '{PAUSE_IMAGE}'\n\
+         [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n  SystemdCgroup = true\n"
+    )
+}
+
+fn cni_config() -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"nm-pods","plugins":[{{"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":true,"ipam":{{"type":"host-local","ranges":[[{{"subnet":"{POD_SUBNET}"}}]],"routes":[{{"dst":"0.0.0.0/0"}}]}}}}]}}"#
+    )
+}
+
+/// The kubelet's configuration: the systemd driver, x509 client auth against the cluster CA, and
+/// nothing about eviction, so its defaults (`memory.available<100Mi`, `nodefs.available<10%`,
+/// `imagefs.available<15%`, `nodefs.inodesFree<5%`) are in force.
+fn kubelet_config(extra: &str) -> String {
+    format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\n\
+         kind: KubeletConfiguration\n\
+         cgroupDriver: systemd\n\
+         containerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n\
+         authentication:\n  anonymous: {{enabled: false}}\n  webhook: {{enabled: false}}\n  x509: {{clientCAFile: /etc/kubernetes/pki/ca.crt}}\n\
+         authorization: {{mode: AlwaysAllow}}\n\
+         # /stats/summary for the signal-parity checks, on the guest's loopback only.\n\
+         readOnlyPort: 10255\n\
+         address: 127.0.0.1\n\
+         healthzBindAddress: 127.0.0.1\n\
+         failSwapOn: false\n\
+         clusterDomain: cluster.local\n\
+         serializeImagePulls: false\n\
+         {extra}\n"
+    )
+}
+
+const ENTRY: &str = r#"#!/bin/bash
+set -u
+exec >/mnt/out/entry.log 2>&1
+H=/mnt/host
+log() { echo "$(date +%s.%N) $*"; }
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+within() { local n=$(( $1 * 5 )); shift; for _ in $(seq "$n"); do "$@" && return 0; sleep 0.2; done; return 1; }
+log "entry started; uptime $(uptime_s)"
+uname -r > /mnt/out/uname
+mkdir -p /mnt/out/steps
+for _ in $(seq 3000); do [ -e $H/kubelet.conf ] && break; sleep 0.2; done
+[ -e $H/kubelet.conf ] || { log "no node credentials from the host"; systemctl poweroff -ff; }
+PORT=$(cat $H/apiserver-port)
+install -m 0755 $H/bin/containerd $H/bin/ctr $H/bin/containerd-shim-runc-v2 $H/bin/kubelet /usr/local/bin/
+mkdir -p /etc/containerd /etc/cni/net.d /etc/kubernetes/pki /var/lib/kubelet
+cp $H/containerd.toml /etc/containerd/config.toml
+cp $H/cni.conflist /etc/cni/net.d/10-nm-pods.conflist
+cp $H/ca.crt /etc/kubernetes/pki/ca.crt
+cp $H/kubelet.conf /etc/kubernetes/kubelet.conf
+cp $H/kubelet-config.yaml /var/lib/kubelet/config.yaml
+modprobe overlay
+sysctl -qw net.ipv4.ip_forward=1
+# Pods with the Default DNS policy copy the node's resolver (qemu user networking's).
+[ -s /etc/resolv.conf ] || echo "nameserver 10.0.2.3" > /etc/resolv.conf
+# The `kubernetes` Service's cluster IP -> the API server on the host (kube-proxy's part here).
+for chain in OUTPUT PREROUTING; do
+  iptables -t nat -A $chain -d 10.0.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.0.2.2:$PORT
+done
+systemd-run --unit=containerd -p Delegate=yes -p KillMode=process -p OOMScoreAdjust=-999 \
+  -p LimitNOFILE=1048576 -p StandardOutput=append:/mnt/out/containerd.log \
+  -p StandardError=append:/mnt/out/containerd.log /usr/local/bin/containerd
+within 120 test -S /run/containerd/containerd.sock || log "containerd did not start"
+for img in $H/images/*.oci.tar; do
+  ctr -n k8s.io images import --platform linux/amd64 "$img" >> /mnt/out/import.log 2>&1 || log "import $img failed"
+done
+ctr -n k8s.io images ls -q > /mnt/out/images
+log "containerd ready, images imported; uptime $(uptime_s)"
+systemd-run --unit=kubelet -p OOMScoreAdjust=-999 -p StandardOutput=append:/mnt/out/kubelet.log \
+  -p StandardError=append:/mnt/out/kubelet.log /usr/local/bin/kubelet \
+  --config=/var/lib/kubelet/config.yaml --kubeconfig=/etc/kubernetes/kubelet.conf \
+  --hostname-override=@NODE@ --node-ip=10.0.2.15 --v=1
+log "kubelet started; uptime $(uptime_s)"
+n=1
+while true; do
+  if [ -e $H/steps/$n.sh ]; then
+    log "step $n: $(head -1 $H/steps/$n.sh)"
+    bash $H/steps/$n.sh > /mnt/out/steps/$n.log 2>&1
+    echo $? > /mnt/out/steps/.$n.rc && mv /mnt/out/steps/.$n.rc /mnt/out/steps/$n.rc
+    n=$((n + 1))
+  elif [ -e $H/finish ]; then
+    break
+  else
+    sleep 0.2
+  fi
+done
+log "finishing; uptime $(uptime_s)"
+journalctl -u kubelet -u containerd --no-pager -o short-monotonic > /mnt/out/journal.log 2>&1
+sync
+systemctl poweroff -ff
+"#;
+
+/// Shell helpers every step script starts with.
+const STEP_LIB: &str = r#"set -u
+# HTTP/1.0 GET over bash's /dev/tcp (the guest has no curl): get HOST PORT PATH OUTFILE; the body
+# only, written whole or not at all.
+get() {
+  ( exec 3<>/dev/tcp/$1/$2 && printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "$3" "$1" >&3 \
+      && cat <&3 > "$4.tmp" ) 2>/dev/null || return 1
+  sed '1,/^\r\{0,1\}$/d' "$4.tmp" > "$4" && rm -f "$4.tmp"
+}
+"#;
+
+/// The guest node, booting or running in a thread while the test talks to the API.
+pub struct RealNode {
+    payload: tempfile::TempDir,
+    guest: Option<std::thread::JoinHandle<Result<GuestRun>>>,
+    out: PathBuf,
+    next_step: u32,
+    pub started: Instant,
+}
+
+impl RealNode {
+    /// Prepares the payload (binaries, images, configuration) and boots the guest, which waits
+    /// for [`RealNode::join`].
+    pub fn boot(opts: &RealNodeOptions) -> Result<RealNode> {
+        let bins = node_binaries()?;
+        let payload = tempfile::Builder::new().prefix("nm-real-node").tempdir()?;
+        let p = payload.path();
+        fs::create_dir_all(p.join("bin"))?;
+        fs::create_dir_all(p.join("images"))?;
+        fs::create_dir_all(p.join("steps"))?;
+        for b in ["kubelet", "containerd", "ctr", "containerd-shim-runc-v2"] {
+            link_or_copy(&bins.join(b), &p.join("bin").join(b))?;
+        }
+        for (name, _) in IMAGES {
+            link_or_copy(&image_archive(name)?, &p.join("images").join(name))?;
+        }
+        fs::write(p.join("containerd.toml"), containerd_config())?;
+        fs::write(p.join("cni.conflist"), cni_config())?;
+        fs::write(
+            p.join("kubelet-config.yaml"),
+            kubelet_config(&opts.kubelet_config_extra),
+        )?;
+        fs::write(p.join("step-lib.sh"), STEP_LIB)?;
+        let entry = p.join("guest-entry.sh");
+        fs::write(&entry, ENTRY.replace("@NODE@", NODE))?;
+        fs::set_permissions(&entry, fs::Permissions::from_mode(0o755))?;
+        let path = p.to_owned();
+        let guest_opts = GuestOptions {
+            memory_mib: opts.memory_mib,
+            timeout: opts.timeout,
+            ..GuestOptions::default()
+        };
+        // The guest's /mnt/out, read while it runs (step results) and kept after a failed run
+        // for its logs; removed by `finish` when the run went well.
+        let out_dir = tempfile::Builder::new()
+            .prefix("nm-real-node-out")
+            .tempdir()?
+            .keep();
+        let out_for_guest = OutDir::Kept(out_dir.clone());
+        let guest = std::thread::spawn(move || run_guest_in(&path, &guest_opts, out_for_guest));
+        Ok(RealNode {
+            payload,
+            guest: Some(guest),
+            out: out_dir,
+            next_step: 1,
+            started: Instant::now(),
+        })
+    }
+
+    /// Hands the guest its node credentials (a `system:node:<NODE>` client certificate) and the
+    /// API server's port; it then starts containerd and the kubelet.
+    pub fn join(&self, cp: &ControlPlane) -> Result<()> {
+        let p = self.payload.path();
+        fs::write(p.join("ca.crt"), cp.ca_pem())?;
+        fs::write(p.join("apiserver-port"), cp.port().to_string())?;
+        let kc = cp.user_kubeconfig(&format!("system:node:{NODE}"), Some("system:nodes"))?;
+        let text = fs::read_to_string(&kc)?.replace(cp.server(), &cp.guest_server());
+        // Renamed into place: the guest waits for the name and must never read half a file.
+        fs::write(p.join(".kubelet.conf"), text)?;
+        fs::rename(p.join(".kubelet.conf"), p.join("kubelet.conf"))?;
+        Ok(())
+    }
+
+    /// A file for the guest (e.g. the admin kubeconfig for `node-monitor trace`), renamed into
+    /// place.
+    pub fn put(&self, name: &str, contents: &[u8]) -> Result<PathBuf> {
+        let tmp = self.payload.path().join(format!(".{name}"));
+        let dst = self.payload.path().join(name);
+        fs::write(&tmp, contents)?;
+        fs::rename(&tmp, &dst)?;
+        Ok(dst)
+    }
+
+    /// Links (or copies) a host file into the payload, for the guest at `/mnt/host/<name>`.
+    pub fn put_file(&self, name: &str, src: &Path) -> Result<()> {
+        link_or_copy(src, &self.payload.path().join(name))
+    }
+
+    pub fn running(&self) -> bool {
+        self.guest.as_ref().is_some_and(|g| !g.is_finished())
+    }
+
+    /// A file the guest wrote to /mnt/out.
+    pub fn read_out(&self, name: &str) -> Result<String> {
+        let p = self.out.join(name);
+        fs::read_to_string(&p).with_context(|| format!("guest output {} missing", p.display()))
+    }
+
+    /// The guest's output directory (its /mnt/out).
+    pub fn out_dir(&self) -> &Path {
+        &self.out
+    }
+
+    /// Runs `script` in the guest (after the step helpers: `get HOST PORT PATH OUT`) and waits
+    /// for it, at most `timeout`; returns its output. A non-zero exit is an error with the output.
+    pub async fn step(&mut self, what: &str, script: &str, timeout: Duration) -> Result<String> {
+        let n = self.next_step;
+        self.next_step += 1;
+        let body = format!("# {what}\nsource /mnt/host/step-lib.sh\n{script}\n");
+        let steps = self.payload.path().join("steps");
+        fs::write(steps.join(format!(".{n}.sh")), body)?;
+        fs::rename(
+            steps.join(format!(".{n}.sh")),
+            steps.join(format!("{n}.sh")),
+        )?;
+        let rc_path = self.out.join(format!("steps/{n}.rc"));
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(rc) = fs::read_to_string(&rc_path) {
+                let log = self.read_out(&format!("steps/{n}.log")).unwrap_or_default();
+                if rc.trim() != "0" {
+                    bail!(
+                        "guest step {n} ({what}) exited {}:\n{}",
+                        rc.trim(),
+                        tail(&log, 40)
+                    );
+                }
+                return Ok(log);
+            }
+            if !self.running() {
+                bail!("the guest ended during step {n} ({what})");
+            }
+            if Instant::now() > deadline {
+                bail!("guest step {n} ({what}) did not finish within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Tells the guest to collect its logs and power off, and waits for it.
+    pub async fn finish(mut self) -> Result<GuestRun> {
+        self.put("finish", b"")?;
+        let handle = self
+            .guest
+            .take()
+            .context("the guest was already finished")?;
+        tokio::task::spawn_blocking(move || handle.join())
+            .await
+            .context("join task")?
+            .map_err(|_| anyhow::anyhow!("the guest thread panicked"))?
+    }
+
+    /// The guest's logs, for a failure message.
+    pub fn report(&self) -> String {
+        let mut out = String::new();
+        for f in ["entry.log", "kubelet.log", "containerd.log", "import.log"] {
+            if let Ok(text) = self.read_out(f) {
+                out.push_str(&format!("--- {f}:\n{}\n", tail(&text, 40)));
+            }
+        }
+        if let Ok(console) = fs::read_to_string(self.out.join(".console.log")) {
+            out.push_str(&format!("--- console:\n{}\n", tail(&console, 30)));
+        }
+        out
+    }
+}
+
+fn link_or_copy(src: &Path, dst: &Path) -> Result<()> {
+    if fs::hard_link(src, dst).is_err() {
+        fs::copy(src, dst).with_context(|| format!("copy {}", src.display()))?;
+    }
+    Ok(())
+}

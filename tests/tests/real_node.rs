@@ -1,0 +1,708 @@
+//! The real node: a real kubelet and containerd in the guest VM (cgroup v2, systemd cgroup
+//! driver, kernel 6.1) joined to a real control plane on the host, and node-monitor installed
+//! from `deploy/kustomize/base` as the DaemonSet pod on it. See `node_monitor_tests::real_node`
+//! for how the node is built, and docs/testing.md ("The real-node tier").
+//!
+//! One guest boot carries the scenarios, in order (each asserted on the API and on the node):
+//!
+//! 1. The node joins (NodeRestriction on) and node-monitor's DaemonSet pod, scheduled by the
+//!    real scheduler and run by containerd from the imported image, becomes Ready with no
+//!    hand edit to the manifests: it finds the pods' cgroups under the systemd driver's
+//!    `kubepods.slice` by itself.
+//! 2. Signal parity: node-monitor's `memory.available`, `nodefs.*`, `imagefs.*` and
+//!    `pid.available`, against the kubelet's `/stats/summary` read at the same moment.
+//! 3. OOM attribution on real containerd paths: a container exceeding its limit is named by
+//!    namespace, pod and container id in `node-monitor trace --json` and in the agent's metrics.
+//! 4. Memory pressure from a container: node-monitor evicts the BestEffort pod before the
+//!    kubelet's eviction manager acts and before the kernel OOM killer; the kubelet then stops
+//!    the real container; the Guaranteed pod is untouched; no pod is evicted twice.
+//!
+//! Run it under `flock /tmp/nm-vm.lock` after `cargo build --bins` and the image archives
+//! (`scripts/test.sh` does both). It fails, never skips, when qemu, the guest image, the node
+//! binaries or the images are missing. Timings go to stderr for docs/benchmarks.md.
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::{
+    api::{
+        apps::v1::DaemonSet,
+        core::v1::{Container, Event, Node, Pod, PodSpec, ResourceRequirements},
+    },
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+};
+use kube::{
+    Api, Client,
+    api::{ListParams, PostParams},
+};
+use node_monitor_tests::{
+    control_plane::{ControlPlane, ControlPlaneOptions},
+    e2e::{binary, sum_samples},
+    manifests,
+    real_node::{NODE, RealNode, RealNodeOptions, WORKLOAD_IMAGE, node_binaries},
+};
+use serde_json::Value;
+
+const NS: &str = "default";
+const AGENT_NS: &str = "node-monitor";
+const MI: f64 = 1024.0 * 1024.0;
+/// node-monitor's hard `memory.available` threshold on this 2 GiB node, as an operator sets it
+/// in the ConfigMap. The shipped 100Mi (the kubelet's default) sits below the point where the
+/// kernel OOM-kills on a node this small (docs/benchmarks.md, "Spike survival").
+const AGENT_THRESHOLD: &str = "500Mi";
+
+fn agent_config() -> String {
+    format!(
+        "evictionHard:\n  memory.available: \"{AGENT_THRESHOLD}\"\n  nodefs.available: \"10%\"\n  \
+         nodefs.inodesFree: \"5%\"\n  imagefs.available: \"15%\"\n  imagefs.inodesFree: \"5%\"\n\
+         evictionPressureTransitionPeriod: 5m\nnodeMonitor:\n  maxPodsPerCycle: 1\n  pdbPolicy: respect\n"
+    )
+}
+
+fn fail(node: &RealNode, what: &str) -> ! {
+    panic!("{what}\n{}", node.report());
+}
+
+/// Polls `check` every 500 ms until it returns `Some`, failing with the guest's logs at `limit`
+/// or when the guest ends. A liveness bound, not a speed assertion.
+async fn until<T, F, Fut>(node: &RealNode, what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if !node.running() {
+            fail(node, &format!("the guest ended while waiting for {what}"));
+        }
+        if Instant::now() > deadline {
+            fail(node, &format!("{what}: not within {limit:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn quantity(v: &str) -> Quantity {
+    Quantity(v.to_owned())
+}
+
+/// A pod on the node running the workload image with `args`; `memory` is (request, limit), with
+/// an equal CPU request and limit when both are equal (Guaranteed).
+fn pod(name: &str, command: &[&str], memory: Option<(&str, &str)>) -> Pod {
+    let resources = memory.map(|(request, limit)| {
+        let mut requests = BTreeMap::from([("memory".to_owned(), quantity(request))]);
+        let mut limits = BTreeMap::from([("memory".to_owned(), quantity(limit))]);
+        if request == limit {
+            requests.insert("cpu".to_owned(), quantity("100m"));
+            limits.insert("cpu".to_owned(), quantity("100m"));
+        }
+        ResourceRequirements {
+            requests: Some(requests),
+            limits: Some(limits),
+            ..Default::default()
+        }
+    });
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            termination_grace_period_seconds: Some(5),
+            restart_policy: Some("Never".into()),
+            containers: vec![Container {
+                name: "main".into(),
+                image: Some(WORKLOAD_IMAGE.into()),
+                command: Some(command.iter().map(|s| (*s).to_owned()).collect()),
+                resources,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn create_running(client: &Client, node: &RealNode, p: Pod) -> Pod {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let name = p.metadata.name.clone().expect("pod name");
+    api.create(&PostParams::default(), &p)
+        .await
+        .unwrap_or_else(|e| panic!("create pod {name}: {e}"));
+    until(
+        node,
+        &format!("pod {name} Running"),
+        Duration::from_secs(300),
+        || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                let p = api.get(&name).await.ok()?;
+                (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(p)
+            }
+        },
+    )
+    .await
+}
+
+fn node_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn condition(n: &Node, type_: &str) -> Option<String> {
+    n.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+/// The agent's metrics, as the guest reads them from its pod IP, written to /mnt/out/`name`.
+async fn scrape(node: &mut RealNode, ip: &str, name: &str) -> String {
+    let r = node
+        .step(
+            &format!("scrape {name}"),
+            &format!("get {ip} 9101 /metrics /mnt/out/{name}"),
+            Duration::from_secs(60),
+        )
+        .await;
+    if let Err(e) = r {
+        fail(node, &format!("{e:#}"));
+    }
+    node.read_out(name).expect("metrics")
+}
+
+async fn guest_step(node: &mut RealNode, what: &str, script: &str, limit: Duration) -> String {
+    match node.step(what, script, limit).await {
+        Ok(out) => out,
+        Err(e) => fail(node, &format!("{e:#}")),
+    }
+}
+
+/// The kernel's OOM kill count in the guest (`oom_kill` in /proc/vmstat).
+async fn guest_oom_kills(node: &mut RealNode) -> u64 {
+    let out = guest_step(
+        node,
+        "oom_kill count",
+        "awk '$1 == \"oom_kill\" { print $2 }' /proc/vmstat",
+        Duration::from_secs(30),
+    )
+    .await;
+    out.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("oom_kill in /proc/vmstat: {out:?}: {e}"))
+}
+
+/// `Evicted` Events on pod `name`, by the component that reported them.
+async fn evictions_of(client: &Client, name: &str) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    let list = events
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .expect("list events");
+    list.items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Evicted"))
+        .map(|e| {
+            e.reporting_component
+                .clone()
+                .filter(|c| !c.is_empty())
+                .or_else(|| e.source.as_ref().and_then(|s| s.component.clone()))
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The agent's Ready pod on the node.
+async fn agent_pod(client: &Client) -> Option<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), AGENT_NS);
+    let list = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=node-monitor"))
+        .await
+        .ok()?;
+    list.items.into_iter().find(|p| {
+        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE)
+            && p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    })
+}
+
+fn metric(text: &str, family: &str, labels: &[(&str, &str)]) -> f64 {
+    sum_samples(text, family, labels) + 0.0
+}
+
+fn num(v: &Value, path: &[&str]) -> f64 {
+    let mut cur = v;
+    for p in path {
+        cur = &cur[*p];
+    }
+    cur.as_f64()
+        .unwrap_or_else(|| panic!("/stats/summary has no number at {}", path.join(".")))
+}
+
+/// One signal read by both sides at about the same moment, in base units.
+#[derive(Debug, Clone, Copy)]
+struct Pair {
+    agent: f64,
+    kubelet: f64,
+    capacity: f64,
+}
+
+/// Each signal from one `/stats/summary` and one scrape of the agent's metrics. The kubelet's
+/// definitions (pkg/kubelet/eviction/helpers.go `makeSignalObservations`): memory.available is the
+/// node's `availableBytes`; nodefs is `node.fs`; imagefs is `node.runtime.imageFs`;
+/// pid.available is `rlimit.maxpid − rlimit.curproc`.
+fn signal_pairs(summary: &Value, metrics: &str) -> Vec<(&'static str, Pair)> {
+    let n = &summary["node"];
+    let agent = |s: &str| {
+        metric(
+            metrics,
+            "node_monitor_signal_available",
+            &[("eviction_signal", s)],
+        )
+    };
+    let maxpid = num(n, &["rlimit", "maxpid"]);
+    vec![
+        (
+            "memory.available",
+            Pair {
+                agent: agent("memory.available"),
+                kubelet: num(n, &["memory", "availableBytes"]),
+                capacity: num(n, &["memory", "availableBytes"])
+                    + num(n, &["memory", "workingSetBytes"]),
+            },
+        ),
+        (
+            "nodefs.available",
+            Pair {
+                agent: agent("nodefs.available"),
+                kubelet: num(n, &["fs", "availableBytes"]),
+                capacity: num(n, &["fs", "capacityBytes"]),
+            },
+        ),
+        (
+            "nodefs.inodesFree",
+            Pair {
+                agent: agent("nodefs.inodesFree"),
+                kubelet: num(n, &["fs", "inodesFree"]),
+                capacity: num(n, &["fs", "inodes"]),
+            },
+        ),
+        (
+            "imagefs.available",
+            Pair {
+                agent: agent("imagefs.available"),
+                kubelet: num(n, &["runtime", "imageFs", "availableBytes"]),
+                capacity: num(n, &["runtime", "imageFs", "capacityBytes"]),
+            },
+        ),
+        (
+            "pid.available",
+            Pair {
+                agent: agent("pid.available"),
+                kubelet: maxpid - num(n, &["rlimit", "curproc"]),
+                capacity: maxpid,
+            },
+        ),
+    ]
+}
+
+/// The report line for one signal over its pairs, and whether the median difference is within
+/// the stated tolerance: 2 % of capacity for memory (it moves between two reads), 1 % for file
+/// systems and PIDs.
+fn parity(signal: &str, pairs: &[Pair]) -> (String, bool) {
+    let (unit, name) = if signal.contains("inodes") {
+        (1.0, "inodes")
+    } else if signal.starts_with("pid") {
+        (1.0, "pids")
+    } else {
+        (MI, "MiB")
+    };
+    let tolerance = if signal.starts_with("memory") {
+        0.02
+    } else {
+        0.01
+    };
+    let mut diffs: Vec<f64> = pairs.iter().map(|p| p.agent - p.kubelet).collect();
+    diffs.sort_by(f64::total_cmp);
+    let median = diffs[diffs.len() / 2];
+    let capacity = pairs[0].capacity;
+    let each: Vec<String> = pairs
+        .iter()
+        .map(|p| format!("{:.1}/{:.1}", p.agent / unit, p.kubelet / unit))
+        .collect();
+    let line = format!(
+        "{signal:<18} median difference {:>+9.1} {name} ({:+.2} % of capacity; tolerance {:.0} %); \
+         node-monitor/kubelet: {}",
+        median / unit,
+        100.0 * median / capacity,
+        tolerance * 100.0,
+        each.join(" ")
+    );
+    (line, median.abs() <= tolerance * capacity)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
+    let t0 = Instant::now();
+    let mut node = RealNode::boot(&RealNodeOptions::default()).expect("real node payload and boot");
+    let scheduler = node_binaries()
+        .expect("node binaries")
+        .join("kube-scheduler");
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        scheduler: Some(scheduler),
+        ..ControlPlaneOptions::default().apiserver_arg("--enable-admission-plugins=NodeRestriction")
+    })
+    .await
+    .expect("control plane");
+    let client = cp.client();
+    node.join(&cp).expect("node credentials");
+    // `node-monitor trace` in the guest names pods through the API.
+    let admin = std::fs::read(cp.guest_kubeconfig_path()).expect("guest kubeconfig");
+    node.put("admin.kubeconfig", &admin)
+        .expect("admin kubeconfig");
+    node.put_file("node-monitor", &binary("node-monitor"))
+        .expect("node-monitor binary");
+
+    // --- 1. the node joins; node-monitor from the shipped manifests ------------------------------
+    let nodes: Api<Node> = Api::all(client.clone());
+    until(&node, "the node Ready", Duration::from_secs(600), || {
+        let nodes = nodes.clone();
+        async move { nodes.get_opt(NODE).await.ok().flatten().filter(node_ready) }
+    })
+    .await;
+    eprintln!(
+        "real node: Ready {:.1} s after boot",
+        t0.elapsed().as_secs_f64()
+    );
+
+    let mut objects = manifests::render(&manifests::kustomize_dir("base")).expect("render base");
+    let cm = objects
+        .iter_mut()
+        .find(|m| m.kind() == "ConfigMap")
+        .expect("the base has the agent's ConfigMap");
+    cm.object["data"]["config.yaml"] = Value::String(agent_config());
+    manifests::apply(&client, &objects)
+        .await
+        .expect("apply deploy/kustomize/base");
+    let agent = until(
+        &node,
+        "node-monitor's DaemonSet pod Ready on the node",
+        Duration::from_secs(420),
+        || agent_pod(&client),
+    )
+    .await;
+    let agent_ip = agent
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("agent pod IP");
+    eprintln!(
+        "real node: node-monitor Ready {:.1} s after boot, pod IP {agent_ip}",
+        t0.elapsed().as_secs_f64()
+    );
+    let ds: Api<DaemonSet> = Api::namespaced(client.clone(), AGENT_NS);
+    let ds = ds.get("node-monitor").await.expect("DaemonSet");
+    assert_eq!(
+        ds.status.as_ref().map(|s| s.number_ready),
+        Some(1),
+        "the DaemonSet reports its pod ready"
+    );
+    let first = scrape(&mut node, &agent_ip, "metrics-start.txt").await;
+    assert_eq!(
+        metric(&first, "node_monitor_pod_cgroups_missing", &[]),
+        0.0,
+        "the agent finds the pods' cgroups on the real node"
+    );
+
+    // --- 2. signal parity with the kubelet's /stats/summary ------------------------------------
+    // Both sides sample on their own clocks (the kubelet's cadvisor housekeeping and the agent's
+    // 10 s tick), so one pair of reads can straddle a change; five pairs 11 s apart, each signal
+    // judged on the median difference, every pair recorded.
+    guest_step(
+        &mut node,
+        "signals side by side",
+        &format!(
+            "for i in 1 2 3 4 5; do\n\
+               get 127.0.0.1 10255 /stats/summary /mnt/out/summary-$i.json || exit 1\n\
+               get {agent_ip} 9101 /metrics /mnt/out/metrics-parity-$i.txt || exit 1\n\
+               [ $i = 5 ] || sleep 11\n\
+             done"
+        ),
+        Duration::from_secs(180),
+    )
+    .await;
+    let mut pairs: BTreeMap<&str, Vec<Pair>> = BTreeMap::new();
+    for i in 1..=5 {
+        let summary: Value = serde_json::from_str(
+            &node
+                .read_out(&format!("summary-{i}.json"))
+                .expect("summary"),
+        )
+        .expect("summary JSON");
+        let ours = node
+            .read_out(&format!("metrics-parity-{i}.txt"))
+            .expect("metrics");
+        for (signal, pair) in signal_pairs(&summary, &ours) {
+            pairs.entry(signal).or_default().push(pair);
+        }
+    }
+    let mut report = Vec::new();
+    let mut off = Vec::new();
+    for (signal, ps) in &pairs {
+        let (line, within) = parity(signal, ps);
+        if !within {
+            off.push(line.clone());
+        }
+        report.push(line);
+    }
+    eprintln!(
+        "real node: signal parity (node-monitor − kubelet)\n  {}",
+        report.join("\n  ")
+    );
+    assert_eq!(pairs.len(), 5, "every signal compared: {report:?}");
+    assert!(off.is_empty(), "signals off parity:\n{}", off.join("\n"));
+
+    // --- 3. OOM attribution on containerd's paths ----------------------------------------------
+    node.step(
+        "node-monitor trace",
+        "RUST_LOG=info NO_COLOR=1 setsid /mnt/host/node-monitor trace --json \
+         --kubeconfig /mnt/host/admin.kubeconfig > /mnt/out/trace.jsonl 2> /mnt/out/trace.stderr &\n\
+         for _ in $(seq 600); do grep -q listening /mnt/out/trace.stderr && exit 0; sleep 0.5; done\n\
+         echo 'trace did not start'; cat /mnt/out/trace.stderr; exit 1",
+        Duration::from_secs(360),
+    )
+    .await
+    .unwrap_or_else(|e| fail(&node, &format!("{e:#}")));
+    let oom_before = guest_oom_kills(&mut node).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            "oom-victim",
+            &["/usr/local/bin/nm-memhog", "anon", "256"],
+            Some(("32Mi", "48Mi")),
+        ),
+    )
+    .await
+    .expect("create oom-victim");
+    let container_id = until(
+        &node,
+        "oom-victim's container terminated OOMKilled",
+        Duration::from_secs(300),
+        || {
+            let pods = pods.clone();
+            async move {
+                let p = pods.get("oom-victim").await.ok()?;
+                let cs = p.status?.container_statuses?.into_iter().next()?;
+                let t = cs.state?.terminated?;
+                (t.reason.as_deref() == Some("OOMKilled")).then_some(cs.container_id?)
+            }
+        },
+    )
+    .await;
+    let container_id = container_id
+        .strip_prefix("containerd://")
+        .expect("a containerd container id")
+        .to_owned();
+    guest_step(
+        &mut node,
+        "the trace's OOM line",
+        "for _ in $(seq 240); do grep -q '\"kind\":\"oom_kill\"' /mnt/out/trace.jsonl && break; sleep 0.5; done\n\
+         sleep 2; pkill -TERM -f 'node-monitor trace'; sleep 1; true",
+        Duration::from_secs(180),
+    )
+    .await;
+    let trace = node.read_out("trace.jsonl").expect("trace.jsonl");
+    let line: Value = trace
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["kind"] == "oom_kill" && v["pod_name"] == "oom-victim")
+        .unwrap_or_else(|| {
+            fail(
+                &node,
+                &format!("no oom_kill line names default/oom-victim in the trace:\n{trace}"),
+            )
+        });
+    assert_eq!(line["pod_namespace"], NS, "{line}");
+    assert_eq!(line["container_id"], container_id.as_str(), "{line}");
+    assert_eq!(line["qos_class"], "Burstable", "{line}");
+    let path = line["cgroup_path"].as_str().unwrap_or_default();
+    assert!(
+        path.starts_with("/kubepods.slice/kubepods-burstable.slice/")
+            && path.ends_with(&format!("cri-containerd-{container_id}.scope")),
+        "the victim's cgroup is containerd's systemd scope: {line}"
+    );
+    eprintln!("real node: trace attributed the OOM kill: {line}");
+    let mut metrics = String::new();
+    for _ in 0..60 {
+        metrics = scrape(&mut node, &agent_ip, "metrics-oom.txt").await;
+        let labels = [("scope", "pod"), ("namespace", NS), ("pod", "oom-victim")];
+        if metric(&metrics, "node_monitor_oom_kills_total", &labels) >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(
+        metric(
+            &metrics,
+            "node_monitor_oom_kills_total",
+            &[("scope", "pod"), ("namespace", NS), ("pod", "oom-victim")]
+        ) >= 1.0,
+        "the agent's metrics count the OOM kill for default/oom-victim:\n{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("oom"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    pods.delete("oom-victim", &Default::default())
+        .await
+        .expect("delete oom-victim");
+
+    // --- 4. memory pressure from a container ---------------------------------------------------
+    let oom_before_pressure = guest_oom_kills(&mut node).await;
+    assert!(
+        oom_before_pressure > oom_before,
+        "the kernel counted the OOM kill"
+    );
+    let database = create_running(
+        &client,
+        &node,
+        pod(
+            "database",
+            &["/usr/local/bin/nm-workload", "--hold", "64Mi"],
+            Some(("96Mi", "96Mi")),
+        ),
+    )
+    .await;
+    let ramp_started = Instant::now();
+    create_running(
+        &client,
+        &node,
+        pod(
+            "leaky",
+            &[
+                "/usr/local/bin/nm-workload",
+                "--ramp-to",
+                "3Gi",
+                "--step",
+                "16Mi",
+                "--interval",
+                "100ms",
+            ],
+            None,
+        ),
+    )
+    .await;
+    let evicted_by = until(
+        &node,
+        "an Evicted Event on default/leaky",
+        Duration::from_secs(300),
+        || {
+            let client = client.clone();
+            async move {
+                let by = evictions_of(&client, "leaky").await;
+                (!by.is_empty()).then_some(by)
+            }
+        },
+    )
+    .await;
+    let evicted_after = ramp_started.elapsed();
+    until(
+        &node,
+        "the kubelet stopped leaky's container and removed the pod",
+        Duration::from_secs(180),
+        || {
+            let pods = pods.clone();
+            async move { pods.get_opt("leaky").await.ok()?.is_none().then_some(()) }
+        },
+    )
+    .await;
+    let gone_after = ramp_started.elapsed();
+    // Give a second eviction, by either side, time to show.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let evicted_by = {
+        let again = evictions_of(&client, "leaky").await;
+        if again.len() > evicted_by.len() {
+            again
+        } else {
+            evicted_by
+        }
+    };
+    assert_eq!(
+        evicted_by,
+        ["node-monitor"],
+        "leaky is evicted once, by node-monitor, not by the kubelet"
+    );
+    let db = pods.get("database").await.expect("database");
+    let db_status = db.status.as_ref().expect("database status");
+    assert_eq!(
+        db_status.phase.as_deref(),
+        Some("Running"),
+        "the Guaranteed pod still runs"
+    );
+    assert_eq!(
+        db.metadata.uid, database.metadata.uid,
+        "the Guaranteed pod is the same pod"
+    );
+    assert_eq!(
+        db_status
+            .container_statuses
+            .as_ref()
+            .and_then(|c| c.first())
+            .map(|c| c.restart_count),
+        Some(0),
+        "the Guaranteed pod's container never restarted"
+    );
+    assert!(
+        evictions_of(&client, "database").await.is_empty(),
+        "the Guaranteed pod was never evicted"
+    );
+    let oom_after = guest_oom_kills(&mut node).await;
+    assert_eq!(
+        oom_after, oom_before_pressure,
+        "no kernel OOM kill during the pressure"
+    );
+    let n = nodes.get(NODE).await.expect("node");
+    assert_eq!(
+        condition(&n, "MemoryPressure").as_deref(),
+        Some("False"),
+        "the kubelet's eviction manager never saw memory pressure"
+    );
+    let final_metrics = scrape(&mut node, &agent_ip, "metrics-final.txt").await;
+    assert_eq!(
+        metric(
+            &final_metrics,
+            "node_monitor_evictions_total",
+            &[
+                ("eviction_signal", "memory.available"),
+                ("outcome", "evicted")
+            ]
+        ),
+        1.0,
+        "the agent counts one eviction"
+    );
+    eprintln!(
+        "real node: leaky evicted {:.1} s after its ramp started, gone from the API {:.1} s after; \
+         kernel OOM kills during the pressure: {}",
+        evicted_after.as_secs_f64(),
+        gone_after.as_secs_f64(),
+        oom_after - oom_before_pressure
+    );
+
+    let run = node.finish().await.expect("guest run");
+    eprintln!("real node: guest run {:.1} s", run.elapsed.as_secs_f64());
+}
