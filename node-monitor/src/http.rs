@@ -23,6 +23,8 @@ pub struct Health {
     pub pods_synced: AtomicBool,
     pub probes_loaded: AtomicBool,
     degraded: Mutex<Vec<String>>,
+    /// Why the agent cannot act, when it cannot (it sees none of the pods' cgroups).
+    blind: Mutex<Option<String>>,
 }
 
 impl Health {
@@ -30,6 +32,13 @@ impl Health {
     pub fn report_degraded(&self, what: impl Into<String>) {
         if let Ok(mut d) = self.degraded.lock() {
             d.push(what.into());
+        }
+    }
+
+    /// Sets or clears the reason the agent cannot act; readiness fails while one is set.
+    pub fn set_blind(&self, reason: Option<String>) {
+        if let Ok(mut b) = self.blind.lock() {
+            *b = reason;
         }
     }
 
@@ -42,6 +51,9 @@ impl Health {
         let synced = self.pods_synced.load(Ordering::Relaxed);
         let probes = self.probes_loaded.load(Ordering::Relaxed);
         let degraded = self.degraded();
+        if let Some(reason) = self.blind.lock().ok().and_then(|b| b.clone()) {
+            return (false, reason);
+        }
         match (synced, probes, degraded.is_empty()) {
             (false, _, _) => (false, "pod cache not synced".to_owned()),
             (true, true, true) => (true, "ok".to_owned()),
@@ -141,5 +153,20 @@ mod tests {
                 "synced={synced} probes={probes} degraded={degraded}"
             );
         }
+    }
+
+    #[test]
+    fn blindness_fails_readiness_until_cleared() {
+        let h = Health::default();
+        h.pods_synced.store(true, Ordering::Relaxed);
+        h.probes_loaded.store(true, Ordering::Relaxed);
+        h.set_blind(Some(
+            "no cgroup found for the 3 pods running on this node".into(),
+        ));
+        let (ready, why) = h.readiness();
+        assert!(!ready);
+        assert!(why.contains("3 pods"), "{why}");
+        h.set_blind(None);
+        assert_eq!(h.readiness(), (true, "ok".to_owned()));
     }
 }

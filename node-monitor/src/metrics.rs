@@ -75,6 +75,14 @@ pub struct SourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubepodsLabels {
+    /// `systemd`, `cgroupfs` or `unknown` (not yet detected).
+    pub driver: String,
+    /// The kubepods cgroup's directory as the agent reads it.
+    pub path: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProgramLabels {
     pub program: String,
     /// `attached`, `failed`, `disabled`.
@@ -303,6 +311,8 @@ pub struct Metrics {
     pub shutdown_inhibit_delay_max_seconds: Gauge<f64, AtomicU64>,
     pub api_errors: Family<OperationLabels, Counter>,
     pub degraded: Gauge,
+    pub kubepods_layout: Family<KubepodsLabels, Gauge>,
+    pub pod_cgroups_missing: Gauge,
     pub remediation: RemediationMetrics,
     oom_pods_seen: Mutex<HashSet<(String, String)>>,
     ringbuf_drops_seen: AtomicU64,
@@ -350,6 +360,8 @@ impl Metrics {
             shutdown_inhibit_delay_max_seconds: Gauge::default(),
             api_errors: Family::default(),
             degraded: Gauge::default(),
+            kubepods_layout: Family::default(),
+            pod_cgroups_missing: Gauge::default(),
             remediation: RemediationMetrics::default(),
             oom_pods_seen: Mutex::new(HashSet::new()),
             ringbuf_drops_seen: AtomicU64::new(0),
@@ -470,6 +482,16 @@ impl Metrics {
             "degraded",
             "1 when the agent runs without some of its sources (see ebpf_program_state, wakeup_source_state)",
             m.degraded.clone(),
+        );
+        reg.add(
+            "kubepods_layout",
+            "1 for the kubepods cgroup the agent reads pods from, labelled with the cgroup driver",
+            m.kubepods_layout.clone(),
+        );
+        reg.add(
+            "pod_cgroups_missing",
+            "1 while the API lists pods running on this node and none of their cgroups is found; evictions are held",
+            m.pod_cgroups_missing.clone(),
         );
         m.remediation.register(&mut reg);
         Self {

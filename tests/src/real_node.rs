@@ -191,6 +191,8 @@ systemd-run --unit=kubelet -p OOMScoreAdjust=-999 -p StandardOutput=append:/mnt/
   --config=/var/lib/kubelet/config.yaml --kubeconfig=/etc/kubernetes/kubelet.conf \
   --hostname-override=@NODE@ --node-ip=10.0.2.15 --v=1
 log "kubelet started; uptime $(uptime_s)"
+# Container logs (the agent's included) mirrored out, so a failed run still has them.
+( while true; do cp -r /var/log/pods /mnt/out/ 2>/dev/null; sleep 2; done ) &
 n=1
 while true; do
   if [ -e $H/steps/$n.sh ]; then
@@ -380,6 +382,19 @@ impl RealNode {
                 out.push_str(&format!("--- {f}:\n{}\n", tail(&text, 40)));
             }
         }
+        // The agent's own log, from the mirrored pod logs.
+        if let Ok(dirs) = fs::read_dir(self.out.join("pods")) {
+            for d in dirs
+                .flatten()
+                .filter(|d| d.file_name().to_string_lossy().starts_with("node-monitor_"))
+            {
+                let log = d.path().join("node-monitor/0.log");
+                if let Ok(text) = fs::read_to_string(&log) {
+                    out.push_str(&format!("--- {}:\n{}\n", log.display(), tail(&text, 40)));
+                }
+            }
+        }
+        out.push_str(&format!("--- the guest's files: {}\n", self.out.display()));
         if let Ok(console) = fs::read_to_string(self.out.join(".console.log")) {
             out.push_str(&format!("--- console:\n{}\n", tail(&console, 30)));
         }

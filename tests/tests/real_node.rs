@@ -421,10 +421,44 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         "the DaemonSet reports its pod ready"
     );
     let first = scrape(&mut node, &agent_ip, "metrics-start.txt").await;
+    // As shipped, with no --kubepods-cgroup: the systemd driver's slice is found by itself.
     assert_eq!(
-        metric(&first, "node_monitor_pod_cgroups_missing", &[]),
-        0.0,
-        "the agent finds the pods' cgroups on the real node"
+        metric(
+            &first,
+            "node_monitor_kubepods_layout",
+            &[
+                ("driver", "systemd"),
+                ("path", "/sys/fs/cgroup/kubepods.slice")
+            ]
+        ),
+        1.0,
+        "the agent reads pods from the systemd driver's kubepods.slice:\n{}",
+        first
+            .lines()
+            .filter(|l| l.contains("kubepods"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        first
+            .lines()
+            .any(|l| l == "node_monitor_pod_cgroups_missing 0"),
+        "the agent sees the running pods' cgroups"
+    );
+    // The PSI trigger is armed under the DaemonSet's read-only /host/proc.
+    assert!(
+        first
+            .lines()
+            .any(|l| l.starts_with("node_monitor_wakeup_source_state{")
+                && l.contains("source=\"psi\"")
+                && l.contains("state=\"active\"")
+                && l.ends_with(" 1")),
+        "PSI is an active wake-up source in the DaemonSet pod:\n{}",
+        first
+            .lines()
+            .filter(|l| l.contains("wakeup_source_state"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 
     // --- 2. signal parity with the kubelet's /stats/summary ------------------------------------
@@ -702,6 +736,35 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         gone_after.as_secs_f64(),
         oom_after - oom_before_pressure
     );
+
+    // The agent container's footprint in its real pod (release build): figures for
+    // docs/benchmarks.md, not assertions.
+    let agent_cid = agent
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.container_id.clone())
+        .and_then(|id| id.strip_prefix("containerd://").map(str::to_owned))
+        .expect("the agent's container id");
+    let footprint = guest_step(
+        &mut node,
+        "the agent container's CPU and memory",
+        &format!(
+            "cg=$(find /sys/fs/cgroup/kubepods.slice -type d -name 'cri-containerd-{agent_cid}.scope' | head -1)\n\
+             [ -n \"$cg\" ] || {{ echo 'no cgroup for the agent container'; exit 1; }}\n\
+             u0=$(awk '$1 == \"usage_usec\" {{ print $2 }}' $cg/cpu.stat); t0=$(cut -d' ' -f1 /proc/uptime)\n\
+             sleep 30\n\
+             u1=$(awk '$1 == \"usage_usec\" {{ print $2 }}' $cg/cpu.stat); t1=$(cut -d' ' -f1 /proc/uptime)\n\
+             echo \"cpu_usec $((u1 - u0)) over $t0 $t1\"\n\
+             echo \"memory.current $(cat $cg/memory.current)\"\n\
+             echo \"memory.peak $(cat $cg/memory.peak 2>/dev/null || echo n/a)\"\n\
+             grep -E '^(anon|file) ' $cg/memory.stat"
+        ),
+        Duration::from_secs(120),
+    )
+    .await;
+    eprintln!("real node: the agent container, idle after the scenarios:\n{footprint}");
 
     let run = node.finish().await.expect("guest run");
     eprintln!("real node: guest run {:.1} s", run.elapsed.as_secs_f64());

@@ -30,7 +30,7 @@ use crate::{
         config::{self, ConfigSource, EvictionConfig, EvictionFlags, PdbPolicy},
         eviction::{Decision, EvictionState, next_grace_deadline, synchronize},
         headroom::{Headroom, HeadroomPolicy},
-        pod::PodInfo,
+        pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
         signals::Signal,
         threshold::NodeConditionType,
     },
@@ -80,9 +80,14 @@ pub struct Args {
     // `/` and not "": clap's path parser refuses an empty value, default included.
     #[arg(long, default_value = "/")]
     pub node_cgroup: PathBuf,
-    /// The kubepods cgroup under the node cgroup: `kubepods` (cgroupfs driver) or `kubepods.slice`.
-    #[arg(long, default_value = "kubepods")]
+    /// The kubepods cgroup under the node cgroup: `auto` (detected from the cgroup tree and the
+    /// kubelet's configuration), `kubepods` (cgroupfs driver) or `kubepods.slice` (systemd).
+    #[arg(long, default_value = crate::sampler::KUBEPODS_AUTO)]
     pub kubepods_cgroup: String,
+    /// The kubelet's configuration file, read for `cgroupDriver` by `--kubepods-cgroup auto`
+    /// (default: `<kubelet-root>/config.yaml`, where kubeadm writes it).
+    #[arg(long)]
+    pub kubelet_config: Option<PathBuf>,
     /// procfs of the host (a DaemonSet mounts the host's /proc here).
     #[arg(long, default_value = "/proc")]
     pub proc_root: PathBuf,
@@ -178,6 +183,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         cgroup_root: args.cgroup_root.clone(),
         node_cgroup: args.node_cgroup.clone(),
         kubepods_cgroup: args.kubepods_cgroup.clone(),
+        kubelet_config: args.kubelet_config.clone(),
         proc_root: args.proc_root.clone(),
         kubelet_root: args.kubelet_root.clone(),
         image_fs: args.image_fs.clone(),
@@ -311,6 +317,10 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         headroom: Headroom::new(),
         headroom_policy,
         next_sample_at: None,
+        health: health.clone(),
+        blind: None,
+        sight_checked: None,
+        kubepods_reported: None,
     };
     info!("deciding");
     // A first pass at once: it arms the memcg thresholds and catches pressure that predates the agent.
@@ -472,7 +482,15 @@ struct Loop {
     headroom: Headroom,
     headroom_policy: Option<HeadroomPolicy>,
     next_sample_at: Option<Timestamp>,
+    health: Arc<Health>,
+    /// Whether the last look found the agent blind to the pods' cgroups, and when it looked.
+    blind: Option<usize>,
+    sight_checked: Option<Instant>,
+    kubepods_reported: Option<(String, String)>,
 }
+
+/// How often the agent checks that it sees the cgroups of the pods the API lists.
+const SIGHT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Retry delays after failed eviction requests (API server unreachable, 5xx): 250 ms doubling to 5 s.
 const RETRY_INITIAL: Duration = Duration::from_millis(250);
@@ -537,14 +555,22 @@ impl Loop {
                 .map(|d| now + d);
         }
         self.backoff.prune(now);
+        self.check_pod_sight(sampler);
         let pods = self.candidate_pods(now);
-        let decision = synchronize(
+        let mut decision = synchronize(
             &mut self.state,
             &self.config,
             &timed.observations,
             &pods,
             now,
         );
+        if self.blind.is_some() && !decision.evict.is_empty() {
+            warn!(
+                held = decision.evict.len(),
+                "eviction held: the agent sees none of the pods' cgroups, so ranking has no usage"
+            );
+            decision.evict.clear();
+        }
         let decided = wakeup.at.elapsed();
         self.metrics
             .wakeup_to_decision_seconds
@@ -628,6 +654,77 @@ impl Loop {
             }
         }
         end
+    }
+
+    /// Checks, at most every [`SIGHT_CHECK_INTERVAL`], that the sampler finds the cgroups of the
+    /// pods the API lists as running here; while it finds none, the agent is not ready and holds
+    /// its evictions ([`blind_to_pods`]).
+    fn check_pod_sight(&mut self, sampler: &mut Sampler) {
+        if self
+            .sight_checked
+            .is_some_and(|t| t.elapsed() < SIGHT_CHECK_INTERVAL)
+        {
+            return;
+        }
+        self.sight_checked = Some(Instant::now());
+        if let Err(e) = tokio::task::block_in_place(|| sampler.refresh_pod_cgroups()) {
+            debug!(error = %e, "listing the pod cgroups failed");
+        }
+        let layout = sampler.layout();
+        let reported = (
+            layout
+                .kubepods_detection
+                .driver_label(&layout.kubepods_name)
+                .to_owned(),
+            layout.kubepods_memory.display().to_string(),
+        );
+        if self.kubepods_reported.as_ref() != Some(&reported) {
+            info!(driver = %reported.0, kubepods = %reported.1, detection = ?layout.kubepods_detection,
+                  "reading pods from this kubepods cgroup");
+            self.metrics.kubepods_layout.clear();
+            self.metrics
+                .kubepods_layout
+                .get_or_create(&crate::metrics::KubepodsLabels {
+                    driver: reported.0.clone(),
+                    path: reported.1.clone(),
+                })
+                .set(1);
+            self.kubepods_reported = Some(reported);
+        }
+        let wall_now = k8s_openapi::jiff::Timestamp::now();
+        let presence: Vec<PodPresence> = self
+            .store
+            .state()
+            .iter()
+            .filter(|p| crate::core::pod::pod_is_active(p))
+            .map(|p| PodPresence {
+                running_for: running_for(p, wall_now),
+                cgroup_found: p
+                    .metadata
+                    .uid
+                    .as_deref()
+                    .is_some_and(|uid| sampler.has_pod_cgroup(uid)),
+            })
+            .collect();
+        let blind = blind_to_pods(&presence, POD_CGROUP_SETTLE);
+        match (self.blind, blind) {
+            (None, Some(n)) => {
+                let reason = format!(
+                    "no cgroup found for any of the {n} pods running on this node (kubepods: {});                      check --kubepods-cgroup, the cgroup driver and the /sys/fs/cgroup mount",
+                    sampler.layout().kubepods_memory.display()
+                );
+                warn!(%reason, "blind to the pods: evictions held");
+                self.health.set_blind(Some(reason));
+                self.metrics.pod_cgroups_missing.set(1);
+            }
+            (Some(_), None) => {
+                info!("the pods' cgroups are found again: evictions resume");
+                self.health.set_blind(None);
+                self.metrics.pod_cgroups_missing.set(0);
+            }
+            _ => {}
+        }
+        self.blind = blind;
     }
 
     /// Pods the core may rank: this node's active pods, less those backing off after a PDB refusal.
@@ -826,6 +923,18 @@ impl Loop {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// How long the pod's longest-running container has been running, from its status.
+fn running_for(pod: &Pod, now: k8s_openapi::jiff::Timestamp) -> Option<Duration> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref())
+        .filter_map(|t| now.duration_since(t.0).try_into().ok())
+        .max()
 }
 
 fn taint_suffix(c: NodeConditionType) -> &'static str {

@@ -73,6 +73,7 @@ mod tests {
             node_pids: Some(node.clone()),
             node_unified: Some(node.clone()),
             kubepods_name: "kubepods.slice".into(),
+            kubepods_detection: crate::sampler::KubepodsDetection::Configured,
             kubepods_memory: node.join("kubepods.slice"),
             kubepods_pids: None,
             proc: ProcPaths {

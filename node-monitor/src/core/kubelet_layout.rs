@@ -50,6 +50,62 @@ pub enum CgroupDriver {
     Systemd,
 }
 
+impl CgroupDriver {
+    /// The kubepods cgroup this driver creates under the node's cgroup root.
+    pub fn kubepods_name(self) -> &'static str {
+        match self {
+            CgroupDriver::Cgroupfs => "kubepods",
+            CgroupDriver::Systemd => "kubepods.slice",
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupDriver::Cgroupfs => "cgroupfs",
+            CgroupDriver::Systemd => "systemd",
+        }
+    }
+
+    /// The KubeletConfiguration `cgroupDriver` value.
+    pub fn parse(value: &str) -> Option<CgroupDriver> {
+        match value {
+            "cgroupfs" => Some(CgroupDriver::Cgroupfs),
+            "systemd" => Some(CgroupDriver::Systemd),
+            _ => None,
+        }
+    }
+}
+
+/// Where the cgroup driver was learnt from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverEvidence {
+    /// Only one of `kubepods` and `kubepods.slice` exists.
+    CgroupTree,
+    /// The kubelet's configuration says so (both exist, or neither yet).
+    KubeletConfig,
+    /// Both exist and the kubelet's configuration is unreadable: the systemd slice, which a
+    /// node switched to the systemd driver keeps using.
+    BothPreferSystemd,
+}
+
+/// The kubepods layout as far as it can be told: from the cgroup tree under the node cgroup
+/// (which directories exist) and the kubelet's configured `cgroupDriver`, when readable. `None`:
+/// not yet known (no kubepods cgroup yet, and no readable kubelet configuration); the caller
+/// looks again later rather than locking in a guess.
+pub fn detect_driver(
+    slice_exists: bool,
+    plain_exists: bool,
+    kubelet_driver: Option<CgroupDriver>,
+) -> Option<(CgroupDriver, DriverEvidence)> {
+    match (slice_exists, plain_exists, kubelet_driver) {
+        (true, false, _) => Some((CgroupDriver::Systemd, DriverEvidence::CgroupTree)),
+        (false, true, _) => Some((CgroupDriver::Cgroupfs, DriverEvidence::CgroupTree)),
+        (_, _, Some(d)) => Some((d, DriverEvidence::KubeletConfig)),
+        (true, true, None) => Some((CgroupDriver::Systemd, DriverEvidence::BothPreferSystemd)),
+        (false, false, None) => None,
+    }
+}
+
 /// What a cgroup path says about the pod that owns it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PodCgroup {
@@ -183,6 +239,40 @@ fn join_prefix(parts: &[&str], last: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn drivers_from_the_tree_and_the_kubelet_config() {
+        use CgroupDriver::*;
+        use DriverEvidence::*;
+        let cases = [
+            // (kubepods.slice, kubepods, kubelet config) -> detected
+            (true, false, None, Some((Systemd, CgroupTree))),
+            (true, false, Some(Cgroupfs), Some((Systemd, CgroupTree))),
+            (false, true, None, Some((Cgroupfs, CgroupTree))),
+            (false, true, Some(Systemd), Some((Cgroupfs, CgroupTree))),
+            (true, true, Some(Cgroupfs), Some((Cgroupfs, KubeletConfig))),
+            (true, true, None, Some((Systemd, BothPreferSystemd))),
+            (false, false, Some(Systemd), Some((Systemd, KubeletConfig))),
+            (
+                false,
+                false,
+                Some(Cgroupfs),
+                Some((Cgroupfs, KubeletConfig)),
+            ),
+            (false, false, None, None),
+        ];
+        for (slice, plain, config, want) in cases {
+            assert_eq!(
+                detect_driver(slice, plain, config),
+                want,
+                "slice={slice} plain={plain} config={config:?}"
+            );
+        }
+        assert_eq!(Systemd.kubepods_name(), "kubepods.slice");
+        assert_eq!(Cgroupfs.kubepods_name(), "kubepods");
+        assert_eq!(CgroupDriver::parse("systemd"), Some(Systemd));
+        assert_eq!(CgroupDriver::parse("Systemd"), None);
+    }
+
     use super::*;
 
     const UID: &str = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";

@@ -4,7 +4,7 @@
 //! (`k8s.io/component-helpers/resource`), criticality follows `IsCriticalPod`
 //! (`pkg/kubelet/types/pod_update.go`).
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use k8s_openapi::{
     api::core::v1::{Container, Pod, ResourceRequirements},
@@ -94,6 +94,31 @@ pub fn pod_is_active(pod: &Pod) -> bool {
         .and_then(|s| s.phase.as_deref())
         .is_some_and(|p| p == "Succeeded" || p == "Failed");
     !finished && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// One running pod of this node as the API lists it, and whether the sampler found its cgroup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodPresence {
+    /// How long its longest-running container has been running (`None`: none started yet).
+    pub running_for: Option<Duration>,
+    pub cgroup_found: bool,
+}
+
+/// Pods that must have a cgroup by now: running for at least this long (the runtime creates
+/// the cgroup before the container starts; this covers a relist that has not run yet).
+pub const POD_CGROUP_SETTLE: Duration = Duration::from_secs(30);
+
+/// Whether the agent is blind to the pods' usage: the API has pods running on this node for at
+/// least `settle`, and the sampler found the cgroup of none of them (a wrong kubepods path or
+/// cgroup driver, a missing mount). Ranking then has no usage, and the wait for an evicted pod's
+/// cleanup returns at once, so evictions would cascade: nothing is evicted while blind.
+/// Returns the number of settled running pods when blind.
+pub fn blind_to_pods(pods: &[PodPresence], settle: Duration) -> Option<usize> {
+    let settled: Vec<&PodPresence> = pods
+        .iter()
+        .filter(|p| p.running_for.is_some_and(|d| d >= settle))
+        .collect();
+    (!settled.is_empty() && settled.iter().all(|p| !p.cgroup_found)).then_some(settled.len())
 }
 
 impl PodInfo {
@@ -372,6 +397,51 @@ fn request_quantity(
 
 #[cfg(test)]
 pub(crate) mod tests {
+    #[test]
+    fn blindness_needs_settled_running_pods_and_no_cgroup_found() {
+        let p = |secs: Option<u64>, found: bool| PodPresence {
+            running_for: secs.map(Duration::from_secs),
+            cgroup_found: found,
+        };
+        let settle = POD_CGROUP_SETTLE;
+        let cases: Vec<(&str, Vec<PodPresence>, Option<usize>)> = vec![
+            ("no pods", vec![], None),
+            (
+                "only pods that just started",
+                vec![p(Some(5), false), p(None, false)],
+                None,
+            ),
+            (
+                "settled pods, none found",
+                vec![p(Some(60), false), p(Some(31), false)],
+                Some(2),
+            ),
+            (
+                "settled pods, none found; a new one found",
+                vec![p(Some(60), false), p(Some(1), true)],
+                Some(1),
+            ),
+            (
+                "one settled pod found",
+                vec![p(Some(60), false), p(Some(90), true)],
+                None,
+            ),
+            (
+                "exactly at the settle time",
+                vec![p(Some(30), false)],
+                Some(1),
+            ),
+            (
+                "all found",
+                vec![p(Some(60), true), p(Some(600), true)],
+                None,
+            ),
+        ];
+        for (what, pods, want) in cases {
+            assert_eq!(blind_to_pods(&pods, settle), want, "{what}");
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

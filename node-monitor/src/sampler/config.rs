@@ -8,10 +8,16 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::kubelet_layout::{CgroupDriver, DriverEvidence, detect_driver};
+
 pub const DEFAULT_CGROUP_ROOT: &str = "/sys/fs/cgroup";
 pub const DEFAULT_PROC_ROOT: &str = "/proc";
 pub const DEFAULT_KUBELET_ROOT: &str = "/var/lib/kubelet";
 pub const DEFAULT_POD_LOG_ROOT: &str = "/var/log/pods";
+/// `kubepods_cgroup` value that detects the kubelet's layout (see [`KubepodsDetection`]).
+pub const KUBEPODS_AUTO: &str = "auto";
+/// The kubelet's configuration file as kubeadm writes it, under the kubelet root.
+pub const KUBELET_CONFIG_FILE: &str = "config.yaml";
 /// The kubelet's default housekeeping interval, also the cadence of the expensive part of
 /// sampling (per-pod disk usage).
 pub const DEFAULT_FULL_SAMPLE_INTERVAL: Duration = Duration::from_secs(10);
@@ -66,6 +72,9 @@ pub struct SamplerConfig {
     /// The kubepods cgroup under the node cgroup: `kubepods` (cgroupfs driver) or
     /// `kubepods.slice` (systemd driver).
     pub kubepods_cgroup: String,
+    /// The kubelet's configuration file, read for `cgroupDriver` when `kubepods_cgroup` is
+    /// `auto` (default: `<kubelet_root>/config.yaml`). Unreadable is not an error.
+    pub kubelet_config: Option<PathBuf>,
     /// procfs (meminfo, loadavg, pid sysctls, pressure).
     pub proc_root: PathBuf,
     /// The kubelet's root directory: its filesystem is nodefs.
@@ -100,6 +109,7 @@ impl Default for SamplerConfig {
             cgroup_version: None,
             node_cgroup: PathBuf::new(),
             kubepods_cgroup: "kubepods".into(),
+            kubelet_config: None,
             proc_root: DEFAULT_PROC_ROOT.into(),
             kubelet_root: DEFAULT_KUBELET_ROOT.into(),
             pod_log_root: DEFAULT_POD_LOG_ROOT.into(),
@@ -160,6 +170,8 @@ pub struct Layout {
     pub node_unified: Option<PathBuf>,
     /// The kubepods cgroup name (one component).
     pub kubepods_name: String,
+    /// How `kubepods_name` was chosen.
+    pub kubepods_detection: KubepodsDetection,
     pub kubepods_memory: PathBuf,
     pub kubepods_pids: Option<PathBuf>,
     pub proc: ProcPaths,
@@ -169,12 +181,47 @@ pub struct Layout {
     pub container_fs: Option<PathBuf>,
 }
 
+/// How the kubepods cgroup was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KubepodsDetection {
+    /// Named by the configuration (`--kubepods-cgroup`).
+    Configured,
+    /// Detected (`auto`): the driver and what said so.
+    Detected(CgroupDriver, DriverEvidence),
+    /// `auto`, and nothing tells yet (no kubepods cgroup, no readable kubelet configuration):
+    /// `kubepods_name` is the likelier layout for the cgroup version, and the sampler looks
+    /// again on each pass until it knows.
+    Pending,
+}
+
+impl KubepodsDetection {
+    /// The driver, for the `node_monitor_kubepods_layout` metric and logs.
+    pub fn driver_label(&self, kubepods_name: &str) -> &'static str {
+        match self {
+            KubepodsDetection::Detected(d, _) => d.as_str(),
+            KubepodsDetection::Configured if kubepods_name.ends_with(".slice") => "systemd",
+            KubepodsDetection::Configured => "cgroupfs",
+            KubepodsDetection::Pending => "unknown",
+        }
+    }
+}
+
+/// `cgroupDriver` from a KubeletConfiguration file; `None` when the file is unreadable, not
+/// YAML, or has no valid value (the kubelet's default, cgroupfs, is not assumed: a kubeadm node
+/// always writes it).
+pub fn kubelet_config_driver(path: &Path) -> Option<CgroupDriver> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let value: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
+    CgroupDriver::parse(value.get("cgroupDriver")?.as_str()?)
+}
+
 impl SamplerConfig {
     /// Validates the configuration and resolves it against the filesystem.
     pub fn resolve(&self) -> Result<Layout, ConfigError> {
         let node_rel = node_relative(&self.node_cgroup)?;
+        let auto = self.kubepods_cgroup == KUBEPODS_AUTO;
         let kp = self.kubepods_cgroup.as_str();
-        if kp.is_empty() || kp.contains('/') || kp == "." || kp == ".." {
+        if !auto && (kp.is_empty() || kp.contains('/') || kp == "." || kp == "..") {
             return Err(ConfigError::KubepodsCgroup {
                 value: self.kubepods_cgroup.clone(),
             });
@@ -214,6 +261,33 @@ impl SamplerConfig {
                 )
             }
         };
+        let (kp, kubepods_detection) = if auto {
+            let config_path = self
+                .kubelet_config
+                .clone()
+                .unwrap_or_else(|| self.kubelet_root.join(KUBELET_CONFIG_FILE));
+            let detected = detect_driver(
+                node_memory.join("kubepods.slice").is_dir(),
+                node_memory.join("kubepods").is_dir(),
+                kubelet_config_driver(&config_path),
+            );
+            match detected {
+                Some((d, evidence)) => {
+                    (d.kubepods_name(), KubepodsDetection::Detected(d, evidence))
+                }
+                // systemd hosts (cgroup v2 nearly always) run the systemd driver by default
+                // since kubeadm 1.22; cgroup v1 hosts mostly cgroupfs.
+                None => (
+                    match version {
+                        CgroupVersion::V2 => "kubepods.slice",
+                        CgroupVersion::V1 => "kubepods",
+                    },
+                    KubepodsDetection::Pending,
+                ),
+            }
+        } else {
+            (kp, KubepodsDetection::Configured)
+        };
         let kubepods_memory = node_memory.join(kp);
         let kubepods_pids = node_pids.as_ref().map(|p| p.join(kp));
         let proc = &self.proc_root;
@@ -228,6 +302,7 @@ impl SamplerConfig {
             node_pids,
             node_unified,
             kubepods_name: kp.to_owned(),
+            kubepods_detection,
             kubepods_memory,
             kubepods_pids,
             proc: ProcPaths {
@@ -321,6 +396,63 @@ mod tests {
             ))
         );
         assert_eq!(discover_image_fs(|_| false), None);
+    }
+
+    #[test]
+    fn auto_follows_the_tree_then_the_kubelet_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("cgroup");
+        let kubelet = dir.path().join("kubelet");
+        fs::create_dir_all(&root).unwrap();
+        fs::create_dir_all(&kubelet).unwrap();
+        let config = SamplerConfig {
+            cgroup_root: root.clone(),
+            cgroup_version: Some(CgroupVersion::V2),
+            kubepods_cgroup: KUBEPODS_AUTO.into(),
+            kubelet_root: kubelet.clone(),
+            ..SamplerConfig::default()
+        };
+        // Nothing yet: the v2 guess, pending.
+        let l = config.resolve().unwrap();
+        assert_eq!(l.kubepods_name, "kubepods.slice");
+        assert_eq!(l.kubepods_detection, KubepodsDetection::Pending);
+        assert_eq!(
+            l.kubepods_detection.driver_label(&l.kubepods_name),
+            "unknown"
+        );
+        // The kubelet's configuration says cgroupfs.
+        fs::write(
+            kubelet.join("config.yaml"),
+            "kind: KubeletConfiguration\ncgroupDriver: cgroupfs\n",
+        )
+        .unwrap();
+        let l = config.resolve().unwrap();
+        assert_eq!(l.kubepods_name, "kubepods");
+        assert_eq!(
+            l.kubepods_detection,
+            KubepodsDetection::Detected(CgroupDriver::Cgroupfs, DriverEvidence::KubeletConfig)
+        );
+        // The tree wins over the configuration.
+        fs::create_dir_all(root.join("kubepods.slice")).unwrap();
+        let l = config.resolve().unwrap();
+        assert_eq!(l.kubepods_memory, root.join("kubepods.slice"));
+        assert_eq!(
+            l.kubepods_detection,
+            KubepodsDetection::Detected(CgroupDriver::Systemd, DriverEvidence::CgroupTree)
+        );
+        // A malformed configuration is no evidence, never an error.
+        fs::write(kubelet.join("config.yaml"), "cgroupDriver: [").unwrap();
+        assert_eq!(kubelet_config_driver(&kubelet.join("config.yaml")), None);
+        assert_eq!(kubelet_config_driver(&kubelet.join("absent.yaml")), None);
+        // A configured name is kept as it is.
+        let l = SamplerConfig {
+            kubepods_cgroup: "kubepods".into(),
+            ..config.clone()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(l.kubepods_name, "kubepods");
+        assert_eq!(l.kubepods_detection, KubepodsDetection::Configured);
     }
 
     #[test]

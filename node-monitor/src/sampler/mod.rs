@@ -43,7 +43,8 @@ pub use compute::{
 };
 pub use config::{
     CgroupVersion, ConfigError, DEFAULT_FULL_SAMPLE_INTERVAL, IMAGE_FS_CANDIDATES, ImageFsSource,
-    Layout, ProcPaths, SamplerConfig, discover_image_fs,
+    KUBEPODS_AUTO, KubepodsDetection, Layout, ProcPaths, SamplerConfig, discover_image_fs,
+    kubelet_config_driver,
 };
 pub use notify::{ArmError, UNPRIVILEGED_PSI_WINDOW};
 pub use sample::{MemoryReading, SampleKind, Sampler, TimedObservations, raise_nofile_limit};

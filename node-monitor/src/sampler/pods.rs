@@ -108,6 +108,10 @@ impl Drop for DirIter {
 }
 
 impl PodTable {
+    pub fn keep_limit(&self) -> usize {
+        self.keep_limit
+    }
+
     pub fn new(keep_limit: usize) -> Self {
         Self {
             keep_limit,

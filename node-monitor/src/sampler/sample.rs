@@ -14,7 +14,7 @@ use crate::core::signals::{Observations, PodUsage, Signal, SignalObservation};
 use super::{
     SamplerError,
     compute::{self, FsStat},
-    config::{CgroupVersion, ConfigError, Layout, SamplerConfig},
+    config::{CgroupVersion, ConfigError, KubepodsDetection, Layout, SamplerConfig},
     parse::{self, MemoryLimit},
     pods::{self, PodTable},
     read::{CgroupFiles, Reader, Slot, is_gone},
@@ -460,7 +460,40 @@ impl Sampler {
         })
     }
 
+    /// With `kubepods_cgroup: auto` and nothing to tell the layout at start (the kubelet not yet
+    /// up), looks again: the first kubepods cgroup or kubelet configuration decides it.
+    fn redetect_kubepods(&mut self) {
+        if self.layout.kubepods_detection != KubepodsDetection::Pending {
+            return;
+        }
+        let Ok(layout) = self.config.resolve() else {
+            return;
+        };
+        if layout.kubepods_detection != KubepodsDetection::Pending {
+            tracing::info!(
+                kubepods = %layout.kubepods_memory.display(),
+                detection = ?layout.kubepods_detection,
+                "sampler: kubepods layout detected"
+            );
+            self.pods = PodTable::new(self.pods.keep_limit());
+            self.layout = layout;
+        }
+    }
+
+    /// Re-lists the pod cgroups (cheap: a few directory reads) and says whether the pod with
+    /// this UID has one. For the agent's check that it sees the pods the API lists.
+    pub fn refresh_pod_cgroups(&mut self) -> Result<(), SamplerError> {
+        self.redetect_kubepods();
+        self.pods.refresh(&self.layout)
+    }
+
+    /// Whether the last relist found a cgroup for this pod UID.
+    pub fn has_pod_cgroup(&self, uid: &str) -> bool {
+        self.pods.contains_uid(uid)
+    }
+
     fn sample_pods(&mut self, kind: SampleKind, now: Instant, out: &mut Observations) {
+        self.redetect_kubepods();
         let refreshed = self.pods.refresh(&self.layout);
         if self.note(W_KUBEPODS, now, refreshed).is_none() {
             out.pods.clear();

@@ -239,8 +239,12 @@ impl WakeupConfig {
     ///   cgroups; `memory.events` does not exist;
     /// - cgroup v2: `memory.events` of the node cgroup (of kubepods when the node is the root,
     ///   which has none; it counts every pod's events); memcg thresholds do not exist;
-    /// - PSI: `/proc/pressure/memory` for the root; the node cgroup's `memory.pressure` on a
-    ///   cgroup2 hierarchy otherwise (on a v1 host, the hybrid `unified` mount when present).
+    /// - PSI: the node cgroup's `memory.pressure` on a cgroup2 hierarchy (on a v1 host, the
+    ///   hybrid `unified` mount when present). For the root, the root cgroup's own
+    ///   `memory.pressure` (the system-wide PSI group, the same figures as
+    ///   `/proc/pressure/memory`) when it exists, since a DaemonSet mounts the host's /proc
+    ///   read-only and /sys/fs/cgroup read-write, and a trigger is armed by writing; else
+    ///   `/proc/pressure/memory`.
     pub fn for_layout(layout: &Layout) -> Self {
         let (memcg_node, memcg_kubepods, memory_events) = match layout.version {
             CgroupVersion::V1 => (
@@ -273,6 +277,9 @@ impl WakeupConfig {
         };
         let psi = match (&layout.node_unified, layout.node_is_root) {
             (Some(dir), false) => SourceSetting::Path(dir.join("memory.pressure")),
+            (Some(dir), true) if dir.join("memory.pressure").is_file() => {
+                SourceSetting::Path(dir.join("memory.pressure"))
+            }
             _ => SourceSetting::Path(layout.proc.pressure_memory.clone()),
         };
         Self {
