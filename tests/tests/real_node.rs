@@ -52,11 +52,12 @@ const MI: f64 = 1024.0 * 1024.0;
 /// kernel OOM-kills on a node this small (docs/benchmarks.md, "Spike survival").
 const AGENT_THRESHOLD: &str = "500Mi";
 
-fn agent_config() -> String {
+fn agent_config(dry_run: bool) -> String {
     format!(
         "evictionHard:\n  memory.available: \"{AGENT_THRESHOLD}\"\n  nodefs.available: \"10%\"\n  \
          nodefs.inodesFree: \"5%\"\n  imagefs.available: \"15%\"\n  imagefs.inodesFree: \"5%\"\n\
-         evictionPressureTransitionPeriod: 5m\nnodeMonitor:\n  maxPodsPerCycle: 1\n  pdbPolicy: respect\n"
+         evictionPressureTransitionPeriod: 5m\nnodeMonitor:\n  maxPodsPerCycle: 1\n  pdbPolicy: respect\n  \
+         dryRun: {dry_run}\n"
     )
 }
 
@@ -165,6 +166,20 @@ fn condition(n: &Node, type_: &str) -> Option<String> {
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| c.status.clone())
+}
+
+/// The agent container's log, from the guest's mirror of /var/log/pods.
+fn agent_log(node: &RealNode) -> String {
+    let pods = node.out_dir().join("pods");
+    let mut out = String::new();
+    for d in std::fs::read_dir(&pods).into_iter().flatten().flatten() {
+        if d.file_name().to_string_lossy().starts_with("node-monitor_")
+            && let Ok(t) = std::fs::read_to_string(d.path().join("node-monitor/0.log"))
+        {
+            out.push_str(&t);
+        }
+    }
+    out
 }
 
 /// The agent's metrics, as the guest reads them from its pod IP, written to /mnt/out/`name`.
@@ -354,10 +369,25 @@ fn parity(signal: &str, pairs: &[Pair]) -> (String, bool) {
     (line, median.abs() <= tolerance * capacity)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
+/// What a test starts from: the node joined, node-monitor's DaemonSet pod Ready on it.
+struct Installed {
+    cp: ControlPlane,
+    client: Client,
+    node: RealNode,
+    agent: Pod,
+    agent_ip: String,
+}
+
+/// Boots the node with `kubelet_extra` in the kubelet's configuration, starts the control plane
+/// (NodeRestriction, kube-scheduler), joins the node, and installs `deploy/kustomize/base` with
+/// `agent_config` as the ConfigMap's configuration.
+async fn install(agent_config: &str, kubelet_extra: &str) -> Installed {
     let t0 = Instant::now();
-    let mut node = RealNode::boot(&RealNodeOptions::default()).expect("real node payload and boot");
+    let node = RealNode::boot(&RealNodeOptions {
+        kubelet_config_extra: kubelet_extra.to_owned(),
+        ..RealNodeOptions::default()
+    })
+    .expect("real node payload and boot");
     let scheduler = node_binaries()
         .expect("node binaries")
         .join("kube-scheduler");
@@ -393,7 +423,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         .iter_mut()
         .find(|m| m.kind() == "ConfigMap")
         .expect("the base has the agent's ConfigMap");
-    cm.object["data"]["config.yaml"] = Value::String(agent_config());
+    cm.object["data"]["config.yaml"] = Value::String(agent_config.to_owned());
     manifests::apply(&client, &objects)
         .await
         .expect("apply deploy/kustomize/base");
@@ -420,6 +450,26 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         Some(1),
         "the DaemonSet reports its pod ready"
     );
+    Installed {
+        cp,
+        client,
+        node,
+        agent,
+        agent_ip,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
+    // The control plane lives as long as its binding.
+    let Installed {
+        cp: _cp,
+        client,
+        mut node,
+        agent,
+        agent_ip,
+    } = install(&agent_config(false), "").await;
+    let nodes: Api<Node> = Api::all(client.clone());
     let first = scrape(&mut node, &agent_ip, "metrics-start.txt").await;
     // As shipped, with no --kubepods-cgroup: the systemd driver's slice is found by itself.
     assert_eq!(
@@ -459,6 +509,60 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
             .filter(|l| l.contains("wakeup_source_state"))
             .collect::<Vec<_>>()
             .join("\n")
+    );
+
+    // The kernel probes in the DaemonSet pod (CAP_BPF and CAP_PERFMON, no CAP_SYS_ADMIN). The OOM
+    // program attaches as a raw tracepoint; tracepoint programs go through perf_event_open, which
+    // Debian's kernel (perf_event_paranoid 3 by default) allows only to CAP_SYS_ADMIN: then they
+    // must be reported failed, with the reason an operator can act on.
+    let attached = |p: &str| {
+        metric(
+            &first,
+            "node_monitor_ebpf_program_state",
+            &[("program", p), ("state", "attached")],
+        ) == 1.0
+    };
+    assert!(
+        attached("oom_victim_raw"),
+        "the OOM program is attached in the pod"
+    );
+    let paranoid: i32 = guest_step(
+        &mut node,
+        "perf_event_paranoid",
+        "cat /proc/sys/kernel/perf_event_paranoid",
+        Duration::from_secs(30),
+    )
+    .await
+    .trim()
+    .parse()
+    .expect("perf_event_paranoid");
+    let agent_log = agent_log(&node);
+    for p in [
+        "memcg_rcl_beg",
+        "direct_rcl_beg",
+        "kswapd_wake",
+        "reboot_enter",
+    ] {
+        if paranoid > 2 {
+            assert!(
+                !attached(p),
+                "{p} attached despite perf_event_paranoid {paranoid}"
+            );
+            assert!(
+                agent_log.lines().any(|l| l.contains(p)
+                    && l.contains(&format!("kernel.perf_event_paranoid is {paranoid}"))),
+                "the agent says why {p} failed:\n{agent_log}"
+            );
+        } else {
+            assert!(
+                attached(p),
+                "{p} attached with perf_event_paranoid {paranoid}"
+            );
+        }
+    }
+    eprintln!(
+        "real node: perf_event_paranoid {paranoid}; tracepoint programs attached: {}",
+        paranoid <= 2
     );
 
     // --- 2. signal parity with the kubelet's /stats/summary ------------------------------------
@@ -768,4 +872,160 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
 
     let run = node.finish().await.expect("guest run");
     eprintln!("real node: guest run {:.1} s", run.elapsed.as_secs_f64());
+}
+
+/// The kubelet's thresholds for the ranking comparison: its defaults with `memory.available` at
+/// node-monitor's level, so both act on the same pressure (setting one hard threshold drops the
+/// other defaults, so all are given).
+const KUBELET_SAME_THRESHOLDS: &str = "evictionHard:\n  memory.available: \"500Mi\"\n  \
+     nodefs.available: \"10%\"\n  nodefs.inodesFree: \"5%\"\n  imagefs.available: \"15%\"\n";
+
+/// Events with `reason` on pods of the test namespace, oldest first: (pod, reporting component).
+async fn events_with_reason(client: &Client, reason: &str) -> Vec<(String, String)> {
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    let mut list: Vec<Event> = events
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect();
+    list.sort_by_key(|e| {
+        e.event_time
+            .as_ref()
+            .map(|t| t.0)
+            .or(e.first_timestamp.as_ref().map(|t| t.0))
+            .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+    });
+    list.into_iter()
+        .map(|e| {
+            let by = e
+                .reporting_component
+                .clone()
+                .filter(|c| !c.is_empty())
+                .or_else(|| e.source.as_ref().and_then(|s| s.component.clone()))
+                .unwrap_or_default();
+            (e.involved_object.name.unwrap_or_default(), by)
+        })
+        .collect()
+}
+
+/// Ranking parity: the kubelet and node-monitor face the same memory pressure with the same
+/// threshold; node-monitor runs in dry-run mode (it decides and reports `EvictionDryRun`, and
+/// evicts nothing) and the kubelet's eviction manager really evicts. The pod the kubelet evicts
+/// first is the pod node-monitor chose first. The pods make the choice depend on the comparator
+/// chain, not on usage alone: a low-priority BestEffort pod holding 200 MiB and a Burstable pod
+/// climbing far past its request both exceed their requests; priority ranks the BestEffort pod
+/// first although the climber uses more (pkg/kubelet/eviction/helpers.go `rankMemoryPressure`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
+    let Installed {
+        cp: _cp,
+        client,
+        node,
+        agent: _,
+        agent_ip: _,
+    } = install(&agent_config(true), KUBELET_SAME_THRESHOLDS).await;
+    let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(client.clone());
+    classes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": { "name": "nm-low" },
+                "value": -10,
+                "description": "below the default 0: ranked first by both eviction managers",
+            }))
+            .expect("PriorityClass"),
+        )
+        .await
+        .expect("create PriorityClass nm-low");
+    let mut low = pod(
+        "low-steady",
+        &["/usr/local/bin/nm-workload", "--hold", "200Mi"],
+        None,
+    );
+    low.spec.as_mut().expect("spec").priority_class_name = Some("nm-low".into());
+    create_running(&client, &node, low).await;
+    create_running(
+        &client,
+        &node,
+        pod(
+            "database",
+            &["/usr/local/bin/nm-workload", "--hold", "64Mi"],
+            Some(("96Mi", "96Mi")),
+        ),
+    )
+    .await;
+    let mut climber = pod(
+        "climber",
+        &[
+            "/usr/local/bin/nm-workload",
+            "--ramp-to",
+            "3Gi",
+            "--step",
+            "24Mi",
+            "--interval",
+            "1s",
+        ],
+        None,
+    );
+    // Burstable: a request and no limit.
+    climber.spec.as_mut().expect("spec").containers[0].resources = Some(ResourceRequirements {
+        requests: Some(BTreeMap::from([("memory".to_owned(), quantity("64Mi"))])),
+        ..Default::default()
+    });
+    let started = Instant::now();
+    create_running(&client, &node, climber).await;
+
+    let kubelet_first = until(
+        &node,
+        "the kubelet's first eviction",
+        Duration::from_secs(420),
+        || {
+            let client = client.clone();
+            async move {
+                events_with_reason(&client, "Evicted")
+                    .await
+                    .into_iter()
+                    .find(|(_, by)| by == "kubelet")
+                    .map(|(pod, _)| pod)
+            }
+        },
+    )
+    .await;
+    let kubelet_after = started.elapsed();
+    let ours = events_with_reason(&client, "EvictionDryRun").await;
+    let ours_first = ours
+        .iter()
+        .find(|(_, by)| by == "node-monitor")
+        .map(|(pod, _)| pod.clone());
+    eprintln!(
+        "real node: ranking parity: the kubelet evicted {kubelet_first} first ({:.1} s into the \
+         climb); node-monitor (dry run) chose {ours_first:?} first; its dry-run Events: {ours:?}",
+        kubelet_after.as_secs_f64()
+    );
+    assert_eq!(
+        kubelet_first, "low-steady",
+        "the kubelet ranks by priority before usage"
+    );
+    assert_eq!(
+        ours_first.as_deref(),
+        Some("low-steady"),
+        "node-monitor's first choice is the kubelet's"
+    );
+    assert!(
+        evictions_of(&client, "database").await.is_empty(),
+        "neither evicts the Guaranteed pod"
+    );
+    assert!(
+        !events_with_reason(&client, "Evicted")
+            .await
+            .iter()
+            .any(|(_, by)| by == "node-monitor"),
+        "node-monitor in dry run evicts nothing"
+    );
+    node.finish().await.expect("guest run");
 }

@@ -592,9 +592,16 @@ fn attach(ebpf: &mut Ebpf, spec: &ProgramSpec) -> ProgramState {
             .load()
             .map_err(|e| format!("load: {}", chain(&e)))
             .and_then(|()| {
-                p.attach(category, name)
-                    .map(drop)
-                    .map_err(|e| format!("attach: {}", chain(&e)))
+                p.attach(category, name).map(drop).map_err(|e| {
+                    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+                        .ok()
+                        .and_then(|t| t.trim().parse::<i32>().ok());
+                    format!(
+                        "attach: {}{}",
+                        chain(&e),
+                        tracepoint_denied_hint(&chain(&e), paranoid)
+                    )
+                })
             }),
         (Attach::RawTracePoint { name }, Program::RawTracePoint(p)) => p
             .load()
@@ -612,6 +619,20 @@ fn attach(ebpf: &mut Ebpf, spec: &ProgramSpec) -> ProgramState {
     match result {
         Ok(()) => ProgramState::Attached,
         Err(reason) => ProgramState::Failed { reason },
+    }
+}
+
+/// Why a tracepoint attach was refused, when the cause is the one Debian and Ubuntu kernels add:
+/// with `kernel.perf_event_paranoid` above 2 their patch lets only CAP_SYS_ADMIN open any perf
+/// event, CAP_PERFMON included, and a tracepoint program attaches through one. Raw tracepoints
+/// (the OOM program) do not, and keep working.
+fn tracepoint_denied_hint(error: &str, paranoid: Option<i32>) -> String {
+    match paranoid {
+        Some(level) if level > 2 && error.contains("Permission denied") => format!(
+            " (kernel.perf_event_paranoid is {level}: this kernel lets only CAP_SYS_ADMIN open \
+             perf events; set kernel.perf_event_paranoid=2 on the node, see docs/install.md)"
+        ),
+        _ => String::new(),
     }
 }
 
@@ -657,4 +678,33 @@ impl log::Log for TracingLog {
     }
 
     fn flush(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_tracepoint_names_perf_event_paranoid_only_when_it_is_the_cause() {
+        let denied = "`perf_event_open_trace_point` failed: Permission denied (os error 13)";
+        let cases = [
+            (denied, Some(3), true),
+            (denied, Some(4), true),
+            (denied, Some(2), false),
+            (denied, None, false),
+            (
+                "`perf_event_open_trace_point` failed: No such file or directory",
+                Some(3),
+                false,
+            ),
+        ];
+        for (error, paranoid, hinted) in cases {
+            let hint = tracepoint_denied_hint(error, paranoid);
+            assert_eq!(
+                hint.contains("perf_event_paranoid"),
+                hinted,
+                "{error} {paranoid:?}: {hint}"
+            );
+        }
+    }
 }
