@@ -1029,3 +1029,181 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
     );
     node.finish().await.expect("guest run");
 }
+
+/// node-monitor's configuration for disk and PID pressure: `nodefs.available` and `pid.available`
+/// thresholds a container can cross on this node (3 GiB root file system with about 1.5 GiB free;
+/// about 15 000 PIDs free), memory as in the other tests.
+fn disk_and_pid_config() -> String {
+    format!(
+        "evictionHard:\n  memory.available: \"{AGENT_THRESHOLD}\"\n  nodefs.available: \"40%\"\n  \
+         nodefs.inodesFree: \"5%\"\n  imagefs.available: \"15%\"\n  imagefs.inodesFree: \"5%\"\n  \
+         pid.available: \"13000\"\nevictionPressureTransitionPeriod: 30s\n\
+         nodeMonitor:\n  maxPodsPerCycle: 1\n  pdbPolicy: respect\n"
+    )
+}
+
+/// Disk and PID pressure from containers (scenario 6): a pod filling an emptyDir crosses
+/// `nodefs.available`, and a pod forking thousands of processes crosses `pid.available`. Each is
+/// evicted by node-monitor with the kubelet's wording for the resource, the bystanders are not,
+/// and the kubelet (whose defaults neither crosses) evicts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_and_pid_pressure_from_containers() {
+    let Installed {
+        cp: _cp,
+        client,
+        node,
+        agent: _,
+        agent_ip: _,
+    } = install(&disk_and_pid_config(), "").await;
+    create_running(
+        &client,
+        &node,
+        pod(
+            "database",
+            &["/usr/local/bin/nm-workload", "--hold", "64Mi"],
+            Some(("96Mi", "96Mi")),
+        ),
+    )
+    .await;
+    create_running(
+        &client,
+        &node,
+        pod(
+            "bystander",
+            &["/usr/local/bin/nm-workload", "--hold", "16Mi"],
+            None,
+        ),
+    )
+    .await;
+
+    // nodefs: 600 MiB written into an emptyDir (its re-reads keep memory.available far above
+    // the memory threshold).
+    let mut filler = pod(
+        "filler",
+        &[
+            "/usr/local/bin/nm-memhog",
+            "pagecache",
+            "/data/fill",
+            "600",
+            "600",
+        ],
+        None,
+    );
+    let spec = filler.spec.as_mut().expect("spec");
+    spec.volumes = Some(vec![k8s_openapi::api::core::v1::Volume {
+        name: "data".into(),
+        empty_dir: Some(Default::default()),
+        ..Default::default()
+    }]);
+    spec.containers[0].volume_mounts = Some(vec![k8s_openapi::api::core::v1::VolumeMount {
+        name: "data".into(),
+        mount_path: "/data".into(),
+        ..Default::default()
+    }]);
+    let started = Instant::now();
+    create_running(&client, &node, filler).await;
+    let message = until(
+        &node,
+        "filler evicted for nodefs",
+        Duration::from_secs(420),
+        || {
+            let client = client.clone();
+            async move { eviction_message(&client, "filler").await }
+        },
+    )
+    .await;
+    eprintln!(
+        "real node: filler evicted {:.1} s after it started writing: {message}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        message.contains("The node was low on resource: ephemeral-storage."),
+        "the kubelet's wording for nodefs: {message}"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    until(
+        &node,
+        "filler gone from the API",
+        Duration::from_secs(180),
+        || {
+            let pods = pods.clone();
+            async move { pods.get_opt("filler").await.ok()?.is_none().then_some(()) }
+        },
+    )
+    .await;
+
+    // pid.available: 3 000 sleeping processes in one container.
+    let started = Instant::now();
+    create_running(
+        &client,
+        &node,
+        pod(
+            "forker",
+            &["/usr/local/bin/nm-workload", "--procs", "3000"],
+            None,
+        ),
+    )
+    .await;
+    let message = until(
+        &node,
+        "forker evicted for pid.available",
+        Duration::from_secs(420),
+        || {
+            let client = client.clone();
+            async move { eviction_message(&client, "forker").await }
+        },
+    )
+    .await;
+    eprintln!(
+        "real node: forker evicted {:.1} s after it started: {message}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        message.contains("The node was low on resource: pids."),
+        "the kubelet's wording for pid.available: {message}"
+    );
+    until(
+        &node,
+        "forker gone from the API",
+        Duration::from_secs(180),
+        || {
+            let pods = pods.clone();
+            async move { pods.get_opt("forker").await.ok()?.is_none().then_some(()) }
+        },
+    )
+    .await;
+
+    for name in ["database", "bystander"] {
+        assert!(
+            evictions_of(&client, name).await.is_empty(),
+            "{name} is not evicted"
+        );
+        let p = pods.get(name).await.expect("bystander pod");
+        assert_eq!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Running"),
+            "{name} still runs"
+        );
+    }
+    for name in ["filler", "forker"] {
+        assert_eq!(
+            evictions_of(&client, name).await,
+            ["node-monitor"],
+            "{name} is evicted once, by node-monitor"
+        );
+    }
+    node.finish().await.expect("guest run");
+}
+
+/// The message of node-monitor's `Evicted` Event on pod `name`, once there is one.
+async fn eviction_message(client: &Client, name: &str) -> Option<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    let list = events
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .ok()?;
+    list.items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("Evicted"))
+        .and_then(|e| e.message)
+}
