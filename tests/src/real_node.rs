@@ -265,7 +265,7 @@ impl RealNode {
             ..GuestOptions::default()
         };
         // The guest's /mnt/out, read while it runs (step results) and kept after a failed run
-        // for its logs; removed by `finish` when the run went well.
+        // for its logs, and after a good run for its figures.
         let out_dir = tempfile::Builder::new()
             .prefix("nm-real-node-out")
             .tempdir()?
