@@ -27,6 +27,7 @@
 
 mod compute;
 mod config;
+mod disk;
 mod notify;
 pub mod parse;
 mod pods;
@@ -82,6 +83,9 @@ pub enum SamplerError {
          allocatableMemory.available has no capacity"
     )]
     NoAllocatable { path: PathBuf },
-    #[error("{path}: more than {budget} directory entries; disk usage left out")]
-    DiskBudget { path: PathBuf, budget: u64 },
+    #[error(
+        "pods {uids:?}: more than {budget} directory entries in a volume or log tree; their disk \
+         usage counts what was walked (a lower bound)"
+    )]
+    DiskBudget { uids: Vec<String>, budget: u64 },
 }

@@ -231,7 +231,6 @@ impl PodTable {
         self.pods.values_mut()
     }
 
-    #[cfg(test)]
     pub fn iter(&self) -> impl Iterator<Item = &PodEntry> {
         self.pods.values()
     }
@@ -260,16 +259,26 @@ pub(crate) fn pod_log_dirs(root: &Path) -> HashMap<String, PathBuf> {
     out
 }
 
+/// What a bounded walk of one directory tree found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DiskWalk {
+    /// Allocated bytes of what was walked.
+    pub bytes: u64,
+    /// `false` when the walk stopped at its entry budget: `bytes` is then a lower bound.
+    pub complete: bool,
+}
+
 /// Disk usage of `root` in bytes (allocated blocks, as `du` and the kubelet's volume metrics
 /// count them), without crossing into other filesystems: memory-backed volumes (tmpfs
 /// emptyDir, secrets) and mounted persistent volumes are not local ephemeral storage on nodefs.
-/// Hard links are counted once. `Ok(None)` when `root` does not exist. The walk stops with an
-/// error after `budget` entries, so one pod with millions of files cannot stall the sampler.
+/// Hard links are counted once. `Ok(None)` when `root` does not exist. The walk stops after
+/// `budget` entries, so one pod with millions of files cannot stall the meter; what it counted
+/// so far is kept as a lower bound (a pod cannot hide its usage behind many small files).
 pub(crate) fn disk_usage(
     root: &Path,
     budget: u64,
     inodes: &mut HashSet<(u64, u64)>,
-) -> Result<Option<u64>, SamplerError> {
+) -> Result<Option<DiskWalk>, SamplerError> {
     let meta = match fs::symlink_metadata(root) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -290,10 +299,10 @@ pub(crate) fn disk_usage(
         for e in rd.flatten() {
             walked += 1;
             if walked > budget {
-                return Err(SamplerError::DiskBudget {
-                    path: root.to_path_buf(),
-                    budget,
-                });
+                return Ok(Some(DiskWalk {
+                    bytes: total,
+                    complete: false,
+                }));
             }
             let Ok(m) = e.metadata() else { continue };
             if m.dev() != dev {
@@ -307,7 +316,10 @@ pub(crate) fn disk_usage(
             total = total.saturating_add(m.blocks().saturating_mul(512));
         }
     }
-    Ok(Some(total))
+    Ok(Some(DiskWalk {
+        bytes: total,
+        complete: true,
+    }))
 }
 
 #[cfg(test)]
@@ -420,18 +432,22 @@ mod tests {
         )
         .expect("link");
         let mut seen = HashSet::new();
-        let got = disk_usage(&root, 1000, &mut seen)
+        let walk = disk_usage(&root, 1000, &mut seen)
             .expect("walks")
             .expect("exists");
+        assert!(walk.complete);
+        let got = walk.bytes;
         // The file's blocks once, plus directories (a few KiB each at most).
         assert!(got >= 256 * 1024, "{got}");
         assert!(got < 256 * 1024 + 64 * 1024, "{got}");
         seen.clear();
-        let e = disk_usage(&root, 2, &mut seen).expect_err("budget");
-        assert!(
-            matches!(e, SamplerError::DiskBudget { budget: 2, .. }),
-            "{e}"
-        );
+        // Past the budget the walk stops, and what it counted stays as a lower bound: a pod
+        // cannot hide its usage behind many entries.
+        let part = disk_usage(&root, 3, &mut seen)
+            .expect("walks")
+            .expect("exists");
+        assert!(!part.complete);
+        assert!(part.bytes > 0 && part.bytes <= got, "{part:?} vs {got}");
         assert_eq!(
             disk_usage(&dir.path().join("absent"), 10, &mut seen).expect("ok"),
             None

@@ -1,7 +1,6 @@
 //! The sampler: reads cgroupfs, statvfs and procfs and turns them into [`Observations`].
 
 use std::{
-    collections::HashSet,
     fs::File,
     path::{Path, PathBuf},
     time::{Duration, Instant},
@@ -15,6 +14,7 @@ use super::{
     SamplerError,
     compute::{self, FsStat},
     config::{CgroupVersion, ConfigError, KubepodsDetection, Layout, SamplerConfig},
+    disk::{DiskMeter, DiskPaths},
     parse::{self, MemoryLimit},
     pods::{self, PodTable},
     read::{CgroupFiles, Reader, Slot, is_gone},
@@ -30,10 +30,11 @@ pub enum SampleKind {
     /// (a few dozen file reads whatever the pod count): enough to decide whether a threshold is
     /// met; ranking then needs a [`SampleKind::Fast`] pass.
     Signals,
-    /// Every signal and per-pod memory and processes; per-pod disk usage from the last full
-    /// pass.
+    /// Every signal and per-pod memory and processes; per-pod disk usage from the disk
+    /// meter's last finished measurement.
     Fast,
-    /// Also re-measures per-pod disk usage (a bounded directory walk).
+    /// Also asks the disk meter for a new measurement of per-pod disk usage (a bounded
+    /// directory walk on the meter's own thread: the pass never waits for it).
     Full,
 }
 
@@ -78,8 +79,9 @@ const W_POD_DISK: &str = "pod disk";
 
 /// Reads the node. Holds reusable buffers and the pod table between passes; one per agent.
 ///
-/// Reads of cgroupfs and procfs never wait on a disk; a [`SampleKind::Full`] pass also walks pod
-/// directories on nodefs, so an async caller runs it with `spawn_blocking` or `block_in_place`.
+/// Reads of cgroupfs and procfs never wait on a disk; pod directories on nodefs are walked by the
+/// disk meter's thread ([`super::disk`]), never by a pass. An async caller still runs passes with
+/// `spawn_blocking` or `block_in_place` (they read files).
 #[derive(Debug)]
 pub struct Sampler {
     config: SamplerConfig,
@@ -88,7 +90,8 @@ pub struct Sampler {
     files: NodeFiles,
     warn: WarnLimiter,
     pods: PodTable,
-    inodes: HashSet<(u64, u64)>,
+    /// Per-pod disk usage, measured off the sampling path; `None` when disabled.
+    disk: Option<DiskMeter>,
     last_full: Option<Instant>,
     last_node_memory: Option<MemoryReading>,
     last_kubepods_memory: Option<MemoryReading>,
@@ -133,6 +136,13 @@ impl Sampler {
             keep_pods,
             "sampler: pod files kept open"
         );
+        let disk = config.pod_disk_usage.then(|| {
+            DiskMeter::start(DiskPaths {
+                pods_root: layout.kubelet_root.join("pods"),
+                log_root: layout.pod_log_root.clone(),
+                budget: config.pod_disk_budget,
+            })
+        });
         Ok(Self {
             config,
             layout,
@@ -140,7 +150,7 @@ impl Sampler {
             files: NodeFiles::default(),
             warn: WarnLimiter::default(),
             pods: PodTable::new(keep_pods),
-            inodes: HashSet::new(),
+            disk,
             last_full: None,
             last_node_memory: None,
             last_kubepods_memory: None,
@@ -499,8 +509,11 @@ impl Sampler {
             out.pods.clear();
             return;
         }
-        if kind == SampleKind::Full && self.config.pod_disk_usage {
-            self.measure_pod_disk(now);
+        if let Some(meter) = &self.disk {
+            if kind == SampleKind::Full {
+                meter.request(self.pods.iter().map(|p| p.uid.as_str()));
+            }
+            self.take_pod_disk(now);
         }
         out.pods.retain(|uid, _| self.pods.contains_uid(uid));
         let version = self.layout.version;
@@ -551,30 +564,36 @@ impl Sampler {
         }
     }
 
-    fn measure_pod_disk(&mut self, now: Instant) {
-        let logs = pods::pod_log_dirs(&self.layout.pod_log_root);
-        let pods_root = self.layout.kubelet_root.join("pods");
+    /// Copies the disk meter's last figures into the pod table, and reports its outcome once.
+    fn take_pod_disk(&mut self, now: Instant) {
+        let Some(meter) = &self.disk else { return };
+        let pods = &mut self.pods;
+        meter.latest(|usage| {
+            for pod in pods.iter_mut() {
+                pod.disk = usage.get(pod.uid.as_str()).copied();
+            }
+        });
+        let Some((truncated, error)) = meter.take_outcome() else {
+            return;
+        };
         let budget = self.config.pod_disk_budget;
-        let mut first_err = None;
-        for pod in self.pods.iter_mut() {
-            self.inodes.clear();
-            let volumes = pods::disk_usage(&pods_root.join(&pod.uid), budget, &mut self.inodes);
-            let logs = match logs.get(pod.uid.as_str()) {
-                Some(dir) => pods::disk_usage(dir, budget, &mut self.inodes),
-                None => Ok(None),
-            };
-            pod.disk = match (volumes, logs) {
-                (Ok(None), Ok(None)) => None,
-                (Ok(v), Ok(l)) => Some(v.unwrap_or(0).saturating_add(l.unwrap_or(0))),
-                (Err(e), _) | (_, Err(e)) => {
-                    first_err.get_or_insert(e);
-                    None
-                }
-            };
-        }
-        match first_err {
+        let error = error.or_else(|| {
+            (!truncated.is_empty()).then_some(SamplerError::DiskBudget {
+                uids: truncated,
+                budget,
+            })
+        });
+        match error {
             Some(e) => self.warn.warn(W_POD_DISK, now, &e),
             None => self.warn.ok(W_POD_DISK),
+        }
+    }
+
+    /// Measures per-pod disk usage now, on the caller's thread (tools and tests that need the
+    /// figures of this instant rather than the meter's last).
+    pub fn measure_pod_disk_now(&mut self) {
+        if let Some(meter) = &self.disk {
+            meter.measure_now(self.pods.iter().map(|p| p.uid.as_str()));
         }
     }
 
@@ -1150,7 +1169,7 @@ mod tests {
     }
 
     #[test]
-    fn pod_disk_is_measured_on_full_passes_and_kept_between() {
+    fn pod_disk_is_measured_off_the_pass_and_kept_between() {
         let f = Fixture::new();
         let pod = format!("cg/kubepods/pod{UID_A}");
         f.write(&format!("{pod}/memory.current"), "1\n");
@@ -1168,16 +1187,26 @@ mod tests {
         let mut cfg = f.config(CgroupVersion::V2, "/");
         cfg.full_sample_interval = Duration::from_secs(3600);
         let mut s = Sampler::new(cfg).expect("sampler");
-        // The first pass is always full.
+        fn meter(s: &Sampler) -> &DiskMeter {
+            s.disk.as_ref().expect("disk meter")
+        }
+        // The first pass is always full: it asks the meter for the pod, and a later pass reads
+        // the figure once the meter has it.
         let mut o = Observations::default();
         assert_eq!(s.sample_into(SampleKind::Fast, &mut o), SampleKind::Full);
+        meter(&s).wait_passes(1);
+        assert_eq!(s.sample_into(SampleKind::Fast, &mut o), SampleKind::Fast);
         let disk = o.pods[UID_A].disk.expect("disk measured");
         assert!(disk >= 640 * 1024, "{disk}");
-        // More data; a fast pass keeps the old figure, a full pass sees the new one.
+        // More data; a fast pass asks for nothing and keeps the old figure, a full pass asks
+        // for a new measurement.
         fs::write(vol.join("blob2"), vec![1u8; 1024 * 1024]).expect("write");
         assert_eq!(s.sample_into(SampleKind::Fast, &mut o), SampleKind::Fast);
         assert_eq!(o.pods[UID_A].disk, Some(disk));
+        assert_eq!(meter(&s).passes(), 1);
         assert_eq!(s.sample_into(SampleKind::Full, &mut o), SampleKind::Full);
+        meter(&s).wait_passes(2);
+        s.sample_into(SampleKind::Fast, &mut o);
         assert!(o.pods[UID_A].disk.expect("disk") >= disk + 1024 * 1024);
 
         // A housekeeping wake-up is a full, measured pass.
@@ -1206,5 +1235,41 @@ mod tests {
         fs::remove_dir_all(f.root.join(&pod)).expect("rm");
         s.sample_into(SampleKind::Fast, &mut o);
         assert!(o.pods.is_empty());
+    }
+
+    #[test]
+    fn a_full_pass_never_walks_pod_directories_itself() {
+        let f = Fixture::new();
+        let pod = format!("cg/kubepods/pod{UID_A}");
+        f.write(&format!("{pod}/memory.current"), "1\n");
+        f.write(&format!("{pod}/memory.stat"), "inactive_file 0\n");
+        f.write(&format!("{pod}/pids.current"), "1\n");
+        let vol = f.root.join(format!(
+            "kubelet/pods/{UID_A}/volumes/kubernetes.io~empty-dir/data"
+        ));
+        fs::create_dir_all(&vol).expect("mkdir");
+        fs::write(vol.join("blob"), vec![1u8; 64 * 1024]).expect("write");
+        let cfg = f.config(CgroupVersion::V2, "/");
+        let mut s = Sampler::new(cfg).expect("sampler");
+        // A meter whose walks never run: whatever a pass reports for disk, it did not walk.
+        let paths = DiskPaths {
+            pods_root: s.layout.kubelet_root.join("pods"),
+            log_root: s.layout.pod_log_root.clone(),
+            budget: 1000,
+        };
+        s.disk = Some(DiskMeter::parked(paths));
+        let mut o = Observations::default();
+        assert_eq!(s.sample_into(SampleKind::Full, &mut o), SampleKind::Full);
+        assert_eq!(
+            o.pods[UID_A].disk, None,
+            "the pass walked the pod's volumes"
+        );
+        assert!(o.pods[UID_A].memory.is_some());
+        let meter = s.disk.as_ref().expect("meter");
+        assert_eq!(meter.requested(), vec![UID_A.to_owned()]);
+        // The same walk, run for a tool that needs it now, gives the figure.
+        s.measure_pod_disk_now();
+        s.sample_into(SampleKind::Fast, &mut o);
+        assert!(o.pods[UID_A].disk.expect("measured") >= 64 * 1024);
     }
 }
