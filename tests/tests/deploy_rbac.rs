@@ -32,6 +32,8 @@ use serde_json::json;
 
 /// The base's denial of a pod deletion on another node.
 const OWN_PODS_ONLY: &str = "node-monitor may only delete pods on the node it runs on";
+/// The base's denial of an eviction on another node.
+const OWN_EVICTIONS_ONLY: &str = "node-monitor may only evict pods on the node it runs on";
 
 /// Renders a kustomization under deploy/kustomize and server-side applies it; the number of
 /// objects applied.
@@ -409,15 +411,16 @@ async fn manifests_apply_and_grant_least_privilege() {
         || victims.delete("elsewhere", &delete_dry),
     )
     .await;
-    // The escalation itself, by the agent's own actuator: a PDB blocks both evictions (429), the
-    // delete that follows goes through on its own node only.
+    // The escalation itself, by the agent's own actuator: a PDB blocks the eviction on its own
+    // node (429) and the delete that follows goes through; on another node the eviction policy
+    // refuses the eviction first, so no delete is ever tried.
     block_evictions(admin, &[&victim, &elsewhere]).await;
     let actuator = base.actuator(PdbPolicy::Escalate);
     match actuator.evict(&hard_eviction(&elsewhere)).await {
         EvictOutcome::Failed {
             code: Some(403 | 422),
             reason,
-        } if reason.contains(OWN_PODS_ONLY) => {}
+        } if reason.contains(OWN_EVICTIONS_ONLY) => {}
         other => panic!("escalating on another node must be denied by the policy, got {other:?}"),
     }
     assert_eq!(
@@ -630,4 +633,349 @@ async fn shutdown_overlay_grants_the_drain_on_its_own_node_only() {
         pods.create(&PostParams::default(), &p).await,
     );
     base.cp.stop().expect("stop");
+}
+
+/// The eviction the agent's token may send: only for pods bound to its own node. The eviction's
+/// internal delete skips pod DELETE admission, so without the base's eviction policy the token
+/// could evict any pod of the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_token_evicts_only_pods_on_its_own_node() {
+    let base = Base::start().await;
+    let (admin, agent) = (&base.admin, &base.agent);
+    pod(admin, "default", "mine", "node-a", None).await;
+    pod(admin, "default", "theirs", "node-b", None).await;
+    // A pod no node runs yet: the empty node name matches no token.
+    let mut pending = pod(admin, "default", "template", "node-a", None).await;
+    pending.metadata = ObjectMeta {
+        name: Some("unscheduled".into()),
+        namespace: Some("default".into()),
+        ..Default::default()
+    };
+    if let Some(spec) = pending.spec.as_mut() {
+        spec.node_name = None;
+    }
+    pending.status = None;
+    Api::<Pod>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &pending)
+        .await
+        .expect("create an unscheduled pod");
+    let victims: Api<Pod> = Api::namespaced(agent.clone(), "default");
+    let dry = EvictParams {
+        delete_options: Some(DeleteParams {
+            dry_run: true,
+            ..Default::default()
+        }),
+        post_options: PostParams {
+            dry_run: true,
+            ..Default::default()
+        },
+    };
+    let own_evictions = OWN_EVICTIONS_ONLY;
+    wait_for_denial("evicting a pod on another node", own_evictions, || {
+        victims.evict("theirs", &dry)
+    })
+    .await;
+    wait_for_denial("evicting an unscheduled pod", own_evictions, || {
+        victims.evict("unscheduled", &dry)
+    })
+    .await;
+    allowed(
+        "evict a pod on its own node",
+        victims.evict("mine", &dry).await,
+    );
+    // In a namespace with other pods too, only the evicted pod's node matters.
+    pod(admin, "kube-system", "system-on-b", "node-b", None).await;
+    pod(admin, "kube-system", "system-on-a", "node-a", None).await;
+    let system: Api<Pod> = Api::namespaced(agent.clone(), "kube-system");
+    wait_for_denial(
+        "evicting a system pod on another node",
+        own_evictions,
+        || system.evict("system-on-b", &dry),
+    )
+    .await;
+    allowed(
+        "evict a system pod on its own node",
+        system.evict("system-on-a", &dry).await,
+    );
+    // The agent's own actuator, for real: the pod on node-b is refused and stays.
+    let actuator = base.actuator(PdbPolicy::Respect);
+    let theirs = Api::<Pod>::namespaced(admin.clone(), "default")
+        .get("theirs")
+        .await
+        .expect("get");
+    match actuator.evict(&hard_eviction(&theirs)).await {
+        EvictOutcome::Failed {
+            code: Some(403 | 422),
+            reason,
+        } if reason.contains(own_evictions) => {}
+        other => panic!("evicting a pod on node-b must be refused by the policy, got {other:?}"),
+    }
+    assert!(
+        Api::<Pod>::namespaced(admin.clone(), "default")
+            .get_opt("theirs")
+            .await
+            .expect("get")
+            .is_some(),
+        "the pod on node-b must survive"
+    );
+}
+
+/// On its own node the agent's token writes only what node-monitor owns: its conditions, its
+/// taints, its annotations and its own cordon. The kubelet's conditions, capacity, labels
+/// (node-restriction.kubernetes.io/* included), other taints (the out-of-service taint included)
+/// and other annotations stay out of reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_token_writes_only_its_own_fields_of_its_node() {
+    let base = Base::start().await;
+    let (admin, agent) = (&base.admin, &base.agent);
+    let admin_nodes: Api<Node> = Api::all(admin.clone());
+    let nodes: Api<Node> = Api::all(agent.clone());
+    let pp = PatchParams::default();
+    // What the kubelet and an operator put there.
+    admin_nodes
+        .patch_status(
+            "node-a",
+            &pp,
+            &Patch::Merge(json!({"status": {
+                "capacity": {"memory": "4Gi", "cpu": "2"},
+                "allocatable": {"memory": "3Gi", "cpu": "2"},
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}],
+            }})),
+        )
+        .await
+        .expect("kubelet status");
+    admin_nodes
+        .patch(
+            "node-a",
+            &pp,
+            &Patch::Merge(json!({
+                "metadata": {
+                    "labels": {"topology.kubernetes.io/zone": "z1"},
+                    "annotations": {"node-monitor.io/remediation": "disabled"},
+                },
+                "spec": {"taints": [{"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}]},
+            })),
+        )
+        .await
+        .expect("operator's marks");
+
+    // Allowed: its own condition, taint, annotation, and a cordon it claims on a schedulable node.
+    allowed(
+        "write its own condition",
+        nodes
+            .patch_status(
+                "node-a",
+                &pp,
+                &Patch::Strategic(json!({"status": {"conditions": [{"type": "NodeMonitorMemoryPressure", "status": "True", "reason": "R", "message": "m"}]}})),
+            )
+            .await,
+    );
+    allowed(
+        "add its own taint",
+        nodes
+            .patch(
+                "node-a",
+                &pp,
+                &Patch::Merge(json!({"spec": {"taints": [
+                    {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"},
+                    {"key": "node-monitor.io/memory-pressure", "effect": "NoSchedule"},
+                ]}})),
+            )
+            .await,
+    );
+    allowed(
+        "write its last-gasp annotation",
+        nodes
+            .patch(
+                "node-a",
+                &pp,
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {"node-monitor.io/last-gasp": "x"}}}),
+                ),
+            )
+            .await,
+    );
+    allowed(
+        "claim its cordon",
+        nodes
+            .patch(
+                "node-a",
+                &pp,
+                &Patch::Merge(json!({"metadata": {"annotations": {CORDONED_ANNOTATION: "true"}}})),
+            )
+            .await,
+    );
+    allowed(
+        "cordon for its drain",
+        nodes
+            .patch(
+                "node-a",
+                &pp,
+                &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+            )
+            .await,
+    );
+    allowed(
+        "uncordon its own cordon",
+        nodes
+            .patch(
+                "node-a",
+                &pp,
+                &Patch::Merge(json!({"spec": {"unschedulable": false}})),
+            )
+            .await,
+    );
+    allowed(
+        "drop its cordon annotation",
+        nodes
+            .patch(
+                "node-a",
+                &pp,
+                &Patch::Merge(json!({"metadata": {"annotations": {CORDONED_ANNOTATION: null}}})),
+            )
+            .await,
+    );
+
+    // Denied, each with the policy's own reason.
+    let cases: Vec<(&str, &str, bool, serde_json::Value)> = vec![
+        (
+            "a node-restriction label",
+            "may not change node labels",
+            false,
+            json!({"metadata": {"labels": {"node-restriction.kubernetes.io/trusted": "yes"}}}),
+        ),
+        (
+            "removing an operator's label",
+            "may not change node labels",
+            false,
+            json!({"metadata": {"labels": {"topology.kubernetes.io/zone": null}}}),
+        ),
+        (
+            "removing the out-of-service taint",
+            "may only add or remove its own taints",
+            false,
+            json!({"spec": {"taints": [{"key": "node-monitor.io/memory-pressure", "effect": "NoSchedule"}]}}),
+        ),
+        (
+            "adding a foreign taint",
+            "may only add or remove its own taints",
+            false,
+            json!({"spec": {"taints": [
+                {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"},
+                {"key": "node-monitor.io/memory-pressure", "effect": "NoSchedule"},
+                {"key": "dedicated", "value": "attacker", "effect": "NoSchedule"},
+            ]}}),
+        ),
+        (
+            "the remediation opt-out annotation",
+            "may only change its own node annotations",
+            false,
+            json!({"metadata": {"annotations": {"node-monitor.io/remediation": null}}}),
+        ),
+        (
+            "a cordon it did not claim",
+            "may only cordon or uncordon for its own shutdown drain",
+            false,
+            json!({"spec": {"unschedulable": true}}),
+        ),
+        (
+            "the providerID",
+            "may not change the node's spec",
+            false,
+            json!({"spec": {"providerID": "fake://elsewhere"}}),
+        ),
+        (
+            "the kubelet's Ready condition",
+            "may only write its own node conditions",
+            true,
+            json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Forged", "message": "m"}]}}),
+        ),
+        (
+            "allocatable",
+            "not the node's capacity, allocatable",
+            true,
+            json!({"status": {"allocatable": {"memory": "64Gi"}}}),
+        ),
+    ];
+    for (what, message, status, patch) in cases {
+        let r = if status {
+            nodes
+                .patch_status("node-a", &pp, &Patch::Strategic(patch))
+                .await
+        } else {
+            nodes.patch("node-a", &pp, &Patch::Strategic(patch)).await
+        };
+        match r {
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => assert!(
+                s.message.contains(message),
+                "{what}: denied, but not by the policy's rule ({message}): {}",
+                s.message
+            ),
+            other => panic!("{what} must be denied, got {other:?}"),
+        }
+    }
+
+    // An operator's cordon cannot be claimed, and so cannot be undone by the agent.
+    admin_nodes
+        .patch(
+            "node-a",
+            &pp,
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .expect("operator cordons");
+    match nodes
+        .patch(
+            "node-a",
+            &pp,
+            &Patch::Merge(json!({"metadata": {"annotations": {CORDONED_ANNOTATION: "true"}}})),
+        )
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => {
+            assert!(
+                s.message.contains("may not claim a cordon it did not make"),
+                "{s:?}"
+            )
+        }
+        other => panic!("claiming an operator's cordon must be denied, got {other:?}"),
+    }
+    forbidden(
+        "uncordon an operator's cordon",
+        nodes
+            .patch(
+                "node-a",
+                &pp,
+                &Patch::Merge(json!({"spec": {"unschedulable": false}})),
+            )
+            .await,
+    );
+    let n = admin_nodes.get("node-a").await.expect("get");
+    let spec = n.spec.expect("spec");
+    assert_eq!(
+        spec.unschedulable,
+        Some(true),
+        "the operator's cordon stays"
+    );
+    assert!(
+        spec.taints
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == "node.kubernetes.io/out-of-service"),
+        "the out-of-service taint stays"
+    );
+    let status = n.status.expect("status");
+    assert_eq!(
+        status.allocatable.expect("allocatable")["memory"].0,
+        "3Gi",
+        "allocatable stays the kubelet's"
+    );
+    assert!(
+        status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True"),
+        "Ready stays the kubelet's"
+    );
 }
