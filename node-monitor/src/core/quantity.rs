@@ -45,7 +45,14 @@ pub enum QuantityError {
     Suffix { value: String, suffix: String },
     #[error("quantity {value:?} has no parsable numeric part")]
     Numeric { value: String },
+    #[error("quantity {value:?}… is {len} bytes long; at most {MAX_LEN} are accepted")]
+    TooLong { value: String, len: usize },
 }
+
+/// The longest quantity string accepted. The API machinery has no limit, but it stores every
+/// quantity it cannot keep verbatim in canonical form, which is short; only a configuration could
+/// carry a longer one, and exact parsing costs the square of the length.
+pub const MAX_LEN: usize = 256;
 
 /// An exact quantity. Equality and ordering compare values only, never the printed form.
 #[derive(Debug, Clone)]
@@ -109,6 +116,12 @@ impl Quantity {
         if s.is_empty() {
             return Err(QuantityError::Format { value: s.into() });
         }
+        if s.len() > MAX_LEN {
+            return Err(QuantityError::TooLong {
+                value: s.chars().take(32).collect(),
+                len: s.len(),
+            });
+        }
         if s == "0" {
             return Ok(Self {
                 nanos: 0,
@@ -126,7 +139,7 @@ impl Quantity {
         let sign: i128 = if parts.positive { 1 } else { -1 };
 
         // The API machinery's int64 fast path: it decides whether the input string is kept.
-        let (precision, mut scale, mantissa) = match format {
+        let (precision, scale, mantissa) = match format {
             Format::DecimalExponent | Format::DecimalSI => (
                 18 - len_i32(parts.num) - len_i32(parts.denom),
                 exponent,
@@ -144,7 +157,8 @@ impl Quantity {
             Format::BinarySI => (-1, 0, 1),
         };
         if precision >= 0 {
-            scale -= len_i32(parts.denom);
+            // In i64: an exponent near the i32 limit must neither overflow nor wrap here.
+            let scale = i64::from(scale) - i64::from(len_i32(parts.denom));
             if scale >= -9 {
                 let shifted = format!("{}{}", parts.num, parts.denom);
                 if let Ok(value) = shifted.parse::<i64>()
@@ -444,7 +458,10 @@ fn interpret_suffix(suffix: &str) -> Option<(Base, i32, Format)> {
 }
 
 /// `value × 10^scale` in nanos, for the fast path (`scale >= -9`), capped.
-fn scale_nanos(value: i128, scale: i32) -> i128 {
+fn scale_nanos(value: i128, scale: i64) -> i128 {
+    if value == 0 {
+        return 0;
+    }
     let mut v = value;
     for _ in 0..(scale + 9) {
         v = v.saturating_mul(10);
@@ -652,6 +669,42 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(q(input).value(), *want, "value of {input:?}");
         }
+    }
+
+    /// Exponents at the edge of 32 bits neither panic nor wrap into a small value: large ones cap,
+    /// tiny ones round up to a nano, zero stays zero (and returns at once).
+    #[test]
+    fn extreme_exponents_saturate() {
+        let cases: &[(&str, i128)] = &[
+            ("1e2147483647", MAX_NANOS),
+            ("-1e2147483647", -MAX_NANOS),
+            ("9e2147483646", MAX_NANOS),
+            ("1.5e2147483647", MAX_NANOS),
+            ("1e-2147483648", 1),
+            ("1.5e-2147483648", 1),
+            ("0e2147483647", 0),
+            ("0.0e2147483647", 0),
+            ("1e-2147483647", 1),
+        ];
+        for (input, want) in cases {
+            assert_eq!(q(input).nanos(), *want, "nanos of {input:?}");
+        }
+    }
+
+    /// A quantity longer than `MAX_LEN` is refused with its length named; one at the limit
+    /// parses exactly.
+    #[test]
+    fn long_mantissas_are_bounded() {
+        let at_limit = format!("0.{}1", "0".repeat(MAX_LEN - 3));
+        assert_eq!(at_limit.len(), MAX_LEN);
+        assert_eq!(q(&at_limit).nanos(), 1);
+        let long = format!("1.{}", "5".repeat(100_000));
+        match Quantity::parse(&long) {
+            Err(QuantityError::TooLong { len, .. }) => assert_eq!(len, 100_002),
+            other => panic!("a 100 kB quantity must be refused, got {other:?}"),
+        }
+        let message = Quantity::parse(&long).unwrap_err().to_string();
+        assert!(message.contains("100002 bytes long"), "{message}");
     }
 
     #[test]
