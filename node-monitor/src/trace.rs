@@ -165,7 +165,11 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
             r = stream.next() => r,
         };
         match event {
-            Ok(ev) => emit(args, &mut attributor, &mut out, &mut totals, &ev).await?,
+            Ok(ev) => match emit(args, &mut attributor, &mut out, &mut totals, &ev).await {
+                // The reader went away (`trace | head`): stop as on SIGINT, quietly.
+                Err(e) if crate::cli::io::is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
+                r => r?,
+            },
             Err(StreamError::Decode(_)) => {}
             Err(e @ StreamError::Io(_)) => return Err(e).context("reading kernel events"),
         }
@@ -208,7 +212,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if args.json {
         eprintln!("{}", json!({ "totals": summary }));
     } else {
-        println!("{}", totals_text(&summary));
+        crate::cli::io::print_line(&totals_text(&summary))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -620,3 +620,66 @@ fn explain_rejects_bad_snapshots() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/snapshot.json"));
 }
+
+/// A reader that closes the pipe early (`check-config | head -c 1`) ends the command quietly: exit
+/// 0, no panic, nothing on stderr.
+#[test]
+fn a_closed_output_pipe_is_not_a_crash() {
+    use std::process::Stdio;
+    for args in [&["check-config"][..], &["check-config", "--shutdown"][..]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_node-monitor"))
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // Close the read end before the command writes: its write meets EPIPE.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !stderr.contains("panicked"),
+            "{args:?}: exit {:?}, stderr: {stderr}",
+            out.status
+        );
+    }
+}
+
+/// `/dev/zero`, a FIFO or a directory as the configuration or the snapshot: a clear error that
+/// names the path, never an endless read or a hang on open.
+#[test]
+fn inputs_that_are_not_regular_files_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("fifo");
+    let status = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(status.success());
+    let fifo = fifo.to_str().expect("utf-8");
+    let dir_path = dir.path().to_str().expect("utf-8");
+    for (args, want) in [
+        (
+            vec!["check-config", "--config", "/dev/zero"],
+            "/dev/zero is not a regular file (a character device)",
+        ),
+        (
+            vec!["check-config", "--config", fifo],
+            "is not a regular file (a FIFO)",
+        ),
+        (
+            vec!["check-config", "--config", dir_path],
+            "is not a regular file (a directory)",
+        ),
+        (
+            vec!["explain", "--input", "/dev/zero"],
+            "the snapshot /dev/zero is not a regular file",
+        ),
+    ] {
+        let out = node_monitor(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(want),
+            "{args:?}: exit {:?}, stderr: {stderr}",
+            out.status
+        );
+    }
+}

@@ -121,10 +121,11 @@ pub fn load_config(
     flags: &EvictionFlags,
 ) -> anyhow::Result<EvictionConfig> {
     let text = match path {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .with_context(|| format!("reading --config {}", p.display()))?,
-        ),
+        Some(p) => Some(crate::cli::io::read_file_bounded(
+            p,
+            "--config",
+            crate::cli::io::MAX_INPUT_BYTES,
+        )?),
         None => None,
     };
     let name = path.map(|p| p.display().to_string()).unwrap_or_default();

@@ -47,7 +47,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     } else {
         thresholds_json(&config)
     };
-    println!("{}", serde_json::to_string_pretty(&out)?);
+    super::io::print_line(&serde_json::to_string_pretty(&out)?)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -73,8 +73,8 @@ pub(crate) fn load(
 ) -> anyhow::Result<EvictionConfig> {
     let text = config_path
         .map(|p| {
-            std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read the config file {}", p.display()))
+            super::io::read_file_bounded(p, "the config file", super::io::MAX_INPUT_BYTES)
+                .context("cannot read the configuration")
         })
         .transpose()?;
     let name = config_path.map(|p| p.display().to_string());

@@ -3,7 +3,6 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    io::Read as _,
     path::PathBuf,
     process::ExitCode,
     time::Duration,
@@ -84,14 +83,9 @@ struct ObservationIn {
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let name = args.input.display().to_string();
     let text = if name == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("cannot read the snapshot from standard input")?;
-        s
+        super::io::read_stdin_bounded("the snapshot", super::io::MAX_INPUT_BYTES)?
     } else {
-        std::fs::read_to_string(&args.input)
-            .with_context(|| format!("cannot read the snapshot {name}"))?
+        super::io::read_file_bounded(&args.input, "the snapshot", super::io::MAX_INPUT_BYTES)?
     };
     let held_for = parse_go_duration(&args.held_for)
         .ok()
@@ -110,7 +104,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         &args.eviction,
         held_for,
     )?;
-    println!("{}", serde_json::to_string_pretty(&output)?);
+    super::io::print_line(&serde_json::to_string_pretty(&output)?)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,3 +1,4 @@
 //! Subcommands. Each module owns its clap arguments and its `run`.
 pub mod check_config;
 pub mod explain;
+pub mod io;

@@ -1,0 +1,186 @@
+//! Bounded input and pipe-safe output for the subcommands and the configuration readers.
+//!
+//! A configuration file or snapshot is read only if it is a regular file, and only up to a bound:
+//! `/dev/zero`, a FIFO or a runaway file gets an error that names the path, never an unbounded
+//! read or a process blocked on an open. Output to a pipe whose reader went away
+//! (`node-monitor check-config | head -1`) ends the command quietly, as for any Unix filter.
+use std::{
+    io::{self, Read, Write},
+    path::{Path, PathBuf},
+};
+
+/// The largest configuration file or snapshot read: far above any real one.
+pub const MAX_INPUT_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Why an input could not be read. Each message names the path.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("{what} {path} is not a regular file ({kind}); refusing to read it")]
+    NotAFile {
+        what: &'static str,
+        path: PathBuf,
+        kind: &'static str,
+    },
+    #[error("{what} {path} is larger than {limit} bytes; refusing to read it")]
+    TooLarge {
+        what: &'static str,
+        path: PathBuf,
+        limit: u64,
+    },
+    #[error("{what} {path} is not UTF-8 text")]
+    NotText { what: &'static str, path: PathBuf },
+}
+
+fn kind_of(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Reads the regular file at `path` as UTF-8, at most `limit` bytes. `what` names the input in
+/// errors ("the config file").
+pub fn read_file_bounded(
+    path: &Path,
+    what: &'static str,
+    limit: u64,
+) -> Result<String, InputError> {
+    let io_err = |source| InputError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    };
+    // stat first: opening a FIFO would block until a writer appears.
+    let meta = std::fs::metadata(path).map_err(io_err)?;
+    if !meta.file_type().is_file() {
+        return Err(InputError::NotAFile {
+            what,
+            path: path.to_owned(),
+            kind: kind_of(meta.file_type()),
+        });
+    }
+    let file = std::fs::File::open(path).map_err(io_err)?;
+    read_bounded(file, path, what, limit)
+}
+
+/// Reads standard input as UTF-8, at most `limit` bytes.
+pub fn read_stdin_bounded(what: &'static str, limit: u64) -> Result<String, InputError> {
+    read_bounded(io::stdin().lock(), Path::new("-"), what, limit)
+}
+
+fn read_bounded(
+    r: impl Read,
+    path: &Path,
+    what: &'static str,
+    limit: u64,
+) -> Result<String, InputError> {
+    let mut bytes = Vec::new();
+    r.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|source| InputError::Io {
+            what,
+            path: path.to_owned(),
+            source,
+        })?;
+    if bytes.len() as u64 > limit {
+        return Err(InputError::TooLarge {
+            what,
+            path: path.to_owned(),
+            limit,
+        });
+    }
+    String::from_utf8(bytes).map_err(|_| InputError::NotText {
+        what,
+        path: path.to_owned(),
+    })
+}
+
+/// Whether `e` (anywhere in its chain) is a write to a pipe whose reader is gone.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Prints `text` and a newline on stdout. A closed pipe is not an error: the reader has what it
+/// wanted.
+pub fn print_line(text: &str) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_devices_fifos_and_directories_naming_the_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let cases: [(&Path, &str); 3] = [
+            (Path::new("/dev/zero"), "a character device"),
+            (&fifo, "a FIFO"),
+            (dir.path(), "a directory"),
+        ];
+        for (path, kind) in cases {
+            let e = read_file_bounded(path, "the config file", MAX_INPUT_BYTES)
+                .expect_err("must be refused");
+            let msg = e.to_string();
+            assert!(
+                msg.contains(kind) && msg.contains(&path.display().to_string()),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn reads_up_to_the_limit_and_no_further() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.yaml");
+        std::fs::write(&path, "x".repeat(100)).expect("write");
+        assert_eq!(
+            read_file_bounded(&path, "the config file", 100)
+                .expect("at the limit")
+                .len(),
+            100
+        );
+        let e = read_file_bounded(&path, "the config file", 99).expect_err("above the limit");
+        assert!(e.to_string().contains("larger than 99 bytes"), "{e}");
+        std::fs::write(&path, [0xff, 0xfe]).expect("write");
+        let e = read_file_bounded(&path, "the config file", 100).expect_err("not text");
+        assert!(e.to_string().contains("not UTF-8"), "{e}");
+        let e = read_file_bounded(&dir.path().join("missing"), "the config file", 100)
+            .expect_err("missing");
+        assert!(e.to_string().contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn a_broken_pipe_is_recognised_through_context() {
+        let e = anyhow::Error::from(io::Error::from(io::ErrorKind::BrokenPipe))
+            .context("writing to stdout");
+        assert!(is_broken_pipe(&e));
+        let other = anyhow::Error::from(io::Error::from(io::ErrorKind::PermissionDenied));
+        assert!(!is_broken_pipe(&other));
+    }
+}
