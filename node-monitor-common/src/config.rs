@@ -17,6 +17,9 @@ pub struct ProbeConfigRaw {
     pub stall_window_ns: u64,
     /// Minimum interval between two kswapd wake-up events for one node.
     pub kswapd_min_interval_ns: u64,
+    /// Minimum interval between two reboot events of one verdict, for every verdict but
+    /// `allowed` (see [`crate::logic::RebootSlot`]).
+    pub reboot_min_interval_ns: u64,
     /// The kernel's page size, to turn page counts into bytes.
     pub page_size: u64,
     /// The only process (thread-group id) whose `getppid(2)` emits synthetic events; 0 = none.
@@ -32,7 +35,8 @@ pub mod config_flags {
 }
 
 /// Offsets of the kernel fields the OOM raw-tracepoint program reads from the victim's
-/// `task_struct`, at index 0 of [`crate::names::TASK_OFFSETS_MAP`]. All in bytes.
+/// `task_struct` and the reboot program reads from `current`'s, at index 0 of
+/// [`crate::names::TASK_OFFSETS_MAP`]. All in bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskOffsets {
@@ -66,6 +70,19 @@ pub struct TaskOffsets {
     pub memory_valid: u32,
     /// 1 when the record was filled; the program emits nothing from the task otherwise.
     pub valid: u32,
+    /// `task_struct.thread_pid` and `pid.level`: the depth of the task's PID namespace.
+    pub task_thread_pid: u32,
+    pub pid_level: u32,
+    /// `task_struct.cred`, `cred.cap_effective` (8 bytes: `u64 val` since 6.3, `u32 cap[2]`
+    /// before, the same little-endian value), `cred.user_ns` and `user_namespace.level`.
+    pub task_cred: u32,
+    pub cred_cap_effective: u32,
+    pub cred_user_ns: u32,
+    pub user_ns_level: u32,
+    /// 1 when the caller fields above were resolved; the reboot program reports calls
+    /// `unverified` otherwise. Independent of `valid`.
+    pub caller_valid: u32,
+    pub _pad: u32,
 }
 
 /// Where a tracepoint field lives in the record the kernel passes to the program.
@@ -180,10 +197,11 @@ pub mod reboot_tp {
 pub const TP_SLOTS: u32 = 3;
 
 plain! {
-    ProbeConfigRaw { u64, u64, u64, u64, u32, u32 },
+    ProbeConfigRaw { u64, u64, u64, u64, u64, u32, u32 },
     TaskOffsets {
         u32, u32, u32, u32, u32, u32, u32, u32, u32, u32,
         u32, u32, u32, u32, u32, u32, u32, u32, u32, u32,
+        u32, u32, u32, u32, u32, u32, u32, u32,
     },
     FieldLoc { u16, u8, u8 },
     TpLayout { [FieldLoc; TP_MAX_FIELDS] },

@@ -19,8 +19,10 @@ pub const RECLAIM_UNMATCHED: u32 = RECLAIM_EPISODES + 1;
 pub const KSWAPD_SUPPRESSED: u32 = RECLAIM_UNMATCHED + 1;
 /// Map updates that failed (e.g. a full map).
 pub const MAP_ERRORS: u32 = KSWAPD_SUPPRESSED + 1;
+/// Reboot requests withheld by the per-verdict rate limit (never `allowed` ones).
+pub const REBOOT_SUPPRESSED: u32 = MAP_ERRORS + 1;
 /// Number of slots.
-pub const COUNT: u32 = MAP_ERRORS + 1;
+pub const COUNT: u32 = REBOOT_SUPPRESSED + 1;
 
 #[cfg(test)]
 mod tests {
@@ -34,6 +36,7 @@ mod tests {
             RECLAIM_UNMATCHED,
             KSWAPD_SUPPRESSED,
             MAP_ERRORS,
+            REBOOT_SUPPRESSED,
         ];
         assert_eq!(DROPS - EVENTS, KIND_SLOTS as u32);
         assert_eq!(READ_ERRORS - DROPS, KIND_SLOTS as u32);

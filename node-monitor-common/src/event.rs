@@ -195,14 +195,32 @@ pub struct KswapdWake {
     pub gfp_flags: u64,
 }
 
-/// A `reboot(2)` call (a request: the kernel may still refuse it).
+/// `Reboot::flags`.
+pub mod reboot_flags {
+    /// `cap_effective`, `pid_ns_level` and `user_ns_level` were read from the caller's task.
+    pub const CALLER: u32 = 1 << 0;
+    pub const ALL: u32 = (1 << 1) - 1;
+}
+
+/// A `reboot(2)` call (a request: the kernel may still refuse it) and the probe's verdict on it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reboot {
     pub cmd: u32,
     pub magic1: u32,
     pub magic2: u32,
-    pub _pad: u32,
+    /// A [`crate::logic::RebootGate`] id.
+    pub verdict: u32,
+    /// The caller's `cred->cap_effective` (with [`reboot_flags::CALLER`]).
+    pub cap_effective: u64,
+    /// The depth of the caller's PID namespace and of its credentials' user namespace (with
+    /// [`reboot_flags::CALLER`]).
+    pub pid_ns_level: u32,
+    pub user_ns_level: u32,
+    /// Calls with this verdict withheld by the rate limit since the previous event.
+    pub suppressed: u32,
+    /// [`reboot_flags`] bits.
+    pub flags: u32,
 }
 
 /// The benchmark generator's event.
@@ -218,7 +236,7 @@ plain! {
     OomKill { u32, u32, [u8; TASK_COMM_LEN], u64, u64, u64, u64, u64, u64, u32, i32, u32, u32 },
     ReclaimStall { u64, u64, u64, u64, u32, u32 },
     KswapdWake { i32, i32, i32, u32, u64 },
-    Reboot { u32, u32, u32, u32 },
+    Reboot { u32, u32, u32, u32, u64, u32, u32, u32, u32 },
     Synthetic { u64 },
     Event<OomKill> { EventHeader, OomKill },
     Event<ReclaimStall> { EventHeader, ReclaimStall },
@@ -345,7 +363,22 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
             Record::ReclaimStall(e)
         }
         EventKind::KswapdWake => Record::KswapdWake(read(bytes)?),
-        EventKind::Reboot => Record::Reboot(read(bytes)?),
+        EventKind::Reboot => {
+            let e: Event<Reboot> = read(bytes)?;
+            if crate::logic::RebootGate::from_u32(e.data.verdict).is_none() {
+                return Err(DecodeError::InvalidField {
+                    field: "reboot.verdict",
+                    value: e.data.verdict.into(),
+                });
+            }
+            if e.data.flags & !reboot_flags::ALL != 0 {
+                return Err(DecodeError::InvalidField {
+                    field: "reboot.flags",
+                    value: e.data.flags.into(),
+                });
+            }
+            Record::Reboot(e)
+        }
         EventKind::Synthetic => Record::Synthetic(read(bytes)?),
     };
     Ok(record)
@@ -424,6 +457,20 @@ mod tests {
         }
     }
 
+    fn reboot() -> Reboot {
+        Reboot {
+            cmd: 0x4321_fedc,
+            magic1: 0xfee1_dead,
+            magic2: 672_274_793,
+            verdict: crate::logic::RebootGate::RefusedCap as u32,
+            cap_effective: 0x1ff_ffbf_ffff,
+            pid_ns_level: 0,
+            user_ns_level: 0,
+            suppressed: 3,
+            flags: reboot_flags::CALLER,
+        }
+    }
+
     #[test]
     fn every_kind_round_trips() {
         let records = [
@@ -441,12 +488,7 @@ mod tests {
             }),
             Record::Reboot(Event {
                 header: header(EventKind::Reboot),
-                data: Reboot {
-                    cmd: 0x4321_fedc,
-                    magic1: 0xfee1_dead,
-                    magic2: 672_274_793,
-                    _pad: 0,
-                },
+                data: reboot(),
             }),
             Record::Synthetic(Event {
                 header: header(EventKind::Synthetic),
@@ -545,6 +587,31 @@ mod tests {
                 value: 3
             })
         ));
+        for (verdict, flags, field) in [
+            (0, 0, "reboot.verdict"),
+            (8, 0, "reboot.verdict"),
+            (1, 2, "reboot.flags"),
+        ] {
+            let e = Event {
+                header: header(EventKind::Reboot),
+                data: Reboot {
+                    verdict,
+                    flags,
+                    ..reboot()
+                },
+            };
+            assert_eq!(
+                decode(as_bytes(&e)),
+                Err(DecodeError::InvalidField {
+                    field,
+                    value: if field == "reboot.flags" {
+                        flags.into()
+                    } else {
+                        verdict.into()
+                    }
+                })
+            );
+        }
         let mut o = oom();
         o.data.flags = 1 << 20;
         assert!(matches!(

@@ -217,6 +217,163 @@ impl RebootCmd {
     }
 }
 
+/// `LINUX_REBOOT_MAGIC1` (`include/uapi/linux/reboot.h`).
+pub const REBOOT_MAGIC1: u32 = 0xfee1_dead;
+/// `LINUX_REBOOT_MAGIC2`, `…2A`, `…2B`, `…2C`: the kernel accepts any one of them.
+pub const REBOOT_MAGIC2: [u32; 4] = [672_274_793, 85_072_278, 369_367_448, 537_993_216];
+/// `CAP_SYS_BOOT` (`include/uapi/linux/capability.h`).
+pub const CAP_SYS_BOOT: u32 = 22;
+
+/// Whether reboot(2) accepts these magic numbers; it refuses any other call with EINVAL (or
+/// EPERM, when the caller lacks the capability, which the kernel checks first), so such a call
+/// takes nothing down.
+pub const fn reboot_magic_accepted(magic1: u32, magic2: u32) -> bool {
+    magic1 == REBOOT_MAGIC1
+        && (magic2 == REBOOT_MAGIC2[0]
+            || magic2 == REBOOT_MAGIC2[1]
+            || magic2 == REBOOT_MAGIC2[2]
+            || magic2 == REBOOT_MAGIC2[3])
+}
+
+/// What the reboot probe concludes about a `reboot(2)` call. The tracepoint fires on syscall
+/// entry, before `SYSCALL_DEFINE4(reboot)` (kernel/reboot.c) checks anything; the kernel then
+/// refuses a caller without `CAP_SYS_BOOT` in the user namespace owning its PID namespace
+/// (EPERM), refuses bad magic numbers (EINVAL), and hands a call from a child PID namespace to
+/// `reboot_pid_ns()`, which ends that namespace's init instead of the machine. Only
+/// [`RebootGate::Allowed`] can take the node down. Ids are part of the kernel/agent ABI.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RebootGate {
+    /// The caller is in the initial PID and user namespaces with `CAP_SYS_BOOT`, the magic
+    /// numbers are valid and the command takes the machine down.
+    Allowed = 1,
+    /// The caller is in a child PID namespace: at most that namespace goes down.
+    RefusedPidNs = 2,
+    /// The caller's credentials belong to a child user namespace: its capabilities do not count
+    /// in the initial one (EPERM).
+    RefusedUserNs = 3,
+    /// The caller lacks `CAP_SYS_BOOT` (EPERM).
+    RefusedCap = 4,
+    /// Invalid magic numbers (EINVAL).
+    RefusedMagic = 5,
+    /// A command that does not take the machine down (Ctrl-Alt-Del on/off, suspend, unknown).
+    NotShutdown = 6,
+    /// The caller could not be checked (kernel offsets unavailable or a read failed); the
+    /// arguments would take the machine down. Never treated as a shutdown.
+    Unverified = 7,
+}
+
+/// Slots of the reboot rate-limit map: one per [`RebootGate`] id.
+pub const REBOOT_GATES: u32 = 8;
+
+impl RebootGate {
+    pub const ALL: [RebootGate; 7] = [
+        Self::Allowed,
+        Self::RefusedPidNs,
+        Self::RefusedUserNs,
+        Self::RefusedCap,
+        Self::RefusedMagic,
+        Self::NotShutdown,
+        Self::Unverified,
+    ];
+
+    pub const fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            1 => Some(Self::Allowed),
+            2 => Some(Self::RefusedPidNs),
+            3 => Some(Self::RefusedUserNs),
+            4 => Some(Self::RefusedCap),
+            5 => Some(Self::RefusedMagic),
+            6 => Some(Self::NotShutdown),
+            7 => Some(Self::Unverified),
+            _ => None,
+        }
+    }
+
+    /// The name in JSON output and logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::RefusedPidNs => "refused_pidns",
+            Self::RefusedUserNs => "refused_userns",
+            Self::RefusedCap => "refused_cap",
+            Self::RefusedMagic => "refused_magic",
+            Self::NotShutdown => "not_shutdown",
+            Self::Unverified => "unverified",
+        }
+    }
+
+    /// Why the kernel refuses the call, for refused verdicts: the `reason` label of
+    /// `node_monitor_reboot_requests_refused_total`.
+    pub const fn refusal(self) -> Option<&'static str> {
+        match self {
+            Self::RefusedPidNs => Some("pid_namespace"),
+            Self::RefusedUserNs => Some("user_namespace"),
+            Self::RefusedCap => Some("capability"),
+            Self::RefusedMagic => Some("magic"),
+            Self::Allowed | Self::NotShutdown | Self::Unverified => None,
+        }
+    }
+}
+
+/// The calling task's credentials, as the reboot probe reads them from `current`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RebootCaller {
+    /// `cred->cap_effective` (capabilities in `cred->user_ns`).
+    pub cap_effective: u64,
+    /// `task->thread_pid->level`: 0 in the initial PID namespace.
+    pub pid_ns_level: u32,
+    /// `cred->user_ns->level`: 0 for the initial user namespace.
+    pub user_ns_level: u32,
+}
+
+/// The verdict on a `reboot(2)` call; `caller` is `None` when its credentials could not be read.
+/// The magic numbers and the command are checked either way, so an unreadable caller only leaves
+/// calls that would otherwise be allowed [`RebootGate::Unverified`].
+pub const fn reboot_gate(
+    caller: Option<RebootCaller>,
+    magic1: u32,
+    magic2: u32,
+    cmd: u32,
+) -> RebootGate {
+    if let Some(c) = caller {
+        if c.pid_ns_level != 0 {
+            return RebootGate::RefusedPidNs;
+        }
+        if c.user_ns_level != 0 {
+            return RebootGate::RefusedUserNs;
+        }
+        if c.cap_effective & (1 << CAP_SYS_BOOT) == 0 {
+            return RebootGate::RefusedCap;
+        }
+    }
+    if !reboot_magic_accepted(magic1, magic2) {
+        return RebootGate::RefusedMagic;
+    }
+    if !RebootCmd::from_raw(cmd).goes_down() {
+        return RebootGate::NotShutdown;
+    }
+    if caller.is_none() {
+        return RebootGate::Unverified;
+    }
+    RebootGate::Allowed
+}
+
+/// The reboot rate limit for one verdict: every verdict but [`RebootGate::Allowed`] sends at most
+/// one event per configured interval; the next event carries how many were withheld.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RebootSlot {
+    pub last_emit_ns: u64,
+    pub suppressed: u64,
+}
+
+plain! {
+    RebootCaller { u64, u32, u32 },
+    RebootSlot { u64, u64 },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,6 +474,140 @@ mod tests {
             assert_eq!(RebootCmd::from_raw(raw), cmd);
             assert_eq!(cmd.as_str(), name);
             assert_eq!(cmd.goes_down(), down, "{name}");
+        }
+    }
+
+    #[test]
+    fn reboot_gate_follows_the_kernels_checks() {
+        const RESTART: u32 = 0x0123_4567;
+        const CAD_ON: u32 = 0x89AB_CDEF;
+        const M1: u32 = REBOOT_MAGIC1;
+        const M2: u32 = REBOOT_MAGIC2[0];
+        let root = RebootCaller {
+            cap_effective: 0x1ff_ffff_ffff,
+            pid_ns_level: 0,
+            user_ns_level: 0,
+        };
+        let no_boot = RebootCaller {
+            cap_effective: root.cap_effective & !(1 << CAP_SYS_BOOT),
+            ..root
+        };
+        let container = RebootCaller {
+            pid_ns_level: 1,
+            ..root
+        };
+        let userns = RebootCaller {
+            user_ns_level: 2,
+            ..root
+        };
+        let only_boot = RebootCaller {
+            cap_effective: 1 << CAP_SYS_BOOT,
+            ..root
+        };
+        let cases = [
+            (Some(root), M1, M2, RESTART, RebootGate::Allowed),
+            (
+                Some(only_boot),
+                M1,
+                REBOOT_MAGIC2[3],
+                0x4558_4543,
+                RebootGate::Allowed,
+            ),
+            (Some(root), M1, M2, 0x4321_FEDC, RebootGate::Allowed),
+            (Some(root), M1, M2, 0xCDEF_0123, RebootGate::Allowed),
+            (Some(root), M1, M2, 0xA1B2_C3D4, RebootGate::Allowed),
+            // A container's own PID namespace: whatever its capabilities.
+            (Some(container), M1, M2, RESTART, RebootGate::RefusedPidNs),
+            (
+                Some(RebootCaller {
+                    pid_ns_level: 3,
+                    cap_effective: 0,
+                    user_ns_level: 1,
+                }),
+                0,
+                0,
+                CAD_ON,
+                RebootGate::RefusedPidNs,
+            ),
+            // Full capabilities, but in a child user namespace.
+            (Some(userns), M1, M2, RESTART, RebootGate::RefusedUserNs),
+            (Some(no_boot), M1, M2, RESTART, RebootGate::RefusedCap),
+            (
+                Some(RebootCaller::default()),
+                M1,
+                M2,
+                RESTART,
+                RebootGate::RefusedCap,
+            ),
+            (Some(root), M1, 7, RESTART, RebootGate::RefusedMagic),
+            (
+                Some(root),
+                0xdead_beef,
+                M2,
+                RESTART,
+                RebootGate::RefusedMagic,
+            ),
+            (Some(root), M1, M2, CAD_ON, RebootGate::NotShutdown),
+            (Some(root), M1, M2, 0, RebootGate::NotShutdown),
+            (Some(root), M1, M2, 0xD000_FCE2, RebootGate::NotShutdown),
+            (Some(root), M1, M2, 42, RebootGate::NotShutdown),
+            // Unknown caller: the arguments still decide what they can.
+            (None, M1, M2, RESTART, RebootGate::Unverified),
+            (None, M1, 1, RESTART, RebootGate::RefusedMagic),
+            (None, M1, M2, CAD_ON, RebootGate::NotShutdown),
+        ];
+        for (caller, m1, m2, cmd, want) in cases {
+            assert_eq!(
+                reboot_gate(caller, m1, m2, cmd),
+                want,
+                "{caller:?} {m1:#x} {m2} {cmd:#x}"
+            );
+        }
+    }
+
+    #[test]
+    fn reboot_gates_have_stable_ids_names_and_slots() {
+        for (i, g) in RebootGate::ALL.iter().enumerate() {
+            assert_eq!(*g as u32, i as u32 + 1);
+            assert_eq!(RebootGate::from_u32(*g as u32), Some(*g));
+            assert!((*g as u32) < REBOOT_GATES);
+        }
+        assert_eq!(RebootGate::from_u32(0), None);
+        assert_eq!(RebootGate::from_u32(8), None);
+        let names: std::vec::Vec<&str> = RebootGate::ALL.iter().map(|g| g.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "allowed",
+                "refused_pidns",
+                "refused_userns",
+                "refused_cap",
+                "refused_magic",
+                "not_shutdown",
+                "unverified"
+            ]
+        );
+        let refused: std::vec::Vec<&str> =
+            RebootGate::ALL.iter().filter_map(|g| g.refusal()).collect();
+        assert_eq!(
+            refused,
+            ["pid_namespace", "user_namespace", "capability", "magic"]
+        );
+    }
+
+    #[test]
+    fn reboot_magic_numbers() {
+        // The magic numbers glibc's reboot(3) passes, and ones the kernel refuses.
+        let cases = [
+            (0xfee1_dead, 672_274_793, true),
+            (0xfee1_dead, 85_072_278, true),
+            (0xfee1_dead, 369_367_448, true),
+            (0xfee1_dead, 537_993_216, true),
+            (0xfee1_dead, 1, false),
+            (0xdead_beef, 672_274_793, false),
+        ];
+        for (m1, m2, want) in cases {
+            assert_eq!(reboot_magic_accepted(m1, m2), want, "{m1:#x} {m2}");
         }
     }
 }

@@ -17,6 +17,8 @@ pub const RECLAIM_TASKS_MAP: &str = "NM_RCL_TASKS";
 pub const STALLS_MAP: &str = "NM_STALLS";
 /// `Array<KswapdSlot>` indexed by NUMA node: the kswapd rate limit.
 pub const KSWAPD_MAP: &str = "NM_KSWAPD";
+/// `Array<RebootSlot>` indexed by reboot verdict: the reboot rate limit.
+pub const REBOOT_MAP: &str = "NM_REBOOT";
 
 /// Program names (the functions in node-monitor-ebpf).
 pub mod prog {

@@ -6,7 +6,9 @@ use aya_ebpf::{
 use node_monitor_common::{
     config::{ProbeConfigRaw, TP_SLOTS, TaskOffsets, TpLayout},
     counters,
-    logic::{KSWAPD_NODES, KswapdSlot, ReclaimTask, StallKey, StallWindow},
+    logic::{
+        KSWAPD_NODES, KswapdSlot, REBOOT_GATES, RebootSlot, ReclaimTask, StallKey, StallWindow,
+    },
 };
 
 /// The one ring buffer for every probe's records. The agent may resize it at load.
@@ -35,3 +37,6 @@ pub static STALLS: LruHashMap<StallKey, StallWindow> = LruHashMap::with_max_entr
 
 #[map(name = "NM_KSWAPD")]
 pub static KSWAPD: Array<KswapdSlot> = Array::with_max_entries(KSWAPD_NODES, 0);
+
+#[map(name = "NM_REBOOT")]
+pub static REBOOT: Array<RebootSlot> = Array::with_max_entries(REBOOT_GATES, 0);

@@ -1,35 +1,122 @@
 //! Reboot, power-off, halt and kexec requests: `syscalls/sys_enter_reboot` fires on every
-//! `reboot(2)` before the kernel checks the caller's capability and magic numbers, so an event
-//! is a request, not a promise; the agent decodes `cmd`. A call from a task in a child PID
-//! namespace does not take the host down (`reboot_pid_ns()` in kernel/pid_namespace.c).
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+//! `reboot(2)` before the kernel checks anything, so an event is a request, not a promise. The
+//! program therefore judges the call the way `SYSCALL_DEFINE4(reboot)` (kernel/reboot.c) will:
+//! the caller's PID namespace (a call from a child namespace only ends that namespace's init,
+//! `reboot_pid_ns()` in kernel/pid_namespace.c), its credentials' user namespace and
+//! `CAP_SYS_BOOT`, the magic numbers and the command ([`reboot_gate`]). The caller is read from
+//! `current` at offsets the agent resolved from BTF; without them calls are reported
+//! `unverified`.
+//!
+//! Every verdict but `allowed` is rate-limited per verdict: within the configured interval calls
+//! are only counted, and the next event carries how many were withheld. A container calling
+//! reboot(2) in a loop thus costs one event per interval.
+use aya_ebpf::{helpers::bpf_get_current_task, macros::tracepoint, programs::TracePointContext};
 use aya_log_ebpf::info;
 use node_monitor_common::{
     config::reboot_tp,
-    event::{EventKind, Reboot},
+    counters,
+    event::{EventKind, Reboot, reboot_flags},
+    logic::{RebootCaller, RebootGate, rate_limit_allows, reboot_gate},
 };
 
-use crate::util::{emit, layout, tp_field};
+use crate::{
+    maps::{REBOOT, TASK_OFFSETS},
+    util::{config, count, emit, kread, layout, now_ns, shared, tp_field},
+};
 
 #[tracepoint(category = "syscalls", name = "sys_enter_reboot")]
 pub fn reboot_enter(ctx: TracePointContext) -> u32 {
-    let Some(l) = layout(reboot_tp::SLOT.index) else {
+    let (Some(l), Some(cfg)) = (layout(reboot_tp::SLOT.index), config()) else {
         return 0;
     };
     let Some(cmd) = tp_field(&ctx, &l.fields[reboot_tp::CMD]) else {
         return 0;
     };
-    let magic1 = tp_field(&ctx, &l.fields[reboot_tp::MAGIC1]).unwrap_or(0);
-    let magic2 = tp_field(&ctx, &l.fields[reboot_tp::MAGIC2]).unwrap_or(0);
-    info!(&ctx, "reboot(2) requested, cmd {:x}", cmd as u32);
+    let cmd = cmd as u32;
+    let magic1 = tp_field(&ctx, &l.fields[reboot_tp::MAGIC1]).unwrap_or(0) as u32;
+    let magic2 = tp_field(&ctx, &l.fields[reboot_tp::MAGIC2]).unwrap_or(0) as u32;
+    let caller = current_caller();
+    let verdict = reboot_gate(caller, magic1, magic2, cmd);
+
+    let mut suppressed = 0;
+    if verdict != RebootGate::Allowed {
+        let Some(slot) = REBOOT.get_ptr_mut(verdict as u32) else {
+            return 0;
+        };
+        // SAFETY: `slot` points to a live array value; its fields are only accessed through
+        // `shared`.
+        let (last_p, suppressed_p) =
+            unsafe { (&raw mut (*slot).last_emit_ns, &raw mut (*slot).suppressed) };
+        let now = now_ns();
+        // SAFETY (all `shared` calls below): the pointers are fields of the live map value
+        // `slot`. Plain stores (see `util::shared`): two CPUs in the same instant may both send
+        // an event, and a call counted while the count is reset may be lost from it (never
+        // from the SUPPRESSED counter).
+        let last = unsafe { shared::load(last_p) };
+        if !rate_limit_allows(last, now, cfg.reboot_min_interval_ns) {
+            unsafe { shared::add(suppressed_p, 1) };
+            count(counters::REBOOT_SUPPRESSED);
+            return 0;
+        }
+        suppressed = unsafe {
+            shared::store(last_p, now);
+            let n = shared::load(suppressed_p);
+            shared::store(suppressed_p, 0);
+            n
+        };
+    }
+    info!(
+        &ctx,
+        "reboot(2) requested, cmd {:x} verdict {}", cmd, verdict as u32
+    );
+    let c = caller.unwrap_or(RebootCaller {
+        cap_effective: 0,
+        pid_ns_level: 0,
+        user_ns_level: 0,
+    });
     emit(
         EventKind::Reboot,
         Reboot {
-            cmd: cmd as u32,
-            magic1: magic1 as u32,
-            magic2: magic2 as u32,
-            _pad: 0,
+            cmd,
+            magic1,
+            magic2,
+            verdict: verdict as u32,
+            cap_effective: c.cap_effective,
+            pid_ns_level: c.pid_ns_level,
+            user_ns_level: c.user_ns_level,
+            suppressed: suppressed.min(u32::MAX as u64) as u32,
+            flags: if caller.is_some() {
+                reboot_flags::CALLER
+            } else {
+                0
+            },
         },
     );
     0
+}
+
+/// `current`'s PID namespace depth (`task->thread_pid->level`, the namespace
+/// `task_active_pid_ns()` returns), its effective capabilities and its credentials' user
+/// namespace depth (`task->cred`, the credentials `ns_capable()` checks). `None` when the
+/// offsets are not resolved or a read fails. One read after another, leaving at the first
+/// failure (see `read_task_memory` in oom.rs for why).
+#[inline(always)]
+fn current_caller() -> Option<RebootCaller> {
+    let o = TASK_OFFSETS.get(0)?;
+    if o.caller_valid == 0 {
+        return None;
+    }
+    // SAFETY: no preconditions; the pointer is only passed to `bpf_probe_read_kernel`.
+    let task = unsafe { bpf_get_current_task() };
+    let pid = kread::<u64>(task, o.task_thread_pid)?;
+    let pid_ns_level = kread::<u32>(pid, o.pid_level)?;
+    let cred = kread::<u64>(task, o.task_cred)?;
+    let cap_effective = kread::<u64>(cred, o.cred_cap_effective)?;
+    let user_ns = kread::<u64>(cred, o.cred_user_ns)?;
+    let user_ns_level = kread::<i32>(user_ns, o.user_ns_level)?;
+    Some(RebootCaller {
+        cap_effective,
+        pid_ns_level,
+        user_ns_level: user_ns_level as u32,
+    })
 }

@@ -307,6 +307,9 @@ pub struct Metrics {
     pub shutdown_phase_start_time_seconds: Family<PhaseLabels, Gauge<f64, AtomicU64>>,
     pub shutdown_phase_end_time_seconds: Family<PhaseLabels, Gauge<f64, AtomicU64>>,
     pub shutdowns_bypassing_inhibitor: Counter,
+    pub shutdown_last_gasps_suppressed: Counter,
+    pub reboot_requests_refused: Family<ReasonLabels, Counter>,
+    pub reboot_requests_unverified: Counter,
     pub shutdown_budget_seconds: Gauge<f64, AtomicU64>,
     pub shutdown_inhibit_delay_max_seconds: Gauge<f64, AtomicU64>,
     pub api_errors: Family<OperationLabels, Counter>,
@@ -356,6 +359,9 @@ impl Metrics {
             shutdown_phase_start_time_seconds: Family::default(),
             shutdown_phase_end_time_seconds: Family::default(),
             shutdowns_bypassing_inhibitor: Counter::default(),
+            shutdown_last_gasps_suppressed: Counter::default(),
+            reboot_requests_refused: Family::default(),
+            reboot_requests_unverified: Counter::default(),
             shutdown_budget_seconds: Gauge::default(),
             shutdown_inhibit_delay_max_seconds: Gauge::default(),
             api_errors: Family::default(),
@@ -464,6 +470,21 @@ impl Metrics {
             m.shutdowns_bypassing_inhibitor.clone(),
         );
         reg.add(
+            "shutdown_last_gasps_suppressed",
+            "Last gasps not sent because one went out less than 10 minutes earlier",
+            m.shutdown_last_gasps_suppressed.clone(),
+        );
+        reg.add(
+            "reboot_requests_refused",
+            "reboot(2) calls the kernel refuses or confines to a child PID namespace, by reason; never a shutdown",
+            m.reboot_requests_refused.clone(),
+        );
+        reg.add(
+            "reboot_requests_unverified",
+            "reboot(2) calls whose caller the probe could not check; never taken for a shutdown",
+            m.reboot_requests_unverified.clone(),
+        );
+        reg.add(
             "shutdown_budget_seconds",
             "Sum of the graceful shutdown groups' periods",
             m.shutdown_budget_seconds.clone(),
@@ -547,7 +568,7 @@ impl Metrics {
 
     /// Sets a one-hot state family: the given state is 1, the other known states are 0.
     pub fn set_program_state(&self, program: &str, state: &str) {
-        for s in ["attached", "failed", "disabled"] {
+        for s in ["attached", "degraded", "failed", "disabled"] {
             self.ebpf_program_state
                 .get_or_create(&ProgramLabels {
                     program: program.to_owned(),

@@ -355,6 +355,9 @@ pub fn event_json(ev: &KernelEvent, at: &Attribution, trigger: Option<&Attributi
             "goes_down": e.cmd.goes_down(),
             "magic1": format!("{:#010x}", e.magic1),
             "magic2": format!("{:#010x}", e.magic2),
+            "verdict": e.verdict.as_str(),
+            "caller": serde_json::to_value(e).ok().map(|v| v["caller"].clone()),
+            "suppressed": e.suppressed,
         }),
         KernelEvent::Synthetic(e) => json!({ "tid": e.task.tid, "seq": e.seq }),
     };
@@ -418,9 +421,13 @@ pub fn event_text(ev: &KernelEvent, at: &Attribution) -> String {
             " node={} zone={} order={} gfp={:#x} suppressed={}",
             e.nid, e.zid, e.order, e.gfp_flags, e.suppressed
         )),
-        KernelEvent::Reboot(e) => {
-            s.push_str(&format!(" cmd={} ({:#010x})", e.cmd.as_str(), e.cmd_raw))
-        }
+        KernelEvent::Reboot(e) => s.push_str(&format!(
+            " cmd={} ({:#010x}) verdict={} suppressed={}",
+            e.cmd.as_str(),
+            e.cmd_raw,
+            e.verdict.as_str(),
+            e.suppressed
+        )),
         KernelEvent::Synthetic(e) => s.push_str(&format!(" seq={}", e.seq)),
     }
     s
@@ -588,8 +595,13 @@ mod tests {
             cmd_raw: 0x4321_fedc,
             magic1: 0xfee1_dead,
             magic2: 0x2812_1969,
+            verdict: crate::ebpf::RebootGate::Allowed,
+            caller: None,
+            suppressed: 0,
         });
         let v = event_json(&ev, &at, None);
+        assert_eq!(v["verdict"], "allowed");
+        assert_eq!(v["caller"], Value::Null);
         assert_eq!(v["pod_uid"], Value::Null);
         assert_eq!(v["container_id"], Value::Null);
         assert_eq!(v["cmd"], "power_off");

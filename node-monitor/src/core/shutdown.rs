@@ -28,6 +28,8 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+use node_monitor_common::logic::{RebootCaller, RebootGate, reboot_gate};
+
 use super::{
     clock::Timestamp,
     duration::{format_go_duration, parse_go_duration},
@@ -653,13 +655,134 @@ pub fn logind_dropin(seconds: u64) -> String {
     )
 }
 
-/// Whether reboot(2) accepts these magic numbers (`kernel/reboot.c`: `LINUX_REBOOT_MAGIC1` and
-/// one of the four `LINUX_REBOOT_MAGIC2*`); the kernel refuses any other call with EINVAL, so it
-/// takes nothing down. The probe fires on entry, before that check.
-pub fn reboot_magic_accepted(magic1: u32, magic2: u32) -> bool {
-    const MAGIC1: u32 = 0xfee1_dead;
-    const MAGIC2: [u32; 4] = [672_274_793, 85_072_278, 369_367_448, 537_993_216];
-    magic1 == MAGIC1 && MAGIC2.contains(&magic2)
+/// A last gasp is sent at most once in this long: a process that may reboot the node but keeps
+/// calling reboot(2) without effect (a kexec with no kernel loaded fails with EINVAL) makes one
+/// API write per interval, not one per call.
+pub const LAST_GASP_MIN_INTERVAL: Duration = Duration::from_secs(600);
+/// Reboot requests that cannot take the node down are logged at most once in this long per
+/// verdict; the line says how many went unlogged since the previous one.
+pub const REBOOT_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// A reboot(2) request from the kernel probe, as the shutdown manager decides on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RebootRequest {
+    /// The probe's verdict (see [`effective_gate`]).
+    pub gate: RebootGate,
+    /// Requests with the same verdict the probe withheld (rate limit) before this one.
+    pub suppressed: u32,
+}
+
+/// The verdict the agent acts on: the probe's, unless the probe says `allowed` and the reported
+/// caller and arguments say otherwise (the agent recomputes it from them; a disagreement means
+/// mismatched kernel and agent builds, and never widens what counts as a shutdown).
+pub fn effective_gate(
+    reported: RebootGate,
+    caller: Option<RebootCaller>,
+    magic1: u32,
+    magic2: u32,
+    cmd: u32,
+) -> RebootGate {
+    match reported {
+        RebootGate::Allowed => reboot_gate(caller, magic1, magic2, cmd),
+        other => other,
+    }
+}
+
+/// What the shutdown manager remembers about reboot requests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RebootRequests {
+    /// When the last last gasp went out.
+    last_gasp: Option<Timestamp>,
+    /// Per verdict: when it was last logged, and requests not logged since.
+    logged: BTreeMap<RebootGate, (Timestamp, u64)>,
+}
+
+/// What to do about a reboot request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RebootAction {
+    /// Count `n` requests the kernel refuses, under `reason` (`RebootGate::refusal`).
+    CountRefused { reason: &'static str, n: u64 },
+    /// Count `n` requests whose caller could not be checked.
+    CountUnverified { n: u64 },
+    /// Log the request; `unlogged` earlier requests with its verdict went unlogged (rate limit
+    /// here or in the probe).
+    Log { gate: RebootGate, unlogged: u64 },
+    /// The end of a shutdown logind announced.
+    Graceful,
+    /// A shutdown that went around logind and every inhibitor: count it.
+    Bypassed,
+    /// Tell the API at once (the configured last gasp).
+    LastGasp,
+    /// A last gasp was due, but one went out at `previous`, less than
+    /// [`LAST_GASP_MIN_INTERVAL`] ago: no API write.
+    LastGaspSuppressed { previous: Timestamp },
+}
+
+impl RebootRequests {
+    /// The actions for one request at `now`; `preparing` when logind announced a shutdown not
+    /// cancelled since. Only an `allowed` request can become a bypass and a last gasp; refused
+    /// and unverified ones are counted and logged at most once per [`REBOOT_LOG_INTERVAL`] per
+    /// verdict.
+    pub fn on_request(
+        &mut self,
+        req: RebootRequest,
+        preparing: bool,
+        now: Timestamp,
+    ) -> Vec<RebootAction> {
+        let n = 1 + u64::from(req.suppressed);
+        let mut out = Vec::new();
+        match req.gate {
+            RebootGate::Allowed => {
+                match classify_reboot(true, preparing) {
+                    RebootVerdict::Graceful => out.push(RebootAction::Graceful),
+                    _ => {
+                        out.push(RebootAction::Bypassed);
+                        match self.last_gasp {
+                            Some(previous)
+                                if now.saturating_since(previous) < LAST_GASP_MIN_INTERVAL =>
+                            {
+                                out.push(RebootAction::LastGaspSuppressed { previous });
+                            }
+                            _ => {
+                                self.last_gasp = Some(now);
+                                out.push(RebootAction::LastGasp);
+                            }
+                        }
+                    }
+                }
+                return out;
+            }
+            RebootGate::Unverified => out.push(RebootAction::CountUnverified { n }),
+            RebootGate::NotShutdown => {}
+            refused => {
+                if let Some(reason) = refused.refusal() {
+                    out.push(RebootAction::CountRefused { reason, n });
+                }
+            }
+        }
+        let pending = match self.logged.get(&req.gate) {
+            None => Some(0),
+            Some(&(at, pending)) if now.saturating_since(at) >= REBOOT_LOG_INTERVAL => {
+                Some(pending)
+            }
+            Some(_) => None,
+        };
+        match pending {
+            Some(pending) => {
+                self.logged.insert(req.gate, (now, 0));
+                out.push(RebootAction::Log {
+                    gate: req.gate,
+                    unlogged: pending + u64::from(req.suppressed),
+                });
+            }
+            None => {
+                if let Some(entry) = self.logged.get_mut(&req.gate) {
+                    entry.1 += n;
+                }
+            }
+        }
+        out
+    }
 }
 
 /// What a reboot(2) seen by the kernel probe means.
@@ -1233,17 +1356,264 @@ mod tests {
             );
         }
         assert_eq!(group_phase(1_000), "priority_1000");
-        // The magic numbers glibc's reboot(3) passes, and ones the kernel refuses.
+    }
+
+    fn req(gate: RebootGate, suppressed: u32) -> RebootRequest {
+        RebootRequest { gate, suppressed }
+    }
+
+    #[test]
+    fn refused_and_unverified_requests_never_become_a_last_gasp() {
+        use RebootAction::*;
+        let t = Timestamp::from_secs(1000);
+        // (verdict, suppressed, preparing, actions of a first request)
         let cases = [
-            (0xfee1_dead, 672_274_793, true),
-            (0xfee1_dead, 85_072_278, true),
-            (0xfee1_dead, 369_367_448, true),
-            (0xfee1_dead, 537_993_216, true),
-            (0xfee1_dead, 1, false),
-            (0xdead_beef, 672_274_793, false),
+            (RebootGate::Allowed, 0, false, vec![Bypassed, LastGasp]),
+            (RebootGate::Allowed, 5, true, vec![Graceful]),
+            (
+                RebootGate::RefusedPidNs,
+                0,
+                false,
+                vec![
+                    CountRefused {
+                        reason: "pid_namespace",
+                        n: 1,
+                    },
+                    Log {
+                        gate: RebootGate::RefusedPidNs,
+                        unlogged: 0,
+                    },
+                ],
+            ),
+            (
+                RebootGate::RefusedUserNs,
+                0,
+                true,
+                vec![
+                    CountRefused {
+                        reason: "user_namespace",
+                        n: 1,
+                    },
+                    Log {
+                        gate: RebootGate::RefusedUserNs,
+                        unlogged: 0,
+                    },
+                ],
+            ),
+            (
+                // The probe withheld 9 before this one: all ten are counted and said.
+                RebootGate::RefusedCap,
+                9,
+                false,
+                vec![
+                    CountRefused {
+                        reason: "capability",
+                        n: 10,
+                    },
+                    Log {
+                        gate: RebootGate::RefusedCap,
+                        unlogged: 9,
+                    },
+                ],
+            ),
+            (
+                RebootGate::RefusedMagic,
+                0,
+                false,
+                vec![
+                    CountRefused {
+                        reason: "magic",
+                        n: 1,
+                    },
+                    Log {
+                        gate: RebootGate::RefusedMagic,
+                        unlogged: 0,
+                    },
+                ],
+            ),
+            (
+                RebootGate::Unverified,
+                2,
+                false,
+                vec![
+                    CountUnverified { n: 3 },
+                    Log {
+                        gate: RebootGate::Unverified,
+                        unlogged: 2,
+                    },
+                ],
+            ),
+            (
+                RebootGate::NotShutdown,
+                0,
+                false,
+                vec![Log {
+                    gate: RebootGate::NotShutdown,
+                    unlogged: 0,
+                }],
+            ),
         ];
-        for (m1, m2, want) in cases {
-            assert_eq!(reboot_magic_accepted(m1, m2), want, "{m1:#x} {m2}");
+        for (gate, suppressed, preparing, want) in cases {
+            let mut state = RebootRequests::default();
+            assert_eq!(
+                state.on_request(req(gate, suppressed), preparing, t),
+                want,
+                "{gate:?} suppressed={suppressed} preparing={preparing}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_flood_of_refused_requests_is_counted_and_logged_once_per_interval() {
+        let mut state = RebootRequests::default();
+        let t0 = Timestamp::from_secs(50);
+        let mut logs = Vec::new();
+        let mut counted = 0;
+        // 1000 refused calls, one every 100 ms, over 100 s.
+        for i in 0..1000u64 {
+            let now = t0 + Duration::from_millis(100 * i);
+            for a in state.on_request(req(RebootGate::RefusedCap, 0), false, now) {
+                match a {
+                    RebootAction::CountRefused { n, .. } => counted += n,
+                    RebootAction::Log { unlogged, .. } => logs.push((now, unlogged)),
+                    other => panic!("a refused request must not do {other:?}"),
+                }
+            }
+        }
+        assert_eq!(counted, 1000);
+        // At t0, t0 + 60 s: the second line says 599 went unlogged.
+        assert_eq!(logs, vec![(t0, 0), (t0 + Duration::from_secs(60), 599)]);
+        // Another verdict has its own interval.
+        let actions = state.on_request(
+            req(RebootGate::RefusedPidNs, 0),
+            false,
+            t0 + Duration::from_secs(1),
+        );
+        assert!(actions.contains(&RebootAction::Log {
+            gate: RebootGate::RefusedPidNs,
+            unlogged: 0
+        }));
+    }
+
+    #[test]
+    fn last_gasps_are_rate_limited() {
+        use RebootAction::*;
+        let mut state = RebootRequests::default();
+        let t0 = Timestamp::from_secs(5);
+        let allowed = req(RebootGate::Allowed, 0);
+        assert_eq!(
+            state.on_request(allowed, false, t0),
+            vec![Bypassed, LastGasp]
+        );
+        // A privileged process calling again and again (the node stayed up): counted, no write.
+        for s in [1, 30, 599] {
+            assert_eq!(
+                state.on_request(allowed, false, t0 + Duration::from_secs(s)),
+                vec![Bypassed, LastGaspSuppressed { previous: t0 }],
+                "{s}s later"
+            );
+        }
+        // A graceful shutdown in between neither sends nor resets anything.
+        assert_eq!(
+            state.on_request(allowed, true, t0 + Duration::from_secs(300)),
+            vec![Graceful]
+        );
+        // Refused requests never touch the last-gasp interval.
+        let _ = state.on_request(
+            req(RebootGate::RefusedCap, 0),
+            false,
+            t0 + Duration::from_secs(400),
+        );
+        let later = t0 + LAST_GASP_MIN_INTERVAL;
+        assert_eq!(
+            state.on_request(allowed, false, later),
+            vec![Bypassed, LastGasp]
+        );
+        assert_eq!(
+            state.on_request(allowed, false, later + Duration::from_secs(1)),
+            vec![Bypassed, LastGaspSuppressed { previous: later }]
+        );
+    }
+
+    #[test]
+    fn an_allowed_verdict_the_fields_contradict_is_not_trusted() {
+        const RESTART: u32 = 0x0123_4567;
+        let root = RebootCaller {
+            cap_effective: 1 << 22,
+            pid_ns_level: 0,
+            user_ns_level: 0,
+        };
+        let child = RebootCaller {
+            pid_ns_level: 1,
+            ..root
+        };
+        let m1 = 0xfee1_dead;
+        let m2 = 672_274_793;
+        let cases = [
+            (
+                RebootGate::Allowed,
+                Some(root),
+                m1,
+                m2,
+                RESTART,
+                RebootGate::Allowed,
+            ),
+            (
+                RebootGate::Allowed,
+                Some(child),
+                m1,
+                m2,
+                RESTART,
+                RebootGate::RefusedPidNs,
+            ),
+            (
+                RebootGate::Allowed,
+                None,
+                m1,
+                m2,
+                RESTART,
+                RebootGate::Unverified,
+            ),
+            (
+                RebootGate::Allowed,
+                Some(root),
+                m1,
+                3,
+                RESTART,
+                RebootGate::RefusedMagic,
+            ),
+            (
+                RebootGate::Allowed,
+                Some(root),
+                m1,
+                m2,
+                0,
+                RebootGate::NotShutdown,
+            ),
+            // A refusal is kept as reported.
+            (
+                RebootGate::RefusedCap,
+                Some(root),
+                m1,
+                m2,
+                RESTART,
+                RebootGate::RefusedCap,
+            ),
+            (
+                RebootGate::Unverified,
+                None,
+                m1,
+                m2,
+                RESTART,
+                RebootGate::Unverified,
+            ),
+        ];
+        for (reported, caller, a, b, cmd, want) in cases {
+            assert_eq!(
+                effective_gate(reported, caller, a, b, cmd),
+                want,
+                "{reported:?} {caller:?}"
+            );
         }
     }
 }

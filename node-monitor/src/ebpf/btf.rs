@@ -45,6 +45,27 @@ pub enum BtfError {
 
 const BTF_MAGIC: u16 = 0xeb9f;
 
+/// Copies the caller fields of one offsets record into another.
+pub trait WithCaller {
+    /// `self` with the caller fields (and `caller_valid`) of `c`.
+    fn with_caller(self, c: &TaskOffsets) -> TaskOffsets;
+}
+
+impl WithCaller for TaskOffsets {
+    fn with_caller(self, c: &TaskOffsets) -> TaskOffsets {
+        TaskOffsets {
+            task_thread_pid: c.task_thread_pid,
+            pid_level: c.pid_level,
+            task_cred: c.task_cred,
+            cred_cap_effective: c.cred_cap_effective,
+            cred_user_ns: c.cred_user_ns,
+            user_ns_level: c.user_ns_level,
+            caller_valid: c.caller_valid,
+            ..self
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Member {
     name_off: u32,
@@ -616,7 +637,29 @@ impl Btf {
             o.rss_shmem_idx = m.rss_shmem_idx;
             o.memory_valid = 1;
         }
+        if let Ok(c) = self.caller_offsets() {
+            o = o.with_caller(&c);
+        }
         Ok(o)
+    }
+
+    /// What the reboot program reads from `current` to judge a reboot(2) caller:
+    /// `task->thread_pid->level`, `task->cred->cap_effective` and `task->cred->user_ns->level`.
+    /// Only these fields (and `caller_valid`) are set. Independent of [`Btf::task_offsets`]: the
+    /// reboot program uses them without the OOM program's offsets.
+    pub fn caller_offsets(&self) -> Result<TaskOffsets, BtfError> {
+        Ok(TaskOffsets {
+            task_thread_pid: self.check_size("task_struct", "thread_pid", 8)?,
+            pid_level: self.check_size("pid", "level", 4)?,
+            task_cred: self.check_size("task_struct", "cred", 8)?,
+            // `kernel_cap_t`: `struct { u64 val; }` since 6.3, `struct { u32 cap[2]; }` before;
+            // both read as one little-endian u64 (the only byte order this reader parses).
+            cred_cap_effective: self.check_size("cred", "cap_effective", 8)?,
+            cred_user_ns: self.check_size("cred", "user_ns", 8)?,
+            user_ns_level: self.check_size("user_namespace", "level", 4)?,
+            caller_valid: 1,
+            ..TaskOffsets::default()
+        })
     }
 
     /// The memory part of [`Btf::task_offsets`], with its own error for diagnostics.
@@ -842,6 +885,38 @@ pub(crate) mod tests {
             ],
         );
         let _mm = b.strukt("mm_struct", 1300, &[("", mm_inner, 64)]);
+        let u32_ = b.int("unsigned int", 4);
+        let _pid = b.strukt(
+            "pid",
+            112,
+            &[("count", i32_, 0), ("level", u32_, 4), ("lock", i32_, 8)],
+        );
+        // kernel_cap_t: a typedef of an anonymous `struct { u64 val; }` since 6.3; before,
+        // of `struct kernel_cap_struct { __u32 cap[2]; }`.
+        let cap = if modern {
+            let s = b.strukt("", 8, &[("val", u64_, 0)]);
+            b.typedef("kernel_cap_t", s)
+        } else {
+            let arr = b.array(u32_, i32_, 2);
+            let s = b.strukt("kernel_cap_struct", 8, &[("cap", arr, 0)]);
+            b.typedef("kernel_cap_t", s)
+        };
+        let _cred = b.strukt(
+            "cred",
+            184,
+            &[
+                ("usage", i32_, 0),
+                ("cap_inheritable", cap, 40),
+                ("cap_permitted", cap, 48),
+                ("cap_effective", cap, 56),
+                ("user_ns", void_ptr, 136),
+            ],
+        );
+        let _user_ns = b.strukt(
+            "user_namespace",
+            632,
+            &[("parent", void_ptr, 216), ("level", i32_, 224)],
+        );
         let _task = b.strukt(
             "task_struct",
             9000,
@@ -849,6 +924,8 @@ pub(crate) mod tests {
                 ("mm", void_ptr, 2352),
                 ("pid", pid_t, 2480),
                 ("tgid", pid_t, 2484),
+                ("thread_pid", void_ptr, 2600),
+                ("cred", void_ptr, 2960),
                 ("comm", comm, 3000),
                 ("signal", void_ptr, 3100),
                 ("cgroups", void_ptr, 3400),
@@ -864,7 +941,6 @@ pub(crate) mod tests {
             ],
         );
         let task_ptr = b.ptr(_task);
-        let u32_ = b.int("unsigned int", 4);
         let uid_t = b.typedef("uid_t", u32_);
         let proto = b.func_proto(&[void_ptr, task_ptr, uid_t]);
         let fptr = b.ptr(proto);
@@ -900,6 +976,14 @@ pub(crate) mod tests {
                 rss_shmem_idx: 3,
                 memory_valid: 1,
                 valid: 1,
+                task_thread_pid: 2600,
+                pid_level: 4,
+                task_cred: 2960,
+                cred_cap_effective: 56,
+                cred_user_ns: 136,
+                user_ns_level: 224,
+                caller_valid: 1,
+                _pad: 0,
             }
         );
         assert!(btf.has_raw_tracepoint("mark_victim"));
@@ -950,6 +1034,73 @@ pub(crate) mod tests {
         // struct mm_rss_stat { atomic_long_t count[4]; }: stride 8, value at 0.
         assert_eq!((o.mm_rss_stat, o.rss_stride, o.rss_count), (64 + 704, 8, 0));
         assert_eq!(o.memory_valid, 1);
+        // kernel_cap_t as `u32 cap[2]`: still 8 bytes at the member's offset.
+        assert_eq!((o.cred_cap_effective, o.caller_valid), (56, 1));
+    }
+
+    /// Renames a string of the test blob in place (same length), so a lookup misses it.
+    fn rename(bytes: &mut [u8], from: &[u8], to: &[u8]) {
+        assert_eq!(from.len(), to.len());
+        let pos = bytes
+            .windows(from.len())
+            .position(|w| w == from)
+            .unwrap_or_else(|| panic!("{from:?} not in the blob"));
+        bytes[pos..pos + to.len()].copy_from_slice(to);
+    }
+
+    #[test]
+    fn caller_offsets_are_optional_and_independent() {
+        // Without `user_namespace.level` the OOM offsets stand, the caller ones are unset.
+        let mut bytes = mini_kernel(true);
+        rename(&mut bytes, b"user_namespace\0", b"user_namespacX\0");
+        let btf = Btf::parse(&bytes).unwrap();
+        let o = btf.task_offsets().unwrap();
+        assert_eq!((o.valid, o.caller_valid), (1, 0));
+        assert_eq!((o.task_cred, o.cred_user_ns), (0, 0));
+        assert_eq!(
+            btf.caller_offsets().unwrap_err(),
+            BtfError::NoStruct {
+                name: "user_namespace".into()
+            }
+        );
+        // Without `task_struct.cgroups` the OOM offsets fail, the caller ones still resolve.
+        let mut bytes = mini_kernel(false);
+        rename(&mut bytes, b"cgroups\0", b"cgroupX\0");
+        let btf = Btf::parse(&bytes).unwrap();
+        assert!(btf.task_offsets().is_err());
+        let c = btf.caller_offsets().unwrap();
+        assert_eq!(c.valid, 0);
+        assert_eq!(
+            (c.task_thread_pid, c.pid_level, c.task_cred, c.caller_valid),
+            (2600, 4, 2960, 1)
+        );
+        let merged = TaskOffsets::default().with_caller(&c);
+        assert_eq!((merged.valid, merged.caller_valid), (0, 1));
+        assert_eq!(merged.user_ns_level, 224);
+    }
+
+    #[test]
+    fn caller_fields_of_the_wrong_size_are_rejected() {
+        let mut b = Builder::new();
+        let i32_ = b.int("int", 4);
+        let i16_ = b.int("short", 2);
+        let void_ptr = b.ptr(0);
+        b.strukt(
+            "task_struct",
+            64,
+            &[("thread_pid", void_ptr, 0), ("cred", void_ptr, 8)],
+        );
+        b.strukt("pid", 16, &[("level", i16_, 4)]);
+        b.strukt(
+            "cred",
+            64,
+            &[("cap_effective", i32_, 8), ("user_ns", void_ptr, 16)],
+        );
+        let btf = Btf::parse(&b.build()).unwrap();
+        assert!(matches!(
+            btf.caller_offsets().unwrap_err(),
+            BtfError::Unexpected { what, .. } if what == "pid.level"
+        ));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Typed kernel events, decoded from ring-buffer records.
 use node_monitor_common::{
-    event::{self, DecodeError, EventHeader, EventKind, Record, comm_str, oom_flags},
-    logic::{OomScope, RebootCmd, ReclaimFlavor, oom_scope},
+    event::{self, DecodeError, EventHeader, EventKind, Record, comm_str, oom_flags, reboot_flags},
+    logic::{OomScope, RebootCaller, RebootCmd, RebootGate, ReclaimFlavor, oom_scope},
 };
 use serde::Serialize;
 
@@ -110,7 +110,7 @@ pub struct KswapdWakeEvent {
     pub suppressed: u32,
 }
 
-/// A `reboot(2)` request.
+/// A `reboot(2)` request and the probe's verdict on its caller and arguments.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RebootEvent {
     pub ts_ns: u64,
@@ -120,6 +120,32 @@ pub struct RebootEvent {
     pub cmd_raw: u32,
     pub magic1: u32,
     pub magic2: u32,
+    /// Only [`RebootGate::Allowed`] can take the node down.
+    #[serde(serialize_with = "ser_gate")]
+    pub verdict: RebootGate,
+    /// The caller's credentials, when the probe could read them.
+    #[serde(serialize_with = "ser_caller")]
+    pub caller: Option<RebootCaller>,
+    /// Calls with the same verdict the in-kernel rate limit withheld since the previous event.
+    pub suppressed: u32,
+}
+
+fn ser_gate<S: serde::Serializer>(g: &RebootGate, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(g.as_str())
+}
+
+fn ser_caller<S: serde::Serializer>(c: &Option<RebootCaller>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct as _;
+    match c {
+        None => s.serialize_none(),
+        Some(c) => {
+            let mut st = s.serialize_struct("RebootCaller", 3)?;
+            st.serialize_field("pid_ns_level", &c.pid_ns_level)?;
+            st.serialize_field("user_ns_level", &c.user_ns_level)?;
+            st.serialize_field("cap_effective", &format!("{:#x}", c.cap_effective))?;
+            st.end()
+        }
+    }
 }
 
 fn ser_scope<S: serde::Serializer>(scope: &OomScope, s: S) -> Result<S::Ok, S::Error> {
@@ -261,6 +287,15 @@ impl KernelEvent {
                 cmd_raw: e.data.cmd,
                 magic1: e.data.magic1,
                 magic2: e.data.magic2,
+                // `decode` checked the verdict; a record built otherwise cannot count as a
+                // shutdown.
+                verdict: RebootGate::from_u32(e.data.verdict).unwrap_or(RebootGate::Unverified),
+                caller: (e.data.flags & reboot_flags::CALLER != 0).then_some(RebootCaller {
+                    cap_effective: e.data.cap_effective,
+                    pid_ns_level: e.data.pid_ns_level,
+                    user_ns_level: e.data.user_ns_level,
+                }),
+                suppressed: e.data.suppressed,
             }),
             Record::Synthetic(e) => Self::Synthetic(SyntheticEvent {
                 ts_ns: e.header.ts_ns,
@@ -354,14 +389,37 @@ mod tests {
                 cmd: 0x4558_4543,
                 magic1: 0xfee1_dead,
                 magic2: 0x2812_1969,
-                _pad: 0,
+                verdict: RebootGate::RefusedPidNs as u32,
+                cap_effective: 0x1ff_ffff_ffff,
+                pid_ns_level: 1,
+                user_ns_level: 0,
+                suppressed: 4,
+                flags: reboot_flags::CALLER,
             },
         };
         let ev = KernelEvent::decode(as_bytes(&e), true).unwrap();
         assert_eq!(ev.kind(), "reboot");
         let KernelEvent::Reboot(r) = ev else { panic!() };
         assert_eq!(r.cmd, RebootCmd::Kexec);
-        assert_eq!(serde_json::to_value(&r).unwrap()["cmd"], "kexec");
+        assert_eq!(r.verdict, RebootGate::RefusedPidNs);
+        assert_eq!(r.suppressed, 4);
+        assert_eq!(r.caller.map(|c| c.pid_ns_level), Some(1));
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["cmd"], "kexec");
+        assert_eq!(v["verdict"], "refused_pidns");
+        assert_eq!(v["caller"]["cap_effective"], "0x1ffffffffff");
+        // Without the caller flag the caller fields mean nothing.
+        let mut e = e;
+        e.data.flags = 0;
+        e.data.verdict = RebootGate::Unverified as u32;
+        let KernelEvent::Reboot(r) = KernelEvent::decode(as_bytes(&e), true).unwrap() else {
+            panic!()
+        };
+        assert_eq!((r.caller, r.verdict), (None, RebootGate::Unverified));
+        assert_eq!(
+            serde_json::to_value(&r).unwrap()["caller"],
+            serde_json::Value::Null
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use tracing::{debug, error, info, warn};
 
 use super::{
     ProbeConfig,
-    btf::Btf,
+    btf::{Btf, WithCaller as _},
     policy::{
         self, Attach, Capabilities, Decision, Family, PROGRAMS, ProgramSpec, ProgramState,
         Requirement, Selection,
@@ -73,6 +73,8 @@ pub struct Counters {
     pub reclaim_unmatched: u64,
     pub kswapd_suppressed: u64,
     pub map_errors: u64,
+    /// Reboot requests the per-verdict rate limit withheld (never `allowed` ones).
+    pub reboot_suppressed: u64,
 }
 
 impl Counters {
@@ -155,6 +157,9 @@ impl Probes {
                 ProgramState::Loaded => {
                     info!(program = s.name, "kernel probe loaded, not attached");
                 }
+                ProgramState::Degraded { reason } => {
+                    warn!(program = s.name, attach = %s.attach, prog_id = ?s.prog_id, reason, "kernel probe attached, degraded");
+                }
             }
         }
         for feature in this.degraded() {
@@ -195,12 +200,10 @@ impl Probes {
                 return Self::unloaded(&plan, format!("loading the eBPF object: {}", chain(&e)));
             }
         };
-        let offsets = caps
-            .task_offsets
-            .as_ref()
-            .and_then(|r| r.as_ref().ok())
-            .copied()
-            .unwrap_or_default();
+        let offsets = offsets_to_write(
+            caps.task_offsets.as_ref().and_then(|r| r.as_ref().ok()),
+            caps.caller_offsets.as_ref().and_then(|r| r.as_ref().ok()),
+        );
         if let Err(e) = write_maps(&mut ebpf, config, offsets, &plan) {
             return Self::unloaded(&plan, format!("writing configuration maps: {}", chain(&e)));
         }
@@ -243,8 +246,11 @@ impl Probes {
                 let state = states.remove(spec.name).unwrap_or(ProgramState::Disabled {
                     reason: "not planned".to_owned(),
                 });
+                let state = policy::with_caller_checks(spec.name, state, &caps.caller_offsets);
                 let prog_id = match state {
-                    ProgramState::Attached | ProgramState::Loaded => ebpf
+                    ProgramState::Attached
+                    | ProgramState::Degraded { .. }
+                    | ProgramState::Loaded => ebpf
                         .program(spec.name)
                         .and_then(|p| p.info().ok())
                         .map(|i| i.id()),
@@ -366,6 +372,7 @@ impl Probes {
         c.reclaim_unmatched = read(counters::RECLAIM_UNMATCHED)?;
         c.kswapd_suppressed = read(counters::KSWAPD_SUPPRESSED)?;
         c.map_errors = read(counters::MAP_ERRORS)?;
+        c.reboot_suppressed = read(counters::REBOOT_SUPPRESSED)?;
         Ok(c)
     }
 
@@ -491,6 +498,7 @@ fn probe_capabilities(config: &ProbeConfig) -> Capabilities {
                         caps.raw_tracepoints.insert(name.to_owned(), args);
                     }
                 }
+                caps.caller_offsets = Some(btf.caller_offsets().map_err(|e| e.to_string()));
                 let offsets = btf.task_offsets().map_err(|e| e.to_string());
                 if let Ok(o) = &offsets
                     && o.memory_valid == 0
@@ -542,6 +550,7 @@ fn write_maps(
         stall_budget_ns: nanos(config.stall_budget),
         stall_window_ns: nanos(config.stall_window),
         kswapd_min_interval_ns: nanos(config.kswapd_min_interval),
+        reboot_min_interval_ns: nanos(config.reboot_min_interval),
         page_size,
         synthetic_tgid: config.synthetic_tgid.unwrap_or(0),
         flags: if config.kernel_log {
@@ -565,6 +574,19 @@ fn write_maps(
         }
     }
     Ok(())
+}
+
+/// The offsets record for the map: the OOM program's (when resolved) with the reboot program's
+/// caller fields (when resolved), each independent of the other.
+fn offsets_to_write(task: Option<&TaskOffsets>, caller: Option<&TaskOffsets>) -> TaskOffsets {
+    let base = task.copied().unwrap_or_default();
+    match caller {
+        Some(c) => base.with_caller(c),
+        None => TaskOffsets {
+            caller_valid: 0,
+            ..base
+        },
+    }
 }
 
 fn set<V: aya::Pod>(
@@ -683,6 +705,42 @@ impl log::Log for TracingLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn caller_offsets_are_written_with_or_without_the_oom_ones() {
+        let task = TaskOffsets {
+            task_pid: 10,
+            valid: 1,
+            // As `Btf::task_offsets` fills them when it can.
+            task_cred: 99,
+            caller_valid: 1,
+            ..TaskOffsets::default()
+        };
+        let caller = TaskOffsets {
+            task_thread_pid: 1,
+            pid_level: 2,
+            task_cred: 3,
+            cred_cap_effective: 4,
+            cred_user_ns: 5,
+            user_ns_level: 6,
+            caller_valid: 1,
+            ..TaskOffsets::default()
+        };
+        let both = offsets_to_write(Some(&task), Some(&caller));
+        assert_eq!((both.task_pid, both.valid), (10, 1));
+        assert_eq!(
+            (both.task_cred, both.user_ns_level, both.caller_valid),
+            (3, 6, 1)
+        );
+        let no_oom = offsets_to_write(None, Some(&caller));
+        assert_eq!(
+            (no_oom.valid, no_oom.caller_valid, no_oom.pid_level),
+            (0, 1, 2)
+        );
+        let no_caller = offsets_to_write(Some(&task), None);
+        assert_eq!((no_caller.valid, no_caller.caller_valid), (1, 0));
+        assert_eq!(offsets_to_write(None, None), TaskOffsets::default());
+    }
 
     #[test]
     fn a_refused_tracepoint_names_perf_event_paranoid_only_when_it_is_the_cause() {

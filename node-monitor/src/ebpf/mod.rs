@@ -21,7 +21,7 @@ pub use event::{
 pub use loader::{Counters, ProbeError, Probes, ProgramStatus, RunStats};
 pub use node_monitor_common::{
     event::{DecodeError, EventKind},
-    logic::{OomScope, RebootCmd, ReclaimFlavor},
+    logic::{OomScope, RebootCaller, RebootCmd, RebootGate, ReclaimFlavor},
     names::prog,
 };
 pub use policy::{Family, ProgramState, Requirement};
@@ -36,6 +36,9 @@ pub struct ProbeConfig {
     pub stall_window: Duration,
     /// Minimum interval between two kswapd wake-up events for one NUMA node.
     pub kswapd_min_interval: Duration,
+    /// Minimum interval between two reboot events of one verdict, for every verdict but
+    /// `allowed` (a container calling reboot(2) in a loop); withheld calls are counted.
+    pub reboot_min_interval: Duration,
     /// Size of the event ring buffer: a power of two, at least one page.
     pub ring_buffer_bytes: u32,
     /// Let the programs log through aya-log (see [`Probes::forward_kernel_log`]).
@@ -56,6 +59,7 @@ impl Default for ProbeConfig {
             stall_budget: Duration::from_millis(100),
             stall_window: Duration::from_secs(1),
             kswapd_min_interval: Duration::from_secs(1),
+            reboot_min_interval: Duration::from_secs(10),
             ring_buffer_bytes: 256 * 1024,
             kernel_log: false,
             disable: BTreeSet::new(),
@@ -114,6 +118,13 @@ impl ProbeConfig {
                 "too long",
             );
         }
+        if u64::try_from(self.reboot_min_interval.as_nanos()).is_err() {
+            return err(
+                "reboot_min_interval",
+                format!("{:?}", self.reboot_min_interval),
+                "too long",
+            );
+        }
         let rb = self.ring_buffer_bytes;
         if !rb.is_power_of_two() || rb < 4096 {
             return err(
@@ -160,6 +171,11 @@ mod tests {
             (
                 |c| c.stall_window = Duration::from_secs(u64::MAX),
                 "stall_window",
+                "18446744073709551615s",
+            ),
+            (
+                |c| c.reboot_min_interval = Duration::from_secs(u64::MAX),
+                "reboot_min_interval",
                 "18446744073709551615s",
             ),
             (

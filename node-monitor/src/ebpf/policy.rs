@@ -242,11 +242,16 @@ pub enum ProgramState {
     Disabled {
         reason: String,
     },
+    /// Attached, with part of its function missing: the reason says which part and why.
+    Degraded {
+        reason: String,
+    },
 }
 
 impl ProgramState {
+    /// Attached, whether or not degraded.
     pub fn is_attached(&self) -> bool {
-        matches!(self, Self::Attached)
+        matches!(self, Self::Attached | Self::Degraded { .. })
     }
 
     pub fn label(&self) -> &'static str {
@@ -255,7 +260,34 @@ impl ProgramState {
             Self::Attached => "attached",
             Self::Failed { .. } => "failed",
             Self::Disabled { .. } => "disabled",
+            Self::Degraded { .. } => "degraded",
         }
+    }
+}
+
+/// The reboot program's state once attached: without the caller offsets it still reports every
+/// reboot(2) call, but cannot tell a container's refused call from a real shutdown, so it marks
+/// them `unverified` and the agent never takes them for a shutdown. Other programs and states
+/// are left as they are.
+pub fn with_caller_checks(
+    name: &str,
+    state: ProgramState,
+    caller: &Option<Result<TaskOffsets, String>>,
+) -> ProgramState {
+    if name != prog::REBOOT || state != ProgramState::Attached {
+        return state;
+    }
+    let why = match caller {
+        Some(Ok(o)) if o.caller_valid != 0 => return state,
+        Some(Ok(_)) => "caller offsets incomplete".to_owned(),
+        Some(Err(e)) => e.clone(),
+        None => "kernel BTF not probed".to_owned(),
+    };
+    ProgramState::Degraded {
+        reason: format!(
+            "reboot(2) callers cannot be checked ({why}): requests are reported unverified and \
+             never count as a shutdown that bypassed the inhibitor"
+        ),
     }
 }
 
@@ -290,6 +322,9 @@ pub struct Capabilities {
     pub kernel: Option<KernelVersion>,
     /// The BTF-resolved task offsets, or why they are unavailable.
     pub task_offsets: Option<Result<TaskOffsets, String>>,
+    /// The BTF-resolved offsets of the reboot program's caller checks (only the caller fields
+    /// are set), or why they are unavailable.
+    pub caller_offsets: Option<Result<TaskOffsets, String>>,
     /// Raw tracepoints the kernel's BTF declares, with their argument types (only the ones the
     /// table asks about).
     pub raw_tracepoints: BTreeMap<String, Vec<String>>,
@@ -488,6 +523,10 @@ mod tests {
             kernel: parse_kernel_release("6.18.44-fc-v669"),
             task_offsets: Some(Ok(TaskOffsets {
                 valid: 1,
+                ..TaskOffsets::default()
+            })),
+            caller_offsets: Some(Ok(TaskOffsets {
+                caller_valid: 1,
                 ..TaskOffsets::default()
             })),
             raw_tracepoints: [(
@@ -772,5 +811,61 @@ mod tests {
                 "group memcg_reclaim partner memcg_rcl_end did not attach".to_owned()
             )]
         );
+    }
+
+    #[test]
+    fn the_reboot_program_degrades_without_caller_offsets() {
+        let ok = TaskOffsets {
+            caller_valid: 1,
+            ..TaskOffsets::default()
+        };
+        let attached = || ProgramState::Attached;
+        type Case = (
+            &'static str,
+            ProgramState,
+            Option<Result<TaskOffsets, String>>,
+            &'static str,
+        );
+        let cases: [Case; 7] = [
+            (prog::REBOOT, attached(), Some(Ok(ok)), "attached"),
+            (
+                prog::REBOOT,
+                attached(),
+                Some(Err("btf has no struct cred".into())),
+                "degraded",
+            ),
+            (
+                prog::REBOOT,
+                attached(),
+                Some(Ok(TaskOffsets::default())),
+                "degraded",
+            ),
+            (prog::REBOOT, attached(), None, "degraded"),
+            // Not attached: nothing to degrade.
+            (
+                prog::REBOOT,
+                ProgramState::Failed { reason: "x".into() },
+                None,
+                "failed",
+            ),
+            (prog::OOM_RAW, attached(), None, "attached"),
+            (
+                prog::KSWAPD_WAKE,
+                attached(),
+                Some(Err("e".into())),
+                "attached",
+            ),
+        ];
+        for (name, state, caller, want) in cases {
+            let got = with_caller_checks(name, state, &caller);
+            assert_eq!(got.label(), want, "{name} {caller:?}");
+            assert!(got.is_attached() == (want != "failed"), "{got:?}");
+            if let ProgramState::Degraded { reason } = &got {
+                assert!(reason.contains("unverified"), "{reason}");
+                if let Some(Err(e)) = &caller {
+                    assert!(reason.contains(e.as_str()), "{reason}");
+                }
+            }
+        }
     }
 }

@@ -13,7 +13,12 @@
 //! Unlike the kubelet it deletes pods through the API (a DaemonSet cannot kill containers
 //! itself), waits for the API to confirm, and re-takes the lock when logind or the bus restarts.
 //! A reboot(2) seen by the kernel probe without a preceding `PrepareForShutdown(true)` bypassed
-//! every inhibitor: it is logged, counted and, when configured, announced to the API at once.
+//! every inhibitor: it is logged, counted and, when configured, announced to the API at once —
+//! but only when the probe's verdict is `allowed` (a caller in the initial PID and user
+//! namespaces with CAP_SYS_BOOT, valid magic numbers, a command that takes the machine down).
+//! Requests the kernel refuses (a container's, an unprivileged process's) or whose caller could
+//! not be checked are counted and logged at most once a minute per verdict, never announced; and
+//! at most one last gasp goes out per [`core_shutdown::LAST_GASP_MIN_INTERVAL`].
 //!
 //! The decisions are pure and live in [`crate::core::shutdown`]; this module is the adapter
 //! around them (D-Bus in [`logind`], the API through [`crate::kube::actuator`]).
@@ -40,14 +45,14 @@ use crate::{
     core::{
         clock::Timestamp,
         shutdown::{
-            self as core_shutdown, DelayCheck, GroupOutcome, PHASE_TOTAL, RebootVerdict, Role,
-            ShutdownPod, ShutdownRun, Step,
+            self as core_shutdown, DelayCheck, GroupOutcome, PHASE_TOTAL, RebootAction,
+            RebootRequest, RebootRequests, Role, ShutdownPod, ShutdownRun, Step,
         },
     },
-    ebpf::{RebootCmd, RebootEvent},
+    ebpf::{RebootCmd, RebootEvent, RebootGate},
     http::Health,
     kube::actuator::{Actuator, ActuatorConfig, DeleteOutcome, NodeConditionUpdate, PdbPolicy},
-    metrics::{Metrics, OperationLabels, PhaseLabels},
+    metrics::{Metrics, OperationLabels, PhaseLabels, ReasonLabels},
     telemetry::error_chain as chain,
 };
 
@@ -80,8 +85,12 @@ pub struct RebootSeen {
     pub cmd: RebootCmd,
     pub pid: u32,
     pub comm: String,
-    /// The kernel accepts the call's magic numbers (it refuses others before acting).
-    pub magic_ok: bool,
+    /// cgroup v2 id of the caller (which pod, for a container's call).
+    pub cgroup_id: u64,
+    /// Whether the call can take the node down (see [`core_shutdown::effective_gate`]).
+    pub gate: RebootGate,
+    /// Calls with the same verdict the probe withheld before this one.
+    pub suppressed: u32,
 }
 
 impl From<&RebootEvent> for RebootSeen {
@@ -90,7 +99,9 @@ impl From<&RebootEvent> for RebootSeen {
             cmd: e.cmd,
             pid: e.task.pid,
             comm: e.task.comm.clone(),
-            magic_ok: core_shutdown::reboot_magic_accepted(e.magic1, e.magic2),
+            cgroup_id: e.task.cgroup_id,
+            gate: core_shutdown::effective_gate(e.verdict, e.caller, e.magic1, e.magic2, e.cmd_raw),
+            suppressed: e.suppressed,
         }
     }
 }
@@ -210,6 +221,8 @@ struct Manager {
     stale_cleared: bool,
     /// When a last gasp went out: a node still up long after it was not going down after all.
     gasp_at: Option<Instant>,
+    /// The rate limits on reboot requests (last gasps, log lines).
+    requests: RebootRequests,
     /// The pod node-monitor runs in (downward API `POD_NAMESPACE`/`POD_NAME`), never deleted.
     own_pod: Option<(String, String)>,
 }
@@ -245,6 +258,7 @@ impl Manager {
             armed_published: false,
             stale_cleared: false,
             gasp_at: None,
+            requests: RebootRequests::default(),
             own_pod,
         }
     }
@@ -793,21 +807,57 @@ impl Manager {
             self.reboots = None;
             return;
         };
-        let goes_down = seen.cmd.goes_down() && seen.magic_ok;
-        match core_shutdown::classify_reboot(goes_down, self.preparing) {
-            RebootVerdict::NotShutdown => {
-                debug!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm, "reboot(2) that does not shut down");
-            }
-            RebootVerdict::Graceful => {
-                info!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm, "reboot(2) at the end of a graceful shutdown");
-            }
-            RebootVerdict::BypassedInhibitor => {
-                // The API first: the machine may be gone within milliseconds.
-                let sent = self.last_gasp(&seen).await;
-                self.gasp_at = Some(Instant::now());
-                self.metrics.shutdowns_bypassing_inhibitor.inc();
-                warn!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm, last_gasp = ?self.cfg.options.last_gasp,
-                      last_gasp_sent = sent, "reboot(2) bypassed the shutdown inhibitor: non-graceful shutdown");
+        let req = RebootRequest {
+            gate: seen.gate,
+            suppressed: seen.suppressed,
+        };
+        let now = self.now();
+        for action in self.requests.on_request(req, self.preparing, now) {
+            match action {
+                RebootAction::CountRefused { reason, n } => {
+                    self.metrics
+                        .reboot_requests_refused
+                        .get_or_create(&ReasonLabels {
+                            reason: reason.to_owned(),
+                        })
+                        .inc_by(n);
+                }
+                RebootAction::CountUnverified { n } => {
+                    self.metrics.reboot_requests_unverified.inc_by(n);
+                }
+                RebootAction::Log { gate, unlogged } => match gate {
+                    RebootGate::NotShutdown => {
+                        debug!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm, unlogged, "reboot(2) that does not shut down");
+                    }
+                    RebootGate::Unverified => {
+                        warn!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm, cgroup_id = seen.cgroup_id, unlogged,
+                              "reboot(2) whose caller the probe cannot check (kernel offsets unavailable): not taken for a shutdown, no last gasp");
+                    }
+                    refused => {
+                        info!(verdict = refused.as_str(), cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm,
+                              cgroup_id = seen.cgroup_id, unlogged,
+                              "reboot(2) the kernel refuses (or that only ends a container's PID namespace): not a shutdown");
+                    }
+                },
+                RebootAction::Graceful => {
+                    info!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm, "reboot(2) at the end of a graceful shutdown");
+                }
+                RebootAction::Bypassed => {
+                    self.metrics.shutdowns_bypassing_inhibitor.inc();
+                }
+                RebootAction::LastGasp => {
+                    // The API first: the machine may be gone within milliseconds.
+                    let sent = self.last_gasp(&seen).await;
+                    self.gasp_at = Some(Instant::now());
+                    warn!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm, last_gasp = ?self.cfg.options.last_gasp,
+                          last_gasp_sent = sent, "reboot(2) bypassed the shutdown inhibitor: non-graceful shutdown");
+                }
+                RebootAction::LastGaspSuppressed { previous } => {
+                    self.metrics.shutdown_last_gasps_suppressed.inc();
+                    warn!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm,
+                          previous_s_ago = now.saturating_since(previous).as_secs(),
+                          "reboot(2) bypassed the shutdown inhibitor again; no second last gasp this soon");
+                }
             }
         }
     }
@@ -855,13 +905,14 @@ impl Manager {
                 .await
             }
             LastGasp::Annotation => {
-                let value = format!(
-                    "{{\"time\":{:.3},\"cmd\":\"{}\",\"comm\":{:?},\"pid\":{}}}",
-                    unix_now(),
-                    seen.cmd.as_str(),
-                    seen.comm,
-                    seen.pid
-                );
+                let value = serde_json::json!({
+                    "time": (unix_now() * 1e3).round() / 1e3,
+                    "cmd": seen.cmd.as_str(),
+                    "comm": seen.comm,
+                    "pid": seen.pid,
+                    "verdict": seen.gate.as_str(),
+                })
+                .to_string();
                 tokio::time::timeout(
                     timeout,
                     self.actuator
@@ -1077,18 +1128,27 @@ mod tests {
 
     #[test]
     fn reboot_seen_from_the_kernel_event() {
+        use crate::ebpf::RebootCaller;
+        let root = RebootCaller {
+            cap_effective: 0x1ff_ffff_ffff,
+            pid_ns_level: 0,
+            user_ns_level: 0,
+        };
         let ev = RebootEvent {
             ts_ns: 1,
             task: crate::ebpf::TaskInfo {
                 pid: 77,
                 tid: 77,
                 comm: "systemctl".into(),
-                cgroup_id: 1,
+                cgroup_id: 9,
             },
             cmd: RebootCmd::Restart,
             cmd_raw: 0x0123_4567,
             magic1: 0xfee1_dead,
             magic2: 672_274_793,
+            verdict: RebootGate::Allowed,
+            caller: Some(root),
+            suppressed: 0,
         };
         assert_eq!(
             RebootSeen::from(&ev),
@@ -1096,12 +1156,26 @@ mod tests {
                 cmd: RebootCmd::Restart,
                 pid: 77,
                 comm: "systemctl".into(),
-                magic_ok: true,
+                cgroup_id: 9,
+                gate: RebootGate::Allowed,
+                suppressed: 0,
             }
         );
-        // A call the kernel refuses for its magic numbers.
+        // A container's call, as the probe reports it.
+        let refused = RebootEvent {
+            verdict: RebootGate::RefusedPidNs,
+            caller: Some(RebootCaller {
+                pid_ns_level: 1,
+                ..root
+            }),
+            suppressed: 12,
+            ..ev.clone()
+        };
+        let seen = RebootSeen::from(&refused);
+        assert_eq!((seen.gate, seen.suppressed), (RebootGate::RefusedPidNs, 12));
+        // An `allowed` the reported fields contradict (bad magic) is not trusted.
         let bad = RebootEvent { magic2: 7, ..ev };
-        assert!(!RebootSeen::from(&bad).magic_ok);
+        assert_eq!(RebootSeen::from(&bad).gate, RebootGate::RefusedMagic);
     }
 
     #[test]
