@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long)]
     pub in_cluster: bool,
     /// Node name for the API lookup (default: $NODE_NAME; unset lists pods of every node).
-    #[arg(long, env = "NODE_NAME")]
+    #[arg(long, env = "NODE_NAME", value_parser = crate::core::node_name::parse_node_name)]
     pub node_name: Option<String>,
 }
 

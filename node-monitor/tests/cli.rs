@@ -683,3 +683,35 @@ fn inputs_that_are_not_regular_files_are_refused() {
         );
     }
 }
+
+/// An empty node name would select every unscheduled pod of the cluster: `run` refuses it from the
+/// flag and from NODE_NAME, before it talks to any API server.
+#[test]
+fn an_empty_node_name_is_refused() {
+    let flag = node_monitor(&["run", "--node-name", ""]);
+    let stderr = String::from_utf8_lossy(&flag.stderr);
+    assert!(
+        !flag.status.success() && stderr.contains("the node name is empty"),
+        "--node-name '': exit {:?}, stderr: {stderr}",
+        flag.status
+    );
+    let env = Command::new(env!("CARGO_BIN_EXE_node-monitor"))
+        .arg("run")
+        .env("NODE_NAME", "")
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&env.stderr);
+    assert!(
+        !env.status.success() && stderr.contains("--node-name"),
+        "NODE_NAME='': exit {:?}, stderr: {stderr}",
+        env.status
+    );
+    let bad = node_monitor(&["run", "--node-name", "Node_A"]);
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && stderr.contains("\"Node_A\" is not a DNS subdomain"),
+        "--node-name Node_A: exit {:?}, stderr: {stderr}",
+        bad.status
+    );
+}

@@ -67,7 +67,7 @@ pub struct Args {
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// This node's name (the DaemonSet passes spec.nodeName through the downward API).
-    #[arg(long, env = "NODE_NAME")]
+    #[arg(long, env = "NODE_NAME", value_parser = crate::core::node_name::parse_node_name)]
     pub node_name: String,
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:9101")]
