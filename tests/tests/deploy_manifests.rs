@@ -143,15 +143,21 @@ fn shutdown_overlay_adds_what_the_shutdown_manager_needs() {
         strings(&container(&overlay)["securityContext"]["capabilities"]["drop"]),
         ["ALL"]
     );
-    // The system bus (base) stays: the inhibitor and the reload go through it.
-    assert!(
-        container(&overlay)["volumeMounts"]
+    // The system bus: the inhibitor and the reload go through it, so the overlay mounts it; the
+    // base, where shutdown is off, does not reach logind at all.
+    let bus = |objects: &[Manifest]| {
+        container(objects)["volumeMounts"]
             .as_array()
-            .is_some_and(|m| m
-                .iter()
-                .any(|m| m["mountPath"] == "/run/dbus/system_bus_socket")),
-        "the system bus socket is mounted"
+            .is_some_and(|m| {
+                m.iter()
+                    .any(|m| m["mountPath"] == "/run/dbus/system_bus_socket")
+            })
+    };
+    assert!(
+        bus(&overlay),
+        "the shutdown overlay mounts the system bus socket"
     );
+    assert!(!bus(&base), "the base mounts no system bus socket");
 
     // RBAC: the overlay's extra role grants pods/delete and nothing else (the base's admission
     // policy limits it to the agent's own node).
@@ -268,4 +274,52 @@ fn daemonset_command_line_starts_the_agent() {
             "{rel} {args:?}: stopped before the API client: {error}"
         );
     }
+}
+
+/// The base runs under the runtime's default seccomp filter, with no host namespace, no privilege
+/// escalation, every capability dropped but the five the probes and the sampler need, and only
+/// the cgroup tree mounted read-write.
+#[test]
+fn base_daemonset_runs_confined() {
+    let base = rendered("base");
+    let ds = find(&base, "DaemonSet", "node-monitor").expect("daemonset");
+    let pod = &ds.object["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    for ns in ["hostNetwork", "hostPID", "hostIPC"] {
+        assert_ne!(pod[ns], true, "{ns}");
+    }
+    let c = container(&base);
+    let sc = &c["securityContext"];
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(sc["privileged"], false);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"]);
+    let mut caps = strings(&sc["capabilities"]["add"]);
+    caps.sort();
+    assert_eq!(
+        caps,
+        [
+            "BPF",
+            "DAC_READ_SEARCH",
+            "IPC_LOCK",
+            "PERFMON",
+            "SYS_RESOURCE"
+        ]
+    );
+    let writable: Vec<String> = c["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .filter(|m| m["readOnly"] != true)
+        .map(|m| m["mountPath"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        writable,
+        ["/sys/fs/cgroup"],
+        "only the cgroup tree is writable"
+    );
 }
