@@ -494,6 +494,20 @@ impl Actuator {
         Ok(node.metadata.annotations.and_then(|mut a| a.remove(key)))
     }
 
+    /// Whether the node is cordoned (`spec.unschedulable`).
+    pub async fn is_unschedulable(&self) -> Result<bool, ActuatorError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = nodes
+            .get(&self.cfg.node_name)
+            .await
+            .map_err(|source| ActuatorError::Api {
+                node: self.cfg.node_name.clone(),
+                what: "get node",
+                source,
+            })?;
+        Ok(node.spec.and_then(|s| s.unschedulable).unwrap_or(false))
+    }
+
     pub fn client(&self) -> &Client {
         &self.client
     }

@@ -1000,6 +1000,11 @@ async fn mark_node(
             if !cordon {
                 return Ok(None);
             }
+            // A cordon already there is someone else's: leave it, and claim nothing (the base's
+            // admission policy refuses the claim on an unschedulable node anyway).
+            if actuator.is_unschedulable().await? {
+                return Ok(Some(true));
+            }
             // Annotate first: a crash between the two leaves an annotation, never a stray cordon.
             actuator
                 .annotate_node(CORDONED_ANNOTATION, Some("true"))
