@@ -417,6 +417,7 @@ async fn manifests_apply_and_grant_least_privilege() {
         EvictOutcome::Failed {
             code: Some(403 | 422),
             reason,
+            ..
         } if reason.contains(OWN_PODS_ONLY) => {}
         other => panic!("escalating on another node must be denied by the policy, got {other:?}"),
     }

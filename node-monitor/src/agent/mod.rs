@@ -363,8 +363,8 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
             _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
         };
         agent.count_wakeup(label);
-        // A PDB refusal makes the next candidate eligible at once: decide again without waiting
-        // for the next wake-up (bounded: each refusal puts one more pod into backoff).
+        // A refusal or failure makes the next candidate eligible at once: decide again without
+        // waiting for the next wake-up (bounded: each refusal puts one more pod into backoff).
         let mut wakeup = wakeup;
         while agent.cycle(&mut sampler, &mut wakeups, wakeup, label).await == CycleEnd::Refused {
             wakeup = Wakeup {
@@ -426,6 +426,13 @@ fn init_metrics(m: &Metrics, config: &EvictionConfig) {
             });
         }
     }
+    for reason in backoff::failure_labels() {
+        let _ = m
+            .eviction_failures
+            .get_or_create(&crate::metrics::ReasonLabels {
+                reason: reason.to_owned(),
+            });
+    }
     for operation in ["evict", "patch_conditions", "patch_taint"] {
         let _ = m
             .api_errors
@@ -456,7 +463,8 @@ fn init_metrics(m: &Metrics, config: &EvictionConfig) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CycleEnd {
     Done,
-    /// A PDB refused an eviction: the next candidate should be considered now.
+    /// An eviction did not take effect and its pod backs off (a PDB or another refusal, a
+    /// failure, a stale "gone"): the next candidate should be considered now.
     Refused,
 }
 
@@ -604,7 +612,7 @@ impl Loop {
                   grace = e.grace_period_seconds, wake_source = label,
                   message = %e.message, "evicting");
             let outcome = self.actuator.evict(&req).await;
-            let reaction = wakeup.at.elapsed();
+            let reaction_time = wakeup.at.elapsed();
             self.metrics
                 .evictions
                 .get_or_create(&EvictionLabels {
@@ -614,35 +622,51 @@ impl Loop {
                 })
                 .inc();
             info!(pod = %format!("{}/{}", e.namespace, e.name), outcome = outcome.label(),
-                  reaction_ms = reaction.as_secs_f64() * 1e3, "eviction answered");
-            match &outcome {
-                EvictOutcome::PdbBlocked => {
-                    end = CycleEnd::Refused;
-                    let delay = self.backoff.refused(&req.uid, self.now());
-                    debug!(uid = %req.uid, ?delay, "pod backs off; next candidate considered meanwhile");
-                }
-                EvictOutcome::Failed { reason, .. } => {
-                    self.retry_at = Some(self.now() + self.retry_delay);
-                    self.retry_delay = (self.retry_delay * 2).min(RETRY_MAX);
-                    self.metrics
-                        .api_errors
-                        .get_or_create(&crate::metrics::OperationLabels {
-                            operation: "evict".into(),
-                        })
-                        .inc();
-                    debug!(%reason, "eviction failed; retried on a later cycle");
-                }
-                o if o.took_effect() => {
-                    self.retry_at = None;
-                    self.retry_delay = RETRY_INITIAL;
-                    self.metrics
-                        .detection_to_eviction_seconds
-                        .observe(reaction.as_secs_f64());
-                    self.backoff.forget(&req.uid);
-                }
-                _ => {}
+                  reaction_ms = reaction_time.as_secs_f64() * 1e3, "eviction answered");
+            let reaction = backoff::react(&outcome);
+            if let Some(reason) = reaction.failure {
+                self.metrics
+                    .eviction_failures
+                    .get_or_create(&crate::metrics::ReasonLabels {
+                        reason: reason.to_owned(),
+                    })
+                    .inc();
             }
+            if let EvictOutcome::Failed { .. } = &outcome {
+                self.metrics
+                    .api_errors
+                    .get_or_create(&crate::metrics::OperationLabels {
+                        operation: "evict".into(),
+                    })
+                    .inc();
+            }
+            if reaction.back_off_pod {
+                let delay = self.backoff.refused(&req.uid, self.now());
+                debug!(uid = %req.uid, outcome = outcome.label(), ?delay,
+                       "pod backs off; the next candidate is considered meanwhile");
+            }
+            if reaction.next_candidate_now {
+                end = CycleEnd::Refused;
+            }
+            if reaction.retry_later {
+                self.retry_at = Some(self.now() + self.retry_delay);
+                self.retry_delay = (self.retry_delay * 2).min(RETRY_MAX);
+                debug!(delay = ?self.retry_delay, "API server unavailable; deciding again later");
+            }
+            if reaction.took_effect {
+                self.retry_at = None;
+                self.retry_delay = RETRY_INITIAL;
+                self.metrics
+                    .detection_to_eviction_seconds
+                    .observe(reaction_time.as_secs_f64());
+                self.backoff.forget(&req.uid);
+            }
+            let stop = reaction.retry_later;
             answered.push((req, outcome));
+            if stop {
+                // The rest of this decision would fail the same way.
+                break;
+            }
         }
         self.publish_conditions(&decision).await;
         for (req, outcome) in &answered {
@@ -727,7 +751,8 @@ impl Loop {
         self.blind = blind;
     }
 
-    /// Pods the core may rank: this node's active pods, less those backing off after a PDB refusal.
+    /// Pods the core may rank: this node's active pods, less those backing off after a refused or
+    /// failed eviction.
     fn candidate_pods(&self, now: Timestamp) -> Vec<PodInfo> {
         let mut out = Vec::new();
         for pod in self.store.state() {

@@ -49,8 +49,98 @@ pub enum EvictOutcome {
     Escalated,
     /// The pod (with this UID) no longer exists.
     Gone,
-    /// Any other API answer; the agent retries on a later cycle.
-    Failed { code: Option<u16>, reason: String },
+    /// Any other API answer, or none: the pod backs off and the next candidate is considered.
+    Failed {
+        code: Option<u16>,
+        kind: FailureKind,
+        reason: String,
+    },
+}
+
+/// Why an eviction request failed, for `node_monitor_eviction_failures_total{reason}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// 403: RBAC, an admission policy or a webhook refused it.
+    Forbidden,
+    /// 422: the request was invalid for this pod.
+    Invalid,
+    /// 500 because more than one PodDisruptionBudget selects the pod (the eviction API refuses
+    /// such pods for ever; only a delete gets rid of them).
+    MultiplePdbs,
+    /// Another 5xx answer from the API server (a failing webhook, etcd trouble).
+    ServerError,
+    /// 502, 503, 504, or no answer at all (connection refused, reset, TLS): the API server is
+    /// unavailable rather than refusing this pod.
+    Unavailable,
+    /// No answer within the API timeout.
+    Timeout,
+    /// Another 4xx answer.
+    ClientError,
+}
+
+impl FailureKind {
+    /// Every kind, for zero-initialised metric series.
+    pub const ALL: [FailureKind; 7] = [
+        Self::Forbidden,
+        Self::Invalid,
+        Self::MultiplePdbs,
+        Self::ServerError,
+        Self::Unavailable,
+        Self::Timeout,
+        Self::ClientError,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Forbidden => "forbidden",
+            Self::Invalid => "invalid",
+            Self::MultiplePdbs => "multiple_pdbs",
+            Self::ServerError => "server_error",
+            Self::Unavailable => "unavailable",
+            Self::Timeout => "timeout",
+            Self::ClientError => "client_error",
+        }
+    }
+
+    /// The API server as a whole, not this pod, is the problem: retrying other pods at once would
+    /// only fail the same way.
+    pub fn api_unavailable(self) -> bool {
+        matches!(self, Self::Unavailable | Self::Timeout)
+    }
+
+    /// The kind of an answered request, from its HTTP code and Status message.
+    pub fn of_status(code: u16, message: &str) -> Self {
+        match code {
+            403 => Self::Forbidden,
+            422 => Self::Invalid,
+            500 if message.contains("more than one PodDisruptionBudget") => Self::MultiplePdbs,
+            502..=504 => Self::Unavailable,
+            500..=599 => Self::ServerError,
+            _ => Self::ClientError,
+        }
+    }
+
+    /// The kind of a failed request: its Status when the API answered, else whether the
+    /// transport timed out.
+    pub fn of_error(e: &kube::Error) -> (Option<u16>, Self) {
+        if let kube::Error::Api(s) = e {
+            return (Some(s.code), Self::of_status(s.code, &s.message));
+        }
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(err) = cur {
+            if let Some(io) = err.downcast_ref::<std::io::Error>()
+                && io.kind() == std::io::ErrorKind::TimedOut
+            {
+                return (None, Self::Timeout);
+            }
+            if err.is::<tokio::time::error::Elapsed>() {
+                return (None, Self::Timeout);
+            }
+            cur = err.source();
+        }
+        (None, Self::Unavailable)
+    }
 }
 
 impl EvictOutcome {
@@ -505,13 +595,11 @@ fn conflict_status() -> kube::core::Status {
 }
 
 fn failed(e: kube::Error) -> EvictOutcome {
-    let code = match &e {
-        kube::Error::Api(s) => Some(s.code),
-        _ => None,
-    };
-    warn!(error = %e, "eviction request failed");
+    let (code, kind) = FailureKind::of_error(&e);
+    warn!(error = %e, kind = kind.label(), "eviction request failed");
     EvictOutcome::Failed {
         code,
+        kind,
         reason: e.to_string(),
     }
 }
