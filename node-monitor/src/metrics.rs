@@ -52,7 +52,7 @@ pub struct EvictionLabels {
     pub eviction_signal: String,
     /// `hard` or `soft`: the kind of threshold that drove the eviction.
     pub threshold: String,
-    /// `evicted`, `pdb_blocked`, `escalated`, `dry_run`, `gone`, `failed`.
+    /// `evicted`, `pdb_blocked`, `escalated`, `dry_run`, `gone`, `throttled`, `failed`.
     pub outcome: String,
 }
 

@@ -170,3 +170,29 @@ async fn a_pod_with_two_budgets_backs_off_and_the_next_candidate_is_evicted() {
     assert!(terminating(&pods, "next").await);
     must(cp.stop(), "stop the control plane");
 }
+
+/// A budget's refusal in the server's words (429 with a DisruptionBudget cause): blocked under
+/// `respect`, escalated to a delete under `escalate` for a hard threshold.
+#[tokio::test]
+async fn a_budget_refusal_is_recognised_by_its_cause() {
+    let cp = start().await;
+    let client = cp.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let guarded = running_pod(&pods, "guarded", "guarded").await;
+    pdb(&client, "guarded", "guarded").await;
+    assert_eq!(
+        actuator(client.clone(), PdbPolicy::Respect)
+            .evict(&hard(&guarded))
+            .await,
+        EvictOutcome::PdbBlocked
+    );
+    assert!(!terminating(&pods, "guarded").await);
+    assert_eq!(
+        actuator(client.clone(), PdbPolicy::Escalate)
+            .evict(&hard(&guarded))
+            .await,
+        EvictOutcome::Escalated
+    );
+    assert!(terminating(&pods, "guarded").await);
+    must(cp.stop(), "stop the control plane");
+}

@@ -21,12 +21,17 @@ pub struct Reaction {
     pub next_candidate_now: bool,
     /// The API server is unavailable: decide again after the (doubling) API retry delay.
     pub retry_later: bool,
+    /// The API server throttled the request: hold every eviction this long (the pod is not at
+    /// fault and keeps its rank).
+    pub hold_evictions: Option<Duration>,
     /// The `reason` label of `node_monitor_eviction_failures_total`, when this is a failure.
     pub failure: Option<&'static str>,
 }
 
 /// The label of an eviction the API answered "gone" for while the cache still listed the pod.
 pub const FAILURE_GONE: &str = "gone";
+/// The label of an eviction the API server throttled (429 without a disruption budget).
+pub const FAILURE_THROTTLED: &str = "throttled";
 
 /// The loop's reaction to an eviction outcome. Every outcome that leaves the pod in place puts it
 /// into backoff, so the same pod is never ranked first for ever.
@@ -36,6 +41,7 @@ pub fn react(outcome: &EvictOutcome) -> Reaction {
         took_effect: false,
         next_candidate_now: false,
         retry_later: false,
+        hold_evictions: None,
         failure: None,
     };
     match outcome {
@@ -57,6 +63,11 @@ pub fn react(outcome: &EvictOutcome) -> Reaction {
             failure: Some(FAILURE_GONE),
             ..none
         },
+        EvictOutcome::Throttled { retry_after } => Reaction {
+            hold_evictions: Some(*retry_after),
+            failure: Some(FAILURE_THROTTLED),
+            ..none
+        },
         EvictOutcome::Failed { kind, .. } if kind.api_unavailable() => Reaction {
             back_off_pod: true,
             retry_later: true,
@@ -74,7 +85,9 @@ pub fn react(outcome: &EvictOutcome) -> Reaction {
 
 /// Every `reason` label [`react`] can give, for zero-initialised series.
 pub fn failure_labels() -> impl Iterator<Item = &'static str> {
-    std::iter::once(FAILURE_GONE).chain(FailureKind::ALL.into_iter().map(FailureKind::label))
+    [FAILURE_GONE, FAILURE_THROTTLED]
+        .into_iter()
+        .chain(FailureKind::ALL.into_iter().map(FailureKind::label))
 }
 
 #[derive(Debug, Clone)]
@@ -253,6 +266,14 @@ mod tests {
                 (*back_off, *now, *later, *effect, *failure),
                 "{outcome:?}"
             );
+        }
+        for (outcome, ..) in cases {
+            let hold = react(outcome).hold_evictions;
+            let want = match outcome {
+                EvictOutcome::Throttled { retry_after } => Some(*retry_after),
+                _ => None,
+            };
+            assert_eq!(hold, want, "{outcome:?}");
         }
         let labels: Vec<_> = failure_labels().collect();
         for (outcome, .., failure) in cases {

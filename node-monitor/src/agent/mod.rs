@@ -313,6 +313,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
         published: PublishedConditions::default(),
         retry_at: None,
+        evictions_held_until: None,
         retry_delay: RETRY_INITIAL,
         headroom: Headroom::new(),
         headroom_policy,
@@ -342,6 +343,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
             next_grace_deadline(&agent.state, &agent.config),
             agent.backoff.next_expiry(now),
             agent.retry_at.filter(|t| *t > now),
+            agent.evictions_held_until.filter(|t| *t > now),
         ]
         .into_iter()
         .flatten()
@@ -485,6 +487,8 @@ struct Loop {
     published: PublishedConditions,
     /// After a failed API call under pressure: decide again then, not at the next tick.
     retry_at: Option<Timestamp>,
+    /// The API server throttled an eviction: no eviction request before this (its Retry-After).
+    evictions_held_until: Option<Timestamp>,
     retry_delay: Duration,
     /// Adaptive sampling: the headroom seen per threshold, and when to look again.
     headroom: Headroom,
@@ -596,6 +600,13 @@ impl Loop {
         // Eviction requests first: the node conditions, the Events and the wait for cleanup
         // follow, so no API round trip of theirs delays an eviction (the kubelet too updates the
         // node status apart from its eviction loop).
+        if let Some(until) = self.evictions_held_until.filter(|t| *t > now)
+            && !decision.evict.is_empty()
+        {
+            debug!(held = decision.evict.len(), resume_in = ?until.saturating_since(now),
+                   "evictions held: the API server throttled the last one");
+            decision.evict.clear();
+        }
         let mut answered = Vec::with_capacity(decision.evict.len());
         for e in &decision.evict {
             let req = EvictionRequest {
@@ -653,6 +664,9 @@ impl Loop {
                 self.retry_delay = (self.retry_delay * 2).min(RETRY_MAX);
                 debug!(delay = ?self.retry_delay, "API server unavailable; deciding again later");
             }
+            if let Some(hold) = reaction.hold_evictions {
+                self.evictions_held_until = Some(self.now() + hold);
+            }
             if reaction.took_effect {
                 self.retry_at = None;
                 self.retry_delay = RETRY_INITIAL;
@@ -661,7 +675,7 @@ impl Loop {
                     .observe(reaction_time.as_secs_f64());
                 self.backoff.forget(&req.uid);
             }
-            let stop = reaction.retry_later;
+            let stop = reaction.retry_later || reaction.hold_evictions.is_some();
             answered.push((req, outcome));
             if stop {
                 // The rest of this decision would fail the same way.

@@ -43,8 +43,13 @@ pub enum EvictOutcome {
     Evicted,
     /// Dry-run: decided and reported, nothing touched.
     DryRun,
-    /// A PDB blocked it (429) and the policy says respect, or the threshold is soft.
+    /// A PDB blocked it (429 with a `DisruptionBudget` cause) and the policy says respect, or the
+    /// threshold is soft.
     PdbBlocked,
+    /// The API server throttled the request (429 from API Priority and Fairness or the
+    /// max-in-flight filter: no `DisruptionBudget` cause). Never escalated; every eviction waits
+    /// `retry_after` (the server's `Retry-After`, bounded).
+    Throttled { retry_after: Duration },
     /// A PDB blocked it under a hard threshold and the pod was deleted with the planned grace.
     Escalated,
     /// The pod (with this UID) no longer exists.
@@ -150,6 +155,7 @@ impl EvictOutcome {
             Self::Evicted => "evicted",
             Self::DryRun => "dry_run",
             Self::PdbBlocked => "pdb_blocked",
+            Self::Throttled { .. } => "throttled",
             Self::Escalated => "escalated",
             Self::Gone => "gone",
             Self::Failed { .. } => "failed",
@@ -159,6 +165,74 @@ impl EvictOutcome {
     /// The eviction took effect (the pod will terminate).
     pub fn took_effect(&self) -> bool {
         matches!(self, Self::Evicted | Self::Escalated)
+    }
+}
+
+/// The cause type the eviction API puts on a refusal by a PodDisruptionBudget
+/// (`policyv1.DisruptionBudgetCause`, k8s.io/kubernetes pkg/registry/core/pod/storage/eviction.go).
+pub const DISRUPTION_BUDGET_CAUSE: &str = "DisruptionBudget";
+/// Bounds on a throttled eviction path's wait: a `Retry-After` outside them is clamped, none means
+/// the shortest.
+pub const RETRY_AFTER_MIN: Duration = Duration::from_secs(1);
+pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(30);
+
+/// What an eviction answer other than success means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A PodDisruptionBudget refused it: 429 whose Status carries a `DisruptionBudget` cause.
+    DisruptionBudget { message: String },
+    /// The server throttled the request: 429 without that cause (API Priority and Fairness,
+    /// max-in-flight), with its `Retry-After` bounded to [`RETRY_AFTER_MIN`]..[`RETRY_AFTER_MAX`].
+    Throttled { retry_after: Duration },
+    /// 404, or 409 (the UID precondition failed): the pod meant is gone.
+    Gone,
+    /// Anything else.
+    Failed {
+        code: u16,
+        kind: FailureKind,
+        message: String,
+    },
+}
+
+/// Classifies a non-2xx answer to an eviction: the HTTP code, the `Retry-After` header and the
+/// body (a `Status` from the registry; plain text from the APF and max-in-flight filters). Only a
+/// 429 whose Status names a `DisruptionBudget` cause is a PDB: a throttled request is never
+/// mistaken for one, so it is never escalated to a delete.
+pub fn classify_refusal(code: u16, retry_after: Option<&str>, body: &[u8]) -> Refusal {
+    let status: Option<kube::core::Status> = serde_json::from_slice(body).ok();
+    let message = status.as_ref().map_or_else(
+        || String::from_utf8_lossy(body).trim().to_owned(),
+        |s| s.message.clone(),
+    );
+    match code {
+        429 => {
+            let pdb = status.as_ref().is_some_and(|s| {
+                s.details
+                    .as_ref()
+                    .is_some_and(|d| d.causes.iter().any(|c| c.reason == DISRUPTION_BUDGET_CAUSE))
+            });
+            if pdb {
+                return Refusal::DisruptionBudget { message };
+            }
+            let header = retry_after.and_then(|v| v.trim().parse::<u64>().ok());
+            let details = status
+                .as_ref()
+                .and_then(|s| s.details.as_ref())
+                .map(|d| u64::from(d.retry_after_seconds))
+                .filter(|s| *s > 0);
+            let secs = header
+                .or(details)
+                .map_or(RETRY_AFTER_MIN, Duration::from_secs);
+            Refusal::Throttled {
+                retry_after: secs.clamp(RETRY_AFTER_MIN, RETRY_AFTER_MAX),
+            }
+        }
+        404 | 409 => Refusal::Gone,
+        _ => Refusal::Failed {
+            code,
+            kind: FailureKind::of_status(code, &message),
+            message,
+        },
     }
 }
 
@@ -236,8 +310,9 @@ impl Actuator {
     }
 
     /// Evicts through policy/v1 `pods/eviction` with the planned grace period and a UID
-    /// precondition (a re-created pod with the same name is never hit). On 429 (a PDB blocks),
-    /// escalates to a plain delete only when the threshold is hard and the policy says so.
+    /// precondition (a re-created pod with the same name is never hit). When a PDB refuses it
+    /// ([`classify_refusal`]), escalates to a plain delete only when the threshold is hard and the
+    /// policy says so; a throttled request is never escalated.
     #[tracing::instrument(skip(self, req), fields(pod = %format!("{}/{}", req.namespace, req.name), signal = %req.signal))]
     pub async fn evict(&self, req: &EvictionRequest) -> EvictOutcome {
         if self.cfg.dry_run {
@@ -253,29 +328,60 @@ impl Actuator {
             }),
             ..DeleteParams::default()
         };
-        match evict_with_options(&pods, &req.name, &req.uid, req.grace_period_seconds.max(1)).await
-        {
-            Ok(_) => {
+        let answer = post_eviction(
+            &self.client,
+            &req.namespace,
+            &req.name,
+            &req.uid,
+            req.grace_period_seconds.max(1),
+        )
+        .await;
+        match answer {
+            Ok(None) => {
                 info!(grace = req.grace_period_seconds, "evicted");
                 EvictOutcome::Evicted
             }
-            Err(kube::Error::Api(s)) if s.code == 429 => {
+            Ok(Some(Refusal::DisruptionBudget { message })) => {
                 if req.hard && self.cfg.pdb_policy == PdbPolicy::Escalate {
-                    warn!(reason = %s.message, "eviction blocked by a disruption budget under a hard threshold; escalating to delete");
+                    warn!(reason = %message, "eviction blocked by a disruption budget under a hard threshold; escalating to delete");
                     match pods.delete(&req.name, &delete).await {
                         Ok(_) => EvictOutcome::Escalated,
                         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
                             EvictOutcome::Gone
                         }
+                        Err(kube::Error::Api(s)) if s.code == 429 => {
+                            warn!(reason = %s.message, "the escalated delete was throttled");
+                            EvictOutcome::Throttled {
+                                retry_after: RETRY_AFTER_MIN,
+                            }
+                        }
                         Err(e) => failed(e),
                     }
                 } else {
-                    info!(reason = %s.message, "eviction blocked by a disruption budget");
+                    info!(reason = %message, "eviction blocked by a disruption budget");
                     EvictOutcome::PdbBlocked
                 }
             }
-            // 404: gone; 409: the UID precondition failed, so the pod we meant is gone.
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => EvictOutcome::Gone,
+            Ok(Some(Refusal::Throttled { retry_after })) => {
+                warn!(
+                    ?retry_after,
+                    "eviction throttled by the API server (no disruption budget involved); every eviction waits"
+                );
+                EvictOutcome::Throttled { retry_after }
+            }
+            Ok(Some(Refusal::Gone)) => EvictOutcome::Gone,
+            Ok(Some(Refusal::Failed {
+                code,
+                kind,
+                message,
+            })) => {
+                warn!(code, kind = kind.label(), %message, "eviction refused");
+                EvictOutcome::Failed {
+                    code: Some(code),
+                    kind,
+                    reason: message,
+                }
+            }
             Err(e) => failed(e),
         }
     }
@@ -301,7 +407,9 @@ impl Actuator {
             EvictOutcome::Evicted | EvictOutcome::Escalated => ("Evicted", ""),
             EvictOutcome::DryRun => ("EvictionDryRun", "dry-run, not evicted: "),
             EvictOutcome::PdbBlocked => ("EvictionBlocked", "blocked by a PodDisruptionBudget: "),
-            EvictOutcome::Gone | EvictOutcome::Failed { .. } => return,
+            EvictOutcome::Gone | EvictOutcome::Failed { .. } | EvictOutcome::Throttled { .. } => {
+                return;
+            }
         };
         let message = format!("{prefix}{}", req.message);
         let pod_ref = ObjectReference {
@@ -619,6 +727,35 @@ pub async fn evict_with_options(
         .await
 }
 
+/// `POST pods/<name>/eviction` as [`evict_with_options`] does, keeping what kube's typed calls
+/// drop: the `Retry-After` header. `Ok(None)`: accepted; `Ok(Some(_))`: refused, classified.
+async fn post_eviction(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    grace_period_seconds: u32,
+) -> Result<Option<Refusal>, kube::Error> {
+    use kube::Resource as _;
+    let body = eviction_body(Some(namespace.to_owned()), name, uid, grace_period_seconds);
+    let data = serde_json::to_vec(&body).map_err(kube::Error::SerdeError)?;
+    let request = kube::core::Request::new(Pod::url_path(&(), Some(namespace)))
+        .create_subresource("eviction", name, &PostParams::default(), data)
+        .map_err(kube::Error::BuildRequest)?;
+    let response = client.send(request.map(kube::client::Body::from)).await?;
+    let code = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let bytes = response.into_body().collect_bytes().await?;
+    if (200..300).contains(&code) {
+        return Ok(None);
+    }
+    Ok(Some(classify_refusal(code, retry_after.as_deref(), &bytes)))
+}
+
 fn pods_namespace(pods: &Api<Pod>) -> Option<String> {
     pods.namespace().map(str::to_owned)
 }
@@ -651,6 +788,224 @@ pub fn eviction_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The eviction registry's PDB refusal, as k8s.io/kubernetes
+    /// pkg/registry/core/pod/storage/eviction.go (`checkAndDecrement`) writes it.
+    const PDB_429: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+        "message":"Cannot evict pod as it would violate the pod's disruption budget.",
+        "reason":"TooManyRequests","details":{"causes":[{"reason":"DisruptionBudget",
+        "message":"The disruption budget guarded needs 2 healthy pods and has 2 currently"}]},
+        "code":429}"#;
+    /// The same refusal while the budget's status lags its spec (`createTooManyRequestsError`):
+    /// the server suggests 10 s, and it is still a PDB.
+    const PDB_429_PROCESSING: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},
+        "status":"Failure","message":"Cannot evict pod as it would violate the pod's disruption budget.",
+        "reason":"TooManyRequests","details":{"causes":[{"reason":"DisruptionBudget",
+        "message":"The disruption budget guarded is still being processed by the server."}],
+        "retryAfterSeconds":10},"code":429}"#;
+    /// API Priority and Fairness (and max-in-flight) rejecting a request: plain text and a
+    /// Retry-After header (k8s.io/apiserver pkg/server/filters, `tooManyRequests`).
+    const APF_429: &str = "Too many requests, please try again later.\n";
+    /// A throttling Status without a cause (what a proxy or an older filter may send).
+    const THROTTLE_STATUS: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},
+        "status":"Failure","message":"Too many requests, please try again later.",
+        "reason":"TooManyRequests","details":{"retryAfterSeconds":4},"code":429}"#;
+    const TWO_PDBS_500: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},
+        "status":"Failure","message":"This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+        "code":500}"#;
+
+    #[test]
+    fn a_pdb_refusal_is_told_apart_from_throttling() {
+        let secs = Duration::from_secs;
+        let pdb = |r: &Refusal| matches!(r, Refusal::DisruptionBudget { .. });
+        // (code, Retry-After, body, throttled for, PDB)
+        type Case = (
+            u16,
+            Option<&'static str>,
+            &'static str,
+            Option<Duration>,
+            bool,
+        );
+        let cases: &[Case] = &[
+            (429, None, PDB_429, None, true),
+            (429, Some("10"), PDB_429_PROCESSING, None, true),
+            (429, Some("3"), APF_429, Some(secs(3)), false),
+            (429, None, APF_429, Some(RETRY_AFTER_MIN), false),
+            (429, Some("0"), APF_429, Some(RETRY_AFTER_MIN), false),
+            (429, Some("3600"), APF_429, Some(RETRY_AFTER_MAX), false),
+            (429, Some("soon"), APF_429, Some(RETRY_AFTER_MIN), false),
+            (429, None, THROTTLE_STATUS, Some(secs(4)), false),
+            (429, Some("2"), THROTTLE_STATUS, Some(secs(2)), false),
+        ];
+        for (code, retry_after, body, throttled, is_pdb) in cases {
+            let r = classify_refusal(*code, *retry_after, body.as_bytes());
+            assert_eq!(pdb(&r), *is_pdb, "{retry_after:?} {body}: {r:?}");
+            let got = match r {
+                Refusal::Throttled { retry_after } => Some(retry_after),
+                _ => None,
+            };
+            assert_eq!(got, *throttled, "{retry_after:?} {body}");
+        }
+    }
+
+    /// One recorded request of the fake API server: method and path.
+    type Seen = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+    /// A fake API server on loopback answering every request with `response`; records what it
+    /// was asked.
+    async fn fake_api(response: String) -> (Client, Seen) {
+        let response: std::sync::Arc<str> = response.into();
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let seen: Seen = Seen::default();
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let log = log.clone();
+                let response = response.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        let Ok(n) = conn.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&buf).to_string();
+                        let Some(head_end) = text.find("\r\n\r\n") else {
+                            continue;
+                        };
+                        let length = text[..head_end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if buf.len() < head_end + 4 + length {
+                            continue;
+                        }
+                        let line = text.lines().next().unwrap_or_default().to_owned();
+                        log.lock().expect("log").push(line);
+                        buf.drain(..head_end + 4 + length);
+                        if conn.write_all(response.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let mut config = kube::Config::new(format!("http://{addr}").parse().expect("url"));
+        config.default_retry = false;
+        (Client::try_from(config).expect("client"), seen)
+    }
+
+    /// An HTTP/1.1 response with `status`, extra header lines and `body`.
+    fn answer(status: &str, headers: &str, body: &str) -> String {
+        format!(
+            "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    fn hard_request() -> EvictionRequest {
+        EvictionRequest {
+            namespace: "default".into(),
+            name: "guarded".into(),
+            uid: "uid-1".into(),
+            grace_period_seconds: 1,
+            hard: true,
+            signal: "memory.available".into(),
+            message: "test".into(),
+        }
+    }
+
+    /// API Priority and Fairness answers 429 with Retry-After and no DisruptionBudget cause: under
+    /// `pdbPolicy: escalate` and a hard threshold the agent still never deletes the pod.
+    #[tokio::test]
+    async fn throttling_is_never_escalated_to_a_delete() {
+        let (client, seen) = fake_api(answer(
+            "429 Too Many Requests",
+            "Retry-After: 2\r\nContent-Type: text/plain; charset=utf-8\r\n",
+            APF_429,
+        ))
+        .await;
+        let actuator = Actuator::new(
+            client,
+            ActuatorConfig {
+                node_name: "n".into(),
+                pdb_policy: PdbPolicy::Escalate,
+                dry_run: false,
+            },
+        );
+        assert_eq!(
+            actuator.evict(&hard_request()).await,
+            EvictOutcome::Throttled {
+                retry_after: Duration::from_secs(2)
+            }
+        );
+        let seen = seen.lock().expect("log").clone();
+        assert_eq!(
+            seen,
+            ["POST /api/v1/namespaces/default/pods/guarded/eviction? HTTP/1.1"],
+            "one eviction request, no delete"
+        );
+    }
+
+    /// The same policy with a real PDB refusal does escalate: the discrimination is by cause.
+    #[tokio::test]
+    async fn a_pdb_refusal_is_escalated_under_a_hard_threshold() {
+        let (client, seen) = fake_api(answer(
+            "429 Too Many Requests",
+            "Content-Type: application/json\r\n",
+            PDB_429,
+        ))
+        .await;
+        let actuator = Actuator::new(
+            client,
+            ActuatorConfig {
+                node_name: "n".into(),
+                pdb_policy: PdbPolicy::Escalate,
+                dry_run: false,
+            },
+        );
+        // The fake answers the delete with the same 429: what matters is that it was sent.
+        let _ = actuator.evict(&hard_request()).await;
+        let seen = seen.lock().expect("log").clone();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(
+            seen[1].starts_with("DELETE /api/v1/namespaces/default/pods/guarded"),
+            "{seen:?}"
+        );
+    }
+
+    #[test]
+    fn other_refusals() {
+        assert_eq!(classify_refusal(404, None, b"{}"), Refusal::Gone);
+        assert_eq!(classify_refusal(409, None, b"{}"), Refusal::Gone);
+        match classify_refusal(500, None, TWO_PDBS_500.as_bytes()) {
+            Refusal::Failed {
+                code: 500,
+                kind: FailureKind::MultiplePdbs,
+                message,
+            } => assert!(message.contains("more than one"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            classify_refusal(403, None, b"forbidden by webhook"),
+            Refusal::Failed {
+                kind: FailureKind::Forbidden,
+                ..
+            }
+        ));
+    }
 
     #[test]
     fn eviction_body_carries_grace_and_uid_under_delete_options() {
