@@ -28,7 +28,10 @@ use crate::{
     core::{
         clock::Timestamp,
         config::{self, ConfigSource, EvictionConfig, EvictionFlags, PdbPolicy},
-        eviction::{Decision, EvictionState, next_grace_deadline, synchronize},
+        eviction::{
+            DRY_RUN_REPORT_INTERVAL, Decision, EvictionState, MIN_TIMER_INTERVAL, ReportLimiter,
+            next_grace_deadline, next_timer, synchronize,
+        },
         headroom::{Headroom, HeadroomPolicy},
         pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
         signals::Signal,
@@ -315,6 +318,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         retry_at: None,
         evictions_held_until: None,
         retry_delay: RETRY_INITIAL,
+        dry_run_reports: ReportLimiter::new(DRY_RUN_REPORT_INTERVAL),
         headroom: Headroom::new(),
         headroom_policy,
         next_sample_at: None,
@@ -339,15 +343,17 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         .await;
     loop {
         let now = agent.now();
-        let grace = [
-            next_grace_deadline(&agent.state, &agent.config),
-            agent.backoff.next_expiry(now),
-            agent.retry_at.filter(|t| *t > now),
-            agent.evictions_held_until.filter(|t| *t > now),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        // Never in the past: a due timer wakes the loop after MIN_TIMER_INTERVAL, not at once.
+        let grace = next_timer(
+            [
+                next_grace_deadline(&agent.state, &agent.config, now),
+                agent.backoff.next_expiry(now),
+                agent.retry_at.filter(|t| *t > now),
+                agent.evictions_held_until.filter(|t| *t > now),
+            ],
+            now,
+            MIN_TIMER_INTERVAL,
+        )
         .map(|t| agent.instant_of(t));
         let next_sample = agent.next_sample_at.map(|t| agent.instant_of(t));
         let (wakeup, label) = tokio::select! {
@@ -489,6 +495,8 @@ struct Loop {
     retry_at: Option<Timestamp>,
     /// The API server throttled an eviction: no eviction request before this (its Retry-After).
     evictions_held_until: Option<Timestamp>,
+    /// A dry run decides the same pods on every wake-up: report each once per interval.
+    dry_run_reports: ReportLimiter,
     retry_delay: Duration,
     /// Adaptive sampling: the headroom seen per threshold, and when to look again.
     headroom: Headroom,
@@ -619,11 +627,20 @@ impl Loop {
                 signal: e.signal.as_str().to_owned(),
                 message: e.message.clone(),
             };
-            info!(pod = %format!("{}/{}", e.namespace, e.name), signal = %e.signal, hard = e.hard,
-                  grace = e.grace_period_seconds, wake_source = label,
-                  message = %e.message, "evicting");
+            // A dry run repeats the same decision on every wake-up: its log line, Event and
+            // count are reported once per pod and signal per DRY_RUN_REPORT_INTERVAL.
+            let report = !self.config.node_monitor.dry_run
+                || self.dry_run_reports.allow(&e.uid, e.signal, now);
+            if report {
+                info!(pod = %format!("{}/{}", e.namespace, e.name), signal = %e.signal, hard = e.hard,
+                      grace = e.grace_period_seconds, wake_source = label,
+                      message = %e.message, dry_run = self.config.node_monitor.dry_run, "evicting");
+            }
             let outcome = self.actuator.evict(&req).await;
             let reaction_time = wakeup.at.elapsed();
+            if !report {
+                continue;
+            }
             self.metrics
                 .evictions
                 .get_or_create(&EvictionLabels {

@@ -316,7 +316,7 @@ impl Actuator {
     #[tracing::instrument(skip(self, req), fields(pod = %format!("{}/{}", req.namespace, req.name), signal = %req.signal))]
     pub async fn evict(&self, req: &EvictionRequest) -> EvictOutcome {
         if self.cfg.dry_run {
-            info!(grace = req.grace_period_seconds, message = %req.message, "dry-run: would evict");
+            debug!(grace = req.grace_period_seconds, message = %req.message, "dry-run: would evict");
             return EvictOutcome::DryRun;
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &req.namespace);
