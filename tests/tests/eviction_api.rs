@@ -5,11 +5,11 @@
 //!
 //! Needs the binaries from `scripts/setup.sh --with-control-plane` (KUBEBUILDER_ASSETS); without
 //! them every test fails naming what is missing.
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use k8s_openapi::{
     api::{
-        core::v1::{Container, Pod, PodSpec},
+        core::v1::{Container, Node, Pod, PodSpec},
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
     apimachinery::pkg::{
@@ -24,7 +24,9 @@ use kube::{
 use node_monitor::{
     agent::backoff::react,
     core::config::PdbPolicy,
-    kube::actuator::{Actuator, ActuatorConfig, EvictOutcome, EvictionRequest, FailureKind},
+    kube::actuator::{
+        Actuator, ActuatorConfig, EvictOutcome, EvictionRequest, FailureKind, NodeConditionUpdate,
+    },
 };
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
@@ -194,5 +196,60 @@ async fn a_budget_refusal_is_recognised_by_its_cause() {
         EvictOutcome::Escalated
     );
     assert!(terminating(&pods, "guarded").await);
+    must(cp.stop(), "stop the control plane");
+}
+
+/// Re-publishing a condition with the same status keeps its lastTransitionTime (the heartbeat
+/// moves); a status change moves both.
+#[tokio::test]
+async fn condition_transition_time_moves_only_with_the_status() {
+    let cp = start().await;
+    let client = cp.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({ "metadata": { "name": NODE } })).expect("node");
+    must(
+        nodes.create(&PostParams::default(), &node).await,
+        "create the node",
+    );
+    let actuator = actuator(client.clone(), PdbPolicy::Respect);
+    let update = |status: bool| NodeConditionUpdate {
+        type_: "NodeMonitorMemoryPressure".into(),
+        status,
+        reason: "r".into(),
+        message: "m".into(),
+    };
+    let times = async || {
+        let n = must(nodes.get(NODE).await, "get the node");
+        let c = n
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "NodeMonitorMemoryPressure")
+            .expect("the condition");
+        (
+            c.status,
+            c.last_transition_time.expect("transition").0,
+            c.last_heartbeat_time.expect("heartbeat").0,
+        )
+    };
+    // API timestamps have whole seconds: publishes more than a second apart differ.
+    let apart = Duration::from_millis(1100);
+    must(actuator.set_conditions(&[update(false)]).await, "publish");
+    let (_, transition0, heartbeat0) = times().await;
+    tokio::time::sleep(apart).await;
+    must(
+        actuator.set_conditions(&[update(false)]).await,
+        "re-publish",
+    );
+    let (status, transition1, heartbeat1) = times().await;
+    assert_eq!(status, "False");
+    assert_eq!(transition1, transition0, "same status: transition kept");
+    assert!(heartbeat1 > heartbeat0, "the heartbeat moves");
+    tokio::time::sleep(apart).await;
+    must(actuator.set_conditions(&[update(true)]).await, "flip");
+    let (status, transition2, _) = times().await;
+    assert_eq!(status, "True");
+    assert!(transition2 > transition1, "a status change is a transition");
     must(cp.stop(), "stop the control plane");
 }

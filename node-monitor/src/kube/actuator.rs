@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use k8s_openapi::{
-    api::core::v1::{Event, EventSource, Node, ObjectReference, Pod, Taint},
+    api::core::v1::{Event, EventSource, Node, NodeCondition, ObjectReference, Pod, Taint},
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time},
     jiff::Timestamp,
 };
@@ -484,7 +484,9 @@ impl Actuator {
     }
 
     /// Sets agent-owned conditions on the node's status. A strategic merge patch keyed by `type`
-    /// touches only these entries, so the kubelet's conditions are never rewritten.
+    /// touches only these entries, so the kubelet's conditions are never rewritten. Reads the node
+    /// first: `lastTransitionTime` moves only when a condition's status changes
+    /// ([`condition_patch`]), as the kubelet's own conditions do.
     pub async fn set_conditions(
         &self,
         updates: &[NodeConditionUpdate],
@@ -498,21 +500,18 @@ impl Actuator {
         if updates.is_empty() {
             return Ok(());
         }
-        let now = Timestamp::now();
-        let conditions: Vec<_> = updates
-            .iter()
-            .map(|u| {
-                json!({
-                    "type": u.type_,
-                    "status": if u.status { "True" } else { "False" },
-                    "reason": u.reason,
-                    "message": u.message,
-                    "lastHeartbeatTime": Time(now),
-                    "lastTransitionTime": Time(now),
-                })
-            })
-            .collect();
         let nodes: Api<Node> = Api::all(self.client.clone());
+        let err = |what, source| ActuatorError::Api {
+            node: self.cfg.node_name.clone(),
+            what,
+            source,
+        };
+        let node = nodes
+            .get(&self.cfg.node_name)
+            .await
+            .map_err(|e| err("get node", e))?;
+        let existing = node.status.and_then(|s| s.conditions).unwrap_or_default();
+        let conditions = condition_patch(&existing, updates, Timestamp::now());
         nodes
             .patch_status(
                 &self.cfg.node_name,
@@ -521,11 +520,7 @@ impl Actuator {
             )
             .await
             .map(|_| ())
-            .map_err(|source| ActuatorError::Api {
-                node: self.cfg.node_name.clone(),
-                what: "patch conditions",
-                source,
-            })
+            .map_err(|e| err("patch conditions", e))
     }
 
     /// Adds (`present`) or removes a taint of the agent's own, keyed by `key` and `effect`. Uses the
@@ -695,6 +690,36 @@ impl Actuator {
     pub fn client(&self) -> &Client {
         &self.client
     }
+}
+
+/// The `status.conditions` entries to patch for `updates`: `lastHeartbeatTime` is `now`;
+/// `lastTransitionTime` is kept from the node's current condition of the same type when the status
+/// does not change (the kubelet's `setNodeStatus` does the same), and `now` when it does or the
+/// condition is new.
+pub fn condition_patch(
+    existing: &[NodeCondition],
+    updates: &[NodeConditionUpdate],
+    now: Timestamp,
+) -> Vec<serde_json::Value> {
+    updates
+        .iter()
+        .map(|u| {
+            let status = if u.status { "True" } else { "False" };
+            let transition = existing
+                .iter()
+                .find(|c| c.type_ == u.type_ && c.status == status)
+                .and_then(|c| c.last_transition_time.clone())
+                .unwrap_or(Time(now));
+            json!({
+                "type": u.type_,
+                "status": status,
+                "reason": u.reason,
+                "message": u.message,
+                "lastHeartbeatTime": Time(now),
+                "lastTransitionTime": transition,
+            })
+        })
+        .collect()
 }
 
 fn conflict_status() -> kube::core::Status {
@@ -1005,6 +1030,56 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// lastTransitionTime moves only with the status; the heartbeat always moves.
+    #[test]
+    fn condition_transition_time_is_kept_while_the_status_holds() {
+        let t = |secs: i64| Timestamp::from_second(secs).expect("time");
+        let existing = |status: &str, since: i64| NodeCondition {
+            type_: "NodeMonitorMemoryPressure".into(),
+            status: status.into(),
+            last_transition_time: Some(Time(t(since))),
+            last_heartbeat_time: Some(Time(t(since))),
+            ..NodeCondition::default()
+        };
+        let update = |status: bool| NodeConditionUpdate {
+            type_: "NodeMonitorMemoryPressure".into(),
+            status,
+            reason: "r".into(),
+            message: "m".into(),
+        };
+        let other = NodeCondition {
+            type_: "NodeMonitorDiskPressure".into(),
+            status: "False".into(),
+            last_transition_time: Some(Time(t(5))),
+            ..NodeCondition::default()
+        };
+        // (current condition, new status, want lastTransitionTime)
+        let cases = [
+            (None, false, 1000),
+            (Some(existing("False", 100)), false, 100),
+            (Some(existing("True", 100)), true, 100),
+            (Some(existing("False", 100)), true, 1000),
+            (Some(existing("True", 100)), false, 1000),
+            (Some(existing("Unknown", 100)), false, 1000),
+        ];
+        for (current, status, want) in cases {
+            let mut conditions = vec![other.clone()];
+            conditions.extend(current.clone());
+            let patch = condition_patch(&conditions, &[update(status)], t(1000));
+            assert_eq!(patch.len(), 1);
+            assert_eq!(
+                patch[0]["lastTransitionTime"],
+                serde_json::to_value(Time(t(want))).expect("json"),
+                "{current:?} -> {status}"
+            );
+            assert_eq!(
+                patch[0]["lastHeartbeatTime"],
+                serde_json::to_value(Time(t(1000))).expect("json")
+            );
+            assert_eq!(patch[0]["status"], if status { "True" } else { "False" });
+        }
     }
 
     #[test]
