@@ -3,12 +3,17 @@
 //! Ready means the pod cache is synced and the probes are loaded, or the agent runs in an
 //! explicitly reported degraded state (some probes or wake-up sources unavailable): a degraded
 //! agent still protects the node by polling, so it stays in service and says why.
+//!
+//! Live means the process answers and, once a loop has asked for it ([`Health::track_progress`]),
+//! that the loop has made progress within its bound: a loop wedged on a call that never returns
+//! fails `/healthz`, and the liveness probe restarts the agent.
 use std::{
     net::SocketAddr,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
+    time::{Duration, Instant},
 };
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
@@ -25,6 +30,14 @@ pub struct Health {
     degraded: Mutex<Vec<String>>,
     /// Why the agent cannot act, when it cannot (it sees none of the pods' cgroups).
     blind: Mutex<Option<String>>,
+    /// The main loop's heartbeat: when it last made progress, and the longest it may go without.
+    progress: Mutex<Option<Progress>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    at: Instant,
+    bound: Duration,
 }
 
 impl Health {
@@ -40,6 +53,52 @@ impl Health {
         if let Ok(mut b) = self.blind.lock() {
             *b = reason;
         }
+    }
+
+    /// Makes liveness depend on the loop's progress: from now on, `/healthz` fails when
+    /// [`Health::progress`] has not been called for longer than `bound`.
+    pub fn track_progress(&self, bound: Duration) {
+        if let Ok(mut p) = self.progress.lock() {
+            *p = Some(Progress {
+                at: Instant::now(),
+                bound,
+            });
+        }
+    }
+
+    /// The loop made progress now.
+    pub fn progress(&self) {
+        self.progress_at(Instant::now());
+    }
+
+    /// The loop made progress at `at` (tests set a past heartbeat this way).
+    pub fn progress_at(&self, at: Instant) {
+        if let Ok(mut p) = self.progress.lock()
+            && let Some(p) = p.as_mut()
+        {
+            p.at = at;
+        }
+    }
+
+    /// (live, explanation) at `now`.
+    pub fn liveness_at(&self, now: Instant) -> (bool, String) {
+        let progress = self.progress.lock().ok().and_then(|p| *p);
+        match progress {
+            Some(p) if now.saturating_duration_since(p.at) > p.bound => (
+                false,
+                format!(
+                    "the decision loop has made no progress for {:.0?} (bound {:.0?}): an API call or a read hangs",
+                    now.saturating_duration_since(p.at),
+                    p.bound
+                ),
+            ),
+            _ => (true, "ok".to_owned()),
+        }
+    }
+
+    /// (live, explanation).
+    pub fn liveness(&self) -> (bool, String) {
+        self.liveness_at(Instant::now())
     }
 
     pub fn degraded(&self) -> Vec<String> {
@@ -80,7 +139,7 @@ pub async fn serve(
     info!(addr = %listener.local_addr()?, "serving /metrics, /healthz, /readyz");
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(health_handler))
         .route("/readyz", get(ready_handler))
         .with_state(AppState { metrics, health });
     axum::serve(listener, app)
@@ -114,6 +173,16 @@ async fn metrics_handler(State(s): State<AppState>) -> impl IntoResponse {
         )],
         s.metrics.encode(),
     )
+}
+
+async fn health_handler(State(s): State<AppState>) -> impl IntoResponse {
+    let (live, why) = s.health.liveness();
+    let code = if live {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, why)
 }
 
 async fn ready_handler(State(s): State<AppState>) -> impl IntoResponse {
@@ -153,6 +222,94 @@ mod tests {
                 "synced={synced} probes={probes} degraded={degraded}"
             );
         }
+    }
+
+    /// Liveness follows the heartbeat once tracked: untracked (remediate, start-up) is live; a
+    /// heartbeat older than the bound is not.
+    #[test]
+    fn liveness_follows_the_loop_heartbeat() {
+        let bound = Duration::from_secs(60);
+        let s = Duration::from_secs;
+        let t0 = Instant::now();
+        // (tracked, heartbeat age at the check, live)
+        let cases = [
+            (false, s(3600), true),
+            (true, s(0), true),
+            (true, s(59), true),
+            (true, s(60), true),
+            (true, s(61), false),
+            (true, s(3600), false),
+        ];
+        for (tracked, age, want) in cases {
+            let h = Health::default();
+            if tracked {
+                h.track_progress(bound);
+                h.progress_at(t0);
+            }
+            let (live, why) = h.liveness_at(t0 + age);
+            assert_eq!(live, want, "tracked={tracked} age={age:?}: {why}");
+            if !want {
+                assert!(why.contains("no progress"), "{why}");
+            }
+        }
+        // A heartbeat revives it.
+        let h = Health::default();
+        h.track_progress(bound);
+        h.progress_at(t0);
+        assert!(!h.liveness_at(t0 + s(120)).0);
+        h.progress_at(t0 + s(120));
+        assert!(h.liveness_at(t0 + s(120)).0);
+    }
+
+    /// Waits until the server accepts connections (a liveness bound, not a speed goal).
+    async fn wait_listening(addr: SocketAddr) {
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{addr} never listened");
+    }
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        conn.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("write");
+        let mut out = String::new();
+        conn.read_to_string(&mut out).await.expect("read");
+        out
+    }
+
+    /// A wedged loop turns `/healthz` unhealthy over HTTP, and its next heartbeat heals it.
+    #[tokio::test]
+    async fn healthz_fails_while_the_loop_makes_no_progress() {
+        let health = Arc::new(Health::default());
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        drop(listener);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = spawn(addr, Arc::new(Metrics::new()), health.clone(), stop_rx);
+        wait_listening(addr).await;
+        let first = get(addr, "/healthz").await;
+        assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+        health.track_progress(Duration::from_secs(60));
+        let stale = Instant::now()
+            .checked_sub(Duration::from_secs(120))
+            .expect("the clock runs for 2 minutes");
+        health.progress_at(stale);
+        let wedged = get(addr, "/healthz").await;
+        assert!(wedged.starts_with("HTTP/1.1 503"), "{wedged}");
+        assert!(wedged.contains("no progress"), "{wedged}");
+        health.progress();
+        let healed = get(addr, "/healthz").await;
+        assert!(healed.starts_with("HTTP/1.1 200"), "{healed}");
+        let _ = stop_tx.send(true);
+        task.await.expect("server task");
     }
 
     #[test]

@@ -168,8 +168,13 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         stop_rx.clone(),
     );
 
-    let client = kube_adapter::client(args.kubeconfig.as_deref()).await?;
-    let (store, reflector) = kube_adapter::pod_reflector(client.clone(), &args.node_name);
+    let api_timeout = config.node_monitor.api_timeout;
+    let clients = kube_adapter::clients(
+        kube_adapter::load_config(args.kubeconfig.as_deref()).await?,
+        api_timeout,
+    )?;
+    let client = clients.api.clone();
+    let (store, reflector) = kube_adapter::pod_reflector(clients.watch.clone(), &args.node_name);
     let reflector_task = tokio::spawn(reflector);
     {
         let (store, health) = (store.clone(), health.clone());
@@ -294,7 +299,8 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
             pdb_policy: config.node_monitor.pdb_policy,
             dry_run: config.node_monitor.dry_run,
         },
-    );
+    )
+    .with_timeout(api_timeout);
     init_metrics(&metrics, &config);
 
     // Adaptive sampling near a threshold; off in polling mode, which is the kubelet's fixed tick.
@@ -328,20 +334,27 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         kubepods_reported: None,
     };
     info!("deciding");
+    // From here on /healthz fails when the loop stops making progress.
+    let bound = liveness_bound(&agent.config.node_monitor);
+    health.track_progress(bound);
+    info!(?bound, ?api_timeout, "liveness follows the decision loop");
     // A first pass at once: it arms the memcg thresholds and catches pressure that predates the agent.
     agent.count_wakeup(WakeSource::Housekeeping.label());
-    agent
-        .cycle(
+    let first = Wakeup {
+        source: WakeSource::Housekeeping,
+        at: Instant::now(),
+    };
+    let mut stopping = agent
+        .cycles(
             &mut sampler,
             &mut wakeups,
-            Wakeup {
-                source: WakeSource::Housekeeping,
-                at: Instant::now(),
-            },
+            first,
             WakeSource::Housekeeping.label(),
+            &mut sigterm,
+            &mut sigint,
         )
         .await;
-    loop {
+    while !stopping {
         let now = agent.now();
         // Never in the past: a due timer wakes the loop after MIN_TIMER_INTERVAL, not at once.
         let grace = next_timer(
@@ -370,22 +383,41 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
             _ = sigterm.recv() => { info!("SIGTERM: stopping"); break; }
             _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
         };
+        agent.health.progress();
         agent.count_wakeup(label);
-        // A refusal or failure makes the next candidate eligible at once: decide again without
-        // waiting for the next wake-up (bounded: each refusal puts one more pod into backoff).
-        let mut wakeup = wakeup;
-        while agent.cycle(&mut sampler, &mut wakeups, wakeup, label).await == CycleEnd::Refused {
-            wakeup = Wakeup {
-                source: wakeup.source,
-                at: Instant::now(),
-            };
-        }
+        stopping = agent
+            .cycles(
+                &mut sampler,
+                &mut wakeups,
+                wakeup,
+                label,
+                &mut sigterm,
+                &mut sigint,
+            )
+            .await;
     }
     let _ = stop_tx.send(true);
     reflector_task.abort();
-    let _ = http_task.await;
+    // The endpoint drains its connections within its own bound; this one only guards the exit.
+    if tokio::time::timeout(HTTP_DRAIN_BOUND, http_task)
+        .await
+        .is_err()
+    {
+        warn!("the metrics endpoint did not stop in time; exiting anyway");
+    }
     info!("stopped");
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// How long the exit waits for the metrics endpoint to stop.
+const HTTP_DRAIN_BOUND: Duration = Duration::from_secs(5);
+
+/// The longest the decision loop may go without progress before `/healthz` fails. The loop
+/// records progress on every wake-up (at least every housekeeping interval), every decision,
+/// every API answer and every cleanup poll; between two of them lie at most a housekeeping
+/// interval and two API calls, each bounded by `apiTimeout`. Twice that, and at least a minute.
+pub fn liveness_bound(s: &crate::core::config::NodeMonitorSettings) -> Duration {
+    (2 * s.housekeeping_interval + 4 * s.api_timeout).max(Duration::from_secs(60))
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {
@@ -535,6 +567,38 @@ impl Loop {
             .inc();
     }
 
+    /// Cycles for one wake-up: a refusal or failure makes the next candidate eligible at once, so
+    /// the loop decides again without waiting for the next wake-up (bounded: each refusal puts
+    /// one more pod into backoff). SIGTERM and SIGINT end it mid-cycle; returns whether one did.
+    async fn cycles(
+        &mut self,
+        sampler: &mut Sampler,
+        wakeups: &mut Wakeups,
+        mut wakeup: Wakeup,
+        label: &'static str,
+        sigterm: &mut tokio::signal::unix::Signal,
+        sigint: &mut tokio::signal::unix::Signal,
+    ) -> bool {
+        loop {
+            let end = tokio::select! {
+                end = self.cycle(sampler, wakeups, wakeup, label) => Some(end),
+                _ = sigterm.recv() => { info!("SIGTERM during a decision: stopping"); None }
+                _ = sigint.recv() => { info!("SIGINT during a decision: stopping"); None }
+            };
+            let Some(end) = end else {
+                return true;
+            };
+            self.health.progress();
+            if end != CycleEnd::Refused {
+                return false;
+            }
+            wakeup = Wakeup {
+                source: wakeup.source,
+                at: Instant::now(),
+            };
+        }
+    }
+
     /// One pass: observe, decide, act, wait for cleanup.
     async fn cycle(
         &mut self,
@@ -637,6 +701,7 @@ impl Loop {
                       message = %e.message, dry_run = self.config.node_monitor.dry_run, "evicting");
             }
             let outcome = self.actuator.evict(&req).await;
+            self.health.progress();
             let reaction_time = wakeup.at.elapsed();
             if !report {
                 continue;
@@ -700,8 +765,10 @@ impl Loop {
             }
         }
         self.publish_conditions(&decision).await;
+        self.health.progress();
         for (req, outcome) in &answered {
             self.actuator.record_eviction_events(req, outcome).await;
+            self.health.progress();
         }
         for (req, outcome) in &answered {
             if outcome.took_effect() {
@@ -914,7 +981,9 @@ impl Loop {
                 }
             })
             .collect();
-        match self.actuator.set_conditions(&updates).await {
+        let published = self.actuator.set_conditions(&updates).await;
+        self.health.progress();
+        match published {
             Ok(()) => {
                 self.published = PublishedConditions {
                     values: values.clone(),
@@ -936,7 +1005,9 @@ impl Loop {
             for c in NodeConditionType::ALL {
                 let key = format!("{TAINT_PREFIX}{}", taint_suffix(c));
                 let on = values.get(&c).copied().unwrap_or(false);
-                if let Err(e) = self.actuator.set_taint(&key, "", "NoSchedule", on).await {
+                let tainted = self.actuator.set_taint(&key, "", "NoSchedule", on).await;
+                self.health.progress();
+                if let Err(e) = tainted {
                     warn!(error = %e, %key, "could not update taint");
                     self.metrics
                         .api_errors
@@ -955,6 +1026,7 @@ impl Loop {
         let deadline = Instant::now() + self.config.node_monitor.pod_cleanup_timeout;
         let mut api_check = Instant::now();
         loop {
+            self.health.progress();
             let obs = tokio::task::block_in_place(|| sampler.sample(SampleKind::Fast));
             if !obs.pods.contains_key(&req.uid) {
                 info!(pod = %format!("{}/{}", req.namespace, req.name), "evicted pod's processes are gone");

@@ -293,16 +293,41 @@ pub enum DeleteOutcome {
     Gone,
 }
 
-/// Executes actions through the API.
+/// Executes actions through the API. Every call is bounded by the API timeout
+/// ([`super::DEFAULT_API_TIMEOUT`] unless [`Actuator::with_timeout`] says otherwise): a black-holed
+/// API server fails the call instead of wedging the caller.
 #[derive(Clone)]
 pub struct Actuator {
     client: Client,
     cfg: ActuatorConfig,
+    timeout: Duration,
 }
 
 impl Actuator {
     pub fn new(client: Client, cfg: ActuatorConfig) -> Self {
-        Self { client, cfg }
+        Self {
+            client,
+            cfg,
+            timeout: super::DEFAULT_API_TIMEOUT,
+        }
+    }
+
+    /// The bound on each API call.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Runs one API call within the timeout; running out of it is a [`kube::Error::Service`]
+    /// wrapping [`tokio::time::error::Elapsed`] ([`FailureKind::Timeout`]).
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, kube::Error> {
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or_else(|elapsed| Err(kube::Error::Service(Box::new(elapsed))))
     }
 
     pub fn config(&self) -> &ActuatorConfig {
@@ -328,14 +353,15 @@ impl Actuator {
             }),
             ..DeleteParams::default()
         };
-        let answer = post_eviction(
-            &self.client,
-            &req.namespace,
-            &req.name,
-            &req.uid,
-            req.grace_period_seconds.max(1),
-        )
-        .await;
+        let answer = self
+            .bounded(post_eviction(
+                &self.client,
+                &req.namespace,
+                &req.name,
+                &req.uid,
+                req.grace_period_seconds.max(1),
+            ))
+            .await;
         match answer {
             Ok(None) => {
                 info!(grace = req.grace_period_seconds, "evicted");
@@ -344,7 +370,7 @@ impl Actuator {
             Ok(Some(Refusal::DisruptionBudget { message })) => {
                 if req.hard && self.cfg.pdb_policy == PdbPolicy::Escalate {
                     warn!(reason = %message, "eviction blocked by a disruption budget under a hard threshold; escalating to delete");
-                    match pods.delete(&req.name, &delete).await {
+                    match self.bounded(pods.delete(&req.name, &delete)).await {
                         Ok(_) => EvictOutcome::Escalated,
                         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
                             EvictOutcome::Gone
@@ -394,8 +420,8 @@ impl Actuator {
         uid: &str,
     ) -> Result<bool, kube::Error> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        Ok(pods
-            .get_opt(name)
+        Ok(self
+            .bounded(pods.get_opt(name))
             .await?
             .is_some_and(|p| p.metadata.uid.as_deref() == Some(uid)))
     }
@@ -478,7 +504,10 @@ impl Actuator {
             ..Event::default()
         };
         let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        if let Err(e) = events.create(&PostParams::default(), &ev).await {
+        if let Err(e) = self
+            .bounded(events.create(&PostParams::default(), &ev))
+            .await
+        {
             warn!(error = %e, reason, "could not record event");
         }
     }
@@ -506,21 +535,20 @@ impl Actuator {
             what,
             source,
         };
-        let node = nodes
-            .get(&self.cfg.node_name)
+        let node = self
+            .bounded(nodes.get(&self.cfg.node_name))
             .await
             .map_err(|e| err("get node", e))?;
         let existing = node.status.and_then(|s| s.conditions).unwrap_or_default();
         let conditions = condition_patch(&existing, updates, Timestamp::now());
-        nodes
-            .patch_status(
-                &self.cfg.node_name,
-                &PatchParams::default(),
-                &Patch::Strategic(json!({ "status": { "conditions": conditions } })),
-            )
-            .await
-            .map(|_| ())
-            .map_err(|e| err("patch conditions", e))
+        self.bounded(nodes.patch_status(
+            &self.cfg.node_name,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({ "status": { "conditions": conditions } })),
+        ))
+        .await
+        .map(|_| ())
+        .map_err(|e| err("patch conditions", e))
     }
 
     /// Adds (`present`) or removes a taint of the agent's own, keyed by `key` and `effect`. Uses the
@@ -539,8 +567,8 @@ impl Actuator {
             source,
         };
         for attempt in 0..5u32 {
-            let node = nodes
-                .get(&self.cfg.node_name)
+            let node = self
+                .bounded(nodes.get(&self.cfg.node_name))
                 .await
                 .map_err(|e| err("get node", e))?;
             let mut taints = node
@@ -566,12 +594,12 @@ impl Actuator {
                 "metadata": { "resourceVersion": node.metadata.resource_version },
                 "spec": { "taints": taints },
             });
-            match nodes
-                .patch(
+            match self
+                .bounded(nodes.patch(
                     &self.cfg.node_name,
                     &PatchParams::default(),
                     &Patch::Merge(patch),
-                )
+                ))
                 .await
             {
                 Ok(_) => {
@@ -611,7 +639,7 @@ impl Actuator {
             }),
             ..DeleteParams::default()
         };
-        match pods.delete(name, &dp).await {
+        match self.bounded(pods.delete(name, &dp)).await {
             Ok(_) => Ok(DeleteOutcome::Deleted),
             // 404: gone; 409: the UID precondition failed, so the pod we meant is gone.
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(DeleteOutcome::Gone),
@@ -632,8 +660,8 @@ impl Actuator {
             what,
             source,
         };
-        let node = nodes
-            .get(&self.cfg.node_name)
+        let node = self
+            .bounded(nodes.get(&self.cfg.node_name))
             .await
             .map_err(|e| err("get node", e))?;
         let before = node
@@ -642,14 +670,13 @@ impl Actuator {
             .and_then(|s| s.unschedulable)
             .unwrap_or(false);
         if before != unschedulable {
-            nodes
-                .patch(
-                    &self.cfg.node_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "spec": { "unschedulable": unschedulable } })),
-                )
-                .await
-                .map_err(|e| err("patch unschedulable", e))?;
+            self.bounded(nodes.patch(
+                &self.cfg.node_name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "unschedulable": unschedulable } })),
+            ))
+            .await
+            .map_err(|e| err("patch unschedulable", e))?;
             info!(unschedulable, "node schedulability updated");
         }
         Ok(before)
@@ -658,26 +685,25 @@ impl Actuator {
     /// Sets (`Some`) or removes (`None`) one annotation on the node, with a single merge patch.
     pub async fn annotate_node(&self, key: &str, value: Option<&str>) -> Result<(), ActuatorError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        nodes
-            .patch(
-                &self.cfg.node_name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "metadata": { "annotations": { key: value } } })),
-            )
-            .await
-            .map(|_| ())
-            .map_err(|source| ActuatorError::Api {
-                node: self.cfg.node_name.clone(),
-                what: "patch annotation",
-                source,
-            })
+        self.bounded(nodes.patch(
+            &self.cfg.node_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": { key: value } } })),
+        ))
+        .await
+        .map(|_| ())
+        .map_err(|source| ActuatorError::Api {
+            node: self.cfg.node_name.clone(),
+            what: "patch annotation",
+            source,
+        })
     }
 
     /// The value of one annotation on the node.
     pub async fn node_annotation(&self, key: &str) -> Result<Option<String>, ActuatorError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let node = nodes
-            .get(&self.cfg.node_name)
+        let node = self
+            .bounded(nodes.get(&self.cfg.node_name))
             .await
             .map_err(|source| ActuatorError::Api {
                 node: self.cfg.node_name.clone(),
@@ -1009,6 +1035,52 @@ mod tests {
             seen[1].starts_with("DELETE /api/v1/namespaces/default/pods/guarded"),
             "{seen:?}"
         );
+    }
+
+    /// Every actuator call ends on its own timeout against an API server that accepts
+    /// connections and never answers, even over a client with no transport timeouts.
+    #[tokio::test]
+    async fn calls_to_a_black_hole_fail_on_the_api_timeout() {
+        let (config, server) = crate::kube::tests::black_hole().await;
+        let actuator = Actuator::new(
+            Client::try_from(config).expect("client"),
+            ActuatorConfig {
+                node_name: "n".into(),
+                pdb_policy: PdbPolicy::Escalate,
+                dry_run: false,
+            },
+        )
+        .with_timeout(Duration::from_secs(1));
+        let hung = Duration::from_secs(120);
+        let outcome = tokio::time::timeout(hung, actuator.evict(&hard_request()))
+            .await
+            .expect("evict must end on its own timeout");
+        assert!(
+            matches!(
+                outcome,
+                EvictOutcome::Failed {
+                    code: None,
+                    kind: FailureKind::Timeout,
+                    ..
+                }
+            ),
+            "{outcome:?}"
+        );
+        let update = NodeConditionUpdate {
+            type_: "NodeMonitorMemoryPressure".into(),
+            status: false,
+            reason: "r".into(),
+            message: "m".into(),
+        };
+        let conditions = tokio::time::timeout(hung, actuator.set_conditions(&[update]))
+            .await
+            .expect("set_conditions must end on its own timeout");
+        assert!(conditions.is_err());
+        let present = tokio::time::timeout(hung, actuator.pod_present("ns", "p", "u"))
+            .await
+            .expect("pod_present must end on its own timeout");
+        assert!(present.is_err());
+        server.abort();
     }
 
     #[test]
