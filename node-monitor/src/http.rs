@@ -17,8 +17,16 @@ use std::{
 };
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
-use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
-use tracing::{error, info};
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    service::TowerToHyperService,
+};
+use tokio::{
+    net::TcpListener,
+    sync::{Semaphore, watch},
+    task::{JoinHandle, JoinSet},
+};
+use tracing::{debug, error, info};
 
 use crate::metrics::Metrics;
 
@@ -128,7 +136,35 @@ struct AppState {
     health: Arc<Health>,
 }
 
-/// Binds and serves until `shutdown` resolves.
+/// What the endpoint allows a client. It is reachable by anything that reaches the node's port,
+/// tenants included: a client cannot hold more than one of `max_connections` slots, nor hold one
+/// for longer than `header_read_timeout` without sending a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Connections served at once; one more is answered 503 and closed at once, never queued.
+    pub max_connections: usize,
+    /// A request's headers must arrive within this, and an idle keep-alive connection is closed
+    /// after it (hyper's `header_read_timeout`): a slowloris client loses its slot.
+    pub header_read_timeout: Duration,
+    /// On stop, open connections finish their request within this, then are closed.
+    pub drain: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 32,
+            header_read_timeout: Duration::from_secs(5),
+            drain: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What a connection over the cap gets before it is closed.
+const OVERLOADED: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+
+/// Binds and serves until `shutdown` resolves, with the default [`ServeLimits`].
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
@@ -137,14 +173,89 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
     info!(addr = %listener.local_addr()?, "serving /metrics, /healthz, /readyz");
+    serve_on(listener, metrics, health, ServeLimits::default(), shutdown).await
+}
+
+/// Serves on a bound listener until `shutdown` resolves, within `limits`.
+pub async fn serve_on(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    limits: ServeLimits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(health_handler))
         .route("/readyz", get(ready_handler))
         .with_state(AppState { metrics, health });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let (drain_tx, drain_rx) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            () = &mut shutdown => break,
+            a = listener.accept() => a,
+        };
+        while connections.try_join_next().is_some() {}
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors and the like: pause rather than spin on the error.
+                debug!(error = %e, "accepting a metrics connection failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Over the cap: nothing is read or kept for it.
+            let _ = stream.try_write(OVERLOADED);
+            debug!(
+                max = limits.max_connections,
+                "metrics connection refused: too many open"
+            );
+            continue;
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let mut drain = drain_rx.clone();
+        connections.spawn(async move {
+            let _slot = slot;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout);
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            let stopping = async move {
+                let _ = drain.wait_for(|d| *d).await;
+            };
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        debug!(error = %e, "metrics connection ended");
+                    }
+                }
+                () = stopping => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    let _ = drain_tx.send(true);
+    let drained = tokio::time::timeout(limits.drain, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        debug!(
+            open = connections.len(),
+            "metrics connections still open after the drain; closed"
+        );
+    }
+    connections.abort_all();
+    Ok(())
 }
 
 /// [`serve`] in a task of its own, until `stop` turns true. A failure to serve is logged: the
@@ -310,6 +421,136 @@ mod tests {
         assert!(healed.starts_with("HTTP/1.1 200"), "{healed}");
         let _ = stop_tx.send(true);
         task.await.expect("server task");
+    }
+
+    /// Serves on a fresh loopback port with `limits`; the address and a stop switch.
+    async fn start(limits: ServeLimits) -> (SocketAddr, watch::Sender<bool>, JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop_tx, mut stop_rx) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            };
+            let health = Arc::new(Health::default());
+            serve_on(listener, Arc::new(Metrics::new()), health, limits, stopped)
+                .await
+                .expect("serve");
+        });
+        (addr, stop_tx, task)
+    }
+
+    /// Liveness bound of the tests below: far above the limits they configure.
+    const HUNG: Duration = Duration::from_secs(60);
+
+    /// Reads until the peer closes; what it sent, or `None` when it reset the connection.
+    async fn read_until_closed(conn: &mut tokio::net::TcpStream) -> Option<String> {
+        use tokio::io::AsyncReadExt as _;
+        let mut out = Vec::new();
+        match conn.read_to_end(&mut out).await {
+            Ok(_) => Some(String::from_utf8_lossy(&out).into_owned()),
+            Err(_) => None,
+        }
+    }
+
+    /// A client that trickles header lines and never ends them loses its connection.
+    #[tokio::test]
+    async fn a_slowloris_connection_is_closed() {
+        use tokio::io::AsyncWriteExt as _;
+        let limits = ServeLimits {
+            header_read_timeout: Duration::from_secs(1),
+            ..ServeLimits::default()
+        };
+        let (addr, stop, task) = start(limits).await;
+        let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .expect("write");
+        let trickle = async {
+            // One header line every 200 ms, for ever, until the server hangs up.
+            for i in 0u64.. {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if conn
+                    .write_all(format!("X-Slow-{i}: 1\r\n").as_bytes())
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+                let mut probe = [0u8; 1];
+                match conn.try_read(&mut probe) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    // Closed, reset, or an error answer: the server gave up on the headers.
+                    _ => break,
+                }
+            }
+        };
+        tokio::time::timeout(HUNG, trickle)
+            .await
+            .expect("the server must give up on headers that never end");
+        tokio::time::timeout(HUNG, read_until_closed(&mut conn))
+            .await
+            .expect("and close the connection");
+        // The endpoint still serves a well-behaved client.
+        let ok = get(addr, "/healthz").await;
+        assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+        let _ = stop.send(true);
+        task.await.expect("server");
+    }
+
+    /// Connections over the cap are refused at once, not queued, and a freed slot is reused.
+    #[tokio::test]
+    async fn connections_over_the_cap_are_refused() {
+        use tokio::io::AsyncWriteExt as _;
+        let limits = ServeLimits {
+            max_connections: 2,
+            header_read_timeout: Duration::from_secs(600),
+            ..ServeLimits::default()
+        };
+        let (addr, stop, task) = start(limits).await;
+        // Two clients hold both slots with headers that never end.
+        let mut holders = Vec::new();
+        for _ in 0..2 {
+            let mut c = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            c.write_all(b"GET /metrics HTTP/1.1\r\n")
+                .await
+                .expect("write");
+            holders.push(c);
+        }
+        // Served in order: once a request on a third connection is answered, both slots are
+        // taken (the accept loop handles connections one at a time).
+        let mut refused = 0;
+        for _ in 0..20 {
+            let mut c = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            let answer = tokio::time::timeout(HUNG, read_until_closed(&mut c))
+                .await
+                .expect("refused at once, never queued");
+            match answer {
+                Some(text) if text.starts_with("HTTP/1.1 503") || text.is_empty() => refused += 1,
+                None => refused += 1,
+                Some(text) => panic!("a connection over the cap was served: {text}"),
+            }
+        }
+        assert_eq!(refused, 20);
+        // A slot freed is a slot for the next client.
+        drop(holders.pop());
+        let served = async {
+            loop {
+                let text = get(addr, "/healthz").await;
+                if text.starts_with("HTTP/1.1 200") {
+                    return text;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(HUNG, served)
+            .await
+            .expect("the freed slot serves again");
+        let _ = stop.send(true);
+        tokio::time::timeout(HUNG, task)
+            .await
+            .expect("stopping is bounded even with a client holding a slot")
+            .expect("server");
     }
 
     #[test]
