@@ -52,7 +52,7 @@ pub struct EvictionLabels {
     pub eviction_signal: String,
     /// `hard` or `soft`: the kind of threshold that drove the eviction.
     pub threshold: String,
-    /// `evicted`, `pdb_blocked`, `escalated`, `dry_run`, `gone`, `failed`.
+    /// `evicted`, `pdb_blocked`, `escalated`, `dry_run`, `gone`, `throttled`, `failed`.
     pub outcome: String,
 }
 
@@ -294,6 +294,7 @@ pub struct Metrics {
     pub threshold_met: Family<ThresholdLabels, Gauge>,
     pub node_condition: Family<ConditionLabels, Gauge>,
     pub evictions: Family<EvictionLabels, Counter>,
+    pub eviction_failures: Family<ReasonLabels, Counter>,
     pub kernel_events: Family<KindLabels, Counter>,
     pub kernel_event_errors: Counter,
     pub ringbuf_drops: Counter,
@@ -344,6 +345,7 @@ impl Metrics {
             threshold_met: Family::default(),
             node_condition: Family::default(),
             evictions: Family::default(),
+            eviction_failures: Family::default(),
             kernel_events: Family::default(),
             kernel_event_errors: Counter::default(),
             ringbuf_drops: Counter::default(),
@@ -407,6 +409,11 @@ impl Metrics {
             "evictions",
             "Eviction attempts by signal, threshold kind and outcome",
             m.evictions.clone(),
+        );
+        reg.add(
+            "eviction_failures",
+            "Evictions that failed or were refused for another reason than a disruption budget, by reason; the pod backs off and the next candidate is considered",
+            m.eviction_failures.clone(),
         );
         reg.add(
             "kernel_events",

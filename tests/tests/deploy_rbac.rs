@@ -420,6 +420,7 @@ async fn manifests_apply_and_grant_least_privilege() {
         EvictOutcome::Failed {
             code: Some(403 | 422),
             reason,
+            ..
         } if reason.contains(OWN_EVICTIONS_ONLY) => {}
         other => panic!("escalating on another node must be denied by the policy, got {other:?}"),
     }
@@ -707,6 +708,7 @@ async fn agent_token_evicts_only_pods_on_its_own_node() {
         EvictOutcome::Failed {
             code: Some(403 | 422),
             reason,
+            ..
         } if reason.contains(own_evictions) => {}
         other => panic!("evicting a pod on node-b must be refused by the policy, got {other:?}"),
     }

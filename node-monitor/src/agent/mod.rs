@@ -28,7 +28,10 @@ use crate::{
     core::{
         clock::Timestamp,
         config::{self, ConfigSource, EvictionConfig, EvictionFlags, PdbPolicy},
-        eviction::{Decision, EvictionState, next_grace_deadline, synchronize},
+        eviction::{
+            DRY_RUN_REPORT_INTERVAL, Decision, EvictionState, MIN_TIMER_INTERVAL, ReportLimiter,
+            next_grace_deadline, next_timer, synchronize,
+        },
         headroom::{Headroom, HeadroomPolicy},
         pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
         signals::Signal,
@@ -166,8 +169,13 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         stop_rx.clone(),
     );
 
-    let client = kube_adapter::client(args.kubeconfig.as_deref()).await?;
-    let (store, reflector) = kube_adapter::pod_reflector(client.clone(), &args.node_name);
+    let api_timeout = config.node_monitor.api_timeout;
+    let clients = kube_adapter::clients(
+        kube_adapter::load_config(args.kubeconfig.as_deref()).await?,
+        api_timeout,
+    )?;
+    let client = clients.api.clone();
+    let (store, reflector) = kube_adapter::pod_reflector(clients.watch.clone(), &args.node_name);
     let reflector_task = tokio::spawn(reflector);
     {
         let (store, health) = (store.clone(), health.clone());
@@ -292,7 +300,8 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
             pdb_policy: config.node_monitor.pdb_policy,
             dry_run: config.node_monitor.dry_run,
         },
-    );
+    )
+    .with_timeout(api_timeout);
     init_metrics(&metrics, &config);
 
     // Adaptive sampling near a threshold; off in polling mode, which is the kubelet's fixed tick.
@@ -314,7 +323,9 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
         published: PublishedConditions::default(),
         retry_at: None,
+        evictions_held_until: None,
         retry_delay: RETRY_INITIAL,
+        dry_run_reports: ReportLimiter::new(DRY_RUN_REPORT_INTERVAL),
         headroom: Headroom::new(),
         headroom_policy,
         next_sample_at: None,
@@ -324,29 +335,39 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         kubepods_reported: None,
     };
     info!("deciding");
+    // From here on /healthz fails when the loop stops making progress.
+    let bound = liveness_bound(&agent.config.node_monitor);
+    health.track_progress(bound);
+    info!(?bound, ?api_timeout, "liveness follows the decision loop");
     // A first pass at once: it arms the memcg thresholds and catches pressure that predates the agent.
     agent.count_wakeup(WakeSource::Housekeeping.label());
-    agent
-        .cycle(
+    let first = Wakeup {
+        source: WakeSource::Housekeeping,
+        at: Instant::now(),
+    };
+    let mut stopping = agent
+        .cycles(
             &mut sampler,
             &mut wakeups,
-            Wakeup {
-                source: WakeSource::Housekeeping,
-                at: Instant::now(),
-            },
+            first,
             WakeSource::Housekeeping.label(),
+            &mut sigterm,
+            &mut sigint,
         )
         .await;
-    loop {
+    while !stopping {
         let now = agent.now();
-        let grace = [
-            next_grace_deadline(&agent.state, &agent.config),
-            agent.backoff.next_expiry(now),
-            agent.retry_at.filter(|t| *t > now),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        // Never in the past: a due timer wakes the loop after MIN_TIMER_INTERVAL, not at once.
+        let grace = next_timer(
+            [
+                next_grace_deadline(&agent.state, &agent.config, now),
+                agent.backoff.next_expiry(now),
+                agent.retry_at.filter(|t| *t > now),
+                agent.evictions_held_until.filter(|t| *t > now),
+            ],
+            now,
+            MIN_TIMER_INTERVAL,
+        )
         .map(|t| agent.instant_of(t));
         let next_sample = agent.next_sample_at.map(|t| agent.instant_of(t));
         let (wakeup, label) = tokio::select! {
@@ -363,22 +384,41 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
             _ = sigterm.recv() => { info!("SIGTERM: stopping"); break; }
             _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
         };
+        agent.health.progress();
         agent.count_wakeup(label);
-        // A PDB refusal makes the next candidate eligible at once: decide again without waiting
-        // for the next wake-up (bounded: each refusal puts one more pod into backoff).
-        let mut wakeup = wakeup;
-        while agent.cycle(&mut sampler, &mut wakeups, wakeup, label).await == CycleEnd::Refused {
-            wakeup = Wakeup {
-                source: wakeup.source,
-                at: Instant::now(),
-            };
-        }
+        stopping = agent
+            .cycles(
+                &mut sampler,
+                &mut wakeups,
+                wakeup,
+                label,
+                &mut sigterm,
+                &mut sigint,
+            )
+            .await;
     }
     let _ = stop_tx.send(true);
     reflector_task.abort();
-    let _ = http_task.await;
+    // The endpoint drains its connections within its own bound; this one only guards the exit.
+    if tokio::time::timeout(HTTP_DRAIN_BOUND, http_task)
+        .await
+        .is_err()
+    {
+        warn!("the metrics endpoint did not stop in time; exiting anyway");
+    }
     info!("stopped");
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// How long the exit waits for the metrics endpoint to stop.
+const HTTP_DRAIN_BOUND: Duration = Duration::from_secs(5);
+
+/// The longest the decision loop may go without progress before `/healthz` fails. The loop
+/// records progress on every wake-up (at least every housekeeping interval), every decision,
+/// every API answer and every cleanup poll; between two of them lie at most a housekeeping
+/// interval and two API calls, each bounded by `apiTimeout`. Twice that, and at least a minute.
+pub fn liveness_bound(s: &crate::core::config::NodeMonitorSettings) -> Duration {
+    (2 * s.housekeeping_interval + 4 * s.api_timeout).max(Duration::from_secs(60))
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {
@@ -427,6 +467,13 @@ fn init_metrics(m: &Metrics, config: &EvictionConfig) {
             });
         }
     }
+    for reason in backoff::failure_labels() {
+        let _ = m
+            .eviction_failures
+            .get_or_create(&crate::metrics::ReasonLabels {
+                reason: reason.to_owned(),
+            });
+    }
     for operation in ["evict", "patch_conditions", "patch_taint"] {
         let _ = m
             .api_errors
@@ -457,7 +504,8 @@ fn init_metrics(m: &Metrics, config: &EvictionConfig) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CycleEnd {
     Done,
-    /// A PDB refused an eviction: the next candidate should be considered now.
+    /// An eviction did not take effect and its pod backs off (a PDB or another refusal, a
+    /// failure, a stale "gone"): the next candidate should be considered now.
     Refused,
 }
 
@@ -478,6 +526,10 @@ struct Loop {
     published: PublishedConditions,
     /// After a failed API call under pressure: decide again then, not at the next tick.
     retry_at: Option<Timestamp>,
+    /// The API server throttled an eviction: no eviction request before this (its Retry-After).
+    evictions_held_until: Option<Timestamp>,
+    /// A dry run decides the same pods on every wake-up: report each once per interval.
+    dry_run_reports: ReportLimiter,
     retry_delay: Duration,
     /// Adaptive sampling: the headroom seen per threshold, and when to look again.
     headroom: Headroom,
@@ -514,6 +566,38 @@ impl Loop {
                 source: label.to_owned(),
             })
             .inc();
+    }
+
+    /// Cycles for one wake-up: a refusal or failure makes the next candidate eligible at once, so
+    /// the loop decides again without waiting for the next wake-up (bounded: each refusal puts
+    /// one more pod into backoff). SIGTERM and SIGINT end it mid-cycle; returns whether one did.
+    async fn cycles(
+        &mut self,
+        sampler: &mut Sampler,
+        wakeups: &mut Wakeups,
+        mut wakeup: Wakeup,
+        label: &'static str,
+        sigterm: &mut tokio::signal::unix::Signal,
+        sigint: &mut tokio::signal::unix::Signal,
+    ) -> bool {
+        loop {
+            let end = tokio::select! {
+                end = self.cycle(sampler, wakeups, wakeup, label) => Some(end),
+                _ = sigterm.recv() => { info!("SIGTERM during a decision: stopping"); None }
+                _ = sigint.recv() => { info!("SIGINT during a decision: stopping"); None }
+            };
+            let Some(end) = end else {
+                return true;
+            };
+            self.health.progress();
+            if end != CycleEnd::Refused {
+                return false;
+            }
+            wakeup = Wakeup {
+                source: wakeup.source,
+                at: Instant::now(),
+            };
+        }
     }
 
     /// One pass: observe, decide, act, wait for cleanup.
@@ -589,6 +673,13 @@ impl Loop {
         // Eviction requests first: the node conditions, the Events and the wait for cleanup
         // follow, so no API round trip of theirs delays an eviction (the kubelet too updates the
         // node status apart from its eviction loop).
+        if let Some(until) = self.evictions_held_until.filter(|t| *t > now)
+            && !decision.evict.is_empty()
+        {
+            debug!(held = decision.evict.len(), resume_in = ?until.saturating_since(now),
+                   "evictions held: the API server throttled the last one");
+            decision.evict.clear();
+        }
         let mut answered = Vec::with_capacity(decision.evict.len());
         for e in &decision.evict {
             let req = EvictionRequest {
@@ -601,11 +692,21 @@ impl Loop {
                 signal: e.signal.as_str().to_owned(),
                 message: e.message.clone(),
             };
-            info!(pod = %format!("{}/{}", e.namespace, e.name), signal = %e.signal, hard = e.hard,
-                  grace = e.grace_period_seconds, wake_source = label,
-                  message = %e.message, "evicting");
+            // A dry run repeats the same decision on every wake-up: its log line, Event and
+            // count are reported once per pod and signal per DRY_RUN_REPORT_INTERVAL.
+            let report = !self.config.node_monitor.dry_run
+                || self.dry_run_reports.allow(&e.uid, e.signal, now);
+            if report {
+                info!(pod = %format!("{}/{}", e.namespace, e.name), signal = %e.signal, hard = e.hard,
+                      grace = e.grace_period_seconds, wake_source = label,
+                      message = %e.message, dry_run = self.config.node_monitor.dry_run, "evicting");
+            }
             let outcome = self.actuator.evict(&req).await;
-            let reaction = wakeup.at.elapsed();
+            self.health.progress();
+            let reaction_time = wakeup.at.elapsed();
+            if !report {
+                continue;
+            }
             self.metrics
                 .evictions
                 .get_or_create(&EvictionLabels {
@@ -615,39 +716,60 @@ impl Loop {
                 })
                 .inc();
             info!(pod = %format!("{}/{}", e.namespace, e.name), outcome = outcome.label(),
-                  reaction_ms = reaction.as_secs_f64() * 1e3, "eviction answered");
-            match &outcome {
-                EvictOutcome::PdbBlocked => {
-                    end = CycleEnd::Refused;
-                    let delay = self.backoff.refused(&req.uid, self.now());
-                    debug!(uid = %req.uid, ?delay, "pod backs off; next candidate considered meanwhile");
-                }
-                EvictOutcome::Failed { reason, .. } => {
-                    self.retry_at = Some(self.now() + self.retry_delay);
-                    self.retry_delay = (self.retry_delay * 2).min(RETRY_MAX);
-                    self.metrics
-                        .api_errors
-                        .get_or_create(&crate::metrics::OperationLabels {
-                            operation: "evict".into(),
-                        })
-                        .inc();
-                    debug!(%reason, "eviction failed; retried on a later cycle");
-                }
-                o if o.took_effect() => {
-                    self.retry_at = None;
-                    self.retry_delay = RETRY_INITIAL;
-                    self.metrics
-                        .detection_to_eviction_seconds
-                        .observe(reaction.as_secs_f64());
-                    self.backoff.forget(&req.uid);
-                }
-                _ => {}
+                  reaction_ms = reaction_time.as_secs_f64() * 1e3, "eviction answered");
+            let reaction = backoff::react(&outcome);
+            if let Some(reason) = reaction.failure {
+                self.metrics
+                    .eviction_failures
+                    .get_or_create(&crate::metrics::ReasonLabels {
+                        reason: reason.to_owned(),
+                    })
+                    .inc();
             }
+            if let EvictOutcome::Failed { .. } = &outcome {
+                self.metrics
+                    .api_errors
+                    .get_or_create(&crate::metrics::OperationLabels {
+                        operation: "evict".into(),
+                    })
+                    .inc();
+            }
+            if reaction.back_off_pod {
+                let delay = self.backoff.refused(&req.uid, self.now());
+                debug!(uid = %req.uid, outcome = outcome.label(), ?delay,
+                       "pod backs off; the next candidate is considered meanwhile");
+            }
+            if reaction.next_candidate_now {
+                end = CycleEnd::Refused;
+            }
+            if reaction.retry_later {
+                self.retry_at = Some(self.now() + self.retry_delay);
+                self.retry_delay = (self.retry_delay * 2).min(RETRY_MAX);
+                debug!(delay = ?self.retry_delay, "API server unavailable; deciding again later");
+            }
+            if let Some(hold) = reaction.hold_evictions {
+                self.evictions_held_until = Some(self.now() + hold);
+            }
+            if reaction.took_effect {
+                self.retry_at = None;
+                self.retry_delay = RETRY_INITIAL;
+                self.metrics
+                    .detection_to_eviction_seconds
+                    .observe(reaction_time.as_secs_f64());
+                self.backoff.forget(&req.uid);
+            }
+            let stop = reaction.retry_later || reaction.hold_evictions.is_some();
             answered.push((req, outcome));
+            if stop {
+                // The rest of this decision would fail the same way.
+                break;
+            }
         }
         self.publish_conditions(&decision).await;
+        self.health.progress();
         for (req, outcome) in &answered {
             self.actuator.record_eviction_events(req, outcome).await;
+            self.health.progress();
         }
         for (req, outcome) in &answered {
             if outcome.took_effect() {
@@ -728,7 +850,8 @@ impl Loop {
         self.blind = blind;
     }
 
-    /// Pods the core may rank: this node's active pods, less those backing off after a PDB refusal.
+    /// Pods the core may rank: this node's active pods, less those backing off after a refused or
+    /// failed eviction.
     fn candidate_pods(&self, now: Timestamp) -> Vec<PodInfo> {
         let mut out = Vec::new();
         for pod in self.store.state() {
@@ -859,7 +982,9 @@ impl Loop {
                 }
             })
             .collect();
-        match self.actuator.set_conditions(&updates).await {
+        let published = self.actuator.set_conditions(&updates).await;
+        self.health.progress();
+        match published {
             Ok(()) => {
                 self.published = PublishedConditions {
                     values: values.clone(),
@@ -881,7 +1006,9 @@ impl Loop {
             for c in NodeConditionType::ALL {
                 let key = format!("{TAINT_PREFIX}{}", taint_suffix(c));
                 let on = values.get(&c).copied().unwrap_or(false);
-                if let Err(e) = self.actuator.set_taint(&key, "", "NoSchedule", on).await {
+                let tainted = self.actuator.set_taint(&key, "", "NoSchedule", on).await;
+                self.health.progress();
+                if let Err(e) = tainted {
                     warn!(error = %e, %key, "could not update taint");
                     self.metrics
                         .api_errors
@@ -900,6 +1027,7 @@ impl Loop {
         let deadline = Instant::now() + self.config.node_monitor.pod_cleanup_timeout;
         let mut api_check = Instant::now();
         loop {
+            self.health.progress();
             let obs = tokio::task::block_in_place(|| sampler.sample(SampleKind::Fast));
             if !obs.pods.contains_key(&req.uid) {
                 info!(pod = %format!("{}/{}", req.namespace, req.name), "evicted pod's processes are gone");

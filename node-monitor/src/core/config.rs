@@ -147,6 +147,10 @@ pub struct NodeMonitorSettings {
     pub pod_cleanup_timeout: Duration,
     /// Also taint the node `NoSchedule` while an agent-owned pressure condition is true.
     pub taint_on_pressure: bool,
+    /// The bound on every Kubernetes API call the agent makes (watches excepted: they have their
+    /// own stall detection).
+    #[serde(serialize_with = "ser_go_duration")]
+    pub api_timeout: Duration,
 }
 
 impl Default for NodeMonitorSettings {
@@ -162,6 +166,7 @@ impl Default for NodeMonitorSettings {
             reclaim_stall_budget: Duration::from_millis(100),
             pod_cleanup_timeout: Duration::from_secs(30),
             taint_on_pressure: false,
+            api_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -973,7 +978,7 @@ fn non_negative_duration(field: &str, value: &str) -> Result<Duration, ConfigErr
 
 /// The keys accepted under `nodeMonitor`; any other key is rejected with this list in the
 /// message. `shutdown` is read by `shutdown::parse_shutdown_config`.
-pub const NODE_MONITOR_KEYS: [&str; 11] = [
+pub const NODE_MONITOR_KEYS: [&str; 12] = [
     "shutdown",
     "maxPodsPerCycle",
     "housekeepingInterval",
@@ -985,6 +990,7 @@ pub const NODE_MONITOR_KEYS: [&str; 11] = [
     "reclaimStallBudget",
     "podCleanupTimeout",
     "taintOnPressure",
+    "apiTimeout",
 ];
 
 fn parse_node_monitor(
@@ -1090,6 +1096,13 @@ fn parse_node_monitor(
                     return Err(invalid(field, &text, "must be positive"));
                 }
                 s.pod_cleanup_timeout = d;
+            }
+            "apiTimeout" => {
+                let (d, text) = duration(field, v)?;
+                if d < Duration::from_millis(100) || d > Duration::from_secs(300) {
+                    return Err(invalid(field, &text, "must be between 100ms and 5m"));
+                }
+                s.api_timeout = d;
             }
             // Not in NODE_MONITOR_KEYS: rejected above.
             _ => {}
@@ -1731,7 +1744,7 @@ evictionMinimumReclaim:
 
     #[test]
     fn node_monitor_settings_parse() {
-        let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n";
+        let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n  apiTimeout: 3s\n";
         let c = load_yaml(yaml, &flags()).expect("settings");
         assert_eq!(
             c.node_monitor,
@@ -1746,6 +1759,7 @@ evictionMinimumReclaim:
                 reclaim_stall_budget: Duration::from_millis(50),
                 pod_cleanup_timeout: Duration::from_secs(60),
                 taint_on_pressure: true,
+                api_timeout: Duration::from_secs(3),
             }
         );
         let json = serde_json::to_value(&c.node_monitor).expect("json");

@@ -20,7 +20,7 @@
 //!   still runs on the node; observation timestamps are not tracked (every sample counts as
 //!   fresh, as the kubelet treats observations without a time).
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use serde::Serialize;
 
@@ -488,9 +488,24 @@ fn bytes(v: u64) -> Quantity {
     Quantity::new(i64::try_from(v).unwrap_or(i64::MAX), Format::BinarySI)
 }
 
-/// When the earliest waiting soft threshold's grace period elapses, for callers that schedule
-/// the next decision; `None` when no soft threshold is being tracked.
-pub fn next_grace_deadline(state: &EvictionState, config: &EvictionConfig) -> Option<Timestamp> {
+/// The shortest delay between a decision and the next one a timer schedules: a timer that is due
+/// (or overdue) wakes the loop this long after `now`, never at once, so no state in which every
+/// timer stays due can make the loop spin.
+pub const MIN_TIMER_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How often a dry run reports the same pod for the same signal (Event and log line): once per
+/// this interval, however often the decision repeats.
+pub const DRY_RUN_REPORT_INTERVAL: Duration = Duration::from_secs(5 * 60);
+
+/// When the earliest soft threshold still waiting for its grace period will have waited it out,
+/// for callers that schedule the next decision; `None` when no soft threshold is waiting. A
+/// threshold whose grace period has elapsed is acting: the regular wake-ups (housekeeping,
+/// headroom, notifications) decide for it, so it never schedules a timer in the past.
+pub fn next_grace_deadline(
+    state: &EvictionState,
+    config: &EvictionConfig,
+    now: Timestamp,
+) -> Option<Timestamp> {
     state
         .first_observed
         .iter()
@@ -498,7 +513,61 @@ pub fn next_grace_deadline(state: &EvictionState, config: &EvictionConfig) -> Op
             let t = config.threshold(*key)?;
             (!t.is_hard()).then(|| *at + t.grace_period)
         })
+        .filter(|deadline| *deadline > now)
         .min()
+}
+
+/// The next timer wake-up: the earliest of `timers`, never sooner than `min_interval` after
+/// `now`. `None` when no timer is set.
+pub fn next_timer(
+    timers: impl IntoIterator<Item = Option<Timestamp>>,
+    now: Timestamp,
+    min_interval: Duration,
+) -> Option<Timestamp> {
+    timers
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|t| t.max(now + min_interval))
+}
+
+/// Limits repeated reports of the same would-be eviction (a dry run decides the same pod on every
+/// wake-up): one per pod and signal per interval. Bounded: entries older than the interval are
+/// dropped by [`ReportLimiter::allow`].
+#[derive(Debug, Clone)]
+pub struct ReportLimiter {
+    interval: Duration,
+    last: BTreeMap<(String, Signal), Timestamp>,
+}
+
+impl ReportLimiter {
+    pub fn new(interval: Duration) -> Self {
+        Self {
+            interval,
+            last: BTreeMap::new(),
+        }
+    }
+
+    /// Whether to report pod `uid` for `signal` at `now`; a `true` counts as the report.
+    pub fn allow(&mut self, uid: &str, signal: Signal, now: Timestamp) -> bool {
+        let interval = self.interval;
+        self.last
+            .retain(|_, at| now.saturating_since(*at) < interval);
+        let key = (uid.to_owned(), signal);
+        if self.last.contains_key(&key) {
+            return false;
+        }
+        self.last.insert(key, now);
+        true
+    }
+
+    pub fn len(&self) -> usize {
+        self.last.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.last.is_empty()
+    }
 }
 
 #[cfg(test)]
@@ -945,9 +1014,97 @@ mod tests {
             "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 2m\n",
         );
         let mut s = EvictionState::new();
-        assert_eq!(next_grace_deadline(&s, &c), None);
+        assert_eq!(next_grace_deadline(&s, &c, at(0)), None);
         synchronize(&mut s, &c, &memory_obs(GI / 2), &[], at(30));
-        assert_eq!(next_grace_deadline(&s, &c), Some(at(150)));
+        assert_eq!(next_grace_deadline(&s, &c, at(30)), Some(at(150)));
+        assert_eq!(next_grace_deadline(&s, &c, at(149)), Some(at(150)));
+    }
+
+    /// Once a soft threshold's grace has passed and nothing can be evicted (only critical pods,
+    /// every candidate backing off, a dry run), the threshold stays tracked: its deadline must not
+    /// come back as a timer in the past, which would wake the loop at once, for ever.
+    #[test]
+    fn an_elapsed_grace_period_schedules_no_timer() {
+        let c = config(
+            "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 2m\n",
+        );
+        let mut critical = pod("etcd", 0, "");
+        critical.critical = true;
+        let mut s = EvictionState::new();
+        // (now, deadline)
+        let steps = [(30, Some(150)), (150, None), (151, None), (3600, None)];
+        for (now, want) in steps {
+            let d = synchronize(
+                &mut s,
+                &c,
+                &memory_obs(GI / 2),
+                &[critical.clone()],
+                at(now),
+            );
+            assert!(d.evict.is_empty(), "t={now}: only a critical pod");
+            assert_eq!(
+                next_grace_deadline(&s, &c, at(now)),
+                want.map(at),
+                "t={now}"
+            );
+        }
+    }
+
+    /// Whatever the timers say, the next wake-up is never sooner than the minimum interval.
+    #[test]
+    fn the_next_timer_is_never_in_the_past() {
+        let min = MIN_TIMER_INTERVAL;
+        let now = at(100);
+        let ms = |m: u64| Timestamp::from_millis(m);
+        // (timers, want)
+        let cases: &[(&[Option<Timestamp>], Option<Timestamp>)] = &[
+            (&[], None),
+            (&[None, None], None),
+            (&[Some(at(50))], Some(now + min)),
+            (&[Some(now)], Some(now + min)),
+            (&[Some(at(50)), Some(at(200))], Some(now + min)),
+            (&[None, Some(at(200)), Some(at(300))], Some(at(200))),
+            (&[Some(ms(100_050))], Some(now + min)),
+            (&[Some(ms(100_150))], Some(ms(100_150))),
+        ];
+        for (timers, want) in cases {
+            let got = next_timer(timers.iter().copied(), now, min);
+            assert_eq!(got, *want, "{timers:?}");
+            assert!(got.is_none_or(|t| t >= now + min), "{timers:?}");
+        }
+    }
+
+    /// A dry run reports the same pod and signal once per interval, whatever the wake-up rate;
+    /// other pods and other signals are reported on their own.
+    #[test]
+    fn dry_run_reports_are_rate_limited_per_pod_and_signal() {
+        let mut l = ReportLimiter::new(Duration::from_secs(300));
+        let ms = Timestamp::from_millis;
+        // (uid, signal, now ms, allowed)
+        let steps = [
+            ("a", Signal::MemoryAvailable, 0, true),
+            ("a", Signal::MemoryAvailable, 100, false),
+            ("a", Signal::MemoryAvailable, 200, false),
+            ("a", Signal::NodeFsAvailable, 200, true),
+            ("b", Signal::MemoryAvailable, 300, true),
+            ("a", Signal::MemoryAvailable, 299_999, false),
+            ("a", Signal::MemoryAvailable, 300_000, true),
+            ("a", Signal::MemoryAvailable, 300_100, false),
+        ];
+        for (uid, signal, now, want) in steps {
+            assert_eq!(
+                l.allow(uid, signal, ms(now)),
+                want,
+                "{uid} {signal} at {now} ms"
+            );
+        }
+        // Ten minutes of 10 Hz decisions for one pod: two reports.
+        let mut l = ReportLimiter::new(Duration::from_secs(300));
+        let reports = (0..6000)
+            .filter(|i| l.allow("a", Signal::MemoryAvailable, ms(i * 100)))
+            .count();
+        assert_eq!(reports, 2);
+        assert_eq!(l.len(), 1, "old entries are dropped");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use k8s_openapi::{
-    api::core::v1::{Event, EventSource, Node, ObjectReference, Pod, Taint},
+    api::core::v1::{Event, EventSource, Node, NodeCondition, ObjectReference, Pod, Taint},
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time},
     jiff::Timestamp,
 };
@@ -43,14 +43,109 @@ pub enum EvictOutcome {
     Evicted,
     /// Dry-run: decided and reported, nothing touched.
     DryRun,
-    /// A PDB blocked it (429) and the policy says respect, or the threshold is soft.
+    /// A PDB blocked it (429 with a `DisruptionBudget` cause) and the policy says respect, or the
+    /// threshold is soft.
     PdbBlocked,
+    /// The API server throttled the request (429 from API Priority and Fairness or the
+    /// max-in-flight filter: no `DisruptionBudget` cause). Never escalated; every eviction waits
+    /// `retry_after` (the server's `Retry-After`, bounded).
+    Throttled { retry_after: Duration },
     /// A PDB blocked it under a hard threshold and the pod was deleted with the planned grace.
     Escalated,
     /// The pod (with this UID) no longer exists.
     Gone,
-    /// Any other API answer; the agent retries on a later cycle.
-    Failed { code: Option<u16>, reason: String },
+    /// Any other API answer, or none: the pod backs off and the next candidate is considered.
+    Failed {
+        code: Option<u16>,
+        kind: FailureKind,
+        reason: String,
+    },
+}
+
+/// Why an eviction request failed, for `node_monitor_eviction_failures_total{reason}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// 403: RBAC, an admission policy or a webhook refused it.
+    Forbidden,
+    /// 422: the request was invalid for this pod.
+    Invalid,
+    /// 500 because more than one PodDisruptionBudget selects the pod (the eviction API refuses
+    /// such pods for ever; only a delete gets rid of them).
+    MultiplePdbs,
+    /// Another 5xx answer from the API server (a failing webhook, etcd trouble).
+    ServerError,
+    /// 502, 503, 504, or no answer at all (connection refused, reset, TLS): the API server is
+    /// unavailable rather than refusing this pod.
+    Unavailable,
+    /// No answer within the API timeout.
+    Timeout,
+    /// Another 4xx answer.
+    ClientError,
+}
+
+impl FailureKind {
+    /// Every kind, for zero-initialised metric series.
+    pub const ALL: [FailureKind; 7] = [
+        Self::Forbidden,
+        Self::Invalid,
+        Self::MultiplePdbs,
+        Self::ServerError,
+        Self::Unavailable,
+        Self::Timeout,
+        Self::ClientError,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Forbidden => "forbidden",
+            Self::Invalid => "invalid",
+            Self::MultiplePdbs => "multiple_pdbs",
+            Self::ServerError => "server_error",
+            Self::Unavailable => "unavailable",
+            Self::Timeout => "timeout",
+            Self::ClientError => "client_error",
+        }
+    }
+
+    /// The API server as a whole, not this pod, is the problem: retrying other pods at once would
+    /// only fail the same way.
+    pub fn api_unavailable(self) -> bool {
+        matches!(self, Self::Unavailable | Self::Timeout)
+    }
+
+    /// The kind of an answered request, from its HTTP code and Status message.
+    pub fn of_status(code: u16, message: &str) -> Self {
+        match code {
+            403 => Self::Forbidden,
+            422 => Self::Invalid,
+            500 if message.contains("more than one PodDisruptionBudget") => Self::MultiplePdbs,
+            502..=504 => Self::Unavailable,
+            500..=599 => Self::ServerError,
+            _ => Self::ClientError,
+        }
+    }
+
+    /// The kind of a failed request: its Status when the API answered, else whether the
+    /// transport timed out.
+    pub fn of_error(e: &kube::Error) -> (Option<u16>, Self) {
+        if let kube::Error::Api(s) = e {
+            return (Some(s.code), Self::of_status(s.code, &s.message));
+        }
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(err) = cur {
+            if let Some(io) = err.downcast_ref::<std::io::Error>()
+                && io.kind() == std::io::ErrorKind::TimedOut
+            {
+                return (None, Self::Timeout);
+            }
+            if err.is::<tokio::time::error::Elapsed>() {
+                return (None, Self::Timeout);
+            }
+            cur = err.source();
+        }
+        (None, Self::Unavailable)
+    }
 }
 
 impl EvictOutcome {
@@ -60,6 +155,7 @@ impl EvictOutcome {
             Self::Evicted => "evicted",
             Self::DryRun => "dry_run",
             Self::PdbBlocked => "pdb_blocked",
+            Self::Throttled { .. } => "throttled",
             Self::Escalated => "escalated",
             Self::Gone => "gone",
             Self::Failed { .. } => "failed",
@@ -69,6 +165,74 @@ impl EvictOutcome {
     /// The eviction took effect (the pod will terminate).
     pub fn took_effect(&self) -> bool {
         matches!(self, Self::Evicted | Self::Escalated)
+    }
+}
+
+/// The cause type the eviction API puts on a refusal by a PodDisruptionBudget
+/// (`policyv1.DisruptionBudgetCause`, k8s.io/kubernetes pkg/registry/core/pod/storage/eviction.go).
+pub const DISRUPTION_BUDGET_CAUSE: &str = "DisruptionBudget";
+/// Bounds on a throttled eviction path's wait: a `Retry-After` outside them is clamped, none means
+/// the shortest.
+pub const RETRY_AFTER_MIN: Duration = Duration::from_secs(1);
+pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(30);
+
+/// What an eviction answer other than success means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A PodDisruptionBudget refused it: 429 whose Status carries a `DisruptionBudget` cause.
+    DisruptionBudget { message: String },
+    /// The server throttled the request: 429 without that cause (API Priority and Fairness,
+    /// max-in-flight), with its `Retry-After` bounded to [`RETRY_AFTER_MIN`]..[`RETRY_AFTER_MAX`].
+    Throttled { retry_after: Duration },
+    /// 404, or 409 (the UID precondition failed): the pod meant is gone.
+    Gone,
+    /// Anything else.
+    Failed {
+        code: u16,
+        kind: FailureKind,
+        message: String,
+    },
+}
+
+/// Classifies a non-2xx answer to an eviction: the HTTP code, the `Retry-After` header and the
+/// body (a `Status` from the registry; plain text from the APF and max-in-flight filters). Only a
+/// 429 whose Status names a `DisruptionBudget` cause is a PDB: a throttled request is never
+/// mistaken for one, so it is never escalated to a delete.
+pub fn classify_refusal(code: u16, retry_after: Option<&str>, body: &[u8]) -> Refusal {
+    let status: Option<kube::core::Status> = serde_json::from_slice(body).ok();
+    let message = status.as_ref().map_or_else(
+        || String::from_utf8_lossy(body).trim().to_owned(),
+        |s| s.message.clone(),
+    );
+    match code {
+        429 => {
+            let pdb = status.as_ref().is_some_and(|s| {
+                s.details
+                    .as_ref()
+                    .is_some_and(|d| d.causes.iter().any(|c| c.reason == DISRUPTION_BUDGET_CAUSE))
+            });
+            if pdb {
+                return Refusal::DisruptionBudget { message };
+            }
+            let header = retry_after.and_then(|v| v.trim().parse::<u64>().ok());
+            let details = status
+                .as_ref()
+                .and_then(|s| s.details.as_ref())
+                .map(|d| u64::from(d.retry_after_seconds))
+                .filter(|s| *s > 0);
+            let secs = header
+                .or(details)
+                .map_or(RETRY_AFTER_MIN, Duration::from_secs);
+            Refusal::Throttled {
+                retry_after: secs.clamp(RETRY_AFTER_MIN, RETRY_AFTER_MAX),
+            }
+        }
+        404 | 409 => Refusal::Gone,
+        _ => Refusal::Failed {
+            code,
+            kind: FailureKind::of_status(code, &message),
+            message,
+        },
     }
 }
 
@@ -129,16 +293,41 @@ pub enum DeleteOutcome {
     Gone,
 }
 
-/// Executes actions through the API.
+/// Executes actions through the API. Every call is bounded by the API timeout
+/// ([`super::DEFAULT_API_TIMEOUT`] unless [`Actuator::with_timeout`] says otherwise): a black-holed
+/// API server fails the call instead of wedging the caller.
 #[derive(Clone)]
 pub struct Actuator {
     client: Client,
     cfg: ActuatorConfig,
+    timeout: Duration,
 }
 
 impl Actuator {
     pub fn new(client: Client, cfg: ActuatorConfig) -> Self {
-        Self { client, cfg }
+        Self {
+            client,
+            cfg,
+            timeout: super::DEFAULT_API_TIMEOUT,
+        }
+    }
+
+    /// The bound on each API call.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Runs one API call within the timeout; running out of it is a [`kube::Error::Service`]
+    /// wrapping [`tokio::time::error::Elapsed`] ([`FailureKind::Timeout`]).
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, kube::Error> {
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or_else(|elapsed| Err(kube::Error::Service(Box::new(elapsed))))
     }
 
     pub fn config(&self) -> &ActuatorConfig {
@@ -146,12 +335,13 @@ impl Actuator {
     }
 
     /// Evicts through policy/v1 `pods/eviction` with the planned grace period and a UID
-    /// precondition (a re-created pod with the same name is never hit). On 429 (a PDB blocks),
-    /// escalates to a plain delete only when the threshold is hard and the policy says so.
+    /// precondition (a re-created pod with the same name is never hit). When a PDB refuses it
+    /// ([`classify_refusal`]), escalates to a plain delete only when the threshold is hard and the
+    /// policy says so; a throttled request is never escalated.
     #[tracing::instrument(skip(self, req), fields(pod = %format!("{}/{}", req.namespace, req.name), signal = %req.signal))]
     pub async fn evict(&self, req: &EvictionRequest) -> EvictOutcome {
         if self.cfg.dry_run {
-            info!(grace = req.grace_period_seconds, message = %req.message, "dry-run: would evict");
+            debug!(grace = req.grace_period_seconds, message = %req.message, "dry-run: would evict");
             return EvictOutcome::DryRun;
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &req.namespace);
@@ -163,29 +353,61 @@ impl Actuator {
             }),
             ..DeleteParams::default()
         };
-        match evict_with_options(&pods, &req.name, &req.uid, req.grace_period_seconds.max(1)).await
-        {
-            Ok(_) => {
+        let answer = self
+            .bounded(post_eviction(
+                &self.client,
+                &req.namespace,
+                &req.name,
+                &req.uid,
+                req.grace_period_seconds.max(1),
+            ))
+            .await;
+        match answer {
+            Ok(None) => {
                 info!(grace = req.grace_period_seconds, "evicted");
                 EvictOutcome::Evicted
             }
-            Err(kube::Error::Api(s)) if s.code == 429 => {
+            Ok(Some(Refusal::DisruptionBudget { message })) => {
                 if req.hard && self.cfg.pdb_policy == PdbPolicy::Escalate {
-                    warn!(reason = %s.message, "eviction blocked by a disruption budget under a hard threshold; escalating to delete");
-                    match pods.delete(&req.name, &delete).await {
+                    warn!(reason = %message, "eviction blocked by a disruption budget under a hard threshold; escalating to delete");
+                    match self.bounded(pods.delete(&req.name, &delete)).await {
                         Ok(_) => EvictOutcome::Escalated,
                         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
                             EvictOutcome::Gone
                         }
+                        Err(kube::Error::Api(s)) if s.code == 429 => {
+                            warn!(reason = %s.message, "the escalated delete was throttled");
+                            EvictOutcome::Throttled {
+                                retry_after: RETRY_AFTER_MIN,
+                            }
+                        }
                         Err(e) => failed(e),
                     }
                 } else {
-                    info!(reason = %s.message, "eviction blocked by a disruption budget");
+                    info!(reason = %message, "eviction blocked by a disruption budget");
                     EvictOutcome::PdbBlocked
                 }
             }
-            // 404: gone; 409: the UID precondition failed, so the pod we meant is gone.
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => EvictOutcome::Gone,
+            Ok(Some(Refusal::Throttled { retry_after })) => {
+                warn!(
+                    ?retry_after,
+                    "eviction throttled by the API server (no disruption budget involved); every eviction waits"
+                );
+                EvictOutcome::Throttled { retry_after }
+            }
+            Ok(Some(Refusal::Gone)) => EvictOutcome::Gone,
+            Ok(Some(Refusal::Failed {
+                code,
+                kind,
+                message,
+            })) => {
+                warn!(code, kind = kind.label(), %message, "eviction refused");
+                EvictOutcome::Failed {
+                    code: Some(code),
+                    kind,
+                    reason: message,
+                }
+            }
             Err(e) => failed(e),
         }
     }
@@ -198,8 +420,8 @@ impl Actuator {
         uid: &str,
     ) -> Result<bool, kube::Error> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        Ok(pods
-            .get_opt(name)
+        Ok(self
+            .bounded(pods.get_opt(name))
             .await?
             .is_some_and(|p| p.metadata.uid.as_deref() == Some(uid)))
     }
@@ -211,7 +433,9 @@ impl Actuator {
             EvictOutcome::Evicted | EvictOutcome::Escalated => ("Evicted", ""),
             EvictOutcome::DryRun => ("EvictionDryRun", "dry-run, not evicted: "),
             EvictOutcome::PdbBlocked => ("EvictionBlocked", "blocked by a PodDisruptionBudget: "),
-            EvictOutcome::Gone | EvictOutcome::Failed { .. } => return,
+            EvictOutcome::Gone | EvictOutcome::Failed { .. } | EvictOutcome::Throttled { .. } => {
+                return;
+            }
         };
         let message = format!("{prefix}{}", req.message);
         let pod_ref = ObjectReference {
@@ -280,13 +504,18 @@ impl Actuator {
             ..Event::default()
         };
         let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        if let Err(e) = events.create(&PostParams::default(), &ev).await {
+        if let Err(e) = self
+            .bounded(events.create(&PostParams::default(), &ev))
+            .await
+        {
             warn!(error = %e, reason, "could not record event");
         }
     }
 
     /// Sets agent-owned conditions on the node's status. A strategic merge patch keyed by `type`
-    /// touches only these entries, so the kubelet's conditions are never rewritten.
+    /// touches only these entries, so the kubelet's conditions are never rewritten. Reads the node
+    /// first: `lastTransitionTime` moves only when a condition's status changes
+    /// ([`condition_patch`]), as the kubelet's own conditions do.
     pub async fn set_conditions(
         &self,
         updates: &[NodeConditionUpdate],
@@ -300,34 +529,26 @@ impl Actuator {
         if updates.is_empty() {
             return Ok(());
         }
-        let now = Timestamp::now();
-        let conditions: Vec<_> = updates
-            .iter()
-            .map(|u| {
-                json!({
-                    "type": u.type_,
-                    "status": if u.status { "True" } else { "False" },
-                    "reason": u.reason,
-                    "message": u.message,
-                    "lastHeartbeatTime": Time(now),
-                    "lastTransitionTime": Time(now),
-                })
-            })
-            .collect();
         let nodes: Api<Node> = Api::all(self.client.clone());
-        nodes
-            .patch_status(
-                &self.cfg.node_name,
-                &PatchParams::default(),
-                &Patch::Strategic(json!({ "status": { "conditions": conditions } })),
-            )
+        let err = |what, source| ActuatorError::Api {
+            node: self.cfg.node_name.clone(),
+            what,
+            source,
+        };
+        let node = self
+            .bounded(nodes.get(&self.cfg.node_name))
             .await
-            .map(|_| ())
-            .map_err(|source| ActuatorError::Api {
-                node: self.cfg.node_name.clone(),
-                what: "patch conditions",
-                source,
-            })
+            .map_err(|e| err("get node", e))?;
+        let existing = node.status.and_then(|s| s.conditions).unwrap_or_default();
+        let conditions = condition_patch(&existing, updates, Timestamp::now());
+        self.bounded(nodes.patch_status(
+            &self.cfg.node_name,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({ "status": { "conditions": conditions } })),
+        ))
+        .await
+        .map(|_| ())
+        .map_err(|e| err("patch conditions", e))
     }
 
     /// Adds (`present`) or removes a taint of the agent's own, keyed by `key` and `effect`. Uses the
@@ -346,8 +567,8 @@ impl Actuator {
             source,
         };
         for attempt in 0..5u32 {
-            let node = nodes
-                .get(&self.cfg.node_name)
+            let node = self
+                .bounded(nodes.get(&self.cfg.node_name))
                 .await
                 .map_err(|e| err("get node", e))?;
             let mut taints = node
@@ -373,12 +594,12 @@ impl Actuator {
                 "metadata": { "resourceVersion": node.metadata.resource_version },
                 "spec": { "taints": taints },
             });
-            match nodes
-                .patch(
+            match self
+                .bounded(nodes.patch(
                     &self.cfg.node_name,
                     &PatchParams::default(),
                     &Patch::Merge(patch),
-                )
+                ))
                 .await
             {
                 Ok(_) => {
@@ -418,7 +639,7 @@ impl Actuator {
             }),
             ..DeleteParams::default()
         };
-        match pods.delete(name, &dp).await {
+        match self.bounded(pods.delete(name, &dp)).await {
             Ok(_) => Ok(DeleteOutcome::Deleted),
             // 404: gone; 409: the UID precondition failed, so the pod we meant is gone.
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(DeleteOutcome::Gone),
@@ -439,8 +660,8 @@ impl Actuator {
             what,
             source,
         };
-        let node = nodes
-            .get(&self.cfg.node_name)
+        let node = self
+            .bounded(nodes.get(&self.cfg.node_name))
             .await
             .map_err(|e| err("get node", e))?;
         let before = node
@@ -449,14 +670,13 @@ impl Actuator {
             .and_then(|s| s.unschedulable)
             .unwrap_or(false);
         if before != unschedulable {
-            nodes
-                .patch(
-                    &self.cfg.node_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "spec": { "unschedulable": unschedulable } })),
-                )
-                .await
-                .map_err(|e| err("patch unschedulable", e))?;
+            self.bounded(nodes.patch(
+                &self.cfg.node_name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "unschedulable": unschedulable } })),
+            ))
+            .await
+            .map_err(|e| err("patch unschedulable", e))?;
             info!(unschedulable, "node schedulability updated");
         }
         Ok(before)
@@ -465,26 +685,25 @@ impl Actuator {
     /// Sets (`Some`) or removes (`None`) one annotation on the node, with a single merge patch.
     pub async fn annotate_node(&self, key: &str, value: Option<&str>) -> Result<(), ActuatorError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        nodes
-            .patch(
-                &self.cfg.node_name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "metadata": { "annotations": { key: value } } })),
-            )
-            .await
-            .map(|_| ())
-            .map_err(|source| ActuatorError::Api {
-                node: self.cfg.node_name.clone(),
-                what: "patch annotation",
-                source,
-            })
+        self.bounded(nodes.patch(
+            &self.cfg.node_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": { key: value } } })),
+        ))
+        .await
+        .map(|_| ())
+        .map_err(|source| ActuatorError::Api {
+            node: self.cfg.node_name.clone(),
+            what: "patch annotation",
+            source,
+        })
     }
 
     /// The value of one annotation on the node.
     pub async fn node_annotation(&self, key: &str) -> Result<Option<String>, ActuatorError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let node = nodes
-            .get(&self.cfg.node_name)
+        let node = self
+            .bounded(nodes.get(&self.cfg.node_name))
             .await
             .map_err(|source| ActuatorError::Api {
                 node: self.cfg.node_name.clone(),
@@ -513,19 +732,47 @@ impl Actuator {
     }
 }
 
+/// The `status.conditions` entries to patch for `updates`: `lastHeartbeatTime` is `now`;
+/// `lastTransitionTime` is kept from the node's current condition of the same type when the status
+/// does not change (the kubelet's `setNodeStatus` does the same), and `now` when it does or the
+/// condition is new.
+pub fn condition_patch(
+    existing: &[NodeCondition],
+    updates: &[NodeConditionUpdate],
+    now: Timestamp,
+) -> Vec<serde_json::Value> {
+    updates
+        .iter()
+        .map(|u| {
+            let status = if u.status { "True" } else { "False" };
+            let transition = existing
+                .iter()
+                .find(|c| c.type_ == u.type_ && c.status == status)
+                .and_then(|c| c.last_transition_time.clone())
+                .unwrap_or(Time(now));
+            json!({
+                "type": u.type_,
+                "status": status,
+                "reason": u.reason,
+                "message": u.message,
+                "lastHeartbeatTime": Time(now),
+                "lastTransitionTime": transition,
+            })
+        })
+        .collect()
+}
+
 fn conflict_status() -> kube::core::Status {
     kube::core::Status::failure("node kept changing during the taint update", "Conflict")
         .with_code(409)
 }
 
 fn failed(e: kube::Error) -> EvictOutcome {
-    let code = match &e {
-        kube::Error::Api(s) => Some(s.code),
-        _ => None,
-    };
-    warn!(error = %e, "eviction request failed");
+    let (code, kind) = FailureKind::of_error(&e);
+    warn!(error = %e, kind = kind.label(), "eviction request failed");
     EvictOutcome::Failed {
         code,
+        kind,
         reason: e.to_string(),
     }
 }
@@ -543,6 +790,35 @@ pub async fn evict_with_options(
     let body = eviction_body(pods_namespace(pods), name, uid, grace_period_seconds);
     pods.create_subresource("eviction", name, &PostParams::default(), &body)
         .await
+}
+
+/// `POST pods/<name>/eviction` as [`evict_with_options`] does, keeping what kube's typed calls
+/// drop: the `Retry-After` header. `Ok(None)`: accepted; `Ok(Some(_))`: refused, classified.
+async fn post_eviction(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    grace_period_seconds: u32,
+) -> Result<Option<Refusal>, kube::Error> {
+    use kube::Resource as _;
+    let body = eviction_body(Some(namespace.to_owned()), name, uid, grace_period_seconds);
+    let data = serde_json::to_vec(&body).map_err(kube::Error::SerdeError)?;
+    let request = kube::core::Request::new(Pod::url_path(&(), Some(namespace)))
+        .create_subresource("eviction", name, &PostParams::default(), data)
+        .map_err(kube::Error::BuildRequest)?;
+    let response = client.send(request.map(kube::client::Body::from)).await?;
+    let code = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let bytes = response.into_body().collect_bytes().await?;
+    if (200..300).contains(&code) {
+        return Ok(None);
+    }
+    Ok(Some(classify_refusal(code, retry_after.as_deref(), &bytes)))
 }
 
 fn pods_namespace(pods: &Api<Pod>) -> Option<String> {
@@ -577,6 +853,320 @@ pub fn eviction_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The eviction registry's PDB refusal, as k8s.io/kubernetes
+    /// pkg/registry/core/pod/storage/eviction.go (`checkAndDecrement`) writes it.
+    const PDB_429: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+        "message":"Cannot evict pod as it would violate the pod's disruption budget.",
+        "reason":"TooManyRequests","details":{"causes":[{"reason":"DisruptionBudget",
+        "message":"The disruption budget guarded needs 2 healthy pods and has 2 currently"}]},
+        "code":429}"#;
+    /// The same refusal while the budget's status lags its spec (`createTooManyRequestsError`):
+    /// the server suggests 10 s, and it is still a PDB.
+    const PDB_429_PROCESSING: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},
+        "status":"Failure","message":"Cannot evict pod as it would violate the pod's disruption budget.",
+        "reason":"TooManyRequests","details":{"causes":[{"reason":"DisruptionBudget",
+        "message":"The disruption budget guarded is still being processed by the server."}],
+        "retryAfterSeconds":10},"code":429}"#;
+    /// API Priority and Fairness (and max-in-flight) rejecting a request: plain text and a
+    /// Retry-After header (k8s.io/apiserver pkg/server/filters, `tooManyRequests`).
+    const APF_429: &str = "Too many requests, please try again later.\n";
+    /// A throttling Status without a cause (what a proxy or an older filter may send).
+    const THROTTLE_STATUS: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},
+        "status":"Failure","message":"Too many requests, please try again later.",
+        "reason":"TooManyRequests","details":{"retryAfterSeconds":4},"code":429}"#;
+    const TWO_PDBS_500: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},
+        "status":"Failure","message":"This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+        "code":500}"#;
+
+    #[test]
+    fn a_pdb_refusal_is_told_apart_from_throttling() {
+        let secs = Duration::from_secs;
+        let pdb = |r: &Refusal| matches!(r, Refusal::DisruptionBudget { .. });
+        // (code, Retry-After, body, throttled for, PDB)
+        type Case = (
+            u16,
+            Option<&'static str>,
+            &'static str,
+            Option<Duration>,
+            bool,
+        );
+        let cases: &[Case] = &[
+            (429, None, PDB_429, None, true),
+            (429, Some("10"), PDB_429_PROCESSING, None, true),
+            (429, Some("3"), APF_429, Some(secs(3)), false),
+            (429, None, APF_429, Some(RETRY_AFTER_MIN), false),
+            (429, Some("0"), APF_429, Some(RETRY_AFTER_MIN), false),
+            (429, Some("3600"), APF_429, Some(RETRY_AFTER_MAX), false),
+            (429, Some("soon"), APF_429, Some(RETRY_AFTER_MIN), false),
+            (429, None, THROTTLE_STATUS, Some(secs(4)), false),
+            (429, Some("2"), THROTTLE_STATUS, Some(secs(2)), false),
+        ];
+        for (code, retry_after, body, throttled, is_pdb) in cases {
+            let r = classify_refusal(*code, *retry_after, body.as_bytes());
+            assert_eq!(pdb(&r), *is_pdb, "{retry_after:?} {body}: {r:?}");
+            let got = match r {
+                Refusal::Throttled { retry_after } => Some(retry_after),
+                _ => None,
+            };
+            assert_eq!(got, *throttled, "{retry_after:?} {body}");
+        }
+    }
+
+    /// One recorded request of the fake API server: method and path.
+    type Seen = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+    /// A fake API server on loopback answering every request with `response`; records what it
+    /// was asked.
+    async fn fake_api(response: String) -> (Client, Seen) {
+        let response: std::sync::Arc<str> = response.into();
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let seen: Seen = Seen::default();
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let log = log.clone();
+                let response = response.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        let Ok(n) = conn.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&buf).to_string();
+                        let Some(head_end) = text.find("\r\n\r\n") else {
+                            continue;
+                        };
+                        let length = text[..head_end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if buf.len() < head_end + 4 + length {
+                            continue;
+                        }
+                        let line = text.lines().next().unwrap_or_default().to_owned();
+                        log.lock().expect("log").push(line);
+                        buf.drain(..head_end + 4 + length);
+                        if conn.write_all(response.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let mut config = kube::Config::new(format!("http://{addr}").parse().expect("url"));
+        config.default_retry = false;
+        (Client::try_from(config).expect("client"), seen)
+    }
+
+    /// An HTTP/1.1 response with `status`, extra header lines and `body`.
+    fn answer(status: &str, headers: &str, body: &str) -> String {
+        format!(
+            "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    fn hard_request() -> EvictionRequest {
+        EvictionRequest {
+            namespace: "default".into(),
+            name: "guarded".into(),
+            uid: "uid-1".into(),
+            grace_period_seconds: 1,
+            hard: true,
+            signal: "memory.available".into(),
+            message: "test".into(),
+        }
+    }
+
+    /// API Priority and Fairness answers 429 with Retry-After and no DisruptionBudget cause: under
+    /// `pdbPolicy: escalate` and a hard threshold the agent still never deletes the pod.
+    #[tokio::test]
+    async fn throttling_is_never_escalated_to_a_delete() {
+        let (client, seen) = fake_api(answer(
+            "429 Too Many Requests",
+            "Retry-After: 2\r\nContent-Type: text/plain; charset=utf-8\r\n",
+            APF_429,
+        ))
+        .await;
+        let actuator = Actuator::new(
+            client,
+            ActuatorConfig {
+                node_name: "n".into(),
+                pdb_policy: PdbPolicy::Escalate,
+                dry_run: false,
+            },
+        );
+        assert_eq!(
+            actuator.evict(&hard_request()).await,
+            EvictOutcome::Throttled {
+                retry_after: Duration::from_secs(2)
+            }
+        );
+        let seen = seen.lock().expect("log").clone();
+        assert_eq!(
+            seen,
+            ["POST /api/v1/namespaces/default/pods/guarded/eviction? HTTP/1.1"],
+            "one eviction request, no delete"
+        );
+    }
+
+    /// The same policy with a real PDB refusal does escalate: the discrimination is by cause.
+    #[tokio::test]
+    async fn a_pdb_refusal_is_escalated_under_a_hard_threshold() {
+        let (client, seen) = fake_api(answer(
+            "429 Too Many Requests",
+            "Content-Type: application/json\r\n",
+            PDB_429,
+        ))
+        .await;
+        let actuator = Actuator::new(
+            client,
+            ActuatorConfig {
+                node_name: "n".into(),
+                pdb_policy: PdbPolicy::Escalate,
+                dry_run: false,
+            },
+        );
+        // The fake answers the delete with the same 429: what matters is that it was sent.
+        let _ = actuator.evict(&hard_request()).await;
+        let seen = seen.lock().expect("log").clone();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(
+            seen[1].starts_with("DELETE /api/v1/namespaces/default/pods/guarded"),
+            "{seen:?}"
+        );
+    }
+
+    /// Every actuator call ends on its own timeout against an API server that accepts
+    /// connections and never answers, even over a client with no transport timeouts.
+    #[tokio::test]
+    async fn calls_to_a_black_hole_fail_on_the_api_timeout() {
+        let (config, server) = crate::kube::tests::black_hole().await;
+        let actuator = Actuator::new(
+            Client::try_from(config).expect("client"),
+            ActuatorConfig {
+                node_name: "n".into(),
+                pdb_policy: PdbPolicy::Escalate,
+                dry_run: false,
+            },
+        )
+        .with_timeout(Duration::from_secs(1));
+        let hung = Duration::from_secs(120);
+        let outcome = tokio::time::timeout(hung, actuator.evict(&hard_request()))
+            .await
+            .expect("evict must end on its own timeout");
+        assert!(
+            matches!(
+                outcome,
+                EvictOutcome::Failed {
+                    code: None,
+                    kind: FailureKind::Timeout,
+                    ..
+                }
+            ),
+            "{outcome:?}"
+        );
+        let update = NodeConditionUpdate {
+            type_: "NodeMonitorMemoryPressure".into(),
+            status: false,
+            reason: "r".into(),
+            message: "m".into(),
+        };
+        let conditions = tokio::time::timeout(hung, actuator.set_conditions(&[update]))
+            .await
+            .expect("set_conditions must end on its own timeout");
+        assert!(conditions.is_err());
+        let present = tokio::time::timeout(hung, actuator.pod_present("ns", "p", "u"))
+            .await
+            .expect("pod_present must end on its own timeout");
+        assert!(present.is_err());
+        server.abort();
+    }
+
+    #[test]
+    fn other_refusals() {
+        assert_eq!(classify_refusal(404, None, b"{}"), Refusal::Gone);
+        assert_eq!(classify_refusal(409, None, b"{}"), Refusal::Gone);
+        match classify_refusal(500, None, TWO_PDBS_500.as_bytes()) {
+            Refusal::Failed {
+                code: 500,
+                kind: FailureKind::MultiplePdbs,
+                message,
+            } => assert!(message.contains("more than one"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            classify_refusal(403, None, b"forbidden by webhook"),
+            Refusal::Failed {
+                kind: FailureKind::Forbidden,
+                ..
+            }
+        ));
+    }
+
+    /// lastTransitionTime moves only with the status; the heartbeat always moves.
+    #[test]
+    fn condition_transition_time_is_kept_while_the_status_holds() {
+        let t = |secs: i64| Timestamp::from_second(secs).expect("time");
+        let existing = |status: &str, since: i64| NodeCondition {
+            type_: "NodeMonitorMemoryPressure".into(),
+            status: status.into(),
+            last_transition_time: Some(Time(t(since))),
+            last_heartbeat_time: Some(Time(t(since))),
+            ..NodeCondition::default()
+        };
+        let update = |status: bool| NodeConditionUpdate {
+            type_: "NodeMonitorMemoryPressure".into(),
+            status,
+            reason: "r".into(),
+            message: "m".into(),
+        };
+        let other = NodeCondition {
+            type_: "NodeMonitorDiskPressure".into(),
+            status: "False".into(),
+            last_transition_time: Some(Time(t(5))),
+            ..NodeCondition::default()
+        };
+        // (current condition, new status, want lastTransitionTime)
+        let cases = [
+            (None, false, 1000),
+            (Some(existing("False", 100)), false, 100),
+            (Some(existing("True", 100)), true, 100),
+            (Some(existing("False", 100)), true, 1000),
+            (Some(existing("True", 100)), false, 1000),
+            (Some(existing("Unknown", 100)), false, 1000),
+        ];
+        for (current, status, want) in cases {
+            let mut conditions = vec![other.clone()];
+            conditions.extend(current.clone());
+            let patch = condition_patch(&conditions, &[update(status)], t(1000));
+            assert_eq!(patch.len(), 1);
+            assert_eq!(
+                patch[0]["lastTransitionTime"],
+                serde_json::to_value(Time(t(want))).expect("json"),
+                "{current:?} -> {status}"
+            );
+            assert_eq!(
+                patch[0]["lastHeartbeatTime"],
+                serde_json::to_value(Time(t(1000))).expect("json")
+            );
+            assert_eq!(patch[0]["status"], if status { "True" } else { "False" });
+        }
+    }
 
     #[test]
     fn eviction_body_carries_grace_and_uid_under_delete_options() {

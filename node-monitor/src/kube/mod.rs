@@ -2,7 +2,7 @@
 //! [`actuator::Actuator`] that carries out decisions.
 pub mod actuator;
 
-use std::path::Path;
+use std::{path::Path, time::Duration};
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
@@ -28,9 +28,19 @@ pub enum ClientError {
     Build(#[source] kube::Error),
 }
 
-/// A client from `--kubeconfig` when given, else the in-cluster config or `$KUBECONFIG`.
-pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
-    let config = match kubeconfig {
+/// The default bound on one API call (`nodeMonitor.apiTimeout`).
+pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(10);
+/// Watches ask the server to end them after this long (`timeoutSeconds`); a healthy server then
+/// closes the stream, so a longer silence means a stalled one.
+pub const WATCH_TIMEOUT_SECS: u32 = 60;
+/// Silence on a watch connection beyond the watch timeout before it counts as stalled and the
+/// watcher reconnects.
+pub const WATCH_STALL_MARGIN: Duration = Duration::from_secs(15);
+
+/// The client configuration from `--kubeconfig` when given, else the in-cluster config or
+/// `$KUBECONFIG`, with kube's built-in retry off.
+pub async fn load_config(kubeconfig: Option<&Path>) -> Result<Config, ClientError> {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig {
                 path: path.display().to_string(),
@@ -48,14 +58,58 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
     // The client's built-in retry resends a 429 up to 15 times, honouring Retry-After: minutes in
     // which a PDB-blocked eviction would hold the loop. The agent handles 429s itself (backoff and
     // the next candidate) and retries other failures on its next cycle.
-    let mut config = config;
     config.default_retry = false;
+    Ok(config)
+}
+
+/// A client from `--kubeconfig` when given, else the in-cluster config or `$KUBECONFIG`, with
+/// kube's default transport timeouts.
+pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
+    Client::try_from(load_config(kubeconfig).await?).map_err(ClientError::Build)
+}
+
+/// The agent's clients: one for plain API calls, every one of them bounded by `api_timeout`, and
+/// one for watches, whose connections may stay silent up to the watch timeout.
+#[derive(Clone)]
+pub struct Clients {
+    pub api: Client,
+    pub watch: Client,
+}
+
+/// Builds [`Clients`] from a configuration.
+pub fn clients(config: Config, api_timeout: Duration) -> Result<Clients, ClientError> {
+    Ok(Clients {
+        api: api_client(config.clone(), api_timeout)?,
+        watch: watch_client(config, api_timeout)?,
+    })
+}
+
+/// A client whose every call is bounded: connecting, sending and each read wait at most
+/// `timeout` (the read timeout counts from the request's last write, not from when a pooled
+/// connection went idle). Callers bound each call as a whole too ([`actuator::Actuator`]).
+pub fn api_client(mut config: Config, timeout: Duration) -> Result<Client, ClientError> {
+    config.connect_timeout = Some(timeout);
+    config.write_timeout = Some(timeout);
+    config.read_timeout = Some(timeout);
+    config.reset_reader_on_write = true;
+    Client::try_from(config).map_err(ClientError::Build)
+}
+
+/// A client for watches and the lists that start them: a read may wait for the watch timeout
+/// plus [`WATCH_STALL_MARGIN`], never longer, so a black-holed connection is dropped and retried.
+pub fn watch_client(mut config: Config, connect_timeout: Duration) -> Result<Client, ClientError> {
+    config.connect_timeout = Some(connect_timeout);
+    config.write_timeout = Some(connect_timeout);
+    config.read_timeout =
+        Some(Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS)) + WATCH_STALL_MARGIN);
+    config.reset_reader_on_write = true;
     Client::try_from(config).map_err(ClientError::Build)
 }
 
 /// Starts a reflector of the pods bound to `node_name` (field selector `spec.nodeName`). The
 /// returned task runs until dropped; watch errors are retried with backoff and never end it, so an
-/// unreachable API server degrades to a stale cache that catches up on reconnect.
+/// unreachable API server degrades to a stale cache that catches up on reconnect. Pass the watch
+/// client of [`clients`], whose reads outlast the watch timeout.
 pub fn pod_reflector(
     client: Client,
     node_name: &str,
@@ -65,7 +119,11 @@ pub fn pod_reflector(
 ) {
     let pods: Api<Pod> = Api::all(client);
     let (store, writer) = reflector::store();
-    let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
+    // A short server-side timeout: the watcher treats a stream silent for longer (plus a margin)
+    // as stalled and reconnects, instead of after kube's default 295 s.
+    let cfg = watcher::Config::default()
+        .fields(&format!("spec.nodeName={node_name}"))
+        .timeout(WATCH_TIMEOUT_SECS);
     let stream = reflector(writer, watcher(pods, cfg)).default_backoff();
     let task = async move {
         let mut stream = std::pin::pin!(stream);
@@ -87,4 +145,48 @@ pub fn pod_reflector(
         }
     };
     (store, task)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Node;
+
+    /// A TCP listener that accepts connections and never answers: a black-holed API server.
+    pub(crate) async fn black_hole() -> (Config, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        let mut config = Config::new(format!("http://{addr}").parse().expect("url"));
+        config.default_retry = false;
+        (config, task)
+    }
+
+    /// Liveness bound for the tests below: far above the timeouts they configure, far below
+    /// kube's default 295 s read timeout that wedged the agent.
+    const HUNG: Duration = Duration::from_secs(120);
+
+    #[tokio::test]
+    async fn an_api_call_to_a_black_hole_fails_instead_of_hanging() {
+        let (config, server) = black_hole().await;
+        let client = api_client(config, Duration::from_secs(1)).expect("client");
+        let nodes: Api<Node> = Api::all(client);
+        let answer = tokio::time::timeout(HUNG, nodes.get("n"))
+            .await
+            .expect("the call must end on its own timeout");
+        let err = answer.expect_err("no answer is an error");
+        assert_eq!(
+            crate::kube::actuator::FailureKind::of_error(&err),
+            (None, crate::kube::actuator::FailureKind::Timeout),
+            "{err}"
+        );
+        server.abort();
+    }
 }
