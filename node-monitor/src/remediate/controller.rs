@@ -38,10 +38,11 @@ use crate::{
         clock::Timestamp,
         config::PdbPolicy,
         remediation::{
-            Assessment, DeathEvidence, FenceOp, Liveness, LivenessTracker, NodeFacts,
-            OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, OpAction, OpContext,
-            OpEvent, Phase, ReadyStatus, ReleaseSummary, RemediationConfig, SkipReason, Step,
-            ZoneLimiters, ZoneState, advance, assess, node_is_back,
+            Assessment, DeathEvidence, FenceOp, KubeletReturn, Liveness, LivenessTracker,
+            NodeFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, OpAction,
+            OpContext, OpEvent, Phase, ReadyStatus, ReleaseSummary, RemediationConfig, SkipReason,
+            Step, TolerationRef, ZoneLimiters, ZoneState, advance, assess, node_is_back,
+            tolerates_out_of_service,
         },
     },
     kube::actuator::{Actuator, ActuatorConfig},
@@ -449,13 +450,7 @@ impl Controller {
             self.note_skip(node, &uid, &reason).await;
             return;
         }
-        let op = FenceOp::new(
-            node,
-            &uid,
-            evidence,
-            f.lease.and_then(|l| l.renew_time),
-            view.now_unix,
-        );
+        let op = FenceOp::new(f, &uid, evidence, view.now_unix);
         match self.store.create(&op).await {
             Ok(stored) => {
                 self.api_health.ok();
@@ -494,7 +489,21 @@ impl Controller {
                 && view.uids.get(node).map(String::as_str) == Some(stored.op.node_uid.as_str());
             let plan = self.plan(node);
             let zone = facts.map(|f| f.zone.clone()).unwrap_or_default();
+            let kubelet = match facts {
+                Some(f) => {
+                    let mut k = KubeletReturn::observe(&stored.op, f, None);
+                    // Counted only while a released node's recovery waits on it.
+                    let waiting = matches!(stored.op.phase, Phase::Recovering { recovered: false })
+                        && stored.op.confirmed_by.is_some();
+                    if waiting && !k.rebooted && k.ready_again {
+                        k.old_pods = self.old_pods(node).await;
+                    }
+                    k
+                }
+                None => KubeletReturn::default(),
+            };
             let ctx = OpContext {
+                kubelet,
                 now: view.now_unix,
                 node_present: present,
                 node_back: node_is_back(
@@ -713,6 +722,28 @@ impl Controller {
         }
     }
 
+    /// The pods still bound to `node` that a release would delete; `None` when they cannot be
+    /// listed.
+    async fn old_pods(&self, node: &str) -> Option<u32> {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        match tokio::time::timeout(REQUEST_TIMEOUT, pods.list(&lp)).await {
+            Ok(Ok(l)) => {
+                self.api_health.ok();
+                let n = l.items.iter().filter(|p| keep_pod(p).is_none()).count();
+                Some(u32::try_from(n).unwrap_or(u32::MAX))
+            }
+            Ok(Err(e)) => {
+                warn!(%node, error = %chain(&e), "could not list the node's pods");
+                None
+            }
+            Err(_) => {
+                warn!(%node, "listing the node's pods got no answer");
+                None
+            }
+        }
+    }
+
     /// Releases a fenced node's workload: the out-of-service taint first, then every pod still
     /// bound to it is deleted with a zero grace period (force). Only ever called once fencing
     /// confirmed the node off or isolated: a force deletion skips the kubelet's confirmation
@@ -861,8 +892,23 @@ impl Controller {
 
 /// Pods a release leaves alone, as the node lifecycle controller's `deletePods` does: DaemonSet
 /// pods (their controller would recreate them on the same node) and mirror pods of static pods
-/// (the kubelet owns those).
+/// (the kubelet owns those); and pods that tolerate the out-of-service taint, which its rules keep
+/// on the node (or evict after their `tolerationSeconds`).
 pub fn keep_pod(pod: &Pod) -> Option<&'static str> {
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    let tolerating = tolerates_out_of_service(tolerations.iter().map(|t| TolerationRef {
+        key: t.key.as_deref(),
+        operator: t.operator.as_deref(),
+        value: t.value.as_deref(),
+        effect: t.effect.as_deref(),
+    }));
+    if tolerating {
+        return Some("tolerates the out-of-service taint");
+    }
     let daemonset = pod
         .metadata
         .owner_references
@@ -924,7 +970,10 @@ async fn add_secrets(secrets: &Api<Secret>, specs: &mut [MethodSpec]) -> Result<
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use k8s_openapi::{
+        api::core::v1::{PodSpec, Toleration},
+        apimachinery::pkg::apis::meta::v1::OwnerReference,
+    };
 
     use super::*;
 
@@ -957,6 +1006,62 @@ mod tests {
         for (p, want) in cases {
             assert_eq!(keep_pod(&p), want, "{:?}", p.metadata);
         }
+    }
+
+    #[test]
+    fn releases_leave_pods_that_tolerate_the_out_of_service_taint() {
+        let pod = |tolerations: Vec<Toleration>| Pod {
+            spec: Some(PodSpec {
+                tolerations: Some(tolerations),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        };
+        let t = |key: &str, operator: &str, value: &str, effect: &str| Toleration {
+            key: (!key.is_empty()).then(|| key.to_owned()),
+            operator: (!operator.is_empty()).then(|| operator.to_owned()),
+            value: (!value.is_empty()).then(|| value.to_owned()),
+            effect: (!effect.is_empty()).then(|| effect.to_owned()),
+            toleration_seconds: None,
+        };
+        let kept = Some("tolerates the out-of-service taint");
+        let cases = [
+            // The default tolerations of every pod (DefaultTolerationSeconds): deleted.
+            (
+                pod(vec![
+                    t("node.kubernetes.io/not-ready", "Exists", "", "NoExecute"),
+                    t("node.kubernetes.io/unreachable", "Exists", "", "NoExecute"),
+                ]),
+                None,
+            ),
+            (pod(vec![t(OUT_OF_SERVICE_TAINT, "Exists", "", "")]), kept),
+            (
+                pod(vec![t(
+                    OUT_OF_SERVICE_TAINT,
+                    "Equal",
+                    "nodeshutdown",
+                    "NoExecute",
+                )]),
+                kept,
+            ),
+            (
+                pod(vec![t(OUT_OF_SERVICE_TAINT, "Equal", "other", "NoExecute")]),
+                None,
+            ),
+            (
+                pod(vec![t(OUT_OF_SERVICE_TAINT, "Exists", "", "NoSchedule")]),
+                None,
+            ),
+            // Tolerates every taint.
+            (pod(vec![t("", "Exists", "", "")]), kept),
+        ];
+        for (p, want) in cases {
+            assert_eq!(keep_pod(&p), want, "{:?}", p.spec);
+        }
+        // With tolerationSeconds too: the taint evicts it in its own time.
+        let mut timed = t(OUT_OF_SERVICE_TAINT, "Exists", "", "NoExecute");
+        timed.toleration_seconds = Some(30);
+        assert_eq!(keep_pod(&pod(vec![timed])), kept);
     }
 
     #[test]

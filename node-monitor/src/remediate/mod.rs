@@ -224,7 +224,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
         _ = sigterm.recv() => true,
         _ = sigint.recv() => true,
     };
-    let mut elector = LeaderElector::new(
+    let elector = LeaderElector::new(
         client.clone(),
         &args.namespace,
         &identity,
@@ -247,36 +247,37 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
         info!("caches synced");
         health.pods_synced.store(true, Ordering::Relaxed);
         health.probes_loaded.store(true, Ordering::Relaxed);
-        let mut next_election = Instant::now();
+        // Renewal runs beside the passes, never between them: a long pass cannot outlive the
+        // lease, and a pass in flight is abandoned the moment leadership is lost.
+        let renewal = leader::spawn(elector, api_health.clone());
+        let mut leading_rx = renewal.leading.clone();
         loop {
-            let wait = cfg.tick_interval.min(cfg.leader.retry_period);
             tokio::select! {
-                () = tokio::time::sleep(wait) => {}
+                () = tokio::time::sleep(cfg.tick_interval) => {}
                 _ = sigterm.recv() => { info!("SIGTERM: stopping"); break; }
                 _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
             }
-            if Instant::now() >= next_election {
-                next_election = Instant::now() + cfg.leader.retry_period;
-                match elector.try_acquire_or_renew().await {
-                    Ok(_) => api_health.ok(),
-                    Err(e) => {
-                        warn!(error = %controller::chain(&e), "leader election round failed");
-                    }
-                }
-                if elector.renew_deadline_passed() {
-                    error!(
-                        "could not renew the leader lease within the renew deadline; standing down"
-                    );
-                    elector.step_down();
-                }
-            }
-            let leading = elector.is_leading();
+            let leading = *leading_rx.borrow_and_update();
             metrics.remediation.leader.set(i64::from(leading));
-            controller.tick(leading).await;
+            if leading {
+                let pass = controller.tick(true);
+                if leader::run_while_leading(pass, &mut leading_rx)
+                    .await
+                    .is_none()
+                {
+                    error!("leadership lost during a pass: abandoning it and standing down");
+                    metrics.remediation.leader.set(0);
+                    controller.stand_down();
+                }
+            } else {
+                controller.tick(false).await;
+            }
         }
+        controller.stand_down();
+        renewal.stop().await;
+    } else {
+        controller.stand_down();
     }
-    controller.stand_down();
-    elector.release().await;
     let _ = stop_tx.send(true);
     for t in &tasks {
         t.abort();
