@@ -741,11 +741,15 @@ impl LivenessTracker {
     }
 
     /// Records the facts and judges every node. Nodes no longer listed are forgotten.
+    /// `lease_view_fresh`: the watched Leases are known to be current (see [`watch_caught_up`]);
+    /// while they are not, a Lease that stopped changing may only be a watch that stopped
+    /// delivering, so no node is judged dead (suspect at most).
     pub fn observe(
         &mut self,
         nodes: &[NodeFacts],
         now: Timestamp,
         cfg: &DetectionConfig,
+        lease_view_fresh: bool,
     ) -> BTreeMap<String, Liveness> {
         self.seen
             .retain(|name, _| nodes.iter().any(|n| &n.name == name));
@@ -766,10 +770,33 @@ impl LivenessTracker {
                 seen.heartbeat = n.agent_heartbeat;
                 seen.heartbeat_changed = now;
             }
-            out.insert(n.name.clone(), judge(n, seen, now, cfg));
+            let judged = match judge(n, seen, now, cfg) {
+                Liveness::Dead(_) if !lease_view_fresh => Liveness::Suspect {
+                    silent: now.saturating_since(seen.lease_changed),
+                },
+                other => other,
+            };
+            out.insert(n.name.clone(), judged);
         }
         out
     }
+}
+
+/// Whether a watch cache has caught up with a fresh list: every listed object is cached at the
+/// listed `resourceVersion` or a later one. Versions are compared as numbers when both are (etcd
+/// revisions, as every API server writes them), else for equality. A watch that stopped
+/// delivering (while its connection and every other request look healthy) never catches up, so
+/// the time of the last list it caught up with bounds how old the cached view can be.
+pub fn watch_caught_up<'a>(
+    listed: impl IntoIterator<Item = (&'a str, &'a str)>,
+    cached: impl Fn(&str) -> Option<String>,
+) -> bool {
+    listed.into_iter().all(|(name, listed_rv)| {
+        cached(name).is_some_and(|c| match (c.parse::<u64>(), listed_rv.parse::<u64>()) {
+            (Ok(c), Ok(l)) => c >= l,
+            _ => c == listed_rv,
+        })
+    })
 }
 
 fn judge(n: &NodeFacts, seen: &Seen, now: Timestamp, cfg: &DetectionConfig) -> Liveness {
@@ -1940,7 +1967,7 @@ mod tests {
         ];
         let mut t = LivenessTracker::new();
         for (secs, renew, want) in steps {
-            let got = t.observe(&[facts("n", renew)], Timestamp::from_secs(secs), &cfg);
+            let got = t.observe(&[facts("n", renew)], Timestamp::from_secs(secs), &cfg, true);
             assert_eq!(got["n"].label(), want, "at {secs}s renew={renew:?}");
         }
     }
@@ -1952,7 +1979,7 @@ mod tests {
         // The node's clock is decades behind but it renews: only changes count.
         for (i, secs) in [0u64, 10, 20, 30, 40, 50].into_iter().enumerate() {
             let renew = Some(i64::try_from(i).expect("small"));
-            let got = t.observe(&[facts("n", renew)], Timestamp::from_secs(secs), &cfg);
+            let got = t.observe(&[facts("n", renew)], Timestamp::from_secs(secs), &cfg, true);
             assert_eq!(got["n"], Liveness::Alive(AliveBecause::LeaseRenewing));
         }
     }
@@ -2014,8 +2041,8 @@ mod tests {
             }
             f.agent_heartbeat = hb;
             f.last_gasp = gasp;
-            t.observe(std::slice::from_ref(&f), Timestamp::ZERO, &cfg);
-            let got = t.observe(&[f], Timestamp::from_secs(secs), &cfg);
+            t.observe(std::slice::from_ref(&f), Timestamp::ZERO, &cfg, true);
+            let got = t.observe(&[f], Timestamp::from_secs(secs), &cfg, true);
             assert_eq!(
                 got["n"].label(),
                 want,
@@ -2816,7 +2843,7 @@ mod tests {
                 let mut f = facts("n", Some(1));
                 f.lease = Some(lease(secs));
                 for at in [0, 1, u64::MAX / 4] {
-                    let got = t.observe(std::slice::from_ref(&f), Timestamp::from_secs(at), &cfg);
+                    let got = t.observe(std::slice::from_ref(&f), Timestamp::from_secs(at), &cfg, true);
                     assert!(got.contains_key("n"), "{cfg:?}");
                 }
             }
@@ -2861,5 +2888,54 @@ mod tests {
         let mut op = new_op();
         op.cycles = cycles;
         op
+    }
+
+    #[test]
+    fn a_stale_lease_watch_never_makes_a_node_dead() {
+        let cfg = detection(); // dead after 30 s of silence
+        let mut t = LivenessTracker::new();
+        let f = facts("n", Some(1_000));
+        // (seconds, lease view fresh, expected)
+        let steps = [
+            (0, true, "alive"),
+            (29, true, "suspect"),
+            // The watch is found stale: the silence may be the watch's, not the node's.
+            (31, false, "suspect"),
+            (300, false, "suspect"),
+            // Fresh again and still no renewal: now it is dead.
+            (301, true, "dead"),
+        ];
+        for (secs, fresh, want) in steps {
+            let got = t.observe(std::slice::from_ref(&f), Timestamp::from_secs(secs), &cfg, fresh);
+            assert_eq!(got["n"].label(), want, "at {secs}s fresh={fresh}");
+        }
+        // A last gasp is held back too: a newer renewal may be what the watch missed.
+        let mut gasp = facts("g", Some(1_000));
+        gasp.last_gasp = Some(2_000);
+        let got = LivenessTracker::new().observe(&[gasp], Timestamp::ZERO, &cfg, false);
+        assert_eq!(got["g"].label(), "suspect");
+    }
+
+    #[test]
+    fn watch_caught_up_compares_resource_versions() {
+        let cache: BTreeMap<&str, &str> = [("a", "105"), ("b", "99"), ("c", "x1")].into();
+        let cached = |n: &str| cache.get(n).map(|v| (*v).to_owned());
+        let cases: [(&[(&str, &str)], bool); 8] = [
+            (&[], true),
+            (&[("a", "105"), ("b", "99")], true),
+            (&[("a", "100")], true), // the cache is ahead: events after the list
+            (&[("a", "106")], false), // the list saw a renewal the watch did not deliver
+            (&[("b", "100"), ("a", "1")], false),
+            (&[("d", "1")], false), // listed, never cached
+            (&[("c", "x1")], true), // opaque versions: equality
+            (&[("c", "x2")], false),
+        ];
+        for (listed, want) in cases {
+            assert_eq!(
+                watch_caught_up(listed.iter().copied(), cached),
+                want,
+                "{listed:?}"
+            );
+        }
     }
 }

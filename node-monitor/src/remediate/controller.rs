@@ -27,7 +27,7 @@ use tokio::{sync::mpsc, task::JoinHandle};
 use tracing::{debug, info, warn};
 
 use super::{
-    ApiHealth, exec,
+    ApiHealth, WatchFreshness, exec,
     facts::node_facts,
     methods::{self, FenceConfigError, MethodSpec, NodeFencePlan},
     store::{OpStore, StoreError, StoredOp},
@@ -68,6 +68,8 @@ pub struct Caches {
     pub leases: Store<Lease>,
     /// The controller's namespace: fence configuration and operations.
     pub configmaps: Store<ConfigMap>,
+    /// How current `leases` is known to be.
+    pub lease_freshness: Arc<WatchFreshness>,
 }
 
 struct StepResult {
@@ -114,6 +116,7 @@ pub struct Controller {
     /// The skip reason last reported per node: each is reported once, not on every pass.
     skips: HashMap<String, &'static str>,
     last_liveness: HashMap<String, &'static str>,
+    lease_view_fresh: bool,
 }
 
 impl Controller {
@@ -151,6 +154,7 @@ impl Controller {
             rx,
             skips: HashMap::new(),
             last_liveness: HashMap::new(),
+            lease_view_fresh: true,
         }
     }
 
@@ -274,7 +278,21 @@ impl Controller {
             facts.insert(name, f);
         }
         let list: Vec<NodeFacts> = facts.values().cloned().collect();
-        let liveness = self.tracker.observe(&list, now, &self.cfg.detection);
+        // The Lease view must have been confirmed current within apiStaleAfter, or a watch that
+        // stopped delivering would make every live node look dead.
+        let lease_age = self.caches.lease_freshness.age();
+        let lease_view_fresh = lease_age.is_some_and(|a| a <= self.cfg.storm.api_stale_after);
+        if lease_view_fresh != self.lease_view_fresh {
+            if lease_view_fresh {
+                info!("node Lease view current again: nodes may be judged dead");
+            } else {
+                warn!(age = ?lease_age, "node Lease view not confirmed current: no node is judged dead");
+            }
+            self.lease_view_fresh = lease_view_fresh;
+        }
+        let liveness = self
+            .tracker
+            .observe(&list, now, &self.cfg.detection, lease_view_fresh);
         let assessment = assess(
             list.iter().map(|f| {
                 let bad = f.ready != ReadyStatus::True

@@ -102,6 +102,86 @@ impl ApiHealth {
     }
 }
 
+/// How current the watched node Leases are, tracked apart from [`ApiHealth`]: every other request
+/// (leader election, writes) can succeed while the Lease watch has stopped delivering, and a
+/// stale Lease cache makes live nodes look dead. Confirmed by [`confirm_lease_watch`]: a fresh
+/// list of the Leases that the cache has caught up with.
+#[derive(Debug, Default)]
+pub struct WatchFreshness {
+    confirmed: Mutex<Option<Instant>>,
+}
+
+impl WatchFreshness {
+    /// The cache was current as of `at`.
+    pub fn confirm(&self, at: Instant) {
+        if let Ok(mut c) = self.confirmed.lock()
+            && c.is_none_or(|prev| prev < at)
+        {
+            *c = Some(at);
+        }
+    }
+
+    /// How old the cached view may be; `None` before the first confirmation.
+    pub fn age(&self) -> Option<Duration> {
+        self.confirmed.lock().ok().and_then(|c| c.map(|t| t.elapsed()))
+    }
+}
+
+/// Confirms the Lease cache against a list every `every`: the list's start time counts once the
+/// cache holds every listed Lease at its listed version or later (it is given up to `every` to
+/// catch up). A watch that stopped delivering never catches up, so its view ages.
+pub async fn confirm_lease_watch(
+    api: Api<Lease>,
+    cache: reflector::Store<Lease>,
+    freshness: Arc<WatchFreshness>,
+    every: Duration,
+) {
+    let mut was_current = true;
+    loop {
+        let started = Instant::now();
+        match tokio::time::timeout(every.max(Duration::from_secs(1)), api.list_metadata(&kube::api::ListParams::default())).await {
+            Ok(Ok(list)) => {
+                let listed: Vec<(String, String)> = list
+                    .items
+                    .iter()
+                    .filter_map(|l| {
+                        Some((l.metadata.name.clone()?, l.metadata.resource_version.clone()?))
+                    })
+                    .collect();
+                let deadline = started + every;
+                let current = loop {
+                    let caught_up = crate::core::remediation::watch_caught_up(
+                        listed.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+                        |name| {
+                            cache
+                                .get(&reflector::ObjectRef::new(name).within(NODE_LEASE_NAMESPACE))
+                                .and_then(|l| l.metadata.resource_version.clone())
+                        },
+                    );
+                    if caught_up || Instant::now() >= deadline {
+                        break caught_up;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                };
+                if current {
+                    freshness.confirm(started);
+                    if !was_current {
+                        info!("the node Lease watch caught up again");
+                    }
+                } else if was_current {
+                    warn!(
+                        "the node Lease watch lags a fresh list; no node is judged dead until it catches up"
+                    );
+                }
+                was_current = current;
+            }
+            Ok(Err(e)) => warn!(error = %e, "could not list node Leases to check the watch"),
+            Err(_) => warn!("listing node Leases to check the watch got no answer"),
+        }
+        tokio::time::sleep_until((started + every).into()).await;
+    }
+}
+
 /// Loads the configuration from `--config` (or the defaults).
 pub fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<RemediationConfig> {
     match path {
@@ -112,6 +192,12 @@ pub fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<Remediation
             Ok(parse_config(&p.display().to_string(), &text)?)
         }
     }
+}
+
+/// How often the Lease watch is checked against a list: three times within `apiStaleAfter` (the
+/// age beyond which the view counts as stale), at least every 10 s, at most every second.
+pub fn lease_check_interval(cfg: &RemediationConfig) -> Duration {
+    (cfg.storm.api_stale_after / 3).clamp(Duration::from_secs(1), Duration::from_secs(10))
 }
 
 fn default_identity() -> String {
@@ -206,10 +292,17 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
         api_health.clone(),
         "fence configuration",
     );
+    let lease_freshness = Arc::new(WatchFreshness::default());
     let tasks = [
         tokio::spawn(nodes_task),
         tokio::spawn(leases_task),
         tokio::spawn(configmaps_task),
+        tokio::spawn(confirm_lease_watch(
+            Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE),
+            leases.clone(),
+            lease_freshness.clone(),
+            lease_check_interval(&cfg),
+        )),
     ];
 
     let mut sigterm = signal(SignalKind::terminate())?;
@@ -241,6 +334,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
             nodes,
             leases,
             configmaps,
+            lease_freshness,
         },
     );
     if !stopped_early {
