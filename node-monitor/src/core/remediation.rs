@@ -1750,7 +1750,26 @@ pub fn advance(
                         op.attempts = 0;
                     }
                 }
-                Phase::Releasing => actions.push(OpAction::Release),
+                Phase::Releasing => {
+                    // Re-checked before every release attempt: the stored state alone never
+                    // releases anything.
+                    if op.confirmed_by.is_none() {
+                        op.phase = Phase::Fencing {
+                            step: Step::Isolation,
+                        };
+                        op.attempts = 0;
+                        actions.push(notice(
+                            true,
+                            "ReleaseRefused",
+                            "the operation says releasing but records no confirmed fencing step; fencing again first".to_owned(),
+                        ));
+                        return done(op, actions);
+                    }
+                    if !ctx.may_fence {
+                        return done(op, actions);
+                    }
+                    actions.push(OpAction::Release);
+                }
                 Phase::Released => {
                     let due = op.confirmed_by == Some(Step::Isolation)
                         && !op.power_cycled
@@ -2512,9 +2531,11 @@ mod tests {
     }
 
     #[test]
-    fn storm_protection_holds_new_attempts_but_not_a_confirmed_release() {
+    fn storm_protection_holds_new_attempts_and_releases() {
         let mut hold = ctx(0);
         hold.may_fence = false;
+        let mut hold8 = ctx(8);
+        hold8.may_fence = false;
         script(&[
             (OpEvent::Tick, hold, "fencing", &[]),
             (OpEvent::Tick, ctx(1), "fencing", &["run:isolation"]),
@@ -2524,8 +2545,39 @@ mod tests {
                 "releasing",
                 &["event:FencingConfirmed"],
             ),
-            (OpEvent::Tick, hold, "releasing", &["release"]),
+            // Confirmed, but storm protection blocks now: the release waits.
+            (OpEvent::Tick, hold, "releasing", &[]),
+            (OpEvent::Tick, ctx(2), "releasing", &["release"]),
+            // A failed release is retried only while storm protection allows it.
+            (
+                OpEvent::ReleaseDone {
+                    result: Err("conflict".into()),
+                },
+                ctx(2),
+                "releasing",
+                &["event:ReleaseFailed"],
+            ),
+            (OpEvent::Tick, hold8, "releasing", &[]),
+            (OpEvent::Tick, ctx(8), "releasing", &["release"]),
         ]);
+    }
+
+    #[test]
+    fn a_stored_release_without_a_confirmed_step_is_refused() {
+        // State written by someone else (or an older version): releasing, nothing confirmed.
+        let mut op = new_op();
+        op.phase = Phase::Releasing;
+        op.confirmed_by = None;
+        let t = advance(&op, &OpEvent::Tick, &ctx(0), &policy());
+        assert_eq!(kinds(&t.actions), ["event:ReleaseRefused"]);
+        assert_eq!(
+            t.op.phase,
+            Phase::Fencing {
+                step: Step::Isolation
+            }
+        );
+        let t = advance(&t.op, &OpEvent::Tick, &ctx(0), &policy());
+        assert_eq!(kinds(&t.actions), ["run:isolation"]);
     }
 
     #[test]
@@ -2843,7 +2895,12 @@ mod tests {
                 let mut f = facts("n", Some(1));
                 f.lease = Some(lease(secs));
                 for at in [0, 1, u64::MAX / 4] {
-                    let got = t.observe(std::slice::from_ref(&f), Timestamp::from_secs(at), &cfg, true);
+                    let got = t.observe(
+                        std::slice::from_ref(&f),
+                        Timestamp::from_secs(at),
+                        &cfg,
+                        true,
+                    );
                     assert!(got.contains_key("n"), "{cfg:?}");
                 }
             }
@@ -2906,7 +2963,12 @@ mod tests {
             (301, true, "dead"),
         ];
         for (secs, fresh, want) in steps {
-            let got = t.observe(std::slice::from_ref(&f), Timestamp::from_secs(secs), &cfg, fresh);
+            let got = t.observe(
+                std::slice::from_ref(&f),
+                Timestamp::from_secs(secs),
+                &cfg,
+                fresh,
+            );
             assert_eq!(got["n"].label(), want, "at {secs}s fresh={fresh}");
         }
         // A last gasp is held back too: a newer renewal may be what the watch missed.

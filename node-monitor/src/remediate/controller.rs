@@ -563,7 +563,8 @@ impl Controller {
                     OpAction::Run(step) => self.spawn_step(node, step, t.op.attempts, &plan),
                     OpAction::Cancel => self.cancel(node),
                     OpAction::Release => {
-                        let result = self.release(node).await;
+                        let current = self.ops.get(node).cloned().unwrap_or(stored.clone());
+                        let result = self.release(node, &current).await;
                         if let Ok(s) = &result {
                             self.metrics.remediation.releases.inc();
                             self.metrics
@@ -740,6 +741,28 @@ impl Controller {
         }
     }
 
+    /// What allowed a release, re-checked before each of its steps from the caches as they are
+    /// now: the same Node, still silent since it was found dead, and storm protection admitting
+    /// its zone.
+    fn release_check(&mut self, node: &str, stored: &StoredOp) -> Result<(), String> {
+        if self.cfg.dry_run {
+            return Err("dry run".to_owned());
+        }
+        let view = self.observe();
+        let Some(f) = view.facts.get(node) else {
+            return Err("the node is gone".to_owned());
+        };
+        if view.uids.get(node) != Some(&stored.op.node_uid) {
+            return Err("the node was replaced by another of the same name".to_owned());
+        }
+        if node_is_back(stored.op.lease_renew_time, f.lease.as_ref()) {
+            return Err("the node renewed its Lease again; release stopped".to_owned());
+        }
+        view.assessment
+            .admits(&f.zone)
+            .map_err(|r| format!("release stopped: {}", r.message()))
+    }
+
     /// The pods still bound to `node` that a release would delete; `None` when they cannot be
     /// listed.
     async fn old_pods(&self, node: &str) -> Option<u32> {
@@ -766,8 +789,27 @@ impl Controller {
     /// bound to it is deleted with a zero grace period (force). Only ever called once fencing
     /// confirmed the node off or isolated: a force deletion skips the kubelet's confirmation
     /// that the containers stopped, which is exactly what fencing provides instead.
-    async fn release(&self, node: &str) -> Result<ReleaseSummary, String> {
+    async fn release(&mut self, node: &str, stored: &StoredOp) -> Result<ReleaseSummary, String> {
         let mut summary = ReleaseSummary::default();
+        // The stored operation is what authorises the release: it must still be this one, in
+        // the API, unchanged since this controller wrote or read it.
+        match self.store.get(node).await {
+            Ok(Some(now))
+                if now.resource_version == stored.resource_version
+                    && now.op == stored.op
+                    && now.op.phase == Phase::Releasing
+                    && now.op.confirmed_by.is_some() => {}
+            Ok(Some(_)) => {
+                self.loaded = false;
+                return Err("the stored operation changed meanwhile; reading it again".to_owned());
+            }
+            Ok(None) => {
+                self.loaded = false;
+                return Err("the stored operation is gone".to_owned());
+            }
+            Err(e) => return Err(format!("re-read the operation: {}", chain(&e))),
+        }
+        self.release_check(node, stored)?;
         // Counted first: once the pods are gone the attach-detach controller detaches at once.
         let vas: Api<VolumeAttachment> = Api::all(self.client.clone());
         match tokio::time::timeout(REQUEST_TIMEOUT, vas.list(&ListParams::default())).await {
@@ -802,6 +844,8 @@ impl Controller {
                     debug!(%node, pod = ?pod.metadata.name, why, "pod left in place");
                     continue;
                 }
+                // Before every deletion: storm protection and the node's state, as of now.
+                self.release_check(node, stored)?;
                 let ns = pod.metadata.namespace.clone().unwrap_or_default();
                 let name = pod.metadata.name.clone().unwrap_or_default();
                 let dp = DeleteParams {

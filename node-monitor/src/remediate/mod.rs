@@ -123,7 +123,10 @@ impl WatchFreshness {
 
     /// How old the cached view may be; `None` before the first confirmation.
     pub fn age(&self) -> Option<Duration> {
-        self.confirmed.lock().ok().and_then(|c| c.map(|t| t.elapsed()))
+        self.confirmed
+            .lock()
+            .ok()
+            .and_then(|c| c.map(|t| t.elapsed()))
     }
 }
 
@@ -139,13 +142,21 @@ pub async fn confirm_lease_watch(
     let mut was_current = true;
     loop {
         let started = Instant::now();
-        match tokio::time::timeout(every.max(Duration::from_secs(1)), api.list_metadata(&kube::api::ListParams::default())).await {
+        match tokio::time::timeout(
+            every.max(Duration::from_secs(1)),
+            api.list_metadata(&kube::api::ListParams::default()),
+        )
+        .await
+        {
             Ok(Ok(list)) => {
                 let listed: Vec<(String, String)> = list
                     .items
                     .iter()
                     .filter_map(|l| {
-                        Some((l.metadata.name.clone()?, l.metadata.resource_version.clone()?))
+                        Some((
+                            l.metadata.name.clone()?,
+                            l.metadata.resource_version.clone()?,
+                        ))
                     })
                     .collect();
                 let deadline = started + every;
