@@ -49,11 +49,10 @@ pub struct TolerationRef<'a> {
 /// `Exists` matches any value, `Equal` (or no operator) only the same value; any other operator
 /// matches nothing.
 pub fn tolerates(t: &TolerationRef<'_>, key: &str, value: &str, effect: &str) -> bool {
-    let nonempty = |s: Option<&str>| s.filter(|s| !s.is_empty());
-    if nonempty(t.effect).is_some_and(|e| e != effect) {
+    if t.effect.is_some_and(|e| !e.is_empty() && e != effect) {
         return false;
     }
-    if nonempty(t.key).is_some_and(|k| k != key) {
+    if t.key.is_some_and(|k| !k.is_empty() && k != key) {
         return false;
     }
     match t.operator.unwrap_or("") {
@@ -2654,6 +2653,7 @@ mod tests {
     fn release_failure_is_retried_after_the_backoff() {
         let mut op = new_op();
         op.phase = Phase::Releasing;
+        op.confirmed_by = Some(Step::Isolation);
         let t = advance(
             &op,
             &OpEvent::ReleaseDone {
@@ -2926,7 +2926,8 @@ mod tests {
         op.cycles = u32::MAX;
         let mut p = policy();
         p.step_retries = u32::MAX;
-        let t = advance(&op, &fail_running(&mut op), &ctx(0), &p);
+        let failed = fail_running(&mut op);
+        let t = advance(&op, &failed, &ctx(0), &p);
         assert_eq!(t.op.attempts, u32::MAX);
         let t = advance(&t.op, &OpEvent::Tick, &ctx(100), &p);
         assert_eq!(t.op.attempts, u32::MAX);

@@ -648,7 +648,10 @@ mod tests {
                 .collect();
             m.insert(
                 "fence-method-eaton-off-host0".to_owned(),
-                cm(&[(METHOD_KEY, colliding)]),
+                cm(&[(
+                    METHOD_KEY,
+                    &format!("agent_name=fence_eaton_snmp\n{colliding}"),
+                )]),
             );
             m
         };
@@ -660,7 +663,8 @@ mod tests {
         let ok = |p: &str, origin: &str| Ok((p.to_owned(), origin.to_owned()));
         let per_node = "fence-method-eaton-off-host0";
         // (the colliding ConfigMap, method, node, the plug and origin it must resolve to)
-        let cases: [(&str, &str, &str, Result<(String, String), String>); 8] = [
+        type Row<'a> = (&'a str, &'a str, &'a str, Result<(String, String), String>);
+        let cases: [Row<'_>; 8] = [
             // It is host0's eaton-off: off-host0's eaton is the shared one (with its own plug).
             (
                 "node_name=host0\nplug=1\n",
