@@ -614,6 +614,58 @@ async fn a_dead_deployment_pod_is_replaced_after_fencing_and_the_node_recovers()
     );
 }
 
+/// A released node whose Lease renews again before its kubelet has synced (nothing says yet that
+/// the force-deleted pods' containers are gone, while their replacements run elsewhere): recovery
+/// — the step that gives the node its storage back — and the taint removal wait until the kubelet
+/// reports Ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_waits_until_the_kubelet_is_back_not_just_the_lease() {
+    let mut fx = Fixture::start("rem-held", ControlPlaneOptions::default(), &three_nodes()).await;
+    fx.fence_config(false).await;
+    fx.start_remediate("remediate-1", CONFIG).await;
+    create_deployment(&fx.client(), "web", 1).await;
+    let (_, old_uid, node) = fx.running_pod("web", None).await;
+    fx.kill_node(&node, &old_uid);
+    fx.wait_out_of_service(&node, true).await;
+    let (_, _, new_node) = fx.running_pod("web", Some(&old_uid)).await;
+    assert_ne!(new_node, node);
+
+    // Only the Lease comes back (the stand-in stays frozen: its Ready condition is the one of
+    // before the death).
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(fx.client(), "kube-node-lease");
+    let renew = json!({"spec": {"renewTime":
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::now())}});
+    must(
+        leases
+            .patch(&node, &PatchParams::default(), &Patch::Merge(&renew))
+            .await,
+        "renew the node's Lease by hand",
+    );
+    eventually("a RecoveryHeld event", async || {
+        (!fx.node_events(&node, "RecoveryHeld").await.is_empty()).then_some(())
+    })
+    .await;
+    assert!(!fx.node_events(&node, "NodeBack").await.is_empty());
+    assert_eq!(
+        fx.count("start", "recovery", &node),
+        0,
+        "recovery ran before the kubelet was back: {:?}",
+        fx.calls()
+    );
+    assert!(
+        fx.out_of_service(&node).await,
+        "the taint stays while recovery waits"
+    );
+    let op = fx.operation(&node).await.expect("the operation is kept");
+    assert_eq!(op["phase"]["name"], "recovering", "{op}");
+    assert_eq!(op["recoveryHeld"], true, "{op}");
+
+    // The kubelet reports Ready again: recovery runs, then the taint goes.
+    resume_and_check_recovery(&fx, &node).await;
+}
+
 /// Also: remediate runs as the ServiceAccount of deploy/remediate, with exactly the shipped RBAC.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
@@ -795,7 +847,9 @@ async fn a_partitioned_node_whose_fencing_fails_is_never_released() {
     fx.configmap(
         &format!("fence-method-isolate-{node}"),
         "method.properties",
-        "template=fence-method-template-test\naction=off\nresult=fail\n",
+        &format!(
+            "node_name={node}\ntemplate=fence-method-template-test\naction=off\nresult=fail\n"
+        ),
     )
     .await;
     fx.start_remediate("remediate-1", CONFIG).await;

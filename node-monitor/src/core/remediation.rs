@@ -34,6 +34,50 @@ pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
 pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";
 /// The taint's effect.
 pub const OUT_OF_SERVICE_EFFECT: &str = "NoExecute";
+/// A pod's toleration, as the API has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TolerationRef<'a> {
+    pub key: Option<&'a str>,
+    /// `Equal` (also when empty) or `Exists`.
+    pub operator: Option<&'a str>,
+    pub value: Option<&'a str>,
+    pub effect: Option<&'a str>,
+}
+
+/// `Toleration.ToleratesTaint` (k8s.io/api/core/v1/toleration.go) for a taint of `key`, `value`,
+/// `effect`: an empty effect matches every effect, an empty key (with `Exists`) every key;
+/// `Exists` matches any value, `Equal` (or no operator) only the same value; any other operator
+/// matches nothing.
+pub fn tolerates(t: &TolerationRef<'_>, key: &str, value: &str, effect: &str) -> bool {
+    if t.effect.is_some_and(|e| !e.is_empty() && e != effect) {
+        return false;
+    }
+    if t.key.is_some_and(|k| !k.is_empty() && k != key) {
+        return false;
+    }
+    match t.operator.unwrap_or("") {
+        "" | "Equal" => t.value.unwrap_or("") == value,
+        "Exists" => true,
+        _ => false,
+    }
+}
+
+/// Whether a pod with these tolerations tolerates the out-of-service taint. Such a pod is meant to
+/// stay on (or be evicted from, after its `tolerationSeconds`) an out-of-service node by the
+/// taint's own rules, so a release never force-deletes it.
+pub fn tolerates_out_of_service<'a>(
+    tolerations: impl IntoIterator<Item = TolerationRef<'a>>,
+) -> bool {
+    tolerations.into_iter().any(|t| {
+        tolerates(
+            &t,
+            OUT_OF_SERVICE_TAINT,
+            OUT_OF_SERVICE_VALUE,
+            OUT_OF_SERVICE_EFFECT,
+        )
+    })
+}
+
 /// Node annotation the node agent sets when it sees its machine go down around the shutdown
 /// inhibitor (`nodeMonitor.shutdown.lastGasp: annotation`): JSON whose `time` is the Unix time in
 /// seconds of the reboot/power-off call (an RFC 3339 string is accepted too).
@@ -235,6 +279,24 @@ struct RawLeader {
     retry_period: Option<String>,
 }
 
+/// `d × f`, saturating at [`Duration::MAX`] instead of panicking (`Duration::mul_f64` panics on
+/// overflow); a negative or NaN factor gives zero.
+pub fn mul_f64_saturating(d: Duration, f: f64) -> Duration {
+    if f.is_nan() || f <= 0.0 {
+        return Duration::ZERO;
+    }
+    Duration::try_from_secs_f64(d.as_secs_f64() * f).unwrap_or(Duration::MAX)
+}
+
+/// The longest any duration setting may be: longer is a mistake, not a policy.
+pub const MAX_DURATION_SETTING: Duration = Duration::from_secs(30 * 24 * 3600);
+/// The longest detection window (`renewInterval × missedRenewals`).
+pub const MAX_DETECTION_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// The most `missedRenewals`.
+pub const MAX_MISSED_RENEWALS: u32 = 1000;
+/// The most `stepRetries`.
+pub const MAX_STEP_RETRIES: u32 = 100;
+
 fn duration_field(
     field: &'static str,
     value: Option<String>,
@@ -257,6 +319,13 @@ fn duration_field(
             field,
             value: v,
             reason: "must be positive",
+        });
+    }
+    if d > MAX_DURATION_SETTING {
+        return Err(RemediationConfigError::Invalid {
+            field,
+            value: v,
+            reason: "must be at most 720h (30 days)",
         });
     }
     Ok(d)
@@ -312,11 +381,19 @@ pub fn parse_config(
     };
     let d = RemediationConfig::default();
     let missed_renewals = raw.missed_renewals.unwrap_or(d.detection.missed_renewals);
-    if missed_renewals == 0 {
+    if missed_renewals == 0 || missed_renewals > MAX_MISSED_RENEWALS {
         return Err(RemediationConfigError::Invalid {
             field: "missedRenewals",
-            value: "0".to_owned(),
-            reason: "must be at least 1",
+            value: missed_renewals.to_string(),
+            reason: "must be between 1 and 1000",
+        });
+    }
+    let step_retries = raw.step_retries.unwrap_or(d.fencing.step_retries);
+    if step_retries > MAX_STEP_RETRIES {
+        return Err(RemediationConfigError::Invalid {
+            field: "stepRetries",
+            value: step_retries.to_string(),
+            reason: "must be at most 100",
         });
     }
     let suspect_after_renewals = raw
@@ -331,7 +408,17 @@ pub fn parse_config(
     }
     let renew_interval = match raw.renew_interval {
         None => None,
-        Some(v) => Some(duration_field("renewInterval", Some(v), Duration::ZERO)?),
+        Some(v) => {
+            let d = duration_field("renewInterval", Some(v.clone()), Duration::ZERO)?;
+            if d.saturating_mul(missed_renewals) > MAX_DETECTION_WINDOW {
+                return Err(RemediationConfigError::Invalid {
+                    field: "renewInterval",
+                    value: v,
+                    reason: "× missedRenewals must be at most 24h",
+                });
+            }
+            Some(d)
+        }
     };
     let power_management_after_isolation = match raw.power_management_after_isolation {
         Some(v) if v == "never" => None,
@@ -374,7 +461,7 @@ pub fn parse_config(
             reason: "must be shorter than leaderElection.leaseDuration",
         });
     }
-    if retry_period.mul_f64(1.2) >= renew_deadline {
+    if mul_f64_saturating(retry_period, 1.2) >= renew_deadline {
         return Err(RemediationConfigError::Invalid {
             field: "leaderElection.retryPeriod",
             value: format!("{retry_period:?}"),
@@ -429,7 +516,7 @@ pub fn parse_config(
                 raw.method_timeout,
                 d.fencing.method_timeout,
             )?,
-            step_retries: raw.step_retries.unwrap_or(d.fencing.step_retries),
+            step_retries,
             retry_backoff: duration_field(
                 "retryBackoff",
                 raw.retry_backoff,
@@ -528,6 +615,11 @@ pub struct NodeFacts {
     pub last_gasp: Option<WallMicros>,
     /// Selected by `nodeSelector` and not opted out.
     pub eligible: bool,
+    /// `status.nodeInfo.bootID`: changes when the machine reboots.
+    pub boot_id: Option<String>,
+    /// `lastHeartbeatTime` of the `Ready` condition while it is `True` (written by the kubelet,
+    /// node clock); `None` when the node is not Ready.
+    pub ready_heartbeat: Option<WallMicros>,
 }
 
 /// Why a node counts as alive.
@@ -648,11 +740,15 @@ impl LivenessTracker {
     }
 
     /// Records the facts and judges every node. Nodes no longer listed are forgotten.
+    /// `lease_view_fresh`: the watched Leases are known to be current (see [`watch_caught_up`]);
+    /// while they are not, a Lease that stopped changing may only be a watch that stopped
+    /// delivering, so no node is judged dead (suspect at most).
     pub fn observe(
         &mut self,
         nodes: &[NodeFacts],
         now: Timestamp,
         cfg: &DetectionConfig,
+        lease_view_fresh: bool,
     ) -> BTreeMap<String, Liveness> {
         self.seen
             .retain(|name, _| nodes.iter().any(|n| &n.name == name));
@@ -673,10 +769,33 @@ impl LivenessTracker {
                 seen.heartbeat = n.agent_heartbeat;
                 seen.heartbeat_changed = now;
             }
-            out.insert(n.name.clone(), judge(n, seen, now, cfg));
+            let judged = match judge(n, seen, now, cfg) {
+                Liveness::Dead(_) if !lease_view_fresh => Liveness::Suspect {
+                    silent: now.saturating_since(seen.lease_changed),
+                },
+                other => other,
+            };
+            out.insert(n.name.clone(), judged);
         }
         out
     }
+}
+
+/// Whether a watch cache has caught up with a fresh list: every listed object is cached at the
+/// listed `resourceVersion` or a later one. Versions are compared as numbers when both are (etcd
+/// revisions, as every API server writes them), else for equality. A watch that stopped
+/// delivering (while its connection and every other request look healthy) never catches up, so
+/// the time of the last list it caught up with bounds how old the cached view can be.
+pub fn watch_caught_up<'a>(
+    listed: impl IntoIterator<Item = (&'a str, &'a str)>,
+    cached: impl Fn(&str) -> Option<String>,
+) -> bool {
+    listed.into_iter().all(|(name, listed_rv)| {
+        cached(name).is_some_and(|c| match (c.parse::<u64>(), listed_rv.parse::<u64>()) {
+            (Ok(c), Ok(l)) => c >= l,
+            _ => c == listed_rv,
+        })
+    })
 }
 
 fn judge(n: &NodeFacts, seen: &Seen, now: Timestamp, cfg: &DetectionConfig) -> Liveness {
@@ -701,7 +820,7 @@ fn judge(n: &NodeFacts, seen: &Seen, now: Timestamp, cfg: &DetectionConfig) -> L
             renew_interval: interval,
             missed: cfg.missed_renewals,
         })
-    } else if silent > interval.mul_f64(cfg.suspect_after_renewals) {
+    } else if silent > mul_f64_saturating(interval, cfg.suspect_after_renewals) {
         Liveness::Suspect { silent }
     } else {
         Liveness::Alive(AliveBecause::LeaseRenewing)
@@ -1161,19 +1280,30 @@ pub struct FenceOp {
     pub power_cycled: bool,
     #[serde(default)]
     pub last_error: Option<String>,
+    /// The node's `bootID` when it was found dead: a different one later means it rebooted.
+    #[serde(default)]
+    pub boot_id: Option<String>,
+    /// The `Ready` condition's heartbeat when the node was found dead: only a newer one says the
+    /// kubelet is back.
+    #[serde(default)]
+    pub ready_heartbeat: Option<WallMicros>,
+    /// Recovery is held until the kubelet confirms the released pods are gone (the hold was
+    /// announced).
+    #[serde(default)]
+    pub recovery_held: bool,
 }
 
 impl FenceOp {
-    /// A new operation for a node found dead.
+    /// A new operation for a node found dead, recording what the node last said (its Lease
+    /// renewal, its Ready heartbeat, its bootID) to tell later whether it came back.
     pub fn new(
-        node: &str,
+        facts: &NodeFacts,
         node_uid: &str,
         evidence: &DeathEvidence,
-        lease_renew_time: Option<WallMicros>,
         now: UnixMillis,
     ) -> FenceOp {
         FenceOp {
-            node: node.to_owned(),
+            node: facts.name.clone(),
             node_uid: node_uid.to_owned(),
             phase: Phase::Fencing {
                 step: Step::Isolation,
@@ -1184,11 +1314,14 @@ impl FenceOp {
             not_before: None,
             detected_at: now,
             evidence: evidence.describe(),
-            lease_renew_time,
+            lease_renew_time: facts.lease.and_then(|l| l.renew_time),
             confirmed_by: None,
             released_at: None,
             power_cycled: false,
             last_error: None,
+            boot_id: facts.boot_id.clone().filter(|b| !b.is_empty()),
+            ready_heartbeat: facts.ready_heartbeat,
+            recovery_held: false,
         }
     }
 }
@@ -1211,6 +1344,69 @@ impl ConfiguredSteps {
     }
 }
 
+/// What the node says about the pods of before the fence once it is back. A release
+/// force-deletes pods whose containers may still run on the node (isolated, not stopped) while
+/// their replacements run elsewhere; only the node's kubelet can stop them, and it does so once it
+/// syncs with the API. Recovery (storage access back on, unfencing) must wait for that, or the old
+/// containers write next to their replacements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KubeletReturn {
+    /// The node's `bootID` differs from the one recorded at fencing: the machine rebooted, nothing
+    /// of before runs on it.
+    pub rebooted: bool,
+    /// The kubelet posted `Ready=True` after the node was found dead (the Ready heartbeat is newer
+    /// than both the Lease renewal and the Ready heartbeat recorded then; all written by the
+    /// node's clock).
+    pub ready_again: bool,
+    /// Pods still bound to the node that a release would delete (none of them can have been
+    /// scheduled there since: the taint keeps them off); `None`: not known.
+    pub old_pods: Option<u32>,
+}
+
+impl KubeletReturn {
+    /// From the node's facts now and the operation's record; `old_pods` counted by the caller.
+    pub fn observe(op: &FenceOp, facts: &NodeFacts, old_pods: Option<u32>) -> KubeletReturn {
+        let rebooted = match (op.boot_id.as_deref(), facts.boot_id.as_deref()) {
+            (Some(then), Some(now)) => !now.is_empty() && now != then,
+            _ => false,
+        };
+        // Newer than anything the node wrote before it was found dead (all node clock).
+        let before = op.lease_renew_time.max(op.ready_heartbeat);
+        let ready_again = facts.ready == ReadyStatus::True
+            && match (facts.ready_heartbeat, before) {
+                (Some(hb), Some(before)) => hb > before,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+        KubeletReturn {
+            rebooted,
+            ready_again,
+            old_pods,
+        }
+    }
+
+    /// The released pods' containers are known to be gone: the machine rebooted, or its kubelet is
+    /// Ready again and no pod of before the fence is left bound to it.
+    pub fn confirms_old_pods_gone(&self) -> bool {
+        self.rebooted || (self.ready_again && self.old_pods == Some(0))
+    }
+
+    fn describe_wait(&self) -> String {
+        let mut missing = Vec::new();
+        if !self.ready_again {
+            missing.push("its kubelet has not reported Ready since".to_owned());
+        }
+        match self.old_pods {
+            Some(0) => {}
+            Some(n) => missing.push(format!(
+                "{n} pods of before the fence are still bound to it"
+            )),
+            None => missing.push("its pods could not be listed".to_owned()),
+        }
+        missing.join("; ")
+    }
+}
+
 /// The world around an operation at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpContext {
@@ -1224,6 +1420,8 @@ pub struct OpContext {
     /// Storm protection lets new fencing attempts start.
     pub may_fence: bool,
     pub configured: ConfiguredSteps,
+    /// What the node says about the pods of before the fence (see [`KubeletReturn`]).
+    pub kubelet: KubeletReturn,
 }
 
 /// What happened.
@@ -1314,7 +1512,7 @@ fn next_step(
         return Vec::new();
     }
     op.phase = Phase::Unconfirmed;
-    op.cycles += 1;
+    op.cycles = op.cycles.saturating_add(1);
     op.not_before = Some(
         ctx.now
             .saturating_add(millis(policy.unconfirmed_retry_interval)),
@@ -1414,7 +1612,7 @@ pub fn advance(
                             "the {} step failed (attempt {} of {}): {e}",
                             s.as_str(),
                             op.attempts,
-                            policy.step_retries + 1
+                            policy.step_retries.saturating_add(1)
                         ),
                     ));
                     if op.attempts <= policy.step_retries {
@@ -1539,7 +1737,7 @@ pub fn advance(
                         actions.extend(next_step(&mut op, step, ctx, policy));
                         return done(op, actions);
                     }
-                    op.attempts += 1;
+                    op.attempts = op.attempts.saturating_add(1);
                     op.running = Some(step);
                     actions.push(OpAction::Run(step));
                 }
@@ -1551,7 +1749,26 @@ pub fn advance(
                         op.attempts = 0;
                     }
                 }
-                Phase::Releasing => actions.push(OpAction::Release),
+                Phase::Releasing => {
+                    // Re-checked before every release attempt: the stored state alone never
+                    // releases anything.
+                    if op.confirmed_by.is_none() {
+                        op.phase = Phase::Fencing {
+                            step: Step::Isolation,
+                        };
+                        op.attempts = 0;
+                        actions.push(notice(
+                            true,
+                            "ReleaseRefused",
+                            "the operation says releasing but records no confirmed fencing step; fencing again first".to_owned(),
+                        ));
+                        return done(op, actions);
+                    }
+                    if !ctx.may_fence {
+                        return done(op, actions);
+                    }
+                    actions.push(OpAction::Release);
+                }
                 Phase::Released => {
                     let due = op.confirmed_by == Some(Step::Isolation)
                         && !op.power_cycled
@@ -1562,14 +1779,32 @@ pub fn advance(
                             _ => false,
                         };
                     if due {
-                        op.attempts += 1;
+                        op.attempts = op.attempts.saturating_add(1);
                         op.running = Some(Step::PowerManagement);
                         actions.push(OpAction::Run(Step::PowerManagement));
                     }
                 }
                 Phase::Recovering { recovered: false } => {
+                    // Pods may have been released (confirmed_by is set on the way to Releasing):
+                    // their containers may still run on the node while their replacements run
+                    // elsewhere. Nothing is undone before the node confirms they are gone.
+                    if op.confirmed_by.is_some() && !ctx.kubelet.confirms_old_pods_gone() {
+                        if !op.recovery_held {
+                            op.recovery_held = true;
+                            actions.push(notice(
+                                false,
+                                "RecoveryHeld",
+                                format!(
+                                    "the node is back but recovery waits until it rebooted or its kubelet confirms the released pods are gone: {}",
+                                    ctx.kubelet.describe_wait()
+                                ),
+                            ));
+                        }
+                        return done(op, actions);
+                    }
+                    op.recovery_held = false;
                     if ctx.configured.recovery {
-                        op.attempts += 1;
+                        op.attempts = op.attempts.saturating_add(1);
                         op.running = Some(Step::Recovery);
                         actions.push(OpAction::Run(Step::Recovery));
                     } else {
@@ -1608,6 +1843,8 @@ mod tests {
             agent_heartbeat: None,
             last_gasp: None,
             eligible: true,
+            boot_id: None,
+            ready_heartbeat: None,
         }
     }
 
@@ -1653,6 +1890,28 @@ mod tests {
             ),
             ("bogusSetting: 1", "bogusSetting"),
             ("leaderElection: {leaseName: ''}", "leaseName"),
+            // Absurd values are refused at load, naming the field and the value.
+            (
+                "missedRenewals: 4000000000",
+                "missedRenewals: \"4000000000\"",
+            ),
+            ("missedRenewals: 1001", "1001"),
+            ("renewInterval: 2562047h", "renewInterval: \"2562047h\""),
+            (
+                "renewInterval: 1h\nmissedRenewals: 25",
+                "renewInterval: \"1h\"",
+            ),
+            ("tickInterval: 721h", "tickInterval: \"721h\""),
+            ("agentHeartbeatTimeout: 2562047h", "agentHeartbeatTimeout"),
+            ("leaderElection: {retryPeriod: 2562047h}", "retryPeriod"),
+            (
+                "powerManagementAfterIsolation: 100000h",
+                "powerManagementAfterIsolation",
+            ),
+            ("stepRetries: 4294967295", "stepRetries: \"4294967295\""),
+            ("suspectAfterRenewals: .nan", "suspectAfterRenewals"),
+            ("suspectAfterRenewals: .inf", "suspectAfterRenewals"),
+            ("nodeFenceRate: .inf", "nodeFenceRate"),
         ];
         for (text, field) in cases {
             let err = parse_config("remediate.yaml", text).expect_err(text);
@@ -1726,7 +1985,7 @@ mod tests {
         ];
         let mut t = LivenessTracker::new();
         for (secs, renew, want) in steps {
-            let got = t.observe(&[facts("n", renew)], Timestamp::from_secs(secs), &cfg);
+            let got = t.observe(&[facts("n", renew)], Timestamp::from_secs(secs), &cfg, true);
             assert_eq!(got["n"].label(), want, "at {secs}s renew={renew:?}");
         }
     }
@@ -1738,7 +1997,7 @@ mod tests {
         // The node's clock is decades behind but it renews: only changes count.
         for (i, secs) in [0u64, 10, 20, 30, 40, 50].into_iter().enumerate() {
             let renew = Some(i64::try_from(i).expect("small"));
-            let got = t.observe(&[facts("n", renew)], Timestamp::from_secs(secs), &cfg);
+            let got = t.observe(&[facts("n", renew)], Timestamp::from_secs(secs), &cfg, true);
             assert_eq!(got["n"], Liveness::Alive(AliveBecause::LeaseRenewing));
         }
     }
@@ -1800,8 +2059,8 @@ mod tests {
             }
             f.agent_heartbeat = hb;
             f.last_gasp = gasp;
-            t.observe(std::slice::from_ref(&f), Timestamp::ZERO, &cfg);
-            let got = t.observe(&[f], Timestamp::from_secs(secs), &cfg);
+            t.observe(std::slice::from_ref(&f), Timestamp::ZERO, &cfg, true);
+            let got = t.observe(&[f], Timestamp::from_secs(secs), &cfg, true);
             assert_eq!(
                 got["n"].label(),
                 want,
@@ -2072,19 +2331,27 @@ mod tests {
                 power_management: true,
                 recovery: true,
             },
+            // The kubelet is back and no pod of before the fence is left.
+            kubelet: KubeletReturn {
+                rebooted: false,
+                ready_again: true,
+                old_pods: Some(0),
+            },
         }
     }
 
     fn new_op() -> FenceOp {
+        let mut f = facts("n1", Some(1_000));
+        f.boot_id = Some("boot-1".to_owned());
+        f.ready_heartbeat = Some(800);
         FenceOp::new(
-            "n1",
+            &f,
             "uid-1",
             &DeathEvidence::LeaseExpired {
                 silent: Duration::from_secs(30),
                 renew_interval: Duration::from_secs(10),
                 missed: 3,
             },
-            Some(1_000),
             0,
         )
     }
@@ -2263,9 +2530,11 @@ mod tests {
     }
 
     #[test]
-    fn storm_protection_holds_new_attempts_but_not_a_confirmed_release() {
+    fn storm_protection_holds_new_attempts_and_releases() {
         let mut hold = ctx(0);
         hold.may_fence = false;
+        let mut hold8 = ctx(8);
+        hold8.may_fence = false;
         script(&[
             (OpEvent::Tick, hold, "fencing", &[]),
             (OpEvent::Tick, ctx(1), "fencing", &["run:isolation"]),
@@ -2275,8 +2544,39 @@ mod tests {
                 "releasing",
                 &["event:FencingConfirmed"],
             ),
-            (OpEvent::Tick, hold, "releasing", &["release"]),
+            // Confirmed, but storm protection blocks now: the release waits.
+            (OpEvent::Tick, hold, "releasing", &[]),
+            (OpEvent::Tick, ctx(2), "releasing", &["release"]),
+            // A failed release is retried only while storm protection allows it.
+            (
+                OpEvent::ReleaseDone {
+                    result: Err("conflict".into()),
+                },
+                ctx(2),
+                "releasing",
+                &["event:ReleaseFailed"],
+            ),
+            (OpEvent::Tick, hold8, "releasing", &[]),
+            (OpEvent::Tick, ctx(8), "releasing", &["release"]),
         ]);
+    }
+
+    #[test]
+    fn a_stored_release_without_a_confirmed_step_is_refused() {
+        // State written by someone else (or an older version): releasing, nothing confirmed.
+        let mut op = new_op();
+        op.phase = Phase::Releasing;
+        op.confirmed_by = None;
+        let t = advance(&op, &OpEvent::Tick, &ctx(0), &policy());
+        assert_eq!(kinds(&t.actions), ["event:ReleaseRefused"]);
+        assert_eq!(
+            t.op.phase,
+            Phase::Fencing {
+                step: Step::Isolation
+            }
+        );
+        let t = advance(&t.op, &OpEvent::Tick, &ctx(0), &policy());
+        assert_eq!(kinds(&t.actions), ["run:isolation"]);
     }
 
     #[test]
@@ -2353,6 +2653,7 @@ mod tests {
     fn release_failure_is_retried_after_the_backoff() {
         let mut op = new_op();
         op.phase = Phase::Releasing;
+        op.confirmed_by = Some(Step::Isolation);
         let t = advance(
             &op,
             &OpEvent::ReleaseDone {
@@ -2371,5 +2672,333 @@ mod tests {
             advance(&t.op, &OpEvent::Tick, &ctx(5), &policy()).actions,
             [OpAction::Release]
         );
+    }
+
+    #[test]
+    fn recovery_after_a_release_waits_until_the_kubelet_confirms_the_old_pods_gone() {
+        let mut op = new_op();
+        op.phase = Phase::Released;
+        op.confirmed_by = Some(Step::Isolation);
+        op.released_at = Some(0);
+        let k = |rebooted, ready_again, old_pods| KubeletReturn {
+            rebooted,
+            ready_again,
+            old_pods,
+        };
+        // (what the node says once its Lease renews again, recovery runs?)
+        let cases = [
+            // The Lease renews but the kubelet has not reported Ready since: hold.
+            (k(false, false, Some(0)), false),
+            // Ready again but a pod of before the fence is still bound to it: hold.
+            (k(false, true, Some(1)), false),
+            // Ready again, pods unknown (the list failed): hold.
+            (k(false, true, None), false),
+            // Ready again and no pod of before is left: recover.
+            (k(false, true, Some(0)), true),
+            // Rebooted: nothing of before runs, whatever else.
+            (k(true, false, None), true),
+            (k(true, false, Some(3)), true),
+        ];
+        for (kubelet, runs) in cases {
+            let mut c = back(ctx(120));
+            c.kubelet = kubelet;
+            let t = advance(&op, &OpEvent::Tick, &c, &policy());
+            assert_eq!(t.op.phase, Phase::Recovering { recovered: false });
+            let t = advance(&t.op, &OpEvent::Tick, &c, &policy());
+            assert_eq!(
+                t.actions.contains(&OpAction::Run(Step::Recovery)),
+                runs,
+                "{kubelet:?}: {:?}",
+                t.actions
+            );
+            if !runs {
+                assert_eq!(kinds(&t.actions), ["event:RecoveryHeld"], "{kubelet:?}");
+                assert!(t.op.recovery_held);
+                // Announced once; the taint is never removed while held.
+                let again = advance(&t.op, &OpEvent::Tick, &c, &policy());
+                assert!(again.actions.is_empty(), "{kubelet:?}: {:?}", again.actions);
+            }
+        }
+        // Without recovery methods the taint removal waits the same way.
+        let mut c = back(ctx(120));
+        c.configured.recovery = false;
+        c.kubelet = k(false, false, Some(0));
+        let t = advance(&op, &OpEvent::Tick, &c, &policy());
+        let t = advance(&t.op, &OpEvent::Tick, &c, &policy());
+        let t = advance(&t.op, &OpEvent::Tick, &c, &policy());
+        assert!(
+            !t.actions.contains(&OpAction::RemoveTaint),
+            "{:?}",
+            t.actions
+        );
+        // Nothing released (the node came back while a step was still failing): no hold.
+        let mut unreleased = new_op();
+        unreleased.phase = Phase::Recovering { recovered: false };
+        let t = advance(&unreleased, &OpEvent::Tick, &c, &policy());
+        assert_eq!(t.op.phase, Phase::Recovering { recovered: true });
+    }
+
+    #[test]
+    fn the_kubelet_return_is_read_from_node_written_facts() {
+        // Recorded when found dead: Lease renewal 1_000, Ready heartbeat 1_500, bootID "boot-1".
+        let mut op = new_op();
+        op.ready_heartbeat = Some(1_500);
+        let f = |ready: ReadyStatus, hb: Option<i64>, boot: Option<&str>| {
+            let mut n = facts("n1", Some(5_000));
+            n.ready = ready;
+            n.ready_heartbeat = hb;
+            n.boot_id = boot.map(str::to_owned);
+            n
+        };
+        // (facts, rebooted, ready_again)
+        let cases = [
+            // Ready, but its heartbeat predates the death: a stale condition.
+            (
+                f(ReadyStatus::True, Some(900), Some("boot-1")),
+                false,
+                false,
+            ),
+            // Newer than the last renewal, not newer than the heartbeat posted before the death.
+            (
+                f(ReadyStatus::True, Some(1_001), Some("boot-1")),
+                false,
+                false,
+            ),
+            (
+                f(ReadyStatus::True, Some(1_500), Some("boot-1")),
+                false,
+                false,
+            ),
+            (
+                f(ReadyStatus::True, Some(1_501), Some("boot-1")),
+                false,
+                true,
+            ),
+            (
+                f(ReadyStatus::Unknown, Some(2_000), Some("boot-1")),
+                false,
+                false,
+            ),
+            (
+                f(ReadyStatus::True, Some(2_000), Some("boot-2")),
+                true,
+                true,
+            ),
+            (f(ReadyStatus::False, None, Some("boot-2")), true, false),
+            // An unknown or empty bootID is no reboot.
+            (f(ReadyStatus::False, None, None), false, false),
+            (f(ReadyStatus::False, None, Some("")), false, false),
+        ];
+        for (n, rebooted, ready_again) in cases {
+            let k = KubeletReturn::observe(&op, &n, Some(0));
+            assert_eq!(
+                (k.rebooted, k.ready_again),
+                (rebooted, ready_again),
+                "{n:?}"
+            );
+        }
+        // No bootID recorded at fencing: a reboot cannot be told.
+        let mut old = op.clone();
+        old.boot_id = None;
+        let k = KubeletReturn::observe(&old, &f(ReadyStatus::False, None, Some("boot-2")), None);
+        assert!(!k.rebooted && !k.confirms_old_pods_gone());
+    }
+
+    #[test]
+    fn toleration_matching_follows_tolerates_taint() {
+        let t = |key, operator, value, effect| TolerationRef {
+            key,
+            operator,
+            value,
+            effect,
+        };
+        let oos = Some(OUT_OF_SERVICE_TAINT);
+        let cases = [
+            // key, operator, value, effect
+            (t(oos, Some("Exists"), None, None), true),
+            (t(oos, Some("Exists"), None, Some("NoExecute")), true),
+            (t(oos, Some("Exists"), None, Some("NoSchedule")), false),
+            (t(oos, Some("Exists"), Some("ignored"), Some("")), true),
+            (
+                t(oos, Some("Equal"), Some("nodeshutdown"), Some("NoExecute")),
+                true,
+            ),
+            (t(oos, None, Some("nodeshutdown"), None), true),
+            (t(oos, Some(""), Some("nodeshutdown"), None), true),
+            (t(oos, Some("Equal"), Some("other"), None), false),
+            (t(oos, Some("Equal"), None, None), false),
+            // Tolerates everything.
+            (t(None, Some("Exists"), None, None), true),
+            (t(Some(""), Some("Exists"), None, Some("NoExecute")), true),
+            (t(None, Some("Exists"), None, Some("NoSchedule")), false),
+            // Another key.
+            (
+                t(
+                    Some("node.kubernetes.io/unreachable"),
+                    Some("Exists"),
+                    None,
+                    None,
+                ),
+                false,
+            ),
+            // Numeric comparison operators only apply to numeric values.
+            (t(oos, Some("Gt"), Some("1"), None), false),
+            // A malformed empty key with Equal compares values ("" ≠ "nodeshutdown").
+            (t(None, Some("Equal"), None, None), false),
+        ];
+        for (tol, want) in cases {
+            assert_eq!(
+                tolerates(
+                    &tol,
+                    OUT_OF_SERVICE_TAINT,
+                    OUT_OF_SERVICE_VALUE,
+                    "NoExecute"
+                ),
+                want,
+                "{tol:?}"
+            );
+            assert_eq!(tolerates_out_of_service([tol]), want, "{tol:?}");
+        }
+        assert!(!tolerates_out_of_service([]));
+    }
+
+    #[test]
+    fn absurd_detection_settings_never_panic() {
+        // Settings built in code (not through parse_config) at the extremes of their types.
+        let lease = |secs| LeaseFacts {
+            renew_time: Some(1),
+            duration_seconds: Some(secs),
+        };
+        let cfgs = [
+            DetectionConfig {
+                missed_renewals: u32::MAX,
+                renew_interval: Some(Duration::from_secs(u64::MAX / 2)),
+                suspect_after_renewals: 1e300,
+                agent_heartbeat_timeout: Duration::MAX,
+            },
+            DetectionConfig {
+                missed_renewals: u32::MAX,
+                renew_interval: None,
+                suspect_after_renewals: f64::MAX,
+                agent_heartbeat_timeout: Duration::ZERO,
+            },
+            DetectionConfig {
+                missed_renewals: 1,
+                renew_interval: Some(Duration::MAX),
+                suspect_after_renewals: 0.5,
+                agent_heartbeat_timeout: Duration::ZERO,
+            },
+        ];
+        for cfg in cfgs {
+            for secs in [i32::MAX, 1, 0, -5] {
+                let mut t = LivenessTracker::new();
+                let mut f = facts("n", Some(1));
+                f.lease = Some(lease(secs));
+                for at in [0, 1, u64::MAX / 4] {
+                    let got = t.observe(
+                        std::slice::from_ref(&f),
+                        Timestamp::from_secs(at),
+                        &cfg,
+                        true,
+                    );
+                    assert!(got.contains_key("n"), "{cfg:?}");
+                }
+            }
+        }
+        // The arithmetic itself.
+        let cases = [
+            (Duration::from_secs(10), 1.5, Duration::from_secs(15)),
+            (Duration::MAX, 2.0, Duration::MAX),
+            (Duration::from_secs(u64::MAX / 2), 1e300, Duration::MAX),
+            (Duration::from_secs(1), f64::INFINITY, Duration::MAX),
+            (Duration::from_secs(1), f64::NAN, Duration::ZERO),
+            (Duration::from_secs(1), -1.0, Duration::ZERO),
+        ];
+        for (d, f, want) in cases {
+            assert_eq!(mul_f64_saturating(d, f), want, "{d:?} × {f}");
+        }
+    }
+
+    #[test]
+    fn attempt_and_cycle_counters_saturate() {
+        let mut op = new_op();
+        op.attempts = u32::MAX;
+        op.cycles = u32::MAX;
+        let mut p = policy();
+        p.step_retries = u32::MAX;
+        let failed = fail_running(&mut op);
+        let t = advance(&op, &failed, &ctx(0), &p);
+        assert_eq!(t.op.attempts, u32::MAX);
+        let t = advance(&t.op, &OpEvent::Tick, &ctx(100), &p);
+        assert_eq!(t.op.attempts, u32::MAX);
+        let mut c = ctx(0);
+        c.configured = ConfiguredSteps::default();
+        let t = advance(&new_op_with_cycles(u32::MAX), &OpEvent::Tick, &c, &p);
+        assert_eq!(t.op.cycles, u32::MAX);
+    }
+
+    fn fail_running(op: &mut FenceOp) -> OpEvent {
+        op.running = Some(Step::Isolation);
+        fail(Step::Isolation)
+    }
+
+    fn new_op_with_cycles(cycles: u32) -> FenceOp {
+        let mut op = new_op();
+        op.cycles = cycles;
+        op
+    }
+
+    #[test]
+    fn a_stale_lease_watch_never_makes_a_node_dead() {
+        let cfg = detection(); // dead after 30 s of silence
+        let mut t = LivenessTracker::new();
+        let f = facts("n", Some(1_000));
+        // (seconds, lease view fresh, expected)
+        let steps = [
+            (0, true, "alive"),
+            (29, true, "suspect"),
+            // The watch is found stale: the silence may be the watch's, not the node's.
+            (31, false, "suspect"),
+            (300, false, "suspect"),
+            // Fresh again and still no renewal: now it is dead.
+            (301, true, "dead"),
+        ];
+        for (secs, fresh, want) in steps {
+            let got = t.observe(
+                std::slice::from_ref(&f),
+                Timestamp::from_secs(secs),
+                &cfg,
+                fresh,
+            );
+            assert_eq!(got["n"].label(), want, "at {secs}s fresh={fresh}");
+        }
+        // A last gasp is held back too: a newer renewal may be what the watch missed.
+        let mut gasp = facts("g", Some(1_000));
+        gasp.last_gasp = Some(2_000);
+        let got = LivenessTracker::new().observe(&[gasp], Timestamp::ZERO, &cfg, false);
+        assert_eq!(got["g"].label(), "suspect");
+    }
+
+    #[test]
+    fn watch_caught_up_compares_resource_versions() {
+        let cache: BTreeMap<&str, &str> = [("a", "105"), ("b", "99"), ("c", "x1")].into();
+        let cached = |n: &str| cache.get(n).map(|v| (*v).to_owned());
+        let cases: [(&[(&str, &str)], bool); 8] = [
+            (&[], true),
+            (&[("a", "105"), ("b", "99")], true),
+            (&[("a", "100")], true), // the cache is ahead: events after the list
+            (&[("a", "106")], false), // the list saw a renewal the watch did not deliver
+            (&[("b", "100"), ("a", "1")], false),
+            (&[("d", "1")], false), // listed, never cached
+            (&[("c", "x1")], true), // opaque versions: equality
+            (&[("c", "x2")], false),
+        ];
+        for (listed, want) in cases {
+            assert_eq!(
+                watch_caught_up(listed.iter().copied(), cached),
+                want,
+                "{listed:?}"
+            );
+        }
     }
 }

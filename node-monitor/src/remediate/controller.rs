@@ -27,7 +27,7 @@ use tokio::{sync::mpsc, task::JoinHandle};
 use tracing::{debug, info, warn};
 
 use super::{
-    ApiHealth, exec,
+    ApiHealth, WatchFreshness, exec,
     facts::node_facts,
     methods::{self, FenceConfigError, MethodSpec, NodeFencePlan},
     store::{OpStore, StoreError, StoredOp},
@@ -38,10 +38,11 @@ use crate::{
         clock::Timestamp,
         config::PdbPolicy,
         remediation::{
-            Assessment, DeathEvidence, FenceOp, Liveness, LivenessTracker, NodeFacts,
-            OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, OpAction, OpContext,
-            OpEvent, Phase, ReadyStatus, ReleaseSummary, RemediationConfig, SkipReason, Step,
-            ZoneLimiters, ZoneState, advance, assess, node_is_back,
+            Assessment, DeathEvidence, FenceOp, KubeletReturn, Liveness, LivenessTracker,
+            NodeFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, OpAction,
+            OpContext, OpEvent, Phase, ReadyStatus, ReleaseSummary, RemediationConfig, SkipReason,
+            Step, TolerationRef, ZoneLimiters, ZoneState, advance, assess, node_is_back,
+            tolerates_out_of_service,
         },
     },
     kube::actuator::{Actuator, ActuatorConfig},
@@ -67,6 +68,8 @@ pub struct Caches {
     pub leases: Store<Lease>,
     /// The controller's namespace: fence configuration and operations.
     pub configmaps: Store<ConfigMap>,
+    /// How current `leases` is known to be.
+    pub lease_freshness: Arc<WatchFreshness>,
 }
 
 struct StepResult {
@@ -113,6 +116,7 @@ pub struct Controller {
     /// The skip reason last reported per node: each is reported once, not on every pass.
     skips: HashMap<String, &'static str>,
     last_liveness: HashMap<String, &'static str>,
+    lease_view_fresh: bool,
 }
 
 impl Controller {
@@ -150,6 +154,7 @@ impl Controller {
             rx,
             skips: HashMap::new(),
             last_liveness: HashMap::new(),
+            lease_view_fresh: true,
         }
     }
 
@@ -273,7 +278,21 @@ impl Controller {
             facts.insert(name, f);
         }
         let list: Vec<NodeFacts> = facts.values().cloned().collect();
-        let liveness = self.tracker.observe(&list, now, &self.cfg.detection);
+        // The Lease view must have been confirmed current within apiStaleAfter, or a watch that
+        // stopped delivering would make every live node look dead.
+        let lease_age = self.caches.lease_freshness.age();
+        let lease_view_fresh = lease_age.is_some_and(|a| a <= self.cfg.storm.api_stale_after);
+        if lease_view_fresh != self.lease_view_fresh {
+            if lease_view_fresh {
+                info!("node Lease view current again: nodes may be judged dead");
+            } else {
+                warn!(age = ?lease_age, "node Lease view not confirmed current: no node is judged dead");
+            }
+            self.lease_view_fresh = lease_view_fresh;
+        }
+        let liveness = self
+            .tracker
+            .observe(&list, now, &self.cfg.detection, lease_view_fresh);
         let assessment = assess(
             list.iter().map(|f| {
                 let bad = f.ready != ReadyStatus::True
@@ -449,13 +468,7 @@ impl Controller {
             self.note_skip(node, &uid, &reason).await;
             return;
         }
-        let op = FenceOp::new(
-            node,
-            &uid,
-            evidence,
-            f.lease.and_then(|l| l.renew_time),
-            view.now_unix,
-        );
+        let op = FenceOp::new(f, &uid, evidence, view.now_unix);
         match self.store.create(&op).await {
             Ok(stored) => {
                 self.api_health.ok();
@@ -494,7 +507,21 @@ impl Controller {
                 && view.uids.get(node).map(String::as_str) == Some(stored.op.node_uid.as_str());
             let plan = self.plan(node);
             let zone = facts.map(|f| f.zone.clone()).unwrap_or_default();
+            let kubelet = match facts {
+                Some(f) => {
+                    let mut k = KubeletReturn::observe(&stored.op, f, None);
+                    // Counted only while a released node's recovery waits on it.
+                    let waiting = matches!(stored.op.phase, Phase::Recovering { recovered: false })
+                        && stored.op.confirmed_by.is_some();
+                    if waiting && !k.rebooted && k.ready_again {
+                        k.old_pods = self.old_pods(node).await;
+                    }
+                    k
+                }
+                None => KubeletReturn::default(),
+            };
             let ctx = OpContext {
+                kubelet,
                 now: view.now_unix,
                 node_present: present,
                 node_back: node_is_back(
@@ -536,7 +563,8 @@ impl Controller {
                     OpAction::Run(step) => self.spawn_step(node, step, t.op.attempts, &plan),
                     OpAction::Cancel => self.cancel(node),
                     OpAction::Release => {
-                        let result = self.release(node).await;
+                        let current = self.ops.get(node).cloned().unwrap_or(stored.clone());
+                        let result = self.release(node, &current).await;
                         if let Ok(s) = &result {
                             self.metrics.remediation.releases.inc();
                             self.metrics
@@ -713,12 +741,75 @@ impl Controller {
         }
     }
 
+    /// What allowed a release, re-checked before each of its steps from the caches as they are
+    /// now: the same Node, still silent since it was found dead, and storm protection admitting
+    /// its zone.
+    fn release_check(&mut self, node: &str, stored: &StoredOp) -> Result<(), String> {
+        if self.cfg.dry_run {
+            return Err("dry run".to_owned());
+        }
+        let view = self.observe();
+        let Some(f) = view.facts.get(node) else {
+            return Err("the node is gone".to_owned());
+        };
+        if view.uids.get(node) != Some(&stored.op.node_uid) {
+            return Err("the node was replaced by another of the same name".to_owned());
+        }
+        if node_is_back(stored.op.lease_renew_time, f.lease.as_ref()) {
+            return Err("the node renewed its Lease again; release stopped".to_owned());
+        }
+        view.assessment
+            .admits(&f.zone)
+            .map_err(|r| format!("release stopped: {}", r.message()))
+    }
+
+    /// The pods still bound to `node` that a release would delete; `None` when they cannot be
+    /// listed.
+    async fn old_pods(&self, node: &str) -> Option<u32> {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        match tokio::time::timeout(REQUEST_TIMEOUT, pods.list(&lp)).await {
+            Ok(Ok(l)) => {
+                self.api_health.ok();
+                let n = l.items.iter().filter(|p| keep_pod(p).is_none()).count();
+                Some(u32::try_from(n).unwrap_or(u32::MAX))
+            }
+            Ok(Err(e)) => {
+                warn!(%node, error = %chain(&e), "could not list the node's pods");
+                None
+            }
+            Err(_) => {
+                warn!(%node, "listing the node's pods got no answer");
+                None
+            }
+        }
+    }
+
     /// Releases a fenced node's workload: the out-of-service taint first, then every pod still
     /// bound to it is deleted with a zero grace period (force). Only ever called once fencing
     /// confirmed the node off or isolated: a force deletion skips the kubelet's confirmation
     /// that the containers stopped, which is exactly what fencing provides instead.
-    async fn release(&self, node: &str) -> Result<ReleaseSummary, String> {
+    async fn release(&mut self, node: &str, stored: &StoredOp) -> Result<ReleaseSummary, String> {
         let mut summary = ReleaseSummary::default();
+        // The stored operation is what authorises the release: it must still be this one, in
+        // the API, unchanged since this controller wrote or read it.
+        match self.store.get(node).await {
+            Ok(Some(now))
+                if now.resource_version == stored.resource_version
+                    && now.op == stored.op
+                    && now.op.phase == Phase::Releasing
+                    && now.op.confirmed_by.is_some() => {}
+            Ok(Some(_)) => {
+                self.loaded = false;
+                return Err("the stored operation changed meanwhile; reading it again".to_owned());
+            }
+            Ok(None) => {
+                self.loaded = false;
+                return Err("the stored operation is gone".to_owned());
+            }
+            Err(e) => return Err(format!("re-read the operation: {}", chain(&e))),
+        }
+        self.release_check(node, stored)?;
         // Counted first: once the pods are gone the attach-detach controller detaches at once.
         let vas: Api<VolumeAttachment> = Api::all(self.client.clone());
         match tokio::time::timeout(REQUEST_TIMEOUT, vas.list(&ListParams::default())).await {
@@ -753,6 +844,8 @@ impl Controller {
                     debug!(%node, pod = ?pod.metadata.name, why, "pod left in place");
                     continue;
                 }
+                // Before every deletion: storm protection and the node's state, as of now.
+                self.release_check(node, stored)?;
                 let ns = pod.metadata.namespace.clone().unwrap_or_default();
                 let name = pod.metadata.name.clone().unwrap_or_default();
                 let dp = DeleteParams {
@@ -861,8 +954,23 @@ impl Controller {
 
 /// Pods a release leaves alone, as the node lifecycle controller's `deletePods` does: DaemonSet
 /// pods (their controller would recreate them on the same node) and mirror pods of static pods
-/// (the kubelet owns those).
+/// (the kubelet owns those); and pods that tolerate the out-of-service taint, which its rules keep
+/// on the node (or evict after their `tolerationSeconds`).
 pub fn keep_pod(pod: &Pod) -> Option<&'static str> {
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    let tolerating = tolerates_out_of_service(tolerations.iter().map(|t| TolerationRef {
+        key: t.key.as_deref(),
+        operator: t.operator.as_deref(),
+        value: t.value.as_deref(),
+        effect: t.effect.as_deref(),
+    }));
+    if tolerating {
+        return Some("tolerates the out-of-service taint");
+    }
     let daemonset = pod
         .metadata
         .owner_references
@@ -924,7 +1032,10 @@ async fn add_secrets(secrets: &Api<Secret>, specs: &mut [MethodSpec]) -> Result<
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use k8s_openapi::{
+        api::core::v1::{PodSpec, Toleration},
+        apimachinery::pkg::apis::meta::v1::OwnerReference,
+    };
 
     use super::*;
 
@@ -957,6 +1068,62 @@ mod tests {
         for (p, want) in cases {
             assert_eq!(keep_pod(&p), want, "{:?}", p.metadata);
         }
+    }
+
+    #[test]
+    fn releases_leave_pods_that_tolerate_the_out_of_service_taint() {
+        let pod = |tolerations: Vec<Toleration>| Pod {
+            spec: Some(PodSpec {
+                tolerations: Some(tolerations),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        };
+        let t = |key: &str, operator: &str, value: &str, effect: &str| Toleration {
+            key: (!key.is_empty()).then(|| key.to_owned()),
+            operator: (!operator.is_empty()).then(|| operator.to_owned()),
+            value: (!value.is_empty()).then(|| value.to_owned()),
+            effect: (!effect.is_empty()).then(|| effect.to_owned()),
+            toleration_seconds: None,
+        };
+        let kept = Some("tolerates the out-of-service taint");
+        let cases = [
+            // The default tolerations of every pod (DefaultTolerationSeconds): deleted.
+            (
+                pod(vec![
+                    t("node.kubernetes.io/not-ready", "Exists", "", "NoExecute"),
+                    t("node.kubernetes.io/unreachable", "Exists", "", "NoExecute"),
+                ]),
+                None,
+            ),
+            (pod(vec![t(OUT_OF_SERVICE_TAINT, "Exists", "", "")]), kept),
+            (
+                pod(vec![t(
+                    OUT_OF_SERVICE_TAINT,
+                    "Equal",
+                    "nodeshutdown",
+                    "NoExecute",
+                )]),
+                kept,
+            ),
+            (
+                pod(vec![t(OUT_OF_SERVICE_TAINT, "Equal", "other", "NoExecute")]),
+                None,
+            ),
+            (
+                pod(vec![t(OUT_OF_SERVICE_TAINT, "Exists", "", "NoSchedule")]),
+                None,
+            ),
+            // Tolerates every taint.
+            (pod(vec![t("", "Exists", "", "")]), kept),
+        ];
+        for (p, want) in cases {
+            assert_eq!(keep_pod(&p), want, "{:?}", p.spec);
+        }
+        // With tolerationSeconds too: the taint evicts it in its own time.
+        let mut timed = t(OUT_OF_SERVICE_TAINT, "Exists", "", "NoExecute");
+        timed.toleration_seconds = Some(30);
+        assert_eq!(keep_pod(&pod(vec![timed])), kept);
     }
 
     #[test]

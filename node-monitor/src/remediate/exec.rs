@@ -1,23 +1,80 @@
 //! Runs fence methods as commands: the agent in its own process group, parameters on its standard
 //! input, a deadline, and the tail of its output for the Event when it fails. A run that is
-//! cancelled (the task aborted) or times out takes its whole process group with it.
+//! cancelled (the task aborted) or times out takes its whole process group with it. Output is
+//! read as it comes and only the last [`OUTPUT_KEEP`] bytes of each stream are kept: an agent
+//! that prints without end costs bounded memory (the rest is read and discarded, so it never
+//! blocks on a full pipe either).
 use std::{process::Stdio, time::Duration};
 
-use tokio::{io::AsyncWriteExt as _, process::Command};
+use tokio::{
+    io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _},
+    process::Command,
+};
 use tracing::{info, warn};
 
 use super::methods::{MethodSpec, stdin_text};
 use crate::core::remediation::Step;
 
-/// Output kept from a failed method, per stream.
+/// Output shown from a failed method, per stream.
 const OUTPUT_TAIL: usize = 1024;
+/// Output kept while a method runs, per stream (its tail).
+pub const OUTPUT_KEEP: usize = 64 * 1024;
+
+/// The tail of a stream and how much was discarded before it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Captured {
+    pub kept: Vec<u8>,
+    pub discarded: u64,
+}
+
+impl Captured {
+    fn trim(&mut self, keep: usize) {
+        if self.kept.len() > keep {
+            let cut = self.kept.len() - keep;
+            self.kept.drain(..cut);
+            self.discarded = self.discarded.saturating_add(cut as u64);
+        }
+    }
+
+    /// The shown tail, saying how much came before it.
+    fn describe(&self) -> String {
+        let t = tail(&self.kept);
+        let shown = t.len() as u64;
+        let before = self
+            .discarded
+            .saturating_add((self.kept.len() as u64).saturating_sub(shown));
+        if t.is_empty() || before == 0 || !t.starts_with('…') {
+            t
+        } else {
+            format!("[{before} earlier bytes not shown] {t}")
+        }
+    }
+}
+
+/// Reads `r` to its end into `into`, keeping only the last `keep` bytes (memory stays below
+/// twice that). Cancel-safe: what was read before a cancellation stays in `into`.
+pub async fn capture(mut r: impl AsyncRead + Unpin, keep: usize, into: &mut Captured) {
+    let mut chunk = [0u8; 8192];
+    loop {
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                into.kept.extend_from_slice(&chunk[..n]);
+                if into.kept.len() >= keep.saturating_mul(2).max(keep + chunk.len()) {
+                    into.trim(keep);
+                }
+            }
+        }
+    }
+    into.trim(keep);
+}
 
 /// How one method run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MethodOutcome {
     Success,
     Failed { status: String, output: String },
-    TimedOut { after: Duration },
+    TimedOut { after: Duration, output: String },
     SpawnFailed { error: String },
 }
 
@@ -31,9 +88,15 @@ impl MethodOutcome {
             Self::Failed { status, output } => {
                 format!("method {method} failed: {status}: {output}")
             }
-            Self::TimedOut { after } => {
+            Self::TimedOut { after, output } if output.is_empty() => {
                 format!(
                     "method {method} timed out after {:.1}s",
+                    after.as_secs_f64()
+                )
+            }
+            Self::TimedOut { after, output } => {
+                format!(
+                    "method {method} timed out after {:.1}s: {output}",
                     after.as_secs_f64()
                 )
             }
@@ -102,32 +165,53 @@ pub async fn run_method(node: &str, step: Step, spec: &MethodSpec) -> MethodOutc
     }
     info!(node, step = step.as_str(), method = %spec.method, agent = %spec.agent,
           origin = %spec.origin, timeout = ?spec.timeout, "running fence method");
-    match tokio::time::timeout(spec.timeout, child.wait_with_output()).await {
-        Ok(Ok(out)) => {
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let mut out = Captured::default();
+    let mut err = Captured::default();
+    let waited = {
+        let run = async {
+            let read_out = async {
+                if let Some(s) = stdout {
+                    capture(s, OUTPUT_KEEP, &mut out).await;
+                }
+            };
+            let read_err = async {
+                if let Some(s) = stderr {
+                    capture(s, OUTPUT_KEEP, &mut err).await;
+                }
+            };
+            let (status, (), ()) = tokio::join!(child.wait(), read_out, read_err);
+            status
+        };
+        tokio::time::timeout(spec.timeout, run).await
+    };
+    let output = [err.describe(), out.describe()]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ");
+    match waited {
+        Ok(Ok(status)) => {
             // The agent exited: its group is left alone (a reused process id is not ours).
             guard.pgid = None;
-            if out.status.success() {
+            if status.success() {
                 MethodOutcome::Success
             } else {
-                let output = [tail(&out.stderr), tail(&out.stdout)]
-                    .into_iter()
-                    .filter(|s| !s.is_empty())
-                    .collect::<Vec<_>>()
-                    .join(" | ");
                 MethodOutcome::Failed {
-                    status: out.status.to_string(),
+                    status: status.to_string(),
                     output,
                 }
             }
         }
         Ok(Err(e)) => MethodOutcome::Failed {
             status: format!("waiting for it failed: {e}"),
-            output: String::new(),
+            output,
         },
         Err(_) => {
             warn!(node, method = %spec.method, timeout = ?spec.timeout, "fence method timed out; killing its process group");
             MethodOutcome::TimedOut {
                 after: spec.timeout,
+                output,
             }
         }
     }
@@ -225,7 +309,8 @@ mod tests {
         assert_eq!(
             outcome,
             MethodOutcome::TimedOut {
-                after: Duration::from_millis(300)
+                after: Duration::from_millis(300),
+                output: String::new(),
             }
         );
         let pid: i32 = std::fs::read_to_string(&pidfile)
@@ -266,5 +351,73 @@ mod tests {
         assert!(err.contains("failed"), "{err}");
         assert_eq!(std::fs::read_to_string(&log).expect("log"), "a\nb\n");
         assert!(run_step("n1", Step::Recovery, &[]).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn capture_keeps_a_bounded_tail_of_an_endless_stream() {
+        let mut c = Captured::default();
+        // An endless stream: the capture is cut off by a deadline; what it holds stays bounded.
+        let (reader, mut writer) = tokio::io::duplex(8192);
+        let writer = tokio::spawn(async move {
+            let line = [b'y'; 4096];
+            while writer.write_all(&line).await.is_ok() {}
+        });
+        let _ = tokio::time::timeout(
+            Duration::from_millis(300),
+            capture(reader, OUTPUT_KEEP, &mut c),
+        )
+        .await;
+        writer.abort();
+        assert!(c.kept.len() <= 2 * OUTPUT_KEEP + 8192, "{}", c.kept.len());
+        assert!(c.discarded > 0, "the stream was read on, not left to block");
+        // A finite stream longer than the cap: its tail is kept exactly.
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let mut c = Captured::default();
+        capture(&data[..], OUTPUT_KEEP, &mut c).await;
+        assert_eq!(c.kept, data[data.len() - OUTPUT_KEEP..]);
+        assert_eq!(c.discarded, (data.len() - OUTPUT_KEEP) as u64);
+        // A short one is kept whole.
+        let mut c = Captured::default();
+        capture(&b"no route to PDU"[..], OUTPUT_KEEP, &mut c).await;
+        assert_eq!(
+            (c.kept.as_slice(), c.discarded),
+            (&b"no route to PDU"[..], 0)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_agent_that_prints_forever_is_timed_out_with_its_tail() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Prints without end on both streams and never exits.
+        let chatty = script(
+            dir.path(),
+            "chatty",
+            "yes 'stderr line' >&2 & exec yes 'stdout line'",
+        );
+        let outcome = run_method("n1", Step::Isolation, &spec(chatty, 1_000)).await;
+        match outcome {
+            MethodOutcome::TimedOut { after, output } => {
+                assert_eq!(after, Duration::from_secs(1));
+                assert!(output.contains("stdout line"), "{output}");
+                assert!(output.contains("stderr line"), "{output}");
+                assert!(output.contains("earlier bytes not shown"), "{output}");
+                assert!(output.len() < 3 * OUTPUT_TAIL, "{}", output.len());
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        // A failing agent with a lot of output: the message names how much was left out.
+        let loud = script(
+            dir.path(),
+            "loud",
+            "head -c 300000 /dev/zero | tr '\\0' x; echo; echo 'the real error' >&2; exit 2",
+        );
+        match run_method("n1", Step::Isolation, &spec(loud, 10_000)).await {
+            MethodOutcome::Failed { status, output } => {
+                assert!(status.contains('2'), "{status}");
+                assert!(output.starts_with("the real error | ["), "{output}");
+                assert!(output.contains("earlier bytes not shown"), "{output}");
+            }
+            other => panic!("expected a failure, got {other:?}"),
+        }
     }
 }

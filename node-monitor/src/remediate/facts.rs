@@ -78,15 +78,22 @@ pub fn node_facts(
         .as_ref()
         .and_then(|s| s.conditions.as_deref())
         .unwrap_or_default();
-    let ready = match conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.status.as_str())
-    {
+    let ready_condition = conditions.iter().find(|c| c.type_ == "Ready");
+    let ready = match ready_condition.map(|c| c.status.as_str()) {
         Some("True") => ReadyStatus::True,
         Some("False") => ReadyStatus::False,
         _ => ReadyStatus::Unknown,
     };
+    let ready_heartbeat = ready_condition
+        .filter(|c| c.status == "True")
+        .and_then(|c| c.last_heartbeat_time.as_ref())
+        .map(|t| t.0.as_microsecond());
+    let boot_id = node
+        .status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.boot_id.clone())
+        .filter(|b| !b.is_empty());
     let agent_heartbeat = conditions
         .iter()
         .filter(|c| c.type_.starts_with(AGENT_CONDITION_PREFIX))
@@ -133,6 +140,8 @@ pub fn node_facts(
         agent_heartbeat,
         last_gasp: gasp_condition.max(gasp_annotation),
         eligible: eligible(node, selector),
+        boot_id,
+        ready_heartbeat,
         name,
     }
 }
@@ -142,7 +151,7 @@ mod tests {
     use k8s_openapi::{
         api::{
             coordination::v1::LeaseSpec,
-            core::v1::{NodeCondition, NodeStatus},
+            core::v1::{NodeCondition, NodeStatus, NodeSystemInfo},
         },
         apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time},
     };
@@ -182,6 +191,10 @@ mod tests {
             },
             status: Some(NodeStatus {
                 conditions: Some(conditions),
+                node_info: Some(NodeSystemInfo {
+                    boot_id: "b1".into(),
+                    ..NodeSystemInfo::default()
+                }),
                 ..NodeStatus::default()
             }),
             ..Node::default()
@@ -234,6 +247,8 @@ mod tests {
         assert_eq!(f.name, "n1");
         assert_eq!(f.zone.zone, "a");
         assert_eq!(f.ready, ReadyStatus::True);
+        assert_eq!(f.ready_heartbeat, Some(10_000_000));
+        assert_eq!(f.boot_id.as_deref(), Some("b1"));
         assert_eq!(f.agent_heartbeat, Some(60_000_000));
         assert_eq!(f.last_gasp, Some(60_000_000));
         assert_eq!(f.lease.and_then(|l| l.renew_time), Some(55_000_000));

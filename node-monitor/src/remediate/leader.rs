@@ -4,7 +4,16 @@
 //! comparing the holder's timestamps with its clock); every write carries the resourceVersion, so
 //! two candidates can never both win. A holder that cannot renew within the renew deadline stops
 //! acting. On a clean stop the holder releases the Lease so a successor need not wait.
-use std::time::{Duration, Instant};
+//!
+//! Renewal runs in a task of its own ([`spawn`]), never between the controller's passes: a pass
+//! that takes long (a release deleting many pods) cannot make the lease lapse, and when
+//! leadership is lost the pass in flight is abandoned at once ([`run_while_leading`]). A
+//! candidate waits for the lease duration the record states (`leaseDurationSeconds`, written by
+//! the holder), not its own.
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
@@ -15,7 +24,10 @@ use kube::{
     Api, Client,
     api::{PostParams, Resource as _},
 };
-use tracing::{info, warn};
+use tokio::{sync::watch, task::JoinHandle};
+use tracing::{error, info, warn};
+
+use super::ApiHealth;
 
 use crate::core::remediation::LeaderSettings;
 
@@ -48,6 +60,24 @@ pub fn decide(
             holder: h.to_owned(),
         },
     }
+}
+
+/// How long a holder's record must stay unchanged before another candidate may take over: the
+/// `leaseDurationSeconds` the record states (the holder's promise), else our own setting.
+pub fn takeover_after(record_seconds: Option<i32>, own: Duration) -> Duration {
+    match record_seconds {
+        Some(s) if s > 0 => Duration::from_secs(u64::from(s.unsigned_abs())),
+        _ => own,
+    }
+}
+
+/// `leaseTransitions` after a write: one more when the holder changes, saturating (the counter
+/// is an `int32` any client may have written; a negative one restarts at 0).
+pub fn next_transitions(recorded: Option<i32>, holder_changed: bool) -> i32 {
+    recorded
+        .unwrap_or(0)
+        .max(0)
+        .saturating_add(i32::from(holder_changed))
 }
 
 /// Errors of one election round.
@@ -177,7 +207,7 @@ impl LeaderElector {
             spec.holder_identity.as_deref(),
             &self.identity,
             unchanged_for,
-            self.settings.lease_duration,
+            takeover_after(spec.lease_duration_seconds, self.settings.lease_duration),
         );
         let acquiring = match decision {
             Decision::Follow { holder } => {
@@ -208,7 +238,7 @@ impl LeaderElector {
 
     fn spec(&self, old: Option<&LeaseSpec>, acquiring: bool) -> LeaseSpec {
         let now = MicroTime(Timestamp::now());
-        let transitions = old.and_then(|o| o.lease_transitions).unwrap_or(0);
+        let transitions = old.and_then(|o| o.lease_transitions);
         let holder_changed = old
             .and_then(|o| o.holder_identity.as_deref())
             .is_some_and(|h| !h.is_empty() && h != self.identity);
@@ -223,7 +253,7 @@ impl LeaderElector {
                 old.and_then(|o| o.acquire_time.clone())
             },
             renew_time: Some(now),
-            lease_transitions: Some(transitions + i32::from(holder_changed)),
+            lease_transitions: Some(next_transitions(transitions, holder_changed)),
             ..LeaseSpec::default()
         }
     }
@@ -296,6 +326,84 @@ impl LeaderElector {
     }
 }
 
+/// The renewal task: [`spawn`] returns it.
+pub struct Renewal {
+    /// Whether this replica leads, as of the last round (false once the renew deadline passed).
+    pub leading: watch::Receiver<bool>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Renewal {
+    /// Stops renewing and releases the Lease if held.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Runs election rounds every `retryPeriod` in a task of its own. While leading, a round is cut
+/// off when the renew deadline passes, and leadership is given up then: the controller stops
+/// acting within the renew deadline of the last renewal, whatever the API server does.
+pub fn spawn(mut elector: LeaderElector, api_health: Arc<ApiHealth>) -> Renewal {
+    let (tx, leading) = watch::channel(false);
+    let (stop, mut stopped) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        loop {
+            let deadline = elector
+                .last_renewed
+                .filter(|_| elector.leading)
+                .map(|t| t + elector.settings.renew_deadline);
+            let round = elector.try_acquire_or_renew();
+            let outcome = match deadline {
+                Some(d) => tokio::time::timeout_at(d.into(), round).await.ok(),
+                None => Some(round.await),
+            };
+            match outcome {
+                Some(Ok(_)) => api_health.ok(),
+                Some(Err(e)) => {
+                    warn!(error = %crate::telemetry::error_chain(&e), "leader election round failed");
+                }
+                None => warn!("leader election round cut off at the renew deadline"),
+            }
+            if elector.renew_deadline_passed() {
+                error!("could not renew the leader lease within the renew deadline; standing down");
+                elector.step_down();
+            }
+            tx.send_if_modified(|l| {
+                let changed = *l != elector.leading;
+                *l = elector.leading;
+                changed
+            });
+            let wait = elector.settings.retry_period;
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                _ = stopped.changed() => break,
+            }
+        }
+        tx.send_replace(false);
+        elector.release().await;
+    });
+    Renewal {
+        leading,
+        stop,
+        task,
+    }
+}
+
+/// Runs `work` while `leading` says so: `None` when leadership was lost (or already was) before
+/// it finished — the work is dropped at its next await point and must not be resumed.
+pub async fn run_while_leading<F: Future>(
+    work: F,
+    leading: &mut watch::Receiver<bool>,
+) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        _ = leading.wait_for(|l| !*l) => None,
+        out = work => Some(out),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,5 +432,73 @@ mod tests {
                 "{holder:?} unchanged for {secs}s"
             );
         }
+    }
+
+    #[test]
+    fn lease_transitions_saturate() {
+        let cases = [
+            (None, false, 0),
+            (None, true, 1),
+            (Some(5), true, 6),
+            (Some(5), false, 5),
+            (Some(i32::MAX), true, i32::MAX),
+            (Some(-3), true, 1),
+        ];
+        for (recorded, changed, want) in cases {
+            assert_eq!(
+                next_transitions(recorded, changed),
+                want,
+                "{recorded:?} {changed}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_candidate_waits_for_the_duration_the_record_states() {
+        let own = Duration::from_secs(15);
+        let cases = [
+            (Some(60), Duration::from_secs(60)),
+            (Some(5), Duration::from_secs(5)),
+            (None, own),
+            (Some(0), own),
+            (Some(-1), own),
+            (Some(i32::MAX), Duration::from_secs(2_147_483_647)),
+        ];
+        for (record, want) in cases {
+            assert_eq!(takeover_after(record, own), want, "{record:?}");
+        }
+        // The holder promised 60 s; we would give up after our own 15 s: not yet after 20 s.
+        assert_eq!(
+            decide(
+                Some("other"),
+                "me",
+                Duration::from_secs(20),
+                takeover_after(Some(60), own)
+            ),
+            Decision::Follow {
+                holder: "other".into()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn work_in_flight_is_abandoned_when_leadership_is_lost() {
+        let (tx, mut rx) = watch::channel(true);
+        // Finishes while leading.
+        assert_eq!(run_while_leading(async { 7 }, &mut rx).await, Some(7));
+        // A long pass (never finishing here) stops as soon as leadership goes.
+        let flip = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            tx.send_replace(false);
+            tx
+        });
+        let out = run_while_leading(std::future::pending::<()>(), &mut rx).await;
+        assert_eq!(out, None);
+        let tx = flip.await.expect("flip");
+        // Not leading at all: nothing runs.
+        let mut ran = false;
+        assert_eq!(run_while_leading(async { ran = true }, &mut rx).await, None);
+        assert!(!ran);
+        drop(tx);
     }
 }

@@ -4,7 +4,12 @@
 //!   `config.properties`: `isolation=`, `power_management=`, `recovery=` — each a list of method
 //!   names run in order — and optionally `node_name=` (must match);
 //! - `fence-method-<method>-<node>` (or the shared `fence-method-<method>`), key
-//!   `method.properties`: `template=<template ConfigMap>` and parameters overriding the template's;
+//!   `method.properties`: `template=<template ConfigMap>` and parameters overriding the template's.
+//!   Method and node names both contain `-`, so a name alone is ambiguous
+//!   (`fence-method-eaton-off-host0` is method `eaton-off` of node `host0`, method `eaton` of node
+//!   `off-host0`, or the shared method `eaton-off-host0`): a per-node method must say whose it is
+//!   with `node_name=<node>` (exact; optionally `method_name=<method>`), a shared one may say
+//!   `method_name=<method>`, and a ConfigMap that could be either is refused;
 //! - the template ConfigMap (by convention `fence-method-template-<name>`), key
 //!   `template.properties`: `agent_name=` (the command: a fence agent such as `fence_ipmilan`, or a
 //!   script) and common parameters.
@@ -30,7 +35,19 @@ pub const METHOD_PREFIX: &str = "fence-method-";
 /// Replaced by the node's name in parameter values.
 pub const NODE_NAME_VAR: &str = "$(NODE_NAME)";
 /// Keys that configure node-monitor and never reach the agent.
-pub const RESERVED_KEYS: [&str; 5] = ["template", "agent_name", "name", "secret", "timeout"];
+pub const RESERVED_KEYS: [&str; 7] = [
+    "template",
+    "agent_name",
+    "name",
+    "secret",
+    "timeout",
+    "node_name",
+    "method_name",
+];
+/// In `method.properties`: the exact node a per-node method is for.
+pub const NODE_NAME_KEY: &str = "node_name";
+/// In `method.properties`: the exact method a ConfigMap defines.
+pub const METHOD_NAME_KEY: &str = "method_name";
 
 /// A fence configuration that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,6 +77,15 @@ pub enum FenceConfigError {
         method: String,
         node: String,
         tried: Vec<String>,
+    },
+    #[error(
+        "ConfigMap {configmap}: its name could be method {method:?} of node {node:?} or the shared method {shared:?}; add node_name={node} (a per-node method) or method_name={shared} (a shared one)"
+    )]
+    AmbiguousMethod {
+        configmap: String,
+        method: String,
+        node: String,
+        shared: String,
     },
     #[error("method {method:?}: its template ConfigMap {template:?} does not exist")]
     MissingTemplate { method: String, template: String },
@@ -229,21 +255,31 @@ pub fn resolve_method<'a>(
     get: impl Fn(&str) -> Option<&'a BTreeMap<String, String>>,
 ) -> Result<MethodSpec, FenceConfigError> {
     let tried = method_candidates(method, node);
-    let (method_cm, method_data) = tried
-        .iter()
-        .find_map(|name| get(name).map(|d| (name.clone(), d)))
-        .ok_or_else(|| FenceConfigError::MissingMethod {
-            method: method.to_owned(),
-            node: node.to_owned(),
-            tried: tried.to_vec(),
-        })?;
-    let method_text = method_data
-        .get(METHOD_KEY)
-        .ok_or_else(|| FenceConfigError::MissingKey {
-            configmap: method_cm.clone(),
-            key: METHOD_KEY,
-        })?;
-    let method_props = parse_properties(&method_cm, METHOD_KEY, method_text)?;
+    let mut found = None;
+    for (i, name) in tried.iter().enumerate() {
+        let Some(data) = get(name) else { continue };
+        let text = data
+            .get(METHOD_KEY)
+            .ok_or_else(|| FenceConfigError::MissingKey {
+                configmap: name.clone(),
+                key: METHOD_KEY,
+            })?;
+        let props = parse_properties(name, METHOD_KEY, text)?;
+        let ours = if i == 0 {
+            per_node_method_is_ours(name, &props, method, node)?
+        } else {
+            shared_method_is_ours(name, &props, method)?
+        };
+        if ours {
+            found = Some((name.clone(), props));
+            break;
+        }
+    }
+    let (method_cm, method_props) = found.ok_or_else(|| FenceConfigError::MissingMethod {
+        method: method.to_owned(),
+        node: node.to_owned(),
+        tried: tried.to_vec(),
+    })?;
     let mut params = BTreeMap::new();
     let mut origin = method_cm.clone();
     if let Some(template) = method_props.get("template") {
@@ -301,6 +337,80 @@ pub fn resolve_method<'a>(
         timeout,
         origin,
     })
+}
+
+fn declared_mismatch(
+    configmap: &str,
+    key: &'static str,
+    value: &str,
+    reason: &'static str,
+) -> FenceConfigError {
+    FenceConfigError::Invalid {
+        configmap: configmap.to_owned(),
+        key: METHOD_KEY,
+        name: key.to_owned(),
+        value: value.to_owned(),
+        reason,
+    }
+}
+
+/// Whether `fence-method-<method>-<node>` really is method `method` of node `node`: it must
+/// name the node exactly (`node_name`). One naming another node belongs to another split of the
+/// same name (method `a` of node `b-c` and method `a-b` of node `c` share it) and is not ours; one
+/// naming a different method (`method_name`) with no node is a shared method whose name contains
+/// `-`; one naming neither is refused, since which it is cannot be told.
+fn per_node_method_is_ours(
+    configmap: &str,
+    props: &BTreeMap<String, String>,
+    method: &str,
+    node: &str,
+) -> Result<bool, FenceConfigError> {
+    let declared_method = props.get(METHOD_NAME_KEY);
+    match props.get(NODE_NAME_KEY) {
+        Some(n) if n == node => match declared_method {
+            Some(m) if m != method => Err(declared_mismatch(
+                configmap,
+                METHOD_NAME_KEY,
+                m,
+                "does not match the method its name and node_name give",
+            )),
+            _ => Ok(true),
+        },
+        Some(_) => Ok(false),
+        None => match declared_method {
+            Some(m) if m != method => Ok(false),
+            _ => Err(FenceConfigError::AmbiguousMethod {
+                configmap: configmap.to_owned(),
+                method: method.to_owned(),
+                node: node.to_owned(),
+                shared: configmap
+                    .strip_prefix(METHOD_PREFIX)
+                    .unwrap_or(configmap)
+                    .to_owned(),
+            }),
+        },
+    }
+}
+
+/// Whether `fence-method-<method>` is the shared method `method`: one naming a node is a per-node
+/// method of another split of the same name and is not ours.
+fn shared_method_is_ours(
+    configmap: &str,
+    props: &BTreeMap<String, String>,
+    method: &str,
+) -> Result<bool, FenceConfigError> {
+    if props.contains_key(NODE_NAME_KEY) {
+        return Ok(false);
+    }
+    match props.get(METHOD_NAME_KEY) {
+        Some(m) if m != method => Err(declared_mismatch(
+            configmap,
+            METHOD_NAME_KEY,
+            m,
+            "does not match the method its name gives",
+        )),
+        _ => Ok(true),
+    }
 }
 
 /// Adds a Secret's entries to a method's parameters. A value with a line break cannot be passed
@@ -424,7 +534,7 @@ mod tests {
                 "fence-method-eaton-off-host0".to_owned(),
                 cm(&[(
                     METHOD_KEY,
-                    "template=fence-method-template-eaton-pdu\nplug=1\naction=off\n",
+                    "node_name=host0\ntemplate=fence-method-template-eaton-pdu\nplug=1\naction=off\n",
                 )]),
             ),
             (
@@ -515,5 +625,125 @@ mod tests {
             !err.to_string().contains("a\nb"),
             "secrets are never echoed: {err}"
         );
+    }
+
+    #[test]
+    fn colliding_method_and_node_names_never_pick_another_nodes_method() {
+        // Nodes host0 and off-host0, methods eaton and eaton-off: `fence-method-eaton-off-host0`
+        // could be method eaton-off of host0, method eaton of off-host0, or a shared method.
+        let shared = [
+            (
+                "fence-method-eaton",
+                "agent_name=fence_eaton_snmp\nplug=$(NODE_NAME)\naction=off\n",
+            ),
+            (
+                "fence-method-eaton-off",
+                "agent_name=fence_eaton_snmp\nplug=$(NODE_NAME)\naction=off\n",
+            ),
+        ];
+        let with = |colliding: &str| -> BTreeMap<String, BTreeMap<String, String>> {
+            let mut m: BTreeMap<String, BTreeMap<String, String>> = shared
+                .iter()
+                .map(|(n, t)| ((*n).to_owned(), cm(&[(METHOD_KEY, t)])))
+                .collect();
+            m.insert(
+                "fence-method-eaton-off-host0".to_owned(),
+                cm(&[(
+                    METHOD_KEY,
+                    &format!("agent_name=fence_eaton_snmp\n{colliding}"),
+                )]),
+            );
+            m
+        };
+        let plug = |s: &BTreeMap<String, BTreeMap<String, String>>, method: &str, node: &str| {
+            resolve_method(method, node, Duration::from_secs(60), |n| s.get(n))
+                .map(|m| (m.params.get("plug").cloned().unwrap_or_default(), m.origin))
+                .map_err(|e| e.to_string())
+        };
+        let ok = |p: &str, origin: &str| Ok((p.to_owned(), origin.to_owned()));
+        let per_node = "fence-method-eaton-off-host0";
+        // (the colliding ConfigMap, method, node, the plug and origin it must resolve to)
+        type Row<'a> = (&'a str, &'a str, &'a str, Result<(String, String), String>);
+        let cases: [Row<'_>; 8] = [
+            // It is host0's eaton-off: off-host0's eaton is the shared one (with its own plug).
+            (
+                "node_name=host0\nplug=1\n",
+                "eaton-off",
+                "host0",
+                ok("1", per_node),
+            ),
+            (
+                "node_name=host0\nplug=1\n",
+                "eaton",
+                "off-host0",
+                ok("off-host0", "fence-method-eaton"),
+            ),
+            // It is off-host0's eaton: host0's eaton-off is the shared one.
+            (
+                "node_name=off-host0\nplug=7\n",
+                "eaton",
+                "off-host0",
+                ok("7", per_node),
+            ),
+            (
+                "node_name=off-host0\nplug=7\n",
+                "eaton-off",
+                "host0",
+                ok("host0", "fence-method-eaton-off"),
+            ),
+            // It is the shared method eaton-off-host0: neither node's per-node method.
+            (
+                "method_name=eaton-off-host0\nplug=9\n",
+                "eaton-off",
+                "host0",
+                ok("host0", "fence-method-eaton-off"),
+            ),
+            // It names the node but another method: refused.
+            (
+                "node_name=host0\nmethod_name=eaton\nplug=1\n",
+                "eaton-off",
+                "host0",
+                Err("method_name".to_owned()),
+            ),
+            // It says nothing: which node's it is cannot be told, so it is refused for both.
+            (
+                "plug=1\n",
+                "eaton-off",
+                "host0",
+                Err("node_name=host0".to_owned()),
+            ),
+            (
+                "plug=1\n",
+                "eaton",
+                "off-host0",
+                Err("node_name=off-host0".to_owned()),
+            ),
+        ];
+        for (colliding, method, node, want) in cases {
+            let got = plug(&with(colliding), method, node);
+            match (&got, &want) {
+                (Err(e), Err(needle)) => {
+                    assert!(
+                        e.contains(needle) && e.contains(per_node),
+                        "{colliding:?}: {e}"
+                    );
+                }
+                _ => assert_eq!(got, want, "{colliding:?} {method} {node}"),
+            }
+        }
+        // The identity keys never reach the agent.
+        let s = with("node_name=host0\nmethod_name=eaton-off\nplug=1\n");
+        let m = resolve_method("eaton-off", "host0", Duration::from_secs(60), |n| s.get(n))
+            .expect("host0");
+        assert!(!m.params.contains_key("node_name") && !m.params.contains_key("method_name"));
+        // A shared-looking name that is another split's per-node method is not shared.
+        let mut s = with("node_name=host0\nplug=1\n");
+        s.insert(
+            "fence-method-eaton-off".to_owned(),
+            cm(&[(METHOD_KEY, "node_name=off\nagent_name=x\nplug=3\n")]),
+        );
+        let err = plug(&s, "eaton-off", "node-9").expect_err("no method for node-9");
+        assert!(err.contains("none of the ConfigMaps"), "{err}");
+        assert_eq!(plug(&s, "eaton", "off"), ok("3", "fence-method-eaton-off"));
     }
 }

@@ -102,6 +102,97 @@ impl ApiHealth {
     }
 }
 
+/// How current the watched node Leases are, tracked apart from [`ApiHealth`]: every other request
+/// (leader election, writes) can succeed while the Lease watch has stopped delivering, and a
+/// stale Lease cache makes live nodes look dead. Confirmed by [`confirm_lease_watch`]: a fresh
+/// list of the Leases that the cache has caught up with.
+#[derive(Debug, Default)]
+pub struct WatchFreshness {
+    confirmed: Mutex<Option<Instant>>,
+}
+
+impl WatchFreshness {
+    /// The cache was current as of `at`.
+    pub fn confirm(&self, at: Instant) {
+        if let Ok(mut c) = self.confirmed.lock()
+            && c.is_none_or(|prev| prev < at)
+        {
+            *c = Some(at);
+        }
+    }
+
+    /// How old the cached view may be; `None` before the first confirmation.
+    pub fn age(&self) -> Option<Duration> {
+        self.confirmed
+            .lock()
+            .ok()
+            .and_then(|c| c.map(|t| t.elapsed()))
+    }
+}
+
+/// Confirms the Lease cache against a list every `every`: the list's start time counts once the
+/// cache holds every listed Lease at its listed version or later (it is given up to `every` to
+/// catch up). A watch that stopped delivering never catches up, so its view ages.
+pub async fn confirm_lease_watch(
+    api: Api<Lease>,
+    cache: reflector::Store<Lease>,
+    freshness: Arc<WatchFreshness>,
+    every: Duration,
+) {
+    let mut was_current = true;
+    loop {
+        let started = Instant::now();
+        match tokio::time::timeout(
+            every.max(Duration::from_secs(1)),
+            api.list_metadata(&kube::api::ListParams::default()),
+        )
+        .await
+        {
+            Ok(Ok(list)) => {
+                let listed: Vec<(String, String)> = list
+                    .items
+                    .iter()
+                    .filter_map(|l| {
+                        Some((
+                            l.metadata.name.clone()?,
+                            l.metadata.resource_version.clone()?,
+                        ))
+                    })
+                    .collect();
+                let deadline = started + every;
+                let current = loop {
+                    let caught_up = crate::core::remediation::watch_caught_up(
+                        listed.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+                        |name| {
+                            cache
+                                .get(&reflector::ObjectRef::new(name).within(NODE_LEASE_NAMESPACE))
+                                .and_then(|l| l.metadata.resource_version.clone())
+                        },
+                    );
+                    if caught_up || Instant::now() >= deadline {
+                        break caught_up;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                };
+                if current {
+                    freshness.confirm(started);
+                    if !was_current {
+                        info!("the node Lease watch caught up again");
+                    }
+                } else if was_current {
+                    warn!(
+                        "the node Lease watch lags a fresh list; no node is judged dead until it catches up"
+                    );
+                }
+                was_current = current;
+            }
+            Ok(Err(e)) => warn!(error = %e, "could not list node Leases to check the watch"),
+            Err(_) => warn!("listing node Leases to check the watch got no answer"),
+        }
+        tokio::time::sleep_until((started + every).into()).await;
+    }
+}
+
 /// Loads the configuration from `--config` (or the defaults).
 pub fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<RemediationConfig> {
     match path {
@@ -112,6 +203,12 @@ pub fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<Remediation
             Ok(parse_config(&p.display().to_string(), &text)?)
         }
     }
+}
+
+/// How often the Lease watch is checked against a list: three times within `apiStaleAfter` (the
+/// age beyond which the view counts as stale), at least every 10 s, at most every second.
+pub fn lease_check_interval(cfg: &RemediationConfig) -> Duration {
+    (cfg.storm.api_stale_after / 3).clamp(Duration::from_secs(1), Duration::from_secs(10))
 }
 
 fn default_identity() -> String {
@@ -206,10 +303,17 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
         api_health.clone(),
         "fence configuration",
     );
+    let lease_freshness = Arc::new(WatchFreshness::default());
     let tasks = [
         tokio::spawn(nodes_task),
         tokio::spawn(leases_task),
         tokio::spawn(configmaps_task),
+        tokio::spawn(confirm_lease_watch(
+            Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE),
+            leases.clone(),
+            lease_freshness.clone(),
+            lease_check_interval(&cfg),
+        )),
     ];
 
     let mut sigterm = signal(SignalKind::terminate())?;
@@ -224,7 +328,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
         _ = sigterm.recv() => true,
         _ = sigint.recv() => true,
     };
-    let mut elector = LeaderElector::new(
+    let elector = LeaderElector::new(
         client.clone(),
         &args.namespace,
         &identity,
@@ -241,42 +345,44 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
             nodes,
             leases,
             configmaps,
+            lease_freshness,
         },
     );
     if !stopped_early {
         info!("caches synced");
         health.pods_synced.store(true, Ordering::Relaxed);
         health.probes_loaded.store(true, Ordering::Relaxed);
-        let mut next_election = Instant::now();
+        // Renewal runs beside the passes, never between them: a long pass cannot outlive the
+        // lease, and a pass in flight is abandoned the moment leadership is lost.
+        let renewal = leader::spawn(elector, api_health.clone());
+        let mut leading_rx = renewal.leading.clone();
         loop {
-            let wait = cfg.tick_interval.min(cfg.leader.retry_period);
             tokio::select! {
-                () = tokio::time::sleep(wait) => {}
+                () = tokio::time::sleep(cfg.tick_interval) => {}
                 _ = sigterm.recv() => { info!("SIGTERM: stopping"); break; }
                 _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
             }
-            if Instant::now() >= next_election {
-                next_election = Instant::now() + cfg.leader.retry_period;
-                match elector.try_acquire_or_renew().await {
-                    Ok(_) => api_health.ok(),
-                    Err(e) => {
-                        warn!(error = %controller::chain(&e), "leader election round failed");
-                    }
-                }
-                if elector.renew_deadline_passed() {
-                    error!(
-                        "could not renew the leader lease within the renew deadline; standing down"
-                    );
-                    elector.step_down();
-                }
-            }
-            let leading = elector.is_leading();
+            let leading = *leading_rx.borrow_and_update();
             metrics.remediation.leader.set(i64::from(leading));
-            controller.tick(leading).await;
+            if leading {
+                let pass = controller.tick(true);
+                if leader::run_while_leading(pass, &mut leading_rx)
+                    .await
+                    .is_none()
+                {
+                    error!("leadership lost during a pass: abandoning it and standing down");
+                    metrics.remediation.leader.set(0);
+                    controller.stand_down();
+                }
+            } else {
+                controller.tick(false).await;
+            }
         }
+        controller.stand_down();
+        renewal.stop().await;
+    } else {
+        controller.stand_down();
     }
-    controller.stand_down();
-    elector.release().await;
     let _ = stop_tx.send(true);
     for t in &tasks {
         t.abort();

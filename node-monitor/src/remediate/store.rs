@@ -51,6 +51,15 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+    #[error(
+        "ConfigMap {namespace}/{name}: not the operation of node {node:?} it claims to be ({reason}); ignored"
+    )]
+    Mismatch {
+        namespace: String,
+        name: String,
+        node: String,
+        reason: &'static str,
+    },
     #[error("encode the operation of node {node}")]
     Encode {
         node: String,
@@ -74,6 +83,99 @@ pub fn op_configmap_name(node: &str) -> String {
     }
     let keep: String = node.chars().take(253 - OP_PREFIX.len() - 17).collect();
     format!("{OP_PREFIX}{}-{h:016x}", keep.trim_end_matches(['.', '-']))
+}
+
+/// Decodes one stored operation of `namespace`, verifying it is what it claims to be.
+pub fn decode_op(namespace: &str, cm: &ConfigMap) -> Result<StoredOp, StoreError> {
+    let name = cm.metadata.name.clone().unwrap_or_default();
+    let text = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get(OP_KEY))
+        .map_or("", String::as_str);
+    let op: FenceOp = serde_json::from_str(text).map_err(|source| StoreError::Decode {
+        namespace: namespace.to_owned(),
+        name: name.clone(),
+        source,
+    })?;
+    if let Err(reason) = verify_identity(cm, &op) {
+        return Err(StoreError::Mismatch {
+            namespace: namespace.to_owned(),
+            name,
+            node: op.node,
+            reason,
+        });
+    }
+    Ok(StoredOp {
+        op,
+        resource_version: cm.metadata.resource_version.clone(),
+    })
+}
+
+/// The ConfigMap holding `op`.
+pub fn op_object(
+    namespace: &str,
+    op: &FenceOp,
+    resource_version: Option<String>,
+) -> Result<ConfigMap, StoreError> {
+    let json = serde_json::to_string_pretty(op).map_err(|source| StoreError::Encode {
+        node: op.node.clone(),
+        source,
+    })?;
+    Ok(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(op_configmap_name(&op.node)),
+            namespace: Some(namespace.to_owned()),
+            resource_version,
+            labels: Some(BTreeMap::from([
+                (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
+                (COMPONENT.0.to_owned(), COMPONENT.1.to_owned()),
+            ])),
+            annotations: Some(BTreeMap::from([(
+                NODE_ANNOTATION.to_owned(),
+                op.node.clone(),
+            )])),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".to_owned(),
+                kind: "Node".to_owned(),
+                name: op.node.clone(),
+                uid: op.node_uid.clone(),
+                ..OwnerReference::default()
+            }]),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(OP_KEY.to_owned(), json)])),
+        ..ConfigMap::default()
+    })
+}
+
+/// An operation is keyed by its object's name, never by its JSON alone: the ConfigMap must be
+/// the one this controller writes for that node — named [`op_configmap_name`] of the node, with
+/// the node's full name in [`NODE_ANNOTATION`] and the Node (by name and UID) as its owner. A
+/// ConfigMap that says otherwise (copied, renamed, or edited to point at another node) is refused.
+pub fn verify_identity(cm: &ConfigMap, op: &FenceOp) -> Result<(), &'static str> {
+    if cm.metadata.name.as_deref() != Some(op_configmap_name(&op.node).as_str()) {
+        return Err("its name is not the one for that node");
+    }
+    let annotated = cm
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(NODE_ANNOTATION));
+    if annotated != Some(&op.node) {
+        return Err("its node annotation names another node");
+    }
+    let owned = cm
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|o| o.kind == "Node" && o.name == op.node && o.uid == op.node_uid);
+    if !owned {
+        return Err("it is not owned by that Node");
+    }
+    Ok(())
 }
 
 /// An operation and the resourceVersion it was read or written at.
@@ -129,54 +231,12 @@ impl OpStore {
         op: &FenceOp,
         resource_version: Option<String>,
     ) -> Result<ConfigMap, StoreError> {
-        let json = serde_json::to_string_pretty(op).map_err(|source| StoreError::Encode {
-            node: op.node.clone(),
-            source,
-        })?;
-        Ok(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(op_configmap_name(&op.node)),
-                namespace: Some(self.namespace.clone()),
-                resource_version,
-                labels: Some(BTreeMap::from([
-                    (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
-                    (COMPONENT.0.to_owned(), COMPONENT.1.to_owned()),
-                ])),
-                annotations: Some(BTreeMap::from([(
-                    NODE_ANNOTATION.to_owned(),
-                    op.node.clone(),
-                )])),
-                owner_references: Some(vec![OwnerReference {
-                    api_version: "v1".to_owned(),
-                    kind: "Node".to_owned(),
-                    name: op.node.clone(),
-                    uid: op.node_uid.clone(),
-                    ..OwnerReference::default()
-                }]),
-                ..ObjectMeta::default()
-            },
-            data: Some(BTreeMap::from([(OP_KEY.to_owned(), json)])),
-            ..ConfigMap::default()
-        })
+        op_object(&self.namespace, op, resource_version)
     }
 
     /// Decodes one stored operation.
     pub fn decode(&self, cm: &ConfigMap) -> Result<StoredOp, StoreError> {
-        let name = cm.metadata.name.clone().unwrap_or_default();
-        let text = cm
-            .data
-            .as_ref()
-            .and_then(|d| d.get(OP_KEY))
-            .map_or("", String::as_str);
-        let op: FenceOp = serde_json::from_str(text).map_err(|source| StoreError::Decode {
-            namespace: self.namespace.clone(),
-            name,
-            source,
-        })?;
-        Ok(StoredOp {
-            op,
-            resource_version: cm.metadata.resource_version.clone(),
-        })
+        decode_op(&self.namespace, cm)
     }
 
     /// Every stored operation; ones that cannot be decoded come back as errors, for the caller
@@ -185,6 +245,13 @@ impl OpStore {
         let lp = ListParams::default().labels(&format!("{}={}", COMPONENT.0, COMPONENT.1));
         let list = bounded(self.api.list(&lp), "list", &self.namespace, "*").await?;
         Ok(list.items.iter().map(|cm| self.decode(cm)).collect())
+    }
+
+    /// The stored operation of `node`, as the API has it now.
+    pub async fn get(&self, node: &str) -> Result<Option<StoredOp>, StoreError> {
+        let name = op_configmap_name(node);
+        let cm = bounded(self.api.get_opt(&name), "get", &self.namespace, &name).await?;
+        cm.map(|cm| self.decode(&cm)).transpose()
     }
 
     pub async fn create(&self, op: &FenceOp) -> Result<StoredOp, StoreError> {
@@ -255,5 +322,79 @@ mod tests {
             "distinct nodes, distinct names"
         );
         assert_eq!(name, op_configmap_name(&long), "stable");
+    }
+
+    fn op(node: &str) -> FenceOp {
+        let facts = crate::core::remediation::NodeFacts {
+            name: node.to_owned(),
+            zone: crate::core::remediation::ZoneKey::default(),
+            ready: crate::core::remediation::ReadyStatus::Unknown,
+            lease: None,
+            agent_heartbeat: None,
+            last_gasp: None,
+            eligible: true,
+            boot_id: None,
+            ready_heartbeat: None,
+        };
+        FenceOp::new(
+            &facts,
+            "uid-a",
+            &crate::core::remediation::DeathEvidence::LastGasp { at: 1 },
+            0,
+        )
+    }
+
+    #[test]
+    fn operations_are_keyed_by_their_object_not_their_json() {
+        let written = op_object("ns", &op("node-a"), None).expect("encode");
+        assert!(
+            decode_op("ns", &written).is_ok(),
+            "what the store writes reads back"
+        );
+        // (what is changed, the reason)
+        type Edit = fn(&mut ConfigMap);
+        let cases: [(Edit, &str); 5] = [
+            // Renamed to another node's operation.
+            (
+                |cm| cm.metadata.name = Some(op_configmap_name("node-b")),
+                "name",
+            ),
+            // The JSON points at another node than the object.
+            (
+                |cm| {
+                    let d = cm.data.as_mut().expect("data");
+                    let text = d[OP_KEY].replace("\"node\": \"node-a\"", "\"node\": \"node-b\"");
+                    d.insert(OP_KEY.to_owned(), text);
+                },
+                "name",
+            ),
+            (
+                |cm| {
+                    cm.metadata
+                        .annotations
+                        .as_mut()
+                        .expect("annotations")
+                        .insert(NODE_ANNOTATION.to_owned(), "node-b".to_owned());
+                },
+                "annotation",
+            ),
+            (|cm| cm.metadata.owner_references = None, "owned"),
+            (
+                |cm| {
+                    cm.metadata.owner_references.as_mut().expect("owner")[0].uid =
+                        "uid-other".to_owned();
+                },
+                "owned",
+            ),
+        ];
+        for (edit, needle) in cases {
+            let mut cm = written.clone();
+            edit(&mut cm);
+            let err = decode_op("ns", &cm).expect_err(needle);
+            assert!(
+                matches!(err, StoreError::Mismatch { .. }) && err.to_string().contains(needle),
+                "{err}"
+            );
+        }
     }
 }
