@@ -26,6 +26,9 @@ enum Command {
     CheckConfig(cli::check_config::Args),
     /// Read a snapshot (pods, usage, observations) and print the eviction decision as JSON.
     Explain(cli::explain::Args),
+    /// Remove every node-monitor mark (taints, conditions, annotations, its own cordon) from a
+    /// node whose agent is gone; for uninstalling.
+    Cleanup(cli::cleanup::Args),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
         Command::Run(args) => runtime().and_then(|rt| rt.block_on(agent::run(args))),
         Command::Remediate(args) => runtime().and_then(|rt| rt.block_on(remediate::run(args))),
         Command::Trace(args) => runtime().and_then(|rt| rt.block_on(trace::run(args))),
+        Command::Cleanup(args) => runtime().and_then(|rt| rt.block_on(cli::cleanup::run(args))),
     };
     match result {
         Ok(code) => code,

@@ -1,4 +1,4 @@
-//! The real binary's `check-config` and `explain` commands: output, exit codes and error
+//! The real binary's `check-config`, `explain` and `cleanup` commands: output, exit codes and error
 //! messages, as documented in docs/cli.md.
 
 use std::{
@@ -714,4 +714,27 @@ fn an_empty_node_name_is_refused() {
         "--node-name Node_A: exit {:?}, stderr: {stderr}",
         bad.status
     );
+}
+
+/// `cleanup` refuses a malformed node name before any API call, and names an unreadable
+/// kubeconfig.
+#[test]
+fn cleanup_bad_input_is_named() {
+    let out = node_monitor(&["cleanup", "--node-name", "Not_A_Node"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--node-name") && stderr.contains("Not_A_Node"),
+        "{stderr}"
+    );
+    let out = node_monitor(&[
+        "cleanup",
+        "--node-name",
+        "worker-1",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent/kubeconfig"), "{stderr}");
 }

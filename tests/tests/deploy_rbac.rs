@@ -18,6 +18,7 @@ use kube::{
     config::AuthInfo,
 };
 use node_monitor::{
+    agent::{STOP_RELEASE_BOUND, release_on_stop},
     kube::actuator::{
         Actuator, ActuatorConfig, ActuatorError, DeleteOutcome, EvictOutcome, EvictionRequest,
         NodeConditionUpdate, PdbPolicy,
@@ -979,5 +980,46 @@ async fn agent_token_writes_only_its_own_fields_of_its_node() {
             .iter()
             .any(|c| c.type_ == "Ready" && c.status == "True"),
         "Ready stays the kubelet's"
+    );
+
+    // The agent's clean stop goes through with its own token: its pressure taint goes and its
+    // condition turns Unknown; the operator's cordon and taint stay.
+    assert!(
+        release_on_stop(
+            &base.actuator(PdbPolicy::Respect),
+            false,
+            STOP_RELEASE_BOUND
+        )
+        .await,
+        "the stop's writes must be allowed"
+    );
+    let n = admin_nodes.get("node-a").await.expect("get");
+    let spec = n.spec.expect("spec");
+    let keys: Vec<String> = spec
+        .taints
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.key)
+        .collect();
+    assert!(
+        keys.iter()
+            .any(|k| k == "node.kubernetes.io/out-of-service")
+            && !keys.iter().any(|k| k == "node-monitor.io/memory-pressure"),
+        "{keys:?}"
+    );
+    assert_eq!(
+        spec.unschedulable,
+        Some(true),
+        "the operator's cordon stays"
+    );
+    assert!(
+        n.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "NodeMonitorMemoryPressure"
+                && c.status == "Unknown"
+                && c.reason.as_deref() == Some("NodeMonitorStopped")),
+        "the agent's condition is Unknown"
     );
 }

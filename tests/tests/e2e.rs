@@ -53,12 +53,13 @@ async fn evictions(agent: &Agent, labels: &[(&str, &str)]) -> f64 {
 
 /// Scenario 1: a climbing BestEffort pod is evicted before the OOM killer acts; the Guaranteed
 /// pod is never touched; the eviction carries the kubelet's wording and the agent-owned
-/// condition is published.
+/// condition and taint are published. A SIGTERM while they hold takes them back: the taint goes,
+/// the condition turns Unknown (NodeMonitorStopped).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn besteffort_climber_is_evicted_never_the_guaranteed_pod() {
     let (cluster, mut agent) = with_agent(
         "e2e-climb",
-        "evictionHard:\n  memory.available: 300Mi\nevictionPressureTransitionPeriod: 30s\n",
+        "evictionHard:\n  memory.available: 300Mi\nevictionPressureTransitionPeriod: 30s\nnodeMonitor:\n  taintOnPressure: true\n",
         &["--no-mlock"],
     )
     .await;
@@ -126,7 +127,11 @@ async fn besteffort_climber_is_evicted_never_the_guaranteed_pod() {
     // The agent-owned condition was published (and the kubelet's own conditions were left alone).
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(cluster.client());
     let n = nodes.get(&cluster.node).await.expect("node");
-    let conds = n.status.and_then(|s| s.conditions).unwrap_or_default();
+    let conds = n
+        .status
+        .clone()
+        .and_then(|s| s.conditions)
+        .unwrap_or_default();
     let mine = conds
         .iter()
         .find(|c| c.type_ == "NodeMonitorMemoryPressure")
@@ -141,10 +146,38 @@ async fn besteffort_climber_is_evicted_never_the_guaranteed_pod() {
             .any(|c| c.type_ == "Ready" && c.status == "True"),
         "Ready untouched: {conds:?}"
     );
+    let pressure_taint = |n: &k8s_openapi::api::core::v1::Node| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == "node-monitor.io/memory-pressure"))
+    };
+    assert!(
+        pressure_taint(&n),
+        "the pressure taint is set: {:?}",
+        n.spec
+    );
 
     assert!(
         agent.terminate().expect("SIGTERM").success(),
         "clean exit on SIGTERM"
+    );
+    let n = nodes.get(&cluster.node).await.expect("node");
+    assert!(
+        !pressure_taint(&n),
+        "a clean stop removes the pressure taint: {:?}\n{}",
+        n.spec,
+        agent.log()
+    );
+    let conds = n.status.and_then(|s| s.conditions).unwrap_or_default();
+    let stopped = conds
+        .iter()
+        .find(|c| c.type_ == "NodeMonitorMemoryPressure")
+        .expect("agent condition");
+    assert_eq!(
+        (stopped.status.as_str(), stopped.reason.as_deref()),
+        ("Unknown", Some("NodeMonitorStopped")),
+        "{stopped:?}"
     );
     cluster.stop().await.expect("stop");
 }

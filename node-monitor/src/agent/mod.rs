@@ -51,10 +51,7 @@ use crate::{
 
 use self::backoff::Backoff;
 
-/// Prefix of the agent-owned node conditions (`NodeMonitorMemoryPressure`, …).
-pub const CONDITION_PREFIX: &str = "NodeMonitor";
-/// Key prefix of the agent's own NoSchedule taints.
-pub const TAINT_PREFIX: &str = "node-monitor.io/";
+pub use crate::core::release::{CONDITION_PREFIX, TAINT_PREFIX};
 /// Agent-owned conditions are re-published at least this often, as a heartbeat.
 const CONDITION_HEARTBEAT: Duration = Duration::from_secs(60);
 
@@ -279,7 +276,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     }
     health.probes_loaded.store(true, Ordering::Relaxed);
     // Graceful node shutdown through a logind inhibitor, when the configuration enables it.
-    if shutdown_config.options.enabled {
+    let shutdown_task = shutdown_config.options.enabled.then(|| {
         tokio::spawn(crate::shutdown::run(
             crate::shutdown::ShutdownContext {
                 client: client.clone(),
@@ -290,8 +287,8 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
                 reboots: reboot_rx,
             },
             stop_rx.clone(),
-        ));
-    }
+        ))
+    });
 
     let actuator = Actuator::new(
         client.clone(),
@@ -400,18 +397,75 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     let _ = stop_tx.send(true);
     reflector_task.abort();
     // The endpoint drains its connections within its own bound; this one only guards the exit.
-    if tokio::time::timeout(HTTP_DRAIN_BOUND, http_task)
-        .await
-        .is_err()
-    {
-        warn!("the metrics endpoint did not stop in time; exiting anyway");
-    }
+    let drain = async {
+        if tokio::time::timeout(HTTP_DRAIN_BOUND, http_task)
+            .await
+            .is_err()
+        {
+            warn!("the metrics endpoint did not stop in time; exiting anyway");
+        }
+    };
+    let release = async {
+        // The shutdown manager first: it says whether a node shutdown is under way.
+        let shutting_down = match shutdown_task {
+            None => false,
+            Some(task) => match tokio::time::timeout(SHUTDOWN_STOP_BOUND, task).await {
+                Ok(Ok(stopped)) => stopped.shutting_down,
+                Ok(Err(e)) => {
+                    warn!(error = %e, "the shutdown manager ended abnormally");
+                    false
+                }
+                Err(_) => {
+                    warn!(bound = ?SHUTDOWN_STOP_BOUND, "the shutdown manager did not stop in time");
+                    false
+                }
+            },
+        };
+        release_on_stop(&agent.actuator, shutting_down, STOP_RELEASE_BOUND).await;
+    };
+    tokio::join!(drain, release);
     info!("stopped");
     Ok(std::process::ExitCode::SUCCESS)
 }
 
 /// How long the exit waits for the metrics endpoint to stop.
 const HTTP_DRAIN_BOUND: Duration = Duration::from_secs(5);
+/// How long the exit waits for the shutdown manager (its inhibitor, its logind drop-in).
+const SHUTDOWN_STOP_BOUND: Duration = Duration::from_secs(5);
+/// How long the exit spends taking the agent's marks back from the node. With the bounds above,
+/// a stop ends within 10 s, well inside the DaemonSet's 30 s termination grace period.
+pub const STOP_RELEASE_BOUND: Duration = Duration::from_secs(5);
+
+/// On a clean stop: the agent's pressure taints go and its conditions turn `Unknown` (reason
+/// `NodeMonitorStopped`), as [`crate::core::release::release_plan`] decides; the marks of a node
+/// shutdown under way stay. Bounded by `bound`: a stop never waits on an unreachable API server
+/// longer than that (the marks then stay until the next start, or `node-monitor cleanup`).
+/// Returns whether the release reached the API.
+pub async fn release_on_stop(actuator: &Actuator, shutting_down: bool, bound: Duration) -> bool {
+    let release = crate::core::release::Release::Stop { shutting_down };
+    match tokio::time::timeout(bound, actuator.release(release, false)).await {
+        Ok(Ok(written)) => {
+            if written.is_empty() {
+                debug!("nothing of node-monitor's to take back from the node");
+            }
+            for line in written.describe() {
+                info!(node = %actuator.config().node_name, "stop: {line}");
+            }
+            true
+        }
+        Ok(Err(e)) => {
+            warn!(error = %crate::telemetry::error_chain(&e), "could not take the agent's marks back from the node; they stay until the next start or `node-monitor cleanup`");
+            false
+        }
+        Err(_) => {
+            warn!(
+                ?bound,
+                "taking the agent's marks back from the node did not finish in time; they stay until the next start or `node-monitor cleanup`"
+            );
+            false
+        }
+    }
+}
 
 /// The longest the decision loop may go without progress before `/healthz` fails. The loop
 /// records progress on every wake-up (at least every housekeeping interval), every decision,
@@ -1004,9 +1058,9 @@ impl Loop {
         }
         if self.config.node_monitor.taint_on_pressure && !self.config.node_monitor.dry_run {
             for c in NodeConditionType::ALL {
-                let key = format!("{TAINT_PREFIX}{}", taint_suffix(c));
+                let key = crate::core::release::pressure_taint(c);
                 let on = values.get(&c).copied().unwrap_or(false);
-                let tainted = self.actuator.set_taint(&key, "", "NoSchedule", on).await;
+                let tainted = self.actuator.set_taint(key, "", "NoSchedule", on).await;
                 self.health.progress();
                 if let Err(e) = tainted {
                     warn!(error = %e, %key, "could not update taint");
@@ -1064,14 +1118,6 @@ fn running_for(pod: &Pod, now: k8s_openapi::jiff::Timestamp) -> Option<Duration>
         .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref())
         .filter_map(|t| now.duration_since(t.0).try_into().ok())
         .max()
-}
-
-fn taint_suffix(c: NodeConditionType) -> &'static str {
-    match c {
-        NodeConditionType::MemoryPressure => "memory-pressure",
-        NodeConditionType::DiskPressure => "disk-pressure",
-        NodeConditionType::PidPressure => "pid-pressure",
-    }
 }
 
 /// The policy an eviction applies when a PDB blocks it.

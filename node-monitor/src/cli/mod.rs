@@ -1,4 +1,5 @@
 //! Subcommands. Each module owns its clap arguments and its `run`.
 pub mod check_config;
+pub mod cleanup;
 pub mod explain;
 pub mod io;

@@ -9,6 +9,7 @@ pub mod node_name;
 pub mod pod;
 pub mod quantity;
 pub mod rank;
+pub mod release;
 pub mod remediation;
 pub mod shutdown;
 pub mod signals;

@@ -655,6 +655,20 @@ pub fn logind_dropin(seconds: u64) -> String {
     )
 }
 
+/// Whether `text` is a drop-in node-monitor wrote and nobody changed since: exactly
+/// [`logind_dropin`] for some number of seconds. Only such a file is removed when the agent stops.
+pub fn is_own_dropin(text: &str) -> bool {
+    let Some(value) = text
+        .lines()
+        .find_map(|l| l.strip_prefix("InhibitDelayMaxSec="))
+    else {
+        return false;
+    };
+    value
+        .parse::<u64>()
+        .is_ok_and(|seconds| logind_dropin(seconds) == text)
+}
+
 /// A last gasp is sent at most once in this long: a process that may reboot the node but keeps
 /// calling reboot(2) without effect (a kexec with no kernel loaded fails with EINVAL) makes one
 /// API write per interval, not one per call.
@@ -1338,6 +1352,24 @@ mod tests {
             dropin.contains("[Login]\nInhibitDelayMaxSec=23\n"),
             "{dropin}"
         );
+    }
+
+    #[test]
+    fn own_dropin_is_told_from_an_edited_one() {
+        let own = logind_dropin(29);
+        let cases = [
+            (own.clone(), true),
+            (logind_dropin(0), true),
+            (own.replace("=29", "=30"), true),
+            (own.replace("=29", "=29s"), false),
+            (format!("{own}HandlePowerKey=ignore\n"), false),
+            (own.replace("# Written by node-monitor", "# Mine"), false),
+            ("[Login]\nInhibitDelayMaxSec=29\n".to_owned(), false),
+            (String::new(), false),
+        ];
+        for (text, want) in cases {
+            assert_eq!(is_own_dropin(&text), want, "{text:?}");
+        }
     }
 
     #[test]

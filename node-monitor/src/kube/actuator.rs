@@ -16,6 +16,8 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 pub use crate::core::config::PdbPolicy;
+pub use crate::core::release::{Release, ReleasePlan};
+use crate::core::release::{STOPPED_MESSAGE, STOPPED_REASON, release_plan};
 
 /// The component name on Events and the field manager on patches.
 pub const COMPONENT: &str = "node-monitor";
@@ -730,6 +732,137 @@ impl Actuator {
     pub fn client(&self) -> &Client {
         &self.client
     }
+
+    /// Takes back node-monitor's marks from the node as [`release_plan`] decides for `release`
+    /// (a clean stop, or `node-monitor cleanup`), and returns what it wrote. With `dry_run`, only
+    /// reads the node and returns the plan.
+    ///
+    /// Taints, annotations and the cordon go in one merge patch carrying the node's
+    /// resourceVersion (a conflict re-reads the node and plans again); conditions in one strategic
+    /// merge patch of the status keyed by `type`: `Unknown` entries keep their
+    /// `lastHeartbeatTime`, removed ones are `$patch: delete`. Each call is bounded by the API
+    /// timeout; callers bound the whole.
+    pub async fn release(
+        &self,
+        release: Release,
+        dry_run: bool,
+    ) -> Result<ReleasePlan, ActuatorError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let err = |what, source| ActuatorError::Api {
+            node: self.cfg.node_name.clone(),
+            what,
+            source,
+        };
+        let mut written = ReleasePlan::default();
+        for attempt in 0..5u32 {
+            let node = self
+                .bounded(nodes.get(&self.cfg.node_name))
+                .await
+                .map_err(|e| err("get node", e))?;
+            let plan = release_plan(&node, release);
+            if dry_run {
+                return Ok(plan);
+            }
+            if attempt == 0 && plan.has_conditions() {
+                let conditions = release_conditions_patch(&plan, Timestamp::now());
+                self.bounded(nodes.patch_status(
+                    &self.cfg.node_name,
+                    &PatchParams::default(),
+                    &Patch::Strategic(json!({ "status": { "conditions": conditions } })),
+                ))
+                .await
+                .map_err(|e| err("patch conditions", e))?;
+                written.unknown_conditions = plan.unknown_conditions.clone();
+                written.remove_conditions = plan.remove_conditions.clone();
+            }
+            if !plan.touches_spec() {
+                return Ok(written);
+            }
+            let patch = release_spec_patch(&node, &plan);
+            match self
+                .bounded(nodes.patch(
+                    &self.cfg.node_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(patch),
+                ))
+                .await
+            {
+                Ok(_) => {
+                    written.remove_taints = plan.remove_taints;
+                    written.remove_annotations = plan.remove_annotations;
+                    written.uncordon = plan.uncordon;
+                    return Ok(written);
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    debug!(attempt, "node changed under us; planning the release again");
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt + 1))).await;
+                }
+                Err(e) => return Err(err("patch node", e)),
+            }
+        }
+        Err(err(
+            "patch node",
+            kube::Error::Api(Box::new(conflict_status())),
+        ))
+    }
+}
+
+/// The `status.conditions` entries of a release: `Unknown` with [`STOPPED_REASON`] and
+/// `lastTransitionTime` `now` (no `lastHeartbeatTime`: the strategic merge keeps the old one, as
+/// the node lifecycle controller does for a silent kubelet), and `$patch: delete` for removals.
+pub fn release_conditions_patch(plan: &ReleasePlan, now: Timestamp) -> Vec<serde_json::Value> {
+    plan.unknown_conditions
+        .iter()
+        .map(|c| {
+            json!({
+                "type": c,
+                "status": "Unknown",
+                "reason": STOPPED_REASON,
+                "message": STOPPED_MESSAGE,
+                "lastTransitionTime": Time(now),
+            })
+        })
+        .chain(
+            plan.remove_conditions
+                .iter()
+                .map(|c| json!({ "type": c, "$patch": "delete" })),
+        )
+        .collect()
+}
+
+/// The merge patch of a release on the node object: the taints without the removed ones, the
+/// removed annotations as `null`, `unschedulable: false` when uncordoning, and the node's
+/// resourceVersion (the taint list is replaced whole).
+pub fn release_spec_patch(node: &Node, plan: &ReleasePlan) -> serde_json::Value {
+    let mut patch = json!({ "metadata": { "resourceVersion": node.metadata.resource_version } });
+    if !plan.remove_taints.is_empty() {
+        let taints: Vec<&Taint> = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .filter(|t| {
+                !plan
+                    .remove_taints
+                    .iter()
+                    .any(|r| r.key == t.key && r.effect == t.effect)
+            })
+            .collect();
+        patch["spec"]["taints"] = json!(taints);
+    }
+    if plan.uncordon {
+        patch["spec"]["unschedulable"] = json!(false);
+    }
+    if !plan.remove_annotations.is_empty() {
+        let nulls: serde_json::Map<String, serde_json::Value> = plan
+            .remove_annotations
+            .iter()
+            .map(|a| (a.clone(), serde_json::Value::Null))
+            .collect();
+        patch["metadata"]["annotations"] = serde_json::Value::Object(nulls);
+    }
+    patch
 }
 
 /// The `status.conditions` entries to patch for `updates`: `lastHeartbeatTime` is `now`;
@@ -1166,6 +1299,65 @@ mod tests {
             );
             assert_eq!(patch[0]["status"], if status { "True" } else { "False" });
         }
+    }
+
+    /// A release writes Unknown without a heartbeat, deletes removed conditions, and replaces the
+    /// taint list without the released taints under the node's resourceVersion.
+    #[test]
+    fn release_patches() {
+        use crate::core::release::TaintRef;
+        let plan = ReleasePlan {
+            remove_taints: vec![TaintRef {
+                key: "node-monitor.io/memory-pressure".into(),
+                effect: "NoSchedule".into(),
+            }],
+            unknown_conditions: vec!["NodeMonitorMemoryPressure".into()],
+            remove_conditions: vec!["NodeMonitorDiskPressure".into()],
+            remove_annotations: vec!["node-monitor.io/cordoned-for-shutdown".into()],
+            uncordon: true,
+        };
+        let now = Timestamp::from_second(1000).expect("time");
+        let conditions = release_conditions_patch(&plan, now);
+        assert_eq!(
+            conditions,
+            [
+                json!({"type": "NodeMonitorMemoryPressure", "status": "Unknown",
+                       "reason": "NodeMonitorStopped", "message": STOPPED_MESSAGE,
+                       "lastTransitionTime": Time(now)}),
+                json!({"type": "NodeMonitorDiskPressure", "$patch": "delete"}),
+            ]
+        );
+        let taint = |key: &str, effect: &str| Taint {
+            key: key.into(),
+            effect: effect.into(),
+            ..Taint::default()
+        };
+        let node = Node {
+            metadata: ObjectMeta {
+                resource_version: Some("42".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+                taints: Some(vec![
+                    taint("node-monitor.io/memory-pressure", "NoSchedule"),
+                    taint("dedicated", "NoSchedule"),
+                    // Same key, another effect: not node-monitor's write, kept.
+                    taint("node-monitor.io/memory-pressure", "NoExecute"),
+                ]),
+                ..Default::default()
+            }),
+            ..Node::default()
+        };
+        assert_eq!(
+            release_spec_patch(&node, &plan),
+            json!({
+                "metadata": {"resourceVersion": "42",
+                             "annotations": {"node-monitor.io/cordoned-for-shutdown": null}},
+                "spec": {"taints": [{"key": "dedicated", "effect": "NoSchedule"},
+                                    {"key": "node-monitor.io/memory-pressure", "effect": "NoExecute"}],
+                         "unschedulable": false},
+            })
+        );
     }
 
     #[test]

@@ -78,7 +78,7 @@ pub enum LogindError {
         #[source]
         source: Box<zbus::Error>,
     },
-    #[error("writing the logind drop-in {path}")]
+    #[error("the logind drop-in {path}")]
     DropIn {
         path: PathBuf,
         #[source]
@@ -284,6 +284,41 @@ pub fn write_dropin(dir: &Path, contents: &str) -> Result<PathBuf, LogindError> 
     Ok(path)
 }
 
+/// What [`remove_dropin`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropinRemoval {
+    /// node-monitor's drop-in, unchanged: removed.
+    Removed,
+    /// No drop-in there.
+    Absent,
+    /// A file with another content (edited by someone): kept.
+    Foreign,
+}
+
+/// Removes node-monitor's drop-in from `dir` when it still holds what node-monitor wrote
+/// ([`crate::core::shutdown::is_own_dropin`]); an edited file is someone else's and stays.
+pub fn remove_dropin(dir: &Path) -> Result<DropinRemoval, LogindError> {
+    let path = dir.join(DROPIN_NAME);
+    let err = |source| LogindError::DropIn {
+        path: path.clone(),
+        source,
+    };
+    let text = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(DropinRemoval::Absent),
+        Err(e) => return Err(err(e)),
+    };
+    let own = std::str::from_utf8(&text).is_ok_and(crate::core::shutdown::is_own_dropin);
+    if !own {
+        return Ok(DropinRemoval::Foreign);
+    }
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(DropinRemoval::Removed),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(DropinRemoval::Absent),
+        Err(e) => Err(err(e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,6 +338,34 @@ mod tests {
         let blocker = dir.path().join("file");
         std::fs::write(&blocker, "").expect("file");
         let err = write_dropin(&blocker.join("sub"), &text).expect_err("not a directory");
+        assert!(err.to_string().contains("99-node-monitor.conf"), "{err}");
+    }
+
+    #[test]
+    fn only_an_unchanged_dropin_is_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sub = dir.path().join("logind.conf.d");
+        // Nothing written yet (the directory itself is missing).
+        assert_eq!(remove_dropin(&sub).expect("absent"), DropinRemoval::Absent);
+        let path = write_dropin(&sub, &crate::core::shutdown::logind_dropin(29)).expect("write");
+        let neighbour = sub.join("10-site.conf");
+        std::fs::write(&neighbour, "[Login]\nKillUserProcesses=no\n").expect("neighbour");
+        assert_eq!(remove_dropin(&sub).expect("remove"), DropinRemoval::Removed);
+        assert!(!path.exists());
+        assert!(neighbour.exists(), "other drop-ins are never touched");
+        assert_eq!(remove_dropin(&sub).expect("again"), DropinRemoval::Absent);
+        // Edited by an operator: kept as it is.
+        let edited = "[Login]\nInhibitDelayMaxSec=600\n";
+        std::fs::write(&path, edited).expect("edit");
+        assert_eq!(
+            remove_dropin(&sub).expect("foreign"),
+            DropinRemoval::Foreign
+        );
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), edited);
+        // A file that cannot be read is an error naming it.
+        std::fs::remove_file(&path).expect("rm");
+        std::fs::create_dir(&path).expect("a directory in its place");
+        let err = remove_dropin(&sub).expect_err("unreadable");
         assert!(err.to_string().contains("99-node-monitor.conf"), "{err}");
     }
 }

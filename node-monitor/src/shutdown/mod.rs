@@ -57,14 +57,14 @@ use crate::{
 };
 
 /// The agent-owned condition that says the node is shutting down.
-pub const CONDITION_TYPE: &str = "NodeMonitorShuttingDown";
+pub const CONDITION_TYPE: &str = crate::core::release::SHUTTING_DOWN_CONDITION;
 /// The NoSchedule taint set while the node shuts down.
-pub const TAINT_KEY: &str = "node-monitor.io/shutdown";
+pub const TAINT_KEY: &str = crate::core::release::SHUTDOWN_TAINT;
 /// Set when node-monitor cordoned the node for a shutdown, so the next start (after the reboot)
 /// or a cancellation uncordons it; a node cordoned by someone else stays cordoned.
-pub const CORDONED_ANNOTATION: &str = "node-monitor.io/cordoned-for-shutdown";
+pub const CORDONED_ANNOTATION: &str = crate::core::release::CORDONED_ANNOTATION;
 /// The last gasp of a shutdown that bypassed the inhibitor (`lastGasp: annotation`).
-pub const LAST_GASP_ANNOTATION: &str = "node-monitor.io/last-gasp";
+pub const LAST_GASP_ANNOTATION: &str = crate::core::release::LAST_GASP_ANNOTATION;
 /// `who` of node-monitor's inhibitor.
 pub const INHIBITOR_WHO: &str = "node-monitor";
 const INHIBITOR_WHY: &str = "node-monitor terminates the node's pods by priority before shutdown";
@@ -150,9 +150,20 @@ pub fn load_shutdown_config(path: Option<&std::path::Path>) -> Result<ShutdownCo
     })
 }
 
+/// How the shutdown manager stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    /// It stopped in the middle of a graceful node shutdown: the node's shutdown marks stay.
+    pub shutting_down: bool,
+}
+
+/// How long a stop waits for logind to reload after the drop-in went.
+const STOP_RELOAD_BOUND: Duration = Duration::from_secs(3);
+
 /// Runs the shutdown manager until `stop` turns true. Never returns early on D-Bus or API
-/// errors: it reconnects, and keeps reporting inhibitor bypasses meanwhile.
-pub async fn run(ctx: ShutdownContext, mut stop: watch::Receiver<bool>) {
+/// errors: it reconnects, and keeps reporting inhibitor bypasses meanwhile. On the stop it
+/// releases the inhibitor and, outside a shutdown, removes its logind drop-in ([`Manager::on_stop`]).
+pub async fn run(ctx: ShutdownContext, mut stop: watch::Receiver<bool>) -> Stopped {
     let mut m = Manager::new(ctx);
     m.init_metrics();
     for w in &m.cfg.warnings {
@@ -162,7 +173,7 @@ pub async fn run(ctx: ShutdownContext, mut stop: watch::Receiver<bool>) {
           budget_s = m.cfg.budget().as_secs(), policy = ?m.cfg.options.kubelet_inhibitor_policy,
           last_gasp = ?m.cfg.options.last_gasp, "shutdown manager starting");
     m.clear_stale_marks().await;
-    loop {
+    'run: loop {
         if *stop.borrow() {
             break;
         }
@@ -183,13 +194,17 @@ pub async fn run(ctx: ShutdownContext, mut stop: watch::Receiver<bool>) {
                     tokio::select! {
                         () = tokio::time::sleep_until(until) => break,
                         r = recv_opt(&mut m.reboots) => m.on_reboot(r).await,
-                        _ = stop.changed() => return,
+                        _ = stop.changed() => break 'run,
                     }
                 }
             }
         }
     }
+    m.on_stop().await;
     info!("shutdown manager stopped");
+    Stopped {
+        shutting_down: m.preparing,
+    }
 }
 
 /// Which marks node-monitor set on the node, so a cancellation undoes only those.
@@ -361,6 +376,41 @@ impl Manager {
                     }
                 }
             }
+        }
+    }
+
+    /// The agent stops: the inhibitor goes, and the drop-in node-monitor wrote (unchanged since)
+    /// is removed and logind reloaded, as after writing it — unless a shutdown is under way,
+    /// which must not have its delay cut short.
+    async fn on_stop(&mut self) {
+        self.release_lock();
+        if self.preparing {
+            info!("stopping during a shutdown: the logind drop-in stays");
+            return;
+        }
+        if !self.cfg.options.manage_inhibit_delay {
+            return;
+        }
+        let dir = std::path::Path::new(logind::DROPIN_DIR);
+        match logind::remove_dropin(dir) {
+            Ok(logind::DropinRemoval::Removed) => {
+                info!(path = %dir.join(logind::DROPIN_NAME).display(), "removed the logind drop-in");
+                let reload = async { Logind::connect().await?.reload().await };
+                match tokio::time::timeout(STOP_RELOAD_BOUND, reload).await {
+                    Ok(Ok(())) => info!("logind reloaded without node-monitor's drop-in"),
+                    Ok(Err(e)) => {
+                        warn!(error = %chain(&e), "could not reload logind; its InhibitDelayMaxSec falls back at its next reload")
+                    }
+                    Err(_) => {
+                        warn!(bound = ?STOP_RELOAD_BOUND, "logind did not reload in time; its InhibitDelayMaxSec falls back at its next reload")
+                    }
+                }
+            }
+            Ok(logind::DropinRemoval::Absent) => {}
+            Ok(logind::DropinRemoval::Foreign) => {
+                info!(path = %dir.join(logind::DROPIN_NAME).display(), "the logind drop-in was edited since node-monitor wrote it; kept")
+            }
+            Err(e) => warn!(error = %chain(&e), "could not remove the logind drop-in"),
         }
     }
 
