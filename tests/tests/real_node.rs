@@ -1174,9 +1174,11 @@ async fn disk_and_pid_pressure_from_containers() {
     .await;
 
     for name in ["database", "bystander"] {
+        let by = evictions_of(&client, name).await;
         assert!(
-            evictions_of(&client, name).await.is_empty(),
-            "{name} is not evicted"
+            by.is_empty(),
+            "{name} is not evicted; evicted by {by:?}: {:?}",
+            eviction_message(&client, name).await
         );
         let p = pods.get(name).await.expect("bystander pod");
         assert_eq!(

@@ -703,6 +703,27 @@ impl Loop {
             &pods,
             now,
         );
+        // Pod disk usage comes from a meter that walks the pods' directories off the critical
+        // path, so its figures can predate the pressure (a pod that filled the disk since the
+        // last walk ranks as small). Before a disk-ranked eviction, measure now and decide again
+        // on the figures of this instant, as a ranking by stale usage could pick a bystander.
+        if decision
+            .evict
+            .iter()
+            .any(|e| crate::core::threshold::ranks_by_disk(e.signal))
+        {
+            tokio::task::block_in_place(|| {
+                sampler.measure_pod_disk_now();
+                sampler.sample_into(SampleKind::Fast, &mut timed.observations);
+            });
+            decision = synchronize(
+                &mut self.state,
+                &self.config,
+                &timed.observations,
+                &pods,
+                now,
+            );
+        }
         if self.blind.is_some() && !decision.evict.is_empty() {
             warn!(
                 held = decision.evict.len(),

@@ -202,6 +202,15 @@ pub fn signal_resource(signal: Signal) -> Resource {
     }
 }
 
+/// Whether pods are ranked by their disk usage (bytes or inodes) for `signal`: the starved
+/// resource is ephemeral storage or inodes.
+pub fn ranks_by_disk(signal: Signal) -> bool {
+    matches!(
+        signal_resource(signal),
+        Resource::EphemeralStorage | Resource::Inodes
+    )
+}
+
 /// `signalToNodeCondition`.
 pub fn signal_condition(signal: Signal) -> NodeConditionType {
     match signal_resource(signal) {
