@@ -16,3 +16,14 @@ pub mod sampler;
 pub mod shutdown;
 pub mod telemetry;
 pub mod trace;
+
+/// The settings of the property tests (`mod prop` next to the code they test, docs/testing.md):
+/// proptest's defaults (256 cases, `PROPTEST_CASES` overrides), without regression files: a
+/// failing input found once is kept as a table-test case instead.
+#[cfg(test)]
+pub(crate) fn proptest_config() -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
+}

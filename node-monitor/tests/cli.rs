@@ -673,6 +673,19 @@ fn inputs_that_are_not_regular_files_are_refused() {
             vec!["explain", "--input", "/dev/zero"],
             "the snapshot /dev/zero is not a regular file",
         ),
+        // The remediation controller reads its configuration before it looks for an API server.
+        (
+            vec!["remediate", "--config", "/dev/zero"],
+            "/dev/zero is not a regular file (a character device)",
+        ),
+        (
+            vec!["remediate", "--config", fifo],
+            "is not a regular file (a FIFO)",
+        ),
+        (
+            vec!["remediate", "--config", dir_path],
+            "is not a regular file (a directory)",
+        ),
     ] {
         let out = node_monitor(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -681,6 +694,34 @@ fn inputs_that_are_not_regular_files_are_refused() {
             "{args:?}: exit {:?}, stderr: {stderr}",
             out.status
         );
+    }
+}
+
+/// Every loader of an operator-supplied file refuses what is not a regular file, naming the path:
+/// the graceful-shutdown settings (read after the eviction settings by `run` and `check-config`),
+/// the remediation settings and the kubelet's own configuration (a hint for the cgroup driver,
+/// ignored when unreadable).
+#[test]
+fn configuration_loaders_refuse_devices_and_fifos() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("fifo");
+    let status = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(status.success());
+    let dev_zero = std::path::Path::new("/dev/zero");
+    for (path, kind) in [
+        (dev_zero, "a character device"),
+        (fifo.as_path(), "a FIFO"),
+        (dir.path(), "a directory"),
+    ] {
+        let shown = path.display().to_string();
+        let e = node_monitor::shutdown::load_shutdown_config(Some(path))
+            .expect_err("shutdown settings");
+        let msg = format!("{:#}", anyhow::Error::from(e));
+        assert!(msg.contains(&shown) && msg.contains(kind), "{msg}");
+        let e = node_monitor::remediate::load_config(Some(path)).expect_err("remediate settings");
+        let msg = format!("{e:#}");
+        assert!(msg.contains(&shown) && msg.contains(kind), "{msg}");
+        assert_eq!(node_monitor::sampler::kubelet_config_driver(path), None);
     }
 }
 

@@ -252,3 +252,71 @@ mod tests {
         }
     }
 }
+
+/// Property tests (docs/testing.md): `cargo test -p node-monitor --lib prop`.
+#[cfg(test)]
+mod prop {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Strings shaped like Go durations, valid or not.
+    fn duration_like() -> impl Strategy<Value = String> {
+        "[+-]?([0-9]{0,22}(\\.[0-9]{0,24})?(ns|us|\u{b5}s|\u{3bc}s|ms|s|m|h|x|\u{e9}|)){0,4}"
+    }
+
+    proptest! {
+        #![proptest_config(crate::proptest_config())]
+
+        #[test]
+        fn prop_parse_never_panics(s in "\\PC{0,64}") {
+            let _ = parse_go_duration(&s);
+            let _ = parse_non_negative(&s);
+        }
+
+        /// Whatever parses has the sign written (or is zero), and `parse_non_negative` agrees.
+        #[test]
+        fn prop_duration_like_strings_parse_or_fail_cleanly(s in duration_like()) {
+            match parse_go_duration(&s) {
+                Ok(n) => {
+                    if s.starts_with('-') {
+                        prop_assert!(n <= 0, "{s:?}: {n}");
+                    } else {
+                        prop_assert!(n >= 0, "{s:?}: {n}");
+                    }
+                    let non_negative = parse_non_negative(&s);
+                    prop_assert_eq!(
+                        non_negative,
+                        Ok(u64::try_from(n).ok().map(Duration::from_nanos))
+                    );
+                }
+                Err(e) => prop_assert!(e.to_string().contains(&format!("{s:?}")), "{e}"),
+            }
+        }
+
+        /// Go's `Duration.String()` output parses back to the same value, either sign.
+        #[test]
+        fn prop_printed_durations_round_trip(n in prop_oneof![
+            0..=i64::MAX,
+            0_i64..1_000_000_000,
+            (0_i64..1_000_000).prop_map(|s| s * 1_000_000_000),
+            Just(i64::MAX),
+        ]) {
+            let d = Duration::from_nanos(n.unsigned_abs());
+            let text = format_go_duration(d);
+            prop_assert_eq!(parse_go_duration(&text), Ok(n), "{}", text);
+            prop_assert_eq!(parse_go_duration(&format!("-{text}")), Ok(-n), "-{}", text);
+        }
+
+        /// Durations written one after the other add up (`1h` + `30m` = `1h30m`).
+        #[test]
+        fn prop_concatenated_durations_add(a in 0_i64..=i64::MAX / 2, b in 0_i64..=i64::MAX / 2) {
+            let text = format!(
+                "{}{}",
+                format_go_duration(Duration::from_nanos(a.unsigned_abs())),
+                format_go_duration(Duration::from_nanos(b.unsigned_abs()))
+            );
+            prop_assert_eq!(parse_go_duration(&text), Ok(a + b), "{}", text);
+        }
+    }
+}

@@ -198,8 +198,12 @@ pub fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<Remediation
     match path {
         None => Ok(RemediationConfig::default()),
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("reading --config {}", p.display()))?;
+            let text = crate::cli::io::read_file_bounded(
+                p,
+                "the config file",
+                crate::cli::io::MAX_INPUT_BYTES,
+            )
+            .with_context(|| format!("reading --config {}", p.display()))?;
             Ok(parse_config(&p.display().to_string(), &text)?)
         }
     }

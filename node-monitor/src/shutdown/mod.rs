@@ -124,7 +124,7 @@ pub enum LoadError {
     Read {
         path: String,
         #[source]
-        source: std::io::Error,
+        source: crate::cli::io::InputError,
     },
     #[error("--config {path}")]
     Parse {
@@ -140,10 +140,12 @@ pub fn load_shutdown_config(path: Option<&std::path::Path>) -> Result<ShutdownCo
         return Ok(ShutdownConfig::default());
     };
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
-        path: shown.clone(),
-        source,
-    })?;
+    let text =
+        crate::cli::io::read_file_bounded(path, "the config file", crate::cli::io::MAX_INPUT_BYTES)
+            .map_err(|source| LoadError::Read {
+                path: shown.clone(),
+                source,
+            })?;
     parse_shutdown_config(Some(&text)).map_err(|source| LoadError::Parse {
         path: shown,
         source,
