@@ -23,6 +23,9 @@ pub const KUBELET_CONFIG_FILE: &str = "config.yaml";
 pub const DEFAULT_FULL_SAMPLE_INTERVAL: Duration = Duration::from_secs(10);
 /// Directory entries walked per pod when measuring its disk usage, at most.
 pub const DEFAULT_POD_DISK_BUDGET: u64 = 100_000;
+/// Where containerd and CRI-O keep writable layers: a container's overlay upper directory is
+/// walked only below one of these.
+pub const DEFAULT_WRITABLE_LAYER_ROOTS: [&str; 2] = ["/var/lib/containerd", "/var/lib/containers"];
 /// Descriptors kept open for pod cgroup files: enough for 1 000 pods.
 pub const DEFAULT_MAX_OPEN_FILES: usize = 3_000;
 
@@ -96,6 +99,10 @@ pub struct SamplerConfig {
     pub pod_disk_usage: bool,
     /// Directory entries walked per pod at most; beyond it the pod's disk usage is left out.
     pub pod_disk_budget: u64,
+    /// Container writable layers (overlay upper directories, found from each container's
+    /// `mountinfo`) count in pod disk usage only when they lie below one of these absolute
+    /// directories. Empty: writable layers are not counted.
+    pub writable_layer_roots: Vec<PathBuf>,
     /// File descriptors the sampler may keep open for pod cgroup files (three per pod),
     /// capped at half the process's `RLIMIT_NOFILE` soft limit. Pods beyond it are read with
     /// open/read/close each pass (slower, same values).
@@ -119,6 +126,10 @@ impl Default for SamplerConfig {
             full_sample_interval: DEFAULT_FULL_SAMPLE_INTERVAL,
             pod_disk_usage: true,
             pod_disk_budget: DEFAULT_POD_DISK_BUDGET,
+            writable_layer_roots: DEFAULT_WRITABLE_LAYER_ROOTS
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
             max_open_files: DEFAULT_MAX_OPEN_FILES,
         }
     }
@@ -140,6 +151,11 @@ pub enum ConfigError {
     FullSampleInterval { value: Duration },
     #[error("allocatable_memory must be positive, got {value}")]
     AllocatableMemory { value: u64 },
+    #[error(
+        "writable_layer_roots entry {value:?} must be an absolute path without \".\" or \"..\" \
+         components, and not /"
+    )]
+    WritableLayerRoot { value: PathBuf },
     #[error("pod_disk_budget must be positive, got {value}")]
     PodDiskBudget { value: u64 },
 }
@@ -241,6 +257,14 @@ impl SamplerConfig {
         }
         if self.pod_disk_budget == 0 {
             return Err(ConfigError::PodDiskBudget { value: 0 });
+        }
+        if let Some(bad) = self.writable_layer_roots.iter().find(|r| {
+            !r.is_absolute()
+                || r.parent().is_none()
+                || r.components()
+                    .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+        }) {
+            return Err(ConfigError::WritableLayerRoot { value: bad.clone() });
         }
         let root = &self.cgroup_root;
         let version = match self.cgroup_version {
@@ -516,6 +540,31 @@ mod tests {
                     ..base.clone()
                 },
                 ConfigError::PodDiskBudget { value: 0 },
+            ),
+            (
+                SamplerConfig {
+                    writable_layer_roots: vec!["/var/lib/containerd".into(), "var/lib/x".into()],
+                    ..base.clone()
+                },
+                ConfigError::WritableLayerRoot {
+                    value: "var/lib/x".into(),
+                },
+            ),
+            (
+                SamplerConfig {
+                    writable_layer_roots: vec!["/var/lib/containerd/../..".into()],
+                    ..base.clone()
+                },
+                ConfigError::WritableLayerRoot {
+                    value: "/var/lib/containerd/../..".into(),
+                },
+            ),
+            (
+                SamplerConfig {
+                    writable_layer_roots: vec!["/".into()],
+                    ..base.clone()
+                },
+                ConfigError::WritableLayerRoot { value: "/".into() },
             ),
         ];
         for (cfg, want) in cases {

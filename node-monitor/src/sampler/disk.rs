@@ -1,5 +1,5 @@
-//! Per-pod disk usage (local volumes on nodefs and container logs under `/var/log/pods`),
-//! measured on a thread of its own.
+//! Per-pod disk usage (local volumes on nodefs, container logs under `/var/log/pods` and the
+//! containers' writable layers), measured on a thread of its own.
 //!
 //! A directory walk waits on the disk, and a pod may hold up to the walk budget in entries: on
 //! the sampling path it would delay every memory decision that happens to fall on a full pass.
@@ -8,12 +8,13 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::{Arc, Condvar, Mutex, MutexGuard},
 };
 
 use super::{
     SamplerError,
+    layers::LayerCache,
     pods::{self, DiskWalk},
 };
 
@@ -26,7 +27,14 @@ pub(crate) struct DiskPaths {
     pub log_root: PathBuf,
     /// Entries walked per tree before the figure becomes a lower bound.
     pub budget: u64,
+    /// procfs, for the `mountinfo` of a process of each container (its writable layer).
+    pub proc_root: PathBuf,
+    /// Writable layers are walked only under these directories (none: not counted).
+    pub layer_roots: Vec<PathBuf>,
 }
+
+/// A pod to measure: its UID and its cgroup directory (whose children are its containers).
+pub(crate) type PodRef = (String, PathBuf);
 
 /// One finished measurement.
 #[derive(Debug, Default)]
@@ -39,43 +47,48 @@ pub(crate) struct DiskReport {
     pub error: Option<SamplerError>,
 }
 
-/// Measures `uids` once, synchronously.
-pub(crate) fn measure(paths: &DiskPaths, uids: &[String]) -> DiskReport {
+/// Measures `pods` once, synchronously.
+pub(crate) fn measure(paths: &DiskPaths, pods: &[PodRef], layers: &mut LayerCache) -> DiskReport {
     let logs = pods::pod_log_dirs(&paths.log_root);
     let mut inodes = HashSet::new();
     let mut report = DiskReport::default();
-    for uid in uids {
+    let mut walks = Vec::new();
+    for (uid, cgroup) in pods {
         inodes.clear();
-        let volumes = pods::disk_usage(&paths.pods_root.join(uid), paths.budget, &mut inodes);
-        let logs = match logs.get(uid.as_str()) {
-            Some(dir) => pods::disk_usage(dir, paths.budget, &mut inodes),
-            None => Ok(None),
-        };
-        match (volumes, logs) {
-            (Ok(None), Ok(None)) => {}
-            (Ok(v), Ok(l)) => {
-                let walks = [v, l];
-                let bytes = walks
-                    .iter()
-                    .flatten()
-                    .fold(0u64, |a, w| a.saturating_add(w.bytes));
-                if walks.iter().flatten().any(|w: &DiskWalk| !w.complete) {
-                    report.truncated.push(uid.clone());
+        walks.clear();
+        let mut error = None;
+        let mut trees: Vec<PathBuf> = vec![paths.pods_root.join(uid)];
+        trees.extend(logs.get(uid.as_str()).cloned());
+        trees.extend(layers.upper_dirs(cgroup));
+        for tree in &trees {
+            match pods::disk_usage(tree, paths.budget, &mut inodes) {
+                Ok(w) => walks.extend(w),
+                Err(e) => {
+                    error.get_or_insert(e);
                 }
-                report.usage.insert(uid.clone(), bytes);
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                report.error.get_or_insert(e);
             }
         }
+        if let Some(e) = error {
+            report.error.get_or_insert(e);
+            continue;
+        }
+        if walks.is_empty() {
+            continue;
+        }
+        let bytes = walks.iter().fold(0u64, |a, w| a.saturating_add(w.bytes));
+        if walks.iter().any(|w: &DiskWalk| !w.complete) {
+            report.truncated.push(uid.clone());
+        }
+        report.usage.insert(uid.clone(), bytes);
     }
+    layers.end_pass();
     report
 }
 
 #[derive(Debug, Default)]
 struct State {
     /// The pods to measure on the next pass.
-    wanted: Vec<String>,
+    wanted: Vec<PodRef>,
     /// A pass is asked for.
     kicked: bool,
     stop: bool,
@@ -86,13 +99,29 @@ struct State {
     passes: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
+    /// Container cgroup → writable layer, kept between measurements (whichever thread runs
+    /// them).
+    layers: Mutex<LayerCache>,
 }
 
 impl Shared {
+    fn new(paths: &DiskPaths) -> Self {
+        Self {
+            state: Mutex::default(),
+            wake: Condvar::new(),
+            layers: Mutex::new(LayerCache::new(paths.proc_root.clone(), &paths.layer_roots)),
+        }
+    }
+
+    fn measure(&self, paths: &DiskPaths, pods: &[PodRef]) -> DiskReport {
+        let mut layers = self.layers.lock().unwrap_or_else(|p| p.into_inner());
+        measure(paths, pods, &mut layers)
+    }
+
     /// The lock, even if a panicking holder poisoned it: the state is plain data, always whole.
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -121,7 +150,7 @@ impl DiskMeter {
     /// Starts the meter's thread (or, if the thread cannot be started, measures in place with a
     /// warning).
     pub fn start(paths: DiskPaths) -> Self {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared::new(&paths));
         let for_thread = Arc::clone(&shared);
         let thread_paths = paths.clone();
         let spawned = std::thread::Builder::new()
@@ -146,7 +175,7 @@ impl DiskMeter {
     #[cfg(test)]
     pub fn parked(paths: DiskPaths) -> Self {
         Self {
-            shared: Arc::new(Shared::default()),
+            shared: Arc::new(Shared::new(&paths)),
             paths,
             inline: false,
         }
@@ -155,14 +184,20 @@ impl DiskMeter {
     /// The pods of the last request not yet taken by the thread (tests).
     #[cfg(test)]
     pub fn requested(&self) -> Vec<String> {
-        self.shared.lock().wanted.clone()
+        self.shared
+            .lock()
+            .wanted
+            .iter()
+            .map(|(u, _)| u.clone())
+            .collect()
     }
 
-    /// Asks for a measurement of `uids` (a pass already asked for is replaced, not queued).
-    pub fn request<'a>(&self, uids: impl Iterator<Item = &'a str>) {
-        let wanted: Vec<String> = uids.map(str::to_owned).collect();
+    /// Asks for a measurement of `pods` (UID and pod cgroup directory; a pass already asked for
+    /// is replaced, not queued).
+    pub fn request<'a>(&self, pods: impl Iterator<Item = (&'a str, &'a Path)>) {
+        let wanted = owned(pods);
         if self.inline {
-            self.shared.store(measure(&self.paths, &wanted));
+            self.shared.store(self.shared.measure(&self.paths, &wanted));
             return;
         }
         let mut s = self.shared.lock();
@@ -172,10 +207,10 @@ impl DiskMeter {
         self.shared.wake.notify_all();
     }
 
-    /// Measures `uids` now, on the caller's thread, and stores the result as the latest.
-    pub fn measure_now<'a>(&self, uids: impl Iterator<Item = &'a str>) {
-        let wanted: Vec<String> = uids.map(str::to_owned).collect();
-        self.shared.store(measure(&self.paths, &wanted));
+    /// Measures `pods` now, on the caller's thread, and stores the result as the latest.
+    pub fn measure_now<'a>(&self, pods: impl Iterator<Item = (&'a str, &'a Path)>) {
+        let wanted = owned(pods);
+        self.shared.store(self.shared.measure(&self.paths, &wanted));
     }
 
     /// Calls `f` with the figures of the last finished measurement, by pod UID.
@@ -213,6 +248,10 @@ impl Drop for DiskMeter {
     }
 }
 
+fn owned<'a>(pods: impl Iterator<Item = (&'a str, &'a Path)>) -> Vec<PodRef> {
+    pods.map(|(u, c)| (u.to_owned(), c.to_path_buf())).collect()
+}
+
 fn run(shared: &Shared, paths: &DiskPaths) {
     loop {
         let wanted = {
@@ -227,7 +266,7 @@ fn run(shared: &Shared, paths: &DiskPaths) {
             s.kicked = false;
             std::mem::take(&mut s.wanted)
         };
-        shared.store(measure(paths, &wanted));
+        shared.store(shared.measure(paths, &wanted));
     }
 }
 
@@ -245,7 +284,23 @@ mod tests {
             pods_root: root.join("pods"),
             log_root: root.join("logs"),
             budget,
+            proc_root: root.join("proc"),
+            layer_roots: vec![root.join("containerd"), root.join("containers")],
         }
+    }
+
+    fn pods(root: &Path, uids: &[&str]) -> Vec<PodRef> {
+        uids.iter()
+            .map(|u| ((*u).to_owned(), root.join(format!("cgroup/pod{u}"))))
+            .collect()
+    }
+
+    fn run_measure(paths: &DiskPaths, pods: &[PodRef]) -> DiskReport {
+        measure(
+            paths,
+            pods,
+            &mut LayerCache::new(paths.proc_root.clone(), &paths.layer_roots),
+        )
     }
 
     #[test]
@@ -272,8 +327,8 @@ mod tests {
             fs::write(many.join(format!("f{i}")), vec![2u8; 8 * 1024]).expect("write");
         }
 
-        let uids = [UID_A.to_owned(), UID_B.to_owned(), "absent".to_owned()];
-        let r = measure(&paths(dir.path(), 20), &uids);
+        let uids = pods(dir.path(), &[UID_A, UID_B, "absent"]);
+        let r = run_measure(&paths(dir.path(), 20), &uids);
         assert!(r.error.is_none(), "{:?}", r.error);
         assert!(r.usage[UID_A] >= 384 * 1024, "{}", r.usage[UID_A]);
         // Pod B's walk stopped at 20 entries: what it counted is kept, and flagged.
@@ -282,9 +337,104 @@ mod tests {
         assert_eq!(r.truncated, vec![UID_B.to_owned()]);
         assert!(!r.usage.contains_key("absent"));
 
-        let full = measure(&paths(dir.path(), 1000), &uids);
+        let full = run_measure(&paths(dir.path(), 1000), &uids);
         assert!(full.truncated.is_empty());
         assert!(full.usage[UID_B] >= 50 * 8 * 1024, "{}", full.usage[UID_B]);
+    }
+
+    /// A container cgroup `c` of pod A whose process `pid` sees `upper` as its root's upper
+    /// directory.
+    fn container(root: &Path, c: &str, procs: &str, pid: u32, upper: &Path) {
+        let cg = root.join(format!("cgroup/pod{UID_A}/{c}"));
+        fs::create_dir_all(&cg).expect("mkdir");
+        fs::write(cg.join("cgroup.procs"), procs).expect("write");
+        let p = root.join(format!("proc/{pid}"));
+        fs::create_dir_all(&p).expect("mkdir");
+        let escaped = upper.display().to_string().replace(' ', "\\040");
+        fs::write(
+            p.join("mountinfo"),
+            format!(
+                "1 0 0:50 / / rw,relatime shared:1 - overlay overlay \
+                 rw,lowerdir=/l1:/l2,upperdir={escaped},workdir=/w\n\
+                 2 1 0:51 / /proc rw - proc proc rw\n"
+            ),
+        )
+        .expect("write");
+    }
+
+    #[test]
+    fn writable_layers_under_the_allowed_roots_are_added_to_the_pod() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let vol = root
+            .join("pods")
+            .join(UID_A)
+            .join("volumes/kubernetes.io~empty-dir/d");
+        fs::create_dir_all(&vol).expect("mkdir");
+        fs::write(vol.join("blob"), vec![1u8; 64 * 1024]).expect("write");
+        // Container 1 (containerd layout, a space in the path, visible pids): 1 MiB written to
+        // its layer.
+        let upper1 =
+            root.join("containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/7 x/fs");
+        fs::create_dir_all(upper1.join("var/cache")).expect("mkdir");
+        fs::write(upper1.join("var/cache/blob"), vec![3u8; 1 << 20]).expect("write");
+        container(root, "c1", "4242\n4243\n", 4242, &upper1);
+        // Container 2 (CRI-O layout), its processes hidden from cgroup.procs (the reader is in
+        // another pid namespace): found by the proc root's <pid>/cgroup.
+        let upper2 = root.join("containers/storage/overlay/9f/diff");
+        fs::create_dir_all(&upper2).expect("mkdir");
+        fs::write(upper2.join("blob"), vec![4u8; 512 * 1024]).expect("write");
+        container(root, "c2", "0\n", 777, &upper2);
+        fs::write(
+            root.join("proc/777/cgroup"),
+            format!("0::/../../kubepods/besteffort/pod{UID_A}/c2\n"),
+        )
+        .expect("write");
+        // Container 3 points outside the allowed roots: not walked.
+        let elsewhere = root.join("elsewhere");
+        fs::create_dir_all(&elsewhere).expect("mkdir");
+        fs::write(elsewhere.join("blob"), vec![5u8; 4 << 20]).expect("write");
+        container(root, "c3", "99\n", 99, &elsewhere);
+        // Container 4 climbs out of an allowed root with "..": not walked.
+        container(
+            root,
+            "c4",
+            "98\n",
+            98,
+            &root.join("containerd/../elsewhere"),
+        );
+
+        let p = paths(root, 1000);
+        let pods = pods(root, &[UID_A]);
+        let mut layers = LayerCache::new(p.proc_root.clone(), &p.layer_roots);
+        let r = measure(&p, &pods, &mut layers);
+        assert!(r.error.is_none(), "{:?}", r.error);
+        let with_layers = r.usage[UID_A];
+        assert!(
+            with_layers >= 64 * 1024 + (1 << 20) + 512 * 1024,
+            "{with_layers}"
+        );
+        assert!(
+            with_layers < 4 << 20,
+            "a layer outside the roots was walked: {with_layers}"
+        );
+
+        // The mapping is cached: the processes exit (their proc entries vanish) and the
+        // layers still count, including what was written since.
+        fs::remove_dir_all(root.join("proc")).expect("rm");
+        fs::write(upper1.join("more"), vec![6u8; 1 << 20]).expect("write");
+        let r = measure(&p, &pods, &mut layers);
+        assert!(
+            r.usage[UID_A] >= with_layers + (1 << 20),
+            "{}",
+            r.usage[UID_A]
+        );
+
+        // Without allowed roots the pod is volumes only.
+        let mut none = p.clone();
+        none.layer_roots.clear();
+        let r = run_measure(&none, &pods);
+        assert!(r.usage[UID_A] < 1 << 20, "{}", r.usage[UID_A]);
     }
 
     #[test]
@@ -299,7 +449,8 @@ mod tests {
         fs::write(vol.join("blob"), vec![1u8; 64 * 1024]).expect("write");
         let m = DiskMeter::start(paths(dir.path(), 1000));
         assert!(m.latest(|u| u.is_empty()));
-        m.request([UID_A].into_iter());
+        let cg = dir.path().join("cgroup");
+        m.request([(UID_A, cg.as_path())].into_iter());
         m.wait_passes(1);
         let first = m.latest(|u| u[UID_A]);
         assert!(first >= 64 * 1024, "{first}");
@@ -310,7 +461,7 @@ mod tests {
         fs::write(vol.join("blob2"), vec![1u8; 64 * 1024]).expect("write");
         // Until the next pass finishes, the figures are the last ones.
         assert_eq!(m.latest(|u| u[UID_A]), first);
-        m.request([UID_A].into_iter());
+        m.request([(UID_A, cg.as_path())].into_iter());
         m.wait_passes(2);
         assert!(m.latest(|u| u[UID_A]) >= first + 64 * 1024);
     }

@@ -28,6 +28,7 @@
 mod compute;
 mod config;
 mod disk;
+mod layers;
 mod notify;
 pub mod parse;
 mod pods;

@@ -141,6 +141,8 @@ impl Sampler {
                 pods_root: layout.kubelet_root.join("pods"),
                 log_root: layout.pod_log_root.clone(),
                 budget: config.pod_disk_budget,
+                proc_root: config.proc_root.clone(),
+                layer_roots: config.writable_layer_roots.clone(),
             })
         });
         Ok(Self {
@@ -511,7 +513,11 @@ impl Sampler {
         }
         if let Some(meter) = &self.disk {
             if kind == SampleKind::Full {
-                meter.request(self.pods.iter().map(|p| p.uid.as_str()));
+                meter.request(
+                    self.pods
+                        .iter()
+                        .map(|p| (p.uid.as_str(), p.memory_dir.as_path())),
+                );
             }
             self.take_pod_disk(now);
         }
@@ -593,7 +599,11 @@ impl Sampler {
     /// figures of this instant rather than the meter's last).
     pub fn measure_pod_disk_now(&mut self) {
         if let Some(meter) = &self.disk {
-            meter.measure_now(self.pods.iter().map(|p| p.uid.as_str()));
+            meter.measure_now(
+                self.pods
+                    .iter()
+                    .map(|p| (p.uid.as_str(), p.memory_dir.as_path())),
+            );
         }
     }
 
@@ -1256,6 +1266,8 @@ mod tests {
             pods_root: s.layout.kubelet_root.join("pods"),
             log_root: s.layout.pod_log_root.clone(),
             budget: 1000,
+            proc_root: f.root.join("proc"),
+            layer_roots: Vec::new(),
         };
         s.disk = Some(DiskMeter::parked(paths));
         let mut o = Observations::default();

@@ -1,0 +1,456 @@
+//! Container writable layers, found without a CRI client.
+//!
+//! The kubelet counts each container's writable layer (CRI `rootfs` usage) in the pod's
+//! ephemeral-storage usage. The runtime's overlay mount says where that layer lives: a process of
+//! the container sees its root (`/`) as an `overlay` whose super options hold
+//! `upperdir=<path>` (containerd: `…/io.containerd.snapshotter.v1.overlayfs/snapshots/<id>/fs`,
+//! CRI-O: `…/containers/storage/overlay/<id>/diff`). The meter takes one process of each
+//! container cgroup (`cgroup.procs`), reads its `mountinfo` through the proc root, and walks the
+//! upper directory like the pod's other trees.
+//!
+//! The mount table of a container is the tenant's to change (with CAP_SYS_ADMIN in its own mount
+//! namespace), so an upper directory is walked only when it lies under one of the configured
+//! roots (the runtimes' storage directories): a crafted mount cannot point the agent's walk at
+//! anything else. A container cgroup's upper directory is looked up once and cached until the
+//! cgroup disappears.
+
+use std::{
+    collections::{HashMap, HashSet},
+    ffi::OsStr,
+    fs,
+    os::unix::ffi::OsStrExt as _,
+    path::{Component, Path, PathBuf},
+};
+
+use super::parse::ParseError;
+
+/// What a process's root mount is, from its `mountinfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RootLayer {
+    /// An overlay with this upper (writable) directory.
+    Upper(PathBuf),
+    /// An overlay without `upperdir` (read-only).
+    NoUpperdir,
+    /// Not an overlay (a VM-based runtime, a chroot on a plain filesystem, …).
+    NotOverlay { fstype: String },
+    /// No mount at `/` (the process's root is not a mount point).
+    NoRoot,
+}
+
+/// Undoes the kernel's octal escapes (`\040` for a space, `\011`, `\012`, `\134`, and `\054` for
+/// a comma in overlay options). A backslash not followed by three octal digits is kept as is.
+pub(crate) fn unescape(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'\\'
+            && i + 3 < s.len()
+            && s[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = s[i + 1..i + 4]
+                .iter()
+                .fold(0u32, |a, c| a * 8 + u32::from(c - b'0'));
+            if let Ok(b) = u8::try_from(v) {
+                out.push(b);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(s[i]);
+        i += 1;
+    }
+    out
+}
+
+fn invalid(line: &[u8]) -> ParseError {
+    ParseError::Invalid {
+        field: "mountinfo line",
+        value: String::from_utf8_lossy(line).chars().take(64).collect(),
+    }
+}
+
+/// The root mount of a `mountinfo` (proc(5)): `id parent maj:min root mountpoint options
+/// [optional fields…] - fstype source superoptions`. When several mounts sit on `/`, the last
+/// (the one on top) is the root. A line without the `-` separator or its three trailing fields
+/// is an error naming the line.
+pub(crate) fn root_layer(mountinfo: &[u8]) -> Result<RootLayer, ParseError> {
+    let mut root = None;
+    for line in mountinfo.split(|&b| b == b'\n') {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        let sep = fields
+            .iter()
+            .skip(6)
+            .position(|f| *f == b"-")
+            .map(|p| p + 6)
+            .ok_or_else(|| invalid(line))?;
+        let (Some(fstype), Some(_source), Some(supers)) = (
+            fields.get(sep + 1),
+            fields.get(sep + 2),
+            fields.get(sep + 3),
+        ) else {
+            return Err(invalid(line));
+        };
+        if unescape(fields[4]) == b"/" {
+            root = Some((*fstype, *supers));
+        }
+    }
+    let Some((fstype, supers)) = root else {
+        return Ok(RootLayer::NoRoot);
+    };
+    if fstype != b"overlay" {
+        return Ok(RootLayer::NotOverlay {
+            fstype: String::from_utf8_lossy(fstype).into_owned(),
+        });
+    }
+    // Overlay escapes commas inside option values, so a comma always separates options.
+    let upper = supers
+        .split(|&b| b == b',')
+        .filter_map(|o| o.strip_prefix(b"upperdir="))
+        .next_back();
+    Ok(match upper {
+        Some(u) => RootLayer::Upper(PathBuf::from(OsStr::from_bytes(&unescape(u)))),
+        None => RootLayer::NoUpperdir,
+    })
+}
+
+/// Whether `upper` is a directory strictly below one of `roots`, by its components: absolute,
+/// with no `.` or `..` component (so it cannot climb out of a root).
+pub(crate) fn allowed_upper(upper: &Path, roots: &[PathBuf]) -> bool {
+    upper.is_absolute()
+        && !upper
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+        && roots.iter().any(|r| upper.starts_with(r) && upper != r)
+}
+
+/// The pids of a `cgroup.procs`: `(visible, hidden)` where hidden counts the `0` entries the
+/// kernel writes for processes outside the reader's pid namespace (cgroup v2).
+fn procs(text: &[u8]) -> (Vec<u32>, usize) {
+    let mut visible = Vec::new();
+    let mut hidden = 0;
+    for l in text.split(|&b| b == b'\n') {
+        match std::str::from_utf8(l)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+        {
+            Some(0) => hidden += 1,
+            Some(p) => visible.push(p),
+            None => {}
+        }
+    }
+    (visible, hidden)
+}
+
+/// `pod/container`: the last two components of a cgroup path, which name a container cgroup
+/// whatever the reader's cgroup namespace makes of the prefix.
+fn container_key(path: &Path) -> Option<String> {
+    let mut c = path.components().rev();
+    let container = c.next()?.as_os_str().to_str()?;
+    let pod = c.next()?.as_os_str().to_str()?;
+    Some(format!("{pod}/{container}"))
+}
+
+/// Per container cgroup: its upper directory once found, cached while the cgroup exists.
+#[derive(Debug)]
+pub(crate) struct LayerCache {
+    proc_root: PathBuf,
+    /// The allowed roots as configured and as resolved on this host (symlinks followed).
+    roots: Vec<PathBuf>,
+    /// Container cgroup directory → upper directory (`None`: the container has no writable
+    /// layer we may walk; not looked up again).
+    upper: HashMap<PathBuf, Option<PathBuf>>,
+    seen: HashSet<PathBuf>,
+    /// Container cgroup (`pod/container`) → one of its pids, from a scan of the proc root; built
+    /// at most once per pass, when some container's processes are hidden from `cgroup.procs`.
+    scan: Option<HashMap<String, u32>>,
+}
+
+impl LayerCache {
+    pub fn new(proc_root: PathBuf, roots: &[PathBuf]) -> Self {
+        let mut all = roots.to_vec();
+        for r in roots {
+            if let Ok(c) = fs::canonicalize(r)
+                && !all.contains(&c)
+            {
+                all.push(c);
+            }
+        }
+        Self {
+            proc_root,
+            roots: all,
+            upper: HashMap::new(),
+            seen: HashSet::new(),
+            scan: None,
+        }
+    }
+
+    /// Forgets the container cgroups not asked about since the last call, and the proc scan.
+    pub fn end_pass(&mut self) {
+        let seen = std::mem::take(&mut self.seen);
+        self.upper.retain(|k, _| seen.contains(k));
+        self.scan = None;
+    }
+
+    /// The upper directories of the containers of the pod whose cgroup is `pod_cgroup`.
+    pub fn upper_dirs(&mut self, pod_cgroup: &Path) -> Vec<PathBuf> {
+        if self.roots.is_empty() {
+            return Vec::new();
+        }
+        let Ok(rd) = fs::read_dir(pod_cgroup) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for e in rd.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let dir = e.path();
+            self.seen.insert(dir.clone());
+            let upper = match self.upper.get(&dir) {
+                Some(u) => u.clone(),
+                None => match self.look_up(&dir) {
+                    Some(u) => {
+                        self.upper.insert(dir, u.clone());
+                        u
+                    }
+                    None => None,
+                },
+            };
+            out.extend(upper);
+        }
+        out
+    }
+
+    /// `Some(answer)` to cache; `None` when the container has no process to ask yet.
+    fn look_up(&mut self, container: &Path) -> Option<Option<PathBuf>> {
+        let text = fs::read(container.join("cgroup.procs")).ok()?;
+        let (visible, hidden) = procs(&text);
+        let pid = match visible.iter().min() {
+            Some(&p) => p,
+            None if hidden > 0 => self.scanned_pid(container)?,
+            None => return None,
+        };
+        let mountinfo = fs::read(self.proc_root.join(pid.to_string()).join("mountinfo")).ok()?;
+        match root_layer(&mountinfo) {
+            Ok(RootLayer::Upper(u)) => {
+                let resolved = fs::canonicalize(&u).ok()?;
+                if allowed_upper(&u, &self.roots) && allowed_upper(&resolved, &self.roots) {
+                    Some(Some(resolved))
+                } else {
+                    tracing::warn!(
+                        container = %container.display(),
+                        upperdir = %u.display(),
+                        "sampler: writable layer outside the allowed roots; not counted"
+                    );
+                    Some(None)
+                }
+            }
+            Ok(other) => {
+                tracing::debug!(container = %container.display(), root = ?other,
+                    "sampler: container root is not an overlay with an upper directory");
+                Some(None)
+            }
+            Err(e) => {
+                tracing::debug!(container = %container.display(), error = %e,
+                    "sampler: unreadable mountinfo");
+                None
+            }
+        }
+    }
+
+    /// A pid of `container` from the proc root's `<pid>/cgroup` files, for an agent whose pid
+    /// namespace hides the containers' processes from `cgroup.procs` (the proc root is the
+    /// host's).
+    fn scanned_pid(&mut self, container: &Path) -> Option<u32> {
+        let key = container_key(container)?;
+        let proc_root = &self.proc_root;
+        let scan = self.scan.get_or_insert_with(|| scan_proc(proc_root));
+        scan.get(&key).copied()
+    }
+}
+
+fn scan_proc(proc_root: &Path) -> HashMap<String, u32> {
+    let mut out = HashMap::new();
+    let Ok(rd) = fs::read_dir(proc_root) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(text) = fs::read(e.path().join("cgroup")) else {
+            continue;
+        };
+        for line in text.split(|&b| b == b'\n') {
+            // `id:controllers:path`; the path may itself hold colons.
+            let Some(path) = line.splitn(3, |&b| b == b':').nth(2) else {
+                continue;
+            };
+            if let Some(k) = container_key(Path::new(OsStr::from_bytes(path))) {
+                out.entry(k)
+                    .and_modify(|p: &mut u32| *p = (*p).min(pid))
+                    .or_insert(pid);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONTAINERD: &str =
+        "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/42/fs";
+
+    fn line(mountpoint: &str, optional: &str, fstype: &str, supers: &str) -> String {
+        format!("1234 1200 0:91 / {mountpoint} rw,relatime {optional}- {fstype} overlay {supers}\n")
+    }
+
+    #[test]
+    fn root_layer_table() {
+        let proc_lines = "1300 1234 0:95 / /proc rw,nosuid - proc proc rw\n";
+        let cases: Vec<(&str, String, Result<RootLayer, ()>)> = vec![
+            (
+                "containerd overlay, shared optional field",
+                line(
+                    "/",
+                    "shared:5 ",
+                    "overlay",
+                    &format!(
+                        "rw,lowerdir=/var/lib/containerd/a/fs:/var/lib/containerd/b/fs,upperdir={CONTAINERD},workdir=/w"
+                    ),
+                ) + proc_lines,
+                Ok(RootLayer::Upper(CONTAINERD.into())),
+            ),
+            (
+                "CRI-O overlay, several optional fields",
+                line(
+                    "/",
+                    "shared:1 master:2 ",
+                    "overlay",
+                    "rw,lowerdir=/var/lib/containers/storage/overlay/l/A,upperdir=/var/lib/containers/storage/overlay/9f/diff,workdir=/var/lib/containers/storage/overlay/9f/work,volatile",
+                ),
+                Ok(RootLayer::Upper(
+                    "/var/lib/containers/storage/overlay/9f/diff".into(),
+                )),
+            ),
+            (
+                "no optional fields",
+                line("/", "", "overlay", "rw,upperdir=/u,workdir=/w"),
+                Ok(RootLayer::Upper("/u".into())),
+            ),
+            (
+                "escaped space, tab, newline, backslash and comma in the upper path",
+                line(
+                    "/",
+                    "",
+                    "overlay",
+                    r"rw,upperdir=/var/lib/containerd/my\040dir\011x\012y\134z\054w/fs,workdir=/w",
+                ),
+                Ok(RootLayer::Upper(
+                    "/var/lib/containerd/my dir\tx\ny\\z,w/fs".into(),
+                )),
+            ),
+            (
+                "escaped mount point is not the root",
+                line(r"/\040", "", "overlay", "rw,upperdir=/u"),
+                Ok(RootLayer::NoRoot),
+            ),
+            (
+                "the mount on top of / wins",
+                line("/", "", "overlay", "rw,upperdir=/first")
+                    + &line("/", "", "overlay", "rw,upperdir=/second"),
+                Ok(RootLayer::Upper("/second".into())),
+            ),
+            (
+                "a read-only overlay",
+                line("/", "", "overlay", "ro,lowerdir=/a:/b"),
+                Ok(RootLayer::NoUpperdir),
+            ),
+            (
+                "not an overlay",
+                "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n".into(),
+                Ok(RootLayer::NotOverlay {
+                    fstype: "ext4".into(),
+                }),
+            ),
+            (
+                "a '-' as mount point is not the separator",
+                "22 1 8:1 / - rw - ext4 /dev/sda1 rw\n".into(),
+                Ok(RootLayer::NoRoot),
+            ),
+            ("empty", String::new(), Ok(RootLayer::NoRoot)),
+            (
+                "no separator",
+                "22 1 8:1 / / rw,relatime shared:1 ext4 /dev/sda1 rw\n".into(),
+                Err(()),
+            ),
+            (
+                "missing super options",
+                "22 1 8:1 / / rw,relatime - ext4 /dev/sda1\n".into(),
+                Err(()),
+            ),
+        ];
+        for (name, text, want) in cases {
+            let got = root_layer(text.as_bytes());
+            match (&got, &want) {
+                (Ok(g), Ok(w)) => assert_eq!(g, w, "{name}"),
+                (Err(e), Err(())) => {
+                    assert!(e.to_string().contains("mountinfo line"), "{name}: {e}")
+                }
+                _ => panic!("{name}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn unescape_keeps_what_is_not_an_escape() {
+        assert_eq!(unescape(br"a\040b"), b"a b");
+        assert_eq!(unescape(br"a\04"), br"a\04");
+        assert_eq!(unescape(br"a\089"), br"a\089");
+        assert_eq!(unescape(br"\\"), br"\\");
+        assert_eq!(unescape(br"x\"), br"x\");
+        // \777 is not a byte: kept verbatim.
+        assert_eq!(unescape(br"\777"), br"\777");
+    }
+
+    #[test]
+    fn allowed_upper_table() {
+        let roots = [
+            PathBuf::from("/var/lib/containerd"),
+            PathBuf::from("/var/lib/containers"),
+        ];
+        let cases = [
+            (CONTAINERD, true),
+            ("/var/lib/containers/storage/overlay/9f/diff", true),
+            ("/var/lib/containerd", false),
+            ("/var/lib/containerdX/snapshots/1/fs", false),
+            ("/var/lib/kubelet/pods/u/volumes", false),
+            ("/", false),
+            ("/var/lib/containerd/../kubelet/pods", false),
+            ("/var/lib/containerd/./x/../../../etc", false),
+            ("var/lib/containerd/x", false),
+            ("/etc", false),
+        ];
+        for (path, want) in cases {
+            assert_eq!(allowed_upper(Path::new(path), &roots), want, "{path}");
+        }
+        assert!(!allowed_upper(Path::new(CONTAINERD), &[]), "no roots");
+    }
+
+    #[test]
+    fn cgroup_procs_and_container_keys() {
+        assert_eq!(procs(b"17\n3\n"), (vec![17, 3], 0));
+        assert_eq!(procs(b"0\n0\n"), (vec![], 2));
+        assert_eq!(procs(b""), (vec![], 0));
+        assert_eq!(
+            container_key(Path::new("/../../kubepods/burstable/podA/c1")).as_deref(),
+            Some("podA/c1")
+        );
+        assert_eq!(container_key(Path::new("/")), None);
+    }
+}
