@@ -637,6 +637,93 @@ fn nodefs_and_imagefs_from_directories() {
     assert_eq!(sampler.has_dedicated_image_fs(), Some(false));
 }
 
+/// A container as a runtime makes one: a process in a private mount namespace whose root is an
+/// overlay (lower: the host's `/`, upper: a directory under `store`). It prints `ready` once
+/// chrooted, then, on a line of input, writes `mib` MiB to `/blob` (into the upper layer) and
+/// prints `written`.
+fn overlay_container(cg: &TestCgroups, rel: &str, store: &Path, mib: u64) -> Hog {
+    let (upper, work, merged) = (store.join("u/fs"), store.join("w"), store.join("m"));
+    for d in [&upper, &work, &merged] {
+        fs::create_dir_all(d).expect("mkdir");
+    }
+    let inner = format!(
+        "echo ready; read go; yes abcdefgh | head -c {} > /blob && sync && echo written; \
+         exec sleep 600",
+        mib * MIB
+    );
+    let outer = format!(
+        "mount -t overlay overlay -o lowerdir=/,upperdir={},workdir={} {} && \
+         exec chroot {} /bin/sh -c '{inner}'",
+        upper.display(),
+        work.display(),
+        merged.display(),
+        merged.display()
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c", &outer])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = cg
+        .spawn_in(rel, &mut cmd)
+        .unwrap_or_else(|e| panic!("spawn the container in {rel}: {e:#}"));
+    let stdin = child.stdin.take().expect("piped stdin");
+    let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut c = Hog {
+        child,
+        stdin,
+        stdout,
+    };
+    c.expect_line("ready");
+    c
+}
+
+#[test]
+fn pod_disk_usage_counts_a_real_overlay_writable_layer() {
+    const WRITE_MIB: u64 = 8;
+    let mut cg = TestCgroups::new("sampler-layer");
+    let rel = format!("node/kubepods/pod{UID_A}/{CID}");
+    cg.create(&rel).expect("create the container cgroup");
+    // On a disk filesystem (an overlay upper directory cannot be on overlayfs).
+    let scratch = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
+    let store = scratch.path().join("containerd");
+    let mut container = overlay_container(&cg, &rel, &store, WRITE_MIB);
+
+    let mut sampler = Sampler::new(SamplerConfig {
+        kubelet_root: scratch.path().join("kubelet"),
+        pod_log_root: scratch.path().join("logs"),
+        writable_layer_roots: vec![store.clone()],
+        full_sample_interval: Duration::from_secs(3600),
+        ..node_config(&cg, "node", "kubepods")
+    })
+    .expect("sampler");
+    // The first pass is full and asks the meter; wait (bounded) for its figure. The pod has no
+    // volume and no log directory: only its writable layer can give it one.
+    let deadline = std::time::Instant::now() + NOTIFY_GUARD;
+    let before = loop {
+        let o = sampler.sample(SampleKind::Fast);
+        if let Some(d) = o.pods.get(UID_A).and_then(|p| p.disk) {
+            break d;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no disk figure for the pod from its writable layer: {:?}",
+            o.pods.get(UID_A)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+
+    writeln!(container.stdin, "go").expect("container input");
+    container.expect_line("written");
+    sampler.measure_pod_disk_now();
+    let o = sampler.sample(SampleKind::Fast);
+    let after = o.pods[UID_A].disk.expect("disk figure");
+    assert!(
+        after >= before + WRITE_MIB * MIB,
+        "writable layer grew by {WRITE_MIB} MiB: before {before}, after {after}"
+    );
+    drop(container);
+}
+
 #[test]
 fn pid_available_is_sane() {
     require_root("the kernel tier");
