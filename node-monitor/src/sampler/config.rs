@@ -95,7 +95,7 @@ pub struct SamplerConfig {
     pub allocatable_memory: Option<u64>,
     /// A full sample (per-pod disk usage) runs at least this often, whatever woke the sampler.
     pub full_sample_interval: Duration,
-    /// Measure per-pod disk usage (local volumes and logs) on full samples.
+    /// Measure per-pod disk usage (local volumes, logs and writable layers) on full samples.
     pub pod_disk_usage: bool,
     /// Directory entries walked per pod at most; beyond it the pod's disk usage is left out.
     pub pod_disk_budget: u64,
