@@ -166,7 +166,7 @@ impl Default for NodeMonitorSettings {
             reclaim_stall_budget: Duration::from_millis(100),
             pod_cleanup_timeout: Duration::from_secs(30),
             taint_on_pressure: false,
-            api_timeout: Duration::from_secs(10),
+            api_timeout: Duration::from_secs(30),
         }
     }
 }

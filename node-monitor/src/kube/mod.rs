@@ -29,7 +29,7 @@ pub enum ClientError {
 }
 
 /// The default bound on one API call (`nodeMonitor.apiTimeout`).
-pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(30);
 /// Watches ask the server to end them after this long (`timeoutSeconds`); a healthy server then
 /// closes the stream, so a longer silence means a stalled one.
 pub const WATCH_TIMEOUT_SECS: u32 = 60;
