@@ -2,8 +2,9 @@
 # The test command: installs what the tests need (scripts/setup.sh), then runs every tier. Root-only
 # tiers (kernel, control plane, end to end, guest VM) fail loudly when they cannot run; they never skip.
 #
-# Cargo commands run on the workspace's default members: the eBPF crate is built for the BPF target
-# by node-monitor's build script, never for the host.
+# Cargo commands run on the whole workspace but the eBPF crate, which node-monitor's build script
+# builds for the BPF target (never for the host). The `tests` crate is not a default member, so it is
+# named here through `--workspace`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --with-control-plane --with-vm
@@ -13,7 +14,7 @@ export KUBEBUILDER_ASSETS="$CACHE/control-plane/current"
 
 echo "== format and lints"
 cargo fmt --all -- --check
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --workspace --exclude node-monitor-ebpf --all-targets --locked -- -D warnings
 
 echo "== build (the integration tiers run the binaries)"
 cargo build --bins --locked
@@ -25,4 +26,4 @@ cargo xtask image node-monitor
 
 echo "== unit, kernel, control-plane, end-to-end, guest VM and real-node tiers"
 # Kernel state (cgroups, probes) is shared: one test at a time.
-cargo test --locked -- --test-threads=1
+cargo test --workspace --exclude node-monitor-ebpf --locked -- --test-threads=1

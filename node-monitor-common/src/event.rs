@@ -344,7 +344,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         EventKind::OomKill => {
             let e: Event<OomKill> = read(bytes)?;
             check_reclaim_evidence(e.data.trigger_reclaim)?;
-            if e.data.flags & !crate::event::oom_flags::ALL != 0 {
+            if e.data.flags & !oom_flags::ALL != 0 {
                 return Err(DecodeError::InvalidField {
                     field: "oom_kill.flags",
                     value: e.data.flags.into(),

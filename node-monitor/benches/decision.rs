@@ -11,9 +11,9 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Pod;
-use node_monitor::core::{
+use node_monitor_core::{
     clock::Timestamp,
-    config::{ConfigSource, EvictionConfig, EvictionFlags, load_sources},
+    config::{ConfigSource, EvictionConfig, EvictionOverrides, load_sources},
     eviction::{EvictionState, synchronize},
     pod::{ContainerUsage, PodInfo},
     signals::{Observations, PodUsage, Signal, SignalObservation},
@@ -96,7 +96,7 @@ fn config() -> EvictionConfig {
             name: "bench",
             text: yaml,
         }],
-        &EvictionFlags::default(),
+        &EvictionOverrides::default(),
     )
     .expect("config")
 }

@@ -169,7 +169,7 @@ pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
     info!(addr = %listener.local_addr()?, "serving /metrics, /healthz, /readyz");
@@ -182,7 +182,7 @@ pub async fn serve_on(
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     limits: ServeLimits,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = Router::new()
         .route("/metrics", get(metrics_handler))

@@ -1,15 +1,15 @@
 //! node-monitor: an eBPF-assisted Kubernetes node agent.
 //!
-//! Layering (imports point down only): [`core`] is pure (no I/O, no async, time passed in);
-//! adapters ([`ebpf`], [`sampler`]) translate between the outside world and core values; the agent
-//! loop and the CLI sit on top.
+//! Layering (imports point down only): the decision core is its own crate, `node_monitor_core`,
+//! pure (no I/O, no async, time passed in); adapters ([`ebpf`], [`sampler`], [`cluster`])
+//! translate between the outside world and core values; the agent loop, `remediate` and the CLI
+//! sit on top.
 pub mod agent;
 pub mod attribution;
 pub mod cli;
-pub mod core;
+pub mod cluster;
 pub mod ebpf;
 pub mod http;
-pub mod kube;
 pub mod metrics;
 pub mod remediate;
 pub mod sampler;

@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long)]
     pub in_cluster: bool,
     /// Node name for the API lookup (default: $NODE_NAME; unset lists pods of every node).
-    #[arg(long, env = "NODE_NAME", value_parser = crate::core::node_name::parse_node_name)]
+    #[arg(long, env = "NODE_NAME", value_parser = node_monitor_core::node_name::parse_node_name)]
     pub node_name: Option<String>,
 }
 
@@ -463,12 +463,11 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::{
-        core::kubelet_layout::parse_cgroup_path,
-        ebpf::{
-            OomKillEvent, OomMemory, OomScope, RebootCmd, RebootEvent, ReclaimFlavor, TaskInfo,
-        },
+    use crate::ebpf::{
+        OomKillEvent, OomMemory, OomScope, RebootCmd, RebootEvent, ReclaimFlavor, TaskInfo,
     };
+
+    use node_monitor_core::kubelet_layout::parse_cgroup_path;
 
     #[derive(Parser)]
     struct Cli {

@@ -6,15 +6,14 @@
 //! or does not read, and when a documented default parses to something other than the default.
 use std::collections::BTreeSet;
 
-use node_monitor::{
-    core::config::{
-        self, ConfigSource, DEFAULT_EVICTION_HARD, EVICTION_FILE_FIELDS, EvictionConfig,
-        EvictionFlags, NODE_MONITOR_KEYS, NodeMonitorSettings,
-    },
-    shutdown::config::{
-        PRIORITY_ENTRY_KEYS, SHUTDOWN_FILE_FIELDS, SHUTDOWN_OPTION_KEYS, ShutdownConfig,
-        ShutdownOptions, parse_shutdown_config,
-    },
+use node_monitor_core::shutdown::config::{
+    PRIORITY_ENTRY_KEYS, SHUTDOWN_FILE_FIELDS, SHUTDOWN_OPTION_KEYS, ShutdownConfig,
+    ShutdownOptions, parse_shutdown_config,
+};
+
+use node_monitor_core::config::{
+    self, ConfigSource, DEFAULT_EVICTION_HARD, EVICTION_FILE_FIELDS, EvictionConfig,
+    EvictionOverrides, NODE_MONITOR_KEYS, NodeMonitorSettings,
 };
 
 const KUBELET_EVICTION: &str = "## Kubelet eviction fields";
@@ -149,7 +148,7 @@ fn eviction(text: &str) -> Result<EvictionConfig, config::ConfigError> {
             name: "doc.yaml",
             text,
         }],
-        &EvictionFlags::default(),
+        &EvictionOverrides::default(),
     )
 }
 

@@ -56,7 +56,7 @@ pub enum Error {
     Yaml {
         path: PathBuf,
         #[source]
-        source: serde_yaml::Error,
+        source: serde_norway::Error,
     },
     #[error(
         "{path}: unsupported kustomization field {field:?}; supported: resources, and patches \
@@ -153,7 +153,7 @@ pub fn read_objects(path: &Path) -> Result<Vec<Manifest>> {
         source,
     })?;
     let mut out = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
+    for doc in serde_norway::Deserializer::from_str(&text) {
         let object: Value = serde::Deserialize::deserialize(doc).map_err(|source| Error::Yaml {
             path: path.to_owned(),
             source,
@@ -176,7 +176,7 @@ pub fn render(dir: &Path) -> Result<Vec<Manifest>> {
         path: path.clone(),
         source,
     })?;
-    let k: Value = serde_yaml::from_str(&text).map_err(|source| Error::Yaml {
+    let k: Value = serde_norway::from_str(&text).map_err(|source| Error::Yaml {
         path: path.clone(),
         source,
     })?;
@@ -245,7 +245,7 @@ pub fn render(dir: &Path) -> Result<Vec<Manifest>> {
             .and_then(Value::as_str)
             .ok_or_else(|| invalid(format!("patch {index} has no inline patch")))?;
         let ops: json_patch::Patch =
-            serde_yaml::from_str(patch_text).map_err(|source| Error::Yaml {
+            serde_norway::from_str(patch_text).map_err(|source| Error::Yaml {
                 path: path.clone(),
                 source,
             })?;

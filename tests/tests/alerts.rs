@@ -10,18 +10,18 @@ fn deploy() -> &'static Path {
 fn extract_rules(dir: &Path) {
     let text =
         std::fs::read_to_string(deploy().join("node-monitor-rules.yaml")).expect("read rules");
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("rules are YAML");
-    assert_eq!(doc["kind"], serde_yaml::Value::from("PrometheusRule"));
+    let doc: serde_norway::Value = serde_norway::from_str(&text).expect("rules are YAML");
+    assert_eq!(doc["kind"], serde_norway::Value::from("PrometheusRule"));
     let groups = doc["spec"]["groups"].clone();
     assert!(
         groups.as_sequence().is_some_and(|g| !g.is_empty()),
         "no rule groups"
     );
-    let mut plain = serde_yaml::Mapping::new();
+    let mut plain = serde_norway::Mapping::new();
     plain.insert("groups".into(), groups);
     std::fs::write(
         dir.join("rules.generated.yaml"),
-        serde_yaml::to_string(&plain).expect("yaml"),
+        serde_norway::to_string(&plain).expect("yaml"),
     )
     .expect("write generated rules");
     std::fs::copy(
@@ -64,7 +64,7 @@ fn every_alert_has_a_runbook_section_and_a_firing_case() {
     let runbook =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/runbook.md"))
             .expect("docs/runbook.md exists");
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
+    let doc: serde_norway::Value = serde_norway::from_str(&text).expect("YAML");
     let mut alerts = 0;
     for group in doc["spec"]["groups"].as_sequence().expect("groups") {
         for rule in group["rules"].as_sequence().expect("rules") {

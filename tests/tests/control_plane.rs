@@ -31,7 +31,7 @@ use kube::{
     Api,
     api::{EvictParams, ListParams, Patch, PatchParams, PostParams},
 };
-use node_monitor::core::kubelet_layout::{QosClass, parse_cgroup_path};
+use node_monitor_core::kubelet_layout::{QosClass, parse_cgroup_path};
 use node_monitor_tests::{
     cgroup::{MEMORY_V1, PIDS_V1, TestCgroups, UNIFIED, require_root},
     control_plane::{ControlPlane, ControlPlaneOptions},
@@ -955,10 +955,11 @@ async fn a_paused_standin_goes_unknown_and_its_deleted_pods_wait_for_it() {
 /// refused. No kubelet runs for `ghost`, so an evicted pod stays Terminating and can be read.
 #[tokio::test]
 async fn agent_evictions_carry_their_grace_period_and_uid_precondition() {
-    use node_monitor::{
-        core::config::PdbPolicy,
-        kube::actuator::{Actuator, ActuatorConfig, EvictOutcome, EvictionRequest},
+    use node_monitor::cluster::actuator::{
+        Actuator, ActuatorConfig, EvictOutcome, EvictionRequest,
     };
+
+    use node_monitor_core::config::PdbPolicy;
     let cp = start_control_plane().await;
     let client = cp.client();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");

@@ -5,10 +5,9 @@
 //! RBAC and admission are checked against a real API server in deploy_rbac.rs.
 use std::process::Command;
 
-use node_monitor::{
-    core::config::{ConfigSource, EvictionFlags, load_sources},
-    shutdown::{config::parse_shutdown_config, logind::DROPIN_DIR},
-};
+use node_monitor::shutdown::{logind::DROPIN_DIR, parse_shutdown_config};
+
+use node_monitor_core::config::{ConfigSource, EvictionOverrides, load_sources};
 use node_monitor_tests::manifests::{Manifest, find, kustomize_dir, render};
 use serde_json::Value;
 
@@ -76,7 +75,7 @@ fn every_shipped_configuration_is_accepted_by_the_agent() {
                 name: rel,
                 text: &text,
             }],
-            &EvictionFlags::default(),
+            &EvictionOverrides::default(),
         )
         .unwrap_or_else(|e| panic!("{rel}: the eviction configuration is rejected: {e}"));
         assert!(!eviction.thresholds.is_empty(), "{rel}: no thresholds");
@@ -89,7 +88,7 @@ fn every_shipped_configuration_is_accepted_by_the_agent() {
         );
         let escalate = rel == "overlays/escalate";
         assert_eq!(
-            eviction.node_monitor.pdb_policy == node_monitor::core::config::PdbPolicy::Escalate,
+            eviction.node_monitor.pdb_policy == node_monitor_core::config::PdbPolicy::Escalate,
             escalate,
             "{rel}"
         );

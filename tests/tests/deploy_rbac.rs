@@ -19,7 +19,7 @@ use kube::{
 };
 use node_monitor::{
     agent::{STOP_RELEASE_BOUND, release_on_stop},
-    kube::actuator::{
+    cluster::actuator::{
         Actuator, ActuatorConfig, ActuatorError, DeleteOutcome, EvictOutcome, EvictionRequest,
         NodeConditionUpdate, PdbPolicy,
     },
@@ -136,7 +136,7 @@ async fn wait_for_denial<T, F, Fut>(what: &str, message: &str, mut probe: F)
 where
     T: std::fmt::Debug,
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+    Fut: Future<Output = Result<T, kube::Error>>,
 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {

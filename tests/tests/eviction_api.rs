@@ -23,11 +23,12 @@ use kube::{
 };
 use node_monitor::{
     agent::backoff::react,
-    core::config::PdbPolicy,
-    kube::actuator::{
+    cluster::actuator::{
         Actuator, ActuatorConfig, EvictOutcome, EvictionRequest, FailureKind, NodeConditionUpdate,
     },
 };
+
+use node_monitor_core::config::PdbPolicy;
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
     wait::must,

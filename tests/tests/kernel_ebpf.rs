@@ -14,12 +14,13 @@ use std::{
 
 use node_monitor::{
     attribution::{Attributor, CgroupPaths, NoApi},
-    core::kubelet_layout::{CgroupDriver, QosClass, parse_cgroup_path},
     ebpf::{
         EventKind, EventStream, KernelEvent, OomKillEvent, ProbeConfig, Probes, ProgramState,
         ReclaimFlavor, StreamError, prog,
     },
 };
+
+use node_monitor_core::kubelet_layout::{CgroupDriver, QosClass, parse_cgroup_path};
 use node_monitor_tests::cgroup::{TestCgroups, UNIFIED, require_root};
 
 const MEMHOG: &str = env!("CARGO_BIN_EXE_nm-memhog");
@@ -38,7 +39,7 @@ fn pod_ids() -> (String, String) {
     let n = N.fetch_add(1, Ordering::Relaxed);
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
+        .expect("the clock is after 1970")
         .as_nanos() as u64;
     let p = std::process::id();
     let uid = format!(

@@ -9,15 +9,16 @@
 use std::{path::PathBuf, process::Command, time::Duration};
 
 use node_monitor::{
-    core::{
-        clock::Timestamp,
-        shutdown::{RebootAction, RebootRequest, RebootRequests},
-    },
     ebpf::{
         EventKind, EventStream, KernelEvent, ProbeConfig, Probes, ProgramState, RebootEvent,
         RebootGate, StreamError, prog,
     },
     shutdown::RebootSeen,
+};
+
+use node_monitor_core::{
+    clock::Timestamp,
+    shutdown::{RebootAction, RebootRequest, RebootRequests},
 };
 use node_monitor_tests::cgroup::require_root;
 

@@ -18,14 +18,13 @@ use std::{
     time::Duration,
 };
 
-use node_monitor::{
-    core::signals::{Observations, Signal},
-    sampler::{
-        KernelWakeKind, MemcgTarget, SampleKind, Sampler, SamplerConfig, SourceKind, SourceSetting,
-        SourceState, UNPRIVILEGED_PSI_WINDOW, WakeSource, Wakeup, WakeupConfig, Wakeups,
-        memcg_usage_threshold,
-    },
+use node_monitor::sampler::{
+    KernelWakeKind, MemcgTarget, SampleKind, Sampler, SamplerConfig, SourceKind, SourceSetting,
+    SourceState, UNPRIVILEGED_PSI_WINDOW, WakeSource, Wakeup, WakeupConfig, Wakeups,
+    memcg_usage_threshold,
 };
+
+use node_monitor_core::signals::{Observations, Signal};
 use node_monitor_tests::cgroup::{TestCgroups, require_root};
 
 const MIB: u64 = 1 << 20;

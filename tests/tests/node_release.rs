@@ -18,7 +18,7 @@ use kube::{
 };
 use node_monitor::{
     agent::{STOP_RELEASE_BOUND, release_on_stop},
-    kube::actuator::{Actuator, ActuatorConfig, NodeConditionUpdate, PdbPolicy},
+    cluster::actuator::{Actuator, ActuatorConfig, NodeConditionUpdate, PdbPolicy},
     shutdown::{CONDITION_TYPE, CORDONED_ANNOTATION, LAST_GASP_ANNOTATION, TAINT_KEY},
 };
 use node_monitor_tests::{

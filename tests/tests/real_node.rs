@@ -70,7 +70,7 @@ fn fail(node: &RealNode, what: &str) -> ! {
 async fn until<T, F, Fut>(node: &RealNode, what: &str, limit: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
+    Fut: Future<Output = Option<T>>,
 {
     let deadline = Instant::now() + limit;
     loop {

@@ -28,10 +28,9 @@ use kube::{
     Api, Client,
     api::{ListParams, Patch, PatchParams},
 };
-use node_monitor::{
-    core::remediation::{OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE},
-    remediate::store::{OP_KEY, op_configmap_name},
-};
+use node_monitor::remediate::store::{OP_KEY, op_configmap_name};
+
+use node_monitor_core::remediation::{OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE};
 use node_monitor_tests::{
     cgroup::{TestCgroups, require_root},
     control_plane::{ControlPlane, ControlPlaneOptions, error_chain},
@@ -673,7 +672,7 @@ async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
     fx.fence_config(false).await;
     // Every shipped manifest applies; the ServiceAccount and its RBAC for real, the rest as a
     // server-side dry run (the stand-ins would otherwise run the Deployment's pods).
-    let kustomization: serde_yaml::Value = serde_yaml::from_str(
+    let kustomization: serde_norway::Value = serde_norway::from_str(
         &fs::read_to_string(deploy_remediate("kustomization.yaml")).expect("kustomization"),
     )
     .expect("kustomization is YAML");
@@ -1202,13 +1201,13 @@ async fn fencing_resumes_after_a_controller_restart() {
 fn remediate_alert_rules_pass_promtool() {
     let dir = tempfile::tempdir().expect("tempdir");
     let text = fs::read_to_string(deploy_remediate("prometheusrule.yaml")).expect("read rules");
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("rules are YAML");
-    assert_eq!(doc["kind"], serde_yaml::Value::from("PrometheusRule"));
-    let mut plain = serde_yaml::Mapping::new();
+    let doc: serde_norway::Value = serde_norway::from_str(&text).expect("rules are YAML");
+    assert_eq!(doc["kind"], serde_norway::Value::from("PrometheusRule"));
+    let mut plain = serde_norway::Mapping::new();
     plain.insert("groups".into(), doc["spec"]["groups"].clone());
     fs::write(
         dir.path().join("rules.generated.yaml"),
-        serde_yaml::to_string(&plain).expect("yaml"),
+        serde_norway::to_string(&plain).expect("yaml"),
     )
     .expect("write the rules");
     fs::copy(
@@ -1238,17 +1237,17 @@ fn remediate_alert_rules_pass_promtool() {
 #[test]
 fn shipped_configuration_is_the_default_one() {
     let text = fs::read_to_string(deploy_remediate("configmap.yaml")).expect("configmap");
-    let cm: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
+    let cm: serde_norway::Value = serde_norway::from_str(&text).expect("YAML");
     let doc = cm["data"]["remediate.yaml"]
         .as_str()
         .expect("data.remediate.yaml");
-    let parsed = node_monitor::core::remediation::parse_config("configmap.yaml", doc)
+    let parsed = node_monitor_core::remediation::parse_config("configmap.yaml", doc)
         .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
     assert_eq!(
         parsed,
-        node_monitor::core::remediation::RemediationConfig::default()
+        node_monitor_core::remediation::RemediationConfig::default()
     );
     // And the tests' own configuration is valid too.
-    node_monitor::core::remediation::parse_config("CONFIG", CONFIG)
+    node_monitor_core::remediation::parse_config("CONFIG", CONFIG)
         .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
 }

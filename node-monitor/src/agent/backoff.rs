@@ -5,10 +5,9 @@
 //! single pod can hold every other eviction up. Pure: time is passed in.
 use std::{collections::HashMap, time::Duration};
 
-use crate::{
-    core::clock::Timestamp,
-    kube::actuator::{EvictOutcome, FailureKind},
-};
+use crate::cluster::actuator::{EvictOutcome, FailureKind};
+
+use node_monitor_core::clock::Timestamp;
 
 /// What the loop does after one eviction answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

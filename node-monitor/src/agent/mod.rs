@@ -25,23 +25,11 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{debug, error, info, warn};
 
 use crate::{
-    core::{
-        clock::Timestamp,
-        config::{self, ConfigSource, EvictionConfig, EvictionFlags, PdbPolicy},
-        eviction::{
-            DRY_RUN_REPORT_INTERVAL, Decision, EvictionState, MIN_TIMER_INTERVAL, ReportLimiter,
-            next_grace_deadline, next_timer, synchronize,
-        },
-        headroom::{Headroom, HeadroomPolicy},
-        pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
-        signals::Signal,
-        threshold::NodeConditionType,
-    },
-    http::{self, Health},
-    kube::{
+    cluster::{
         self as kube_adapter,
         actuator::{Actuator, ActuatorConfig, EvictOutcome, EvictionRequest, NodeConditionUpdate},
     },
+    http::{self, Health},
     metrics::{ConditionLabels, EvictionLabels, Metrics, SignalLabels, ThresholdLabels},
     sampler::{
         SampleKind, Sampler, SamplerConfig, SourceKind, SourceSetting, SourceState, WakeSource,
@@ -49,9 +37,23 @@ use crate::{
     },
 };
 
+use crate::cli::flags::EvictionFlags;
+use node_monitor_core::{
+    clock::Timestamp,
+    config::{self, ConfigSource, EvictionConfig, PdbPolicy},
+    eviction::{
+        DRY_RUN_REPORT_INTERVAL, Decision, EvictionState, MIN_TIMER_INTERVAL, ReportLimiter,
+        next_grace_deadline, next_timer, synchronize,
+    },
+    headroom::{Headroom, HeadroomPolicy},
+    pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
+    signals::Signal,
+    threshold::NodeConditionType,
+};
+
 use self::backoff::Backoff;
 
-pub use crate::core::release::{CONDITION_PREFIX, TAINT_PREFIX};
+pub use node_monitor_core::release::{CONDITION_PREFIX, TAINT_PREFIX};
 /// Agent-owned conditions are re-published at least this often, as a heartbeat.
 const CONDITION_HEARTBEAT: Duration = Duration::from_secs(60);
 
@@ -67,7 +69,7 @@ pub struct Args {
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// This node's name (the DaemonSet passes spec.nodeName through the downward API).
-    #[arg(long, env = "NODE_NAME", value_parser = crate::core::node_name::parse_node_name)]
+    #[arg(long, env = "NODE_NAME", value_parser = node_monitor_core::node_name::parse_node_name)]
     pub node_name: String,
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:9101")]
@@ -137,7 +139,7 @@ pub fn load_config(
         })
         .into_iter()
         .collect();
-    Ok(config::load_sources(&sources, flags)?)
+    Ok(config::load_sources(&sources, &flags.overrides())?)
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -437,12 +439,12 @@ const SHUTDOWN_STOP_BOUND: Duration = Duration::from_secs(5);
 pub const STOP_RELEASE_BOUND: Duration = Duration::from_secs(5);
 
 /// On a clean stop: the agent's pressure taints go and its conditions turn `Unknown` (reason
-/// `NodeMonitorStopped`), as [`crate::core::release::release_plan`] decides; the marks of a node
+/// `NodeMonitorStopped`), as [`node_monitor_core::release::release_plan`] decides; the marks of a node
 /// shutdown under way stay. Bounded by `bound`: a stop never waits on an unreachable API server
 /// longer than that (the marks then stay until the next start, or `node-monitor cleanup`).
 /// Returns whether the release reached the API.
 pub async fn release_on_stop(actuator: &Actuator, shutting_down: bool, bound: Duration) -> bool {
-    let release = crate::core::release::Release::Stop { shutting_down };
+    let release = node_monitor_core::release::Release::Stop { shutting_down };
     match tokio::time::timeout(bound, actuator.release(release, false)).await {
         Ok(Ok(written)) => {
             if written.is_empty() {
@@ -471,7 +473,7 @@ pub async fn release_on_stop(actuator: &Actuator, shutting_down: bool, bound: Du
 /// records progress on every wake-up (at least every housekeeping interval), every decision,
 /// every API answer and every cleanup poll; between two of them lie at most a housekeeping
 /// interval and two API calls, each bounded by `apiTimeout`. Twice that, and at least a minute.
-pub fn liveness_bound(s: &crate::core::config::NodeMonitorSettings) -> Duration {
+pub fn liveness_bound(s: &config::NodeMonitorSettings) -> Duration {
     (2 * s.housekeeping_interval + 4 * s.api_timeout).max(Duration::from_secs(60))
 }
 
@@ -501,7 +503,7 @@ async fn node_allocatable_memory(client: &kube::Client, node: &str) -> Option<u6
         }
     };
     let q = n.status?.allocatable?.get("memory")?.0.clone();
-    match crate::core::quantity::Quantity::parse(&q) {
+    match node_monitor_core::quantity::Quantity::parse(&q) {
         Ok(q) => u64::try_from(q.value()).ok(),
         Err(e) => {
             warn!(value = %q, error = %e, "node status.allocatable.memory is not a quantity");
@@ -710,7 +712,7 @@ impl Loop {
         if decision
             .evict
             .iter()
-            .any(|e| crate::core::threshold::ranks_by_disk(e.signal))
+            .any(|e| node_monitor_core::threshold::ranks_by_disk(e.signal))
         {
             tokio::task::block_in_place(|| {
                 sampler.measure_pod_disk_now();
@@ -894,7 +896,7 @@ impl Loop {
             .store
             .state()
             .iter()
-            .filter(|p| crate::core::pod::pod_is_active(p))
+            .filter(|p| node_monitor_core::pod::pod_is_active(p))
             .map(|p| PodPresence {
                 running_for: running_for(p, wall_now),
                 cgroup_found: p
@@ -930,7 +932,7 @@ impl Loop {
     fn candidate_pods(&self, now: Timestamp) -> Vec<PodInfo> {
         let mut out = Vec::new();
         for pod in self.store.state() {
-            if !crate::core::pod::pod_is_active(&pod) {
+            if !node_monitor_core::pod::pod_is_active(&pod) {
                 continue;
             }
             match PodInfo::from_pod(&pod) {
@@ -961,7 +963,11 @@ impl Loop {
         }
     }
 
-    fn record_observations(&self, obs: &crate::core::signals::Observations, decision: &Decision) {
+    fn record_observations(
+        &self,
+        obs: &node_monitor_core::signals::Observations,
+        decision: &Decision,
+    ) {
         for (signal, o) in &obs.signals {
             let l = SignalLabels {
                 eviction_signal: signal.as_str().to_owned(),
@@ -1026,7 +1032,7 @@ impl Loop {
             .iter()
             .map(|m| {
                 (
-                    crate::core::threshold::signal_condition(m.signal),
+                    node_monitor_core::threshold::signal_condition(m.signal),
                     format!(
                         "{} available {} below threshold {}",
                         m.signal, m.available, m.quantity
@@ -1079,7 +1085,7 @@ impl Loop {
         }
         if self.config.node_monitor.taint_on_pressure && !self.config.node_monitor.dry_run {
             for c in NodeConditionType::ALL {
-                let key = crate::core::release::pressure_taint(c);
+                let key = node_monitor_core::release::pressure_taint(c);
                 let on = values.get(&c).copied().unwrap_or(false);
                 let tainted = self.actuator.set_taint(key, "", "NoSchedule", on).await;
                 self.health.progress();

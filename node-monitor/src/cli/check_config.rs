@@ -8,12 +8,12 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
-use crate::{
-    core::{
-        config::{ConfigSource, EvictionConfig, EvictionFlags, load_sources},
-        threshold::{Threshold, ThresholdValue},
-    },
-    shutdown::{ShutdownConfig, load_shutdown_config},
+use crate::shutdown::{ShutdownConfig, load_shutdown_config};
+
+use crate::cli::flags::EvictionFlags;
+use node_monitor_core::{
+    config::{ConfigSource, EvictionConfig, load_sources},
+    threshold::{Threshold, ThresholdValue},
 };
 
 /// Validate the configuration as the agent does at start and print the effective thresholds (or,
@@ -82,7 +82,7 @@ pub(crate) fn load(
     if let (Some(text), Some(name)) = (&text, &name) {
         sources.push(ConfigSource { name, text });
     }
-    Ok(load_sources(&sources, flags)?)
+    Ok(load_sources(&sources, &flags.overrides())?)
 }
 
 /// The JSON array `check-config` prints.
@@ -126,7 +126,7 @@ fn number(x: f64) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::config::load;
+    use node_monitor_core::config::load;
 
     #[test]
     fn json_shape() {
@@ -137,7 +137,7 @@ mod tests {
             eviction_minimum_reclaim: vec!["nodefs.available=1%".into()],
             ..Default::default()
         };
-        let v = thresholds_json(&load(None, &flags).expect("config"));
+        let v = thresholds_json(&load(None, &flags.overrides()).expect("config"));
         assert_eq!(
             v[0],
             json!({"signal": "memory.available", "operator": "LessThan", "quantity": 104857600,

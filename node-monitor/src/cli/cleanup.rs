@@ -3,7 +3,7 @@
 //! killed, the node's agent crash-looping away). Run by an operator with their own credentials:
 //! the agent's token may not write a node other than its own.
 //!
-//! What goes ([`crate::core::release::Release::Cleanup`]): taints `node-monitor.io/*`, conditions
+//! What goes ([`node_monitor_core::release::Release::Cleanup`]): taints `node-monitor.io/*`, conditions
 //! `NodeMonitor*`, the annotations `node-monitor.io/cordoned-for-shutdown` and
 //! `node-monitor.io/last-gasp`, and node-monitor's cordon (only when that annotation says
 //! node-monitor made it). Host files (the logind drop-in) are out of its reach. The contract is in
@@ -14,13 +14,12 @@ use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, api::ListParams};
 
-use crate::{
-    core::release::Release,
-    kube::{
-        self as kube_adapter,
-        actuator::{Actuator, ActuatorConfig, PdbPolicy},
-    },
+use crate::cluster::{
+    self as kube_adapter,
+    actuator::{Actuator, ActuatorConfig, PdbPolicy},
 };
+
+use node_monitor_core::release::Release;
 
 /// The label the shipped DaemonSet puts on the agent's pods.
 pub const AGENT_POD_SELECTOR: &str = "app.kubernetes.io/name=node-monitor";
@@ -29,7 +28,7 @@ pub const AGENT_POD_SELECTOR: &str = "app.kubernetes.io/name=node-monitor";
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The node to clean.
-    #[arg(long, value_parser = crate::core::node_name::parse_node_name)]
+    #[arg(long, value_parser = node_monitor_core::node_name::parse_node_name)]
     pub node_name: String,
     /// Kubeconfig; default: $KUBECONFIG, then the in-cluster config.
     #[arg(long)]
@@ -83,7 +82,7 @@ async fn running_agent(client: &kube::Client, node: &str) -> Option<String> {
     };
     list.items
         .iter()
-        .find(|p| crate::core::pod::pod_is_active(p))
+        .find(|p| node_monitor_core::pod::pod_is_active(p))
         .map(|p| {
             format!(
                 "{}/{}",

@@ -14,9 +14,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::check_config;
-use crate::core::{
+use crate::cli::flags::EvictionFlags;
+use node_monitor_core::{
     clock::Timestamp,
-    config::{ConfigSource, EvictionFlags, FsLayout},
+    config::{ConfigSource, FsLayout},
     duration::parse_go_duration,
     eviction::{EvictionState, synchronize},
     pod::{ContainerUsage, PodInfo, pod_is_active},

@@ -2,4 +2,5 @@
 pub mod check_config;
 pub mod cleanup;
 pub mod explain;
+pub mod flags;
 pub mod io;

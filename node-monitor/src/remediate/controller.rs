@@ -34,19 +34,20 @@ use super::{
 };
 pub use crate::telemetry::error_chain as chain;
 use crate::{
-    core::{
-        clock::Timestamp,
-        config::PdbPolicy,
-        remediation::{
-            Assessment, DeathEvidence, FenceOp, KubeletReturn, Liveness, LivenessTracker,
-            NodeFacts, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, OpAction,
-            OpContext, OpEvent, Phase, ReadyStatus, ReleaseSummary, RemediationConfig, SkipReason,
-            Step, TolerationRef, ZoneLimiters, ZoneState, advance, assess, node_is_back,
-            tolerates_out_of_service,
-        },
-    },
-    kube::actuator::{Actuator, ActuatorConfig},
+    cluster::actuator::{Actuator, ActuatorConfig},
     metrics::{Metrics, ReasonLabels, StateLabels, StepOutcomeLabels, ZoneLabels, ZoneStateLabels},
+};
+
+use node_monitor_core::{
+    clock::Timestamp,
+    config::PdbPolicy,
+    remediation::{
+        Assessment, DeathEvidence, FenceOp, KubeletReturn, Liveness, LivenessTracker, NodeFacts,
+        OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, OpAction, OpContext,
+        OpEvent, Phase, ReadyStatus, ReleaseSummary, RemediationConfig, SkipReason, Step,
+        TolerationRef, ZoneLimiters, ZoneState, advance, assess, node_is_back,
+        tolerates_out_of_service,
+    },
 };
 
 /// The component name on Events.
@@ -1130,11 +1131,11 @@ mod tests {
     fn last_gasp_names_match_the_agents() {
         // The shutdown manager writes them; the remediation controller reads them.
         assert_eq!(
-            crate::core::remediation::LAST_GASP_ANNOTATION,
+            node_monitor_core::remediation::LAST_GASP_ANNOTATION,
             crate::shutdown::LAST_GASP_ANNOTATION
         );
         assert_eq!(
-            crate::core::remediation::SHUTTING_DOWN_CONDITION,
+            node_monitor_core::remediation::SHUTTING_DOWN_CONDITION,
             crate::shutdown::CONDITION_TYPE
         );
     }

@@ -13,7 +13,7 @@ use tokio::{
 use tracing::{info, warn};
 
 use super::methods::{MethodSpec, stdin_text};
-use crate::core::remediation::Step;
+use node_monitor_core::remediation::Step;
 
 /// Output shown from a failed method, per stream.
 const OUTPUT_TAIL: usize = 1024;

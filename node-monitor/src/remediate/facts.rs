@@ -9,7 +9,7 @@ use k8s_openapi::{
 };
 use tracing::warn;
 
-use crate::core::remediation::{
+use node_monitor_core::remediation::{
     AGENT_CONDITION_PREFIX, LAST_GASP_ANNOTATION, LeaseFacts, NON_GRACEFUL_SHUTDOWN_REASON,
     NodeFacts, OPT_OUT_ANNOTATION, ReadyStatus, SHUTTING_DOWN_CONDITION, WallMicros, ZoneKey,
 };

@@ -29,7 +29,7 @@ use tracing::{error, info, warn};
 
 use super::ApiHealth;
 
-use crate::core::remediation::LeaderSettings;
+use node_monitor_core::remediation::LeaderSettings;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 

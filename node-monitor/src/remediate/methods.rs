@@ -24,7 +24,7 @@
 //! and the offending line.
 use std::{collections::BTreeMap, time::Duration};
 
-use crate::core::{duration::parse_non_negative, remediation::Step};
+use node_monitor_core::{duration::parse_non_negative, remediation::Step};
 
 pub const CONFIG_KEY: &str = "config.properties";
 pub const METHOD_KEY: &str = "method.properties";
@@ -150,8 +150,8 @@ impl NodeFencePlan {
         }
     }
 
-    pub fn configured(&self) -> crate::core::remediation::ConfiguredSteps {
-        crate::core::remediation::ConfiguredSteps {
+    pub fn configured(&self) -> node_monitor_core::remediation::ConfiguredSteps {
+        node_monitor_core::remediation::ConfiguredSteps {
             isolation: !self.isolation.is_empty(),
             power_management: !self.power_management.is_empty(),
             recovery: !self.recovery.is_empty(),

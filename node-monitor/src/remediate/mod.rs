@@ -9,7 +9,7 @@
 //! and the attach-detach controller recover at once. When the node comes back it runs recovery
 //! and removes the taint. See docs/remediate.md.
 //!
-//! Layout: [`crate::core::remediation`] decides (pure); [`facts`] translates API objects;
+//! Layout: [`node_monitor_core::remediation`] decides (pure); [`facts`] translates API objects;
 //! [`methods`] reads the fence configuration; [`exec`] runs fence agents; [`store`] keeps
 //! operations in the API; [`leader`] elects; [`controller`] ties them together.
 pub mod controller;
@@ -41,11 +41,12 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
 use crate::{
-    core::remediation::{RemediationConfig, parse_config},
+    cluster as kube_adapter,
     http::{self, Health},
-    kube as kube_adapter,
     metrics::Metrics,
 };
+
+use node_monitor_core::remediation::{RemediationConfig, parse_config};
 
 use self::{controller::Controller, leader::LeaderElector};
 
@@ -161,7 +162,7 @@ pub async fn confirm_lease_watch(
                     .collect();
                 let deadline = started + every;
                 let current = loop {
-                    let caught_up = crate::core::remediation::watch_caught_up(
+                    let caught_up = node_monitor_core::remediation::watch_caught_up(
                         listed.iter().map(|(n, v)| (n.as_str(), v.as_str())),
                         |name| {
                             cache

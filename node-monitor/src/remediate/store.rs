@@ -14,7 +14,7 @@ use kube::{
     api::{DeleteParams, ListParams, PostParams},
 };
 
-use crate::core::remediation::FenceOp;
+use node_monitor_core::remediation::FenceOp;
 
 pub const OP_PREFIX: &str = "node-monitor-fence-";
 pub const OP_KEY: &str = "operation.json";
@@ -325,10 +325,10 @@ mod tests {
     }
 
     fn op(node: &str) -> FenceOp {
-        let facts = crate::core::remediation::NodeFacts {
+        let facts = node_monitor_core::remediation::NodeFacts {
             name: node.to_owned(),
-            zone: crate::core::remediation::ZoneKey::default(),
-            ready: crate::core::remediation::ReadyStatus::Unknown,
+            zone: node_monitor_core::remediation::ZoneKey::default(),
+            ready: node_monitor_core::remediation::ReadyStatus::Unknown,
             lease: None,
             agent_heartbeat: None,
             last_gasp: None,
@@ -339,7 +339,7 @@ mod tests {
         FenceOp::new(
             &facts,
             "uid-a",
-            &crate::core::remediation::DeathEvidence::LastGasp { at: 1 },
+            &node_monitor_core::remediation::DeathEvidence::LastGasp { at: 1 },
             0,
         )
     }

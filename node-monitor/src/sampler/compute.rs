@@ -1,6 +1,6 @@
 //! The kubelet's arithmetic for each signal, as pure functions of values already read.
 
-use crate::core::signals::SignalObservation;
+use node_monitor_core::signals::SignalObservation;
 
 use super::parse::MemoryLimit;
 

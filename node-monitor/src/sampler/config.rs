@@ -8,7 +8,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::kubelet_layout::{CgroupDriver, DriverEvidence, detect_driver};
+use node_monitor_core::kubelet_layout::{CgroupDriver, DriverEvidence, detect_driver};
 
 pub const DEFAULT_CGROUP_ROOT: &str = "/sys/fs/cgroup";
 pub const DEFAULT_PROC_ROOT: &str = "/proc";
@@ -232,7 +232,7 @@ pub fn kubelet_config_driver(path: &Path) -> Option<CgroupDriver> {
         crate::cli::io::MAX_INPUT_BYTES,
     )
     .ok()?;
-    let value: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
+    let value: serde_norway::Value = serde_norway::from_str(&text).ok()?;
     CgroupDriver::parse(value.get("cgroupDriver")?.as_str()?)
 }
 

@@ -15,7 +15,7 @@ use futures::{Stream, StreamExt as _};
 use tracing::{debug, info};
 use zbus::{Connection, fdo::DBusProxy, names::BusName, proxy::CacheProperties};
 
-use crate::core::shutdown::Inhibitor;
+use node_monitor_core::shutdown::Inhibitor;
 
 pub const LOGIND_SERVICE: &str = "org.freedesktop.login1";
 /// Where logind reads drop-ins (logind.conf(5)); later names win, so `99-` comes last.
@@ -296,7 +296,7 @@ pub enum DropinRemoval {
 }
 
 /// Removes node-monitor's drop-in from `dir` when it still holds what node-monitor wrote
-/// ([`crate::core::shutdown::is_own_dropin`]); an edited file is someone else's and stays.
+/// ([`node_monitor_core::shutdown::is_own_dropin`]); an edited file is someone else's and stays.
 pub fn remove_dropin(dir: &Path) -> Result<DropinRemoval, LogindError> {
     let path = dir.join(DROPIN_NAME);
     let err = |source| LogindError::DropIn {
@@ -308,7 +308,7 @@ pub fn remove_dropin(dir: &Path) -> Result<DropinRemoval, LogindError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(DropinRemoval::Absent),
         Err(e) => return Err(err(e)),
     };
-    let own = std::str::from_utf8(&text).is_ok_and(crate::core::shutdown::is_own_dropin);
+    let own = std::str::from_utf8(&text).is_ok_and(node_monitor_core::shutdown::is_own_dropin);
     if !own {
         return Ok(DropinRemoval::Foreign);
     }
@@ -327,7 +327,7 @@ mod tests {
     fn dropin_is_written_where_logind_reads_it() {
         let dir = tempfile::tempdir().expect("tempdir");
         let sub = dir.path().join("logind.conf.d");
-        let text = crate::core::shutdown::logind_dropin(42);
+        let text = node_monitor_core::shutdown::logind_dropin(42);
         let path = write_dropin(&sub, &text).expect("write");
         assert_eq!(path, sub.join("99-node-monitor.conf"));
         assert_eq!(std::fs::read_to_string(&path).expect("read"), text);
@@ -347,7 +347,8 @@ mod tests {
         let sub = dir.path().join("logind.conf.d");
         // Nothing written yet (the directory itself is missing).
         assert_eq!(remove_dropin(&sub).expect("absent"), DropinRemoval::Absent);
-        let path = write_dropin(&sub, &crate::core::shutdown::logind_dropin(29)).expect("write");
+        let path =
+            write_dropin(&sub, &node_monitor_core::shutdown::logind_dropin(29)).expect("write");
         let neighbour = sub.join("10-site.conf");
         std::fs::write(&neighbour, "[Login]\nKillUserProcesses=no\n").expect("neighbour");
         assert_eq!(remove_dropin(&sub).expect("remove"), DropinRemoval::Removed);

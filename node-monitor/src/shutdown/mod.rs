@@ -20,9 +20,8 @@
 //! not be checked are counted and logged at most once a minute per verdict, never announced; and
 //! at most one last gasp goes out per [`core_shutdown::LAST_GASP_MIN_INTERVAL`].
 //!
-//! The decisions are pure and live in [`crate::core::shutdown`]; this module is the adapter
-//! around them (D-Bus in [`logind`], the API through [`crate::kube::actuator`]).
-pub mod config;
+//! The decisions are pure and live in [`node_monitor_core::shutdown`]; this module is the adapter
+//! around them (D-Bus in [`logind`], the API through [`crate::cluster::actuator`]).
 pub mod logind;
 
 use std::{
@@ -37,34 +36,35 @@ use kube::{Api, api::ListParams};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 
-pub use self::config::{
-    ConfigError, LastGasp, ShutdownConfig, ShutdownOptions, parse_shutdown_config,
-};
 use self::logind::{InhibitorLock, Logind, LogindError};
 use crate::{
-    core::{
-        clock::Timestamp,
-        shutdown::{
-            self as core_shutdown, DelayCheck, GroupOutcome, PHASE_TOTAL, RebootAction,
-            RebootRequest, RebootRequests, Role, ShutdownPod, ShutdownRun, Step,
-        },
-    },
+    cluster::actuator::{Actuator, ActuatorConfig, DeleteOutcome, NodeConditionUpdate, PdbPolicy},
     ebpf::{RebootCmd, RebootEvent, RebootGate},
     http::Health,
-    kube::actuator::{Actuator, ActuatorConfig, DeleteOutcome, NodeConditionUpdate, PdbPolicy},
     metrics::{Metrics, OperationLabels, PhaseLabels, ReasonLabels},
     telemetry::error_chain as chain,
 };
+pub use node_monitor_core::shutdown::config::{
+    ConfigError, LastGasp, ShutdownConfig, ShutdownOptions, parse_shutdown_config,
+};
+
+use node_monitor_core::{
+    clock::Timestamp,
+    shutdown::{
+        self as core_shutdown, DelayCheck, GroupOutcome, PHASE_TOTAL, RebootAction, RebootRequest,
+        RebootRequests, Role, ShutdownPod, ShutdownRun, Step,
+    },
+};
 
 /// The agent-owned condition that says the node is shutting down.
-pub const CONDITION_TYPE: &str = crate::core::release::SHUTTING_DOWN_CONDITION;
+pub const CONDITION_TYPE: &str = node_monitor_core::release::SHUTTING_DOWN_CONDITION;
 /// The NoSchedule taint set while the node shuts down.
-pub const TAINT_KEY: &str = crate::core::release::SHUTDOWN_TAINT;
+pub const TAINT_KEY: &str = node_monitor_core::release::SHUTDOWN_TAINT;
 /// Set when node-monitor cordoned the node for a shutdown, so the next start (after the reboot)
 /// or a cancellation uncordons it; a node cordoned by someone else stays cordoned.
-pub const CORDONED_ANNOTATION: &str = crate::core::release::CORDONED_ANNOTATION;
+pub const CORDONED_ANNOTATION: &str = node_monitor_core::release::CORDONED_ANNOTATION;
 /// The last gasp of a shutdown that bypassed the inhibitor (`lastGasp: annotation`).
-pub const LAST_GASP_ANNOTATION: &str = crate::core::release::LAST_GASP_ANNOTATION;
+pub const LAST_GASP_ANNOTATION: &str = node_monitor_core::release::LAST_GASP_ANNOTATION;
 /// `who` of node-monitor's inhibitor.
 pub const INHIBITOR_WHO: &str = "node-monitor";
 const INHIBITOR_WHY: &str = "node-monitor terminates the node's pods by priority before shutdown";

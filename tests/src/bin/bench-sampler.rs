@@ -19,13 +19,11 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use node_monitor::{
-    core::signals::Observations,
-    sampler::{
-        SampleKind, Sampler, SamplerConfig, SourceSetting, WakeSource, Wakeup, WakeupConfig,
-        Wakeups,
-    },
+use node_monitor::sampler::{
+    SampleKind, Sampler, SamplerConfig, SourceSetting, WakeSource, Wakeup, WakeupConfig, Wakeups,
 };
+
+use node_monitor_core::signals::Observations;
 use node_monitor_tests::cgroup::{TestCgroups, require_root};
 
 /// Counts heap allocations, to show the sampling pass's steady state.

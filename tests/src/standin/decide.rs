@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 use k8s_openapi::api::core::v1::{
     Container, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration,
 };
-use node_monitor::core::kubelet_layout::{CgroupDriver, QosClass};
+use node_monitor_core::kubelet_layout::{CgroupDriver, QosClass};
 
 /// A Kubernetes quantity in milli-units, rounded up (`1Ki` → 1 024 000, `100m` → 100).
 ///
@@ -555,7 +555,7 @@ mod tests {
         api::core::v1::{Affinity, NodeAffinity, NodeSelector, ResourceRequirements},
         apimachinery::pkg::api::resource::Quantity,
     };
-    use node_monitor::core::kubelet_layout::parse_cgroup_path;
+    use node_monitor_core::kubelet_layout::parse_cgroup_path;
 
     fn container(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Container {
         let map = |kv: &[(&str, &str)]| {

@@ -221,7 +221,7 @@ pub fn rank_pods(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::core::{pod::ContainerInfo, quantity::Quantity};
+    use crate::{pod::ContainerInfo, quantity::Quantity};
 
     /// A pod builder in the style of the kubelet's `newPod` test helpers.
     pub(crate) fn pod(name: &str, priority: i32, memory_request: &str) -> PodInfo {

@@ -4,7 +4,7 @@
 //! Sources, in the kubelet's precedence:
 //! - a KubeletConfiguration document (YAML or JSON). Unknown top-level fields are ignored, so a
 //!   real kubelet config file can be passed; unknown keys under `nodeMonitor` are rejected.
-//! - the kubelet-style flags ([`EvictionFlags`]). A flag replaces the whole field it names, as
+//! - the kubelet-style flags ([`EvictionOverrides`]). A flag replaces the whole field it names, as
 //!   the kubelet's re-parse of its command line over the config file does
 //!   (`kubeletConfigFlagPrecedence` in `cmd/kubelet/app/server.go`).
 //!
@@ -19,7 +19,7 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use serde::Serialize;
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use super::{
     duration::{DurationError, format_go_duration, parse_go_duration},
@@ -56,42 +56,23 @@ pub const EVICTION_FILE_FIELDS: [&str; 9] = [
     "nodeMonitor",
 ];
 
-/// The kubelet's eviction flags. Both `check-config` and `explain` flatten these, as will `run`.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct EvictionFlags {
-    /// Hard eviction thresholds, e.g. `memory.available<100Mi,nodefs.available<10%`. Replaces
-    /// `evictionHard` from the config file. Repeatable.
-    #[arg(long = "eviction-hard", value_name = "SIGNAL<QUANTITY,...")]
+/// The kubelet's eviction flags, as plain overrides: each one that is set replaces the whole
+/// field it names in the configuration file. The command line (`node-monitor run`, `check-config`,
+/// `explain`) fills this from `--eviction-*` flags; the strings are parsed and validated here,
+/// with errors that name the flag and the value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvictionOverrides {
+    /// `--eviction-hard`: replaces `evictionHard`. Each entry is a comma-separated list.
     pub eviction_hard: Vec<String>,
-    /// Soft eviction thresholds, e.g. `memory.available<1.5Gi`. Replaces `evictionSoft`.
-    #[arg(long = "eviction-soft", value_name = "SIGNAL<QUANTITY,...")]
+    /// `--eviction-soft`: replaces `evictionSoft`.
     pub eviction_soft: Vec<String>,
-    /// Grace periods for the soft thresholds, e.g. `memory.available=1m30s`. Replaces
-    /// `evictionSoftGracePeriod`.
-    #[arg(
-        long = "eviction-soft-grace-period",
-        value_name = "SIGNAL=DURATION,..."
-    )]
+    /// `--eviction-soft-grace-period`: replaces `evictionSoftGracePeriod`.
     pub eviction_soft_grace_period: Vec<String>,
-    /// Maximum grace period in seconds for pods evicted by a soft threshold. Replaces
-    /// `evictionMaxPodGracePeriod`.
-    #[arg(
-        long = "eviction-max-pod-grace-period",
-        value_name = "SECONDS",
-        allow_hyphen_values = true
-    )]
+    /// `--eviction-max-pod-grace-period`: replaces `evictionMaxPodGracePeriod`.
     pub eviction_max_pod_grace_period: Option<String>,
-    /// Minimum amounts to reclaim once a threshold is met, e.g. `memory.available=0Mi`.
-    /// Replaces `evictionMinimumReclaim`.
-    #[arg(long = "eviction-minimum-reclaim", value_name = "SIGNAL=QUANTITY,...")]
+    /// `--eviction-minimum-reclaim`: replaces `evictionMinimumReclaim`.
     pub eviction_minimum_reclaim: Vec<String>,
-    /// How long a pressure condition stays true after its threshold stops being met. Replaces
-    /// `evictionPressureTransitionPeriod`.
-    #[arg(
-        long = "eviction-pressure-transition-period",
-        value_name = "DURATION",
-        allow_hyphen_values = true
-    )]
+    /// `--eviction-pressure-transition-period`: replaces `evictionPressureTransitionPeriod`.
     pub eviction_pressure_transition_period: Option<String>,
 }
 
@@ -205,7 +186,7 @@ impl Default for EvictionConfig {
     /// The configuration with no file and no flags: the kubelet's defaults.
     fn default() -> Self {
         // The defaults are valid by construction; the fallback keeps this infallible.
-        load_sources(&[], &EvictionFlags::default()).unwrap_or_else(|_| EvictionConfig {
+        load_sources(&[], &EvictionOverrides::default()).unwrap_or_else(|_| EvictionConfig {
             thresholds: Vec::new(),
             max_pod_grace_period_seconds: 0,
             pressure_transition_period: DEFAULT_PRESSURE_TRANSITION_PERIOD,
@@ -266,7 +247,7 @@ pub enum ConfigError {
     Syntax {
         source_name: String,
         #[source]
-        source: serde_yaml::Error,
+        source: serde_norway::Error,
     },
     #[error("{source_name}: expected a mapping of KubeletConfiguration fields, found {found}")]
     NotAMapping { source_name: String, found: String },
@@ -343,7 +324,7 @@ pub enum ConfigError {
 /// Reads one optional config document and the flags.
 pub fn load(
     config_file: Option<&str>,
-    flags: &EvictionFlags,
+    flags: &EvictionOverrides,
 ) -> Result<EvictionConfig, ConfigError> {
     let sources: Vec<ConfigSource<'_>> = config_file
         .map(|text| ConfigSource {
@@ -359,7 +340,7 @@ pub fn load(
 /// whole) and then the flags (which override every document).
 pub fn load_sources(
     sources: &[ConfigSource<'_>],
-    flags: &EvictionFlags,
+    flags: &EvictionOverrides,
 ) -> Result<EvictionConfig, ConfigError> {
     let mut file = FileSettings::default();
     for source in sources {
@@ -564,7 +545,7 @@ struct FileSettings {
 
 impl FileSettings {
     fn parse(source: ConfigSource<'_>) -> Result<Self, ConfigError> {
-        let doc: Value = serde_yaml::from_str(source.text).map_err(|e| ConfigError::Syntax {
+        let doc: Value = serde_norway::from_str(source.text).map_err(|e| ConfigError::Syntax {
             source_name: source.name.into(),
             source: e,
         })?;
@@ -1176,11 +1157,11 @@ pub(crate) mod tests {
         }
     }
 
-    fn flags() -> EvictionFlags {
-        EvictionFlags::default()
+    fn flags() -> EvictionOverrides {
+        EvictionOverrides::default()
     }
 
-    fn load_yaml(yaml: &str, flags: &EvictionFlags) -> Result<EvictionConfig, ConfigError> {
+    fn load_yaml(yaml: &str, flags: &EvictionOverrides) -> Result<EvictionConfig, ConfigError> {
         load_sources(
             &[ConfigSource {
                 name: "kubelet.yaml",
@@ -1351,7 +1332,7 @@ evictionMinimumReclaim:
     #[test]
     fn flags_override_the_file_field_by_field() {
         let yaml = "evictionHard:\n  memory.available: 1Gi\n  nodefs.available: 20%\nevictionMaxPodGracePeriod: 30\nevictionPressureTransitionPeriod: 1m\n";
-        let f = EvictionFlags {
+        let f = EvictionOverrides {
             eviction_hard: vec!["memory.available<200Mi".into()],
             eviction_pressure_transition_period: Some("30s".into()),
             ..flags()
@@ -1368,7 +1349,7 @@ evictionMinimumReclaim:
         assert_eq!(c.max_pod_grace_period_seconds, 30, "untouched by flags");
         assert_eq!(c.pressure_transition_period, Duration::from_secs(30));
 
-        let f = EvictionFlags {
+        let f = EvictionOverrides {
             eviction_hard: vec![
                 "memory.available<100Mi, nodefs.available<10%".into(),
                 "nodefs.available<12%".into(),
@@ -1391,7 +1372,7 @@ evictionMinimumReclaim:
         );
         assert_eq!(c.max_pod_grace_period_seconds, 60);
         // An empty flag value clears the field, as the kubelet's map flags do.
-        let f = EvictionFlags {
+        let f = EvictionOverrides {
             eviction_hard: vec![String::new()],
             ..flags()
         };
@@ -1617,9 +1598,9 @@ evictionMinimumReclaim:
 
     #[test]
     fn rejects_bad_flags_naming_flag_and_value() {
-        let cases: &[(EvictionFlags, &[&str])] = &[
+        let cases: &[(EvictionOverrides, &[&str])] = &[
             (
-                EvictionFlags {
+                EvictionOverrides {
                     eviction_hard: vec!["memory.available>100Mi".into()],
                     ..flags()
                 },
@@ -1630,35 +1611,35 @@ evictionMinimumReclaim:
                 ],
             ),
             (
-                EvictionFlags {
+                EvictionOverrides {
                     eviction_hard: vec!["memory.available<=100Mi".into()],
                     ..flags()
                 },
                 &["--eviction-hard", "\"<=\""],
             ),
             (
-                EvictionFlags {
+                EvictionOverrides {
                     eviction_hard: vec!["memory.available".into()],
                     ..flags()
                 },
                 &["--eviction-hard", "malformed entry \"memory.available\""],
             ),
             (
-                EvictionFlags {
+                EvictionOverrides {
                     eviction_hard: vec!["memory.free<1Gi".into()],
                     ..flags()
                 },
                 &["--eviction-hard memory.free", "\"memory.free\""],
             ),
             (
-                EvictionFlags {
+                EvictionOverrides {
                     eviction_hard: vec!["nodefs.available<150%".into()],
                     ..flags()
                 },
                 &["--eviction-hard nodefs.available", "\"150%\""],
             ),
             (
-                EvictionFlags {
+                EvictionOverrides {
                     eviction_soft: vec!["memory.available<1Gi".into()],
                     ..flags()
                 },
@@ -1668,14 +1649,14 @@ evictionMinimumReclaim:
                 ],
             ),
             (
-                EvictionFlags {
+                EvictionOverrides {
                     eviction_soft_grace_period: vec!["memory.available:1m".into()],
                     ..flags()
                 },
                 &["--eviction-soft-grace-period", "\"memory.available:1m\""],
             ),
             (
-                EvictionFlags {
+                EvictionOverrides {
                     eviction_soft_grace_period: vec!["memory.available=ninety".into()],
                     ..flags()
                 },
@@ -1685,14 +1666,14 @@ evictionMinimumReclaim:
                 ],
             ),
             (
-                EvictionFlags {
+                EvictionOverrides {
                     eviction_max_pod_grace_period: Some("1m".into()),
                     ..flags()
                 },
                 &["--eviction-max-pod-grace-period", "\"1m\""],
             ),
             (
-                EvictionFlags {
+                EvictionOverrides {
                     eviction_minimum_reclaim: vec!["disk.available=1Gi".into()],
                     ..flags()
                 },
@@ -1702,7 +1683,7 @@ evictionMinimumReclaim:
                 ],
             ),
             (
-                EvictionFlags {
+                EvictionOverrides {
                     eviction_pressure_transition_period: Some("5".into()),
                     ..flags()
                 },
@@ -1719,7 +1700,7 @@ evictionMinimumReclaim:
         let c = load_yaml("evictionPressureTransitionPeriod: 0s\n", &flags()).expect("zero");
         assert_eq!(c.pressure_transition_period, Duration::from_secs(300));
         assert!(!c.warnings.is_empty());
-        let f = EvictionFlags {
+        let f = EvictionOverrides {
             eviction_pressure_transition_period: Some("0s".into()),
             ..flags()
         };
@@ -1878,18 +1859,18 @@ mod prop {
     /// A config document: a mapping of known and unknown fields to generated values.
     fn document() -> impl Strategy<Value = String> {
         vec((key(), value()), 0..6).prop_map(|entries| {
-            let map: serde_yaml::Mapping = entries
+            let map: serde_norway::Mapping = entries
                 .into_iter()
                 .map(|(k, v)| (Value::String(k), v))
                 .collect();
-            serde_yaml::to_string(&Value::Mapping(map)).unwrap_or_default()
+            serde_norway::to_string(&Value::Mapping(map)).unwrap_or_default()
         })
     }
 
     /// A failed load names where the bad value is: every message from a document starts with its
     /// name (`config file: evictionHard["memory.available"]: …`).
     fn assert_names_the_document(text: &str) -> Result<(), TestCaseError> {
-        if let Err(e) = load(Some(text), &EvictionFlags::default()) {
+        if let Err(e) = load(Some(text), &EvictionOverrides::default()) {
             let msg = e.to_string();
             prop_assert!(
                 msg.starts_with("config file"),
@@ -1926,7 +1907,7 @@ mod prop {
             scalar in prop_oneof!["[+-]?[0-9]{0,12}(\\.[0-9]{0,3})?(ns|s|m|h|)", "\\PC{0,12}"],
             which in 0_usize..6,
         ) {
-            let mut flags = EvictionFlags::default();
+            let mut flags = EvictionOverrides::default();
             let name = match which {
                 0 => { flags.eviction_hard = vec![value]; "--eviction-hard" }
                 1 => { flags.eviction_soft = vec![value]; "--eviction-soft" }
@@ -1966,9 +1947,9 @@ mod prop {
             as_percentage in any::<bool>(),
         ) {
             let amount = if as_percentage { format!("{percent}%") } else { bytes.to_string() };
-            let flags = EvictionFlags {
+            let flags = EvictionOverrides {
                 eviction_hard: vec![format!("{signal}<{amount}")],
-                ..EvictionFlags::default()
+                ..EvictionOverrides::default()
             };
             let config = load(None, &flags);
             prop_assert!(config.is_ok(), "{signal}<{amount}: {:?}", config.err());

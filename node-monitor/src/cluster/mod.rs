@@ -115,7 +115,7 @@ pub fn pod_reflector(
     node_name: &str,
 ) -> (
     reflector::Store<Pod>,
-    impl std::future::Future<Output = ()> + Send + 'static,
+    impl Future<Output = ()> + Send + 'static,
 ) {
     let pods: Api<Pod> = Api::all(client);
     let (store, writer) = reflector::store();
@@ -183,8 +183,8 @@ mod tests {
             .expect("the call must end on its own timeout");
         let err = answer.expect_err("no answer is an error");
         assert_eq!(
-            crate::kube::actuator::FailureKind::of_error(&err),
-            (None, crate::kube::actuator::FailureKind::Timeout),
+            actuator::FailureKind::of_error(&err),
+            (None, actuator::FailureKind::Timeout),
             "{err}"
         );
         server.abort();

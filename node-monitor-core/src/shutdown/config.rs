@@ -7,15 +7,15 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use serde_yaml::Value;
+use serde_norway::Value;
 
-use crate::core::{
+use super::{
+    GoDuration, Group, KubeletInhibitorPolicy, LOGIND_MAX_DELAY, PriorityPeriod,
+    ShutdownConfigError, ShutdownSettings,
+};
+use crate::{
     config::{describe, describe_plain, ser_go_duration},
     duration::{DurationError, format_go_duration},
-    shutdown::{
-        GoDuration, Group, KubeletInhibitorPolicy, LOGIND_MAX_DELAY, PriorityPeriod,
-        ShutdownConfigError, ShutdownSettings,
-    },
 };
 
 /// logind's `InhibitDelayMaxSec` when nothing configures it (logind.conf(5)).
@@ -108,7 +108,7 @@ impl ShutdownConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config file: not a valid YAML or JSON document")]
-    Syntax(#[source] serde_yaml::Error),
+    Syntax(#[source] serde_norway::Error),
     #[error("config file: expected a mapping of KubeletConfiguration fields, found {found}")]
     NotAMapping { found: String },
     #[error("{field}: expected {expected}, found {found}")]
@@ -171,7 +171,7 @@ pub fn parse_shutdown_config(
     let Some(text) = config_file_text else {
         return Ok(ShutdownConfig::default());
     };
-    let doc: Value = serde_yaml::from_str(text).map_err(ConfigError::Syntax)?;
+    let doc: Value = serde_norway::from_str(text).map_err(ConfigError::Syntax)?;
     let map = match doc {
         Value::Null => return Ok(ShutdownConfig::default()),
         Value::Mapping(m) => m,
@@ -272,7 +272,7 @@ pub fn parse_shutdown_config(
     Ok(config)
 }
 
-fn parse_options(m: &serde_yaml::Mapping, o: &mut ShutdownOptions) -> Result<(), ConfigError> {
+fn parse_options(m: &serde_norway::Mapping, o: &mut ShutdownOptions) -> Result<(), ConfigError> {
     for (k, v) in m {
         let Value::String(key) = k else {
             return Err(wrong_type("nodeMonitor.shutdown", "string keys", k));
@@ -461,7 +461,7 @@ fn wrong_type(field: &str, expected: &'static str, found: &Value) -> ConfigError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{config::tests::assert_rejections, pod::SYSTEM_CRITICAL_PRIORITY};
+    use crate::{config::tests::assert_rejections, pod::SYSTEM_CRITICAL_PRIORITY};
 
     #[test]
     fn no_file_or_no_fields_means_off() {
@@ -790,9 +790,8 @@ mod tests {
     #[test]
     fn eviction_config_accepts_the_shutdown_block() {
         let text = "nodeMonitor:\n  dryRun: true\n  shutdown:\n    cordon: true\n";
-        let c =
-            crate::core::config::load(Some(text), &crate::core::config::EvictionFlags::default())
-                .expect("eviction config");
+        let c = crate::config::load(Some(text), &crate::config::EvictionOverrides::default())
+            .expect("eviction config");
         assert!(c.node_monitor.dry_run);
         assert!(
             parse_shutdown_config(Some(text))

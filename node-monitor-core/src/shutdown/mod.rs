@@ -20,6 +20,8 @@
 //! logind's inhibitor ([`role`], [`inhibit_delay_check`], [`classify_reboot`]).
 //!
 //! Pure: no I/O; the manager passes pods and time in.
+pub mod config;
+
 use std::{
     collections::{BTreeMap, BTreeSet},
     fmt,
@@ -30,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use node_monitor_common::logic::{RebootCaller, RebootGate, reboot_gate};
 
-use super::{
+use crate::{
     clock::Timestamp,
     duration::{format_go_duration, parse_go_duration},
     pod::SYSTEM_CRITICAL_PRIORITY,
@@ -53,7 +55,7 @@ impl GoDuration {
     }
 
     /// Parses a Go duration string.
-    pub fn parse(s: &str) -> Result<Self, super::duration::DurationError> {
+    pub fn parse(s: &str) -> Result<Self, crate::duration::DurationError> {
         parse_go_duration(s).map(Self)
     }
 
@@ -896,19 +898,19 @@ mod tests {
     #[test]
     fn serde_uses_kubelet_configuration_names() {
         let yaml = "shutdownGracePeriod: 1m30s\nshutdownGracePeriodCriticalPods: 30s\n";
-        let s: ShutdownSettings = serde_yaml::from_str(yaml).expect("legacy form");
+        let s: ShutdownSettings = serde_norway::from_str(yaml).expect("legacy form");
         assert_eq!(
             s,
             legacy(GoDuration::from_secs(90), GoDuration::from_secs(30))
         );
         let yaml = "shutdownGracePeriodByPodPriority:\n  - priority: 100000\n    shutdownGracePeriodSeconds: 10\n  - priority: 0\n    shutdownGracePeriodSeconds: 60\n";
-        let s: ShutdownSettings = serde_yaml::from_str(yaml).expect("priority form");
+        let s: ShutdownSettings = serde_norway::from_str(yaml).expect("priority form");
         assert_eq!(s, by_priority(&[(100_000, 10), (0, 60)]));
         let json = serde_json::to_value(legacy(GoDuration::from_secs(90), GoDuration::ZERO))
             .expect("json");
         assert_eq!(json["shutdownGracePeriod"], "1m30s");
         assert_eq!(json["shutdownGracePeriodCriticalPods"], "0s");
-        let err = serde_yaml::from_str::<ShutdownSettings>("shutdownGracePeriod: 30\n")
+        let err = serde_norway::from_str::<ShutdownSettings>("shutdownGracePeriod: 30\n")
             .expect_err("a number without a unit is not a Go duration");
         assert!(
             err.to_string().contains("missing unit in duration \"30\""),

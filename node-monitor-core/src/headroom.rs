@@ -21,7 +21,7 @@
 //! Pure: observations and time are passed in.
 use std::{collections::BTreeMap, time::Duration};
 
-use crate::core::{
+use crate::{
     clock::Timestamp,
     signals::Observations,
     threshold::{Threshold, ThresholdKey},
@@ -102,7 +102,7 @@ impl Headroom {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{
+    use crate::{
         quantity::{Format, Quantity},
         signals::{Signal, SignalObservation},
         threshold::{Operator, ThresholdSource, ThresholdValue},

@@ -227,7 +227,7 @@ pub enum RemediationConfigError {
     Syntax {
         source_name: String,
         #[source]
-        source: serde_yaml::Error,
+        source: serde_norway::Error,
     },
     #[error("{field}: invalid duration {value:?}")]
     Duration {
@@ -372,7 +372,7 @@ pub fn parse_config(
     let raw: RawConfig = if text.trim().is_empty() {
         RawConfig::default()
     } else {
-        serde_yaml::from_str::<Option<RawConfig>>(text)
+        serde_norway::from_str::<Option<RawConfig>>(text)
             .map_err(|source| RemediationConfigError::Syntax {
                 source_name: source_name.to_owned(),
                 source,

@@ -573,8 +573,8 @@ impl ReportLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{
-        config::{ConfigSource, EvictionFlags, load_sources},
+    use crate::{
+        config::{ConfigSource, EvictionOverrides, load_sources},
         pod::ContainerUsage,
         rank::tests::{mem, pod},
         signals::SignalObservation,
@@ -589,7 +589,7 @@ mod tests {
                 name: "test",
                 text: yaml,
             }],
-            &EvictionFlags::default(),
+            &EvictionOverrides::default(),
         )
         .expect("config")
     }

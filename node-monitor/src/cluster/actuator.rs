@@ -15,9 +15,9 @@ use kube::{
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-pub use crate::core::config::PdbPolicy;
-pub use crate::core::release::{Release, ReleasePlan};
-use crate::core::release::{STOPPED_MESSAGE, STOPPED_REASON, release_plan};
+pub use node_monitor_core::config::PdbPolicy;
+pub use node_monitor_core::release::{Release, ReleasePlan};
+use node_monitor_core::release::{STOPPED_MESSAGE, STOPPED_REASON, release_plan};
 
 /// The component name on Events and the field manager on patches.
 pub const COMPONENT: &str = "node-monitor";
@@ -325,7 +325,7 @@ impl Actuator {
     /// wrapping [`tokio::time::error::Elapsed`] ([`FailureKind::Timeout`]).
     async fn bounded<T>(
         &self,
-        call: impl std::future::Future<Output = Result<T, kube::Error>>,
+        call: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, kube::Error> {
         tokio::time::timeout(self.timeout, call)
             .await
@@ -967,7 +967,7 @@ pub fn eviction_body(
 ) -> k8s_openapi::api::policy::v1::Eviction {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
     k8s_openapi::api::policy::v1::Eviction {
-        metadata: meta::ObjectMeta {
+        metadata: ObjectMeta {
             name: Some(name.to_owned()),
             namespace,
             ..Default::default()
@@ -1188,7 +1188,7 @@ mod tests {
     /// connections and never answers, even over a client with no transport timeouts.
     #[tokio::test]
     async fn calls_to_a_black_hole_fail_on_the_api_timeout() {
-        let (config, server) = crate::kube::tests::black_hole().await;
+        let (config, server) = crate::cluster::tests::black_hole().await;
         let actuator = Actuator::new(
             Client::try_from(config).expect("client"),
             ActuatorConfig {
@@ -1305,7 +1305,7 @@ mod tests {
     /// taint list without the released taints under the node's resourceVersion.
     #[test]
     fn release_patches() {
-        use crate::core::release::TaintRef;
+        use node_monitor_core::release::TaintRef;
         let plan = ReleasePlan {
             remove_taints: vec![TaintRef {
                 key: "node-monitor.io/memory-pressure".into(),
