@@ -2,7 +2,7 @@
 //! scripts/setup.sh) and leaves the object in OUT_DIR for `include_bytes_aligned!`.
 use aya_build::{Package, Toolchain};
 
-/// The nightly that compiles the eBPF crate. Keep in step with `EBPF_TOOLCHAIN` in scripts/setup.sh.
+/// The nightly that compiles the eBPF crate. Keep in step with `EBPF_TOOLCHAIN` in xtask/src/setup.rs (a unit test there checks).
 const EBPF_TOOLCHAIN: &str = "nightly-2026-07-20";
 
 fn main() -> anyhow::Result<()> {

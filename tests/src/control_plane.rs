@@ -1,5 +1,5 @@
 //! A real Kubernetes control plane on loopback: etcd, kube-apiserver and kube-controller-manager,
-//! started from the binaries `scripts/build-control-plane.sh` builds, with certificates made fresh
+//! started from the binaries `cargo xtask build control-plane` builds, with certificates made fresh
 //! for every start.
 //!
 //! ```no_run
@@ -210,7 +210,7 @@ pub struct ControlPlaneOptions {
     pub apiserver_args: Vec<String>,
     pub controller_manager_args: Vec<String>,
     /// A kube-scheduler binary to start once the apiserver is ready (the real-node tier, whose
-    /// DaemonSet and test pods are scheduled as on any cluster; scripts/build-node.sh builds it).
+    /// DaemonSet and test pods are scheduled as on any cluster; `cargo xtask build node` builds it).
     /// `None`: no scheduler (the stand-in binds its own pods).
     pub scheduler: Option<PathBuf>,
 }

@@ -8,3 +8,18 @@ pub mod standin;
 pub mod vm;
 pub mod wait;
 pub mod workload;
+
+/// Runs `cargo xtask ARGS` in the workspace (stderr shown, stdout captured): the chores that build
+/// the cached parts the tiers need (the guest image, the real node's binaries).
+pub fn xtask(args: &[&str]) -> anyhow::Result<std::process::Output> {
+    use anyhow::Context as _;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    std::process::Command::new(&cargo)
+        .current_dir(&root)
+        .arg("xtask")
+        .args(args)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running cargo xtask {}", args.join(" ")))
+}

@@ -3,7 +3,7 @@
 //! DaemonSet pod installed from the shipped manifests.
 //!
 //! - Binaries: the kubelet, kube-scheduler, containerd, ctr, the runc shim and the pause binary
-//!   from `scripts/build-node.sh` (cached); runc and the CNI plugins are Debian's, in the guest
+//!   from ``cargo xtask build node`` (cached); runc and the CNI plugins are Debian's, in the guest
 //!   image.
 //! - Images, without a registry: `cargo xtask image pause|workload|node-monitor` write OCI
 //!   archives to `target/images/`; the guest imports them into containerd's `k8s.io` namespace.
@@ -22,7 +22,6 @@ use std::{
     fs,
     os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -40,7 +39,7 @@ pub const NODE: &str = "nm-real";
 pub const IMAGES: [(&str, &str); 3] = [
     (
         "pause.oci.tar",
-        "cargo xtask image pause --binary <scripts/build-node.sh>/pause",
+        "cargo xtask image pause --binary <`cargo xtask build node`>/pause",
     ),
     (
         "workload.oci.tar",
@@ -55,18 +54,12 @@ pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.1";
 /// The guest's pod network (the CNI bridge).
 const POD_SUBNET: &str = "10.88.0.0/16";
 
-/// The directory `scripts/build-node.sh` prints (building once if needed).
+/// The directory `cargo xtask build node` prints (building once if needed).
 pub fn node_binaries() -> Result<PathBuf> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-node.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
+    let out = crate::xtask(&["build", "node"])?;
     if !out.status.success() {
         bail!(
-            "the real-node binaries are not available: run `scripts/setup.sh --with-vm` ({} failed)",
-            script.display()
+            "the real-node binaries are not available: run `scripts/setup.sh --with-vm` (`cargo xtask build node` failed)"
         );
     }
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))

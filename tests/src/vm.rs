@@ -1,7 +1,7 @@
 //! The guest VM tier: a Debian bookworm guest (systemd, logind, cgroup v2, kernel 6.1) booted under
 //! qemu with software emulation (TCG).
 //!
-//! The image is built and cached by `scripts/build-guest-image.sh` (run from `scripts/setup.sh
+//! The image is built and cached by `cargo xtask build guest-image` (run from `scripts/setup.sh
 //! --with-vm`). Each run boots it with the root disk in snapshot mode, so runs never leak into each
 //! other. The payload directory is shared read-only at `/mnt/host`, and the guest's systemd unit
 //! `nm-guest.service` runs `/mnt/host/guest-entry.sh` once the system is up; the output directory is
@@ -20,18 +20,13 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-/// Where the cached image lives; `scripts/build-guest-image.sh` prints the same path.
+/// Where the cached image lives: the directory `cargo xtask build guest-image` prints (building
+/// once if needed).
 pub fn image_dir() -> Result<PathBuf> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-guest-image.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
+    let out = crate::xtask(&["build", "guest-image"])?;
     if !out.status.success() {
         bail!(
-            "the guest image is not available: run `scripts/setup.sh --with-vm` ({} failed)",
-            script.display()
+            "the guest image is not available: run `scripts/setup.sh --with-vm` (`cargo xtask build guest-image` failed)"
         );
     }
     let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());

@@ -1,28 +1,25 @@
-//! node-monitor's chores. `cargo xtask --help`.
+//! node-monitor's chores, in Rust: `cargo xtask --help`.
 //!
-//! `cargo xtask image node-monitor` builds the agent's container image offline: the release
-//! binary and the shared libraries it links, on an empty root, as an OCI archive that containerd
-//! (`ctr -n k8s.io images import`), podman (`podman load`) or skopeo import. The same command
-//! builds the image the real-node test tier runs (with `--profile debug`). `deploy/Dockerfile`
-//! is the equivalent for a machine with a registry and a container builder.
+//! - `setup`: Debian packages, the pinned toolchains, bpf-linker, and with flags the control
+//!   plane, the guest image and the real node's binaries (idempotent, cached by version).
+//! - `build`: one cached part (control plane, node binaries, guest image); prints its directory.
+//! - `image`: a container image as an OCI archive, offline.
+//! - `test`: the test tiers (all of them by default, as CI runs them).
+//! - `demo`: the main job.
+//! - `bench`: the benchmarks of docs/benchmarks.md.
+//!
+//! `scripts/` holds the thin entry points a fresh machine starts from (they check for rustup and a
+//! C linker, which compiling this crate needs, then call it).
+mod gobuild;
+mod guest;
+mod image;
 mod oci;
+mod setup;
+mod sh;
+mod tiers;
 
-use std::{
-    collections::BTreeMap,
-    fs,
-    path::{Path, PathBuf},
-    process::Command,
-};
-
-use anyhow::{Context as _, Result, bail};
+use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
-
-/// The agent's image, as deploy/kustomize/base/daemonset.yaml names it.
-const AGENT_IMAGE: &str = "ghcr.io/node-monitor/node-monitor:0.1.0";
-/// The test workload image of the real-node tier.
-const WORKLOAD_IMAGE: &str = "node-monitor.local/workload:0.1.0";
-/// The sandbox image containerd is configured with on the real-node tier.
-const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.1";
 
 #[derive(Parser)]
 #[command(about = "node-monitor's chores")]
@@ -33,223 +30,48 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Install and build what the tests and the demo need (idempotent).
+    Setup(setup::SetupArgs),
+    /// Build one cached part and print the directory that holds it.
+    Build {
+        #[arg(value_enum)]
+        part: Part,
+    },
     /// Build a container image as an OCI archive, offline (no daemon, no registry).
-    Image(ImageArgs),
+    Image(image::ImageArgs),
+    /// Run test tiers (every tier, as CI does, when none is named).
+    Test(tiers::TestArgs),
+    /// Run the self-contained demo (root).
+    Demo,
+    /// Run a benchmark (docs/benchmarks.md).
+    Bench(tiers::BenchArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum Which {
-    /// The agent: `node-monitor` and its shared libraries.
-    NodeMonitor,
-    /// The real-node tier's workload: `nm-workload` and `nm-memhog` and their libraries.
-    Workload,
-    /// The pod sandbox: a static `pause` binary (`--binary`), e.g. from scripts/build-node.sh.
-    Pause,
-}
-
-#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
-enum Profile {
-    Release,
-    Debug,
-}
-
-#[derive(clap::Args)]
-struct ImageArgs {
-    which: Which,
-    /// Cargo profile of the binaries packed (node-monitor, workload).
-    #[arg(long, value_enum, default_value = "release")]
-    profile: Profile,
-    /// Pack these binaries as they are instead of building them (pause requires it).
-    #[arg(long)]
-    binary: Vec<PathBuf>,
-    /// Image reference (default: the one the manifests and the tests use).
-    #[arg(long)]
-    name: Option<String>,
-    /// Output archive (default: target/images/<which>.oci.tar).
-    #[arg(long)]
-    out: Option<PathBuf>,
+enum Part {
+    /// etcd, kube-apiserver, kube-controller-manager (usable as KUBEBUILDER_ASSETS).
+    ControlPlane,
+    /// The real node's kubelet, kube-scheduler, containerd, ctr, runc shim and pause.
+    Node,
+    /// The Debian guest image of the VM tiers.
+    GuestImage,
 }
 
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Cmd::Image(args) => image(&args),
-    }
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_owned()
-}
-
-/// Builds `bins` of `package` with cargo and returns their paths.
-fn cargo_build(package: &str, bins: &[&str], profile: Profile) -> Result<Vec<PathBuf>> {
-    let root = workspace_root();
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.current_dir(&root)
-        .args(["build", "--locked", "--package", package]);
-    for b in bins {
-        cmd.args(["--bin", b]);
-    }
-    if profile == Profile::Release {
-        cmd.arg("--release");
-    }
-    let status = cmd.status().context("running cargo build")?;
-    if !status.success() {
-        bail!("cargo build --package {package} failed ({status})");
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let dir = target.join(match profile {
-        Profile::Release => "release",
-        Profile::Debug => "debug",
-    });
-    Ok(bins.iter().map(|b| dir.join(b)).collect())
-}
-
-/// A file with its permission bits as the build host has them: the dynamic loader must keep its
-/// execute bit, since the kernel checks it even for root once the DaemonSet drops every capability.
-fn read_entry(path: &Path) -> Result<oci::Entry> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let contents = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let mode = fs::metadata(path)
-        .with_context(|| format!("stat {}", path.display()))?
-        .permissions()
-        .mode()
-        & 0o7777;
-    Ok(oci::Entry { contents, mode })
-}
-
-/// Each binary at `/usr/local/bin/<name>`, and every shared library `ldd` finds for it at the
-/// path the build host resolved (the image's loader searches the same multiarch directories).
-fn binaries_with_libraries(bins: &[PathBuf]) -> Result<BTreeMap<PathBuf, oci::Entry>> {
-    let mut files = BTreeMap::new();
-    for bin in bins {
-        let name = bin
-            .file_name()
-            .with_context(|| format!("{} has no file name", bin.display()))?;
-        files.insert(Path::new("/usr/local/bin").join(name), read_entry(bin)?);
-        let out = Command::new("ldd")
-            .arg(bin)
-            .output()
-            .context("running ldd")?;
-        // ldd exits 1 for a static binary ("not a dynamic executable"); that means no libraries.
-        for lib in oci::parse_ldd(&String::from_utf8_lossy(&out.stdout)) {
-            files.insert(lib.clone(), read_entry(&lib)?);
+        Cmd::Setup(args) => setup::setup(args),
+        Cmd::Build { part } => {
+            let dir = match part {
+                Part::ControlPlane => gobuild::control_plane()?,
+                Part::Node => gobuild::node()?,
+                Part::GuestImage => guest::image()?,
+            };
+            println!("{}", dir.display());
+            Ok(())
         }
+        Cmd::Image(args) => image::image(&args),
+        Cmd::Test(args) => tiers::test(&args),
+        Cmd::Demo => tiers::demo(),
+        Cmd::Bench(args) => tiers::bench(&args),
     }
-    Ok(files)
-}
-
-fn image(args: &ImageArgs) -> Result<()> {
-    let mtime = match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(v) => v
-            .parse()
-            .with_context(|| format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds"))?,
-        Err(_) => 0,
-    };
-    let labels = BTreeMap::from([
-        (
-            "org.opencontainers.image.title".to_owned(),
-            "node-monitor".to_owned(),
-        ),
-        (
-            "org.opencontainers.image.version".to_owned(),
-            env!("CARGO_PKG_VERSION").to_owned(),
-        ),
-        (
-            "org.opencontainers.image.licenses".to_owned(),
-            "Apache-2.0".to_owned(),
-        ),
-    ]);
-    let dirs = BTreeMap::from([
-        (PathBuf::from("/tmp"), 0o1777),
-        (PathBuf::from("/etc"), 0o755),
-    ]);
-    let path_env = "PATH=/usr/local/bin:/usr/bin:/bin".to_owned();
-    let (key, image) = match args.which {
-        Which::NodeMonitor => {
-            let bins = if args.binary.is_empty() {
-                cargo_build("node-monitor", &["node-monitor"], args.profile)?
-            } else {
-                args.binary.clone()
-            };
-            let image = oci::Image {
-                name: args.name.clone().unwrap_or_else(|| AGENT_IMAGE.into()),
-                entrypoint: vec!["/usr/local/bin/node-monitor".into()],
-                // The DaemonSet runs it as root with a dropped capability set.
-                user: "0".into(),
-                env: vec![path_env],
-                labels,
-                files: binaries_with_libraries(&bins)?,
-                dirs,
-                mtime,
-            };
-            ("node-monitor", image)
-        }
-        Which::Workload => {
-            let bins = if args.binary.is_empty() {
-                cargo_build(
-                    "node-monitor-tests",
-                    &["nm-workload", "nm-memhog"],
-                    args.profile,
-                )?
-            } else {
-                args.binary.clone()
-            };
-            let image = oci::Image {
-                name: args.name.clone().unwrap_or_else(|| WORKLOAD_IMAGE.into()),
-                entrypoint: vec!["/usr/local/bin/nm-workload".into()],
-                user: "65534".into(),
-                env: vec![path_env],
-                labels,
-                files: binaries_with_libraries(&bins)?,
-                dirs,
-                mtime,
-            };
-            ("workload", image)
-        }
-        Which::Pause => {
-            let [bin] = args.binary.as_slice() else {
-                bail!(
-                    "image pause: give the static pause binary with --binary (scripts/build-node.sh builds it)"
-                );
-            };
-            let image = oci::Image {
-                name: args.name.clone().unwrap_or_else(|| PAUSE_IMAGE.into()),
-                entrypoint: vec!["/pause".into()],
-                user: "65535:65535".into(),
-                env: vec![path_env],
-                labels,
-                files: BTreeMap::from([(PathBuf::from("/pause"), read_entry(bin)?)]),
-                dirs: BTreeMap::new(),
-                mtime,
-            };
-            ("pause", image)
-        }
-    };
-    let built = oci::build(&image)?;
-    let archive = oci::archive(&built, mtime)?;
-    let out = args.out.clone().unwrap_or_else(|| {
-        workspace_root()
-            .join("target/images")
-            .join(format!("{key}.oci.tar"))
-    });
-    if let Some(dir) = out.parent() {
-        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let tmp = out.with_extension("tmp");
-    fs::write(&tmp, &archive).with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, &out).with_context(|| format!("renaming to {}", out.display()))?;
-    println!(
-        "{} {} {} ({} files, {} bytes)",
-        out.display(),
-        image.name,
-        built.manifest_digest,
-        image.files.len(),
-        archive.len()
-    );
-    Ok(())
 }

@@ -1,0 +1,86 @@
+//! The guest image of the VM tiers: Debian bookworm with systemd-logind, cgroup v2 and a second
+//! kernel, built once with mmdebstrap and cached by its revision.
+//!
+//! The guest boots under qemu/TCG with the rootfs on a virtio disk in -snapshot mode, so every run
+//! starts clean. Test payloads come in over a read-only 9p share (`host` → /mnt/host) and results
+//! go out over a read-write one (`out` → /mnt/out); nm-guest.service runs
+//! /mnt/host/guest-entry.sh at boot. runc, the CNI plugins (linked at /opt/cni/bin, where
+//! containerd looks) and iptables are there for the real-node tier, whose kubelet and containerd
+//! come over the share ([`crate::gobuild::node`]).
+use std::{fs, path::PathBuf, process::Command};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{
+    gobuild::replace_dir,
+    sh::{self, cache_dir, log, quiet_stdout, run},
+};
+
+/// Bump when the image contents change (packages, hooks): the cache is keyed by it.
+const IMAGE_REV: u32 = 4;
+
+const PACKAGES: &str = "systemd,systemd-sysv,dbus,udev,kmod,linux-image-amd64,procps,iproute2,util-linux,stress-ng,earlyoom,runc,containernetworking-plugins,iptables";
+
+/// mmdebstrap's customize hooks, run by its shell with the root directory as `$1`.
+const HOOKS: [&str; 11] = [
+    r#"echo nm-guest > "$1/etc/hostname""#,
+    r#"printf "/dev/vda / ext4 defaults 0 1\nhost /mnt/host 9p trans=virtio,version=9p2000.L,ro,nofail 0 0\nout /mnt/out 9p trans=virtio,version=9p2000.L,rw,nofail 0 0\n" > "$1/etc/fstab""#,
+    r#"mkdir -p "$1/mnt/host" "$1/mnt/out""#,
+    r#"printf "[Match]\nName=en* eth*\n[Network]\nAddress=10.0.2.15/24\nGateway=10.0.2.2\n" > "$1/etc/systemd/network/10-qemu.network""#,
+    r#"chroot "$1" systemctl enable systemd-networkd"#,
+    r#"chroot "$1" passwd -d root"#,
+    r#"printf "[Unit]\nDescription=node-monitor guest test entry\nWants=network-online.target\nAfter=network-online.target dbus.service systemd-logind.service mnt-host.mount mnt-out.mount\nRequires=mnt-host.mount mnt-out.mount\n[Service]\nType=simple\nExecStart=/bin/bash /mnt/host/guest-entry.sh\nStandardOutput=journal+console\nStandardError=journal+console\n[Install]\nWantedBy=multi-user.target\n" > "$1/etc/systemd/system/nm-guest.service""#,
+    r#"chroot "$1" systemctl enable nm-guest.service"#,
+    r#"chroot "$1" systemctl disable earlyoom.service"#,
+    r#"mkdir -p "$1/opt/cni" && ln -s /usr/lib/cni "$1/opt/cni/bin""#,
+    r#"chroot "$1" systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer"#,
+];
+
+/// Builds the guest image once; returns the directory holding vmlinuz, initrd.img and
+/// rootfs.ext4.
+pub fn image() -> Result<PathBuf> {
+    const CHORE: &str = "build guest-image";
+    let key = format!("r{IMAGE_REV}");
+    let out = cache_dir().join(format!("guest/bookworm-{key}"));
+    if ["rootfs.ext4", "vmlinuz", "initrd.img"]
+        .iter()
+        .all(|f| out.join(f).is_file())
+    {
+        return Ok(out);
+    }
+    if !sh::have("mmdebstrap") {
+        bail!("mmdebstrap missing: run `cargo xtask setup --with-vm`");
+    }
+    let tmp = cache_dir().join(format!("guest/tmp-{key}"));
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp)?;
+    let root = tmp.join("rootfs");
+    log(CHORE, "mmdebstrap bookworm (about 2 minutes)");
+    let mut cmd = Command::new("mmdebstrap");
+    cmd.args(["--mode=root", "--variant=minbase"])
+        .arg(format!("--include={PACKAGES}"));
+    for hook in HOOKS {
+        cmd.arg(format!("--customize-hook={hook}"));
+    }
+    cmd.arg("bookworm").arg(&root);
+    run(quiet_stdout(&mut cmd))?;
+    for (glob_prefix, name) in [("vmlinuz-", "vmlinuz"), ("initrd.img-", "initrd.img")] {
+        let found = fs::read_dir(root.join("boot"))?
+            .filter_map(Result::ok)
+            .find(|e| e.file_name().to_string_lossy().starts_with(glob_prefix))
+            .with_context(|| format!("no /boot/{glob_prefix}* in the guest root"))?;
+        fs::copy(found.path(), tmp.join(name))
+            .with_context(|| format!("copying {}", found.path().display()))?;
+    }
+    log(CHORE, "ext4 image");
+    run(quiet_stdout(
+        Command::new("mkfs.ext4")
+            .args(["-q", "-L", "root", "-d"])
+            .arg(&root)
+            .arg(tmp.join("rootfs.ext4"))
+            .arg("3G"),
+    ))?;
+    fs::remove_dir_all(&root).with_context(|| format!("removing {}", root.display()))?;
+    replace_dir(&tmp, &out)?;
+    Ok(out)
+}

@@ -1,0 +1,379 @@
+//! The test tiers, the demo and the benchmarks, each as one command.
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Result, bail};
+use clap::ValueEnum;
+
+use crate::{
+    image::{self, ImageArgs, Profile, Which},
+    setup::{self, SetupArgs},
+    sh::{self, cache_dir, cargo, log, run, workspace_root},
+};
+
+/// The lock the guest VM tiers take, so two runs never share qemu's ports and the guest's disk.
+const VM_LOCK: &str = "/tmp/nm-vm.lock";
+
+/// A test tier (docs/testing.md, "Tiers").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Tier {
+    /// Format and lints: rustfmt --check, clippy -D warnings on every host crate.
+    Lint,
+    /// The default members' tests: pure logic, the CLI, the docs held to the code. No root.
+    Unit,
+    /// The eBPF programs, the sampler and the reboot gate against the real kernel (root).
+    Kernel,
+    /// The agent and the actuator against a real control plane (root).
+    ControlPlane,
+    /// The shipped manifests: rendered, applied server-side, RBAC and alerts (root, promtool).
+    Deploy,
+    /// The whole path on this machine: stand-in node, real pods, the agent binary (root).
+    E2e,
+    /// The systemd guest: logind shutdown, cgroup v2 (qemu).
+    Vm,
+    /// The real kubelet and containerd in the guest, node-monitor from its manifests (qemu).
+    RealNode,
+}
+
+impl Tier {
+    /// The integration test targets of the tier (`--test NAME`), in the `node-monitor-tests`
+    /// crate; empty for the tiers that are not integration tests.
+    fn tests(self) -> &'static [&'static str] {
+        match self {
+            Tier::Lint | Tier::Unit => &[],
+            Tier::Kernel => &[
+                "kernel_ebpf",
+                "kernel_sampler",
+                "kernel_reboot",
+                "trace_cli",
+            ],
+            Tier::ControlPlane => &["control_plane", "eviction_api", "node_release", "remediate"],
+            Tier::Deploy => &[
+                "deploy_manifests",
+                "deploy_rbac",
+                "deploy_monitoring",
+                "alerts",
+                "dashboard",
+            ],
+            Tier::E2e => &["e2e"],
+            Tier::Vm => &["vm_guest", "vm_shutdown", "vm_cgroup2"],
+            Tier::RealNode => &["real_node"],
+        }
+    }
+
+    fn needs_vm(self) -> bool {
+        matches!(self, Tier::Vm | Tier::RealNode)
+    }
+}
+
+/// `cargo xtask test [TIER...]`.
+#[derive(Debug, clap::Args)]
+pub struct TestArgs {
+    /// Tiers to run; none means every tier, as CI runs them (setup, lints, the binaries, the
+    /// image archives, then every test of the workspace one at a time).
+    #[arg(value_enum)]
+    pub tiers: Vec<Tier>,
+    /// Skip the setup step (toolchains, control plane, guest image): for a machine already set up.
+    #[arg(long)]
+    pub no_setup: bool,
+}
+
+/// Runs the tiers. Root-only and VM tiers fail loudly when they cannot run; none skips.
+pub fn test(args: &TestArgs) -> Result<()> {
+    let all = args.tiers.is_empty();
+    let needs_vm = all || args.tiers.iter().any(|t| t.needs_vm());
+    let needs_cp = all
+        || args
+            .tiers
+            .iter()
+            .any(|t| !matches!(t, Tier::Lint | Tier::Unit));
+    if !args.no_setup {
+        setup::setup(SetupArgs {
+            with_control_plane: needs_cp,
+            with_vm: needs_vm,
+        })?;
+    }
+    if all {
+        return every_tier();
+    }
+    for &tier in &args.tiers {
+        log("test", format!("== {tier:?}"));
+        match tier {
+            Tier::Lint => lint()?,
+            Tier::Unit => run(cargo().args(["test", "--locked"]))?,
+            _ => {
+                run(cargo().args(["build", "--bins", "--locked"]))?;
+                if tier == Tier::RealNode {
+                    images()?;
+                }
+                let mut cmd = if tier.needs_vm() {
+                    let mut c = Command::new("flock");
+                    c.arg(VM_LOCK)
+                        .arg(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+                        .current_dir(workspace_root())
+                        .env("PATH", sh::path_with_cargo_bin());
+                    c
+                } else {
+                    cargo()
+                };
+                cmd.env("KUBEBUILDER_ASSETS", kubebuilder_assets()).args([
+                    "test",
+                    "--locked",
+                    "-p",
+                    "node-monitor-tests",
+                ]);
+                for t in tier.tests() {
+                    cmd.args(["--test", t]);
+                }
+                cmd.args(["--", "--test-threads=1"]);
+                run(&mut cmd)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The CI run: lints, the binaries the integration tiers run, the image archives of the real-node
+/// tier, then every test of the workspace, one at a time (cgroups, probes and memory pressure are
+/// machine-wide state).
+fn every_tier() -> Result<()> {
+    log("test", "== format and lints");
+    lint()?;
+    log("test", "== build (the integration tiers run the binaries)");
+    run(cargo().args(["build", "--bins", "--locked"]))?;
+    log(
+        "test",
+        "== images for the real-node tier: OCI archives built offline (target/images/)",
+    );
+    images()?;
+    log(
+        "test",
+        "== unit, kernel, control-plane, end-to-end, guest VM and real-node tiers",
+    );
+    run(cargo()
+        .env("KUBEBUILDER_ASSETS", kubebuilder_assets())
+        .arg("test")
+        .args(HOST_CRATES)
+        .args(["--locked", "--", "--test-threads=1"]))
+}
+
+/// Every crate built for the host: the eBPF crate is built for the BPF target by node-monitor's
+/// build script, never for the host; the `tests` crate is named here (it is not a default member).
+const HOST_CRATES: [&str; 3] = ["--workspace", "--exclude", "node-monitor-ebpf"];
+
+fn lint() -> Result<()> {
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().arg("clippy").args(HOST_CRATES).args([
+        "--all-targets",
+        "--locked",
+        "--",
+        "-D",
+        "warnings",
+    ]))
+}
+
+/// The real-node tier's image archives: pause (the node's own static binary), the workload
+/// (debug build) and the agent.
+fn images() -> Result<()> {
+    image::image(&ImageArgs {
+        which: Which::Pause,
+        profile: Profile::Release,
+        binary: vec![cache_dir().join("node/current/pause")],
+        name: None,
+        out: None,
+    })?;
+    image::image(&ImageArgs {
+        which: Which::Workload,
+        profile: Profile::Debug,
+        binary: vec![],
+        name: None,
+        out: None,
+    })?;
+    image::image(&ImageArgs {
+        which: Which::NodeMonitor,
+        profile: Profile::Release,
+        binary: vec![],
+        name: None,
+        out: None,
+    })
+}
+
+fn kubebuilder_assets() -> PathBuf {
+    env::var_os("KUBEBUILDER_ASSETS")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| cache_dir().join("control-plane/current"), PathBuf::from)
+}
+
+fn target_dir() -> PathBuf {
+    env::var_os("CARGO_TARGET_DIR")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| workspace_root().join("target"), PathBuf::from)
+}
+
+/// The main job: a real control plane on loopback, this machine as a node through the kubelet
+/// stand-in, pods, the real agent, one pod's memory driven up (root).
+pub fn demo() -> Result<()> {
+    setup::setup(SetupArgs {
+        with_control_plane: true,
+        with_vm: false,
+    })?;
+    if !sh::is_root() {
+        bail!("demo: run as root (it creates cgroups and loads eBPF programs)");
+    }
+    run(cargo().args(["build", "--bins", "--locked", "-q"]))?;
+    run(Command::new(target_dir().join("debug/nm-demo"))
+        .env("KUBEBUILDER_ASSETS", kubebuilder_assets()))
+}
+
+/// A benchmark (docs/benchmarks.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Bench {
+    /// The decision core: signals, ranking, the decision (no root).
+    Decision,
+    /// The sampler: one pass, threshold crossings, PSI (root).
+    Sampler,
+    /// eBPF overhead and drops under a kernel event rate (root, release build).
+    Ebpf,
+    /// Threshold crossing → eviction at the API server (root).
+    Reaction,
+    /// The agent's RSS and CPU with many pods (root).
+    AgentLoad,
+    /// Dead node → replacement pods running, with and without remediate (root).
+    Failover,
+    /// A fast memory spike in the guest: node-monitor against the kubelet (qemu).
+    Spike,
+}
+
+/// `cargo xtask bench NAME [-- ARGS]`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    #[arg(value_enum)]
+    pub bench: Bench,
+    /// Run the release build of the binaries the benchmark drives (reaction).
+    #[arg(long)]
+    pub release: bool,
+    /// Arguments for the benchmark binary (after `--`).
+    #[arg(last = true)]
+    pub args: Vec<String>,
+}
+
+pub fn bench(args: &BenchArgs) -> Result<()> {
+    let debug = target_dir().join("debug");
+    let release = target_dir().join("release");
+    let build = |extra: &[&str]| run(cargo().args(["build", "--locked"]).args(extra));
+    match args.bench {
+        Bench::Decision => run(cargo()
+            .args(["bench", "-p", "node-monitor", "--bench", "decision", "--"])
+            .args(&args.args)),
+        Bench::Sampler => {
+            build(&[
+                "--release",
+                "-p",
+                "node-monitor-tests",
+                "--bin",
+                "bench-sampler",
+            ])?;
+            run(Command::new(release.join("bench-sampler")).args(&args.args))
+        }
+        Bench::Ebpf => {
+            build(&[
+                "--release",
+                "-p",
+                "node-monitor",
+                "-p",
+                "node-monitor-tests",
+                "--bin",
+                "node-monitor",
+                "--bin",
+                "bench-ebpf",
+                "--bin",
+                "nm-memhog",
+            ])?;
+            run(Command::new(release.join("bench-ebpf")).args(&args.args))
+        }
+        Bench::Reaction if args.release => {
+            build(&[
+                "--release",
+                "-p",
+                "node-monitor",
+                "-p",
+                "node-monitor-tests",
+                "--bin",
+                "node-monitor",
+                "--bin",
+                "bench-reaction",
+                "--bin",
+                "nm-workload",
+            ])?;
+            run(with_assets(&release, "bench-reaction")
+                .env("NODE_MONITOR_PROFILE", "release")
+                .args(&args.args))
+        }
+        Bench::Reaction | Bench::AgentLoad | Bench::Failover => {
+            build(&["--bins"])?;
+            let bin = match args.bench {
+                Bench::Reaction => "bench-reaction",
+                Bench::AgentLoad => "bench-agent-load",
+                _ => "bench-failover",
+            };
+            run(with_assets(&debug, bin).args(&args.args))
+        }
+        Bench::Spike => {
+            build(&["--bins"])?;
+            build(&[
+                "--release",
+                "-p",
+                "node-monitor",
+                "-p",
+                "node-monitor-tests",
+                "--bin",
+                "node-monitor",
+                "--bin",
+                "nm-kubelet-standin",
+                "--bin",
+                "nm-workload",
+            ])?;
+            run(Command::new("flock")
+                .arg(VM_LOCK)
+                .arg(debug.join("bench-spike"))
+                .env("KUBEBUILDER_ASSETS", kubebuilder_assets())
+                .args(&args.args))
+        }
+    }
+}
+
+fn with_assets(dir: &Path, bin: &str) -> Command {
+    let mut cmd = Command::new(dir.join(bin));
+    cmd.current_dir(workspace_root())
+        .env("KUBEBUILDER_ASSETS", kubebuilder_assets());
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every integration test file belongs to exactly one tier, so `cargo xtask test TIER` runs
+    /// them all between the tiers.
+    #[test]
+    fn every_integration_test_has_one_tier() {
+        let dir = workspace_root().join("tests/tests");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .expect("tests/tests")
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                name.strip_suffix(".rs").map(str::to_owned)
+            })
+            .collect();
+        files.sort();
+        let mut assigned: Vec<String> = Tier::value_variants()
+            .iter()
+            .flat_map(|t| t.tests().iter().map(|s| (*s).to_owned()))
+            .collect();
+        assigned.sort();
+        assert_eq!(files, assigned);
+    }
+}
