@@ -4,7 +4,7 @@
 //! - disk: `orderedBy(exceedDiskRequests, priority, disk)` for ephemeral storage and inodes
 //! - PIDs: `orderedBy(priority, process)`
 //!
-//! Pods with no usage sample rank first, as the kubelet "prioritize[s] evicting the pod for
+//! Pods with no usage sample rank first, as the kubelet "prioritize\[s\] evicting the pod for
 //! which no stats were found". The kubelet sorts with Go's unstable `sort.Sort`, so its order
 //! among complete ties is unspecified; here ties keep the input order (a stable sort).
 //!
