@@ -10,20 +10,25 @@ use serde::Serialize;
 pub struct Timestamp(Duration);
 
 impl Timestamp {
+    /// The origin itself.
     pub const ZERO: Timestamp = Timestamp(Duration::ZERO);
 
+    /// The point `since_origin` after the origin.
     pub const fn from_duration(since_origin: Duration) -> Self {
         Self(since_origin)
     }
 
+    /// The point `secs` seconds after the origin.
     pub const fn from_secs(secs: u64) -> Self {
         Self(Duration::from_secs(secs))
     }
 
+    /// The point `millis` milliseconds after the origin.
     pub const fn from_millis(millis: u64) -> Self {
         Self(Duration::from_millis(millis))
     }
 
+    /// The time elapsed since the origin.
     pub const fn since_origin(self) -> Duration {
         self.0
     }

@@ -79,7 +79,9 @@ pub struct EvictionOverrides {
 /// One configuration document and the name used for it in error messages (usually its path).
 #[derive(Debug, Clone, Copy)]
 pub struct ConfigSource<'a> {
+    /// The name errors and warnings use for the document (usually its path).
     pub name: &'a str,
+    /// The document's contents.
     pub text: &'a str,
 }
 
@@ -109,6 +111,7 @@ pub struct NodeMonitorSettings {
     /// (`core::headroom`); zero turns adaptive sampling off.
     #[serde(serialize_with = "ser_go_duration")]
     pub fast_sampling_interval: Duration,
+    /// What to do when a PodDisruptionBudget blocks an eviction.
     pub pdb_policy: PdbPolicy,
     /// Decide and report, never act.
     pub dry_run: bool,
@@ -177,6 +180,7 @@ pub struct EvictionConfig {
     pub max_pod_grace_period_seconds: i32,
     /// `evictionPressureTransitionPeriod`.
     pub pressure_transition_period: Duration,
+    /// node-monitor's own settings (`nodeMonitor:`).
     pub node_monitor: NodeMonitorSettings,
     /// Accepted but worth knowing: ignored entries, kubelet quirks that apply.
     pub warnings: Vec<String>,
@@ -243,80 +247,186 @@ impl EvictionConfig {
 /// A configuration that cannot be used; every message names the field and the value.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The document does not parse as YAML (JSON included).
     #[error("{source_name}: not a valid YAML or JSON document")]
     Syntax {
+        /// The document's name (usually its path).
         source_name: String,
+        /// The parser's error, with its position.
         #[source]
         source: serde_norway::Error,
     },
+    /// The document is a scalar or a list, not a KubeletConfiguration mapping.
     #[error("{source_name}: expected a mapping of KubeletConfiguration fields, found {found}")]
-    NotAMapping { source_name: String, found: String },
-    #[error("{field}: expected {expected}, found {found}")]
-    WrongType {
-        field: String,
-        expected: &'static str,
+    NotAMapping {
+        /// The document's name (usually its path).
+        source_name: String,
+        /// What the document is instead (`a list`, `the string "x"`).
         found: String,
     },
+    /// A field holds the wrong kind of value (a number where a string is needed, …).
+    #[error("{field}: expected {expected}, found {found}")]
+    WrongType {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
+        field: String,
+        /// What the field takes.
+        expected: &'static str,
+        /// What it holds instead.
+        found: String,
+    },
+    /// A key that is not one of the kubelet's eviction signals.
     #[error("{field}: unsupported eviction signal {signal:?}")]
-    UnknownSignal { field: String, signal: String },
+    UnknownSignal {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
+        field: String,
+        /// The key as written.
+        signal: String,
+    },
+    /// A threshold or minimum reclaim that does not parse as a quantity.
     #[error("{field}: invalid quantity {value:?}")]
     Quantity {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
         field: String,
+        /// The value as written.
         value: String,
+        /// Why it does not parse.
         #[source]
         source: QuantityError,
     },
+    /// A threshold quantity of zero or less (`ParseThresholdConfig` refuses it).
     #[error("{field}: eviction threshold {value:?} must be positive")]
-    NotPositive { field: String, value: String },
+    NotPositive {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
+        field: String,
+        /// The value as written.
+        value: String,
+    },
+    /// A threshold percentage outside 0–100 %.
     #[error("{field}: percentage {value:?} must be between 0% and 100%")]
-    PercentageRange { field: String, value: String },
+    PercentageRange {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
+        field: String,
+        /// The value as written.
+        value: String,
+    },
+    /// A value ending in `%` whose number does not parse.
     #[error("{field}: {value:?} is not a valid percentage")]
-    Percentage { field: String, value: String },
+    Percentage {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
+        field: String,
+        /// The value as written.
+        value: String,
+    },
+    /// A negative minimum reclaim quantity.
     #[error("{field}: minimum reclaim {value:?} must not be negative")]
-    NegativeMinReclaim { field: String, value: String },
+    NegativeMinReclaim {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
+        field: String,
+        /// The value as written.
+        value: String,
+    },
+    /// A minimum reclaim percentage of zero or less.
     #[error("{field}: minimum reclaim percentage {value:?} must be positive")]
-    NonPositiveMinReclaimPercentage { field: String, value: String },
+    NonPositiveMinReclaimPercentage {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
+        field: String,
+        /// The value as written.
+        value: String,
+    },
+    /// A value that does not parse as a Go duration.
     #[error("{field}: invalid duration {value:?}")]
     Duration {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
         field: String,
+        /// The value as written.
         value: String,
+        /// Why it does not parse.
         #[source]
         source: DurationError,
     },
+    /// A negative duration where only zero or more makes sense.
     #[error("{field}: duration {value:?} must not be negative")]
-    NegativeDuration { field: String, value: String },
+    NegativeDuration {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
+        field: String,
+        /// The value as written.
+        value: String,
+    },
+    /// A soft threshold without an `evictionSoftGracePeriod` entry for its signal.
     #[error(
         "{field}: a grace period must be specified for the soft eviction threshold {signal} \
          (evictionSoftGracePeriod or --eviction-soft-grace-period)"
     )]
-    MissingGracePeriod { field: String, signal: Signal },
+    MissingGracePeriod {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
+        field: String,
+        /// The soft threshold's signal.
+        signal: Signal,
+    },
+    /// A flag entry that is not `key<value` (or `key=value`).
     #[error("{flag}: malformed entry {entry:?}, expected {expected}")]
     MalformedFlag {
+        /// The flag (`--eviction-hard`, …).
         flag: &'static str,
+        /// The comma-separated entry as given.
         entry: String,
+        /// The form the flag takes.
         expected: &'static str,
     },
+    /// A threshold with an operator other than `<` (`>`, `<=`, …).
     #[error(
         "{field}: unsupported operator {operator:?} in {statement:?}; \
          eviction thresholds support only \"<\""
     )]
     UnsupportedOperator {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
         field: String,
+        /// The whole statement (`memory.available<=100Mi`).
         statement: String,
+        /// The operator found.
         operator: String,
     },
+    /// A grace period that is not a 32-bit integer (`evictionMaxPodGracePeriod`).
     #[error("{field}: {value:?} is not a 32-bit integer")]
-    Integer { field: String, value: String },
+    Integer {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
+        field: String,
+        /// The value as written.
+        value: String,
+    },
+    /// A key under `nodeMonitor` that node-monitor does not know.
     #[error("{field}: unknown setting {key:?}; known settings: {known}")]
     UnknownKey {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
         field: String,
+        /// The unknown key.
         key: String,
+        /// The keys accepted there, comma-separated.
         known: String,
     },
+    /// A value of the right type that is out of range or inconsistent; `reason` says why.
     #[error("{field}: {value:?} {reason}")]
     Invalid {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
+        /// flag and key (`--eviction-hard memory.available`).
         field: String,
+        /// The value as written.
         value: String,
+        /// What is wrong with it, worded to follow the value.
         reason: String,
     },
 }

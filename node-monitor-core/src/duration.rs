@@ -7,14 +7,32 @@ use std::time::Duration;
 /// A malformed duration; the message names the value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
+    /// Not a Go duration: empty, a stray character, or a number without digits or too large.
     #[error("invalid duration {value:?}")]
-    Invalid { value: String },
+    Invalid {
+        /// The input as given.
+        value: String,
+    },
+    /// A number without a unit (`30`); only `0` may go without one.
     #[error("missing unit in duration {value:?} (use ns, us, ms, s, m or h)")]
-    MissingUnit { value: String },
+    MissingUnit {
+        /// The input as given.
+        value: String,
+    },
+    /// A unit Go does not know (`30d`).
     #[error("unknown unit {unit:?} in duration {value:?} (use ns, us, ms, s, m or h)")]
-    UnknownUnit { value: String, unit: String },
+    UnknownUnit {
+        /// The input as given.
+        value: String,
+        /// The unknown unit.
+        unit: String,
+    },
+    /// More than Go's `time.Duration` holds: about 292 years of signed nanoseconds.
     #[error("duration {value:?} overflows")]
-    Overflow { value: String },
+    Overflow {
+        /// The input as given.
+        value: String,
+    },
 }
 
 /// Parses a Go duration into signed nanoseconds.

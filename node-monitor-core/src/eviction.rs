@@ -42,11 +42,17 @@ use super::{
 pub const HARD_EVICTION_GRACE_PERIOD_SECONDS: i64 = 1;
 /// The status reason of an evicted pod.
 pub const EVICTION_REASON: &str = "Evicted";
-/// Event annotation keys (`OffendingContainersKey` …).
+/// Event annotation (`OffendingContainersKey`): the containers using more than their request,
+/// comma-separated.
 pub const OFFENDING_CONTAINERS_KEY: &str = "offending_containers";
+/// Event annotation (`OffendingContainersUsageKey`): their usage, comma-separated, in the same
+/// order.
 pub const OFFENDING_CONTAINERS_USAGE_KEY: &str = "offending_containers_usage";
+/// Event annotation (`OffendingPodKey`): the pod's name, when a pod-level memory request is set.
 pub const OFFENDING_POD_KEY: &str = "offending_pod";
+/// Event annotation (`OffendingPodUsageKey`): the pod's memory usage, with the pod-level request.
 pub const OFFENDING_POD_USAGE_KEY: &str = "offending_pod_usage";
+/// Event annotation (`StarvedResourceKey`): the resource reclaimed (`memory`, …).
 pub const STARVED_RESOURCE_KEY: &str = "starved_resource";
 
 /// What the eviction manager remembers between decisions.
@@ -64,6 +70,7 @@ pub struct EvictionState {
 }
 
 impl EvictionState {
+    /// The state of a fresh start: nothing observed, no condition reported.
     pub fn new() -> Self {
         Self::default()
     }
@@ -73,6 +80,7 @@ impl EvictionState {
         &self.conditions
     }
 
+    /// Whether `condition` is currently reported.
     pub fn has_condition(&self, condition: NodeConditionType) -> bool {
         self.conditions.contains(&condition)
     }
@@ -92,30 +100,40 @@ pub enum MetReason {
 /// A threshold that is met, with its grace status.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ThresholdReport {
+    /// The threshold's signal.
     pub signal: Signal,
+    /// Where the threshold comes from.
     pub source: ThresholdSource,
+    /// A hard threshold (zero grace period).
     pub hard: bool,
+    /// The comparison (always `LessThan`).
     pub operator: Operator,
     /// As configured: `100Mi`, `10%`.
     pub value: String,
     /// The threshold for this observation's capacity, base units.
     pub quantity: i64,
+    /// The observed value, base units.
     pub available: i64,
+    /// The observed capacity, base units.
     pub capacity: i64,
     /// The minimum reclaim for this capacity, base units.
     pub min_reclaim: Option<i64>,
+    /// Why the threshold counts as met.
     pub reason: MetReason,
+    /// The configured grace period (0 for hard thresholds).
     pub grace_period_seconds: f64,
     /// Time since the threshold was first observed met.
     pub met_for_seconds: f64,
     /// The grace period has elapsed: the threshold drives eviction.
     pub grace_period_elapsed: bool,
+    /// Time left before the grace period elapses (0 once it has).
     pub grace_remaining_seconds: f64,
 }
 
 /// A node condition the eviction manager owns.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ConditionReport {
+    /// The condition's type.
     #[serde(rename = "type")]
     pub condition: NodeConditionType,
     /// Reported true: observed within the pressure transition period.
@@ -129,13 +147,19 @@ pub struct ConditionReport {
 /// The threshold chosen for reclaim.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReclaimReport {
+    /// The chosen threshold's signal.
     pub signal: Signal,
+    /// The resource reclaimed for that signal.
     pub resource: Resource,
+    /// Where the threshold comes from.
     pub source: ThresholdSource,
+    /// A hard threshold (zero grace period).
     pub hard: bool,
     /// Threshold, base units.
     pub quantity: i64,
+    /// The observed value, base units.
     pub available: i64,
+    /// The minimum reclaim, base units.
     pub min_reclaim: Option<i64>,
     /// Threshold plus minimum reclaim minus available, base units.
     pub shortfall: i64,
@@ -144,13 +168,20 @@ pub struct ReclaimReport {
 /// One eviction to carry out.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Eviction {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// The pod's UID (a precondition of the eviction, so a re-created pod of the same name is
+    /// not hit).
     pub uid: String,
     /// Never 0 (a force delete through the API).
     pub grace_period_seconds: i64,
+    /// The signal whose threshold drives the eviction.
     pub signal: Signal,
+    /// The resource reclaimed.
     pub resource: Resource,
+    /// Driven by a hard threshold.
     pub hard: bool,
     /// `Evicted`.
     pub reason: &'static str,
@@ -163,11 +194,15 @@ pub struct Eviction {
 /// The outcome of one decision, with its reasons.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Decision {
+    /// Every threshold met, grace period elapsed or not.
     pub thresholds_met: Vec<ThresholdReport>,
+    /// Every pressure condition, reported or not.
     pub conditions: Vec<ConditionReport>,
+    /// The threshold reclaimed for; `None` when no threshold's grace period has elapsed.
     pub reclaim: Option<ReclaimReport>,
     /// Eviction order for the reclaimed resource (empty when nothing is reclaimed).
     pub ranked: Vec<RankedPod>,
+    /// The pods to evict, in order (at most `maxPodsPerCycle`; critical pods never).
     pub evict: Vec<Eviction>,
     /// Configured signals with no observation (their thresholds cannot be evaluated).
     pub unobserved_signals: Vec<Signal>,
@@ -541,6 +576,7 @@ pub struct ReportLimiter {
 }
 
 impl ReportLimiter {
+    /// A limiter that allows one report per pod and signal per `interval`.
     pub fn new(interval: Duration) -> Self {
         Self {
             interval,
@@ -561,10 +597,13 @@ impl ReportLimiter {
         true
     }
 
+    /// The number of pod and signal pairs reported within the interval (as of the last
+    /// [`ReportLimiter::allow`]).
     pub fn len(&self) -> usize {
         self.last.len()
     }
 
+    /// Nothing reported within the interval (as of the last [`ReportLimiter::allow`]).
     pub fn is_empty(&self) -> bool {
         self.last.is_empty()
     }

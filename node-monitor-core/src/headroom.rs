@@ -46,6 +46,7 @@ pub struct Headroom {
 }
 
 impl Headroom {
+    /// No headroom seen yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -20,8 +20,11 @@ use serde::Serialize;
 /// A pod's QoS class, as the kubelet derives it (`pkg/apis/core/v1/helper/qos`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum QosClass {
+    /// CPU and memory limits set, with requests equal to them, on every container (or at pod level).
     Guaranteed,
+    /// Neither Guaranteed nor BestEffort: some request or limit is set.
     Burstable,
+    /// No container sets a CPU or memory request or limit.
     BestEffort,
 }
 
@@ -46,7 +49,9 @@ impl fmt::Display for QosClass {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CgroupDriver {
+    /// Plain cgroup directories (`kubepods/burstable/pod<uid>`).
     Cgroupfs,
+    /// systemd slices (`kubepods.slice/kubepods-burstable.slice/…`).
     Systemd,
 }
 
@@ -59,6 +64,7 @@ impl CgroupDriver {
         }
     }
 
+    /// The KubeletConfiguration spelling (`cgroupfs`, `systemd`).
     pub fn as_str(self) -> &'static str {
         match self {
             CgroupDriver::Cgroupfs => "cgroupfs",
@@ -111,7 +117,9 @@ pub fn detect_driver(
 pub struct PodCgroup {
     /// The pod UID in its API form (with dashes).
     pub pod_uid: String,
+    /// The QoS tier the pod's cgroup sits in.
     pub qos: QosClass,
+    /// The layout the path follows.
     pub driver: CgroupDriver,
     /// The container ID when the path reaches into a container's cgroup (runtime prefix removed).
     pub container_id: Option<String>,

@@ -27,18 +27,27 @@ pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// A pod as the eviction core sees it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PodInfo {
+    /// `metadata.namespace` (`default` when unset).
     pub namespace: String,
+    /// `metadata.name`.
     pub name: String,
+    /// `metadata.uid`; the sampler keys pod usage by it.
     pub uid: String,
+    /// The QoS class (`GetPodQOS`): `status.qosClass`, or computed from the spec.
     pub qos: QosClass,
     /// `spec.priority`, 0 when unset (`corev1helpers.PodPriority`).
     pub priority: i32,
     /// Static, mirror or system-critical by priority: never evicted.
     pub critical: bool,
+    /// A static pod: its `kubernetes.io/config.source` annotation names a source other than `api`
+    /// (`IsStaticPod`).
     pub static_pod: bool,
+    /// The API's mirror of a static pod: it has the `kubernetes.io/config.mirror` annotation
+    /// (`IsMirrorPod`).
     pub mirror_pod: bool,
     /// The controlling owner (`kind/name`), for reports.
     pub owner: Option<String>,
+    /// `spec.terminationGracePeriodSeconds`; caps the grace period of a soft eviction.
     pub termination_grace_period_seconds: Option<i64>,
     /// The memory request the kubelet ranks by (containers, sidecars, init containers, pod-level
     /// resources, overhead).
@@ -55,11 +64,13 @@ pub struct PodInfo {
 /// A container's requests, and optionally its usage (used only to word the eviction message).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ContainerInfo {
+    /// The container's name in the pod spec.
     pub name: String,
     /// `resources.requests.memory` as written, zero when absent.
     pub memory_request: Quantity,
     /// `resources.requests.ephemeral-storage` as written, zero when absent.
     pub ephemeral_storage_request: Quantity,
+    /// Filled in by the caller when sampled; the default (nothing known) after [`PodInfo::from_pod`].
     pub usage: ContainerUsage,
 }
 
@@ -75,12 +86,22 @@ pub struct ContainerUsage {
 /// A pod the API returned that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PodError {
+    /// A required field is absent.
     #[error("pod {pod}: {field} is missing")]
-    Missing { pod: String, field: &'static str },
+    Missing {
+        /// `namespace/name` (`namespace/<unnamed>` without a name).
+        pod: String,
+        /// The missing field's path (`metadata.name`, `metadata.uid`).
+        field: &'static str,
+    },
+    /// A resource request or limit does not parse as a quantity.
     #[error("pod {pod}: {field} is not a valid quantity")]
     Quantity {
+        /// `namespace/name`.
         pod: String,
+        /// The field's path in the pod spec.
         field: String,
+        /// Why the value does not parse.
         #[source]
         source: QuantityError,
     },
@@ -101,6 +122,7 @@ pub fn pod_is_active(pod: &Pod) -> bool {
 pub struct PodPresence {
     /// How long its longest-running container has been running (`None`: none started yet).
     pub running_for: Option<Duration>,
+    /// The sampler found the pod's cgroup under kubepods.
     pub cgroup_found: bool,
 }
 

@@ -36,17 +36,37 @@ pub enum Format {
 /// Why a string is not a quantity. Each message names the offending value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
+    /// Empty, or not of the quantity syntax (`1 Gi`, `1Gb`, `1.2.3`).
     #[error(
         "quantity {value:?} must match the regular expression \
          '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
     )]
-    Format { value: String },
+    Format {
+        /// The input as given.
+        value: String,
+    },
+    /// Suffix characters that make no known suffix (`1Mii`, `1e`).
     #[error("quantity {value:?} has an unknown suffix {suffix:?}")]
-    Suffix { value: String, suffix: String },
+    Suffix {
+        /// The input as given.
+        value: String,
+        /// The unknown suffix.
+        suffix: String,
+    },
+    /// The number has no digit (`-.e-10`).
     #[error("quantity {value:?} has no parsable numeric part")]
-    Numeric { value: String },
+    Numeric {
+        /// The input as given.
+        value: String,
+    },
+    /// Longer than [`MAX_LEN`] bytes.
     #[error("quantity {value:?}… is {len} bytes long; at most {MAX_LEN} are accepted")]
-    TooLong { value: String, len: usize },
+    TooLong {
+        /// The first 32 characters of the input.
+        value: String,
+        /// The input's length in bytes.
+        len: usize,
+    },
 }
 
 /// The longest quantity string accepted. The API machinery has no limit, but it stores every
@@ -213,10 +233,12 @@ impl Quantity {
         self.nanos
     }
 
+    /// How the quantity prints: the format of its suffix.
     pub fn format(&self) -> Format {
         self.format
     }
 
+    /// The value is exactly zero (`Quantity.IsZero()`).
     pub fn is_zero(&self) -> bool {
         self.nanos == 0
     }

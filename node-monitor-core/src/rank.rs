@@ -4,7 +4,7 @@
 //! - disk: `orderedBy(exceedDiskRequests, priority, disk)` for ephemeral storage and inodes
 //! - PIDs: `orderedBy(priority, process)`
 //!
-//! Pods with no usage sample rank first, as the kubelet "prioritize[s] evicting the pod for
+//! Pods with no usage sample rank first, as the kubelet "prioritize\[s\] evicting the pod for
 //! which no stats were found". The kubelet sorts with Go's unstable `sort.Sort`, so its order
 //! among complete ties is unspecified; here ties keep the input order (a stable sort).
 //!
@@ -24,11 +24,17 @@ const NANO: i128 = 1_000_000_000;
 /// A pod in eviction order, with the facts the comparators used.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RankedPod {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// The pod's UID.
     pub uid: String,
+    /// The pod's QoS class (reported; the comparators do not use it).
     pub qos: QosClass,
+    /// `spec.priority` (0 when unset); lower is evicted first.
     pub priority: i32,
+    /// Static, mirror or system-critical: ranked like any pod, then skipped by the eviction.
     pub critical: bool,
     /// The sampler had a usage sample for this pod.
     pub stats_found: bool,

@@ -49,7 +49,10 @@ pub const STOPPED_MESSAGE: &str =
 pub enum Release {
     /// The agent stops cleanly (SIGTERM/SIGINT). `shutting_down`: the shutdown manager is in the
     /// middle of a graceful node shutdown.
-    Stop { shutting_down: bool },
+    Stop {
+        /// A graceful node shutdown is in progress.
+        shutting_down: bool,
+    },
     /// `node-monitor cleanup`: every node-monitor mark goes.
     Cleanup,
 }
@@ -57,7 +60,9 @@ pub enum Release {
 /// A taint to remove, by key and effect.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct TaintRef {
+    /// The taint's key (`node-monitor.io/…`).
     pub key: String,
+    /// The taint's effect (`NoSchedule`, …).
     pub effect: String,
 }
 

@@ -11,27 +11,42 @@ use serde::{Deserialize, Serialize};
 /// An eviction signal, spelled as the kubelet spells it (`memory.available`, …).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Signal {
+    /// Node memory not in the working set: capacity (`MemTotal`, or the node cgroup's limit) minus
+    /// the node cgroup's working set.
     #[serde(rename = "memory.available")]
     MemoryAvailable,
+    /// Memory left for pods: the kubepods cgroup's capacity (the Node's allocatable memory, or the
+    /// kubepods limit) minus its working set. The kubelet evaluates it only with
+    /// `enforceNodeAllocatable: [pods]`.
     #[serde(rename = "allocatableMemory.available")]
     AllocatableMemoryAvailable,
+    /// Free bytes on nodefs, the filesystem of the kubelet's root directory (`/var/lib/kubelet`).
     #[serde(rename = "nodefs.available")]
     NodeFsAvailable,
+    /// Free inodes on nodefs.
     #[serde(rename = "nodefs.inodesFree")]
     NodeFsInodesFree,
+    /// Free bytes on imagefs, the filesystem the container runtime keeps images on (equal to
+    /// nodefs' when the two are shared).
     #[serde(rename = "imagefs.available")]
     ImageFsAvailable,
+    /// Free inodes on imagefs.
     #[serde(rename = "imagefs.inodesFree")]
     ImageFsInodesFree,
+    /// Free bytes on containerfs, the filesystem of the containers' writable layers (KEP-4191);
+    /// equal to imagefs' unless the runtime splits the two.
     #[serde(rename = "containerfs.available")]
     ContainerFsAvailable,
+    /// Free inodes on containerfs.
     #[serde(rename = "containerfs.inodesFree")]
     ContainerFsInodesFree,
+    /// Process IDs left: `min(pid_max, threads-max)` minus the tasks on the host.
     #[serde(rename = "pid.available")]
     PidAvailable,
 }
 
 impl Signal {
+    /// Every signal, in declaration order.
     pub const ALL: [Signal; 9] = [
         Signal::MemoryAvailable,
         Signal::AllocatableMemoryAvailable,
@@ -84,7 +99,9 @@ impl FromStr for Signal {
 /// One signal's observed value: what is available and the capacity it is a share of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SignalObservation {
+    /// What is left, in the signal's base unit; negative when usage exceeds capacity.
     pub available: i64,
+    /// The total `available` is a share of, in the same unit (the base of percentage thresholds).
     pub capacity: i64,
 }
 
@@ -102,8 +119,9 @@ pub struct PodUsage {
 /// Everything one sampling pass saw. Signals the sampler could not read are absent, never guessed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Observations {
+    /// The signals that could be read; a signal absent here was not observed.
     pub signals: BTreeMap<Signal, SignalObservation>,
-    /// Keyed by pod UID.
+    /// Per-pod usage, keyed by pod UID.
     pub pods: HashMap<String, PodUsage>,
 }
 

@@ -14,17 +14,21 @@ use super::{
 /// The only operator the kubelet supports (`evictionapi.OpLessThan`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Operator {
+    /// Met when the observed value is below the threshold (`<` in `memory.available<100Mi`).
     LessThan,
 }
 
 /// A threshold amount: a literal quantity or a share of the signal's capacity.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ThresholdValue {
+    /// An absolute amount in the signal's unit (`100Mi`, `1000` inodes).
     Quantity(Quantity),
     /// The kubelet keeps the share as a float32 fraction (`parsePercentage`), which is what the
     /// arithmetic uses; `percent` is the number as written, for display.
     Percentage {
+        /// The share of capacity, `0.1` for `10%`.
         fraction: f32,
+        /// The percentage as written, `10` for `10%`.
         percent: f64,
     },
 }
@@ -70,19 +74,27 @@ pub enum ThresholdSource {
 /// Identifies a threshold across configuration reloads and in the pressure state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct ThresholdKey {
+    /// The threshold's signal.
     pub signal: Signal,
+    /// Where the threshold comes from.
     pub source: ThresholdSource,
 }
 
 /// One eviction threshold (`evictionapi.Threshold`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Threshold {
+    /// The signal the threshold watches.
     pub signal: Signal,
+    /// How the observation is compared with the value.
     pub operator: Operator,
+    /// The amount below which the threshold is met.
     pub value: ThresholdValue,
     /// Zero for hard thresholds; how long a soft threshold must hold before it acts.
     pub grace_period: Duration,
+    /// `evictionMinimumReclaim`: once met, the threshold stays met until `available` is this much
+    /// above the value.
     pub min_reclaim: Option<ThresholdValue>,
+    /// Where the threshold comes from.
     pub source: ThresholdSource,
     /// The threshold this one was copied from: `memory.available` for the allocatable copies,
     /// `nodefs.*` or `imagefs.*` for `containerfs.*` thresholds (`UpdateContainerFsThresholds`).
@@ -90,6 +102,7 @@ pub struct Threshold {
 }
 
 impl Threshold {
+    /// The signal and source that identify the threshold.
     pub fn key(&self) -> ThresholdKey {
         ThresholdKey {
             signal: self.signal,
@@ -130,17 +143,22 @@ impl Threshold {
 /// and eviction messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Resource {
+    /// Reclaimed for `memory.available` and `allocatableMemory.available`.
     #[serde(rename = "memory")]
     Memory,
+    /// Reclaimed for `nodefs.available`, `imagefs.available` and `containerfs.available`.
     #[serde(rename = "ephemeral-storage")]
     EphemeralStorage,
+    /// Reclaimed for the `*.inodesFree` signals.
     #[serde(rename = "inodes")]
     Inodes,
+    /// Reclaimed for `pid.available`.
     #[serde(rename = "pids")]
     Pids,
 }
 
 impl Resource {
+    /// The kubelet's name for the resource (`memory`, `ephemeral-storage`, `inodes`, `pids`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Memory => "memory",
@@ -160,19 +178,24 @@ impl fmt::Display for Resource {
 /// The node conditions the eviction manager reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum NodeConditionType {
+    /// A memory signal's threshold is met.
     MemoryPressure,
+    /// A nodefs, imagefs or containerfs threshold (bytes or inodes) is met.
     DiskPressure,
+    /// The `pid.available` threshold is met.
     #[serde(rename = "PIDPressure")]
     PidPressure,
 }
 
 impl NodeConditionType {
+    /// Every condition, in declaration order.
     pub const ALL: [NodeConditionType; 3] = [
         NodeConditionType::MemoryPressure,
         NodeConditionType::DiskPressure,
         NodeConditionType::PidPressure,
     ];
 
+    /// The condition's type as the Node status spells it (`PIDPressure`, not `PidPressure`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::MemoryPressure => "MemoryPressure",

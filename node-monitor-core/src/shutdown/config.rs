@@ -45,9 +45,11 @@ pub struct ShutdownOptions {
     /// Added to the groups' budget for marking the node and the API's confirmations.
     #[serde(serialize_with = "ser_go_duration")]
     pub inhibit_delay_margin: Duration,
+    /// What node-monitor does when the kubelet holds its own shutdown inhibitor.
     pub kubelet_inhibitor_policy: KubeletInhibitorPolicy,
     /// Also cordon the node (`spec.unschedulable`) while it shuts down.
     pub cordon: bool,
+    /// What to tell the API when a reboot or power-off bypassed the inhibitor.
     pub last_gasp: LastGasp,
     /// The last gasp is one API request bounded by this.
     #[serde(serialize_with = "ser_go_duration")]
@@ -76,9 +78,11 @@ impl Default for ShutdownOptions {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ShutdownConfig {
+    /// The kubelet's shutdown fields as read.
     pub settings: ShutdownSettings,
     /// The groups, lowest priority first (validated from `settings`).
     pub groups: Vec<Group>,
+    /// node-monitor's own options (`nodeMonitor.shutdown`).
     pub options: ShutdownOptions,
     /// Accepted but worth knowing.
     pub warnings: Vec<String>,
@@ -107,35 +111,61 @@ impl ShutdownConfig {
 /// A shutdown configuration that cannot be used; every message names the field and the value.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The document does not parse as YAML (JSON included); the parser's error, with its
+    /// position.
     #[error("config file: not a valid YAML or JSON document")]
     Syntax(#[source] serde_norway::Error),
+    /// The document is a scalar or a list, not a KubeletConfiguration mapping.
     #[error("config file: expected a mapping of KubeletConfiguration fields, found {found}")]
-    NotAMapping { found: String },
-    #[error("{field}: expected {expected}, found {found}")]
-    WrongType {
-        field: String,
-        expected: &'static str,
+    NotAMapping {
+        /// What the document is instead (`a list`, `the string "x"`).
         found: String,
     },
+    /// A field holds the wrong kind of value.
+    #[error("{field}: expected {expected}, found {found}")]
+    WrongType {
+        /// The setting's path (`nodeMonitor.shutdown.pollInterval`, `shutdownGracePeriod`).
+        field: String,
+        /// What the field takes.
+        expected: &'static str,
+        /// What it holds instead.
+        found: String,
+    },
+    /// A value that does not parse as a Go duration.
     #[error("{field}: invalid duration {value:?}")]
     Duration {
+        /// The setting's path (`nodeMonitor.shutdown.pollInterval`, `shutdownGracePeriod`).
         field: String,
+        /// The value as written.
         value: String,
+        /// Why it does not parse.
         #[source]
         source: DurationError,
     },
+    /// A key under `nodeMonitor.shutdown`, or in a `shutdownGracePeriodByPodPriority` entry, that
+    /// is not known there.
     #[error("{field}: unknown setting {key:?}; known settings: {known}")]
     UnknownKey {
+        /// The setting's path (`nodeMonitor.shutdown.pollInterval`, `shutdownGracePeriod`).
         field: String,
+        /// The unknown key.
         key: String,
+        /// The keys accepted there, comma-separated.
         known: String,
     },
+    /// A value of the right type that is out of range or not one of the allowed words; `reason`
+    /// says why.
     #[error("{field}: {value:?} {reason}")]
     Invalid {
+        /// The setting's path (`nodeMonitor.shutdown.pollInterval`, `shutdownGracePeriod`).
         field: String,
+        /// The value as written.
         value: String,
+        /// What is wrong with it, worded to follow the value.
         reason: String,
     },
+    /// The kubelet's shutdown fields are ones the kubelet would refuse, or need more than logind
+    /// can wait.
     #[error(transparent)]
     Settings(#[from] ShutdownConfigError),
 }

@@ -44,12 +44,15 @@ use crate::{
 pub struct GoDuration(pub i64);
 
 impl GoDuration {
+    /// Zero: for `shutdownGracePeriod`, shutdown handling off.
     pub const ZERO: GoDuration = GoDuration(0);
 
+    /// `secs` seconds, saturating.
     pub const fn from_secs(secs: i64) -> Self {
         Self(secs.saturating_mul(1_000_000_000))
     }
 
+    /// `millis` milliseconds, saturating.
     pub const fn from_millis(millis: i64) -> Self {
         Self(millis.saturating_mul(1_000_000))
     }
@@ -59,6 +62,7 @@ impl GoDuration {
         parse_go_duration(s).map(Self)
     }
 
+    /// Below zero (the kubelet refuses negative shutdown periods).
     pub const fn is_negative(self) -> bool {
         self.0 < 0
     }
@@ -98,7 +102,9 @@ impl<'de> Deserialize<'de> for GoDuration {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PriorityPeriod {
+    /// The lowest pod priority of the group.
     pub priority: i32,
+    /// The group's period, seconds.
     pub shutdown_grace_period_seconds: i64,
 }
 
@@ -114,6 +120,7 @@ pub struct ShutdownSettings {
     /// Reserved for critical pods, out of `shutdownGracePeriod`.
     #[serde(default)]
     pub shutdown_grace_period_critical_pods: GoDuration,
+    /// One group per entry; excludes the other two fields.
     #[serde(default)]
     pub shutdown_grace_period_by_pod_priority: Vec<PriorityPeriod>,
 }
@@ -127,36 +134,69 @@ pub const LOGIND_MAX_DELAY: Duration = Duration::from_micros(u64::MAX - 1);
 /// A configuration the kubelet would refuse, or one that cannot fit the logind budget.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShutdownConfigError {
+    /// A negative period.
     #[error("{field}: {value} is negative")]
-    Negative { field: &'static str, value: String },
+    Negative {
+        /// The field (`shutdownGracePeriod`, …).
+        field: &'static str,
+        /// The value as a Go duration, or seconds for a priority entry.
+        value: String,
+    },
+    /// A `shutdownGracePeriod` or `shutdownGracePeriodCriticalPods` between 0 and 1 s.
     #[error("{field}: {value} must be either zero or otherwise >= 1s")]
-    SubSecond { field: &'static str, value: String },
+    SubSecond {
+        /// The field.
+        field: &'static str,
+        /// The value as a Go duration.
+        value: String,
+    },
+    /// `shutdownGracePeriodCriticalPods` is longer than the whole `shutdownGracePeriod`.
     #[error("shutdownGracePeriodCriticalPods: {critical} exceeds shutdownGracePeriod: {total}")]
-    CriticalExceedsTotal { critical: String, total: String },
+    CriticalExceedsTotal {
+        /// `shutdownGracePeriodCriticalPods`, as a Go duration.
+        critical: String,
+        /// `shutdownGracePeriod`, as a Go duration.
+        total: String,
+    },
+    /// Two `shutdownGracePeriodByPodPriority` entries with this priority.
     #[error("shutdownGracePeriodByPodPriority: priority {0} appears more than once")]
     DuplicatePriority(i32),
+    /// The groups need longer than logind can be asked to wait ([`LOGIND_MAX_DELAY`]).
     #[error(
         "{field}: the shutdown groups need {needed_seconds}s in total, more than logind's InhibitDelayMaxSec can hold ({max_seconds}s)"
     )]
     BudgetTooLong {
+        /// The field.
         field: &'static str,
+        /// The groups' periods summed, seconds.
         needed_seconds: u128,
+        /// [`LOGIND_MAX_DELAY`], seconds.
         max_seconds: u64,
     },
+    /// The priority list and the two-group fields are both set (the kubelet takes one form).
     #[error(
         "shutdownGracePeriodByPodPriority and shutdownGracePeriod/shutdownGracePeriodCriticalPods are both set; use one"
     )]
     BothForms,
+    /// logind's `InhibitDelayMaxSec` is shorter than the groups need, and node-monitor may not
+    /// raise it.
     #[error(
         "the shutdown groups need {needed}s but logind's InhibitDelayMaxSec allows {allowed}s; raise it (nodeMonitor.shutdown.manageInhibitDelay) or shorten the groups"
     )]
-    ExceedsInhibitDelay { needed: u64, allowed: u64 },
+    ExceedsInhibitDelay {
+        /// The groups' budget, seconds.
+        needed: u64,
+        /// `InhibitDelayMaxSec`, seconds.
+        allowed: u64,
+    },
 }
 
 /// A group of the plan's configuration: pods at or above `priority` (and below the next group's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Group {
+    /// The lowest pod priority of the group.
     pub priority: i32,
+    /// How long the group's pods get, counted from the group's start.
     pub period: Duration,
 }
 
@@ -266,9 +306,13 @@ fn secs(s: i64) -> Duration {
 /// What the plan needs to know of a pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ShutdownPod {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// The pod's UID.
     pub uid: String,
+    /// `spec.priority`, 0 when unset.
     pub priority: i32,
     /// `spec.terminationGracePeriodSeconds`; `None` gives the group's period, as in the kubelet.
     pub termination_grace_period_seconds: Option<i64>,
@@ -277,7 +321,9 @@ pub struct ShutdownPod {
 /// A pod with the grace period it will be given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PlannedPod {
+    /// The pod.
     pub pod: ShutdownPod,
+    /// min(its `terminationGracePeriodSeconds`, the group's period), seconds.
     pub grace_period_seconds: i64,
 }
 
@@ -285,19 +331,25 @@ pub struct PlannedPod {
 /// (the sum of the earlier non-empty groups' periods: the latest it may start).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PlannedGroup {
+    /// The lowest pod priority of the group.
     pub priority: i32,
+    /// The group's period.
     pub period: Duration,
+    /// The latest the group starts, after the shutdown's start.
     pub latest_start: Duration,
+    /// The group's pods, by namespace and name.
     pub pods: Vec<PlannedPod>,
 }
 
 /// The whole plan, lowest priority first; empty groups are left out.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ShutdownPlan {
+    /// The groups with pods, in the order they run.
     pub groups: Vec<PlannedGroup>,
 }
 
 impl ShutdownPlan {
+    /// The number of pods in all groups.
     pub fn pod_count(&self) -> usize {
         self.groups.iter().map(|g| g.pods.len()).sum()
     }
@@ -374,7 +426,10 @@ pub enum GroupOutcome {
     /// The API confirmed every pod of the group gone.
     AllGone,
     /// The group's period ran out with these pods (`namespace/name`) still present.
-    PeriodElapsed { remaining: Vec<String> },
+    PeriodElapsed {
+        /// The pods still present, `namespace/name`.
+        remaining: Vec<String>,
+    },
 }
 
 /// What the manager must do next, in order.
@@ -382,14 +437,20 @@ pub enum GroupOutcome {
 pub enum Step {
     /// Terminate the group's pods now, each with its planned grace period.
     StartGroup {
+        /// The group's position in the plan.
         index: usize,
+        /// The group's lowest pod priority.
         priority: i32,
+        /// The pods to terminate.
         pods: Vec<PlannedPod>,
     },
     /// The group is over.
     EndGroup {
+        /// The group's position in the plan.
         index: usize,
+        /// The group's lowest pod priority.
         priority: i32,
+        /// How it ended.
         outcome: GroupOutcome,
     },
     /// Every group ran: release the inhibitor.
@@ -399,9 +460,13 @@ pub enum Step {
 /// A group's times, for metrics and the benchmark.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GroupRecord {
+    /// The group's lowest pod priority.
     pub priority: i32,
+    /// When the group started.
     pub started: Timestamp,
+    /// When it ended; `None` while it runs.
     pub ended: Option<Timestamp>,
+    /// How it ended; `None` while it runs.
     pub outcome: Option<GroupOutcome>,
 }
 
@@ -420,6 +485,7 @@ pub struct ShutdownRun {
 }
 
 impl ShutdownRun {
+    /// A run of `plan` that starts at `now`; the first [`Self::advance`] starts its first group.
     pub fn new(plan: ShutdownPlan, now: Timestamp) -> Self {
         Self {
             plan,
@@ -430,14 +496,17 @@ impl ShutdownRun {
         }
     }
 
+    /// The plan being run.
     pub fn plan(&self) -> &ShutdownPlan {
         &self.plan
     }
 
+    /// When the shutdown started.
     pub fn started(&self) -> Timestamp {
         self.started
     }
 
+    /// The groups started so far, in order.
     pub fn records(&self) -> &[GroupRecord] {
         &self.records
     }
@@ -447,6 +516,7 @@ impl ShutdownRun {
         self.released
     }
 
+    /// The lock was released: every group ran, or the run was aborted.
     pub fn is_finished(&self) -> bool {
         self.released.is_some()
     }
@@ -573,6 +643,7 @@ pub enum KubeletInhibitorPolicy {
 }
 
 impl KubeletInhibitorPolicy {
+    /// Every policy with its configuration spelling.
     pub const ALL: [(&'static str, KubeletInhibitorPolicy); 3] = [
         ("takeOver", KubeletInhibitorPolicy::TakeOver),
         ("cooperate", KubeletInhibitorPolicy::Cooperate),
@@ -605,11 +676,17 @@ pub fn role(policy: KubeletInhibitorPolicy, kubelet_holds_inhibitor: bool) -> Ro
 /// One row of logind's `ListInhibitors` (`a(ssssuu)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inhibitor {
+    /// What is inhibited, colon-separated (`shutdown:sleep`).
     pub what: String,
+    /// The holder's name (`kubelet`, `node-monitor`).
     pub who: String,
+    /// The holder's reason, free text.
     pub why: String,
+    /// `delay` (postpones for up to `InhibitDelayMaxSec`) or `block`.
     pub mode: String,
+    /// The holder's user ID.
     pub uid: u32,
+    /// The holder's process ID.
     pub pid: u32,
 }
 
@@ -627,9 +704,17 @@ pub enum DelayCheck {
     /// logind already waits long enough.
     Sufficient,
     /// Write a drop-in raising it to this many seconds and reload logind.
-    Raise { seconds: u64 },
+    Raise {
+        /// The new `InhibitDelayMaxSec`: the needed delay rounded up to whole seconds.
+        seconds: u64,
+    },
     /// Too low and not ours to change.
-    TooLow { needed: Duration, allowed: Duration },
+    TooLow {
+        /// The delay the shutdown groups need.
+        needed: Duration,
+        /// logind's current `InhibitDelayMaxSec`.
+        allowed: Duration,
+    },
 }
 
 /// Compares the delay the shutdown needs with logind's, and says whether to raise it.
@@ -717,12 +802,25 @@ pub struct RebootRequests {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RebootAction {
     /// Count `n` requests the kernel refuses, under `reason` (`RebootGate::refusal`).
-    CountRefused { reason: &'static str, n: u64 },
+    CountRefused {
+        /// Why the kernel refuses them (`RebootGate::refusal`: `capability`, `magic`, …).
+        reason: &'static str,
+        /// How many: this request and those the probe withheld.
+        n: u64,
+    },
     /// Count `n` requests whose caller could not be checked.
-    CountUnverified { n: u64 },
+    CountUnverified {
+        /// How many: this request and those the probe withheld.
+        n: u64,
+    },
     /// Log the request; `unlogged` earlier requests with its verdict went unlogged (rate limit
     /// here or in the probe).
-    Log { gate: RebootGate, unlogged: u64 },
+    Log {
+        /// The request's verdict.
+        gate: RebootGate,
+        /// Earlier requests with this verdict not logged.
+        unlogged: u64,
+    },
     /// The end of a shutdown logind announced.
     Graceful,
     /// A shutdown that went around logind and every inhibitor: count it.
@@ -731,7 +829,10 @@ pub enum RebootAction {
     LastGasp,
     /// A last gasp was due, but one went out at `previous`, less than
     /// [`LAST_GASP_MIN_INTERVAL`] ago: no API write.
-    LastGaspSuppressed { previous: Timestamp },
+    LastGaspSuppressed {
+        /// When the previous last gasp went out.
+        previous: Timestamp,
+    },
 }
 
 impl RebootRequests {
