@@ -47,7 +47,7 @@ pub fn binary(name: &str) -> PathBuf {
     let p = target_dir().join(name);
     assert!(
         p.is_file(),
-        "{} is missing: build the binaries first (`cargo build --bins`, as scripts/test.sh does)",
+        "{} is missing: build the binaries first (`cargo bins`, as scripts/test.sh does)",
         p.display()
     );
     p

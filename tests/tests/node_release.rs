@@ -5,7 +5,7 @@
 //!
 //! No kubelet runs: the node and its kubelet-owned fields are written by the test. The stop is
 //! exercised through the agent's own stop routine on its actuator; the cleanup through the
-//! `node-monitor` binary (build it first: `cargo build --bins`).
+//! `node-monitor` binary (build it first: `cargo bins`).
 //!
 //! Needs the binaries from `scripts/setup.sh --with-control-plane` (KUBEBUILDER_ASSETS); without
 //! them every test fails naming what is missing.

@@ -17,7 +17,7 @@
 //!    kubelet's eviction manager acts and before the kernel OOM killer; the kubelet then stops
 //!    the real container; the Guaranteed pod is untouched; no pod is evicted twice.
 //!
-//! Run it under `flock /tmp/nm-vm.lock` after `cargo build --bins` and the image archives
+//! Run it under `flock /tmp/nm-vm.lock` after `cargo bins` and the image archives
 //! (`scripts/test.sh` does both). It fails, never skips, when qemu, the guest image, the node
 //! binaries or the images are missing. Timings go to stderr for docs/benchmarks.md.
 use std::{

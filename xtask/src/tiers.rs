@@ -105,7 +105,7 @@ pub fn test(args: &TestArgs) -> Result<()> {
             Tier::Lint => lint()?,
             Tier::Unit => run(cargo().args(["test", "--locked"]))?,
             _ => {
-                run(cargo().args(["build", "--bins", "--locked"]))?;
+                run(cargo().args(BUILD_BINS))?;
                 if tier == Tier::RealNode {
                     images()?;
                 }
@@ -143,7 +143,7 @@ fn every_tier() -> Result<()> {
     log("test", "== format and lints");
     lint()?;
     log("test", "== build (the integration tiers run the binaries)");
-    run(cargo().args(["build", "--bins", "--locked"]))?;
+    run(cargo().args(BUILD_BINS))?;
     log(
         "test",
         "== images for the real-node tier: OCI archives built offline (target/images/)",
@@ -163,6 +163,17 @@ fn every_tier() -> Result<()> {
 /// Every crate built for the host: the eBPF crate is built for the BPF target by node-monitor's
 /// build script, never for the host; the `tests` crate is named here (it is not a default member).
 const HOST_CRATES: [&str; 3] = ["--workspace", "--exclude", "node-monitor-ebpf"];
+
+/// Every host binary: the agent, the harness's stand-in and workloads, the benchmarks (`cargo
+/// bins`, an alias in .cargo/config.toml).
+const BUILD_BINS: [&str; 6] = [
+    "build",
+    "--workspace",
+    "--exclude",
+    "node-monitor-ebpf",
+    "--bins",
+    "--locked",
+];
 
 fn lint() -> Result<()> {
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
@@ -223,7 +234,7 @@ pub fn demo() -> Result<()> {
     if !sh::is_root() {
         bail!("demo: run as root (it creates cgroups and loads eBPF programs)");
     }
-    run(cargo().args(["build", "--bins", "--locked", "-q"]))?;
+    run(cargo().args(BUILD_BINS).arg("-q"))?;
     run(Command::new(target_dir().join("debug/nm-demo"))
         .env("KUBEBUILDER_ASSETS", kubebuilder_assets()))
 }
@@ -272,7 +283,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             build(&[
                 "--release",
                 "-p",
-                "node-monitor-tests",
+                "node-monitor-bench",
                 "--bin",
                 "bench-sampler",
             ])?;
@@ -285,6 +296,8 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 "node-monitor",
                 "-p",
                 "node-monitor-tests",
+                "-p",
+                "node-monitor-bench",
                 "--bin",
                 "node-monitor",
                 "--bin",
@@ -301,6 +314,8 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 "node-monitor",
                 "-p",
                 "node-monitor-tests",
+                "-p",
+                "node-monitor-bench",
                 "--bin",
                 "node-monitor",
                 "--bin",
@@ -313,7 +328,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 .args(&args.args))
         }
         Bench::Reaction | Bench::AgentLoad | Bench::Failover => {
-            build(&["--bins"])?;
+            run(cargo().args(BUILD_BINS))?;
             let bin = match args.bench {
                 Bench::Reaction => "bench-reaction",
                 Bench::AgentLoad => "bench-agent-load",
@@ -322,7 +337,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             run(with_assets(&debug, bin).args(&args.args))
         }
         Bench::Spike => {
-            build(&["--bins"])?;
+            run(cargo().args(BUILD_BINS))?;
             build(&[
                 "--release",
                 "-p",

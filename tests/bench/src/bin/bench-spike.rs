@@ -30,7 +30,7 @@
 //! ("Spike survival").
 //!
 //! ```sh
-//! cargo build --bins
+//! cargo bins
 //! cargo build --release -p node-monitor -p node-monitor-tests \
 //!     --bin node-monitor --bin nm-kubelet-standin --bin nm-workload
 //! flock /tmp/nm-vm.lock target/debug/bench-spike --runs 3

@@ -5,7 +5,7 @@
 //! cgroup wake-ups) and `--polling-only` (the kubelet's 10 s housekeeping poll).
 //!
 //! ```text
-//! cargo build --bins && target/debug/bench-reaction --runs 20
+//! cargo bins && target/debug/bench-reaction --runs 20
 //! ```
 use std::{
     fs,

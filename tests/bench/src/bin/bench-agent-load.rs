@@ -2,7 +2,7 @@
 //! in kubelet-layout cgroups) on a stand-in node, measured from /proc over a steady window.
 //!
 //! ```text
-//! cargo build --bins && target/debug/bench-agent-load --pods 250 --seconds 60
+//! cargo bins && target/debug/bench-agent-load --pods 250 --seconds 60
 //! ```
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,7 @@
 //! Root and the control-plane binaries are required. See docs/benchmarks.md ("Failover").
 //!
 //! ```sh
-//! cargo build --bins && sudo target/debug/bench-failover --scenario all --mode both --timeouts both
+//! cargo bins && sudo target/debug/bench-failover --scenario all --mode both --timeouts both
 //! ```
 use std::{
     collections::BTreeMap,
