@@ -452,9 +452,44 @@ pub fn load_sources(
     sources: &[ConfigSource<'_>],
     flags: &EvictionOverrides,
 ) -> Result<EvictionConfig, ConfigError> {
+    let documents = sources
+        .iter()
+        .map(|s| parse_document(*s))
+        .collect::<Result<Vec<_>, _>>()?;
+    load_documents(&documents, flags)
+}
+
+/// One configuration document, parsed once: the eviction and the shutdown settings are both read
+/// from it ([`crate::agent_config`]).
+#[derive(Debug, Clone)]
+pub struct Document {
+    /// The name used for it in error messages (usually its path).
+    pub name: String,
+    /// The parsed YAML (or JSON) value.
+    pub value: Value,
+}
+
+/// Parses one document's text (YAML, JSON included); the error names the document.
+pub fn parse_document(source: ConfigSource<'_>) -> Result<Document, ConfigError> {
+    let value = serde_norway::from_str(source.text).map_err(|e| ConfigError::Syntax {
+        source_name: source.name.into(),
+        source: e,
+    })?;
+    Ok(Document {
+        name: source.name.to_owned(),
+        value,
+    })
+}
+
+/// [`load_sources`] over documents already parsed: each replaces the fields it names, then the
+/// flags override them all.
+pub fn load_documents(
+    documents: &[Document],
+    flags: &EvictionOverrides,
+) -> Result<EvictionConfig, ConfigError> {
     let mut file = FileSettings::default();
-    for source in sources {
-        file.merge(FileSettings::parse(*source)?);
+    for document in documents {
+        file.merge(FileSettings::from_document(document)?);
     }
     let mut warnings = Vec::new();
 
@@ -654,17 +689,13 @@ struct FileSettings {
 }
 
 impl FileSettings {
-    fn parse(source: ConfigSource<'_>) -> Result<Self, ConfigError> {
-        let doc: Value = serde_norway::from_str(source.text).map_err(|e| ConfigError::Syntax {
-            source_name: source.name.into(),
-            source: e,
-        })?;
-        let map = match doc {
+    fn from_document(document: &Document) -> Result<Self, ConfigError> {
+        let map = match document.value.clone() {
             Value::Null => return Ok(Self::default()),
             Value::Mapping(m) => m,
             other => {
                 return Err(ConfigError::NotAMapping {
-                    source_name: source.name.into(),
+                    source_name: document.name.clone(),
                     found: describe(&other),
                 });
             }
@@ -676,7 +707,7 @@ impl FileSettings {
             if !EVICTION_FILE_FIELDS.contains(&key.as_str()) {
                 continue;
             }
-            let field = format!("{}: {key}", source.name);
+            let field = format!("{}: {key}", document.name);
             match key.as_str() {
                 "evictionHard" => out.eviction_hard = string_map(&field, v)?,
                 "evictionSoft" => out.eviction_soft = string_map(&field, v)?,

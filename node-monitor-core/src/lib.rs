@@ -8,6 +8,7 @@
 //!
 //! This crate builds and tests on stable Rust alone (`cargo test -p node-monitor-core`): no eBPF
 //! toolchain, no runtime, no Kubernetes client.
+pub mod agent_config;
 pub mod clock;
 pub mod config;
 pub mod duration;

@@ -202,7 +202,13 @@ pub fn parse_shutdown_config(
         return Ok(ShutdownConfig::default());
     };
     let doc: Value = serde_norway::from_str(text).map_err(ConfigError::Syntax)?;
-    let map = match doc {
+    parse_shutdown_document(&doc)
+}
+
+/// The shutdown configuration of a document already parsed (the agent parses its file once and
+/// reads both the eviction and the shutdown settings from it, [`crate::agent_config`]).
+pub fn parse_shutdown_document(doc: &Value) -> Result<ShutdownConfig, ConfigError> {
+    let map = match doc.clone() {
         Value::Null => return Ok(ShutdownConfig::default()),
         Value::Mapping(m) => m,
         other => {

@@ -39,6 +39,7 @@ use crate::{
 
 use crate::cli::flags::EvictionFlags;
 use node_monitor_core::{
+    agent_config::{AgentConfig, load_agent_config},
     clock::Timestamp,
     config::{self, ConfigSource, EvictionConfig, PdbPolicy},
     eviction::{
@@ -117,11 +118,12 @@ pub struct Args {
     pub no_mlock: bool,
 }
 
-/// Loads the eviction configuration from `--config` and the flags.
+/// Reads `--config` once and loads the eviction and the graceful shutdown configuration from it,
+/// with the eviction flags over the file.
 pub fn load_config(
     path: Option<&std::path::Path>,
     flags: &EvictionFlags,
-) -> anyhow::Result<EvictionConfig> {
+) -> anyhow::Result<AgentConfig> {
     let text = match path {
         Some(p) => Some(crate::cli::io::read_file_bounded(
             p,
@@ -131,21 +133,19 @@ pub fn load_config(
         None => None,
     };
     let name = path.map(|p| p.display().to_string()).unwrap_or_default();
-    let sources: Vec<ConfigSource<'_>> = text
-        .as_deref()
-        .map(|t| ConfigSource {
-            name: &name,
-            text: t,
-        })
-        .into_iter()
-        .collect();
-    Ok(config::load_sources(&sources, &flags.overrides())?)
+    let source = text.as_deref().map(|t| ConfigSource {
+        name: &name,
+        text: t,
+    });
+    Ok(load_agent_config(source, &flags.overrides())?)
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
-    let mut config = load_config(args.config.as_deref(), &args.eviction)?;
-    let shutdown_config = crate::shutdown::load_shutdown_config(args.config.as_deref())?;
+    let AgentConfig {
+        eviction: mut config,
+        shutdown: shutdown_config,
+    } = load_config(args.config.as_deref(), &args.eviction)?;
     if args.dry_run {
         config.node_monitor.dry_run = true;
     }

@@ -8,7 +8,7 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
-use crate::shutdown::{ShutdownConfig, load_shutdown_config};
+use crate::shutdown::ShutdownConfig;
 
 use crate::cli::flags::EvictionFlags;
 use node_monitor_core::{
@@ -33,9 +33,11 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    // The same loaders, in the same order, as `node-monitor run`: what fails here fails there.
-    let config = load(args.config.as_deref(), &[], &args.eviction)?;
-    let shutdown = load_shutdown_config(args.config.as_deref())?;
+    // The same loader as `node-monitor run`: what fails here fails there.
+    let node_monitor_core::agent_config::AgentConfig {
+        eviction: config,
+        shutdown,
+    } = crate::agent::load_config(args.config.as_deref(), &args.eviction)?;
     for warning in &config.warnings {
         tracing::warn!(%warning, "eviction configuration");
     }
