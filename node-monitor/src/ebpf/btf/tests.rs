@@ -1,0 +1,501 @@
+
+use super::*;
+
+/// Builds BTF blobs for tests.
+#[derive(Default)]
+pub(crate) struct Builder {
+    types: Vec<u8>,
+    strings: Vec<u8>,
+    next_id: u32,
+}
+
+impl Builder {
+    pub(crate) fn new() -> Self {
+        Self {
+            types: Vec::new(),
+            strings: vec![0],
+            next_id: 1,
+        }
+    }
+
+    fn s(&mut self, name: &str) -> u32 {
+        if name.is_empty() {
+            return 0;
+        }
+        let off = self.strings.len() as u32;
+        self.strings.extend_from_slice(name.as_bytes());
+        self.strings.push(0);
+        off
+    }
+
+    fn push(&mut self, words: &[u32]) -> u32 {
+        for w in words {
+            self.types.extend_from_slice(&w.to_le_bytes());
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    pub(crate) fn int(&mut self, name: &str, size: u32) -> u32 {
+        let n = self.s(name);
+        self.push(&[n, 1 << 24, size, size * 8])
+    }
+
+    pub(crate) fn ptr(&mut self, to: u32) -> u32 {
+        self.push(&[0, 2 << 24, to])
+    }
+
+    pub(crate) fn array(&mut self, elem: u32, index: u32, n: u32) -> u32 {
+        self.push(&[0, 3 << 24, 0, elem, index, n])
+    }
+
+    pub(crate) fn typedef(&mut self, name: &str, to: u32) -> u32 {
+        let n = self.s(name);
+        self.push(&[n, 8 << 24, to])
+    }
+
+    pub(crate) fn composite(
+        &mut self,
+        kind: u32,
+        name: &str,
+        size: u32,
+        members: &[(&str, u32, u32)],
+    ) -> u32 {
+        let n = self.s(name);
+        let mut words = vec![n, (kind << 24) | members.len() as u32, size];
+        for (mname, ty, byte_off) in members {
+            let mn = self.s(mname);
+            words.extend([mn, *ty, byte_off * 8]);
+        }
+        self.push(&words)
+    }
+
+    pub(crate) fn strukt(&mut self, name: &str, size: u32, members: &[(&str, u32, u32)]) -> u32 {
+        self.composite(4, name, size, members)
+    }
+
+    pub(crate) fn union(&mut self, name: &str, size: u32, members: &[(&str, u32, u32)]) -> u32 {
+        self.composite(5, name, size, members)
+    }
+
+    pub(crate) fn enumeration(&mut self, name: &str, values: &[(&str, i32)]) -> u32 {
+        let n = self.s(name);
+        let mut words = vec![n, (6 << 24) | values.len() as u32, 4];
+        for (vname, v) in values {
+            let vn = self.s(vname);
+            words.extend([vn, *v as u32]);
+        }
+        self.push(&words)
+    }
+
+    pub(crate) fn func_proto(&mut self, params: &[u32]) -> u32 {
+        let mut words = vec![0, (13 << 24) | params.len() as u32, 0];
+        for p in params {
+            words.extend([0, *p]);
+        }
+        self.push(&words)
+    }
+
+    pub(crate) fn build(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&BTF_MAGIC.to_le_bytes());
+        out.push(1); // version
+        out.push(0); // flags
+        out.extend_from_slice(&24u32.to_le_bytes()); // hdr_len
+        out.extend_from_slice(&0u32.to_le_bytes()); // type_off
+        out.extend_from_slice(&(self.types.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.types.len() as u32).to_le_bytes()); // str_off
+        out.extend_from_slice(&(self.strings.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.types);
+        out.extend_from_slice(&self.strings);
+        out
+    }
+}
+
+/// A miniature kernel: the structs the OOM program reads, laid out like 6.x (`rss_stat` an
+/// array of `percpu_counter`, `mm_struct` fields inside an anonymous struct) or like 5.x
+/// (`struct mm_rss_stat`, `union kernfs_node_id`).
+pub(crate) fn mini_kernel(modern: bool) -> Vec<u8> {
+    let mut b = Builder::new();
+    let u8_ = b.int("unsigned char", 1);
+    let i16_ = b.int("short int", 2);
+    let i32_ = b.int("int", 4);
+    let u64_ = b.int("long long unsigned int", 8);
+    let s64 = b.int("long long int", 8);
+    let pid_t = b.typedef("pid_t", i32_);
+    let comm = b.array(u8_, i32_, 16);
+    let void_ptr = b.ptr(0);
+    let atomic_long = b.strukt("", 8, &[("counter", s64, 0)]);
+    let atomic_long_t = b.typedef("atomic_long_t", atomic_long);
+    let kernfs_id = if modern {
+        u64_
+    } else {
+        let inner = b.strukt("", 8, &[("ino", i32_, 0), ("generation", i32_, 4)]);
+        b.union("kernfs_node_id", 8, &[("", inner, 0), ("id", u64_, 0)])
+    };
+    let _kn = b.strukt(
+        "kernfs_node",
+        128,
+        &[
+            ("count", i32_, 0),
+            ("parent", void_ptr, 8),
+            ("id", kernfs_id, 96),
+        ],
+    );
+    let _cgroup = b.strukt("cgroup", 2048, &[("self", u64_, 0), ("kn", void_ptr, 264)]);
+    let _css_set = b.strukt(
+        "css_set",
+        512,
+        &[("subsys", void_ptr, 0), ("dfl_cgrp", void_ptr, 136)],
+    );
+    let _signal = b.strukt(
+        "signal_struct",
+        1024,
+        &[
+            ("sigcnt", i32_, 0),
+            ("oom_score_adj", i16_, 730),
+            ("oom_score_adj_min", i16_, 732),
+        ],
+    );
+    let rss_stat = if modern {
+        let pcpu = b.strukt(
+            "percpu_counter",
+            40,
+            &[
+                ("lock", i32_, 0),
+                ("count", s64, 8),
+                ("list", u64_, 16),
+                ("counters", void_ptr, 32),
+            ],
+        );
+        b.array(pcpu, i32_, 4)
+    } else {
+        let arr = b.array(atomic_long_t, i32_, 4);
+        b.strukt("mm_rss_stat", 32, &[("count", arr, 0)])
+    };
+    let mm_inner = b.strukt(
+        "",
+        1200,
+        &[
+            ("mmap_base", u64_, 0),
+            ("pgtables_bytes", atomic_long_t, 96),
+            ("total_vm", u64_, 200),
+            ("rss_stat", rss_stat, 704),
+        ],
+    );
+    let _mm = b.strukt("mm_struct", 1300, &[("", mm_inner, 64)]);
+    let u32_ = b.int("unsigned int", 4);
+    let _pid = b.strukt(
+        "pid",
+        112,
+        &[("count", i32_, 0), ("level", u32_, 4), ("lock", i32_, 8)],
+    );
+    // kernel_cap_t: a typedef of an anonymous `struct { u64 val; }` since 6.3; before,
+    // of `struct kernel_cap_struct { __u32 cap[2]; }`.
+    let cap = if modern {
+        let s = b.strukt("", 8, &[("val", u64_, 0)]);
+        b.typedef("kernel_cap_t", s)
+    } else {
+        let arr = b.array(u32_, i32_, 2);
+        let s = b.strukt("kernel_cap_struct", 8, &[("cap", arr, 0)]);
+        b.typedef("kernel_cap_t", s)
+    };
+    let _cred = b.strukt(
+        "cred",
+        184,
+        &[
+            ("usage", i32_, 0),
+            ("cap_inheritable", cap, 40),
+            ("cap_permitted", cap, 48),
+            ("cap_effective", cap, 56),
+            ("user_ns", void_ptr, 136),
+        ],
+    );
+    let _user_ns = b.strukt(
+        "user_namespace",
+        632,
+        &[("parent", void_ptr, 216), ("level", i32_, 224)],
+    );
+    let _task = b.strukt(
+        "task_struct",
+        9000,
+        &[
+            ("mm", void_ptr, 2352),
+            ("pid", pid_t, 2480),
+            ("tgid", pid_t, 2484),
+            ("thread_pid", void_ptr, 2600),
+            ("cred", void_ptr, 2960),
+            ("comm", comm, 3000),
+            ("signal", void_ptr, 3100),
+            ("cgroups", void_ptr, 3400),
+        ],
+    );
+    b.enumeration(
+        "",
+        &[
+            ("MM_FILEPAGES", 0),
+            ("MM_ANONPAGES", 1),
+            ("MM_SWAPENTS", 2),
+            ("MM_SHMEMPAGES", 3),
+        ],
+    );
+    let task_ptr = b.ptr(_task);
+    let uid_t = b.typedef("uid_t", u32_);
+    let proto = b.func_proto(&[void_ptr, task_ptr, uid_t]);
+    let fptr = b.ptr(proto);
+    b.typedef("btf_trace_mark_victim", fptr);
+    b.build()
+}
+
+#[test]
+fn resolves_a_6x_layout() {
+    let btf = Btf::parse(&mini_kernel(true)).unwrap();
+    let o = btf.task_offsets().unwrap();
+    assert_eq!(
+        o,
+        TaskOffsets {
+            task_pid: 2480,
+            task_tgid: 2484,
+            task_comm: 3000,
+            task_cgroups: 3400,
+            task_signal: 3100,
+            task_mm: 2352,
+            css_set_dfl_cgrp: 136,
+            cgroup_kn: 264,
+            kernfs_node_id: 96,
+            signal_oom_score_adj: 730,
+            // Inside the anonymous struct at 64.
+            mm_total_vm: 64 + 200,
+            mm_pgtables_bytes: 64 + 96,
+            mm_rss_stat: 64 + 704,
+            rss_stride: 40,
+            rss_count: 8,
+            rss_file_idx: 0,
+            rss_anon_idx: 1,
+            rss_shmem_idx: 3,
+            memory_valid: 1,
+            valid: 1,
+            task_thread_pid: 2600,
+            pid_level: 4,
+            task_cred: 2960,
+            cred_cap_effective: 56,
+            cred_user_ns: 136,
+            user_ns_level: 224,
+            caller_valid: 1,
+            _pad: 0,
+        }
+    );
+    assert!(btf.has_raw_tracepoint("mark_victim"));
+    assert!(!btf.has_raw_tracepoint("mark_victims"));
+    assert_eq!(
+        btf.raw_tracepoint_args("mark_victim"),
+        Some(vec!["struct task_struct *".to_owned(), "uid_t".to_owned()])
+    );
+    assert_eq!(btf.raw_tracepoint_args("mark_victims"), None);
+}
+
+/// Before `mark_victim` passed the task, its raw tracepoint existed with `TP_PROTO(int pid)`.
+#[test]
+fn raw_tracepoint_prototypes_are_read() {
+    let mut b = Builder::new();
+    let i32_ = b.int("int", 4);
+    let void_ptr = b.ptr(0);
+    let old = b.func_proto(&[void_ptr, i32_]);
+    let old_ptr = b.ptr(old);
+    b.typedef("btf_trace_mark_victim", old_ptr);
+    // A typedef that does not point to a prototype is no raw tracepoint.
+    b.typedef("btf_trace_odd", i32_);
+    let btf = Btf::parse(&b.build()).unwrap();
+    assert_eq!(
+        btf.raw_tracepoint_args("mark_victim"),
+        Some(vec!["int".to_owned()])
+    );
+    assert_eq!(btf.raw_tracepoint_args("odd"), None);
+    // The probe's own `void *__data` is never part of the answer; a `void *` argument is.
+    let mut b = Builder::new();
+    let void_ptr = b.ptr(0);
+    let proto = b.func_proto(&[void_ptr, void_ptr]);
+    let p = b.ptr(proto);
+    b.typedef("btf_trace_x", p);
+    let btf = Btf::parse(&b.build()).unwrap();
+    assert_eq!(
+        btf.raw_tracepoint_args("x"),
+        Some(vec!["void *".to_owned()])
+    );
+}
+
+#[test]
+fn resolves_a_5x_layout() {
+    let btf = Btf::parse(&mini_kernel(false)).unwrap();
+    let o = btf.task_offsets().unwrap();
+    // union kernfs_node_id: its `id` member is at offset 0 of the union at 96.
+    assert_eq!(o.kernfs_node_id, 96);
+    // struct mm_rss_stat { atomic_long_t count[4]; }: stride 8, value at 0.
+    assert_eq!((o.mm_rss_stat, o.rss_stride, o.rss_count), (64 + 704, 8, 0));
+    assert_eq!(o.memory_valid, 1);
+    // kernel_cap_t as `u32 cap[2]`: still 8 bytes at the member's offset.
+    assert_eq!((o.cred_cap_effective, o.caller_valid), (56, 1));
+}
+
+/// Renames a string of the test blob in place (same length), so a lookup misses it.
+fn rename(bytes: &mut [u8], from: &[u8], to: &[u8]) {
+    assert_eq!(from.len(), to.len());
+    let pos = bytes
+        .windows(from.len())
+        .position(|w| w == from)
+        .unwrap_or_else(|| panic!("{from:?} not in the blob"));
+    bytes[pos..pos + to.len()].copy_from_slice(to);
+}
+
+#[test]
+fn caller_offsets_are_optional_and_independent() {
+    // Without `user_namespace.level` the OOM offsets stand, the caller ones are unset.
+    let mut bytes = mini_kernel(true);
+    rename(&mut bytes, b"user_namespace\0", b"user_namespacX\0");
+    let btf = Btf::parse(&bytes).unwrap();
+    let o = btf.task_offsets().unwrap();
+    assert_eq!((o.valid, o.caller_valid), (1, 0));
+    assert_eq!((o.task_cred, o.cred_user_ns), (0, 0));
+    assert_eq!(
+        btf.caller_offsets().unwrap_err(),
+        BtfError::NoStruct {
+            name: "user_namespace".into()
+        }
+    );
+    // Without `task_struct.cgroups` the OOM offsets fail, the caller ones still resolve.
+    let mut bytes = mini_kernel(false);
+    rename(&mut bytes, b"cgroups\0", b"cgroupX\0");
+    let btf = Btf::parse(&bytes).unwrap();
+    assert!(btf.task_offsets().is_err());
+    let c = btf.caller_offsets().unwrap();
+    assert_eq!(c.valid, 0);
+    assert_eq!(
+        (c.task_thread_pid, c.pid_level, c.task_cred, c.caller_valid),
+        (2600, 4, 2960, 1)
+    );
+    let merged = TaskOffsets::default().with_caller(&c);
+    assert_eq!((merged.valid, merged.caller_valid), (0, 1));
+    assert_eq!(merged.user_ns_level, 224);
+}
+
+#[test]
+fn caller_fields_of_the_wrong_size_are_rejected() {
+    let mut b = Builder::new();
+    let i32_ = b.int("int", 4);
+    let i16_ = b.int("short", 2);
+    let void_ptr = b.ptr(0);
+    b.strukt(
+        "task_struct",
+        64,
+        &[("thread_pid", void_ptr, 0), ("cred", void_ptr, 8)],
+    );
+    b.strukt("pid", 16, &[("level", i16_, 4)]);
+    b.strukt(
+        "cred",
+        64,
+        &[("cap_effective", i32_, 8), ("user_ns", void_ptr, 16)],
+    );
+    let btf = Btf::parse(&b.build()).unwrap();
+    assert!(matches!(
+        btf.caller_offsets().unwrap_err(),
+        BtfError::Unexpected { what, .. } if what == "pid.level"
+    ));
+}
+
+#[test]
+fn missing_required_member_is_named() {
+    let mut b = Builder::new();
+    let i32_ = b.int("int", 4);
+    b.strukt("task_struct", 64, &[("tgid", i32_, 4)]);
+    let btf = Btf::parse(&b.build()).unwrap();
+    assert_eq!(
+        btf.task_offsets().unwrap_err(),
+        BtfError::NoMember {
+            strukt: "task_struct".into(),
+            member: "pid".into()
+        }
+    );
+    assert_eq!(
+        btf.member_offset("mm_struct", "rss_stat").unwrap_err(),
+        BtfError::NoStruct {
+            name: "mm_struct".into()
+        }
+    );
+}
+
+#[test]
+fn wrong_member_size_is_rejected() {
+    let mut b = Builder::new();
+    let i64_ = b.int("long", 8);
+    b.strukt("task_struct", 64, &[("pid", i64_, 0)]);
+    let btf = Btf::parse(&b.build()).unwrap();
+    assert!(matches!(
+        btf.task_offsets().unwrap_err(),
+        BtfError::Unexpected { what, .. } if what == "task_struct.pid"
+    ));
+}
+
+#[test]
+fn memory_is_optional() {
+    // A kernel whose mm_struct lacks rss_stat still gives the required offsets.
+    let mut bytes = mini_kernel(true);
+    let btf_full = Btf::parse(&bytes).unwrap();
+    assert!(btf_full.memory_offsets().is_ok());
+    // Rename `rss_stat` in the string table (same length) so it is not found.
+    let pos = bytes.windows(9).position(|w| w == b"rss_stat\0").unwrap();
+    bytes[pos] = b'x';
+    let btf = Btf::parse(&bytes).unwrap();
+    let o = btf.task_offsets().unwrap();
+    assert_eq!(o.memory_valid, 0);
+    assert_eq!(o.valid, 1);
+    assert!(matches!(
+        btf.memory_offsets().unwrap_err(),
+        BtfError::NoMember { member, .. } if member == "rss_stat"
+    ));
+}
+
+#[test]
+fn malformed_blobs_are_errors() {
+    let good = mini_kernel(true);
+    assert!(matches!(
+        Btf::parse(&[0x9f, 0xeb]).unwrap_err(),
+        BtfError::Truncated { .. }
+    ));
+    let mut bad_magic = good.clone();
+    bad_magic[0] = 0;
+    assert!(matches!(
+        Btf::parse(&bad_magic).unwrap_err(),
+        BtfError::BadMagic { .. }
+    ));
+    // Every truncation either parses (cut at a type boundary is impossible here since the
+    // header names the section lengths) or is an error: never a panic.
+    for len in 0..good.len() {
+        assert!(Btf::parse(&good[..len]).is_err(), "len {len}");
+    }
+    // An unknown kind.
+    let mut b = Builder::new();
+    b.push(&[0, 31 << 24, 0]);
+    assert_eq!(
+        Btf::parse(&b.build()).unwrap_err(),
+        BtfError::UnknownKind { id: 1, kind: 31 }
+    );
+    // A member pointing at a type that does not exist.
+    let mut b = Builder::new();
+    b.strukt("task_struct", 8, &[("pid", 99, 0)]);
+    assert_eq!(
+        Btf::parse(&b.build()).unwrap().task_offsets().unwrap_err(),
+        BtfError::DanglingType { id: 99, target: 99 }
+    );
+}
+
+#[test]
+fn typedef_cycles_are_bounded() {
+    let mut b = Builder::new();
+    // typedef 1 -> 2, typedef 2 -> 1
+    b.typedef("a", 2);
+    b.typedef("b", 1);
+    b.strukt("task_struct", 8, &[("pid", 1, 0)]);
+    let btf = Btf::parse(&b.build()).unwrap();
+    assert_eq!(btf.task_offsets().unwrap_err(), BtfError::TooDeep { id: 1 });
+}
