@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// Asserts that `parse` rejects every input of `cases` with an error that names each of its

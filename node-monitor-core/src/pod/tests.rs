@@ -1,4 +1,3 @@
-
 #[test]
 fn blindness_needs_settled_running_pods_and_no_cgroup_found() {
     let p = |secs: Option<u64>, found: bool| PodPresence {

@@ -1,4 +1,3 @@
-
 use proptest::{prelude::*, sample::select};
 
 use super::*;

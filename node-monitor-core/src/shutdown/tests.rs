@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn pod(name: &str, priority: i32, tgp: Option<i64>) -> ShutdownPod {

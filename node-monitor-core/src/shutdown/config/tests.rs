@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::{config::tests::assert_rejections, pod::SYSTEM_CRITICAL_PRIORITY};
 

@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// Builds BTF blobs for tests.

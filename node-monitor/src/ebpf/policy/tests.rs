@@ -1,4 +1,3 @@
-
 use node_monitor_common::config::TpLayout;
 
 use super::*;

@@ -1,0 +1,422 @@
+//! Reading the documents: each replaces the fields it names, the flags override them all, and the
+//! thresholds, grace periods and node-monitor settings are validated.
+use super::*;
+
+/// [`load_sources`] over documents already parsed: each replaces the fields it names, then the
+/// flags override them all.
+pub fn load_documents(
+    documents: &[Document],
+    flags: &EvictionOverrides,
+) -> Result<EvictionConfig, ConfigError> {
+    let mut file = FileSettings::default();
+    for document in documents {
+        file.merge(FileSettings::from_document(document)?);
+    }
+    let mut warnings = Vec::new();
+
+    // evictionHard: flag, else file (with defaults merged on request), else the defaults.
+    let hard = if !flags.eviction_hard.is_empty() {
+        Some(flag_map(&flags.eviction_hard, "--eviction-hard", '<')?)
+    } else if let Some(mut m) = file.eviction_hard.clone() {
+        if file.merge_default_eviction_settings.unwrap_or(false) {
+            for (signal, value) in DEFAULT_EVICTION_HARD {
+                m.entries
+                    .entry(signal.as_str().to_owned())
+                    .or_insert_with(|| Entry {
+                        value: value.to_owned(),
+                        field: "default evictionHard".into(),
+                        explicit: false,
+                    });
+            }
+        }
+        Some(m)
+    } else {
+        None
+    };
+    let hard = hard.unwrap_or_else(default_hard);
+    let soft = pick(
+        &flags.eviction_soft,
+        "--eviction-soft",
+        '<',
+        &file.eviction_soft,
+    )?;
+    let grace = pick(
+        &flags.eviction_soft_grace_period,
+        "--eviction-soft-grace-period",
+        '=',
+        &file.eviction_soft_grace_period,
+    )?;
+    let min_reclaim = pick(
+        &flags.eviction_minimum_reclaim,
+        "--eviction-minimum-reclaim",
+        '=',
+        &file.eviction_minimum_reclaim,
+    )?;
+
+    let mut hard_thresholds =
+        parse_statements(&hard, ThresholdSource::EvictionHard, &mut warnings)?;
+    let mut soft_thresholds =
+        parse_statements(&soft, ThresholdSource::EvictionSoft, &mut warnings)?;
+    let grace_periods = parse_grace_periods(&grace)?;
+    let min_reclaims = parse_min_reclaims(&min_reclaim)?;
+
+    for t in &mut soft_thresholds {
+        let Some(period) = grace_periods.get(&t.signal) else {
+            let field = soft
+                .entries
+                .get(t.signal.as_str())
+                .map_or_else(|| "evictionSoft".to_owned(), |e| e.field.clone());
+            return Err(ConfigError::MissingGracePeriod {
+                field,
+                signal: t.signal,
+            });
+        };
+        t.grace_period = *period;
+        if period.is_zero() {
+            warnings.push(format!(
+                "soft threshold {} has a zero grace period and acts as a hard threshold \
+                 (as in the kubelet)",
+                t.signal
+            ));
+        }
+    }
+    for signal in grace_periods.keys() {
+        if !soft_thresholds.iter().any(|t| t.signal == *signal) {
+            warnings.push(format!(
+                "grace period for {signal} is ignored: there is no soft threshold for it"
+            ));
+        }
+    }
+    let mut thresholds = Vec::new();
+    thresholds.append(&mut hard_thresholds);
+    thresholds.append(&mut soft_thresholds);
+    for t in &mut thresholds {
+        t.min_reclaim = min_reclaims.get(&t.signal).cloned();
+    }
+    for signal in min_reclaims.keys() {
+        if !thresholds.iter().any(|t| t.signal == *signal) {
+            warnings.push(format!(
+                "minimum reclaim for {signal} is ignored: there is no threshold for it"
+            ));
+        }
+    }
+    // addAllocatableThresholds: enforceNodeAllocatable defaults to ["pods"].
+    let enforce_pods = file
+        .enforce_node_allocatable
+        .as_ref()
+        .is_none_or(|v| v.iter().any(|k| k == "pods"));
+    if enforce_pods {
+        let copies: Vec<Threshold> = thresholds
+            .iter()
+            .filter(|t| t.signal == Signal::MemoryAvailable && t.is_hard())
+            .map(|t| Threshold {
+                signal: Signal::AllocatableMemoryAvailable,
+                grace_period: Duration::ZERO,
+                source: ThresholdSource::Allocatable,
+                derived_from: Some(Signal::MemoryAvailable),
+                ..t.clone()
+            })
+            // A soft memory threshold with a zero grace period would make a second copy with
+            // the same key; the first (from the hard threshold) is kept.
+            .take(1)
+            .collect();
+        thresholds.extend(copies);
+    }
+    if thresholds.iter().any(|t| {
+        matches!(
+            t.signal,
+            Signal::ContainerFsAvailable | Signal::ContainerFsInodesFree
+        )
+    }) {
+        warnings.push(
+            "containerfs thresholds are replaced at run time by the nodefs (or imagefs) ones, \
+             as the kubelet replaces them"
+                .into(),
+        );
+    }
+
+    let max_pod_grace_period_seconds = match &flags.eviction_max_pod_grace_period {
+        Some(v) => v.trim().parse::<i32>().map_err(|_| ConfigError::Integer {
+            field: "--eviction-max-pod-grace-period".into(),
+            value: v.clone(),
+        })?,
+        None => file.eviction_max_pod_grace_period.unwrap_or(0),
+    };
+    if max_pod_grace_period_seconds < 0 {
+        warnings.push(format!(
+            "evictionMaxPodGracePeriod {max_pod_grace_period_seconds} is negative: the kubelet \
+             then terminates soft-evicted pods with its minimum grace period of 1 second"
+        ));
+    }
+
+    let pressure_transition_period = match &flags.eviction_pressure_transition_period {
+        Some(v) => non_negative_duration("--eviction-pressure-transition-period", v)?,
+        None => match &file.eviction_pressure_transition_period {
+            Some((field, v)) => {
+                let d = non_negative_duration(field, v)?;
+                if d.is_zero() {
+                    // SetDefaults_KubeletConfiguration treats a zero duration as unset.
+                    warnings.push(format!(
+                        "{field} {v:?} is zero, which the kubelet replaces with the default 5m0s"
+                    ));
+                    DEFAULT_PRESSURE_TRANSITION_PERIOD
+                } else {
+                    d
+                }
+            }
+            None => DEFAULT_PRESSURE_TRANSITION_PERIOD,
+        },
+    };
+
+    let node_monitor = parse_node_monitor(&file.node_monitor)?;
+
+    Ok(EvictionConfig {
+        thresholds,
+        max_pod_grace_period_seconds,
+        pressure_transition_period,
+        node_monitor,
+        warnings,
+    })
+}
+
+/// A map entry with the field name used for it in messages.
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    pub(super) value: String,
+    pub(super) field: String,
+    /// Written by the user (not a merged-in default).
+    pub(super) explicit: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(super) struct StatementMap {
+    pub(super) entries: BTreeMap<String, Entry>,
+}
+
+/// The eviction fields of one or more documents.
+#[derive(Debug, Default)]
+pub(super) struct FileSettings {
+    pub(super) eviction_hard: Option<StatementMap>,
+    pub(super) eviction_soft: Option<StatementMap>,
+    pub(super) eviction_soft_grace_period: Option<StatementMap>,
+    pub(super) eviction_minimum_reclaim: Option<StatementMap>,
+    pub(super) eviction_max_pod_grace_period: Option<i32>,
+    /// (field name, value)
+    pub(super) eviction_pressure_transition_period: Option<(String, String)>,
+    pub(super) merge_default_eviction_settings: Option<bool>,
+    pub(super) enforce_node_allocatable: Option<Vec<String>>,
+    /// key → (field name, value)
+    pub(super) node_monitor: BTreeMap<String, (String, Value)>,
+}
+
+impl FileSettings {
+    fn from_document(document: &Document) -> Result<Self, ConfigError> {
+        let map = match document.value.clone() {
+            Value::Null => return Ok(Self::default()),
+            Value::Mapping(m) => m,
+            other => {
+                return Err(ConfigError::NotAMapping {
+                    source_name: document.name.clone(),
+                    found: describe(&other),
+                });
+            }
+        };
+        let mut out = Self::default();
+        for (k, v) in map {
+            let Value::String(key) = k else { continue };
+            // Any other KubeletConfiguration field: not ours.
+            if !EVICTION_FILE_FIELDS.contains(&key.as_str()) {
+                continue;
+            }
+            let field = format!("{}: {key}", document.name);
+            match key.as_str() {
+                "evictionHard" => out.eviction_hard = string_map(&field, v)?,
+                "evictionSoft" => out.eviction_soft = string_map(&field, v)?,
+                "evictionSoftGracePeriod" => {
+                    out.eviction_soft_grace_period = string_map(&field, v)?
+                }
+                "evictionMinimumReclaim" => out.eviction_minimum_reclaim = string_map(&field, v)?,
+                "evictionMaxPodGracePeriod" => {
+                    out.eviction_max_pod_grace_period = match v {
+                        Value::Null => None,
+                        Value::Number(n) => {
+                            Some(n.as_i64().and_then(|n| i32::try_from(n).ok()).ok_or_else(
+                                || ConfigError::Integer {
+                                    field: field.clone(),
+                                    value: n.to_string(),
+                                },
+                            )?)
+                        }
+                        other => {
+                            return Err(wrong_type(&field, "an integer (seconds)", &other));
+                        }
+                    }
+                }
+                "evictionPressureTransitionPeriod" => {
+                    out.eviction_pressure_transition_period = match v {
+                        Value::Null => None,
+                        Value::String(s) => Some((field, s)),
+                        other => {
+                            return Err(wrong_type(
+                                &field,
+                                "a duration string such as \"5m\"",
+                                &other,
+                            ));
+                        }
+                    }
+                }
+                "mergeDefaultEvictionSettings" => {
+                    out.merge_default_eviction_settings = match v {
+                        Value::Null => None,
+                        Value::Bool(b) => Some(b),
+                        other => return Err(wrong_type(&field, "a boolean", &other)),
+                    }
+                }
+                "enforceNodeAllocatable" => {
+                    out.enforce_node_allocatable = match v {
+                        Value::Null => None,
+                        Value::Sequence(items) => Some(
+                            items
+                                .into_iter()
+                                .map(|item| match item {
+                                    Value::String(s) => Ok(s),
+                                    other => Err(wrong_type(&field, "a list of strings", &other)),
+                                })
+                                .collect::<Result<_, _>>()?,
+                        ),
+                        other => return Err(wrong_type(&field, "a list of strings", &other)),
+                    }
+                }
+                "nodeMonitor" => match v {
+                    Value::Null => {}
+                    Value::Mapping(m) => {
+                        for (k, v) in m {
+                            let Value::String(k) = k else {
+                                return Err(wrong_type(&field, "string keys", &k));
+                            };
+                            let f = format!("{field}.{k}");
+                            out.node_monitor.insert(k, (f, v));
+                        }
+                    }
+                    other => return Err(wrong_type(&field, "a mapping", &other)),
+                },
+                // Not in EVICTION_FILE_FIELDS: skipped above.
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    fn merge(&mut self, later: FileSettings) {
+        fn over<T>(a: &mut Option<T>, b: Option<T>) {
+            if b.is_some() {
+                *a = b;
+            }
+        }
+        over(&mut self.eviction_hard, later.eviction_hard);
+        over(&mut self.eviction_soft, later.eviction_soft);
+        over(
+            &mut self.eviction_soft_grace_period,
+            later.eviction_soft_grace_period,
+        );
+        over(
+            &mut self.eviction_minimum_reclaim,
+            later.eviction_minimum_reclaim,
+        );
+        over(
+            &mut self.eviction_max_pod_grace_period,
+            later.eviction_max_pod_grace_period,
+        );
+        over(
+            &mut self.eviction_pressure_transition_period,
+            later.eviction_pressure_transition_period,
+        );
+        over(
+            &mut self.merge_default_eviction_settings,
+            later.merge_default_eviction_settings,
+        );
+        over(
+            &mut self.enforce_node_allocatable,
+            later.enforce_node_allocatable,
+        );
+        self.node_monitor.extend(later.node_monitor);
+    }
+}
+
+pub(super) fn default_hard() -> StatementMap {
+    StatementMap {
+        entries: DEFAULT_EVICTION_HARD
+            .iter()
+            .map(|(signal, value)| {
+                (
+                    signal.as_str().to_owned(),
+                    Entry {
+                        value: (*value).to_owned(),
+                        field: "default evictionHard".into(),
+                        explicit: false,
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+/// What a YAML value is, for a wrong-type error ("the string \"5s\"", "a list"). Shared with the
+/// shutdown configuration, so both word their errors alike.
+pub(crate) fn describe(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("the string {s:?}"),
+        Value::Sequence(_) => "a list".into(),
+        Value::Mapping(_) => "a mapping".into(),
+        Value::Tagged(t) => format!("a value tagged {}", t.tag),
+    }
+}
+
+pub(super) fn wrong_type(field: &str, expected: &'static str, found: &Value) -> ConfigError {
+    ConfigError::WrongType {
+        field: field.into(),
+        expected,
+        found: describe(found),
+    }
+}
+
+/// A `map[string]string` field; `null` counts as absent, as in the kubelet's decoder.
+pub(super) fn string_map(field: &str, v: Value) -> Result<Option<StatementMap>, ConfigError> {
+    let m = match v {
+        Value::Null => return Ok(None),
+        Value::Mapping(m) => m,
+        other => {
+            return Err(wrong_type(
+                field,
+                "a mapping of signal names to strings",
+                &other,
+            ));
+        }
+    };
+    let mut entries = BTreeMap::new();
+    for (k, v) in m {
+        let Value::String(key) = k else {
+            return Err(wrong_type(field, "signal names as keys", &k));
+        };
+        let entry_field = format!("{field}[{key:?}]");
+        let Value::String(value) = v else {
+            return Err(wrong_type(
+                &entry_field,
+                "a string (quote numbers: \"0\", \"100Mi\")",
+                &v,
+            ));
+        };
+        entries.insert(
+            key,
+            Entry {
+                value,
+                field: entry_field,
+                explicit: true,
+            },
+        );
+    }
+    Ok(Some(StatementMap { entries }))
+}
