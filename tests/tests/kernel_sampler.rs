@@ -18,10 +18,12 @@ use std::{
     time::Duration,
 };
 
-use node_monitor::sampler::{
-    KernelWakeKind, MemcgTarget, SampleKind, Sampler, SamplerConfig, SourceKind, SourceSetting,
-    SourceState, UNPRIVILEGED_PSI_WINDOW, WakeSource, Wakeup, WakeupConfig, Wakeups,
-    memcg_usage_threshold,
+use node_monitor::{
+    sampler::{SampleKind, Sampler, SamplerConfig, memcg_usage_threshold},
+    wakeup::{
+        KernelWakeKind, MemcgTarget, SourceKind, SourceSetting, SourceState,
+        UNPRIVILEGED_PSI_WINDOW, WakeSource, Wakeup, WakeupConfig, Wakeups,
+    },
 };
 
 use node_monitor_core::signals::{Observations, Signal};

@@ -31,10 +31,8 @@ use crate::{
     },
     http::{self, Health},
     metrics::{ConditionLabels, EvictionLabels, Metrics, SignalLabels, ThresholdLabels},
-    sampler::{
-        SampleKind, Sampler, SamplerConfig, SourceKind, SourceSetting, SourceState, WakeSource,
-        Wakeup, WakeupConfig, Wakeups,
-    },
+    sampler::{SampleKind, Sampler, SamplerConfig},
+    wakeup::{SourceKind, SourceSetting, SourceState, WakeSource, Wakeup, WakeupConfig, Wakeups},
 };
 
 use crate::cli::flags::EvictionFlags;
