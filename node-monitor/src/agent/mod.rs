@@ -766,6 +766,7 @@ impl Loop {
                 hard: e.hard,
                 signal: e.signal.as_str().to_owned(),
                 message: e.message.clone(),
+                annotations: e.annotations.clone(),
             };
             // A dry run repeats the same decision on every wake-up: its log line, Event and
             // count are reported once per pod and signal per DRY_RUN_REPORT_INTERVAL.
