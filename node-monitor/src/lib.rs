@@ -2,8 +2,8 @@
 //!
 //! Layering (imports point down only): the decision core is its own crate, `node_monitor_core`,
 //! pure (no I/O, no async, time passed in); adapters ([`ebpf`], [`sampler`], [`cluster`])
-//! translate between the outside world and core values; the agent loop, `remediate` and the CLI
-//! sit on top.
+//! translate between the outside world and core values; [`wakeup`] (the wake-up sources) sits on
+//! the sampler's layout; the agent loop, `remediate` and the CLI sit on top.
 pub mod agent;
 pub mod attribution;
 pub mod cli;
@@ -16,6 +16,7 @@ pub mod sampler;
 pub mod shutdown;
 pub mod telemetry;
 pub mod trace;
+pub mod wakeup;
 
 /// The settings of the property tests (`mod prop` next to the code they test, docs/testing.md):
 /// proptest's defaults (256 cases, `PROPTEST_CASES` overrides), without regression files: a

@@ -996,6 +996,7 @@ async fn agent_evictions_carry_their_grace_period_and_uid_precondition() {
         hard: true,
         signal: "memory.available".into(),
         message: "test".into(),
+        annotations: Default::default(),
     };
     let a = create_pod(&pods, &pod("a")).await;
     let uid = a.metadata.uid.clone().expect("uid");

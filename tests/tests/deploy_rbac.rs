@@ -227,6 +227,7 @@ fn hard_eviction(pod: &Pod) -> EvictionRequest {
         hard: true,
         signal: "memory.available".into(),
         message: "test".into(),
+        annotations: Default::default(),
     }
 }
 

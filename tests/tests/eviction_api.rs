@@ -64,6 +64,7 @@ fn hard(pod: &Pod) -> EvictionRequest {
         hard: true,
         signal: "memory.available".into(),
         message: "test".into(),
+        annotations: Default::default(),
     }
 }
 

@@ -18,13 +18,19 @@ use std::{
     time::Duration,
 };
 
-use node_monitor::sampler::{
-    KernelWakeKind, MemcgTarget, SampleKind, Sampler, SamplerConfig, SourceKind, SourceSetting,
-    SourceState, UNPRIVILEGED_PSI_WINDOW, WakeSource, Wakeup, WakeupConfig, Wakeups,
-    memcg_usage_threshold,
+use node_monitor::{
+    agent::memcg,
+    sampler::{SampleKind, Sampler, SamplerConfig, memcg_usage_threshold},
+    wakeup::{
+        KernelWakeKind, MemcgTarget, SourceKind, SourceSetting, SourceState,
+        UNPRIVILEGED_PSI_WINDOW, WakeSource, Wakeup, WakeupConfig, Wakeups,
+    },
 };
 
-use node_monitor_core::signals::{Observations, Signal};
+use node_monitor_core::{
+    config::{EvictionOverrides, load as load_eviction_config},
+    signals::{Observations, Signal},
+};
 use node_monitor_tests::cgroup::{TestCgroups, require_root};
 
 const MIB: u64 = 1 << 20;
@@ -490,6 +496,78 @@ async fn memcg_threshold_fires_under_real_pressure_and_rearms() {
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].target, MemcgTarget::Allocatable);
     assert!(state(&wakeups, SourceKind::MemcgThreshold).is_armed());
+}
+
+/// The agent's arming after a pass (`agent::memcg::rearm`, with the thresholds the config
+/// loader makes) puts the `allocatableMemory.available` copy of the hard `memory.available`
+/// threshold on kubepods, and a crossing there wakes the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocatable_memcg_threshold_armed_by_the_agent_wakes_on_kubepods_pressure() {
+    let mut cg = TestCgroups::new("sampler-alloc");
+    cg.create("node/system").expect("create");
+    cg.create("node/kubepods").expect("create");
+    cg.set_memory_limit("node", 512 * MIB).expect("limit");
+    let allocatable = 256 * MIB;
+    cg.set_memory_limit("node/kubepods", allocatable)
+        .expect("limit");
+    let mut hog = Hog::spawn(&cg, "node/kubepods");
+    hog.alloc(16);
+
+    let mut sampler = Sampler::new(node_config(&cg, "node", "kubepods")).expect("sampler");
+    let mut wakeups = Wakeups::start(quiet_config(&sampler)).expect("wake-ups");
+    sampler.sample(SampleKind::Fast);
+    let kp = sampler.last_kubepods_memory().expect("kubepods memory");
+    assert_eq!(kp.capacity, allocatable);
+
+    // evictionHard memory.available at a level the kubepods working set reaches 48 MiB from
+    // now; the loader adds its allocatable copy (enforceNodeAllocatable defaults to pods). On the
+    // 512 MiB node the same amount is far away.
+    let threshold = kp.capacity - (kp.working_set + 48 * MIB);
+    let flags = EvictionOverrides {
+        eviction_hard: vec![format!("memory.available<{threshold}")],
+        ..EvictionOverrides::default()
+    };
+    let config = load_eviction_config(None, &flags).expect("eviction config");
+    memcg::rearm(
+        &mut wakeups,
+        &config.thresholds,
+        sampler.last_node_memory(),
+        sampler.last_kubepods_memory(),
+    );
+    let level = memcg_usage_threshold(kp.capacity, threshold, kp.inactive_file);
+    let on_kubepods: Vec<_> = wakeups
+        .armed_thresholds()
+        .into_iter()
+        .filter(|a| a.target == MemcgTarget::Allocatable)
+        .collect();
+    assert_eq!(on_kubepods.len(), 1, "{:?}", wakeups.armed_thresholds());
+    assert_eq!(on_kubepods[0].usage_bytes, level);
+    assert_eq!(on_kubepods[0].available_threshold, threshold);
+
+    hog.alloc(96);
+    let w = wait_for(&mut wakeups, "allocatable memcg threshold", |s| {
+        matches!(
+            s,
+            WakeSource::MemcgThreshold {
+                target: MemcgTarget::Allocatable,
+                ..
+            }
+        )
+    })
+    .await;
+    assert_eq!(
+        w.source,
+        WakeSource::MemcgThreshold {
+            target: MemcgTarget::Allocatable,
+            usage_bytes: level
+        }
+    );
+    let timed = sampler.observe(w);
+    let (avail, _) = signal(&timed.observations, Signal::AllocatableMemoryAvailable);
+    assert!(
+        avail < i(threshold),
+        "allocatable available {avail} not below {threshold}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use crate::{
     ebpf::{KernelEvent, ProbeConfig, Probes},
     http::Health,
     metrics::{KindLabels, Metrics},
-    sampler::{KernelSender, KernelWakeKind},
+    wakeup::{KernelSender, KernelWakeKind},
 };
 
 /// A reboot, power-off, halt or kexec request the kernel probe saw (the shutdown manager's type).

@@ -7,6 +7,7 @@
 //! API answers can end the loop; only SIGTERM/SIGINT do.
 pub mod backoff;
 pub mod kernel;
+pub mod memcg;
 pub mod protect;
 pub mod sources;
 
@@ -31,10 +32,8 @@ use crate::{
     },
     http::{self, Health},
     metrics::{ConditionLabels, EvictionLabels, Metrics, SignalLabels, ThresholdLabels},
-    sampler::{
-        SampleKind, Sampler, SamplerConfig, SourceKind, SourceSetting, SourceState, WakeSource,
-        Wakeup, WakeupConfig, Wakeups,
-    },
+    sampler::{SampleKind, Sampler, SamplerConfig},
+    wakeup::{SourceKind, SourceSetting, SourceState, WakeSource, Wakeup, WakeupConfig, Wakeups},
 };
 
 use crate::cli::flags::EvictionFlags;
@@ -48,7 +47,6 @@ use node_monitor_core::{
     },
     headroom::{Headroom, HeadroomPolicy},
     pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
-    signals::Signal,
     threshold::NodeConditionType,
 };
 
@@ -768,6 +766,7 @@ impl Loop {
                 hard: e.hard,
                 signal: e.signal.as_str().to_owned(),
                 message: e.message.clone(),
+                annotations: e.annotations.clone(),
             };
             // A dry run repeats the same decision on every wake-up: its log line, Event and
             // count are reported once per pod and signal per DRY_RUN_REPORT_INTERVAL.
@@ -944,23 +943,16 @@ impl Loop {
         out
     }
 
-    /// Re-arms the memcg thresholds for `memory.available` at the fresh inactive_file, as the
-    /// kubelet does on each synchronize.
+    /// Re-arms the memcg thresholds for `memory.available` (node cgroup) and
+    /// `allocatableMemory.available` (kubepods) at the fresh inactive_file, as the kubelet does
+    /// on each synchronize.
     fn rearm(&self, sampler: &Sampler, wakeups: &mut Wakeups) {
-        let Some(m) = sampler.last_node_memory() else {
-            return;
-        };
-        let capacity = i64::try_from(m.capacity).unwrap_or(i64::MAX);
-        let levels: Vec<u64> = self
-            .config
-            .thresholds
-            .iter()
-            .filter(|t| t.signal == Signal::MemoryAvailable)
-            .filter_map(|t| u64::try_from(t.quantity(capacity).value()).ok())
-            .collect();
-        if !levels.is_empty() {
-            wakeups.arm_memory_thresholds(&levels, m.capacity, m.inactive_file);
-        }
+        memcg::rearm(
+            wakeups,
+            &self.config.thresholds,
+            sampler.last_node_memory(),
+            sampler.last_kubepods_memory(),
+        );
     }
 
     fn record_observations(

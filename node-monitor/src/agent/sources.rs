@@ -5,7 +5,7 @@
 //! interfaces (memory thresholds through `cgroup.event_control`, `memory.oom_control`) on a
 //! cgroup v2 node, `memory.events` on a v1 node. The kernel source is reported once the eBPF
 //! probes are loaded, which happens after the other sources are armed.
-use crate::sampler::{SourceKind, SourceSetting, SourceState, WakeupConfig};
+use crate::wakeup::{SourceKind, SourceSetting, SourceState, WakeupConfig};
 
 /// The sources `config` says this node cannot have.
 pub fn not_applicable(config: &WakeupConfig) -> Vec<SourceKind> {

@@ -1,7 +1,7 @@
 //! Acts on decisions through the Kubernetes API: policy/v1 evictions (PDB-aware, with a metered
 //! escalation), Kubernetes Events worded like the kubelet's, agent-owned node conditions and an
 //! optional NoSchedule taint. It translates; it decides nothing.
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use k8s_openapi::{
     api::core::v1::{Event, EventSource, Node, NodeCondition, ObjectReference, Pod, Taint},
@@ -36,6 +36,10 @@ pub struct EvictionRequest {
     pub signal: String,
     /// The kubelet-style eviction message.
     pub message: String,
+    /// The kubelet's eviction Event annotations (`offending_containers`,
+    /// `offending_containers_usage`, `starved_resource`, …): they go on the pod's Event, as the
+    /// kubelet's `evictPod` records them (`recorder.AnnotatedEventf`).
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// What happened to an eviction request.
@@ -429,7 +433,8 @@ impl Actuator {
     }
 
     /// Records a Warning Event on the pod and one on the node, with the kubelet's reason
-    /// (`Evicted`) and message. Failures are logged: an Event is never worth a failed cycle.
+    /// (`Evicted`) and message; the pod's carries the request's annotations, as the kubelet's
+    /// does. Failures are logged: an Event is never worth a failed cycle.
     pub async fn record_eviction_events(&self, req: &EvictionRequest, outcome: &EvictOutcome) {
         let (reason, prefix) = match outcome {
             EvictOutcome::Evicted | EvictOutcome::Escalated => ("Evicted", ""),
@@ -448,17 +453,29 @@ impl Actuator {
             uid: Some(req.uid.clone()),
             ..ObjectReference::default()
         };
-        self.post_event(&req.namespace, pod_ref, reason, &message)
+        self.post_event(&req.namespace, pod_ref, reason, &message, &req.annotations)
             .await;
         let node_msg = format!("{}/{}: {message}", req.namespace, req.name);
-        self.post_event("default", self.node_ref(), reason, &node_msg)
-            .await;
+        self.post_event(
+            "default",
+            self.node_ref(),
+            reason,
+            &node_msg,
+            &BTreeMap::new(),
+        )
+        .await;
     }
 
     /// Posts a Warning Event about the node itself (shutdown, last gasp, …).
     pub async fn record_node_event(&self, reason: &str, message: &str) {
-        self.post_event("default", self.node_ref(), reason, message)
-            .await;
+        self.post_event(
+            "default",
+            self.node_ref(),
+            reason,
+            message,
+            &BTreeMap::new(),
+        )
+        .await;
     }
 
     fn node_ref(&self) -> ObjectReference {
@@ -477,6 +494,7 @@ impl Actuator {
         involved: ObjectReference,
         reason: &str,
         message: &str,
+        annotations: &BTreeMap<String, String>,
     ) {
         let now = Timestamp::now();
         let ev = Event {
@@ -486,6 +504,7 @@ impl Actuator {
                     involved.name.as_deref().unwrap_or("node-monitor")
                 )),
                 namespace: Some(namespace.to_owned()),
+                annotations: (!annotations.is_empty()).then(|| annotations.clone()),
                 ..ObjectMeta::default()
             },
             involved_object: involved,
@@ -1052,6 +1071,12 @@ mod tests {
     /// A fake API server on loopback answering every request with `response`; records what it
     /// was asked.
     async fn fake_api(response: String) -> (Client, Seen) {
+        let (client, seen, _bodies) = fake_api_with_bodies(response).await;
+        (client, seen)
+    }
+
+    /// [`fake_api`], also recording each request's body.
+    async fn fake_api_with_bodies(response: String) -> (Client, Seen, Seen) {
         let response: std::sync::Arc<str> = response.into();
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -1059,10 +1084,13 @@ mod tests {
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let seen: Seen = Seen::default();
+        let bodies: Seen = Seen::default();
         let log = seen.clone();
+        let body_log = bodies.clone();
         tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
                 let log = log.clone();
+                let body_log = body_log.clone();
                 let response = response.clone();
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
@@ -1092,6 +1120,11 @@ mod tests {
                         }
                         let line = text.lines().next().unwrap_or_default().to_owned();
                         log.lock().expect("log").push(line);
+                        let body = &buf[head_end + 4..head_end + 4 + length];
+                        body_log
+                            .lock()
+                            .expect("log")
+                            .push(String::from_utf8_lossy(body).into_owned());
                         buf.drain(..head_end + 4 + length);
                         if conn.write_all(response.as_bytes()).await.is_err() {
                             return;
@@ -1102,7 +1135,7 @@ mod tests {
         });
         let mut config = kube::Config::new(format!("http://{addr}").parse().expect("url"));
         config.default_retry = false;
-        (Client::try_from(config).expect("client"), seen)
+        (Client::try_from(config).expect("client"), seen, bodies)
     }
 
     /// An HTTP/1.1 response with `status`, extra header lines and `body`.
@@ -1122,6 +1155,7 @@ mod tests {
             hard: true,
             signal: "memory.available".into(),
             message: "test".into(),
+            annotations: BTreeMap::new(),
         }
     }
 
@@ -1182,6 +1216,62 @@ mod tests {
             seen[1].starts_with("DELETE /api/v1/namespaces/default/pods/guarded"),
             "{seen:?}"
         );
+    }
+
+    /// The pod's eviction Event carries the kubelet's annotations (`AnnotatedEventf` in the
+    /// kubelet's `evictPod`); the node's Event, which the kubelet does not write, carries none.
+    #[tokio::test]
+    async fn the_pod_eviction_event_carries_the_kubelet_annotations() {
+        use node_monitor_core::eviction::{
+            OFFENDING_CONTAINERS_KEY, OFFENDING_CONTAINERS_USAGE_KEY, STARVED_RESOURCE_KEY,
+        };
+        let (client, seen, bodies) = fake_api_with_bodies(answer(
+            "201 Created",
+            "Content-Type: application/json\r\n",
+            r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"e"},"involvedObject":{}}"#,
+        ))
+        .await;
+        let actuator = Actuator::new(
+            client,
+            ActuatorConfig {
+                node_name: "n".into(),
+                pdb_policy: PdbPolicy::Respect,
+                dry_run: false,
+            },
+        );
+        let annotations: BTreeMap<String, String> = [
+            (OFFENDING_CONTAINERS_KEY, "app,sidecar"),
+            (OFFENDING_CONTAINERS_USAGE_KEY, "300Mi,20Mi"),
+            (STARVED_RESOURCE_KEY, "memory"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let req = EvictionRequest {
+            annotations: annotations.clone(),
+            ..hard_request()
+        };
+        actuator
+            .record_eviction_events(&req, &EvictOutcome::Evicted)
+            .await;
+        let seen = seen.lock().expect("log").clone();
+        assert_eq!(
+            seen,
+            [
+                "POST /api/v1/namespaces/default/events? HTTP/1.1",
+                "POST /api/v1/namespaces/default/events? HTTP/1.1"
+            ]
+        );
+        let bodies = bodies.lock().expect("log").clone();
+        let events: Vec<Event> = bodies
+            .iter()
+            .map(|b| serde_json::from_str(b).expect("an Event"))
+            .collect();
+        assert_eq!(events[0].involved_object.kind.as_deref(), Some("Pod"));
+        assert_eq!(events[0].reason.as_deref(), Some("Evicted"));
+        assert_eq!(events[0].metadata.annotations.as_ref(), Some(&annotations));
+        assert_eq!(events[1].involved_object.kind.as_deref(), Some("Node"));
+        assert_eq!(events[1].metadata.annotations, None);
     }
 
     /// Every actuator call ends on its own timeout against an API server that accepts

@@ -1,40 +1,24 @@
-//! Turns the node into observations: cgroups, statvfs, procfs, and the wake-up sources.
+//! Turns the node into observations: cgroups, statvfs and procfs.
 //!
 //! - [`Sampler`] computes every kubelet eviction signal the way the kubelet does (see
 //!   `docs/signals.md`) plus per-pod usage from the kubelet's cgroup layout.
-//! - [`Wakeups`] merges the wake-up sources (eBPF events, memcg thresholds, `memory.events`,
-//!   PSI, the housekeeping tick) into one queue.
-//! - [`Sampler::observe`] / [`Sampler::observe_as`] run a pass for a [`Wakeup`] and measure it,
-//!   so the run loop can record the time from wake-up to decision. A [`SampleKind::Signals`]
-//!   pass costs tens of microseconds whatever the pod count; read the pods
-//!   ([`SampleKind::Fast`]) when a threshold is met and ranking needs them.
+//! - [`Sampler::observe`] / [`Sampler::observe_as`] run a pass for a [`Trigger`] (what started
+//!   it: when, and which pass it asks for) and measure it, so the run loop can record the time
+//!   from wake-up to decision. A [`SampleKind::Signals`] pass costs tens of microseconds
+//!   whatever the pod count; read the pods ([`SampleKind::Fast`]) when a threshold is met and
+//!   ranking needs them.
 //!
-//! ```no_run
-//! # async fn run() -> anyhow::Result<()> {
-//! use node_monitor::sampler::{Sampler, SamplerConfig, WakeupConfig, Wakeups};
-//! let mut sampler = Sampler::new(SamplerConfig::default())?;
-//! let mut wakeups = Wakeups::start(WakeupConfig::for_layout(sampler.layout()))?;
-//! while let Some(wakeup) = wakeups.next().await {
-//!     let timed = sampler.observe(wakeup);
-//!     // core decides on timed.observations; record timed.since_wakeup.
-//!     if let Some(m) = sampler.last_node_memory() {
-//!         wakeups.arm_memory_thresholds(&[100 << 20], m.capacity, m.inactive_file);
-//!     }
-//! }
-//! # Ok(())
-//! # }
-//! ```
+//! The sampler observes at an instant: it does not know what woke the agent. The wake-up
+//! sources live in the `wakeup` module, which uses this one, never the other way round.
 
 mod compute;
 mod config;
 mod disk;
 mod layers;
-mod notify;
 pub mod parse;
 mod pods;
 mod read;
 mod sample;
-mod wakeups;
 mod warn;
 
 use std::path::PathBuf;
@@ -48,13 +32,10 @@ pub use config::{
     KUBEPODS_AUTO, KubepodsDetection, Layout, ProcPaths, SamplerConfig, discover_image_fs,
     kubelet_config_driver,
 };
-pub use notify::{ArmError, UNPRIVILEGED_PSI_WINDOW};
-pub use sample::{MemoryReading, SampleKind, Sampler, TimedObservations, raise_nofile_limit};
-pub use wakeups::{
-    ArmedThreshold, KernelSender, KernelWakeKind, MemcgTarget, PsiKind, PsiTrigger, SourceKind,
-    SourceSetting, SourceState, SourceStatus, WakeSource, Wakeup, WakeupConfig, WakeupError,
-    Wakeups,
+pub use sample::{
+    MemoryReading, SampleKind, Sampler, TimedObservations, Trigger, raise_nofile_limit,
 };
+pub(crate) use warn::ErrorChain;
 
 /// Why a value could not be sampled. The signal is then left out of the observations.
 #[derive(Debug, thiserror::Error)]

@@ -18,7 +18,6 @@ use super::{
     parse::{self, MemoryLimit},
     pods::{self, PodTable},
     read::{CgroupFiles, Reader, Slot, is_gone},
-    wakeups::{WakeSource, Wakeup},
     warn::WarnLimiter,
 };
 
@@ -52,10 +51,21 @@ pub struct MemoryReading {
     pub working_set: u64,
 }
 
+/// What started a pass, as far as the sampler cares: when it happened (the start of the time
+/// from wake-up to decision) and which pass it asks for. The sampler does not know what woke
+/// the agent; the wake-ups (the `wakeup` module's `Wakeup`) implement this.
+pub trait Trigger {
+    /// When the pass was asked for (monotonic clock).
+    fn at(&self) -> Instant;
+    /// The pass asked for by [`Sampler::observe`].
+    fn pass(&self) -> SampleKind;
+}
+
 /// One measured pass from a wake-up to observations.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TimedObservations {
-    pub wakeup: Wakeup,
+pub struct TimedObservations<W> {
+    /// What started the pass.
+    pub wakeup: W,
     pub kind: SampleKind,
     pub observations: Observations,
     /// Time spent reading and computing.
@@ -195,20 +205,18 @@ impl Sampler {
         out
     }
 
-    /// Runs a pass triggered by `wakeup` and measures it. Housekeeping wake-ups run a full pass;
-    /// other wake-ups a fast one, promoted to full once
-    /// [`SamplerConfig::full_sample_interval`] has passed since the last full one.
-    pub fn observe(&mut self, wakeup: Wakeup) -> TimedObservations {
-        let kind = match wakeup.source {
-            WakeSource::Housekeeping => SampleKind::Full,
-            _ => SampleKind::Fast,
-        };
+    /// Runs the pass `wakeup` asks for ([`Trigger::pass`]) and measures it. A fast pass is
+    /// promoted to full once [`SamplerConfig::full_sample_interval`] has passed since the last
+    /// full one.
+    pub fn observe<W: Trigger>(&mut self, wakeup: W) -> TimedObservations<W> {
+        let kind = wakeup.pass();
         self.observe_as(wakeup, kind)
     }
 
     /// Like [`Sampler::observe`] with the pass kind chosen by the caller (e.g.
     /// [`SampleKind::Signals`] to decide first and read pods only when a threshold is met).
-    pub fn observe_as(&mut self, wakeup: Wakeup, kind: SampleKind) -> TimedObservations {
+    pub fn observe_as<W: Trigger>(&mut self, wakeup: W, kind: SampleKind) -> TimedObservations<W> {
+        let at = wakeup.at();
         let started = Instant::now();
         let mut observations = Observations::default();
         let kind = self.sample_into(kind, &mut observations);
@@ -218,7 +226,7 @@ impl Sampler {
             kind,
             observations,
             sampling: done.saturating_duration_since(started),
-            since_wakeup: done.saturating_duration_since(wakeup.at),
+            since_wakeup: done.saturating_duration_since(at),
         }
     }
 
@@ -863,6 +871,23 @@ mod tests {
 
     use super::*;
 
+    /// A trigger for tests: when, and the pass it asks for.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct Tick {
+        at: Instant,
+        pass: SampleKind,
+    }
+
+    impl Trigger for Tick {
+        fn at(&self) -> Instant {
+            self.at
+        }
+
+        fn pass(&self) -> SampleKind {
+            self.pass
+        }
+    }
+
     const MIB: u64 = 1 << 20;
     const UID_A: &str = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
     const UID_B: &str = "1a1b2c3d-4e5f-6789-abcd-ef0123456789";
@@ -918,11 +943,10 @@ mod tests {
     }
 
     #[test]
-    fn sampler_and_wakeups_can_move_to_blocking_threads() {
+    fn sampler_can_move_to_blocking_threads() {
         fn send<T: Send + 'static>() {}
         send::<Sampler>();
-        send::<crate::sampler::Wakeups>();
-        send::<TimedObservations>();
+        send::<TimedObservations<Tick>>();
     }
 
     #[test]
@@ -1219,10 +1243,10 @@ mod tests {
         s.sample_into(SampleKind::Fast, &mut o);
         assert!(o.pods[UID_A].disk.expect("disk") >= disk + 1024 * 1024);
 
-        // A housekeeping wake-up is a full, measured pass.
-        let w = Wakeup {
-            source: WakeSource::Housekeeping,
+        // A trigger asking for a full pass gets a full, measured pass.
+        let w = Tick {
             at: Instant::now(),
+            pass: SampleKind::Full,
         };
         let t = s.observe(w);
         assert_eq!(t.kind, SampleKind::Full);

@@ -19,8 +19,9 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use node_monitor::sampler::{
-    SampleKind, Sampler, SamplerConfig, SourceSetting, WakeSource, Wakeup, WakeupConfig, Wakeups,
+use node_monitor::{
+    sampler::{SampleKind, Sampler, SamplerConfig},
+    wakeup::{SourceSetting, WakeSource, Wakeup, WakeupConfig, Wakeups},
 };
 
 use node_monitor_core::signals::Observations;

@@ -1,30 +1,26 @@
 //! Kernel notification plumbing: cgroup v1 memcg eventfds, PSI triggers and inotify, each turned
-//! into a tokio task that sends [`Wakeup`]s. The public face is [`super::wakeups::Wakeups`].
+//! into a tokio task that sends [`super::Wakeup`]s through a [`Sink`]. The public face is
+//! [`super::Wakeups`].
 
 use std::{
     fs::{File, OpenOptions},
     io::{self, Write as _},
     os::{fd::AsRawFd as _, unix::fs::OpenOptionsExt as _},
     path::{Path, PathBuf},
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use nix::sys::{
     eventfd::{EfdFlags, EventFd},
     inotify::{AddWatchFlags, InitFlags, Inotify},
 };
-use tokio::{
-    io::{Interest, unix::AsyncFd},
-    sync::mpsc,
-};
+use tokio::io::{Interest, unix::AsyncFd};
+
+use crate::sampler::parse::{self, MemoryEvents};
 
 use super::{
-    parse::{self, MemoryEvents},
-    wakeups::{PsiKind, PsiTrigger, SourceKind, SourceState, WakeSource, Wakeup},
+    sink::Sink,
+    vocab::{PsiKind, PsiTrigger, SourceKind, WakeSource},
 };
 
 /// What a notification source could not do. Messages name the file and the value written.
@@ -53,53 +49,6 @@ pub enum ArmError {
     },
     #[error("registering with the tokio reactor")]
     Reactor(#[source] io::Error),
-}
-
-/// Shared between the tasks and the owner: where wake-ups go and what state each source is in.
-#[derive(Debug, Clone)]
-pub(crate) struct Sink {
-    pub tx: mpsc::Sender<Wakeup>,
-    pub coalesced: Arc<AtomicU64>,
-    pub states: Arc<Mutex<std::collections::BTreeMap<SourceKind, SourceState>>>,
-}
-
-impl Sink {
-    /// Never waits: when the queue is full a wake-up is already pending, and the sampler reads
-    /// the current state whichever wake-up it processes, so this one is coalesced (and counted).
-    /// Returns false once the receiver is gone.
-    pub fn deliver(&self, source: WakeSource) -> bool {
-        let w = Wakeup {
-            source,
-            at: Instant::now(),
-        };
-        match self.tx.try_send(w) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.coalesced.fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-        }
-    }
-
-    pub fn set_state(&self, kind: SourceKind, state: SourceState) {
-        match self.states.lock() {
-            Ok(mut s) => {
-                s.insert(kind, state);
-            }
-            // A panic while holding this lock cannot leave the map inconsistent (single
-            // inserts), so the data is still good.
-            Err(poisoned) => {
-                poisoned.into_inner().insert(kind, state);
-            }
-        }
-    }
-
-    /// A running source stopped working: log it and report it.
-    pub fn failed(&self, kind: SourceKind, reason: String) {
-        tracing::warn!(source = kind.as_str(), %reason, "wake-up source stopped");
-        self.set_state(kind, SourceState::Unavailable { reason });
-    }
 }
 
 fn open(path: &Path, write: bool) -> Result<File, ArmError> {

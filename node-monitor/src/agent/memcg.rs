@@ -1,0 +1,200 @@
+//! Which cgroup v1 memcg thresholds to arm after a pass, like the kubelet's
+//! `memoryThresholdNotifier`s: one per `memory.available` threshold on the node cgroup, one per
+//! `allocatableMemory.available` threshold on the kubepods cgroup (capacity = allocatable).
+
+use node_monitor_core::{signals::Signal, threshold::Threshold};
+
+use crate::{
+    sampler::MemoryReading,
+    wakeup::{MemcgTarget, Wakeups},
+};
+
+/// The thresholds to arm on one cgroup: levels on `available` in bytes, with the capacity and
+/// `inactive_file` of that cgroup from the last pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemcgArming {
+    pub target: MemcgTarget,
+    pub levels: Vec<u64>,
+    pub capacity: u64,
+    pub inactive_file: u64,
+}
+
+/// What to arm given the configured thresholds and the last readings of the node and kubepods
+/// memory. A target without a reading (not read yet, no allocatable) or without a threshold of
+/// its signal is left as it is.
+pub fn memcg_arming(
+    thresholds: &[Threshold],
+    node: Option<MemoryReading>,
+    kubepods: Option<MemoryReading>,
+) -> Vec<MemcgArming> {
+    [
+        (MemcgTarget::Node, Signal::MemoryAvailable, node),
+        (
+            MemcgTarget::Allocatable,
+            Signal::AllocatableMemoryAvailable,
+            kubepods,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(target, signal, reading)| {
+        let m = reading?;
+        let capacity = i64::try_from(m.capacity).unwrap_or(i64::MAX);
+        let mut levels: Vec<u64> = thresholds
+            .iter()
+            .filter(|t| t.signal == signal)
+            .filter_map(|t| u64::try_from(t.quantity(capacity).value()).ok())
+            .collect();
+        levels.sort_unstable();
+        levels.dedup();
+        (!levels.is_empty()).then_some(MemcgArming {
+            target,
+            levels,
+            capacity: m.capacity,
+            inactive_file: m.inactive_file,
+        })
+    })
+    .collect()
+}
+
+/// Arms (or re-arms at the fresh `inactive_file`) the memcg thresholds [`memcg_arming`] picks,
+/// as the kubelet does on each synchronize. The agent calls it after every pass with the
+/// sampler's last readings (`Sampler::last_node_memory`, `Sampler::last_kubepods_memory`).
+pub fn rearm(
+    wakeups: &mut Wakeups,
+    thresholds: &[Threshold],
+    node: Option<MemoryReading>,
+    kubepods: Option<MemoryReading>,
+) {
+    for a in memcg_arming(thresholds, node, kubepods) {
+        match a.target {
+            MemcgTarget::Node => {
+                wakeups.arm_memory_thresholds(&a.levels, a.capacity, a.inactive_file);
+            }
+            MemcgTarget::Allocatable => {
+                wakeups.arm_allocatable_thresholds(&a.levels, a.capacity, a.inactive_file);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use node_monitor_core::{
+        quantity::{Format, Quantity},
+        threshold::{Operator, ThresholdSource, ThresholdValue},
+    };
+
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn threshold(signal: Signal, bytes: u64, source: ThresholdSource) -> Threshold {
+        Threshold {
+            signal,
+            operator: Operator::LessThan,
+            value: ThresholdValue::Quantity(Quantity::new(
+                i64::try_from(bytes).expect("fits"),
+                Format::BinarySI,
+            )),
+            grace_period: Duration::ZERO,
+            min_reclaim: None,
+            source,
+            derived_from: None,
+        }
+    }
+
+    fn reading(capacity: u64, inactive_file: u64) -> MemoryReading {
+        MemoryReading {
+            capacity,
+            usage: capacity / 2,
+            inactive_file,
+            working_set: capacity / 2 - inactive_file,
+        }
+    }
+
+    #[test]
+    fn node_and_allocatable_thresholds_are_armed_on_their_cgroups() {
+        let thresholds = [
+            threshold(
+                Signal::MemoryAvailable,
+                100 * MIB,
+                ThresholdSource::EvictionHard,
+            ),
+            threshold(
+                Signal::MemoryAvailable,
+                300 * MIB,
+                ThresholdSource::EvictionSoft,
+            ),
+            threshold(
+                Signal::AllocatableMemoryAvailable,
+                100 * MIB,
+                ThresholdSource::Allocatable,
+            ),
+            threshold(
+                Signal::NodeFsAvailable,
+                100 * MIB,
+                ThresholdSource::EvictionHard,
+            ),
+        ];
+        let node = reading(4096 * MIB, 50 * MIB);
+        let kubepods = reading(3000 * MIB, 20 * MIB);
+        assert_eq!(
+            memcg_arming(&thresholds, Some(node), Some(kubepods)),
+            vec![
+                MemcgArming {
+                    target: MemcgTarget::Node,
+                    levels: vec![100 * MIB, 300 * MIB],
+                    capacity: 4096 * MIB,
+                    inactive_file: 50 * MIB,
+                },
+                MemcgArming {
+                    target: MemcgTarget::Allocatable,
+                    levels: vec![100 * MIB],
+                    capacity: 3000 * MIB,
+                    inactive_file: 20 * MIB,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn percentages_resolve_against_each_cgroups_capacity() {
+        let mut t = threshold(
+            Signal::AllocatableMemoryAvailable,
+            0,
+            ThresholdSource::Allocatable,
+        );
+        t.value = ThresholdValue::Percentage {
+            fraction: 0.1,
+            percent: 10.0,
+        };
+        let arming = memcg_arming(&[t], None, Some(reading(1000 * MIB, 0)));
+        assert_eq!(arming.len(), 1);
+        assert_eq!(arming[0].target, MemcgTarget::Allocatable);
+        // 10 % of 1000 MiB, with the kubelet's float32 rounding.
+        let level = arming[0].levels[0];
+        assert!(level.abs_diff(100 * MIB) < MIB, "{level}");
+    }
+
+    #[test]
+    fn a_target_without_reading_or_threshold_is_left_alone() {
+        let node_only = [threshold(
+            Signal::MemoryAvailable,
+            100 * MIB,
+            ThresholdSource::EvictionHard,
+        )];
+        let kubepods = Some(reading(3000 * MIB, 0));
+        // No allocatable threshold: nothing on kubepods.
+        let arming = memcg_arming(&node_only, None, kubepods);
+        assert!(arming.is_empty(), "{arming:?}");
+        // An allocatable threshold but no kubepods reading (no allocatable known).
+        let alloc = [threshold(
+            Signal::AllocatableMemoryAvailable,
+            100 * MIB,
+            ThresholdSource::Allocatable,
+        )];
+        assert!(memcg_arming(&alloc, Some(reading(4096 * MIB, 0)), None).is_empty());
+    }
+}
