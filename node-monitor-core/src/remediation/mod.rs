@@ -44,20 +44,6 @@ pub use zones::*;
 #[cfg(doc)]
 use crate::clock::Timestamp;
 
-/// Node annotation the node agent sets when it sees its machine go down around the shutdown
-/// inhibitor (`nodeMonitor.shutdown.lastGasp: annotation`): JSON whose `time` is the Unix time in
-/// seconds of the reboot/power-off call (an RFC 3339 string is accepted too).
-pub const LAST_GASP_ANNOTATION: &str = "node-monitor.io/last-gasp";
-/// The agent-owned condition of a shutdown (`nodeMonitor.shutdown.lastGasp: condition`).
-pub const SHUTTING_DOWN_CONDITION: &str = "NodeMonitorShuttingDown";
-/// Its reason when the shutdown bypassed the inhibitor: only this one is a last gasp (a graceful
-/// shutdown terminates the pods itself); the condition's `lastTransitionTime` is the moment.
-pub const NON_GRACEFUL_SHUTDOWN_REASON: &str = "NonGracefulShutdown";
-/// Prefix of the conditions the node agent re-publishes at least every 60 s.
-pub const AGENT_CONDITION_PREFIX: &str = "NodeMonitor";
-/// Node annotation that takes a node out of remediation when set to `disabled`.
-pub const OPT_OUT_ANNOTATION: &str = "node-monitor.io/remediation";
-
 /// Microseconds since the Unix epoch, as written by a node (Lease `renewTime`, condition times).
 pub type WallMicros = i64;
 /// Milliseconds since the Unix epoch on the controller's clock.

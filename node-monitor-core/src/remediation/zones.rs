@@ -3,6 +3,7 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use super::StormConfig;
+use crate::names::OPT_OUT_ANNOTATION;
 
 /// Where a node is, by its topology labels: the node lifecycle controller's zone key
 /// (`GetZoneKey`, k8s.io/component-helpers/node/topology: the beta labels first, then the GA
@@ -193,7 +194,7 @@ impl SkipReason {
                 format!("fencing skipped: the fencing configuration is unusable: {error}")
             }
             Self::NotEligible => {
-                "fencing skipped: the node is excluded by nodeSelector or the node-monitor.io/remediation annotation".to_owned()
+                format!("fencing skipped: the node is excluded by nodeSelector or the {OPT_OUT_ANNOTATION} annotation")
             }
             Self::DryRun => "dry run: the node would be fenced now".to_owned(),
         }

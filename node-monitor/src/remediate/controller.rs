@@ -1126,17 +1126,4 @@ mod tests {
         timed.toleration_seconds = Some(30);
         assert_eq!(keep_pod(&pod(vec![timed])), kept);
     }
-
-    #[test]
-    fn last_gasp_names_match_the_agents() {
-        // The shutdown manager writes them; the remediation controller reads them.
-        assert_eq!(
-            node_monitor_core::remediation::LAST_GASP_ANNOTATION,
-            crate::shutdown::LAST_GASP_ANNOTATION
-        );
-        assert_eq!(
-            node_monitor_core::remediation::SHUTTING_DOWN_CONDITION,
-            crate::shutdown::CONDITION_TYPE
-        );
-    }
 }
