@@ -57,19 +57,28 @@ pub struct FencingPolicy {
 /// Leader election on a coordination.k8s.io Lease (client-go's defaults).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaderSettings {
+    /// The Lease's name (in the controller's namespace).
     pub lease_name: String,
+    /// How long a leader's claim holds without renewal (`leaseDuration`).
     pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it gives up leading (`renewDeadline`).
     pub renew_deadline: Duration,
+    /// Pause between attempts to acquire or renew (`retryPeriod`).
     pub retry_period: Duration,
 }
 
 /// Every setting of `node-monitor remediate`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RemediationConfig {
+    /// How often every replica judges the nodes (`tickInterval`).
     pub tick_interval: Duration,
+    /// How a dead node is recognised.
     pub detection: DetectionConfig,
+    /// When fencing is held back (storm protection) and how fast it may go.
     pub storm: StormConfig,
+    /// Timeouts and retries of the fencing steps.
     pub fencing: FencingPolicy,
+    /// Leader election: only the leader acts.
     pub leader: LeaderSettings,
     /// Force-delete the pods of a fenced node (else: taint only, and let the pod GC act once the
     /// node lifecycle controller marks the node NotReady).
@@ -122,22 +131,33 @@ impl Default for RemediationConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum RemediationConfigError {
     #[error("{source_name}: not a valid remediate configuration")]
+    /// The document is not valid YAML/JSON or has an unknown or mistyped field.
     Syntax {
+        /// The document's name (its file path).
         source_name: String,
         #[source]
+        /// The parser's error.
         source: serde_norway::Error,
     },
     #[error("{field}: invalid duration {value:?}")]
+    /// A duration setting does not parse.
     Duration {
+        /// The setting's name as written in the document.
         field: &'static str,
+        /// The value as written.
         value: String,
         #[source]
+        /// Why it does not parse.
         source: DurationError,
     },
     #[error("{field}: {value:?} {reason}")]
+    /// A setting parses but its value is out of range or contradicts another.
     Invalid {
+        /// The setting's name as written in the document.
         field: &'static str,
+        /// The value.
         value: String,
+        /// What a valid value is.
         reason: &'static str,
     },
 }

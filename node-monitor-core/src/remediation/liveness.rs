@@ -16,7 +16,9 @@ pub const DEFAULT_LEASE_DURATION_SECONDS: i32 = 40;
 /// The node's `Ready` condition as the API shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadyStatus {
+    /// `True`: the kubelet reports the node Ready.
     True,
+    /// `False`: the kubelet reports the node not Ready.
     False,
     /// `Unknown`, or no `Ready` condition at all.
     Unknown,
@@ -25,16 +27,22 @@ pub enum ReadyStatus {
 /// A node's Lease as the API shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseFacts {
+    /// `spec.renewTime`, on the node's clock.
     pub renew_time: Option<WallMicros>,
+    /// `spec.leaseDurationSeconds`.
     pub duration_seconds: Option<i32>,
 }
 
 /// What the controller knows about one node at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeFacts {
+    /// The Node's name.
     pub name: String,
+    /// Its zone, by its topology labels.
     pub zone: ZoneKey,
+    /// Its `Ready` condition.
     pub ready: ReadyStatus,
+    /// Its Lease in `kube-node-lease`; `None` when it has none.
     pub lease: Option<LeaseFacts>,
     /// The newest `lastHeartbeatTime` of the node agent's `NodeMonitor*` conditions.
     pub agent_heartbeat: Option<WallMicros>,
@@ -53,7 +61,9 @@ pub struct NodeFacts {
 /// Why a node counts as alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AliveBecause {
+    /// The Lease was renewed within the detection window.
     LeaseRenewing,
+    /// The node agent's heartbeat changed within `agentHeartbeatTimeout`.
     AgentReporting,
     /// No Lease: nothing to judge by, so never dead.
     NoLease,
@@ -64,16 +74,23 @@ pub enum AliveBecause {
 pub enum DeathEvidence {
     /// The Lease missed `missed` renewals of `renew_interval` (observed silence `silent`).
     LeaseExpired {
+        /// How long the Lease has not changed, on the controller's clock.
         silent: Duration,
+        /// The renewal interval it was judged by.
         renew_interval: Duration,
+        /// The renewals missed (`missedRenewals`).
         missed: u32,
     },
     /// The node agent announced an inhibitor-bypassing power-off at `at`, and neither the
     /// kubelet nor the agent has written since.
-    LastGasp { at: WallMicros },
+    LastGasp {
+        /// When the node said it went down (node clock).
+        at: WallMicros,
+    },
 }
 
 impl DeathEvidence {
+    /// A sentence for Events and logs, kept with the operation as its evidence.
     pub fn describe(&self) -> String {
         match self {
             Self::LeaseExpired {
@@ -95,11 +112,14 @@ impl DeathEvidence {
 /// A node's liveness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Liveness {
+    /// Alive, and why.
     Alive(AliveBecause),
     /// Silent for more than `suspectAfterRenewals` intervals: unhealthy, not yet dead.
     Suspect {
+        /// How long the Lease has not changed.
         silent: Duration,
     },
+    /// Dead, and the evidence.
     Dead(DeathEvidence),
 }
 
@@ -109,10 +129,12 @@ impl Liveness {
         !matches!(self, Liveness::Alive(_))
     }
 
+    /// Dead: a fencing candidate.
     pub fn is_dead(&self) -> bool {
         matches!(self, Liveness::Dead(_))
     }
 
+    /// The `state` label of `node_monitor_remediation_nodes`: `alive`, `suspect` or `dead`.
     pub fn label(&self) -> &'static str {
         match self {
             Liveness::Alive(_) => "alive",
@@ -163,6 +185,7 @@ pub fn last_gasp_stands(gasp: WallMicros, facts: &NodeFacts) -> bool {
 }
 
 impl LivenessTracker {
+    /// A tracker that has seen no node yet.
     pub fn new() -> Self {
         Self::default()
     }

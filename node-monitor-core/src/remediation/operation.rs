@@ -3,18 +3,24 @@
 //! actions it asks for).
 use serde::{Deserialize, Serialize};
 
+#[cfg(doc)]
+use super::node_is_back;
 use super::{DeathEvidence, NodeFacts, ReadyStatus, UnixMillis, WallMicros};
 
 /// A fencing step (the proposal's three lists of methods).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Step {
+    /// Cut the node off its storage and network (the proposal's isolation methods).
     Isolation,
+    /// Power the node off or reset it (the proposal's power management methods).
     PowerManagement,
+    /// Undo the isolation once the node is back (the proposal's recovery methods).
     Recovery,
 }
 
 impl Step {
+    /// Every step, in the order they run.
     pub const ALL: [Step; 3] = [Step::Isolation, Step::PowerManagement, Step::Recovery];
 
     /// The key in `config.properties` and the metric label.
@@ -32,7 +38,10 @@ impl Step {
 #[serde(rename_all = "camelCase", tag = "name")]
 pub enum Phase {
     /// Running, or about to run, the methods of a fencing step.
-    Fencing { step: Step },
+    Fencing {
+        /// The step.
+        step: Step,
+    },
     /// No step confirmed the node off or isolated: nothing is released; the cycle starts again
     /// after `unconfirmedRetryInterval`.
     Unconfirmed,
@@ -41,7 +50,10 @@ pub enum Phase {
     /// The workload is released; waiting for the node to come back.
     Released,
     /// The node is back: run recovery, then remove the taint and forget the operation.
-    Recovering { recovered: bool },
+    Recovering {
+        /// The recovery step succeeded (or none is configured): the taint comes off next.
+        recovered: bool,
+    },
 }
 
 impl Phase {
@@ -56,6 +68,7 @@ impl Phase {
         }
     }
 
+    /// Every value of [`Phase::label`], for initialising the metric's series.
     pub const LABELS: [&'static str; 5] = [
         "fencing",
         "unconfirmed",
@@ -70,8 +83,11 @@ impl Phase {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FenceOp {
+    /// The Node's name.
     pub node: String,
+    /// The Node's UID: a Node re-created under the same name is another node.
     pub node_uid: String,
+    /// Where the operation stands.
     pub phase: Phase,
     /// A step whose methods were started and whose outcome is not recorded. Written before they
     /// start: a controller that finds it set without running the step itself runs it again, so
@@ -87,17 +103,23 @@ pub struct FenceOp {
     /// Nothing new starts before this time.
     #[serde(default)]
     pub not_before: Option<UnixMillis>,
+    /// When the node was found dead (controller clock).
     pub detected_at: UnixMillis,
+    /// Why it was found dead ([`DeathEvidence::describe`]).
     pub evidence: String,
     /// The Lease's renewTime when the node was found dead: a newer one means it is back.
     pub lease_renew_time: Option<WallMicros>,
     #[serde(default)]
+    /// The fencing step that confirmed the node off or isolated; nothing is released without one.
     pub confirmed_by: Option<Step>,
     #[serde(default)]
+    /// When the workload was released (controller clock).
     pub released_at: Option<UnixMillis>,
     #[serde(default)]
+    /// Power management ran after a release confirmed by isolation alone.
     pub power_cycled: bool,
     #[serde(default)]
+    /// The last step or release failure, for Events and status.
     pub last_error: Option<String>,
     /// The node's `bootID` when it was found dead: a different one later means it rebooted.
     #[serde(default)]
@@ -148,12 +170,16 @@ impl FenceOp {
 /// Which steps have methods configured for the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ConfiguredSteps {
+    /// Isolation methods are configured.
     pub isolation: bool,
+    /// Power management methods are configured.
     pub power_management: bool,
+    /// Recovery methods are configured.
     pub recovery: bool,
 }
 
 impl ConfiguredSteps {
+    /// Whether `step` has methods configured.
     pub fn has(&self, step: Step) -> bool {
         match step {
             Step::Isolation => self.isolation,
@@ -229,6 +255,7 @@ impl KubeletReturn {
 /// The world around an operation at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpContext {
+    /// The controller's wall clock.
     pub now: UnixMillis,
     /// The Node object still exists.
     pub node_present: bool,
@@ -238,6 +265,7 @@ pub struct OpContext {
     pub executing: bool,
     /// Storm protection lets new fencing attempts start.
     pub may_fence: bool,
+    /// Which steps have methods for this node.
     pub configured: ConfiguredSteps,
     /// What the node says about the pods of before the fence (see [`KubeletReturn`]).
     pub kubelet: KubeletReturn,
@@ -246,18 +274,23 @@ pub struct OpContext {
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OpEvent {
+    /// Time passed: start whatever is due.
     Tick,
     /// A step's methods finished: all succeeded, or the first failure.
     StepDone {
+        /// The step that ran.
         step: Step,
+        /// `Ok`, or the first failure's message.
         result: Result<(), String>,
     },
     /// The release (taint, then pod deletion) finished.
     ReleaseDone {
+        /// What the release did, or why it failed.
         result: Result<ReleaseSummary, String>,
     },
     /// The out-of-service taint was removed (or was not there).
     TaintRemoved {
+        /// `Ok`, or why the taint could not be removed.
         result: Result<(), String>,
     },
 }
@@ -265,6 +298,7 @@ pub enum OpEvent {
 /// What a release did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ReleaseSummary {
+    /// Pods force-deleted from the node.
     pub pods_deleted: u32,
     /// VolumeAttachments of the node, left for the attach-detach controller to detach.
     pub volume_attachments: u32,
@@ -273,8 +307,11 @@ pub struct ReleaseSummary {
 /// An Event to record on the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notice {
+    /// A `Warning` Event (else `Normal`).
     pub warning: bool,
+    /// The Event's reason (`FencingConfirmed`, `NodeReleased`, …).
     pub reason: &'static str,
+    /// The Event's message.
     pub message: String,
 }
 
@@ -292,13 +329,16 @@ pub enum OpAction {
     RemoveTaint,
     /// Delete the operation: nothing is left to do.
     Forget,
+    /// Record an Event on the node.
     Notify(Notice),
 }
 
 /// The next state of an operation and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transition {
+    /// The operation after the event.
     pub op: FenceOp,
+    /// What to do, in order.
     pub actions: Vec<OpAction>,
 }
 

@@ -12,10 +12,13 @@ pub const OUT_OF_SERVICE_EFFECT: &str = "NoExecute";
 /// A pod's toleration, as the API has it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TolerationRef<'a> {
+    /// The taint key it tolerates; empty or `None` with `Exists`: every key.
     pub key: Option<&'a str>,
     /// `Equal` (also when empty) or `Exists`.
     pub operator: Option<&'a str>,
+    /// The taint value it tolerates (with `Equal`).
     pub value: Option<&'a str>,
+    /// The taint effect it tolerates; empty or `None`: every effect.
     pub effect: Option<&'a str>,
 }
 

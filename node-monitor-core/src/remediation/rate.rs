@@ -18,6 +18,7 @@ pub struct TokenBucket {
 }
 
 impl TokenBucket {
+    /// A full bucket of `qps` tokens a second holding at most `burst` (at least 1).
     pub fn new(qps: f64, burst: u32, now: Timestamp) -> Self {
         let burst = f64::from(burst.max(1));
         Self {
@@ -28,6 +29,7 @@ impl TokenBucket {
         }
     }
 
+    /// The bucket's rate, in tokens a second.
     pub fn qps(&self) -> f64 {
         self.qps
     }
@@ -85,6 +87,8 @@ pub struct ZoneLimiters {
 }
 
 impl ZoneLimiters {
+    /// Follows the assessment: a bucket for each zone at its rate (changed rates swapped as
+    /// [`TokenBucket::swap_qps`] does), none for zones that are gone.
     pub fn update(&mut self, assessment: &Assessment, now: Timestamp) {
         self.buckets.retain(|z, _| assessment.zones.contains_key(z));
         for (zone, status) in &assessment.zones {
@@ -100,6 +104,7 @@ impl ZoneLimiters {
         }
     }
 
+    /// Takes a token from `zone`'s bucket if it has one; a zone without a bucket has none.
     pub fn try_take(&mut self, zone: &ZoneKey, now: Timestamp) -> bool {
         self.buckets.get_mut(zone).is_some_and(|b| b.try_take(now))
     }

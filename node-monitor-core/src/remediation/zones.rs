@@ -10,11 +10,14 @@ use crate::names::OPT_OUT_ANNOTATION;
 /// ones; both empty is the zone `""`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ZoneKey {
+    /// `topology.kubernetes.io/region` (or its beta label).
     pub region: String,
+    /// `topology.kubernetes.io/zone` (or its beta label).
     pub zone: String,
 }
 
 impl ZoneKey {
+    /// The zone key of a node with these labels.
     pub fn from_labels(labels: &BTreeMap<String, String>) -> ZoneKey {
         let get = |beta: &str, ga: &str| {
             labels
@@ -48,18 +51,23 @@ impl ZoneKey {
 /// A zone's state (the node lifecycle controller's `ZoneState`, without its transient `Initial`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ZoneState {
+    /// Fewer unhealthy nodes than the thresholds: the normal fencing rate.
     Normal,
+    /// More than two nodes and at least `unhealthyZoneThreshold` of the zone unhealthy.
     PartialDisruption,
+    /// No healthy node left in the zone.
     FullDisruption,
 }
 
 impl ZoneState {
+    /// Every state, for the one-hot `node_monitor_remediation_zone_state`.
     pub const ALL: [ZoneState; 3] = [
         ZoneState::Normal,
         ZoneState::PartialDisruption,
         ZoneState::FullDisruption,
     ];
 
+    /// The `state` label of `node_monitor_remediation_zone_state`.
     pub fn as_str(self) -> &'static str {
         match self {
             ZoneState::Normal => "Normal",
@@ -102,9 +110,13 @@ pub fn zone_fence_rate(state: ZoneState, zone_size: usize, cfg: &StormConfig) ->
 /// One zone's standing.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ZoneStatus {
+    /// Nodes in the zone.
     pub size: usize,
+    /// Of them, unhealthy (suspect, dead or not Ready).
     pub unhealthy: usize,
+    /// The zone's state.
     pub state: ZoneState,
+    /// Nodes the zone may fence per second.
     pub rate: f64,
 }
 
@@ -112,25 +124,46 @@ pub struct ZoneStatus {
 #[derive(Debug, Clone, PartialEq)]
 pub enum SkipReason {
     /// The controller cannot reach the API server reliably: its own view is suspect.
-    ControllerPartitioned { api_silent: Duration },
+    ControllerPartitioned {
+        /// How long since the controller last reached the API server.
+        api_silent: Duration,
+    },
     /// Every zone is fully disrupted: the management side is more likely cut off than every
     /// node dead (`handleDisruption` stops all evictions then).
-    AllZonesDisrupted { nodes: usize },
+    AllZonesDisrupted {
+        /// Nodes in the cluster.
+        nodes: usize,
+    },
     /// Too many nodes are unhealthy at once (the fencing proposal's storm rule).
-    TooManyUnhealthy { unhealthy: usize, total: usize },
+    TooManyUnhealthy {
+        /// Unhealthy nodes.
+        unhealthy: usize,
+        /// Nodes in the cluster.
+        total: usize,
+    },
     /// The node's zone has a fencing rate of 0 (a small, partially disrupted zone).
     ZoneDisruption {
+        /// The zone's label ([`ZoneKey::label`]).
         zone: String,
+        /// The zone's state.
         state: ZoneState,
+        /// Unhealthy nodes in the zone.
         unhealthy: usize,
+        /// Nodes in the zone.
         size: usize,
     },
     /// The zone's rate limit has no token now.
-    RateLimited { zone: String },
+    RateLimited {
+        /// The zone's label ([`ZoneKey::label`]).
+        zone: String,
+    },
     /// No fencing configuration applies to the node: it can never be confirmed off.
     NoFenceConfig,
     /// The fencing configuration cannot be read or is invalid.
-    FenceConfigError { error: String },
+    FenceConfigError {
+        /// What is wrong with it.
+        error: String,
+    },
     /// Left out by `nodeSelector` or the opt-out annotation.
     NotEligible,
     /// Dry run: decided, not done.
@@ -153,6 +186,7 @@ impl SkipReason {
         }
     }
 
+    /// Every value of [`SkipReason::label`], for initialising the metric's series.
     pub const LABELS: [&'static str; 9] = [
         "controller_partitioned",
         "all_zones_disrupted",
@@ -165,6 +199,7 @@ impl SkipReason {
         "dry_run",
     ];
 
+    /// A sentence for the `FencingSkipped` Event and the logs.
     pub fn message(&self) -> String {
         match self {
             Self::ControllerPartitioned { api_silent } => format!(
@@ -204,8 +239,11 @@ impl SkipReason {
 /// The cluster as storm protection sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Assessment {
+    /// Each zone's standing.
     pub zones: BTreeMap<ZoneKey, ZoneStatus>,
+    /// Nodes counted.
     pub total: usize,
+    /// Of them, unhealthy.
     pub unhealthy: usize,
     /// A cluster-wide reason to fence nothing now.
     pub blocked: Option<SkipReason>,
