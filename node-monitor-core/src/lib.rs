@@ -15,6 +15,7 @@ pub mod duration;
 pub mod eviction;
 pub mod headroom;
 pub mod kubelet_layout;
+pub mod names;
 pub mod node_name;
 pub mod pod;
 pub mod quantity;

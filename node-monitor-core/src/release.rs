@@ -10,37 +10,12 @@
 //! down, and the next start clears them.
 use k8s_openapi::api::core::v1::Node;
 
-use super::threshold::NodeConditionType;
+use crate::names::{
+    CONDITION_PREFIX, CORDONED_ANNOTATION, LAST_GASP_ANNOTATION, PRESSURE_TAINTS, SHUTDOWN_TAINT,
+    SHUTTING_DOWN_CONDITION, STOPPED_REASON, TAINT_PREFIX,
+};
 
-/// Prefix of the agent-owned node conditions (`NodeMonitorMemoryPressure`, …).
-pub const CONDITION_PREFIX: &str = "NodeMonitor";
-/// Key prefix of node-monitor's taints.
-pub const TAINT_PREFIX: &str = "node-monitor.io/";
-/// The NoSchedule taints the agent sets under pressure (`nodeMonitor.taintOnPressure`).
-pub const PRESSURE_TAINTS: [&str; 3] = [
-    "node-monitor.io/memory-pressure",
-    "node-monitor.io/disk-pressure",
-    "node-monitor.io/pid-pressure",
-];
-/// The pressure taint for a condition.
-pub fn pressure_taint(c: NodeConditionType) -> &'static str {
-    match c {
-        NodeConditionType::MemoryPressure => PRESSURE_TAINTS[0],
-        NodeConditionType::DiskPressure => PRESSURE_TAINTS[1],
-        NodeConditionType::PidPressure => PRESSURE_TAINTS[2],
-    }
-}
-/// The NoSchedule taint set while the node shuts down.
-pub const SHUTDOWN_TAINT: &str = "node-monitor.io/shutdown";
-/// The condition that says the node is shutting down.
-pub const SHUTTING_DOWN_CONDITION: &str = "NodeMonitorShuttingDown";
-/// Set when node-monitor cordoned the node for a shutdown.
-pub const CORDONED_ANNOTATION: &str = "node-monitor.io/cordoned-for-shutdown";
-/// The last gasp of a shutdown that bypassed the inhibitor.
-pub const LAST_GASP_ANNOTATION: &str = "node-monitor.io/last-gasp";
-/// The reason on the agent's conditions after a clean stop.
-pub const STOPPED_REASON: &str = "NodeMonitorStopped";
-/// The message that goes with it.
+/// The message that goes with [`STOPPED_REASON`].
 pub const STOPPED_MESSAGE: &str =
     "node-monitor stopped on this node; this condition is no longer maintained";
 

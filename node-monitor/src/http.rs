@@ -28,7 +28,7 @@ use tokio::{
 };
 use tracing::{debug, error, info};
 
-use crate::metrics::Metrics;
+use crate::metrics::Exposition;
 
 /// What readiness depends on.
 #[derive(Debug, Default)]
@@ -132,7 +132,7 @@ impl Health {
 
 #[derive(Clone)]
 struct AppState {
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn Exposition>,
     health: Arc<Health>,
 }
 
@@ -167,7 +167,7 @@ const OVERLOADED: &[u8] =
 /// Binds and serves until `shutdown` resolves, with the default [`ServeLimits`].
 pub async fn serve(
     addr: SocketAddr,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn Exposition>,
     health: Arc<Health>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -179,7 +179,7 @@ pub async fn serve(
 /// Serves on a bound listener until `shutdown` resolves, within `limits`.
 pub async fn serve_on(
     listener: TcpListener,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn Exposition>,
     health: Arc<Health>,
     limits: ServeLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -262,7 +262,7 @@ pub async fn serve_on(
 /// process goes on without its endpoint rather than stop over it.
 pub fn spawn(
     addr: SocketAddr,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn Exposition>,
     health: Arc<Health>,
     mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
@@ -309,6 +309,7 @@ async fn ready_handler(State(s): State<AppState>) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::Metrics;
 
     #[test]
     fn readiness_table() {

@@ -1,21 +1,24 @@
-//! docs/metrics.md and the registry agree: every exported family is documented with its type, and
-//! every documented family is exported.
+//! docs/metrics.md and the registries agree: every exported family is documented with its type, and
+//! every documented family is exported, for each product: the agent's table (before the
+//! `node-monitor remediate` section) against the agent's registry, remediate's table against
+//! remediate's.
 use std::collections::BTreeMap;
 
-use node_monitor::metrics::Metrics;
+use node_monitor::metrics::{Family_, Metrics, RemediateMetrics};
 
-fn exported() -> BTreeMap<String, String> {
-    Metrics::new()
-        .families()
+/// The heading of remediate's section; everything above it is the agent's.
+const REMEDIATE_SECTION: &str = "\n## `node-monitor remediate`\n";
+
+fn exported(families: &[Family_]) -> BTreeMap<String, String> {
+    families
         .iter()
         .map(|f| (f.name.clone(), f.kind.to_owned()))
         .collect()
 }
 
-fn documented() -> BTreeMap<String, String> {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md"))
-        .expect("docs/metrics.md");
-    doc.lines()
+fn documented(section: &str) -> BTreeMap<String, String> {
+    section
+        .lines()
         .filter(|l| l.starts_with("| `node_monitor_"))
         .map(|l| {
             let cols: Vec<&str> = l.split('|').map(str::trim).collect();
@@ -24,23 +27,48 @@ fn documented() -> BTreeMap<String, String> {
         .collect()
 }
 
-#[test]
-fn docs_list_exactly_the_exported_families_with_their_types() {
-    let exported = exported();
-    let documented = documented();
-    assert!(exported.len() >= 20, "registry looks empty: {exported:?}");
-    for (name, ty) in &exported {
+/// The agent's part of docs/metrics.md and remediate's.
+fn sections() -> (String, String) {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md"))
+        .expect("docs/metrics.md");
+    let (agent, remediate) = doc
+        .split_once(REMEDIATE_SECTION)
+        .expect("docs/metrics.md has a `node-monitor remediate` section");
+    (agent.to_owned(), remediate.to_owned())
+}
+
+fn check(
+    product: &str,
+    exported: &BTreeMap<String, String>,
+    documented: &BTreeMap<String, String>,
+) {
+    for (name, ty) in exported {
         assert_eq!(
             documented.get(name),
             Some(ty),
-            "{name} ({ty}) is exported but docs/metrics.md says {:?}",
+            "{name} ({ty}) is exported by {product} but its table in docs/metrics.md says {:?}",
             documented.get(name)
         );
     }
     for name in documented.keys() {
         assert!(
             exported.contains_key(name),
-            "docs/metrics.md lists {name}, which the agent does not export"
+            "docs/metrics.md lists {name} for {product}, which does not export it"
         );
     }
+}
+
+#[test]
+fn docs_list_exactly_the_exported_families_with_their_types() {
+    let (agent_doc, remediate_doc) = sections();
+    let agent = exported(Metrics::new().families());
+    assert!(agent.len() >= 20, "registry looks empty: {agent:?}");
+    check("the agent", &agent, &documented(&agent_doc));
+    let remediate = exported(RemediateMetrics::new().families());
+    assert!(remediate.len() >= 10, "registry looks empty: {remediate:?}");
+    check(
+        "node-monitor remediate",
+        &remediate,
+        &documented(&remediate_doc),
+    );
 }

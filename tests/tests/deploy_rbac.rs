@@ -23,8 +23,8 @@ use node_monitor::{
         Actuator, ActuatorConfig, ActuatorError, DeleteOutcome, EvictOutcome, EvictionRequest,
         NodeConditionUpdate, PdbPolicy,
     },
-    shutdown::{CONDITION_TYPE, CORDONED_ANNOTATION, TAINT_KEY},
 };
+use node_monitor_core::names::{CORDONED_ANNOTATION, SHUTDOWN_TAINT, SHUTTING_DOWN_CONDITION};
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions, error_chain},
     manifests,
@@ -486,7 +486,7 @@ async fn shutdown_overlay_grants_the_drain_on_its_own_node_only() {
     );
     actuator
         .set_conditions(&[NodeConditionUpdate {
-            type_: CONDITION_TYPE.into(),
+            type_: SHUTTING_DOWN_CONDITION.into(),
             status: true,
             reason: "NodeShuttingDown".into(),
             message: "test".into(),
@@ -495,7 +495,7 @@ async fn shutdown_overlay_grants_the_drain_on_its_own_node_only() {
         .expect("the shutdown condition");
     assert!(
         actuator
-            .set_taint(TAINT_KEY, "", "NoSchedule", true)
+            .set_taint(SHUTDOWN_TAINT, "", "NoSchedule", true)
             .await
             .expect("the shutdown taint")
     );
@@ -524,14 +524,14 @@ async fn shutdown_overlay_grants_the_drain_on_its_own_node_only() {
         spec.taints
             .unwrap_or_default()
             .iter()
-            .any(|t| t.key == TAINT_KEY && t.effect == "NoSchedule")
+            .any(|t| t.key == SHUTDOWN_TAINT && t.effect == "NoSchedule")
     );
     assert!(
         n.status
             .and_then(|s| s.conditions)
             .unwrap_or_default()
             .iter()
-            .any(|c| c.type_ == CONDITION_TYPE && c.status == "True")
+            .any(|c| c.type_ == SHUTTING_DOWN_CONDITION && c.status == "True")
     );
     let events = Api::<Event>::namespaced(admin.clone(), "default")
         .list(&ListParams::default().fields("involvedObject.name=node-a"))
@@ -552,7 +552,7 @@ async fn shutdown_overlay_grants_the_drain_on_its_own_node_only() {
         .expect("remove the annotation");
     assert!(
         actuator
-            .set_taint(TAINT_KEY, "", "NoSchedule", false)
+            .set_taint(SHUTDOWN_TAINT, "", "NoSchedule", false)
             .await
             .expect("remove the taint")
     );

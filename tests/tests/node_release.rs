@@ -19,7 +19,9 @@ use kube::{
 use node_monitor::{
     agent::{STOP_RELEASE_BOUND, release_on_stop},
     cluster::actuator::{Actuator, ActuatorConfig, NodeConditionUpdate, PdbPolicy},
-    shutdown::{CONDITION_TYPE, CORDONED_ANNOTATION, LAST_GASP_ANNOTATION, TAINT_KEY},
+};
+use node_monitor_core::names::{
+    CORDONED_ANNOTATION, LAST_GASP_ANNOTATION, SHUTDOWN_TAINT, SHUTTING_DOWN_CONDITION,
 };
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
@@ -235,14 +237,16 @@ async fn a_stop_during_a_shutdown_keeps_the_shutdown_marks() {
     must(
         agent
             .set_conditions(&[
-                update(CONDITION_TYPE, true),
+                update(SHUTTING_DOWN_CONDITION, true),
                 update("NodeMonitorMemoryPressure", true),
             ])
             .await,
         "conditions",
     );
     must(
-        agent.set_taint(TAINT_KEY, "", "NoSchedule", true).await,
+        agent
+            .set_taint(SHUTDOWN_TAINT, "", "NoSchedule", true)
+            .await,
         "shutdown taint",
     );
     must(
@@ -258,8 +262,8 @@ async fn a_stop_during_a_shutdown_keeps_the_shutdown_marks() {
     assert!(release_on_stop(&agent, true, STOP_RELEASE_BOUND).await);
 
     let after = must(nodes.get("going-down").await, "get node");
-    assert_eq!(taint_keys(&after), ["dedicated", TAINT_KEY]);
-    assert_eq!(condition(&after, CONDITION_TYPE).status, "True");
+    assert_eq!(taint_keys(&after), ["dedicated", SHUTDOWN_TAINT]);
+    assert_eq!(condition(&after, SHUTTING_DOWN_CONDITION).status, "True");
     assert_eq!(
         condition(&after, "NodeMonitorMemoryPressure").status,
         "Unknown"
@@ -288,14 +292,14 @@ async fn cleanup_removes_every_node_monitor_mark() {
     must(
         agent
             .set_conditions(&[
-                update(CONDITION_TYPE, true),
+                update(SHUTTING_DOWN_CONDITION, true),
                 update("NodeMonitorMemoryPressure", true),
                 update("NodeMonitorPIDPressure", false),
             ])
             .await,
         "conditions",
     );
-    for key in [TAINT_KEY, MEMORY_TAINT] {
+    for key in [SHUTDOWN_TAINT, MEMORY_TAINT] {
         must(agent.set_taint(key, "", "NoSchedule", true).await, key);
     }
     must(

@@ -52,7 +52,7 @@ use node_monitor_core::{
 
 use self::backoff::Backoff;
 
-pub use node_monitor_core::release::{CONDITION_PREFIX, TAINT_PREFIX};
+use node_monitor_core::names::{pressure_condition, pressure_taint};
 /// Agent-owned conditions are re-published at least this often, as a heartbeat.
 const CONDITION_HEARTBEAT: Duration = Duration::from_secs(60);
 
@@ -1037,7 +1037,7 @@ impl Loop {
             .map(|c| {
                 let status = values.get(c).copied().unwrap_or(false);
                 NodeConditionUpdate {
-                    type_: format!("{CONDITION_PREFIX}{}", c.as_str()),
+                    type_: pressure_condition(*c).to_owned(),
                     status,
                     reason: if status {
                         format!("NodeMonitorHas{}", c.as_str())
@@ -1077,7 +1077,7 @@ impl Loop {
         }
         if self.config.node_monitor.taint_on_pressure && !self.config.node_monitor.dry_run {
             for c in NodeConditionType::ALL {
-                let key = node_monitor_core::release::pressure_taint(c);
+                let key = pressure_taint(c);
                 let on = values.get(&c).copied().unwrap_or(false);
                 let tainted = self.actuator.set_taint(key, "", "NoSchedule", on).await;
                 self.health.progress();

@@ -17,7 +17,10 @@ use tracing::{debug, info, warn};
 
 pub use node_monitor_core::config::PdbPolicy;
 pub use node_monitor_core::release::{Release, ReleasePlan};
-use node_monitor_core::release::{STOPPED_MESSAGE, STOPPED_REASON, release_plan};
+use node_monitor_core::{
+    names::STOPPED_REASON,
+    release::{STOPPED_MESSAGE, release_plan},
+};
 
 /// The component name on Events and the field manager on patches.
 pub const COMPONENT: &str = "node-monitor";

@@ -35,7 +35,9 @@ use super::{
 pub use crate::telemetry::error_chain as chain;
 use crate::{
     cluster::actuator::{Actuator, ActuatorConfig},
-    metrics::{Metrics, ReasonLabels, StateLabels, StepOutcomeLabels, ZoneLabels, ZoneStateLabels},
+    metrics::{
+        ReasonLabels, RemediateMetrics, StateLabels, StepOutcomeLabels, ZoneLabels, ZoneStateLabels,
+    },
 };
 
 use node_monitor_core::{
@@ -102,7 +104,7 @@ pub struct Controller {
     cfg: RemediationConfig,
     namespace: String,
     identity: String,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RemediateMetrics>,
     api_health: Arc<ApiHealth>,
     caches: Caches,
     store: OpStore,
@@ -126,13 +128,13 @@ impl Controller {
         cfg: RemediationConfig,
         namespace: &str,
         identity: &str,
-        metrics: Arc<Metrics>,
+        metrics: Arc<RemediateMetrics>,
         api_health: Arc<ApiHealth>,
         caches: Caches,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         for r in SkipReason::LABELS {
-            let _ = metrics.remediation.skips.get_or_create(&ReasonLabels {
+            let _ = metrics.skips.get_or_create(&ReasonLabels {
                 reason: r.to_owned(),
             });
         }
@@ -211,7 +213,6 @@ impl Controller {
                 "failure"
             };
             self.metrics
-                .remediation
                 .fence_steps
                 .get_or_create(&StepOutcomeLabels {
                     step: r.step.as_str().to_owned(),
@@ -341,7 +342,6 @@ impl Controller {
             .retain(|node, _| liveness.contains_key(node));
         for (state, n) in counts {
             self.metrics
-                .remediation
                 .nodes
                 .get_or_create(&StateLabels {
                     state: state.to_owned(),
@@ -354,7 +354,6 @@ impl Controller {
         for (zone, status) in &a.zones {
             for s in ZoneState::ALL {
                 self.metrics
-                    .remediation
                     .zone_state
                     .get_or_create(&ZoneStateLabels {
                         zone: zone.label(),
@@ -363,7 +362,6 @@ impl Controller {
                     .set(i64::from(s == status.state));
             }
             self.metrics
-                .remediation
                 .zone_unhealthy_nodes
                 .get_or_create(&ZoneLabels { zone: zone.label() })
                 .set(i64::try_from(status.unhealthy).unwrap_or(i64::MAX));
@@ -378,7 +376,6 @@ impl Controller {
                 .filter(|s| s.op.phase.label() == label)
                 .count();
             self.metrics
-                .remediation
                 .operations
                 .get_or_create(&StateLabels {
                     state: label.to_owned(),
@@ -430,7 +427,6 @@ impl Controller {
         }
         self.skips.insert(node.to_owned(), label);
         self.metrics
-            .remediation
             .skips
             .get_or_create(&ReasonLabels {
                 reason: label.to_owned(),
@@ -567,20 +563,14 @@ impl Controller {
                         let current = self.ops.get(node).cloned().unwrap_or(stored.clone());
                         let result = self.release(node, &current).await;
                         if let Ok(s) = &result {
-                            self.metrics.remediation.releases.inc();
-                            self.metrics
-                                .remediation
-                                .pods_deleted
-                                .inc_by(u64::from(s.pods_deleted));
+                            self.metrics.releases.inc();
+                            self.metrics.pods_deleted.inc_by(u64::from(s.pods_deleted));
                             #[expect(
                                 clippy::cast_precision_loss,
                                 reason = "milliseconds of an operation, far below 2^52"
                             )]
                             let secs = (view.now_unix - stored.op.detected_at).max(0) as f64 / 1e3;
-                            self.metrics
-                                .remediation
-                                .detection_to_release_seconds
-                                .observe(secs);
+                            self.metrics.detection_to_release_seconds.observe(secs);
                         }
                         follow = Some(OpEvent::ReleaseDone { result });
                     }
@@ -593,7 +583,7 @@ impl Controller {
                         match self.store.delete(node).await {
                             Ok(()) => {
                                 if matches!(stored.op.phase, Phase::Recovering { .. }) {
-                                    self.metrics.remediation.recoveries.inc();
+                                    self.metrics.recoveries.inc();
                                 }
                                 info!(%node, "fencing operation finished");
                                 self.ops.remove(node);
@@ -629,7 +619,6 @@ impl Controller {
         if let Some(r) = self.running.remove(node) {
             r.handle.abort();
             self.metrics
-                .remediation
                 .fence_steps
                 .get_or_create(&StepOutcomeLabels {
                     step: r.step.as_str().to_owned(),
@@ -1125,18 +1114,5 @@ mod tests {
         let mut timed = t(OUT_OF_SERVICE_TAINT, "Exists", "", "NoExecute");
         timed.toleration_seconds = Some(30);
         assert_eq!(keep_pod(&pod(vec![timed])), kept);
-    }
-
-    #[test]
-    fn last_gasp_names_match_the_agents() {
-        // The shutdown manager writes them; the remediation controller reads them.
-        assert_eq!(
-            node_monitor_core::remediation::LAST_GASP_ANNOTATION,
-            crate::shutdown::LAST_GASP_ANNOTATION
-        );
-        assert_eq!(
-            node_monitor_core::remediation::SHUTTING_DOWN_CONDITION,
-            crate::shutdown::CONDITION_TYPE
-        );
     }
 }

@@ -9,9 +9,12 @@ use k8s_openapi::{
 };
 use tracing::warn;
 
-use node_monitor_core::remediation::{
-    AGENT_CONDITION_PREFIX, LAST_GASP_ANNOTATION, LeaseFacts, NON_GRACEFUL_SHUTDOWN_REASON,
-    NodeFacts, OPT_OUT_ANNOTATION, ReadyStatus, SHUTTING_DOWN_CONDITION, WallMicros, ZoneKey,
+use node_monitor_core::{
+    names::{
+        CONDITION_PREFIX, LAST_GASP_ANNOTATION, NON_GRACEFUL_SHUTDOWN_REASON, OPT_OUT_ANNOTATION,
+        SHUTTING_DOWN_CONDITION,
+    },
+    remediation::{LeaseFacts, NodeFacts, ReadyStatus, WallMicros, ZoneKey},
 };
 
 /// A malformed last gasp: the annotation's value names what is wrong.
@@ -96,7 +99,7 @@ pub fn node_facts(
         .filter(|b| !b.is_empty());
     let agent_heartbeat = conditions
         .iter()
-        .filter(|c| c.type_.starts_with(AGENT_CONDITION_PREFIX))
+        .filter(|c| c.type_.starts_with(CONDITION_PREFIX))
         .filter_map(|c| c.last_heartbeat_time.as_ref().map(|t| t.0.as_microsecond()))
         .max();
     let gasp_condition = conditions

@@ -43,7 +43,7 @@ use tracing::{error, info, warn};
 use crate::{
     cluster as kube_adapter,
     http::{self, Health},
-    metrics::Metrics,
+    metrics::RemediateMetrics,
 };
 
 use node_monitor_core::remediation::{RemediationConfig, parse_config};
@@ -278,7 +278,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
     info!(%identity, namespace = %args.namespace, dry_run = cfg.dry_run,
           missed_renewals = cfg.detection.missed_renewals, "node-monitor remediate starting");
 
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(RemediateMetrics::new());
     let health = Arc::new(Health::default());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let http_task = http::spawn(
@@ -368,7 +368,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
             }
             let leading = *leading_rx.borrow_and_update();
-            metrics.remediation.leader.set(i64::from(leading));
+            metrics.leader.set(i64::from(leading));
             if leading {
                 let pass = controller.tick(true);
                 if leader::run_while_leading(pass, &mut leading_rx)
@@ -376,7 +376,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
                     .is_none()
                 {
                     error!("leadership lost during a pass: abandoning it and standing down");
-                    metrics.remediation.leader.set(0);
+                    metrics.leader.set(0);
                     controller.stand_down();
                 }
             } else {

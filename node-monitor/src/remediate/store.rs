@@ -14,14 +14,12 @@ use kube::{
     api::{DeleteParams, ListParams, PostParams},
 };
 
-use node_monitor_core::remediation::FenceOp;
+use node_monitor_core::{names::FENCE_NODE_ANNOTATION, remediation::FenceOp};
 
 pub const OP_PREFIX: &str = "node-monitor-fence-";
 pub const OP_KEY: &str = "operation.json";
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "node-monitor-remediate");
 pub const COMPONENT: (&str, &str) = ("app.kubernetes.io/component", "fence-operation");
-/// The node's full name (label values are limited to 63 characters; node names are not).
-pub const NODE_ANNOTATION: &str = "node-monitor.io/fence-node";
 /// Every API request of the store is bounded by this.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -132,7 +130,7 @@ pub fn op_object(
                 (COMPONENT.0.to_owned(), COMPONENT.1.to_owned()),
             ])),
             annotations: Some(BTreeMap::from([(
-                NODE_ANNOTATION.to_owned(),
+                FENCE_NODE_ANNOTATION.to_owned(),
                 op.node.clone(),
             )])),
             owner_references: Some(vec![OwnerReference {
@@ -151,7 +149,7 @@ pub fn op_object(
 
 /// An operation is keyed by its object's name, never by its JSON alone: the ConfigMap must be
 /// the one this controller writes for that node — named [`op_configmap_name`] of the node, with
-/// the node's full name in [`NODE_ANNOTATION`] and the Node (by name and UID) as its owner. A
+/// the node's full name in [`FENCE_NODE_ANNOTATION`] and the Node (by name and UID) as its owner. A
 /// ConfigMap that says otherwise (copied, renamed, or edited to point at another node) is refused.
 pub fn verify_identity(cm: &ConfigMap, op: &FenceOp) -> Result<(), &'static str> {
     if cm.metadata.name.as_deref() != Some(op_configmap_name(&op.node).as_str()) {
@@ -161,7 +159,7 @@ pub fn verify_identity(cm: &ConfigMap, op: &FenceOp) -> Result<(), &'static str>
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(NODE_ANNOTATION));
+        .and_then(|a| a.get(FENCE_NODE_ANNOTATION));
     if annotated != Some(&op.node) {
         return Err("its node annotation names another node");
     }
@@ -374,7 +372,7 @@ mod tests {
                         .annotations
                         .as_mut()
                         .expect("annotations")
-                        .insert(NODE_ANNOTATION.to_owned(), "node-b".to_owned());
+                        .insert(FENCE_NODE_ANNOTATION.to_owned(), "node-b".to_owned());
                 },
                 "annotation",
             ),

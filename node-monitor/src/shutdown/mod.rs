@@ -50,21 +50,16 @@ pub use node_monitor_core::shutdown::config::{
 
 use node_monitor_core::{
     clock::Timestamp,
+    names::{
+        CORDONED_ANNOTATION, LAST_GASP_ANNOTATION, NON_GRACEFUL_SHUTDOWN_REASON, SHUTDOWN_TAINT,
+        SHUTTING_DOWN_CONDITION,
+    },
     shutdown::{
         self as core_shutdown, DelayCheck, GroupOutcome, PHASE_TOTAL, RebootAction, RebootRequest,
         RebootRequests, Role, ShutdownPod, ShutdownRun, Step,
     },
 };
 
-/// The agent-owned condition that says the node is shutting down.
-pub const CONDITION_TYPE: &str = node_monitor_core::release::SHUTTING_DOWN_CONDITION;
-/// The NoSchedule taint set while the node shuts down.
-pub const TAINT_KEY: &str = node_monitor_core::release::SHUTDOWN_TAINT;
-/// Set when node-monitor cordoned the node for a shutdown, so the next start (after the reboot)
-/// or a cancellation uncordons it; a node cordoned by someone else stays cordoned.
-pub const CORDONED_ANNOTATION: &str = node_monitor_core::release::CORDONED_ANNOTATION;
-/// The last gasp of a shutdown that bypassed the inhibitor (`lastGasp: annotation`).
-pub const LAST_GASP_ANNOTATION: &str = node_monitor_core::release::LAST_GASP_ANNOTATION;
 /// `who` of node-monitor's inhibitor.
 pub const INHIBITOR_WHO: &str = "node-monitor";
 const INHIBITOR_WHY: &str = "node-monitor terminates the node's pods by priority before shutdown";
@@ -534,7 +529,7 @@ impl Manager {
 
     async fn set_condition(&mut self, status: bool, reason: &str, message: &str) -> bool {
         let update = NodeConditionUpdate {
-            type_: CONDITION_TYPE.into(),
+            type_: SHUTTING_DOWN_CONDITION.into(),
             status,
             reason: reason.into(),
             message: message.into(),
@@ -555,7 +550,7 @@ impl Manager {
         self.stale_cleared = true;
         if let Err(e) = self
             .actuator
-            .set_taint(TAINT_KEY, "", "NoSchedule", false)
+            .set_taint(SHUTDOWN_TAINT, "", "NoSchedule", false)
             .await
         {
             debug!(error = %chain(&e), "could not clear a stale shutdown taint; retrying");
@@ -835,7 +830,7 @@ impl Manager {
             if self.marks.taint {
                 match self
                     .actuator
-                    .set_taint(TAINT_KEY, "", "NoSchedule", false)
+                    .set_taint(SHUTDOWN_TAINT, "", "NoSchedule", false)
                     .await
                 {
                     Ok(_) => self.marks.taint = false,
@@ -945,9 +940,9 @@ impl Manager {
             LastGasp::None => return false,
             LastGasp::Condition => {
                 let update = NodeConditionUpdate {
-                    type_: CONDITION_TYPE.into(),
+                    type_: SHUTTING_DOWN_CONDITION.into(),
                     status: true,
-                    reason: "NonGracefulShutdown".into(),
+                    reason: NON_GRACEFUL_SHUTDOWN_REASON.into(),
                     message,
                 };
                 tokio::time::timeout(
@@ -1040,14 +1035,14 @@ async fn mark_node(
     );
     // The condition, the taint and the cordon are independent: one request each, together.
     let cond = NodeConditionUpdate {
-        type_: CONDITION_TYPE.into(),
+        type_: SHUTTING_DOWN_CONDITION.into(),
         status: true,
         reason: "NodeShuttingDown".into(),
         message,
     };
     let (c, t, k) = tokio::join!(
         actuator.set_conditions(std::slice::from_ref(&cond)),
-        actuator.set_taint(TAINT_KEY, "", "NoSchedule", true),
+        actuator.set_taint(SHUTDOWN_TAINT, "", "NoSchedule", true),
         async {
             if !cordon {
                 return Ok(None);

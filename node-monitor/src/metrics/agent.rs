@@ -1,8 +1,5 @@
-//! Prometheus metrics. One prefix (`node_monitor_`), Prometheus naming (`_total` counters, base
-//! units, seconds), and the kubelet's signal names verbatim in the `eviction_signal` label.
-//!
-//! This is a leaf: anything may record into it; it imports nothing from the rest of the agent.
-//! docs/metrics.md lists every family; a test fails when the two disagree.
+//! The agent's metrics (`node-monitor agent`): eviction signals and decisions, kernel events,
+//! wake-ups, the graceful shutdown, the API.
 use std::{
     collections::HashSet,
     sync::{
@@ -12,19 +9,13 @@ use std::{
 };
 
 use prometheus_client::{
-    encoding::{EncodeLabelSet, text::encode},
-    metrics::{MetricType, TypedMetric},
-    metrics::{
-        counter::Counter,
-        family::Family,
-        gauge::Gauge,
-        histogram::{Histogram, exponential_buckets},
-        info::Info,
-    },
+    encoding::EncodeLabelSet,
+    metrics::histogram::exponential_buckets,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
 
-pub const PREFIX: &str = "node_monitor";
+use super::{Exposition, Family_, ReasonLabels, Reg, encode_registry};
 
 /// Distinct (namespace, pod) label sets kept for OOM kills before new ones fold into `_other`.
 pub const OOM_POD_LABEL_LIMIT: usize = 200;
@@ -106,185 +97,8 @@ pub struct OperationLabels {
     pub operation: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BuildLabels {
-    pub version: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
-    pub reason: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StateLabels {
-    pub state: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ZoneLabels {
-    pub zone: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ZoneStateLabels {
-    pub zone: String,
-    /// `Normal`, `PartialDisruption`, `FullDisruption`.
-    pub state: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StepOutcomeLabels {
-    /// `isolation`, `power_management`, `recovery`.
-    pub step: String,
-    /// `success`, `failure`, `cancelled`.
-    pub outcome: String,
-}
-
-/// The families of `node-monitor remediate` (`node_monitor_remediation_*`).
-pub struct RemediationMetrics {
-    pub leader: Gauge,
-    pub nodes: Family<StateLabels, Gauge>,
-    pub operations: Family<StateLabels, Gauge>,
-    pub zone_state: Family<ZoneStateLabels, Gauge>,
-    pub zone_unhealthy_nodes: Family<ZoneLabels, Gauge>,
-    pub skips: Family<ReasonLabels, Counter>,
-    pub fence_steps: Family<StepOutcomeLabels, Counter>,
-    pub releases: Counter,
-    pub pods_deleted: Counter,
-    pub recoveries: Counter,
-    pub detection_to_release_seconds: Histogram,
-}
-
-impl Default for RemediationMetrics {
-    fn default() -> Self {
-        Self {
-            leader: Gauge::default(),
-            nodes: Family::default(),
-            operations: Family::default(),
-            zone_state: Family::default(),
-            zone_unhealthy_nodes: Family::default(),
-            skips: Family::default(),
-            fence_steps: Family::default(),
-            releases: Counter::default(),
-            pods_deleted: Counter::default(),
-            recoveries: Counter::default(),
-            // 0.5 s … ~17 min.
-            detection_to_release_seconds: Histogram::new(exponential_buckets(0.5, 2.0, 12)),
-        }
-    }
-}
-
-impl RemediationMetrics {
-    fn register(&self, reg: &mut Reg) {
-        reg.add(
-            "remediation_leader",
-            "1 while this remediate replica holds the leader Lease",
-            self.leader.clone(),
-        );
-        reg.add(
-            "remediation_nodes",
-            "Nodes by liveness as remediate judges it (alive, suspect, dead)",
-            self.nodes.clone(),
-        );
-        reg.add(
-            "remediation_operations",
-            "Fencing operations by phase",
-            self.operations.clone(),
-        );
-        reg.add(
-            "remediation_zone_state",
-            "1 for each zone's current state (Normal, PartialDisruption, FullDisruption)",
-            self.zone_state.clone(),
-        );
-        reg.add(
-            "remediation_zone_unhealthy_nodes",
-            "Unhealthy (suspect, dead or not Ready) nodes per zone",
-            self.zone_unhealthy_nodes.clone(),
-        );
-        reg.add(
-            "remediation_skips",
-            "Dead nodes not fenced, by reason (counted once per node and reason)",
-            self.skips.clone(),
-        );
-        reg.add(
-            "remediation_fence_steps",
-            "Fencing step runs by step and outcome",
-            self.fence_steps.clone(),
-        );
-        reg.add(
-            "remediation_releases",
-            "Nodes whose workload was released after confirmed fencing",
-            self.releases.clone(),
-        );
-        reg.add(
-            "remediation_pods_deleted",
-            "Pods deleted from fenced nodes",
-            self.pods_deleted.clone(),
-        );
-        reg.add(
-            "remediation_recoveries",
-            "Fenced nodes that came back and were recovered",
-            self.recoveries.clone(),
-        );
-        reg.add(
-            "remediation_detection_to_release_seconds",
-            "Time from a node found dead to its workload released",
-            self.detection_to_release_seconds.clone(),
-        );
-    }
-}
-
-/// A registered family: its scraped name and OpenMetrics type.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Family_ {
-    pub name: String,
-    pub kind: &'static str,
-}
-
-/// Registers and remembers each family, so the list cannot drift from what is exported.
-struct Reg {
-    registry: Registry,
-    families: Vec<Family_>,
-}
-
-impl Reg {
-    fn add<M: prometheus_client::registry::Metric + TypedMetric>(
-        &mut self,
-        name: &str,
-        help: &str,
-        metric: M,
-    ) {
-        let suffix = match M::TYPE {
-            MetricType::Counter => "_total",
-            MetricType::Info => "_info",
-            _ => "",
-        };
-        self.families.push(Family_ {
-            name: format!("{PREFIX}_{name}{suffix}"),
-            kind: M::TYPE.as_str_static(),
-        });
-        self.registry.register(name, help, metric);
-    }
-}
-
-trait StaticName {
-    fn as_str_static(&self) -> &'static str;
-}
-
-impl StaticName for MetricType {
-    fn as_str_static(&self) -> &'static str {
-        match self {
-            MetricType::Counter => "counter",
-            MetricType::Gauge => "gauge",
-            MetricType::Histogram => "histogram",
-            MetricType::Info => "info",
-            MetricType::Unknown => "unknown",
-        }
-    }
-}
-
-/// Every metric the agent exports.
+/// Every metric the agent exports: its own registry, served on the agent's `/metrics`; the
+/// families of `node-monitor remediate` are not among them ([`super::RemediateMetrics`]).
 pub struct Metrics {
     registry: Registry,
     families: Vec<Family_>,
@@ -317,7 +131,6 @@ pub struct Metrics {
     pub degraded: Gauge,
     pub kubepods_layout: Family<KubepodsLabels, Gauge>,
     pub pod_cgroups_missing: Gauge,
-    pub remediation: RemediationMetrics,
     oom_pods_seen: Mutex<HashSet<(String, String)>>,
     ringbuf_drops_seen: AtomicU64,
 }
@@ -334,10 +147,7 @@ impl Metrics {
         reason = "one registration per family, read top to bottom"
     )]
     pub fn new() -> Self {
-        let mut reg = Reg {
-            registry: Registry::with_prefix(PREFIX),
-            families: Vec::new(),
-        };
+        let mut reg = Reg::new();
         let m = Self {
             signal_available: Family::default(),
             signal_capacity: Family::default(),
@@ -370,16 +180,12 @@ impl Metrics {
             degraded: Gauge::default(),
             kubepods_layout: Family::default(),
             pod_cgroups_missing: Gauge::default(),
-            remediation: RemediationMetrics::default(),
             oom_pods_seen: Mutex::new(HashSet::new()),
             ringbuf_drops_seen: AtomicU64::new(0),
             registry: Registry::default(),
             families: Vec::new(),
         };
-        let info = Info::new(BuildLabels {
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-        });
-        reg.add("build", "Build information of the running agent", info);
+        reg.add_build_info("Build information of the running agent");
         reg.add(
             "signal_available",
             "Observed available amount per eviction signal, in base units (bytes, inodes, pids)",
@@ -521,7 +327,6 @@ impl Metrics {
             "1 while the API lists pods running on this node and none of their cgroups is found; evictions are held",
             m.pod_cgroups_missing.clone(),
         );
-        m.remediation.register(&mut reg);
         Self {
             registry: reg.registry,
             families: reg.families,
@@ -531,10 +336,7 @@ impl Metrics {
 
     /// The text exposition format.
     pub fn encode(&self) -> String {
-        let mut out = String::with_capacity(16 * 1024);
-        // Writing into a String cannot fail.
-        let _ = encode(&mut out, &self.registry);
-        out
+        encode_registry(&self.registry)
     }
 
     /// Counts an OOM kill. Pod labels are kept for at most [`OOM_POD_LABEL_LIMIT`] distinct pods;
@@ -601,6 +403,12 @@ impl Metrics {
     /// `_info` for info metrics), with its type; for the docs check and the dashboard test.
     pub fn families(&self) -> &[Family_] {
         &self.families
+    }
+}
+
+impl Exposition for Metrics {
+    fn encode(&self) -> String {
+        Metrics::encode(self)
     }
 }
 
