@@ -8,6 +8,8 @@
 //!
 //! This crate builds and tests on stable Rust alone (`cargo test -p node-monitor-core`): no eBPF
 //! toolchain, no runtime, no Kubernetes client.
+#![warn(missing_docs)]
+
 pub mod agent_config;
 pub mod clock;
 pub mod config;
