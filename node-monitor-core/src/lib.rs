@@ -12,6 +12,7 @@
 
 pub mod agent_config;
 pub mod clock;
+pub mod conditions;
 pub mod config;
 pub mod duration;
 pub mod eviction;

@@ -1,0 +1,614 @@
+//! One agent cycle: observe, decide, act, wait for cleanup, through the ports of
+//! [`super::ports`] (the node, the pods, the cluster writes, the memcg thresholds), so it runs the
+//! same against the sampler and the API as against the fakes of its unit tests.
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use node_monitor_core::{
+    clock::Timestamp,
+    conditions::{pressure_taints, published_conditions},
+    config::EvictionConfig,
+    eviction::{DRY_RUN_REPORT_INTERVAL, Decision, EvictionState, ReportLimiter, synchronize},
+    headroom::{Headroom, HeadroomPolicy},
+    pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
+    threshold::NodeConditionType,
+};
+
+use super::{
+    backoff::{self, Backoff},
+    ports::{Arming, ClusterWrites, NodeView, PodSource},
+};
+use crate::{
+    cluster::actuator::{EvictOutcome, EvictionRequest, NodeConditionUpdate},
+    http::Health,
+    metrics::{ConditionLabels, EvictionLabels, Metrics, SignalLabels, ThresholdLabels},
+    sampler::SampleKind,
+    wakeup::Wakeup,
+};
+
+/// Agent-owned conditions are re-published at least this often, as a heartbeat.
+pub(super) const CONDITION_HEARTBEAT: Duration = Duration::from_secs(60);
+
+/// How a cycle ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CycleEnd {
+    /// Nothing left to do for this wake-up.
+    Done,
+    /// An eviction did not take effect and its pod backs off (a PDB or another refusal, a
+    /// failure, a stale "gone"): the next candidate should be considered now.
+    Refused,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct PublishedConditions {
+    values: BTreeMap<NodeConditionType, bool>,
+    at: Option<Instant>,
+}
+
+/// The agent loop's state across cycles, and its ports.
+pub(super) struct Loop<C, P> {
+    pub(super) start: Instant,
+    pub(super) config: EvictionConfig,
+    pub(super) state: EvictionState,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) actuator: C,
+    pub(super) store: P,
+    pub(super) backoff: Backoff,
+    pub(super) published: PublishedConditions,
+    /// After a failed API call under pressure: decide again then, not at the next tick.
+    pub(super) retry_at: Option<Timestamp>,
+    /// The API server throttled an eviction: no eviction request before this (its Retry-After).
+    pub(super) evictions_held_until: Option<Timestamp>,
+    /// A dry run decides the same pods on every wake-up: report each once per interval.
+    pub(super) dry_run_reports: ReportLimiter,
+    pub(super) retry_delay: Duration,
+    /// Adaptive sampling: the headroom seen per threshold, and when to look again.
+    pub(super) headroom: Headroom,
+    pub(super) headroom_policy: Option<HeadroomPolicy>,
+    pub(super) next_sample_at: Option<Timestamp>,
+    pub(super) health: Arc<Health>,
+    /// Whether the last look found the agent blind to the pods' cgroups, and when it looked.
+    pub(super) blind: Option<usize>,
+    pub(super) sight_checked: Option<Instant>,
+    pub(super) kubepods_reported: Option<(String, String)>,
+}
+
+/// How often the agent checks that it sees the cgroups of the pods the API lists.
+const SIGHT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Retry delays after failed eviction requests (API server unreachable, 5xx): 250 ms doubling to 5 s.
+const RETRY_INITIAL: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
+    /// A loop at its start: no pressure, nothing published, nothing backing off.
+    pub(super) fn new(
+        config: EvictionConfig,
+        metrics: Arc<Metrics>,
+        actuator: C,
+        store: P,
+        health: Arc<Health>,
+        headroom_policy: Option<HeadroomPolicy>,
+    ) -> Self {
+        Loop {
+            start: Instant::now(),
+            config,
+            state: EvictionState::new(),
+            metrics,
+            actuator,
+            store,
+            backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
+            published: PublishedConditions::default(),
+            retry_at: None,
+            evictions_held_until: None,
+            retry_delay: RETRY_INITIAL,
+            dry_run_reports: ReportLimiter::new(DRY_RUN_REPORT_INTERVAL),
+            headroom: Headroom::new(),
+            headroom_policy,
+            next_sample_at: None,
+            health,
+            blind: None,
+            sight_checked: None,
+            kubepods_reported: None,
+        }
+    }
+
+    pub(super) fn now(&self) -> Timestamp {
+        Timestamp::from_duration(self.start.elapsed())
+    }
+
+    pub(super) fn instant_of(&self, t: Timestamp) -> Instant {
+        self.start + t.since_origin()
+    }
+
+    /// One wake-up received, by source (`timer` and `headroom` for the agent's own timers).
+    pub(super) fn count_wakeup(&self, label: &str) {
+        self.metrics
+            .wakeups
+            .get_or_create(&crate::metrics::SourceLabels {
+                source: label.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Cycles for one wake-up: a refusal or failure makes the next candidate eligible at once, so
+    /// the loop decides again without waiting for the next wake-up (bounded: each refusal puts
+    /// one more pod into backoff). SIGTERM and SIGINT end it mid-cycle; returns whether one did.
+    pub(super) async fn cycles<N: NodeView, A: Arming>(
+        &mut self,
+        sampler: &mut N,
+        wakeups: &mut A,
+        mut wakeup: Wakeup,
+        label: &'static str,
+        sigterm: &mut tokio::signal::unix::Signal,
+        sigint: &mut tokio::signal::unix::Signal,
+    ) -> bool {
+        loop {
+            let end = tokio::select! {
+                end = self.cycle(sampler, wakeups, wakeup, label) => Some(end),
+                _ = sigterm.recv() => { info!("SIGTERM during a decision: stopping"); None }
+                _ = sigint.recv() => { info!("SIGINT during a decision: stopping"); None }
+            };
+            let Some(end) = end else {
+                return true;
+            };
+            self.health.progress();
+            if end != CycleEnd::Refused {
+                return false;
+            }
+            wakeup = Wakeup {
+                source: wakeup.source,
+                at: std::time::Instant::now(),
+            };
+        }
+    }
+
+    /// One pass: observe, decide, act, wait for cleanup.
+    pub(super) async fn cycle<N: NodeView, A: Arming>(
+        &mut self,
+        sampler: &mut N,
+        wakeups: &mut A,
+        wakeup: Wakeup,
+        // What woke the agent, as in `node_monitor_wakeups_total` (`headroom`, `timer`, …).
+        label: &'static str,
+    ) -> CycleEnd {
+        let mut end = CycleEnd::Done;
+        // A wake-up that arrived while the previous cycle was still running (acting, waiting for
+        // an evicted pod to go) has queued since; reported apart from this cycle's own work.
+        let started = std::time::Instant::now();
+        // Signals first (tens of µs whatever the pod count); per-pod usage only when a threshold
+        // is met or a condition still holds, since ranking is the only thing that needs it.
+        let mut timed = sampler.observe(wakeup, SampleKind::Signals);
+        let pressure = !self.state.conditions().is_empty()
+            || self.config.thresholds.iter().any(|t| {
+                timed
+                    .observations
+                    .signals
+                    .get(&t.signal)
+                    .is_some_and(|o| t.is_met(o, true))
+            });
+        if pressure {
+            sampler.sample_into(SampleKind::Fast, &mut timed.observations);
+        }
+        self.rearm(sampler, wakeups);
+
+        let now = self.now();
+        if let Some(policy) = self.headroom_policy {
+            self.next_sample_at = self
+                .headroom
+                .observe(now, &timed.observations, &self.config.thresholds, policy)
+                .map(|d| now + d);
+        }
+        self.backoff.prune(now);
+        self.check_pod_sight(sampler);
+        let pods = self.candidate_pods(now);
+        let mut decision = synchronize(
+            &mut self.state,
+            &self.config,
+            &timed.observations,
+            &pods,
+            now,
+        );
+        // Pod disk usage comes from a meter that walks the pods' directories off the critical
+        // path, so its figures can predate the pressure (a pod that filled the disk since the
+        // last walk ranks as small). Before a disk-ranked eviction, measure now and decide again
+        // on the figures of this instant, as a ranking by stale usage could pick a bystander.
+        if decision
+            .evict
+            .iter()
+            .any(|e| node_monitor_core::threshold::ranks_by_disk(e.signal))
+        {
+            sampler.measure_pod_disk_now();
+            sampler.sample_into(SampleKind::Fast, &mut timed.observations);
+            decision = synchronize(
+                &mut self.state,
+                &self.config,
+                &timed.observations,
+                &pods,
+                now,
+            );
+        }
+        if self.blind.is_some() && !decision.evict.is_empty() {
+            warn!(
+                held = decision.evict.len(),
+                "eviction held: the agent sees none of the pods' cgroups, so ranking has no usage"
+            );
+            decision.evict.clear();
+        }
+        let decided = wakeup.at.elapsed();
+        self.metrics
+            .wakeup_to_decision_seconds
+            .observe(decided.as_secs_f64());
+        debug!(
+            source = label,
+            decided_us = decided.as_micros() as u64,
+            queued_us = started.saturating_duration_since(wakeup.at).as_micros() as u64,
+            processing_us = started.elapsed().as_micros() as u64,
+            sampling_us = timed.sampling.as_micros() as u64,
+            "decision"
+        );
+        self.record_observations(&timed.observations, &decision);
+
+        // Eviction requests first: the node conditions, the Events and the wait for cleanup
+        // follow, so no API round trip of theirs delays an eviction (the kubelet too updates the
+        // node status apart from its eviction loop).
+        if let Some(until) = self.evictions_held_until.filter(|t| *t > now)
+            && !decision.evict.is_empty()
+        {
+            debug!(held = decision.evict.len(), resume_in = ?until.saturating_since(now),
+                   "evictions held: the API server throttled the last one");
+            decision.evict.clear();
+        }
+        let mut answered = Vec::with_capacity(decision.evict.len());
+        for e in &decision.evict {
+            let req = EvictionRequest {
+                namespace: e.namespace.clone(),
+                name: e.name.clone(),
+                uid: e.uid.clone(),
+                grace_period_seconds: u32::try_from(e.grace_period_seconds.max(1))
+                    .unwrap_or(u32::MAX),
+                hard: e.hard,
+                signal: e.signal.as_str().to_owned(),
+                message: e.message.clone(),
+                annotations: e.annotations.clone(),
+            };
+            // A dry run repeats the same decision on every wake-up: its log line, Event and
+            // count are reported once per pod and signal per DRY_RUN_REPORT_INTERVAL.
+            let report = !self.config.node_monitor.dry_run
+                || self.dry_run_reports.allow(&e.uid, e.signal, now);
+            if report {
+                info!(pod = %format!("{}/{}", e.namespace, e.name), signal = %e.signal, hard = e.hard,
+                      grace = e.grace_period_seconds, wake_source = label,
+                      message = %e.message, dry_run = self.config.node_monitor.dry_run, "evicting");
+            }
+            let outcome = self.actuator.evict(&req).await;
+            self.health.progress();
+            let reaction_time = wakeup.at.elapsed();
+            if !report {
+                continue;
+            }
+            self.metrics
+                .evictions
+                .get_or_create(&EvictionLabels {
+                    eviction_signal: req.signal.clone(),
+                    threshold: if req.hard { "hard" } else { "soft" }.to_owned(),
+                    outcome: outcome.label().to_owned(),
+                })
+                .inc();
+            info!(pod = %format!("{}/{}", e.namespace, e.name), outcome = outcome.label(),
+                  reaction_ms = reaction_time.as_secs_f64() * 1e3, "eviction answered");
+            let reaction = backoff::react(&outcome);
+            if let Some(reason) = reaction.failure {
+                self.metrics
+                    .eviction_failures
+                    .get_or_create(&crate::metrics::ReasonLabels {
+                        reason: reason.to_owned(),
+                    })
+                    .inc();
+            }
+            if let EvictOutcome::Failed { .. } = &outcome {
+                self.metrics
+                    .api_errors
+                    .get_or_create(&crate::metrics::OperationLabels {
+                        operation: "evict".into(),
+                    })
+                    .inc();
+            }
+            if reaction.back_off_pod {
+                let delay = self.backoff.refused(&req.uid, self.now());
+                debug!(uid = %req.uid, outcome = outcome.label(), ?delay,
+                       "pod backs off; the next candidate is considered meanwhile");
+            }
+            if reaction.next_candidate_now {
+                end = CycleEnd::Refused;
+            }
+            if reaction.retry_later {
+                self.retry_at = Some(self.now() + self.retry_delay);
+                self.retry_delay = (self.retry_delay * 2).min(RETRY_MAX);
+                debug!(delay = ?self.retry_delay, "API server unavailable; deciding again later");
+            }
+            if let Some(hold) = reaction.hold_evictions {
+                self.evictions_held_until = Some(self.now() + hold);
+            }
+            if reaction.took_effect {
+                self.retry_at = None;
+                self.retry_delay = RETRY_INITIAL;
+                self.metrics
+                    .detection_to_eviction_seconds
+                    .observe(reaction_time.as_secs_f64());
+                self.backoff.forget(&req.uid);
+            }
+            let stop = reaction.retry_later || reaction.hold_evictions.is_some();
+            answered.push((req, outcome));
+            if stop {
+                // The rest of this decision would fail the same way.
+                break;
+            }
+        }
+        self.publish_conditions(&decision).await;
+        self.health.progress();
+        for (req, outcome) in &answered {
+            self.actuator.record_eviction_events(req, outcome).await;
+            self.health.progress();
+        }
+        for (req, outcome) in &answered {
+            if outcome.took_effect() {
+                self.wait_for_cleanup(sampler, req).await;
+            }
+        }
+        end
+    }
+
+    /// Checks, at most every [`SIGHT_CHECK_INTERVAL`], that the sampler finds the cgroups of the
+    /// pods the API lists as running here; while it finds none, the agent is not ready and holds
+    /// its evictions ([`blind_to_pods`]).
+    fn check_pod_sight<N: NodeView>(&mut self, sampler: &mut N) {
+        if self
+            .sight_checked
+            .is_some_and(|t| t.elapsed() < SIGHT_CHECK_INTERVAL)
+        {
+            return;
+        }
+        self.sight_checked = Some(Instant::now());
+        if let Err(e) = sampler.refresh_pod_cgroups() {
+            debug!(error = %e, "listing the pod cgroups failed");
+        }
+        let sight = sampler.kubepods();
+        let reported = (sight.driver.clone(), sight.path.clone());
+        if self.kubepods_reported.as_ref() != Some(&reported) {
+            info!(driver = %reported.0, kubepods = %reported.1, detection = %sight.detection,
+                  "reading pods from this kubepods cgroup");
+            self.metrics.kubepods_layout.clear();
+            self.metrics
+                .kubepods_layout
+                .get_or_create(&crate::metrics::KubepodsLabels {
+                    driver: reported.0.clone(),
+                    path: reported.1.clone(),
+                })
+                .set(1);
+            self.kubepods_reported = Some(reported);
+        }
+        let wall_now = k8s_openapi::jiff::Timestamp::now();
+        let presence: Vec<PodPresence> = self
+            .store
+            .pods()
+            .iter()
+            .filter(|p| node_monitor_core::pod::pod_is_active(p))
+            .map(|p| PodPresence {
+                running_for: running_for(p, wall_now),
+                cgroup_found: p
+                    .metadata
+                    .uid
+                    .as_deref()
+                    .is_some_and(|uid| sampler.has_pod_cgroup(uid)),
+            })
+            .collect();
+        let blind = blind_to_pods(&presence, POD_CGROUP_SETTLE);
+        match (self.blind, blind) {
+            (None, Some(n)) => {
+                let reason = format!(
+                    "no cgroup found for any of the {n} pods running on this node (kubepods: {});                      check --kubepods-cgroup, the cgroup driver and the /sys/fs/cgroup mount",
+                    sight.path
+                );
+                warn!(%reason, "blind to the pods: evictions held");
+                self.health.set_blind(Some(reason));
+                self.metrics.pod_cgroups_missing.set(1);
+            }
+            (Some(_), None) => {
+                info!("the pods' cgroups are found again: evictions resume");
+                self.health.set_blind(None);
+                self.metrics.pod_cgroups_missing.set(0);
+            }
+            _ => {}
+        }
+        self.blind = blind;
+    }
+
+    /// Pods the core may rank: this node's active pods, less those backing off after a refused or
+    /// failed eviction.
+    fn candidate_pods(&self, now: Timestamp) -> Vec<PodInfo> {
+        let mut out = Vec::new();
+        for pod in self.store.pods() {
+            if !node_monitor_core::pod::pod_is_active(&pod) {
+                continue;
+            }
+            match PodInfo::from_pod(&pod) {
+                Ok(info) if !self.backoff.active(&info.uid, now) => out.push(info),
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "pod skipped: cannot derive its eviction facts"),
+            }
+        }
+        out
+    }
+
+    /// Re-arms the memcg thresholds for `memory.available` (node cgroup) and
+    /// `allocatableMemory.available` (kubepods) at the fresh inactive_file, as the kubelet does
+    /// on each synchronize.
+    fn rearm<N: NodeView, A: Arming>(&self, sampler: &N, wakeups: &mut A) {
+        wakeups.rearm(
+            &self.config.thresholds,
+            sampler.last_node_memory(),
+            sampler.last_kubepods_memory(),
+        );
+    }
+
+    fn record_observations(
+        &self,
+        obs: &node_monitor_core::signals::Observations,
+        decision: &Decision,
+    ) {
+        for (signal, o) in &obs.signals {
+            let l = SignalLabels {
+                eviction_signal: signal.as_str().to_owned(),
+            };
+            self.metrics
+                .signal_available
+                .get_or_create(&l)
+                .set(o.available);
+            self.metrics
+                .signal_capacity
+                .get_or_create(&l)
+                .set(o.capacity);
+        }
+        for t in &self.config.thresholds {
+            let Some(o) = obs.signals.get(&t.signal) else {
+                continue;
+            };
+            let l = ThresholdLabels {
+                eviction_signal: t.signal.as_str().to_owned(),
+                kind: if t.is_hard() { "hard" } else { "soft" }.to_owned(),
+            };
+            self.metrics
+                .eviction_threshold
+                .get_or_create(&l)
+                .set(t.quantity(o.capacity).value());
+            let met = decision
+                .thresholds_met
+                .iter()
+                .any(|m| m.signal == t.signal && m.hard == t.is_hard());
+            self.metrics
+                .threshold_met
+                .get_or_create(&l)
+                .set(i64::from(met));
+        }
+        for c in &decision.conditions {
+            self.metrics
+                .node_condition
+                .get_or_create(&ConditionLabels {
+                    condition: c.condition.as_str().to_owned(),
+                })
+                .set(i64::from(c.status));
+        }
+    }
+
+    /// Publishes agent-owned conditions when they change (and as a heartbeat), and the optional
+    /// NoSchedule taint. Failures are counted and retried on the next cycle.
+    async fn publish_conditions(&mut self, decision: &Decision) {
+        let values: BTreeMap<NodeConditionType, bool> = decision
+            .conditions
+            .iter()
+            .map(|c| (c.condition, c.status))
+            .collect();
+        let stale = self
+            .published
+            .at
+            .is_none_or(|at| at.elapsed() > CONDITION_HEARTBEAT);
+        if values == self.published.values && !stale {
+            return;
+        }
+        let updates: Vec<NodeConditionUpdate> = published_conditions(decision)
+            .into_iter()
+            .map(|c| NodeConditionUpdate {
+                type_: c.type_.to_owned(),
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+            })
+            .collect();
+        let published = self.actuator.set_conditions(&updates).await;
+        self.health.progress();
+        match published {
+            Ok(()) => {
+                self.published = PublishedConditions {
+                    values: values.clone(),
+                    at: Some(Instant::now()),
+                };
+            }
+            Err(e) => {
+                warn!(error = %e, "could not publish node conditions; retrying next cycle");
+                self.metrics
+                    .api_errors
+                    .get_or_create(&crate::metrics::OperationLabels {
+                        operation: "patch_conditions".into(),
+                    })
+                    .inc();
+                return;
+            }
+        }
+        if self.config.node_monitor.taint_on_pressure && !self.config.node_monitor.dry_run {
+            for (key, on) in pressure_taints(decision) {
+                let tainted = self.actuator.set_taint(key, "", "NoSchedule", on).await;
+                self.health.progress();
+                if let Err(e) = tainted {
+                    warn!(error = %e, %key, "could not update taint");
+                    self.metrics
+                        .api_errors
+                        .get_or_create(&crate::metrics::OperationLabels {
+                            operation: "patch_taint".into(),
+                        })
+                        .inc();
+                }
+            }
+        }
+    }
+
+    /// Waits, as the kubelet does, until the evicted pod's processes have left the node (its
+    /// cgroup is gone) or the API no longer has it, bounded by the pod cleanup timeout.
+    async fn wait_for_cleanup<N: NodeView>(&self, sampler: &mut N, req: &EvictionRequest) {
+        let deadline = Instant::now() + self.config.node_monitor.pod_cleanup_timeout;
+        let mut api_check = Instant::now();
+        loop {
+            self.health.progress();
+            let obs = sampler.sample(SampleKind::Fast);
+            if !obs.pods.contains_key(&req.uid) {
+                info!(pod = %format!("{}/{}", req.namespace, req.name), "evicted pod's processes are gone");
+                return;
+            }
+            if api_check.elapsed() > Duration::from_secs(1) {
+                api_check = Instant::now();
+                if let Ok(false) = self
+                    .actuator
+                    .pod_present(&req.namespace, &req.name, &req.uid)
+                    .await
+                {
+                    info!(pod = %format!("{}/{}", req.namespace, req.name), "evicted pod is gone from the API");
+                    return;
+                }
+            }
+            if Instant::now() > deadline {
+                warn!(pod = %format!("{}/{}", req.namespace, req.name), timeout = ?self.config.node_monitor.pod_cleanup_timeout,
+                      "evicted pod still present after the cleanup timeout; deciding again");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// How long the pod's longest-running container has been running, from its status.
+fn running_for(pod: &Pod, now: k8s_openapi::jiff::Timestamp) -> Option<Duration> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref())
+        .filter_map(|t| now.duration_since(t.0).try_into().ok())
+        .max()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,196 @@
+//! The agent cycle's ports: the node it observes, the pods the API lists, the writes it makes, and
+//! the memcg thresholds it re-arms. Production plugs in the sampler, the reflector's store, the
+//! actuator and the wake-ups; the cycle's unit tests plug in fakes, as the kubelet's eviction
+//! manager tests inject `killPodFunc` and a fake summary provider. The clock is tokio's
+//! (`tokio::time::Instant`), which the tests pause and advance.
+use std::{future::Future, sync::Arc};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::Store;
+use node_monitor_core::{signals::Observations, threshold::Threshold};
+
+use crate::{
+    cluster::actuator::{
+        Actuator, ActuatorError, EvictOutcome, EvictionRequest, NodeConditionUpdate,
+    },
+    sampler::{MemoryReading, SampleKind, Sampler, SamplerError, TimedObservations},
+    wakeup::{Wakeup, Wakeups},
+};
+
+/// The node as the agent observes it (the sampler). Calls may block on cgroup and proc reads:
+/// the production implementation runs them with `block_in_place`.
+pub trait NodeView {
+    /// A pass of `kind` for `wakeup`, timed from the wake-up.
+    fn observe(&mut self, wakeup: Wakeup, kind: SampleKind) -> TimedObservations<Wakeup>;
+    /// Completes `out` with a pass of `kind` (per-pod usage for ranking).
+    fn sample_into(&mut self, kind: SampleKind, out: &mut Observations);
+    /// A fresh pass of `kind`.
+    fn sample(&mut self, kind: SampleKind) -> Observations;
+    /// Measures the pods' disk usage now, instead of the background meter's last walk.
+    fn measure_pod_disk_now(&mut self);
+    /// Lists the pod cgroups again.
+    fn refresh_pod_cgroups(&mut self) -> Result<(), SamplerError>;
+    /// Whether the pod with this UID has a cgroup on the node.
+    fn has_pod_cgroup(&self, uid: &str) -> bool;
+    /// Where the pods are read from.
+    fn kubepods(&self) -> KubepodsSight;
+    /// The node cgroup's memory at the last pass.
+    fn last_node_memory(&self) -> Option<MemoryReading>;
+    /// The kubepods cgroup's memory at the last pass.
+    fn last_kubepods_memory(&self) -> Option<MemoryReading>;
+}
+
+impl NodeView for Sampler {
+    fn observe(&mut self, wakeup: Wakeup, kind: SampleKind) -> TimedObservations<Wakeup> {
+        tokio::task::block_in_place(|| self.observe_as(wakeup, kind))
+    }
+    fn sample_into(&mut self, kind: SampleKind, out: &mut Observations) {
+        tokio::task::block_in_place(|| {
+            Sampler::sample_into(self, kind, out);
+        });
+    }
+    fn sample(&mut self, kind: SampleKind) -> Observations {
+        tokio::task::block_in_place(|| Sampler::sample(self, kind))
+    }
+    fn measure_pod_disk_now(&mut self) {
+        tokio::task::block_in_place(|| Sampler::measure_pod_disk_now(self));
+    }
+    fn refresh_pod_cgroups(&mut self) -> Result<(), SamplerError> {
+        tokio::task::block_in_place(|| Sampler::refresh_pod_cgroups(self))
+    }
+    fn has_pod_cgroup(&self, uid: &str) -> bool {
+        Sampler::has_pod_cgroup(self, uid)
+    }
+    fn kubepods(&self) -> KubepodsSight {
+        let layout = self.layout();
+        KubepodsSight {
+            driver: layout
+                .kubepods_detection
+                .driver_label(&layout.kubepods_name)
+                .to_owned(),
+            path: layout.kubepods_memory.display().to_string(),
+            detection: format!("{:?}", layout.kubepods_detection),
+        }
+    }
+    fn last_node_memory(&self) -> Option<MemoryReading> {
+        Sampler::last_node_memory(self)
+    }
+    fn last_kubepods_memory(&self) -> Option<MemoryReading> {
+        Sampler::last_kubepods_memory(self)
+    }
+}
+
+/// Where the pods' cgroups are read from, for the log line and the `node_monitor_kubepods_layout`
+/// metric.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubepodsSight {
+    /// The cgroup driver (`systemd`, `cgroupfs`) as the metric labels it.
+    pub driver: String,
+    /// The kubepods cgroup in the memory hierarchy.
+    pub path: String,
+    /// How the kubepods cgroup was chosen (configured, detected and from what, pending).
+    pub detection: String,
+}
+
+/// This node's pods as the API lists them (the reflector's store).
+pub trait PodSource {
+    /// Every pod bound to this node that the API lists now.
+    fn pods(&self) -> Vec<Arc<Pod>>;
+}
+
+impl PodSource for Store<Pod> {
+    fn pods(&self) -> Vec<Arc<Pod>> {
+        self.state()
+    }
+}
+
+/// What the cycle writes to the cluster (the actuator).
+pub trait ClusterWrites {
+    /// Asks for one eviction through the Eviction API.
+    fn evict(&self, req: &EvictionRequest) -> impl Future<Output = EvictOutcome>;
+    /// The Events of an answered eviction.
+    fn record_eviction_events(
+        &self,
+        req: &EvictionRequest,
+        outcome: &EvictOutcome,
+    ) -> impl Future<Output = ()>;
+    /// Writes the agent-owned node conditions.
+    fn set_conditions(
+        &self,
+        updates: &[NodeConditionUpdate],
+    ) -> impl Future<Output = Result<(), ActuatorError>>;
+    /// Puts a taint on the node (`present`) or takes it off.
+    fn set_taint(
+        &self,
+        key: &str,
+        value: &str,
+        effect: &str,
+        present: bool,
+    ) -> impl Future<Output = Result<bool, ActuatorError>>;
+    /// Whether the pod with this UID is still in the API.
+    fn pod_present(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> impl Future<Output = Result<bool, kube::Error>>;
+}
+
+impl ClusterWrites for Actuator {
+    fn evict(&self, req: &EvictionRequest) -> impl Future<Output = EvictOutcome> {
+        Actuator::evict(self, req)
+    }
+    fn record_eviction_events(
+        &self,
+        req: &EvictionRequest,
+        outcome: &EvictOutcome,
+    ) -> impl Future<Output = ()> {
+        Actuator::record_eviction_events(self, req, outcome)
+    }
+    fn set_conditions(
+        &self,
+        updates: &[NodeConditionUpdate],
+    ) -> impl Future<Output = Result<(), ActuatorError>> {
+        Actuator::set_conditions(self, updates)
+    }
+    fn set_taint(
+        &self,
+        key: &str,
+        value: &str,
+        effect: &str,
+        present: bool,
+    ) -> impl Future<Output = Result<bool, ActuatorError>> {
+        Actuator::set_taint(self, key, value, effect, present)
+    }
+    fn pod_present(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> impl Future<Output = Result<bool, kube::Error>> {
+        Actuator::pod_present(self, namespace, name, uid)
+    }
+}
+
+/// The memcg thresholds the cycle re-arms after every pass (the wake-ups).
+pub trait Arming {
+    /// Arms (or re-arms at the fresh `inactive_file`) the thresholds of the configured memory
+    /// signals on the node and kubepods cgroups.
+    fn rearm(
+        &mut self,
+        thresholds: &[Threshold],
+        node: Option<MemoryReading>,
+        kubepods: Option<MemoryReading>,
+    );
+}
+
+impl Arming for Wakeups {
+    fn rearm(
+        &mut self,
+        thresholds: &[Threshold],
+        node: Option<MemoryReading>,
+        kubepods: Option<MemoryReading>,
+    ) {
+        super::memcg::rearm(self, thresholds, node, kubepods);
+    }
+}
