@@ -25,7 +25,7 @@ use crate::{
     cluster::actuator::{EvictOutcome, EvictionRequest, NodeConditionUpdate},
     http::Health,
     metrics::{ConditionLabels, EvictionLabels, Metrics, SignalLabels, ThresholdLabels},
-    sampler::SampleKind,
+    sampler::{SampleKind, TimedObservations},
     wakeup::Wakeup,
 };
 
@@ -175,12 +175,53 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         // What woke the agent, as in `node_monitor_wakeups_total` (`headroom`, `timer`, …).
         label: &'static str,
     ) -> CycleEnd {
-        let mut end = CycleEnd::Done;
         // A wake-up that arrived while the previous cycle was still running (acting, waiting for
         // an evicted pod to go) has queued since; reported apart from this cycle's own work.
         let started = std::time::Instant::now();
-        // Signals first (tens of µs whatever the pod count); per-pod usage only when a threshold
-        // is met or a condition still holds, since ranking is the only thing that needs it.
+        let mut timed = self.observe(sampler, wakeups, wakeup);
+        let now = self.now();
+        let decision = self.decide(sampler, &mut timed, now);
+        let decided = wakeup.at.elapsed();
+        self.metrics
+            .wakeup_to_decision_seconds
+            .observe(decided.as_secs_f64());
+        debug!(
+            source = label,
+            decided_us = decided.as_micros() as u64,
+            queued_us = started.saturating_duration_since(wakeup.at).as_micros() as u64,
+            processing_us = started.elapsed().as_micros() as u64,
+            sampling_us = timed.sampling.as_micros() as u64,
+            "decision"
+        );
+        self.record_observations(&timed.observations, &decision);
+
+        // Eviction requests first: the node conditions, the Events and the wait for cleanup
+        // follow, so no API round trip of theirs delays an eviction (the kubelet too updates the
+        // node status apart from its eviction loop).
+        let (end, answered) = self.send_evictions(&decision, wakeup, label, now).await;
+        self.publish_conditions(&decision).await;
+        self.health.progress();
+        for (req, outcome) in &answered {
+            self.actuator.record_eviction_events(req, outcome).await;
+            self.health.progress();
+        }
+        for (req, outcome) in &answered {
+            if outcome.took_effect() {
+                self.wait_for_cleanup(sampler, req).await;
+            }
+        }
+        end
+    }
+
+    /// The signals first (tens of µs whatever the pod count); per-pod usage only when a
+    /// threshold is met or a condition still holds, since ranking is the only thing that needs
+    /// it. Then the memcg thresholds are re-armed at the fresh readings.
+    fn observe<N: NodeView, A: Arming>(
+        &mut self,
+        sampler: &mut N,
+        wakeups: &mut A,
+        wakeup: Wakeup,
+    ) -> TimedObservations<Wakeup> {
         let mut timed = sampler.observe(wakeup, SampleKind::Signals);
         let pressure = !self.state.conditions().is_empty()
             || self.config.thresholds.iter().any(|t| {
@@ -194,8 +235,17 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             sampler.sample_into(SampleKind::Fast, &mut timed.observations);
         }
         self.rearm(sampler, wakeups);
+        timed
+    }
 
-        let now = self.now();
+    /// The core's decision on this instant's observations and the pods that may be ranked, with
+    /// the agent's own holds: none while it is blind to the pods' cgroups.
+    fn decide<N: NodeView>(
+        &mut self,
+        sampler: &mut N,
+        timed: &mut TimedObservations<Wakeup>,
+        now: Timestamp,
+    ) -> Decision {
         if let Some(policy) = self.headroom_policy {
             self.next_sample_at = self
                 .headroom
@@ -238,31 +288,28 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             );
             decision.evict.clear();
         }
-        let decided = wakeup.at.elapsed();
-        self.metrics
-            .wakeup_to_decision_seconds
-            .observe(decided.as_secs_f64());
-        debug!(
-            source = label,
-            decided_us = decided.as_micros() as u64,
-            queued_us = started.saturating_duration_since(wakeup.at).as_micros() as u64,
-            processing_us = started.elapsed().as_micros() as u64,
-            sampling_us = timed.sampling.as_micros() as u64,
-            "decision"
-        );
-        self.record_observations(&timed.observations, &decision);
+        decision
+    }
 
-        // Eviction requests first: the node conditions, the Events and the wait for cleanup
-        // follow, so no API round trip of theirs delays an eviction (the kubelet too updates the
-        // node status apart from its eviction loop).
+    /// Sends the decision's evictions in order, unless the API server asked to wait; stops at
+    /// the first answer that says the rest would fail the same way. Returns how the cycle ends
+    /// and the answered requests (for their Events and the wait for cleanup).
+    async fn send_evictions(
+        &mut self,
+        decision: &Decision,
+        wakeup: Wakeup,
+        label: &'static str,
+        now: Timestamp,
+    ) -> (CycleEnd, Vec<(EvictionRequest, EvictOutcome)>) {
+        let mut end = CycleEnd::Done;
+        let mut answered = Vec::with_capacity(decision.evict.len());
         if let Some(until) = self.evictions_held_until.filter(|t| *t > now)
             && !decision.evict.is_empty()
         {
             debug!(held = decision.evict.len(), resume_in = ?until.saturating_since(now),
                    "evictions held: the API server throttled the last one");
-            decision.evict.clear();
+            return (end, answered);
         }
-        let mut answered = Vec::with_capacity(decision.evict.len());
         for e in &decision.evict {
             let req = EvictionRequest {
                 namespace: e.namespace.clone(),
@@ -290,56 +337,9 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             if !report {
                 continue;
             }
-            self.metrics
-                .evictions
-                .get_or_create(&EvictionLabels {
-                    eviction_signal: req.signal.clone(),
-                    threshold: if req.hard { "hard" } else { "soft" }.to_owned(),
-                    outcome: outcome.label().to_owned(),
-                })
-                .inc();
-            info!(pod = %format!("{}/{}", e.namespace, e.name), outcome = outcome.label(),
-                  reaction_ms = reaction_time.as_secs_f64() * 1e3, "eviction answered");
-            let reaction = backoff::react(&outcome);
-            if let Some(reason) = reaction.failure {
-                self.metrics
-                    .eviction_failures
-                    .get_or_create(&crate::metrics::ReasonLabels {
-                        reason: reason.to_owned(),
-                    })
-                    .inc();
-            }
-            if let EvictOutcome::Failed { .. } = &outcome {
-                self.metrics
-                    .api_errors
-                    .get_or_create(&crate::metrics::OperationLabels {
-                        operation: "evict".into(),
-                    })
-                    .inc();
-            }
-            if reaction.back_off_pod {
-                let delay = self.backoff.refused(&req.uid, self.now());
-                debug!(uid = %req.uid, outcome = outcome.label(), ?delay,
-                       "pod backs off; the next candidate is considered meanwhile");
-            }
+            let reaction = self.take_answer(&req, &outcome, reaction_time);
             if reaction.next_candidate_now {
                 end = CycleEnd::Refused;
-            }
-            if reaction.retry_later {
-                self.retry_at = Some(self.now() + self.retry_delay);
-                self.retry_delay = (self.retry_delay * 2).min(RETRY_MAX);
-                debug!(delay = ?self.retry_delay, "API server unavailable; deciding again later");
-            }
-            if let Some(hold) = reaction.hold_evictions {
-                self.evictions_held_until = Some(self.now() + hold);
-            }
-            if reaction.took_effect {
-                self.retry_at = None;
-                self.retry_delay = RETRY_INITIAL;
-                self.metrics
-                    .detection_to_eviction_seconds
-                    .observe(reaction_time.as_secs_f64());
-                self.backoff.forget(&req.uid);
             }
             let stop = reaction.retry_later || reaction.hold_evictions.is_some();
             answered.push((req, outcome));
@@ -348,18 +348,66 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                 break;
             }
         }
-        self.publish_conditions(&decision).await;
-        self.health.progress();
-        for (req, outcome) in &answered {
-            self.actuator.record_eviction_events(req, outcome).await;
-            self.health.progress();
+        (end, answered)
+    }
+
+    /// Counts an eviction's answer and applies what it means for the next ones: the pod's
+    /// backoff, a retry after an unavailable API server, a hold after throttling.
+    fn take_answer(
+        &mut self,
+        req: &EvictionRequest,
+        outcome: &EvictOutcome,
+        reaction_time: Duration,
+    ) -> backoff::Reaction {
+        self.metrics
+            .evictions
+            .get_or_create(&EvictionLabels {
+                eviction_signal: req.signal.clone(),
+                threshold: if req.hard { "hard" } else { "soft" }.to_owned(),
+                outcome: outcome.label().to_owned(),
+            })
+            .inc();
+        info!(pod = %format!("{}/{}", req.namespace, req.name), outcome = outcome.label(),
+              reaction_ms = reaction_time.as_secs_f64() * 1e3, "eviction answered");
+        let reaction = backoff::react(outcome);
+        if let Some(reason) = reaction.failure {
+            self.metrics
+                .eviction_failures
+                .get_or_create(&crate::metrics::ReasonLabels {
+                    reason: reason.to_owned(),
+                })
+                .inc();
         }
-        for (req, outcome) in &answered {
-            if outcome.took_effect() {
-                self.wait_for_cleanup(sampler, req).await;
-            }
+        if let EvictOutcome::Failed { .. } = outcome {
+            self.metrics
+                .api_errors
+                .get_or_create(&crate::metrics::OperationLabels {
+                    operation: "evict".into(),
+                })
+                .inc();
         }
-        end
+        if reaction.back_off_pod {
+            let delay = self.backoff.refused(&req.uid, self.now());
+            debug!(uid = %req.uid, outcome = outcome.label(), ?delay,
+                   "pod backs off; the next candidate is considered meanwhile");
+        }
+        if reaction.retry_later {
+            self.retry_at = Some(self.now() + self.retry_delay);
+            self.retry_delay = (self.retry_delay * 2).min(RETRY_MAX);
+            debug!(delay = ?self.retry_delay, "API server unavailable; deciding again later");
+        }
+        if let Some(hold) = reaction.hold_evictions {
+            self.evictions_held_until = Some(self.now() + hold);
+        }
+        if reaction.took_effect {
+            self.retry_at = None;
+            self.retry_delay = RETRY_INITIAL;
+            self.metrics
+                .detection_to_eviction_seconds
+                .observe(reaction_time.as_secs_f64());
+            self.backoff.forget(&req.uid);
+        }
+        reaction
     }
 
     /// Checks, at most every [`SIGHT_CHECK_INTERVAL`], that the sampler finds the cgroups of the
