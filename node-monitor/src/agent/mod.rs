@@ -198,75 +198,22 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         }
     }
     let mut sampler = Sampler::new(sampler_config).context("sampler configuration")?;
-    let mut wake_config = WakeupConfig::for_layout(sampler.layout());
-    wake_config.housekeeping = config.node_monitor.housekeeping_interval;
-    wake_config.psi_trigger.window = config.node_monitor.psi_window;
-    wake_config.psi_trigger.stall = config.node_monitor.psi_threshold;
-    if args.polling_only {
-        wake_config.memcg_node = SourceSetting::Disabled;
-        wake_config.memcg_kubepods = SourceSetting::Disabled;
-        wake_config.oom_control = false;
-        wake_config.memory_events = SourceSetting::Disabled;
-        wake_config.psi = SourceSetting::Disabled;
-    }
-    // Sources this host cannot have (memory.events on cgroup v1, thresholds and oom_control on
-    // v2) are not a degradation; sources that should work and do not are.
-    let not_applicable = sources::not_applicable(&wake_config);
-    let mut wakeups = Wakeups::start(wake_config).context("wake-up sources")?;
-    for s in wakeups.source_states() {
-        // Reported below, once the probes that feed it are loaded.
-        if s.source == SourceKind::Kernel {
-            continue;
-        }
-        let (state, degraded) = sources::report(s.source, &s.state, &not_applicable);
-        if let SourceState::Unavailable { reason } = &s.state
-            && degraded
-        {
-            warn!(source = s.source.as_str(), %reason, "wake-up source unavailable");
-        }
-        metrics.set_source_state(s.source.as_str(), state);
-        if degraded {
-            health.report_degraded(format!("wake-up source {} unavailable", s.source.as_str()));
-        }
-    }
+    let mut wakeups = start_wakeups(args, &config, &sampler, &metrics, &health)?;
     // Kernel probes: each event wakes the sampler at once. Reboot requests go to the shutdown
     // manager (`reboot_rx`). Polling-only mode runs without them, like the kubelet.
     let (reboot_tx, reboot_rx) = tokio::sync::mpsc::channel::<kernel::RebootSeen>(16);
-    let probes = if args.no_ebpf || args.polling_only {
-        info!("eBPF programs not loaded (--no-ebpf or --polling-only)");
-        None
-    } else {
-        let probe_config = crate::ebpf::ProbeConfig {
-            stall_budget: config.node_monitor.reclaim_stall_budget,
-            ..crate::ebpf::ProbeConfig::default()
-        };
-        kernel::start(
-            probe_config,
-            store.clone(),
-            metrics.clone(),
-            health.clone(),
-            wakeups.kernel_sender(),
-            reboot_tx.clone(),
-            stop_rx.clone(),
-        )
-        .await
-        .map(Arc::new)
-    };
-    metrics.set_source_state(
-        SourceKind::Kernel.as_str(),
-        sources::kernel_state(
-            !(args.no_ebpf || args.polling_only),
-            probes.as_ref().map(|p| p.attached()),
-        ),
-    );
-    if let Some(p) = &probes {
-        tokio::spawn(kernel::mirror_counters(
-            p.clone(),
-            metrics.clone(),
-            stop_rx.clone(),
-        ));
-    }
-    health.probes_loaded.store(true, Ordering::Relaxed);
+    // Held for the agent's lifetime: dropping the probes detaches the programs.
+    let _probes = start_probes(
+        args,
+        &config,
+        &store,
+        &metrics,
+        &health,
+        &wakeups,
+        reboot_tx.clone(),
+        stop_rx.clone(),
+    )
+    .await;
     // Graceful node shutdown through a logind inhibitor, when the configuration enables it.
     let shutdown_task = shutdown_config.options.enabled.then(|| {
         tokio::spawn(crate::shutdown::run(
@@ -300,8 +247,6 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         fast: config.node_monitor.fast_sampling_interval,
         slow: config.node_monitor.housekeeping_interval,
     });
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
     let mut agent = Loop::new(
         config,
         metrics.clone(),
@@ -321,10 +266,125 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         source: WakeSource::Housekeeping,
         at: Instant::now(),
     };
+    decide_until_stopped(&mut agent, &mut sampler, &mut wakeups, first).await?;
+    let _ = stop_tx.send(true);
+    reflector_task.abort();
+    stop_cleanly(&agent.actuator, http_task, shutdown_task).await;
+    info!("stopped");
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Loads and attaches the eBPF programs (not in `--no-ebpf` or polling-only mode); a program
+/// that cannot load degrades the agent. Their counters are mirrored into the metrics.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the start-up wiring: each argument is one of the agent's shared parts"
+)]
+async fn start_probes(
+    args: &Args,
+    config: &EvictionConfig,
+    store: &kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
+    metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
+    wakeups: &Wakeups,
+    reboot_tx: tokio::sync::mpsc::Sender<kernel::RebootSeen>,
+    stop_rx: tokio::sync::watch::Receiver<bool>,
+) -> Option<Arc<crate::ebpf::Probes>> {
+    let probes = if args.no_ebpf || args.polling_only {
+        info!("eBPF programs not loaded (--no-ebpf or --polling-only)");
+        None
+    } else {
+        let probe_config = crate::ebpf::ProbeConfig {
+            stall_budget: config.node_monitor.reclaim_stall_budget,
+            ..crate::ebpf::ProbeConfig::default()
+        };
+        kernel::start(
+            probe_config,
+            store.clone(),
+            metrics.clone(),
+            health.clone(),
+            wakeups.kernel_sender(),
+            reboot_tx,
+            stop_rx.clone(),
+        )
+        .await
+        .map(Arc::new)
+    };
+    metrics.set_source_state(
+        SourceKind::Kernel.as_str(),
+        sources::kernel_state(
+            !(args.no_ebpf || args.polling_only),
+            probes.as_ref().map(|p| p.attached()),
+        ),
+    );
+    if let Some(p) = &probes {
+        tokio::spawn(kernel::mirror_counters(
+            p.clone(),
+            metrics.clone(),
+            stop_rx.clone(),
+        ));
+    }
+    health.probes_loaded.store(true, Ordering::Relaxed);
+    probes
+}
+
+/// The wake-up sources for this host and configuration (push sources off in polling-only mode),
+/// each reported as a metric; one that should work and does not degrades the agent.
+fn start_wakeups(
+    args: &Args,
+    config: &EvictionConfig,
+    sampler: &Sampler,
+    metrics: &Metrics,
+    health: &Health,
+) -> anyhow::Result<Wakeups> {
+    let mut wake_config = WakeupConfig::for_layout(sampler.layout());
+    wake_config.housekeeping = config.node_monitor.housekeeping_interval;
+    wake_config.psi_trigger.window = config.node_monitor.psi_window;
+    wake_config.psi_trigger.stall = config.node_monitor.psi_threshold;
+    if args.polling_only {
+        wake_config.memcg_node = SourceSetting::Disabled;
+        wake_config.memcg_kubepods = SourceSetting::Disabled;
+        wake_config.oom_control = false;
+        wake_config.memory_events = SourceSetting::Disabled;
+        wake_config.psi = SourceSetting::Disabled;
+    }
+    // Sources this host cannot have (memory.events on cgroup v1, thresholds and oom_control on
+    // v2) are not a degradation; sources that should work and do not are.
+    let not_applicable = sources::not_applicable(&wake_config);
+    let wakeups = Wakeups::start(wake_config).context("wake-up sources")?;
+    for s in wakeups.source_states() {
+        // Reported below, once the probes that feed it are loaded.
+        if s.source == SourceKind::Kernel {
+            continue;
+        }
+        let (state, degraded) = sources::report(s.source, &s.state, &not_applicable);
+        if let SourceState::Unavailable { reason } = &s.state
+            && degraded
+        {
+            warn!(source = s.source.as_str(), %reason, "wake-up source unavailable");
+        }
+        metrics.set_source_state(s.source.as_str(), state);
+        if degraded {
+            health.report_degraded(format!("wake-up source {} unavailable", s.source.as_str()));
+        }
+    }
+    Ok(wakeups)
+}
+
+/// The decision loop: a cycle for each wake-up, grace-period timer or adaptive-sampling timer,
+/// until SIGTERM or SIGINT (also mid-cycle) or the end of the wake-up sources.
+async fn decide_until_stopped(
+    agent: &mut Loop<Actuator, kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>>,
+    sampler: &mut Sampler,
+    wakeups: &mut Wakeups,
+    first: Wakeup,
+) -> anyhow::Result<()> {
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
     let mut stopping = agent
         .cycles(
-            &mut sampler,
-            &mut wakeups,
+            sampler,
+            wakeups,
             first,
             WakeSource::Housekeeping.label(),
             &mut sigterm,
@@ -363,18 +423,19 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         agent.health.progress();
         agent.count_wakeup(label);
         stopping = agent
-            .cycles(
-                &mut sampler,
-                &mut wakeups,
-                wakeup,
-                label,
-                &mut sigterm,
-                &mut sigint,
-            )
+            .cycles(sampler, wakeups, wakeup, label, &mut sigterm, &mut sigint)
             .await;
     }
-    let _ = stop_tx.send(true);
-    reflector_task.abort();
+    Ok(())
+}
+
+/// The clean stop: the metrics endpoint drains while the shutdown manager stops and the agent's
+/// marks are taken back from the node (a node shutdown's marks stay), each within its bound.
+async fn stop_cleanly(
+    actuator: &Actuator,
+    http_task: tokio::task::JoinHandle<()>,
+    shutdown_task: Option<tokio::task::JoinHandle<crate::shutdown::Stopped>>,
+) {
     // The endpoint drains its connections within its own bound; this one only guards the exit.
     let drain = async {
         if tokio::time::timeout(HTTP_DRAIN_BOUND, http_task)
@@ -400,11 +461,9 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
                 }
             },
         };
-        release_on_stop(&agent.actuator, shutting_down, STOP_RELEASE_BOUND).await;
+        release_on_stop(actuator, shutting_down, STOP_RELEASE_BOUND).await;
     };
     tokio::join!(drain, release);
-    info!("stopped");
-    Ok(std::process::ExitCode::SUCCESS)
 }
 
 /// How long the exit waits for the metrics endpoint to stop.
