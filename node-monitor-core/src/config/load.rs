@@ -13,27 +13,53 @@ pub fn load_documents(
         file.merge(FileSettings::from_document(document)?);
     }
     let mut warnings = Vec::new();
+    let thresholds = thresholds(&file, flags, &mut warnings)?;
+    let max_pod_grace_period_seconds = max_pod_grace_period(&file, flags, &mut warnings)?;
+    let pressure_transition_period = pressure_transition_period(&file, flags, &mut warnings)?;
+    let node_monitor = parse_node_monitor(&file.node_monitor)?;
+    Ok(EvictionConfig {
+        thresholds,
+        max_pod_grace_period_seconds,
+        pressure_transition_period,
+        node_monitor,
+        warnings,
+    })
+}
 
-    // evictionHard: flag, else file (with defaults merged on request), else the defaults.
-    let hard = if !flags.eviction_hard.is_empty() {
-        Some(flag_map(&flags.eviction_hard, "--eviction-hard", '<')?)
-    } else if let Some(mut m) = file.eviction_hard.clone() {
-        if file.merge_default_eviction_settings.unwrap_or(false) {
-            for (signal, value) in DEFAULT_EVICTION_HARD {
-                m.entries
-                    .entry(signal.as_str().to_owned())
-                    .or_insert_with(|| Entry {
-                        value: value.to_owned(),
-                        field: "default evictionHard".into(),
-                        explicit: false,
-                    });
-            }
-        }
-        Some(m)
-    } else {
-        None
+/// `evictionHard`: the flag, else the file (with the defaults merged in on request), else the
+/// kubelet's defaults.
+fn hard_statements(
+    file: &FileSettings,
+    flags: &EvictionOverrides,
+) -> Result<StatementMap, ConfigError> {
+    if !flags.eviction_hard.is_empty() {
+        return flag_map(&flags.eviction_hard, "--eviction-hard", '<');
+    }
+    let Some(mut m) = file.eviction_hard.clone() else {
+        return Ok(default_hard());
     };
-    let hard = hard.unwrap_or_else(default_hard);
+    if file.merge_default_eviction_settings.unwrap_or(false) {
+        for (signal, value) in DEFAULT_EVICTION_HARD {
+            m.entries
+                .entry(signal.as_str().to_owned())
+                .or_insert_with(|| Entry {
+                    value: value.to_owned(),
+                    field: "default evictionHard".into(),
+                    explicit: false,
+                });
+        }
+    }
+    Ok(m)
+}
+
+/// Every threshold: hard, then soft (each with its grace period), each with its minimum reclaim,
+/// then the allocatable copies (`addAllocatableThresholds`).
+fn thresholds(
+    file: &FileSettings,
+    flags: &EvictionOverrides,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<Threshold>, ConfigError> {
+    let hard = hard_statements(file, flags)?;
     let soft = pick(
         &flags.eviction_soft,
         "--eviction-soft",
@@ -53,14 +79,42 @@ pub fn load_documents(
         &file.eviction_minimum_reclaim,
     )?;
 
-    let mut hard_thresholds =
-        parse_statements(&hard, ThresholdSource::EvictionHard, &mut warnings)?;
-    let mut soft_thresholds =
-        parse_statements(&soft, ThresholdSource::EvictionSoft, &mut warnings)?;
+    let mut hard_thresholds = parse_statements(&hard, ThresholdSource::EvictionHard, warnings)?;
+    let mut soft_thresholds = parse_statements(&soft, ThresholdSource::EvictionSoft, warnings)?;
+    // Parsed in this order, so the first error reported stays the same.
     let grace_periods = parse_grace_periods(&grace)?;
     let min_reclaims = parse_min_reclaims(&min_reclaim)?;
+    apply_grace_periods(&mut soft_thresholds, &soft, &grace_periods, warnings)?;
+    let mut thresholds = Vec::new();
+    thresholds.append(&mut hard_thresholds);
+    thresholds.append(&mut soft_thresholds);
+    apply_min_reclaims(&mut thresholds, &min_reclaims, warnings);
+    let copies = allocatable_copies(&thresholds, file);
+    thresholds.extend(copies);
+    if thresholds.iter().any(|t| {
+        matches!(
+            t.signal,
+            Signal::ContainerFsAvailable | Signal::ContainerFsInodesFree
+        )
+    }) {
+        warnings.push(
+            "containerfs thresholds are replaced at run time by the nodefs (or imagefs) ones, \
+             as the kubelet replaces them"
+                .into(),
+        );
+    }
+    Ok(thresholds)
+}
 
-    for t in &mut soft_thresholds {
+/// Every soft threshold needs a grace period; a grace period without a soft threshold is
+/// ignored with a warning.
+fn apply_grace_periods(
+    soft_thresholds: &mut [Threshold],
+    soft: &StatementMap,
+    grace_periods: &BTreeMap<Signal, Duration>,
+    warnings: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    for t in soft_thresholds.iter_mut() {
         let Some(period) = grace_periods.get(&t.signal) else {
             let field = soft
                 .entries
@@ -87,10 +141,17 @@ pub fn load_documents(
             ));
         }
     }
-    let mut thresholds = Vec::new();
-    thresholds.append(&mut hard_thresholds);
-    thresholds.append(&mut soft_thresholds);
-    for t in &mut thresholds {
+    Ok(())
+}
+
+/// Each threshold gets the minimum reclaim of its signal; one without a threshold is ignored
+/// with a warning.
+fn apply_min_reclaims(
+    thresholds: &mut [Threshold],
+    min_reclaims: &BTreeMap<Signal, ThresholdValue>,
+    warnings: &mut Vec<String>,
+) {
+    for t in thresholds.iter_mut() {
         t.min_reclaim = min_reclaims.get(&t.signal).cloned();
     }
     for signal in min_reclaims.keys() {
@@ -100,83 +161,77 @@ pub fn load_documents(
             ));
         }
     }
-    // addAllocatableThresholds: enforceNodeAllocatable defaults to ["pods"].
+}
+
+/// `addAllocatableThresholds`: with `pods` enforced (`enforceNodeAllocatable` defaults to
+/// `["pods"]`), the hard `memory.available` threshold is copied to `allocatableMemory.available`.
+fn allocatable_copies(thresholds: &[Threshold], file: &FileSettings) -> Vec<Threshold> {
     let enforce_pods = file
         .enforce_node_allocatable
         .as_ref()
         .is_none_or(|v| v.iter().any(|k| k == "pods"));
-    if enforce_pods {
-        let copies: Vec<Threshold> = thresholds
-            .iter()
-            .filter(|t| t.signal == Signal::MemoryAvailable && t.is_hard())
-            .map(|t| Threshold {
-                signal: Signal::AllocatableMemoryAvailable,
-                grace_period: Duration::ZERO,
-                source: ThresholdSource::Allocatable,
-                derived_from: Some(Signal::MemoryAvailable),
-                ..t.clone()
-            })
-            // A soft memory threshold with a zero grace period would make a second copy with
-            // the same key; the first (from the hard threshold) is kept.
-            .take(1)
-            .collect();
-        thresholds.extend(copies);
+    if !enforce_pods {
+        return Vec::new();
     }
-    if thresholds.iter().any(|t| {
-        matches!(
-            t.signal,
-            Signal::ContainerFsAvailable | Signal::ContainerFsInodesFree
-        )
-    }) {
-        warnings.push(
-            "containerfs thresholds are replaced at run time by the nodefs (or imagefs) ones, \
-             as the kubelet replaces them"
-                .into(),
-        );
-    }
+    thresholds
+        .iter()
+        .filter(|t| t.signal == Signal::MemoryAvailable && t.is_hard())
+        .map(|t| Threshold {
+            signal: Signal::AllocatableMemoryAvailable,
+            grace_period: Duration::ZERO,
+            source: ThresholdSource::Allocatable,
+            derived_from: Some(Signal::MemoryAvailable),
+            ..t.clone()
+        })
+        // A soft memory threshold with a zero grace period would make a second copy with the
+        // same key; the first (from the hard threshold) is kept.
+        .take(1)
+        .collect()
+}
 
-    let max_pod_grace_period_seconds = match &flags.eviction_max_pod_grace_period {
+/// `evictionMaxPodGracePeriod`: the flag, else the file, else 0.
+fn max_pod_grace_period(
+    file: &FileSettings,
+    flags: &EvictionOverrides,
+    warnings: &mut Vec<String>,
+) -> Result<i32, ConfigError> {
+    let seconds = match &flags.eviction_max_pod_grace_period {
         Some(v) => v.trim().parse::<i32>().map_err(|_| ConfigError::Integer {
             field: "--eviction-max-pod-grace-period".into(),
             value: v.clone(),
         })?,
         None => file.eviction_max_pod_grace_period.unwrap_or(0),
     };
-    if max_pod_grace_period_seconds < 0 {
+    if seconds < 0 {
         warnings.push(format!(
-            "evictionMaxPodGracePeriod {max_pod_grace_period_seconds} is negative: the kubelet \
+            "evictionMaxPodGracePeriod {seconds} is negative: the kubelet \
              then terminates soft-evicted pods with its minimum grace period of 1 second"
         ));
     }
+    Ok(seconds)
+}
 
-    let pressure_transition_period = match &flags.eviction_pressure_transition_period {
-        Some(v) => non_negative_duration("--eviction-pressure-transition-period", v)?,
-        None => match &file.eviction_pressure_transition_period {
-            Some((field, v)) => {
-                let d = non_negative_duration(field, v)?;
-                if d.is_zero() {
-                    // SetDefaults_KubeletConfiguration treats a zero duration as unset.
-                    warnings.push(format!(
-                        "{field} {v:?} is zero, which the kubelet replaces with the default 5m0s"
-                    ));
-                    DEFAULT_PRESSURE_TRANSITION_PERIOD
-                } else {
-                    d
-                }
-            }
-            None => DEFAULT_PRESSURE_TRANSITION_PERIOD,
-        },
+/// `evictionPressureTransitionPeriod`: the flag, else the file (zero meaning the default, as
+/// `SetDefaults_KubeletConfiguration` treats it), else 5m.
+fn pressure_transition_period(
+    file: &FileSettings,
+    flags: &EvictionOverrides,
+    warnings: &mut Vec<String>,
+) -> Result<Duration, ConfigError> {
+    if let Some(v) = &flags.eviction_pressure_transition_period {
+        return non_negative_duration("--eviction-pressure-transition-period", v);
+    }
+    let Some((field, v)) = &file.eviction_pressure_transition_period else {
+        return Ok(DEFAULT_PRESSURE_TRANSITION_PERIOD);
     };
-
-    let node_monitor = parse_node_monitor(&file.node_monitor)?;
-
-    Ok(EvictionConfig {
-        thresholds,
-        max_pod_grace_period_seconds,
-        pressure_transition_period,
-        node_monitor,
-        warnings,
-    })
+    let d = non_negative_duration(field, v)?;
+    if d.is_zero() {
+        warnings.push(format!(
+            "{field} {v:?} is zero, which the kubelet replaces with the default 5m0s"
+        ));
+        return Ok(DEFAULT_PRESSURE_TRANSITION_PERIOD);
+    }
+    Ok(d)
 }
 
 /// A map entry with the field name used for it in messages.
