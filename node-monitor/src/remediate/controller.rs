@@ -9,18 +9,14 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use k8s_openapi::{
-    api::{
-        coordination::v1::Lease,
-        core::v1::{ConfigMap, Event, EventSource, Node, ObjectReference, Pod, Secret},
-        storage::v1::VolumeAttachment,
-    },
-    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time},
-    jiff::Timestamp as WallTimestamp,
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{ConfigMap, Node, ObjectReference, Pod, Secret},
+    storage::v1::VolumeAttachment,
 };
 use kube::{
     Api, Client,
-    api::{DeleteParams, ListParams, PostParams, Preconditions},
+    api::{DeleteParams, ListParams, Preconditions},
     runtime::reflector::{ObjectRef, Store},
 };
 use tokio::{sync::mpsc, task::JoinHandle};
@@ -34,7 +30,10 @@ use super::{
 };
 pub use crate::telemetry::error_chain as chain;
 use crate::{
-    cluster::actuator::{Actuator, ActuatorConfig},
+    cluster::{
+        actuator::{Actuator, ActuatorConfig},
+        events::{EventRecord, EventWriter, Reporter, pod_ref},
+    },
     metrics::{
         ReasonLabels, RemediateMetrics, StateLabels, StepOutcomeLabels, ZoneLabels, ZoneStateLabels,
     },
@@ -103,11 +102,11 @@ pub struct Controller {
     client: Client,
     cfg: RemediationConfig,
     namespace: String,
-    identity: String,
     metrics: Arc<RemediateMetrics>,
     api_health: Arc<ApiHealth>,
     caches: Caches,
     store: OpStore,
+    events: EventWriter,
     start: Instant,
     tracker: LivenessTracker,
     limiters: ZoneLimiters,
@@ -140,10 +139,18 @@ impl Controller {
         }
         Self {
             store: OpStore::new(client.clone(), namespace),
+            events: EventWriter::new(
+                client.clone(),
+                Reporter {
+                    component: COMPONENT,
+                    instance: identity.to_owned(),
+                    host: None,
+                },
+                REQUEST_TIMEOUT,
+            ),
             client,
             cfg,
             namespace: namespace.to_owned(),
-            identity: identity.to_owned(),
             metrics,
             api_health,
             caches,
@@ -868,51 +875,6 @@ impl Controller {
         Ok(summary)
     }
 
-    async fn post_event(
-        &self,
-        namespace: &str,
-        involved: ObjectReference,
-        warning: bool,
-        reason: &str,
-        message: &str,
-    ) {
-        let now = WallTimestamp::now();
-        let ev = Event {
-            metadata: ObjectMeta {
-                generate_name: Some(format!(
-                    "{}.",
-                    involved.name.as_deref().unwrap_or(COMPONENT)
-                )),
-                namespace: Some(namespace.to_owned()),
-                ..ObjectMeta::default()
-            },
-            involved_object: involved,
-            reason: Some(reason.to_owned()),
-            message: Some(message.to_owned()),
-            type_: Some(if warning { "Warning" } else { "Normal" }.to_owned()),
-            source: Some(EventSource {
-                component: Some(COMPONENT.to_owned()),
-                host: None,
-            }),
-            first_timestamp: Some(Time(now)),
-            last_timestamp: Some(Time(now)),
-            event_time: Some(MicroTime(now)),
-            count: Some(1),
-            reporting_component: Some(COMPONENT.to_owned()),
-            reporting_instance: Some(self.identity.clone()),
-            action: Some(reason.to_owned()),
-            ..Event::default()
-        };
-        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        match tokio::time::timeout(REQUEST_TIMEOUT, events.create(&PostParams::default(), &ev))
-            .await
-        {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => warn!(error = %e, reason, "could not record event"),
-            Err(_) => warn!(reason, "recording an event got no answer"),
-        }
-    }
-
     /// An Event about a node (in `default`, where the kubelet and the node lifecycle controller
     /// record theirs).
     async fn node_event(&self, node: &str, uid: &str, warning: bool, reason: &str, message: &str) {
@@ -923,21 +885,32 @@ impl Controller {
             uid: (!uid.is_empty()).then(|| uid.to_owned()),
             ..ObjectReference::default()
         };
-        self.post_event("default", involved, warning, reason, message)
+        self.events
+            .record(&EventRecord {
+                namespace: "default".to_owned(),
+                involved,
+                warning,
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+                annotations: BTreeMap::new(),
+            })
             .await;
     }
 
     async fn pod_event(&self, pod: &Pod, message: &str) {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        let involved = ObjectReference {
-            api_version: Some("v1".to_owned()),
-            kind: Some("Pod".to_owned()),
-            namespace: Some(ns.clone()),
-            name: pod.metadata.name.clone(),
-            uid: pod.metadata.uid.clone(),
-            ..ObjectReference::default()
-        };
-        self.post_event(&ns, involved, true, "DeletedAfterFencing", message)
+        let mut involved = pod_ref(&ns, "", "");
+        involved.name = pod.metadata.name.clone();
+        involved.uid = pod.metadata.uid.clone();
+        self.events
+            .record(&EventRecord {
+                namespace: ns,
+                involved,
+                warning: true,
+                reason: "DeletedAfterFencing".to_owned(),
+                message: message.to_owned(),
+                annotations: BTreeMap::new(),
+            })
             .await;
     }
 }
@@ -1024,7 +997,7 @@ async fn add_secrets(secrets: &Api<Secret>, specs: &mut [MethodSpec]) -> Result<
 mod tests {
     use k8s_openapi::{
         api::core::v1::{PodSpec, Toleration},
-        apimachinery::pkg::apis::meta::v1::OwnerReference,
+        apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
     };
 
     use super::*;
