@@ -11,12 +11,15 @@
 //!
 //! Layout: [`node_monitor_core::remediation`] decides (pure); [`facts`] translates API objects;
 //! [`methods`] reads the fence configuration; [`exec`] runs fence agents; [`store`] keeps
-//! operations in the API; [`leader`] elects; [`controller`] ties them together.
+//! operations in the API; [`leader`] elects; [`controller`] ties them together through its
+//! [`ports`], which [`kube_ports`] implements on the API server.
 pub mod controller;
 pub mod exec;
 pub mod facts;
+pub mod kube_ports;
 pub mod leader;
 pub mod methods;
+pub mod ports;
 pub mod store;
 
 use std::{
@@ -48,7 +51,7 @@ use crate::{
 
 use node_monitor_core::remediation::{RemediationConfig, parse_config};
 
-use self::{controller::Controller, leader::LeaderElector};
+use self::{controller::Controller, kube_ports::KubePorts, leader::LeaderElector};
 
 /// The namespace of node Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -77,15 +80,16 @@ pub struct Args {
 }
 
 /// When the controller last heard from the API server (any successful request or watch event).
+/// On tokio's clock (the system's monotonic clock, unless a test pauses it).
 #[derive(Debug)]
 pub struct ApiHealth {
-    last_ok: Mutex<Instant>,
+    last_ok: Mutex<tokio::time::Instant>,
 }
 
 impl Default for ApiHealth {
     fn default() -> Self {
         Self {
-            last_ok: Mutex::new(Instant::now()),
+            last_ok: Mutex::new(tokio::time::Instant::now()),
         }
     }
 }
@@ -93,7 +97,7 @@ impl Default for ApiHealth {
 impl ApiHealth {
     pub fn ok(&self) {
         if let Ok(mut t) = self.last_ok.lock() {
-            *t = Instant::now();
+            *t = tokio::time::Instant::now();
         }
     }
 
@@ -339,20 +343,18 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
         &identity,
         cfg.leader.clone(),
     );
-    let mut controller = Controller::new(
+    let ports = KubePorts::new(
         client,
-        cfg.clone(),
         &args.namespace,
         &identity,
-        metrics.clone(),
-        api_health.clone(),
-        controller::Caches {
+        kube_ports::Caches {
             nodes,
             leases,
             configmaps,
             lease_freshness,
         },
     );
+    let mut controller = Controller::new(ports, cfg.clone(), metrics.clone(), api_health.clone());
     if !stopped_early {
         info!("caches synced");
         health.pods_synced.store(true, Ordering::Relaxed);

@@ -3,37 +3,26 @@
 //! every operation along (pure state machine), carrying out what it asks: run fence steps in the
 //! background, release the workload, run recovery, remove the taint. Every replica observes, so a
 //! newly elected leader has the liveness history at once; only the leader acts.
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Arc,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
-};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use k8s_openapi::api::{
     coordination::v1::Lease,
-    core::v1::{ConfigMap, Node, ObjectReference, Pod, Secret},
-    storage::v1::VolumeAttachment,
-};
-use kube::{
-    Api, Client,
-    api::{DeleteParams, ListParams, Preconditions},
-    runtime::reflector::{ObjectRef, Store},
+    core::v1::{ObjectReference, Pod},
 };
 use tokio::{sync::mpsc, task::JoinHandle};
 use tracing::{debug, info, warn};
 
 use super::{
-    ApiHealth, WatchFreshness, exec,
+    ApiHealth,
     facts::node_facts,
     methods::{self, FenceConfigError, MethodSpec, NodeFencePlan},
-    store::{OpStore, StoreError, StoredOp},
+    ports::Ports,
+    store::{StoreError, StoredOp},
 };
 pub use crate::telemetry::error_chain as chain;
 use crate::{
-    cluster::{
-        actuator::{Actuator, ActuatorConfig},
-        events::{EventRecord, EventWriter, Reporter, pod_ref},
-    },
+    cluster::events::EventRecord,
     metrics::{
         ReasonLabels, RemediateMetrics, StateLabels, StepOutcomeLabels, ZoneLabels, ZoneStateLabels,
     },
@@ -41,38 +30,21 @@ use crate::{
 
 use node_monitor_core::{
     clock::Timestamp,
-    config::PdbPolicy,
     remediation::{
         Assessment, DeathEvidence, FenceOp, KubeletReturn, Liveness, LivenessTracker, NodeFacts,
-        OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, OpAction, OpContext,
-        OpEvent, Phase, ReadyStatus, ReleaseSummary, RemediationConfig, SkipReason, Step,
-        TolerationRef, ZoneLimiters, ZoneState, advance, assess, node_is_back,
-        tolerates_out_of_service,
+        OpAction, OpContext, OpEvent, Phase, ReadyStatus, RemediationConfig, SkipReason, Step,
+        ZoneLimiters, ZoneState, advance, assess, node_is_back,
     },
 };
 
-/// The component name on Events.
-pub const COMPONENT: &str = "node-monitor-remediate";
-/// Every API request the controller makes is bounded by this.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+mod release;
+#[cfg(test)]
+mod tests;
+
+pub use release::keep_pod;
+
 /// An operation is moved along at most this many times per pass (it converges in fewer).
 const MAX_STEPS_PER_PASS: usize = 8;
-
-fn unix_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// The watched objects.
-pub struct Caches {
-    pub nodes: Store<Node>,
-    pub leases: Store<Lease>,
-    /// The controller's namespace: fence configuration and operations.
-    pub configmaps: Store<ConfigMap>,
-    /// How current `leases` is known to be.
-    pub lease_freshness: Arc<WatchFreshness>,
-}
 
 struct StepResult {
     node: String,
@@ -97,17 +69,12 @@ struct View {
     assessment: Assessment,
 }
 
-/// The remediation controller.
-pub struct Controller {
-    client: Client,
+/// The remediation controller, on its ports ([`super::ports`]).
+pub struct Controller<P> {
+    ports: P,
     cfg: RemediationConfig,
-    namespace: String,
     metrics: Arc<RemediateMetrics>,
     api_health: Arc<ApiHealth>,
-    caches: Caches,
-    store: OpStore,
-    events: EventWriter,
-    start: Instant,
     tracker: LivenessTracker,
     limiters: ZoneLimiters,
     ops: BTreeMap<String, StoredOp>,
@@ -121,15 +88,12 @@ pub struct Controller {
     lease_view_fresh: bool,
 }
 
-impl Controller {
+impl<P: Ports> Controller<P> {
     pub fn new(
-        client: Client,
+        ports: P,
         cfg: RemediationConfig,
-        namespace: &str,
-        identity: &str,
         metrics: Arc<RemediateMetrics>,
         api_health: Arc<ApiHealth>,
-        caches: Caches,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         for r in SkipReason::LABELS {
@@ -138,23 +102,10 @@ impl Controller {
             });
         }
         Self {
-            store: OpStore::new(client.clone(), namespace),
-            events: EventWriter::new(
-                client.clone(),
-                Reporter {
-                    component: COMPONENT,
-                    instance: identity.to_owned(),
-                    host: None,
-                },
-                REQUEST_TIMEOUT,
-            ),
-            client,
+            ports,
             cfg,
-            namespace: namespace.to_owned(),
             metrics,
             api_health,
-            caches,
-            start: Instant::now(),
             tracker: LivenessTracker::new(),
             limiters: ZoneLimiters::default(),
             ops: BTreeMap::new(),
@@ -263,18 +214,17 @@ impl Controller {
     }
 
     fn observe(&mut self) -> View {
-        let now = Timestamp::from_duration(self.start.elapsed());
-        let now_unix = unix_millis();
+        let now = self.ports.now();
+        let now_unix = self.ports.unix_millis();
         let leases: HashMap<String, Arc<Lease>> = self
-            .caches
-            .leases
-            .state()
+            .ports
+            .leases()
             .into_iter()
             .filter_map(|l| l.metadata.name.clone().map(|n| (n, l)))
             .collect();
         let mut facts = BTreeMap::new();
         let mut uids = BTreeMap::new();
-        for n in self.caches.nodes.state() {
+        for n in self.ports.nodes() {
             let Some(name) = n.metadata.name.clone() else {
                 continue;
             };
@@ -289,7 +239,7 @@ impl Controller {
         let list: Vec<NodeFacts> = facts.values().cloned().collect();
         // The Lease view must have been confirmed current within apiStaleAfter, or a watch that
         // stopped delivering would make every live node look dead.
-        let lease_age = self.caches.lease_freshness.age();
+        let lease_age = self.ports.lease_view_age();
         let lease_view_fresh = lease_age.is_some_and(|a| a <= self.cfg.storm.api_stale_after);
         if lease_view_fresh != self.lease_view_fresh {
             if lease_view_fresh {
@@ -392,7 +342,7 @@ impl Controller {
     }
 
     async fn load(&mut self) -> Result<usize, StoreError> {
-        let items = self.store.list().await?;
+        let items = self.ports.list_ops().await?;
         self.api_health.ok();
         self.ops.clear();
         for item in items {
@@ -410,17 +360,10 @@ impl Controller {
         Ok(self.ops.len())
     }
 
-    fn configmap_data(&self, name: &str) -> Option<BTreeMap<String, String>> {
-        self.caches
-            .configmaps
-            .get(&ObjectRef::new(name).within(&self.namespace))
-            .map(|cm| cm.data.clone().unwrap_or_default())
-    }
-
     /// The node's fence plan: its own `fence-config-<node>`, else `fence-config-default`.
     fn plan(&self, node: &str) -> Result<Option<NodeFencePlan>, FenceConfigError> {
         for name in methods::plan_candidates(node) {
-            if let Some(data) = self.configmap_data(&name) {
+            if let Some(data) = self.ports.configmap(&name) {
                 return methods::parse_plan(&name, &data, node).map(Some);
             }
         }
@@ -473,7 +416,7 @@ impl Controller {
             return;
         }
         let op = FenceOp::new(f, &uid, evidence, view.now_unix);
-        match self.store.create(&op).await {
+        match self.ports.create_op(&op).await {
             Ok(stored) => {
                 self.api_health.ok();
                 self.skips.remove(node);
@@ -545,7 +488,7 @@ impl Controller {
             let changed = t.op != stored.op;
             let forget = t.actions.contains(&OpAction::Forget);
             if changed && !forget {
-                match self.store.update(&stored, &t.op).await {
+                match self.ports.update_op(&stored, &t.op).await {
                     Ok(s) => {
                         self.api_health.ok();
                         debug!(%node, phase = t.op.phase.label(), running = ?t.op.running, "operation saved");
@@ -587,7 +530,7 @@ impl Controller {
                     }
                     OpAction::Forget => {
                         self.cancel(node);
-                        match self.store.delete(node).await {
+                        match self.ports.delete_op(node).await {
                             Ok(()) => {
                                 if matches!(stored.op.phase, Phase::Recovering { .. }) {
                                     self.metrics.recoveries.inc();
@@ -649,18 +592,7 @@ impl Controller {
         let specs: Result<Vec<MethodSpec>, String> = match plan {
             Ok(Some(p)) => {
                 // Method and template ConfigMaps as watched now (templates may have any name).
-                let all: BTreeMap<String, BTreeMap<String, String>> = self
-                    .caches
-                    .configmaps
-                    .state()
-                    .iter()
-                    .filter_map(|cm| {
-                        Some((
-                            cm.metadata.name.clone()?,
-                            cm.data.clone().unwrap_or_default(),
-                        ))
-                    })
-                    .collect();
+                let all = self.ports.configmaps();
                 p.methods(step)
                     .iter()
                     .map(|m| {
@@ -675,16 +607,15 @@ impl Controller {
             Err(e) => Err(e.to_string()),
         };
         let tx = self.tx.clone();
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
-        let node_name = node.to_owned();
         info!(node, step = step.as_str(), attempt, "fence step starting");
+        // Resolved before the run: a configuration error is the step's failure, reported as the
+        // run's outcome.
+        let run = specs.map(|specs| self.ports.run_step(node.to_owned(), step, specs));
+        let node_name = node.to_owned();
         let handle = tokio::spawn(async move {
-            let result = match specs {
+            let result = match run {
                 Err(e) => Err(e),
-                Ok(mut specs) => match add_secrets(&secrets, &mut specs).await {
-                    Err(e) => Err(e),
-                    Ok(()) => exec::run_step(&node_name, step, &specs).await,
-                },
+                Ok(run) => run.await,
             };
             let _ = tx.send(StepResult {
                 node: node_name,
@@ -703,39 +634,10 @@ impl Controller {
         );
     }
 
-    fn actuator(&self, node: &str) -> Actuator {
-        Actuator::new(
-            self.client.clone(),
-            ActuatorConfig {
-                node_name: node.to_owned(),
-                pdb_policy: PdbPolicy::Respect,
-                dry_run: false,
-            },
-        )
-    }
-
     async fn set_taint(&self, node: &str, present: bool) -> Result<(), String> {
-        let actuator = self.actuator(node);
-        match tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            actuator.set_taint(
-                OUT_OF_SERVICE_TAINT,
-                OUT_OF_SERVICE_VALUE,
-                OUT_OF_SERVICE_EFFECT,
-                present,
-            ),
-        )
-        .await
-        {
-            Ok(Ok(_)) => {
-                self.api_health.ok();
-                Ok(())
-            }
-            Ok(Err(e)) => Err(chain(&e)),
-            Err(_) => Err(format!(
-                "the taint update got no answer within {REQUEST_TIMEOUT:?}"
-            )),
-        }
+        self.ports.set_out_of_service(node, present).await?;
+        self.api_health.ok();
+        Ok(())
     }
 
     /// What allowed a release, re-checked before each of its steps from the caches as they are
@@ -760,121 +662,6 @@ impl Controller {
             .map_err(|r| format!("release stopped: {}", r.message()))
     }
 
-    /// The pods still bound to `node` that a release would delete; `None` when they cannot be
-    /// listed.
-    async fn old_pods(&self, node: &str) -> Option<u32> {
-        let pods: Api<Pod> = Api::all(self.client.clone());
-        let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        match tokio::time::timeout(REQUEST_TIMEOUT, pods.list(&lp)).await {
-            Ok(Ok(l)) => {
-                self.api_health.ok();
-                let n = l.items.iter().filter(|p| keep_pod(p).is_none()).count();
-                Some(u32::try_from(n).unwrap_or(u32::MAX))
-            }
-            Ok(Err(e)) => {
-                warn!(%node, error = %chain(&e), "could not list the node's pods");
-                None
-            }
-            Err(_) => {
-                warn!(%node, "listing the node's pods got no answer");
-                None
-            }
-        }
-    }
-
-    /// Releases a fenced node's workload: the out-of-service taint first, then every pod still
-    /// bound to it is deleted with a zero grace period (force). Only ever called once fencing
-    /// confirmed the node off or isolated: a force deletion skips the kubelet's confirmation
-    /// that the containers stopped, which is exactly what fencing provides instead.
-    async fn release(&mut self, node: &str, stored: &StoredOp) -> Result<ReleaseSummary, String> {
-        let mut summary = ReleaseSummary::default();
-        // The stored operation is what authorises the release: it must still be this one, in
-        // the API, unchanged since this controller wrote or read it.
-        match self.store.get(node).await {
-            Ok(Some(now))
-                if now.resource_version == stored.resource_version
-                    && now.op == stored.op
-                    && now.op.phase == Phase::Releasing
-                    && now.op.confirmed_by.is_some() => {}
-            Ok(Some(_)) => {
-                self.loaded = false;
-                return Err("the stored operation changed meanwhile; reading it again".to_owned());
-            }
-            Ok(None) => {
-                self.loaded = false;
-                return Err("the stored operation is gone".to_owned());
-            }
-            Err(e) => return Err(format!("re-read the operation: {}", chain(&e))),
-        }
-        self.release_check(node, stored)?;
-        // Counted first: once the pods are gone the attach-detach controller detaches at once.
-        let vas: Api<VolumeAttachment> = Api::all(self.client.clone());
-        match tokio::time::timeout(REQUEST_TIMEOUT, vas.list(&ListParams::default())).await {
-            Ok(Ok(l)) => {
-                let on_node: Vec<String> = l
-                    .items
-                    .iter()
-                    .filter(|va| va.spec.node_name == node)
-                    .filter_map(|va| va.metadata.name.clone())
-                    .collect();
-                summary.volume_attachments = u32::try_from(on_node.len()).unwrap_or(u32::MAX);
-                if !on_node.is_empty() {
-                    info!(%node, volume_attachments = ?on_node,
-                          "left for the attach-detach controller, which detaches at once from a node with the out-of-service taint");
-                }
-            }
-            // Only reported: the attach-detach controller does the detaching either way.
-            Ok(Err(e)) => warn!(%node, error = %e, "could not list VolumeAttachments"),
-            Err(_) => warn!(%node, "listing VolumeAttachments got no answer"),
-        }
-        self.set_taint(node, true).await?;
-        if self.cfg.force_delete_pods {
-            let pods: Api<Pod> = Api::all(self.client.clone());
-            let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
-            let list = match tokio::time::timeout(REQUEST_TIMEOUT, pods.list(&lp)).await {
-                Ok(Ok(l)) => l,
-                Ok(Err(e)) => return Err(format!("list the node's pods: {}", chain(&e))),
-                Err(_) => return Err("list the node's pods: no answer".to_owned()),
-            };
-            for pod in list.items {
-                if let Some(why) = keep_pod(&pod) {
-                    debug!(%node, pod = ?pod.metadata.name, why, "pod left in place");
-                    continue;
-                }
-                // Before every deletion: storm protection and the node's state, as of now.
-                self.release_check(node, stored)?;
-                let ns = pod.metadata.namespace.clone().unwrap_or_default();
-                let name = pod.metadata.name.clone().unwrap_or_default();
-                let dp = DeleteParams {
-                    grace_period_seconds: Some(0),
-                    preconditions: Some(Preconditions {
-                        uid: pod.metadata.uid.clone(),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
-                let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-                match tokio::time::timeout(REQUEST_TIMEOUT, api.delete(&name, &dp)).await {
-                    Ok(Ok(_)) => {
-                        summary.pods_deleted += 1;
-                        info!(%node, pod = %format!("{ns}/{name}"), "pod deleted after fencing");
-                        self.pod_event(
-                            &pod,
-                            &format!("deleted after node {node} was fenced (confirmed off or isolated); its controller recreates it elsewhere"),
-                        )
-                        .await;
-                    }
-                    Ok(Err(kube::Error::Api(s))) if s.code == 404 || s.code == 409 => {}
-                    Ok(Err(e)) => {
-                        return Err(format!("delete pod {ns}/{name}: {}", chain(&e)));
-                    }
-                    Err(_) => return Err(format!("delete pod {ns}/{name}: no answer")),
-                }
-            }
-        }
-        Ok(summary)
-    }
-
     /// An Event about a node (in `default`, where the kubelet and the node lifecycle controller
     /// record theirs).
     async fn node_event(&self, node: &str, uid: &str, warning: bool, reason: &str, message: &str) {
@@ -885,8 +672,8 @@ impl Controller {
             uid: (!uid.is_empty()).then(|| uid.to_owned()),
             ..ObjectReference::default()
         };
-        self.events
-            .record(&EventRecord {
+        self.ports
+            .record(EventRecord {
                 namespace: "default".to_owned(),
                 involved,
                 warning,
@@ -899,11 +686,11 @@ impl Controller {
 
     async fn pod_event(&self, pod: &Pod, message: &str) {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        let mut involved = pod_ref(&ns, "", "");
+        let mut involved = crate::cluster::events::pod_ref(&ns, "", "");
         involved.name = pod.metadata.name.clone();
         involved.uid = pod.metadata.uid.clone();
-        self.events
-            .record(&EventRecord {
+        self.ports
+            .record(EventRecord {
                 namespace: ns,
                 involved,
                 warning: true,
@@ -912,180 +699,5 @@ impl Controller {
                 annotations: BTreeMap::new(),
             })
             .await;
-    }
-}
-
-/// Pods a release leaves alone, as the node lifecycle controller's `deletePods` does: DaemonSet
-/// pods (their controller would recreate them on the same node) and mirror pods of static pods
-/// (the kubelet owns those); and pods that tolerate the out-of-service taint, which its rules keep
-/// on the node (or evict after their `tolerationSeconds`).
-pub fn keep_pod(pod: &Pod) -> Option<&'static str> {
-    let tolerations = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_deref())
-        .unwrap_or_default();
-    let tolerating = tolerates_out_of_service(tolerations.iter().map(|t| TolerationRef {
-        key: t.key.as_deref(),
-        operator: t.operator.as_deref(),
-        value: t.value.as_deref(),
-        effect: t.effect.as_deref(),
-    }));
-    if tolerating {
-        return Some("tolerates the out-of-service taint");
-    }
-    let daemonset = pod
-        .metadata
-        .owner_references
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .any(|o| o.kind == "DaemonSet" && o.controller == Some(true));
-    if daemonset {
-        return Some("DaemonSet pod");
-    }
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
-    if mirror {
-        return Some("mirror pod");
-    }
-    None
-}
-
-async fn add_secrets(secrets: &Api<Secret>, specs: &mut [MethodSpec]) -> Result<(), String> {
-    for spec in specs.iter_mut() {
-        let Some(name) = spec.secret.clone() else {
-            continue;
-        };
-        let secret = match tokio::time::timeout(REQUEST_TIMEOUT, secrets.get_opt(&name)).await {
-            Ok(Ok(Some(s))) => s,
-            Ok(Ok(None)) => {
-                return Err(format!(
-                    "method {}: Secret {name} does not exist",
-                    spec.method
-                ));
-            }
-            Ok(Err(e)) => {
-                return Err(format!(
-                    "method {}: read Secret {name}: {}",
-                    spec.method,
-                    chain(&e)
-                ));
-            }
-            Err(_) => {
-                return Err(format!(
-                    "method {}: read Secret {name}: no answer",
-                    spec.method
-                ));
-            }
-        };
-        let data: BTreeMap<String, Vec<u8>> = secret
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect();
-        methods::add_secret(spec, &name, &data).map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use k8s_openapi::{
-        api::core::v1::{PodSpec, Toleration},
-        apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
-    };
-
-    use super::*;
-
-    #[test]
-    fn releases_leave_daemonset_and_mirror_pods() {
-        let pod = |owner: Option<(&str, bool)>, mirror: bool| Pod {
-            metadata: ObjectMeta {
-                owner_references: owner.map(|(kind, controller)| {
-                    vec![OwnerReference {
-                        kind: kind.into(),
-                        controller: Some(controller),
-                        ..OwnerReference::default()
-                    }]
-                }),
-                annotations: mirror.then(|| {
-                    BTreeMap::from([("kubernetes.io/config.mirror".to_owned(), "x".to_owned())])
-                }),
-                ..ObjectMeta::default()
-            },
-            ..Pod::default()
-        };
-        let cases = [
-            (pod(None, false), None),
-            (pod(Some(("ReplicaSet", true)), false), None),
-            (pod(Some(("StatefulSet", true)), false), None),
-            (pod(Some(("DaemonSet", true)), false), Some("DaemonSet pod")),
-            (pod(Some(("DaemonSet", false)), false), None),
-            (pod(None, true), Some("mirror pod")),
-        ];
-        for (p, want) in cases {
-            assert_eq!(keep_pod(&p), want, "{:?}", p.metadata);
-        }
-    }
-
-    #[test]
-    fn releases_leave_pods_that_tolerate_the_out_of_service_taint() {
-        let pod = |tolerations: Vec<Toleration>| Pod {
-            spec: Some(PodSpec {
-                tolerations: Some(tolerations),
-                ..PodSpec::default()
-            }),
-            ..Pod::default()
-        };
-        let t = |key: &str, operator: &str, value: &str, effect: &str| Toleration {
-            key: (!key.is_empty()).then(|| key.to_owned()),
-            operator: (!operator.is_empty()).then(|| operator.to_owned()),
-            value: (!value.is_empty()).then(|| value.to_owned()),
-            effect: (!effect.is_empty()).then(|| effect.to_owned()),
-            toleration_seconds: None,
-        };
-        let kept = Some("tolerates the out-of-service taint");
-        let cases = [
-            // The default tolerations of every pod (DefaultTolerationSeconds): deleted.
-            (
-                pod(vec![
-                    t("node.kubernetes.io/not-ready", "Exists", "", "NoExecute"),
-                    t("node.kubernetes.io/unreachable", "Exists", "", "NoExecute"),
-                ]),
-                None,
-            ),
-            (pod(vec![t(OUT_OF_SERVICE_TAINT, "Exists", "", "")]), kept),
-            (
-                pod(vec![t(
-                    OUT_OF_SERVICE_TAINT,
-                    "Equal",
-                    "nodeshutdown",
-                    "NoExecute",
-                )]),
-                kept,
-            ),
-            (
-                pod(vec![t(OUT_OF_SERVICE_TAINT, "Equal", "other", "NoExecute")]),
-                None,
-            ),
-            (
-                pod(vec![t(OUT_OF_SERVICE_TAINT, "Exists", "", "NoSchedule")]),
-                None,
-            ),
-            // Tolerates every taint.
-            (pod(vec![t("", "Exists", "", "")]), kept),
-        ];
-        for (p, want) in cases {
-            assert_eq!(keep_pod(&p), want, "{:?}", p.spec);
-        }
-        // With tolerationSeconds too: the taint evicts it in its own time.
-        let mut timed = t(OUT_OF_SERVICE_TAINT, "Exists", "", "NoExecute");
-        timed.toleration_seconds = Some(30);
-        assert_eq!(keep_pod(&pod(vec![timed])), kept);
     }
 }
