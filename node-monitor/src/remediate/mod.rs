@@ -80,16 +80,15 @@ pub struct Args {
 }
 
 /// When the controller last heard from the API server (any successful request or watch event).
-/// On tokio's clock (the system's monotonic clock, unless a test pauses it).
 #[derive(Debug)]
 pub struct ApiHealth {
-    last_ok: Mutex<tokio::time::Instant>,
+    last_ok: Mutex<Instant>,
 }
 
 impl Default for ApiHealth {
     fn default() -> Self {
         Self {
-            last_ok: Mutex::new(tokio::time::Instant::now()),
+            last_ok: Mutex::new(Instant::now()),
         }
     }
 }
@@ -97,7 +96,7 @@ impl Default for ApiHealth {
 impl ApiHealth {
     pub fn ok(&self) {
         if let Ok(mut t) = self.last_ok.lock() {
-            *t = tokio::time::Instant::now();
+            *t = Instant::now();
         }
     }
 

@@ -3,13 +3,12 @@
 //! every operation along (pure state machine), carrying out what it asks: run fence steps in the
 //! background, release the workload, run recovery, remove the taint. Every replica observes, so a
 //! newly elected leader has the liveness history at once; only the leader acts.
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-
-use k8s_openapi::api::{
-    coordination::v1::Lease,
-    core::v1::{ObjectReference, Pod},
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
 };
+
+use k8s_openapi::api::coordination::v1::Lease;
 use tokio::{sync::mpsc, task::JoinHandle};
 use tracing::{debug, info, warn};
 
@@ -20,24 +19,20 @@ use super::{
     ports::Ports,
     store::{StoreError, StoredOp},
 };
+use crate::metrics::{ReasonLabels, RemediateMetrics, StepOutcomeLabels};
 pub use crate::telemetry::error_chain as chain;
-use crate::{
-    cluster::events::EventRecord,
-    metrics::{
-        ReasonLabels, RemediateMetrics, StateLabels, StepOutcomeLabels, ZoneLabels, ZoneStateLabels,
-    },
-};
 
 use node_monitor_core::{
     clock::Timestamp,
     remediation::{
         Assessment, DeathEvidence, FenceOp, KubeletReturn, Liveness, LivenessTracker, NodeFacts,
         OpAction, OpContext, OpEvent, Phase, ReadyStatus, RemediationConfig, SkipReason, Step,
-        ZoneLimiters, ZoneState, advance, assess, node_is_back,
+        ZoneLimiters, advance, assess, node_is_back,
     },
 };
 
 mod release;
+mod report;
 #[cfg(test)]
 mod tests;
 
@@ -274,73 +269,6 @@ impl<P: Ports> Controller<P> {
         }
     }
 
-    fn record_liveness(&mut self, liveness: &BTreeMap<String, Liveness>) {
-        let mut counts: BTreeMap<&'static str, i64> =
-            [("alive", 0), ("suspect", 0), ("dead", 0)].into();
-        for (node, l) in liveness {
-            *counts.entry(l.label()).or_default() += 1;
-            let prev = self.last_liveness.insert(node.clone(), l.label());
-            if prev != Some(l.label()) {
-                match l {
-                    Liveness::Dead(e) => {
-                        warn!(%node, evidence = %e.describe(), "node is dead");
-                    }
-                    Liveness::Suspect { silent } => {
-                        info!(%node, silent_s = silent.as_secs_f64(), "node is suspect");
-                    }
-                    Liveness::Alive(why) if prev.is_some() => {
-                        info!(%node, because = ?why, "node is alive");
-                    }
-                    Liveness::Alive(_) => {}
-                }
-            }
-        }
-        self.last_liveness
-            .retain(|node, _| liveness.contains_key(node));
-        for (state, n) in counts {
-            self.metrics
-                .nodes
-                .get_or_create(&StateLabels {
-                    state: state.to_owned(),
-                })
-                .set(n);
-        }
-    }
-
-    fn record_zones(&self, a: &Assessment) {
-        for (zone, status) in &a.zones {
-            for s in ZoneState::ALL {
-                self.metrics
-                    .zone_state
-                    .get_or_create(&ZoneStateLabels {
-                        zone: zone.label(),
-                        state: s.as_str().to_owned(),
-                    })
-                    .set(i64::from(s == status.state));
-            }
-            self.metrics
-                .zone_unhealthy_nodes
-                .get_or_create(&ZoneLabels { zone: zone.label() })
-                .set(i64::try_from(status.unhealthy).unwrap_or(i64::MAX));
-        }
-    }
-
-    fn record_ops(&self) {
-        for label in Phase::LABELS {
-            let n = self
-                .ops
-                .values()
-                .filter(|s| s.op.phase.label() == label)
-                .count();
-            self.metrics
-                .operations
-                .get_or_create(&StateLabels {
-                    state: label.to_owned(),
-                })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
-        }
-    }
-
     async fn load(&mut self) -> Result<usize, StoreError> {
         let items = self.ports.list_ops().await?;
         self.api_health.ok();
@@ -368,23 +296,6 @@ impl<P: Ports> Controller<P> {
             }
         }
         Ok(None)
-    }
-
-    async fn note_skip(&mut self, node: &str, uid: &str, reason: &SkipReason) {
-        let label = reason.label();
-        if self.skips.get(node) == Some(&label) {
-            return;
-        }
-        self.skips.insert(node.to_owned(), label);
-        self.metrics
-            .skips
-            .get_or_create(&ReasonLabels {
-                reason: label.to_owned(),
-            })
-            .inc();
-        warn!(%node, reason = label, message = %reason.message(), "dead node not fenced");
-        self.node_event(node, uid, true, "FencingSkipped", &reason.message())
-            .await;
     }
 
     /// A dead node without an operation: start one if every rule allows it.
@@ -660,44 +571,5 @@ impl<P: Ports> Controller<P> {
         view.assessment
             .admits(&f.zone)
             .map_err(|r| format!("release stopped: {}", r.message()))
-    }
-
-    /// An Event about a node (in `default`, where the kubelet and the node lifecycle controller
-    /// record theirs).
-    async fn node_event(&self, node: &str, uid: &str, warning: bool, reason: &str, message: &str) {
-        let involved = ObjectReference {
-            api_version: Some("v1".to_owned()),
-            kind: Some("Node".to_owned()),
-            name: Some(node.to_owned()),
-            uid: (!uid.is_empty()).then(|| uid.to_owned()),
-            ..ObjectReference::default()
-        };
-        self.ports
-            .record(EventRecord {
-                namespace: "default".to_owned(),
-                involved,
-                warning,
-                reason: reason.to_owned(),
-                message: message.to_owned(),
-                annotations: BTreeMap::new(),
-            })
-            .await;
-    }
-
-    async fn pod_event(&self, pod: &Pod, message: &str) {
-        let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        let mut involved = crate::cluster::events::pod_ref(&ns, "", "");
-        involved.name = pod.metadata.name.clone();
-        involved.uid = pod.metadata.uid.clone();
-        self.ports
-            .record(EventRecord {
-                namespace: ns,
-                involved,
-                warning: true,
-                reason: "DeletedAfterFencing".to_owned(),
-                message: message.to_owned(),
-                annotations: BTreeMap::new(),
-            })
-            .await;
     }
 }
