@@ -4,8 +4,8 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use k8s_openapi::{
-    api::core::v1::{Event, EventSource, Node, NodeCondition, ObjectReference, Pod, Taint},
-    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time},
+    api::core::v1::{Node, NodeCondition, ObjectReference, Pod, Taint},
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
     jiff::Timestamp,
 };
 use kube::{
@@ -13,6 +13,8 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
 };
 use serde_json::json;
+
+use super::events::{EventRecord, EventWriter, Reporter, pod_ref};
 use tracing::{debug, info, warn};
 
 pub use node_monitor_core::config::PdbPolicy;
@@ -448,91 +450,57 @@ impl Actuator {
             }
         };
         let message = format!("{prefix}{}", req.message);
-        let pod_ref = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(req.namespace.clone()),
-            name: Some(req.name.clone()),
-            uid: Some(req.uid.clone()),
-            ..ObjectReference::default()
-        };
-        self.post_event(&req.namespace, pod_ref, reason, &message, &req.annotations)
+        let events = self.events();
+        events
+            .record(&EventRecord {
+                namespace: req.namespace.clone(),
+                involved: pod_ref(&req.namespace, &req.name, &req.uid),
+                warning: true,
+                reason: reason.to_owned(),
+                message: message.clone(),
+                annotations: req.annotations.clone(),
+            })
             .await;
         let node_msg = format!("{}/{}: {message}", req.namespace, req.name);
-        self.post_event(
-            "default",
-            self.node_ref(),
-            reason,
-            &node_msg,
-            &BTreeMap::new(),
-        )
-        .await;
+        events.record(&self.node_event(reason, &node_msg)).await;
     }
 
     /// Posts a Warning Event about the node itself (shutdown, last gasp, …).
     pub async fn record_node_event(&self, reason: &str, message: &str) {
-        self.post_event(
-            "default",
-            self.node_ref(),
-            reason,
-            message,
-            &BTreeMap::new(),
-        )
-        .await;
+        self.events()
+            .record(&self.node_event(reason, message))
+            .await;
     }
 
-    fn node_ref(&self) -> ObjectReference {
+    /// The agent's Events: its component, its node as the host and the instance.
+    fn events(&self) -> EventWriter {
+        EventWriter::new(
+            self.client.clone(),
+            Reporter {
+                component: COMPONENT,
+                instance: self.cfg.node_name.clone(),
+                host: Some(self.cfg.node_name.clone()),
+            },
+            self.timeout,
+        )
+    }
+
+    /// A Warning Event about the node, in `default`.
+    fn node_event(&self, reason: &str, message: &str) -> EventRecord {
         // The kubelet references its node by name with the name as UID (pkg/kubelet/kubelet.go).
-        ObjectReference {
+        let involved = ObjectReference {
             kind: Some("Node".into()),
             name: Some(self.cfg.node_name.clone()),
             uid: Some(self.cfg.node_name.clone()),
             ..ObjectReference::default()
-        }
-    }
-
-    async fn post_event(
-        &self,
-        namespace: &str,
-        involved: ObjectReference,
-        reason: &str,
-        message: &str,
-        annotations: &BTreeMap<String, String>,
-    ) {
-        let now = Timestamp::now();
-        let ev = Event {
-            metadata: ObjectMeta {
-                generate_name: Some(format!(
-                    "{}.",
-                    involved.name.as_deref().unwrap_or("node-monitor")
-                )),
-                namespace: Some(namespace.to_owned()),
-                annotations: (!annotations.is_empty()).then(|| annotations.clone()),
-                ..ObjectMeta::default()
-            },
-            involved_object: involved,
-            reason: Some(reason.to_owned()),
-            message: Some(message.to_owned()),
-            type_: Some("Warning".into()),
-            source: Some(EventSource {
-                component: Some(COMPONENT.into()),
-                host: Some(self.cfg.node_name.clone()),
-            }),
-            first_timestamp: Some(Time(now)),
-            last_timestamp: Some(Time(now)),
-            event_time: Some(MicroTime(now)),
-            count: Some(1),
-            reporting_component: Some(COMPONENT.into()),
-            reporting_instance: Some(self.cfg.node_name.clone()),
-            action: Some(reason.to_owned()),
-            ..Event::default()
         };
-        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        if let Err(e) = self
-            .bounded(events.create(&PostParams::default(), &ev))
-            .await
-        {
-            warn!(error = %e, reason, "could not record event");
+        EventRecord {
+            namespace: "default".to_owned(),
+            involved,
+            warning: true,
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+            annotations: BTreeMap::new(),
         }
     }
 
@@ -1266,7 +1234,7 @@ mod tests {
             ]
         );
         let bodies = bodies.lock().expect("log").clone();
-        let events: Vec<Event> = bodies
+        let events: Vec<k8s_openapi::api::core::v1::Event> = bodies
             .iter()
             .map(|b| serde_json::from_str(b).expect("an Event"))
             .collect();

@@ -1,6 +1,7 @@
 //! The Kubernetes adapter: client construction, the reflector of this node's pods, and the
 //! [`actuator::Actuator`] that carries out decisions.
 pub mod actuator;
+pub mod events;
 
 use std::{path::Path, time::Duration};
 

@@ -11,12 +11,15 @@
 //!
 //! Layout: [`node_monitor_core::remediation`] decides (pure); [`facts`] translates API objects;
 //! [`methods`] reads the fence configuration; [`exec`] runs fence agents; [`store`] keeps
-//! operations in the API; [`leader`] elects; [`controller`] ties them together.
+//! operations in the API; [`leader`] elects; [`controller`] ties them together through its
+//! [`ports`], which [`kube_ports`] implements on the API server.
 pub mod controller;
 pub mod exec;
 pub mod facts;
+pub mod kube_ports;
 pub mod leader;
 pub mod methods;
+pub mod ports;
 pub mod store;
 
 use std::{
@@ -48,7 +51,7 @@ use crate::{
 
 use node_monitor_core::remediation::{RemediationConfig, parse_config};
 
-use self::{controller::Controller, leader::LeaderElector};
+use self::{controller::Controller, kube_ports::KubePorts, leader::LeaderElector};
 
 /// The namespace of node Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -339,20 +342,18 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
         &identity,
         cfg.leader.clone(),
     );
-    let mut controller = Controller::new(
+    let ports = KubePorts::new(
         client,
-        cfg.clone(),
         &args.namespace,
         &identity,
-        metrics.clone(),
-        api_health.clone(),
-        controller::Caches {
+        kube_ports::Caches {
             nodes,
             leases,
             configmaps,
             lease_freshness,
         },
     );
+    let mut controller = Controller::new(ports, cfg.clone(), metrics.clone(), api_health.clone());
     if !stopped_early {
         info!("caches synced");
         health.pods_synced.store(true, Ordering::Relaxed);

@@ -1,0 +1,710 @@
+//! The controller on an in-memory cluster, in the style of the node lifecycle controller's
+//! tests: nodes renew their Leases (or stop), the clock is moved by hand, every pass runs the
+//! real controller, and the effects (fence runs, taints, deletions, Events, operation records)
+//! are read back from the fake.
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicI64, Ordering},
+    },
+    time::Duration,
+};
+
+use k8s_openapi::{
+    api::{
+        coordination::v1::{Lease, LeaseSpec},
+        core::v1::{ConfigMap, Node, NodeCondition, NodeStatus, NodeSystemInfo, Pod, PodSpec},
+    },
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time},
+    jiff::Timestamp as Wall,
+};
+use tokio::sync::watch;
+
+use node_monitor_core::{
+    clock::Timestamp,
+    remediation::{FenceOp, RemediationConfig, Step},
+};
+
+use super::Controller;
+use crate::{
+    cluster::events::EventRecord,
+    metrics::{ReasonLabels, RemediateMetrics},
+    remediate::{
+        ApiHealth,
+        methods::MethodSpec,
+        ports::{
+            Clock, ClusterView, Events, FenceRunner, NodePods, OpRecords, PodDeletion, Taints,
+        },
+        store::{StoreError, StoredOp, decode_op, op_configmap_name, op_object},
+    },
+};
+
+const NS: &str = "node-monitor";
+/// The wall clock at the controller's start (Unix ms).
+const UNIX0: i64 = 1_700_000_000_000;
+
+/// The cluster as the API server would hold it.
+#[derive(Default)]
+struct World {
+    nodes: BTreeMap<String, Node>,
+    leases: BTreeMap<String, Lease>,
+    configmaps: BTreeMap<String, BTreeMap<String, String>>,
+    /// The operation records, as the ConfigMaps the store writes.
+    ops: BTreeMap<String, ConfigMap>,
+    version: u64,
+    pods: Vec<Pod>,
+    tainted: BTreeSet<String>,
+    /// Fence steps that fail (`node/step`).
+    failing: BTreeSet<String>,
+    events: Vec<EventRecord>,
+    /// Every effect, in order: `run n1 isolation`, `taint n1`, `untaint n1`, `delete ns/p`.
+    log: Vec<String>,
+}
+
+#[derive(Clone)]
+struct Fake {
+    world: Arc<Mutex<World>>,
+    /// Milliseconds since the controller's start.
+    millis: Arc<AtomicI64>,
+    /// While true, fence steps are held in flight.
+    held: watch::Sender<bool>,
+}
+
+impl Fake {
+    fn new() -> Self {
+        Self {
+            world: Arc::default(),
+            millis: Arc::default(),
+            held: watch::Sender::new(false),
+        }
+    }
+
+    fn w(&self) -> std::sync::MutexGuard<'_, World> {
+        self.world.lock().expect("world")
+    }
+
+    fn wall(&self) -> Wall {
+        Wall::from_millisecond(UNIX0 + self.millis.load(Ordering::SeqCst)).expect("valid")
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.w().log.clone()
+    }
+
+    fn events(&self, node: &str, reason: &str) -> usize {
+        self.w()
+            .events
+            .iter()
+            .filter(|e| e.involved.name.as_deref() == Some(node) && e.reason == reason)
+            .count()
+    }
+
+    /// A node in `zone`, Ready now, booted as `boot`, with its Lease renewed now.
+    fn add_node(&self, name: &str, zone: &str, boot: &str) {
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                uid: Some(format!("uid-{name}")),
+                labels: Some(BTreeMap::from([(
+                    "topology.kubernetes.io/zone".to_owned(),
+                    zone.to_owned(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            status: Some(NodeStatus {
+                conditions: Some(vec![]),
+                node_info: Some(NodeSystemInfo {
+                    boot_id: boot.to_owned(),
+                    ..NodeSystemInfo::default()
+                }),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        };
+        self.w().nodes.insert(name.to_owned(), node);
+        self.kubelet_ready(name, "True");
+        self.renew(name);
+    }
+
+    /// The kubelet posts its Ready condition now.
+    fn kubelet_ready(&self, name: &str, status: &str) {
+        let now = self.wall();
+        let mut w = self.w();
+        let status_ = w
+            .nodes
+            .get_mut(name)
+            .and_then(|n| n.status.as_mut())
+            .expect("node");
+        status_.conditions = Some(vec![NodeCondition {
+            type_: "Ready".to_owned(),
+            status: status.to_owned(),
+            last_heartbeat_time: Some(Time(now)),
+            last_transition_time: Some(Time(now)),
+            ..NodeCondition::default()
+        }]);
+    }
+
+    fn reboot(&self, name: &str, boot: &str) {
+        let mut w = self.w();
+        let info = w
+            .nodes
+            .get_mut(name)
+            .and_then(|n| n.status.as_mut())
+            .and_then(|s| s.node_info.as_mut())
+            .expect("node");
+        info.boot_id = boot.to_owned();
+    }
+
+    /// The node renews its Lease now (40 s Leases: renewed every 10 s, dead after 30 s).
+    fn renew(&self, name: &str) {
+        let now = self.wall();
+        self.w().leases.insert(
+            name.to_owned(),
+            Lease {
+                metadata: ObjectMeta {
+                    name: Some(name.to_owned()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    renew_time: Some(MicroTime(now)),
+                    lease_duration_seconds: Some(40),
+                    ..LeaseSpec::default()
+                }),
+            },
+        );
+    }
+
+    /// A pod bound to `node`, owned by `owner_kind`.
+    fn add_pod(&self, name: &str, node: &str, owner_kind: &str) {
+        self.w().pods.push(Pod {
+            metadata: ObjectMeta {
+                namespace: Some("apps".to_owned()),
+                name: Some(name.to_owned()),
+                uid: Some(format!("uid-{name}")),
+                owner_references: Some(vec![OwnerReference {
+                    kind: owner_kind.to_owned(),
+                    controller: Some(true),
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some(node.to_owned()),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        });
+    }
+
+    /// One fence configuration for every node: isolation, then recovery.
+    fn configure_fencing(&self) {
+        let mut w = self.w();
+        w.configmaps.insert(
+            "fence-config-default".to_owned(),
+            BTreeMap::from([(
+                "config.properties".to_owned(),
+                "isolation=fc-off\nrecovery=fc-on\n".to_owned(),
+            )]),
+        );
+        for m in ["fc-off", "fc-on"] {
+            w.configmaps.insert(
+                format!("fence-method-{m}"),
+                BTreeMap::from([(
+                    "method.properties".to_owned(),
+                    format!("agent_name=/bin/{m}\n"),
+                )]),
+            );
+        }
+    }
+
+    fn stored_op(&self, node: &str) -> Option<FenceOp> {
+        self.w()
+            .ops
+            .get(node)
+            .map(|cm| decode_op(NS, cm).expect("a valid record").op)
+    }
+}
+
+impl Clock for Fake {
+    fn now(&self) -> Timestamp {
+        let ms = u64::try_from(self.millis.load(Ordering::SeqCst)).expect("positive");
+        Timestamp::from_duration(Duration::from_millis(ms))
+    }
+
+    fn unix_millis(&self) -> i64 {
+        UNIX0 + self.millis.load(Ordering::SeqCst)
+    }
+}
+
+impl ClusterView for Fake {
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        self.w().nodes.values().cloned().map(Arc::new).collect()
+    }
+
+    fn leases(&self) -> Vec<Arc<Lease>> {
+        self.w().leases.values().cloned().map(Arc::new).collect()
+    }
+
+    fn lease_view_age(&self) -> Option<Duration> {
+        Some(Duration::ZERO)
+    }
+
+    fn configmaps(&self) -> BTreeMap<String, BTreeMap<String, String>> {
+        self.w().configmaps.clone()
+    }
+
+    fn configmap(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        self.w().configmaps.get(name).cloned()
+    }
+}
+
+impl Fake {
+    fn conflict(node: &str) -> StoreError {
+        StoreError::Conflict {
+            namespace: NS.to_owned(),
+            name: op_configmap_name(node),
+        }
+    }
+
+    fn write(&self, op: &FenceOp) -> Result<StoredOp, StoreError> {
+        let mut w = self.w();
+        w.version += 1;
+        let version = Some(w.version.to_string());
+        let cm = op_object(NS, op, version.clone())?;
+        w.ops.insert(op.node.clone(), cm);
+        Ok(StoredOp {
+            op: op.clone(),
+            resource_version: version,
+        })
+    }
+}
+
+impl OpRecords for Fake {
+    async fn list_ops(&self) -> Result<Vec<Result<StoredOp, StoreError>>, StoreError> {
+        Ok(self.w().ops.values().map(|cm| decode_op(NS, cm)).collect())
+    }
+
+    async fn get_op(&self, node: &str) -> Result<Option<StoredOp>, StoreError> {
+        self.w()
+            .ops
+            .get(node)
+            .map(|cm| decode_op(NS, cm))
+            .transpose()
+    }
+
+    async fn create_op(&self, op: &FenceOp) -> Result<StoredOp, StoreError> {
+        if self.w().ops.contains_key(&op.node) {
+            return Err(Self::conflict(&op.node));
+        }
+        self.write(op)
+    }
+
+    async fn update_op(&self, stored: &StoredOp, op: &FenceOp) -> Result<StoredOp, StoreError> {
+        let current = self
+            .w()
+            .ops
+            .get(&op.node)
+            .and_then(|cm| cm.metadata.resource_version.clone());
+        if current.is_none() || current != stored.resource_version {
+            return Err(Self::conflict(&op.node));
+        }
+        self.write(op)
+    }
+
+    async fn delete_op(&self, node: &str) -> Result<(), StoreError> {
+        self.w().ops.remove(node);
+        Ok(())
+    }
+}
+
+impl Taints for Fake {
+    async fn set_out_of_service(&self, node: &str, present: bool) -> Result<(), String> {
+        let mut w = self.w();
+        if present {
+            w.tainted.insert(node.to_owned());
+            w.log.push(format!("taint {node}"));
+        } else {
+            w.tainted.remove(node);
+            w.log.push(format!("untaint {node}"));
+        }
+        Ok(())
+    }
+}
+
+impl NodePods for Fake {
+    async fn node_pods(&self, node: &str) -> Result<Vec<Pod>, String> {
+        Ok(self
+            .w()
+            .pods
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .cloned()
+            .collect())
+    }
+
+    async fn force_delete_pod(&self, pod: &Pod) -> Result<PodDeletion, String> {
+        let mut w = self.w();
+        let before = w.pods.len();
+        w.pods.retain(|p| p.metadata.uid != pod.metadata.uid);
+        if w.pods.len() == before {
+            return Ok(PodDeletion::Gone);
+        }
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        w.log.push(format!("delete apps/{name}"));
+        Ok(PodDeletion::Deleted)
+    }
+
+    async fn node_volume_attachments(&self, _node: &str) -> Result<Vec<String>, String> {
+        Ok(Vec::new())
+    }
+}
+
+impl FenceRunner for Fake {
+    fn run_step(
+        &self,
+        node: String,
+        step: Step,
+        specs: Vec<MethodSpec>,
+    ) -> impl Future<Output = Result<(), String>> + Send + 'static {
+        let agents: Vec<String> = specs.iter().map(|s| s.agent.clone()).collect();
+        self.w()
+            .log
+            .push(format!("run {node} {} {}", step.as_str(), agents.join(",")));
+        let mut held = self.held.subscribe();
+        let world = self.world.clone();
+        async move {
+            let _ = held.wait_for(|h| !*h).await;
+            let key = format!("{node}/{}", step.as_str());
+            if world.lock().expect("world").failing.contains(&key) {
+                Err(format!("{key} failed"))
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Events for Fake {
+    async fn record(&self, rec: EventRecord) {
+        self.w().events.push(rec);
+    }
+}
+
+/// A controller on the fake, and the time it lives in.
+struct Harness {
+    fake: Fake,
+    ctl: Controller<Fake>,
+    metrics: Arc<RemediateMetrics>,
+    /// Nodes that renew their Lease on every pass.
+    live: BTreeSet<String>,
+}
+
+impl Harness {
+    fn new(fake: &Fake, cfg: RemediationConfig) -> Self {
+        let metrics = Arc::new(RemediateMetrics::new());
+        let ctl = Controller::new(
+            fake.clone(),
+            cfg,
+            metrics.clone(),
+            Arc::new(ApiHealth::default()),
+        );
+        let live = fake.w().nodes.keys().cloned().collect();
+        Self {
+            fake: fake.clone(),
+            ctl,
+            metrics,
+            live,
+        }
+    }
+
+    /// One second passes; the live nodes renew; the leader's pass runs; the fence steps it
+    /// started get to run.
+    async fn pass(&mut self) {
+        self.fake.millis.fetch_add(1000, Ordering::SeqCst);
+        for n in &self.live {
+            self.fake.renew(n);
+        }
+        self.ctl.tick(true).await;
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    async fn passes(&mut self, n: usize) {
+        for _ in 0..n {
+            self.pass().await;
+        }
+    }
+
+    /// Passes until `done` holds (at most `n`); whether it did.
+    async fn until(&mut self, n: usize, done: impl Fn(&Fake) -> bool) -> bool {
+        for _ in 0..n {
+            if done(&self.fake) {
+                return true;
+            }
+            self.pass().await;
+        }
+        done(&self.fake)
+    }
+
+    fn kill(&mut self, node: &str) {
+        self.live.remove(node);
+    }
+
+    fn revive(&mut self, node: &str) {
+        self.live.insert(node.to_owned());
+    }
+
+    fn skips(&self, reason: &str) -> u64 {
+        self.metrics
+            .skips
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .get()
+    }
+}
+
+/// Three nodes in one zone, fencing configured, a ReplicaSet pod and a DaemonSet pod on `n1`.
+fn cluster() -> Fake {
+    let fake = Fake::new();
+    for n in ["n1", "n2", "n3"] {
+        fake.add_node(n, "a", &format!("boot-{n}"));
+    }
+    fake.configure_fencing();
+    fake.add_pod("web-1", "n1", "ReplicaSet");
+    fake.add_pod("agent-1", "n1", "DaemonSet");
+    fake.add_pod("web-2", "n2", "ReplicaSet");
+    fake
+}
+
+fn position(log: &[String], prefix: &str) -> usize {
+    log.iter()
+        .position(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} in {log:?}"))
+}
+
+/// A node whose Lease goes silent is fenced first; only once the fence step confirmed is it
+/// tainted out-of-service and its pods (not its DaemonSet pods) deleted. Nothing else is touched.
+#[tokio::test]
+async fn a_dead_node_is_fenced_then_tainted_out_of_service() {
+    let fake = cluster();
+    let mut h = Harness::new(&fake, RemediationConfig::default());
+    h.passes(5).await;
+    fake.held.send_replace(true);
+    h.kill("n1");
+    assert!(
+        h.until(40, |f| f
+            .log()
+            .iter()
+            .any(|l| l.starts_with("run n1 isolation")))
+            .await,
+        "the dead node is fenced: {:?}",
+        fake.log()
+    );
+    assert_eq!(fake.log(), ["run n1 isolation /bin/fc-off"]);
+    // Held in flight: nothing released, however long it takes.
+    h.passes(20).await;
+    assert_eq!(fake.log(), ["run n1 isolation /bin/fc-off"]);
+    assert!(fake.w().tainted.is_empty());
+    assert_eq!(fake.w().pods.len(), 3);
+    assert_eq!(fake.events("n1", "FencingStarted"), 1);
+    let op = fake
+        .stored_op("n1")
+        .expect("the operation is recorded before the step runs");
+    assert_eq!(op.running, Some(Step::Isolation));
+
+    fake.held.send_replace(false);
+    assert!(
+        h.until(10, |f| f
+            .stored_op("n1")
+            .is_some_and(|op| op.phase.label() == "released"))
+            .await
+    );
+    let log = fake.log();
+    assert!(position(&log, "run n1 isolation") < position(&log, "taint n1"));
+    assert!(position(&log, "taint n1") < position(&log, "delete apps/web-1"));
+    assert!(!log.iter().any(|l| l.contains("agent-1")), "{log:?}");
+    assert!(
+        !log.iter()
+            .any(|l| l.contains("n2") || l.contains("n3") || l.contains("web-2"))
+    );
+    assert_eq!(fake.w().tainted, BTreeSet::from(["n1".to_owned()]));
+    for reason in ["FencingConfirmed", "NodeReleased"] {
+        assert_eq!(fake.events("n1", reason), 1, "{reason}");
+    }
+    assert_eq!(fake.events("web-1", "DeletedAfterFencing"), 1);
+    assert_eq!(h.metrics.releases.get(), 1);
+    assert_eq!(h.metrics.pods_deleted.get(), 1);
+}
+
+/// Three of a zone's four nodes die at once (the other zone stays healthy): a partial
+/// disruption of a small zone fences nothing; each dead node gets one `FencingSkipped` Event.
+#[tokio::test]
+async fn a_storm_in_a_zone_fences_nothing() {
+    let fake = Fake::new();
+    for i in 1..=4 {
+        fake.add_node(&format!("a{i}"), "a", "b");
+        fake.add_node(&format!("b{i}"), "b", "b");
+        fake.add_pod(&format!("web-a{i}"), &format!("a{i}"), "ReplicaSet");
+    }
+    fake.configure_fencing();
+    let mut h = Harness::new(&fake, RemediationConfig::default());
+    h.passes(5).await;
+    for n in ["a1", "a2", "a3"] {
+        h.kill(n);
+    }
+    h.passes(60).await;
+    assert_eq!(fake.log(), Vec::<String>::new());
+    assert!(fake.w().tainted.is_empty());
+    assert!(fake.w().ops.is_empty());
+    assert_eq!(fake.w().pods.len(), 4);
+    for n in ["a1", "a2", "a3"] {
+        assert_eq!(fake.events(n, "FencingSkipped"), 1, "{n}");
+    }
+    assert_eq!(fake.events("a4", "FencingSkipped"), 0);
+    assert_eq!(h.skips("zone_disruption"), 3);
+}
+
+/// Fences `n1` and waits until its workload is released.
+async fn released(h: &mut Harness) {
+    h.passes(5).await;
+    h.kill("n1");
+    assert!(
+        h.until(60, |f| f
+            .stored_op("n1")
+            .is_some_and(|op| op.phase.label() == "released"))
+            .await,
+        "{:?}",
+        h.fake.log()
+    );
+}
+
+/// After a release, the node's Lease renews but its kubelet stays silent: recovery is held, the
+/// taint stays; once the kubelet reports Ready again (no old pod left), recovery runs, then the
+/// taint comes off and the operation is forgotten.
+#[tokio::test]
+async fn recovery_waits_until_the_kubelet_is_ready_not_just_the_lease() {
+    let fake = cluster();
+    let mut h = Harness::new(&fake, RemediationConfig::default());
+    released(&mut h).await;
+    h.revive("n1");
+    h.passes(15).await;
+    assert!(fake.events("n1", "NodeBack") >= 1);
+    assert!(fake.events("n1", "RecoveryHeld") >= 1);
+    assert!(
+        !fake.log().iter().any(|l| l.starts_with("run n1 recovery")),
+        "{:?}",
+        fake.log()
+    );
+    assert!(fake.w().tainted.contains("n1"));
+
+    fake.kubelet_ready("n1", "True");
+    assert!(h.until(10, |f| f.stored_op("n1").is_none()).await);
+    let log = fake.log();
+    assert!(
+        position(&log, "run n1 recovery") < position(&log, "untaint n1"),
+        "{log:?}"
+    );
+    assert!(fake.w().tainted.is_empty());
+    assert_eq!(fake.events("n1", "NodeRecovered"), 1);
+    assert_eq!(h.metrics.recoveries.get(), 1);
+}
+
+/// Without pod deletion, a node whose kubelet is Ready again still has pods from before the
+/// fence bound to it: recovery waits until they are gone.
+#[tokio::test]
+async fn recovery_waits_until_the_old_pods_are_gone() {
+    let fake = cluster();
+    let cfg = RemediationConfig {
+        force_delete_pods: false,
+        ..RemediationConfig::default()
+    };
+    let mut h = Harness::new(&fake, cfg);
+    released(&mut h).await;
+    h.revive("n1");
+    fake.kubelet_ready("n1", "True");
+    h.passes(15).await;
+    assert!(fake.events("n1", "RecoveryHeld") >= 1);
+    assert!(
+        !fake.log().iter().any(|l| l.starts_with("run n1 recovery")),
+        "{:?}",
+        fake.log()
+    );
+    assert!(fake.w().tainted.contains("n1"));
+
+    fake.w()
+        .pods
+        .retain(|p| p.metadata.name.as_deref() != Some("web-1"));
+    assert!(
+        h.until(10, |f| f.stored_op("n1").is_none()).await,
+        "{:?}",
+        fake.log()
+    );
+    assert!(fake.log().iter().any(|l| l.starts_with("run n1 recovery")));
+    assert!(fake.w().tainted.is_empty());
+}
+
+/// A node that rebooted (new bootID) ran nothing of before: recovery does not wait for its
+/// kubelet or its old pods.
+#[tokio::test]
+async fn a_rebooted_node_recovers_without_waiting_for_its_kubelet() {
+    let fake = cluster();
+    let cfg = RemediationConfig {
+        force_delete_pods: false,
+        ..RemediationConfig::default()
+    };
+    let mut h = Harness::new(&fake, cfg);
+    released(&mut h).await;
+    fake.reboot("n1", "boot-n1-2");
+    h.revive("n1");
+    assert!(
+        h.until(15, |f| f.stored_op("n1").is_none()).await,
+        "{:?}",
+        fake.log()
+    );
+    assert!(fake.log().iter().any(|l| l.starts_with("run n1 recovery")));
+    assert!(fake.w().tainted.is_empty());
+    assert_eq!(fake.events("n1", "RecoveryHeld"), 0);
+}
+
+/// The controller stops while a fence step is in flight; a new one (a fresh process: no
+/// liveness history) reads the operation record back, runs the step again and completes the
+/// failover, without waiting a detection window and without fencing twice at once.
+#[tokio::test]
+async fn a_new_controller_resumes_the_recorded_operation() {
+    let fake = cluster();
+    let mut h = Harness::new(&fake, RemediationConfig::default());
+    h.passes(5).await;
+    fake.held.send_replace(true);
+    h.kill("n1");
+    assert!(
+        h.until(40, |f| f
+            .stored_op("n1")
+            .is_some_and(|op| op.running.is_some()))
+            .await
+    );
+    h.ctl.stand_down();
+    let recorded = fake.stored_op("n1").expect("recorded");
+    drop(h);
+
+    fake.held.send_replace(false);
+    let mut h = Harness::new(&fake, RemediationConfig::default());
+    h.kill("n1");
+    h.passes(3).await;
+    let log = fake.log();
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.starts_with("run n1 isolation"))
+            .count(),
+        2,
+        "{log:?}"
+    );
+    assert!(position(&log, "taint n1") > 1, "{log:?}");
+    assert!(log.contains(&"delete apps/web-1".to_owned()), "{log:?}");
+    let now = fake.stored_op("n1").expect("still recorded until recovery");
+    assert_eq!(now.detected_at, recorded.detected_at, "the same operation");
+    assert_eq!(now.phase.label(), "released");
+    assert_eq!(fake.events("n1", "FencingStarted"), 1);
+}

@@ -1,0 +1,299 @@
+//! The controller's ports ([`super::ports`]) on the API server: the reflectors' caches, the
+//! operation ConfigMaps, the node's taint through the actuator, pods listed and force-deleted,
+//! fence agents run as commands with their Secrets, Events through the one writer. Every request
+//! is bounded by [`REQUEST_TIMEOUT`].
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{ConfigMap, Node, Pod, Secret},
+    storage::v1::VolumeAttachment,
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, ListParams, Preconditions},
+    runtime::reflector::{ObjectRef, Store},
+};
+
+use node_monitor_core::{
+    clock::Timestamp,
+    config::PdbPolicy,
+    remediation::{
+        FenceOp, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, Step,
+    },
+};
+
+use super::{
+    WatchFreshness, exec,
+    methods::{self, MethodSpec},
+    ports::{Clock, ClusterView, Events, FenceRunner, NodePods, OpRecords, PodDeletion, Taints},
+    store::{OpStore, StoreError, StoredOp},
+};
+use crate::{
+    cluster::{
+        actuator::{Actuator, ActuatorConfig},
+        events::{EventRecord, EventWriter, Reporter},
+    },
+    telemetry::error_chain as chain,
+};
+
+/// The component name on Events.
+pub const COMPONENT: &str = "node-monitor-remediate";
+/// Every API request the controller makes is bounded by this.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The watched objects.
+pub struct Caches {
+    pub nodes: Store<Node>,
+    pub leases: Store<Lease>,
+    /// The controller's namespace: fence configuration and operations.
+    pub configmaps: Store<ConfigMap>,
+    /// How current `leases` is known to be.
+    pub lease_freshness: Arc<WatchFreshness>,
+}
+
+/// The ports on a client and the reflectors' caches.
+pub struct KubePorts {
+    client: Client,
+    namespace: String,
+    caches: Caches,
+    store: OpStore,
+    events: EventWriter,
+    start: tokio::time::Instant,
+}
+
+impl KubePorts {
+    /// `identity` is the replica's, written as the Events' `reportingInstance`.
+    pub fn new(client: Client, namespace: &str, identity: &str, caches: Caches) -> Self {
+        Self {
+            store: OpStore::new(client.clone(), namespace),
+            events: EventWriter::new(
+                client.clone(),
+                Reporter {
+                    component: COMPONENT,
+                    instance: identity.to_owned(),
+                    host: None,
+                },
+                REQUEST_TIMEOUT,
+            ),
+            client,
+            namespace: namespace.to_owned(),
+            caches,
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+/// A request within [`REQUEST_TIMEOUT`]; its error as text ("no answer" when it ran out).
+async fn bounded<T>(fut: impl Future<Output = Result<T, kube::Error>>) -> Result<T, String> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(chain(&e)),
+        Err(_) => Err("no answer".to_owned()),
+    }
+}
+
+impl Clock for KubePorts {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_duration(self.start.elapsed())
+    }
+
+    fn unix_millis(&self) -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+}
+
+impl ClusterView for KubePorts {
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        self.caches.nodes.state()
+    }
+
+    fn leases(&self) -> Vec<Arc<Lease>> {
+        self.caches.leases.state()
+    }
+
+    fn lease_view_age(&self) -> Option<Duration> {
+        self.caches.lease_freshness.age()
+    }
+
+    fn configmaps(&self) -> BTreeMap<String, BTreeMap<String, String>> {
+        self.caches
+            .configmaps
+            .state()
+            .iter()
+            .filter_map(|cm| {
+                Some((
+                    cm.metadata.name.clone()?,
+                    cm.data.clone().unwrap_or_default(),
+                ))
+            })
+            .collect()
+    }
+
+    fn configmap(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        self.caches
+            .configmaps
+            .get(&ObjectRef::new(name).within(&self.namespace))
+            .map(|cm| cm.data.clone().unwrap_or_default())
+    }
+}
+
+impl OpRecords for KubePorts {
+    async fn list_ops(&self) -> Result<Vec<Result<StoredOp, StoreError>>, StoreError> {
+        self.store.list().await
+    }
+
+    async fn get_op(&self, node: &str) -> Result<Option<StoredOp>, StoreError> {
+        self.store.get(node).await
+    }
+
+    async fn create_op(&self, op: &FenceOp) -> Result<StoredOp, StoreError> {
+        self.store.create(op).await
+    }
+
+    async fn update_op(&self, stored: &StoredOp, op: &FenceOp) -> Result<StoredOp, StoreError> {
+        self.store.update(stored, op).await
+    }
+
+    async fn delete_op(&self, node: &str) -> Result<(), StoreError> {
+        self.store.delete(node).await
+    }
+}
+
+impl Taints for KubePorts {
+    async fn set_out_of_service(&self, node: &str, present: bool) -> Result<(), String> {
+        let actuator = Actuator::new(
+            self.client.clone(),
+            ActuatorConfig {
+                node_name: node.to_owned(),
+                pdb_policy: PdbPolicy::Respect,
+                dry_run: false,
+            },
+        );
+        match tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            actuator.set_taint(
+                OUT_OF_SERVICE_TAINT,
+                OUT_OF_SERVICE_VALUE,
+                OUT_OF_SERVICE_EFFECT,
+                present,
+            ),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(chain(&e)),
+            Err(_) => Err(format!(
+                "the taint update got no answer within {REQUEST_TIMEOUT:?}"
+            )),
+        }
+    }
+}
+
+impl NodePods for KubePorts {
+    async fn node_pods(&self, node: &str) -> Result<Vec<Pod>, String> {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        bounded(pods.list(&lp)).await.map(|l| l.items)
+    }
+
+    async fn force_delete_pod(&self, pod: &Pod) -> Result<PodDeletion, String> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: pod.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        match tokio::time::timeout(REQUEST_TIMEOUT, api.delete(&name, &dp)).await {
+            Ok(Ok(_)) => Ok(PodDeletion::Deleted),
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 || s.code == 409 => Ok(PodDeletion::Gone),
+            Ok(Err(e)) => Err(chain(&e)),
+            Err(_) => Err("no answer".to_owned()),
+        }
+    }
+
+    async fn node_volume_attachments(&self, node: &str) -> Result<Vec<String>, String> {
+        let vas: Api<VolumeAttachment> = Api::all(self.client.clone());
+        let l = match tokio::time::timeout(REQUEST_TIMEOUT, vas.list(&ListParams::default())).await
+        {
+            Ok(Ok(l)) => l,
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err("no answer".to_owned()),
+        };
+        Ok(l.items
+            .iter()
+            .filter(|va| va.spec.node_name == node)
+            .filter_map(|va| va.metadata.name.clone())
+            .collect())
+    }
+}
+
+impl FenceRunner for KubePorts {
+    fn run_step(
+        &self,
+        node: String,
+        step: Step,
+        mut specs: Vec<MethodSpec>,
+    ) -> impl Future<Output = Result<(), String>> + Send + 'static {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        async move {
+            add_secrets(&secrets, &mut specs).await?;
+            exec::run_step(&node, step, &specs).await
+        }
+    }
+}
+
+impl Events for KubePorts {
+    async fn record(&self, rec: EventRecord) {
+        self.events.record(&rec).await;
+    }
+}
+
+async fn add_secrets(secrets: &Api<Secret>, specs: &mut [MethodSpec]) -> Result<(), String> {
+    for spec in specs.iter_mut() {
+        let Some(name) = spec.secret.clone() else {
+            continue;
+        };
+        let secret = match tokio::time::timeout(REQUEST_TIMEOUT, secrets.get_opt(&name)).await {
+            Ok(Ok(Some(s))) => s,
+            Ok(Ok(None)) => {
+                return Err(format!(
+                    "method {}: Secret {name} does not exist",
+                    spec.method
+                ));
+            }
+            Ok(Err(e)) => {
+                return Err(format!(
+                    "method {}: read Secret {name}: {}",
+                    spec.method,
+                    chain(&e)
+                ));
+            }
+            Err(_) => {
+                return Err(format!(
+                    "method {}: read Secret {name}: no answer",
+                    spec.method
+                ));
+            }
+        };
+        let data: BTreeMap<String, Vec<u8>> = secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        methods::add_secret(spec, &name, &data).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
