@@ -45,7 +45,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         // The reader of our output went away (`… | head -1`): it has what it wanted.
-        Err(e) if cli::io::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if node_monitor::io::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("node-monitor: {e:#}");
             ExitCode::FAILURE

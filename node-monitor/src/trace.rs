@@ -167,7 +167,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
         match event {
             Ok(ev) => match emit(args, &mut attributor, &mut out, &mut totals, &ev).await {
                 // The reader went away (`trace | head`): stop as on SIGINT, quietly.
-                Err(e) if crate::cli::io::is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
+                Err(e) if crate::io::is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
                 r => r?,
             },
             Err(StreamError::Decode(_)) => {}
@@ -212,7 +212,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if args.json {
         eprintln!("{}", json!({ "totals": summary }));
     } else {
-        crate::cli::io::print_line(&totals_text(&summary))?;
+        crate::io::print_line(&totals_text(&summary))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -37,10 +37,10 @@ use crate::{
     wakeup::{SourceKind, SourceSetting, SourceState, WakeSource, Wakeup, WakeupConfig, Wakeups},
 };
 
-use crate::cli::flags::EvictionFlags;
+use crate::settings::{EvictionFlags, load_config};
 use node_monitor_core::{
-    agent_config::{AgentConfig, load_agent_config},
-    config::{self, ConfigSource, EvictionConfig, PdbPolicy},
+    agent_config::AgentConfig,
+    config::{self, EvictionConfig, PdbPolicy},
     eviction::{MIN_TIMER_INTERVAL, next_grace_deadline, next_timer},
     headroom::HeadroomPolicy,
     threshold::NodeConditionType,
@@ -106,28 +106,6 @@ pub struct Args {
     /// Do not lock the agent's memory.
     #[arg(long)]
     pub no_mlock: bool,
-}
-
-/// Reads `--config` once and loads the eviction and the graceful shutdown configuration from it,
-/// with the eviction flags over the file.
-pub fn load_config(
-    path: Option<&std::path::Path>,
-    flags: &EvictionFlags,
-) -> anyhow::Result<AgentConfig> {
-    let text = match path {
-        Some(p) => Some(crate::cli::io::read_file_bounded(
-            p,
-            "--config",
-            crate::cli::io::MAX_INPUT_BYTES,
-        )?),
-        None => None,
-    };
-    let name = path.map(|p| p.display().to_string()).unwrap_or_default();
-    let source = text.as_deref().map(|t| ConfigSource {
-        name: &name,
-        text: t,
-    });
-    Ok(load_agent_config(source, &flags.overrides())?)
 }
 
 /// Runs the agent until SIGTERM or SIGINT.

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::shutdown::ShutdownConfig;
 
-use crate::cli::flags::EvictionFlags;
+use crate::settings::EvictionFlags;
 use node_monitor_core::{
     config::{ConfigSource, EvictionConfig, load_sources},
     threshold::{Threshold, ThresholdValue},
@@ -37,7 +37,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let node_monitor_core::agent_config::AgentConfig {
         eviction: config,
         shutdown,
-    } = crate::agent::load_config(args.config.as_deref(), &args.eviction)?;
+    } = crate::settings::load_config(args.config.as_deref(), &args.eviction)?;
     for warning in &config.warnings {
         tracing::warn!(%warning, "eviction configuration");
     }
@@ -49,7 +49,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     } else {
         thresholds_json(&config)
     };
-    super::io::print_line(&serde_json::to_string_pretty(&out)?)?;
+    crate::io::print_line(&serde_json::to_string_pretty(&out)?)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -75,7 +75,7 @@ pub(crate) fn load(
 ) -> anyhow::Result<EvictionConfig> {
     let text = config_path
         .map(|p| {
-            super::io::read_file_bounded(p, "the config file", super::io::MAX_INPUT_BYTES)
+            crate::io::read_file_bounded(p, "the config file", crate::io::MAX_INPUT_BYTES)
                 .context("cannot read the configuration")
         })
         .transpose()?;

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::check_config;
-use crate::cli::flags::EvictionFlags;
+use crate::settings::EvictionFlags;
 use node_monitor_core::{
     clock::Timestamp,
     config::{ConfigSource, FsLayout},
@@ -84,9 +84,9 @@ struct ObservationIn {
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let name = args.input.display().to_string();
     let text = if name == "-" {
-        super::io::read_stdin_bounded("the snapshot", super::io::MAX_INPUT_BYTES)?
+        crate::io::read_stdin_bounded("the snapshot", crate::io::MAX_INPUT_BYTES)?
     } else {
-        super::io::read_file_bounded(&args.input, "the snapshot", super::io::MAX_INPUT_BYTES)?
+        crate::io::read_file_bounded(&args.input, "the snapshot", crate::io::MAX_INPUT_BYTES)?
     };
     let held_for = parse_go_duration(&args.held_for)
         .ok()
@@ -105,7 +105,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         &args.eviction,
         held_for,
     )?;
-    super::io::print_line(&serde_json::to_string_pretty(&output)?)?;
+    crate::io::print_line(&serde_json::to_string_pretty(&output)?)?;
     Ok(ExitCode::SUCCESS)
 }
 

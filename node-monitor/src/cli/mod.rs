@@ -2,5 +2,3 @@
 pub mod check_config;
 pub mod cleanup;
 pub mod explain;
-pub mod flags;
-pub mod io;

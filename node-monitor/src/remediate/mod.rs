@@ -202,12 +202,9 @@ pub fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<Remediation
     match path {
         None => Ok(RemediationConfig::default()),
         Some(p) => {
-            let text = crate::cli::io::read_file_bounded(
-                p,
-                "the config file",
-                crate::cli::io::MAX_INPUT_BYTES,
-            )
-            .with_context(|| format!("reading --config {}", p.display()))?;
+            let text =
+                crate::io::read_file_bounded(p, "the config file", crate::io::MAX_INPUT_BYTES)
+                    .with_context(|| format!("reading --config {}", p.display()))?;
             Ok(parse_config(&p.display().to_string(), &text)?)
         }
     }

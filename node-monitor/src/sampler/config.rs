@@ -226,12 +226,9 @@ impl KubepodsDetection {
 /// YAML, or has no valid value (the kubelet's default, cgroupfs, is not assumed: a kubeadm node
 /// always writes it).
 pub fn kubelet_config_driver(path: &Path) -> Option<CgroupDriver> {
-    let text = crate::cli::io::read_file_bounded(
-        path,
-        "the kubelet config file",
-        crate::cli::io::MAX_INPUT_BYTES,
-    )
-    .ok()?;
+    let text =
+        crate::io::read_file_bounded(path, "the kubelet config file", crate::io::MAX_INPUT_BYTES)
+            .ok()?;
     let value: serde_norway::Value = serde_norway::from_str(&text).ok()?;
     CgroupDriver::parse(value.get("cgroupDriver")?.as_str()?)
 }

@@ -119,7 +119,7 @@ pub enum LoadError {
     Read {
         path: String,
         #[source]
-        source: crate::cli::io::InputError,
+        source: crate::io::InputError,
     },
     #[error("--config {path}")]
     Parse {
@@ -135,12 +135,11 @@ pub fn load_shutdown_config(path: Option<&std::path::Path>) -> Result<ShutdownCo
         return Ok(ShutdownConfig::default());
     };
     let shown = path.display().to_string();
-    let text =
-        crate::cli::io::read_file_bounded(path, "the config file", crate::cli::io::MAX_INPUT_BYTES)
-            .map_err(|source| LoadError::Read {
-                path: shown.clone(),
-                source,
-            })?;
+    let text = crate::io::read_file_bounded(path, "the config file", crate::io::MAX_INPUT_BYTES)
+        .map_err(|source| LoadError::Read {
+            path: shown.clone(),
+            source,
+        })?;
     parse_shutdown_config(Some(&text)).map_err(|source| LoadError::Parse {
         path: shown,
         source,

@@ -1,5 +1,10 @@
-//! The kubelet's eviction flags on node-monitor's command line.
-use node_monitor_core::config::EvictionOverrides;
+//! The agent's settings from its command line: the kubelet's eviction flags, and the
+//! configuration file read once (`run` and `check-config` share this reader, so what fails in one
+//! fails in the other).
+use node_monitor_core::{
+    agent_config::{AgentConfig, load_agent_config},
+    config::{ConfigSource, EvictionOverrides},
+};
 
 /// The kubelet's eviction flags, flattened by `run`, `check-config` and `explain`; they become the
 /// core's [`EvictionOverrides`].
@@ -53,4 +58,26 @@ impl EvictionFlags {
             eviction_pressure_transition_period: self.eviction_pressure_transition_period.clone(),
         }
     }
+}
+
+/// Reads `--config` once and loads the eviction and the graceful shutdown configuration from it,
+/// with the eviction flags over the file.
+pub fn load_config(
+    path: Option<&std::path::Path>,
+    flags: &EvictionFlags,
+) -> anyhow::Result<AgentConfig> {
+    let text = match path {
+        Some(p) => Some(crate::io::read_file_bounded(
+            p,
+            "--config",
+            crate::io::MAX_INPUT_BYTES,
+        )?),
+        None => None,
+    };
+    let name = path.map(|p| p.display().to_string()).unwrap_or_default();
+    let source = text.as_deref().map(|t| ConfigSource {
+        name: &name,
+        text: t,
+    });
+    Ok(load_agent_config(source, &flags.overrides())?)
 }
