@@ -1,0 +1,109 @@
+
+use super::*;
+
+fn snapshot(observations: Value, extra: Value) -> String {
+    let mut v = json!({
+        "pods": {"apiVersion": "v1", "kind": "List", "items": [
+            {"metadata": {"name": "a", "namespace": "default", "uid": "ua"},
+             "spec": {"containers": [{"name": "app"}]}}
+        ]},
+        "usage": {"ua": {"memory": "700Mi", "containers": {"app": {"memory": "700Mi"}}}},
+        "observations": observations
+    });
+    if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
+        m.extend(e);
+    }
+    v.to_string()
+}
+
+#[test]
+fn explains_a_hard_eviction() {
+    let text = snapshot(
+        json!({"memory.available": {"available": "50Mi", "capacity": "4Gi"}}),
+        json!({}),
+    );
+    let out =
+        explain("s", &text, None, &EvictionFlags::default(), Duration::ZERO).expect("explain");
+    assert_eq!(out["reclaim"], "memory.available");
+    assert_eq!(out["reclaim_details"]["resource"], "memory");
+    assert_eq!(out["evict"][0]["name"], "a");
+    assert_eq!(out["evict"][0]["grace_period_seconds"], 1);
+    assert_eq!(
+        out["evict"][0]["message"],
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. \
+             Container app was using 700Mi, request is 0, has larger consumption of memory. "
+    );
+}
+
+#[test]
+fn soft_thresholds_wait_unless_held() {
+    let text = snapshot(
+        json!({"memory.available": {"available": "500Mi", "capacity": "4Gi"}}),
+        json!({"config": {"evictionSoft": {"memory.available": "1Gi"},
+                              "evictionSoftGracePeriod": {"memory.available": "1m"}}}),
+    );
+    let out =
+        explain("s", &text, None, &EvictionFlags::default(), Duration::ZERO).expect("explain");
+    assert_eq!(out["thresholds_met"][0]["grace_period_elapsed"], false);
+    assert_eq!(out["reclaim"], Value::Null);
+    assert_eq!(out["evict"], json!([]));
+    let out = explain(
+        "s",
+        &text,
+        None,
+        &EvictionFlags::default(),
+        Duration::from_secs(60),
+    )
+    .expect("explain");
+    assert_eq!(out["reclaim"], "memory.available");
+    assert_eq!(
+        out["evict"][0]["grace_period_seconds"], 1,
+        "max pod grace 0: 1s"
+    );
+}
+
+#[test]
+fn bad_snapshots_name_the_field() {
+    let cases: &[(String, &str)] = &[
+        (
+            snapshot(
+                json!({"memory.free": {"available": 1, "capacity": 2}}),
+                json!({}),
+            ),
+            "memory.free",
+        ),
+        (
+            snapshot(
+                json!({"memory.available": {"available": "lots", "capacity": 2}}),
+                json!({}),
+            ),
+            "lots",
+        ),
+        (snapshot(json!({}), json!({"podz": []})), "podz"),
+        (
+            snapshot(json!({}), json!({"pods": [{"metadata": {"name": 7}}]})),
+            "pods[0]",
+        ),
+        (
+            snapshot(json!({}), json!({"pods": [{"metadata": {"name": "x"}}]})),
+            "metadata.uid is missing",
+        ),
+        (
+            snapshot(json!({}), json!({"usage": {"ua": {"memory": "-1Mi"}}})),
+            "usage.ua.memory",
+        ),
+        (
+            snapshot(
+                json!({}),
+                json!({"config": {"evictionHard": {"memory.available": "1Gb"}}}),
+            ),
+            "1Gb",
+        ),
+    ];
+    for (text, want) in cases {
+        let err =
+            explain("s", text, None, &EvictionFlags::default(), Duration::ZERO).expect_err(want);
+        let msg = format!("{err:#}");
+        assert!(msg.contains(want), "{msg:?} should contain {want:?}");
+    }
+}

@@ -1,0 +1,241 @@
+
+use std::fs;
+
+use super::*;
+
+#[test]
+fn image_fs_discovery_order() {
+    let only = |want: &'static str| move |p: &Path| p == Path::new(want);
+    assert_eq!(
+        discover_image_fs(only("/var/lib/containerd")),
+        Some(("/var/lib/containerd".into(), ImageFsSource::Containerd))
+    );
+    assert_eq!(
+        discover_image_fs(only("/var/lib/containers/storage")),
+        Some(("/var/lib/containers/storage".into(), ImageFsSource::CriO))
+    );
+    assert_eq!(
+        discover_image_fs(|_| true),
+        Some((
+            "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs".into(),
+            ImageFsSource::Containerd
+        ))
+    );
+    assert_eq!(discover_image_fs(|_| false), None);
+}
+
+#[test]
+fn auto_follows_the_tree_then_the_kubelet_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("cgroup");
+    let kubelet = dir.path().join("kubelet");
+    fs::create_dir_all(&root).unwrap();
+    fs::create_dir_all(&kubelet).unwrap();
+    let config = SamplerConfig {
+        cgroup_root: root.clone(),
+        cgroup_version: Some(CgroupVersion::V2),
+        kubepods_cgroup: KUBEPODS_AUTO.into(),
+        kubelet_root: kubelet.clone(),
+        ..SamplerConfig::default()
+    };
+    // Nothing yet: the v2 guess, pending.
+    let l = config.resolve().unwrap();
+    assert_eq!(l.kubepods_name, "kubepods.slice");
+    assert_eq!(l.kubepods_detection, KubepodsDetection::Pending);
+    assert_eq!(
+        l.kubepods_detection.driver_label(&l.kubepods_name),
+        "unknown"
+    );
+    // The kubelet's configuration says cgroupfs.
+    fs::write(
+        kubelet.join("config.yaml"),
+        "kind: KubeletConfiguration\ncgroupDriver: cgroupfs\n",
+    )
+    .unwrap();
+    let l = config.resolve().unwrap();
+    assert_eq!(l.kubepods_name, "kubepods");
+    assert_eq!(
+        l.kubepods_detection,
+        KubepodsDetection::Detected(CgroupDriver::Cgroupfs, DriverEvidence::KubeletConfig)
+    );
+    // The tree wins over the configuration.
+    fs::create_dir_all(root.join("kubepods.slice")).unwrap();
+    let l = config.resolve().unwrap();
+    assert_eq!(l.kubepods_memory, root.join("kubepods.slice"));
+    assert_eq!(
+        l.kubepods_detection,
+        KubepodsDetection::Detected(CgroupDriver::Systemd, DriverEvidence::CgroupTree)
+    );
+    // A malformed configuration is no evidence, never an error.
+    fs::write(kubelet.join("config.yaml"), "cgroupDriver: [").unwrap();
+    assert_eq!(kubelet_config_driver(&kubelet.join("config.yaml")), None);
+    assert_eq!(kubelet_config_driver(&kubelet.join("absent.yaml")), None);
+    // A configured name is kept as it is.
+    let l = SamplerConfig {
+        kubepods_cgroup: "kubepods".into(),
+        ..config.clone()
+    }
+    .resolve()
+    .unwrap();
+    assert_eq!(l.kubepods_name, "kubepods");
+    assert_eq!(l.kubepods_detection, KubepodsDetection::Configured);
+}
+
+#[test]
+fn bad_values_are_named() {
+    let base = SamplerConfig {
+        cgroup_version: Some(CgroupVersion::V2),
+        ..SamplerConfig::default()
+    };
+    let cases: Vec<(SamplerConfig, ConfigError)> = vec![
+        (
+            SamplerConfig {
+                node_cgroup: "../escape".into(),
+                ..base.clone()
+            },
+            ConfigError::NodeCgroup {
+                value: "../escape".into(),
+            },
+        ),
+        (
+            SamplerConfig {
+                kubepods_cgroup: "a/b".into(),
+                ..base.clone()
+            },
+            ConfigError::KubepodsCgroup {
+                value: "a/b".into(),
+            },
+        ),
+        (
+            SamplerConfig {
+                kubepods_cgroup: String::new(),
+                ..base.clone()
+            },
+            ConfigError::KubepodsCgroup {
+                value: String::new(),
+            },
+        ),
+        (
+            SamplerConfig {
+                full_sample_interval: Duration::ZERO,
+                ..base.clone()
+            },
+            ConfigError::FullSampleInterval {
+                value: Duration::ZERO,
+            },
+        ),
+        (
+            SamplerConfig {
+                allocatable_memory: Some(0),
+                ..base.clone()
+            },
+            ConfigError::AllocatableMemory { value: 0 },
+        ),
+        (
+            SamplerConfig {
+                pod_disk_budget: 0,
+                ..base.clone()
+            },
+            ConfigError::PodDiskBudget { value: 0 },
+        ),
+        (
+            SamplerConfig {
+                writable_layer_roots: vec!["/var/lib/containerd".into(), "var/lib/x".into()],
+                ..base.clone()
+            },
+            ConfigError::WritableLayerRoot {
+                value: "var/lib/x".into(),
+            },
+        ),
+        (
+            SamplerConfig {
+                writable_layer_roots: vec!["/var/lib/containerd/../..".into()],
+                ..base.clone()
+            },
+            ConfigError::WritableLayerRoot {
+                value: "/var/lib/containerd/../..".into(),
+            },
+        ),
+        (
+            SamplerConfig {
+                writable_layer_roots: vec!["/".into()],
+                ..base.clone()
+            },
+            ConfigError::WritableLayerRoot { value: "/".into() },
+        ),
+    ];
+    for (cfg, want) in cases {
+        assert_eq!(cfg.resolve(), Err(want));
+    }
+    let msg = ConfigError::NodeCgroup {
+        value: "../escape".into(),
+    }
+    .to_string();
+    assert!(
+        msg.contains("node_cgroup") && msg.contains("../escape"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn layouts_for_both_versions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    // A v1 fixture with pids and a hybrid unified mount.
+    for d in ["memory", "pids", "unified"] {
+        fs::create_dir(root.join(d)).expect("mkdir");
+    }
+    fs::write(root.join("memory/memory.usage_in_bytes"), "0\n").expect("write");
+    fs::write(root.join("unified/cgroup.controllers"), "\n").expect("write");
+    let cfg = SamplerConfig {
+        cgroup_root: root.to_path_buf(),
+        node_cgroup: "/sim/node-a".into(),
+        kubepods_cgroup: "kubepods.slice".into(),
+        image_fs: Some("/images".into()),
+        ..SamplerConfig::default()
+    };
+    let l = cfg.resolve().expect("resolves");
+    assert_eq!(l.version, CgroupVersion::V1);
+    assert!(!l.node_is_root);
+    assert_eq!(l.node_memory, root.join("memory/sim/node-a"));
+    assert_eq!(l.node_pids, Some(root.join("pids/sim/node-a")));
+    assert_eq!(l.node_unified, Some(root.join("unified/sim/node-a")));
+    assert_eq!(
+        l.kubepods_memory,
+        root.join("memory/sim/node-a/kubepods.slice")
+    );
+    assert_eq!(
+        l.image_fs,
+        Some(("/images".into(), ImageFsSource::Configured))
+    );
+    // Without a split container filesystem, containerfs is the image filesystem.
+    assert_eq!(l.container_fs, Some("/images".into()));
+
+    // A v2 fixture: the root cgroup.
+    let dir2 = tempfile::tempdir().expect("tempdir");
+    fs::write(dir2.path().join("cgroup.controllers"), "memory pids\n").expect("write");
+    let cfg2 = SamplerConfig {
+        cgroup_root: dir2.path().to_path_buf(),
+        node_cgroup: "/".into(),
+        ..SamplerConfig::default()
+    };
+    let l2 = cfg2.resolve().expect("resolves");
+    assert_eq!(l2.version, CgroupVersion::V2);
+    assert!(l2.node_is_root);
+    assert_eq!(l2.node_memory, dir2.path());
+    assert_eq!(l2.kubepods_memory, dir2.path().join("kubepods"));
+    assert_eq!(l2.node_unified.as_deref(), Some(dir2.path()));
+
+    // Neither.
+    let empty = tempfile::tempdir().expect("tempdir");
+    let cfg3 = SamplerConfig {
+        cgroup_root: empty.path().to_path_buf(),
+        ..SamplerConfig::default()
+    };
+    assert_eq!(
+        cfg3.resolve(),
+        Err(ConfigError::NoMemoryHierarchy {
+            root: empty.path().to_path_buf()
+        })
+    );
+}

@@ -1,0 +1,193 @@
+
+use std::{fs, path::Path};
+
+use super::*;
+
+const UID_A: &str = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
+const UID_B: &str = "1a1b2c3d-4e5f-6789-abcd-ef0123456789";
+
+fn paths(root: &Path, budget: u64) -> DiskPaths {
+    DiskPaths {
+        pods_root: root.join("pods"),
+        log_root: root.join("logs"),
+        budget,
+        proc_root: root.join("proc"),
+        layer_roots: vec![root.join("containerd"), root.join("containers")],
+    }
+}
+
+fn pods(root: &Path, uids: &[&str]) -> Vec<PodRef> {
+    uids.iter()
+        .map(|u| ((*u).to_owned(), root.join(format!("cgroup/pod{u}"))))
+        .collect()
+}
+
+fn run_measure(paths: &DiskPaths, pods: &[PodRef]) -> DiskReport {
+    measure(
+        paths,
+        pods,
+        &mut LayerCache::new(paths.proc_root.clone(), &paths.layer_roots),
+    )
+}
+
+#[test]
+fn volumes_and_logs_are_summed_and_a_budget_gives_a_lower_bound() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let vol = dir
+        .path()
+        .join("pods")
+        .join(UID_A)
+        .join("volumes/kubernetes.io~empty-dir/d");
+    fs::create_dir_all(&vol).expect("mkdir");
+    fs::write(vol.join("blob"), vec![1u8; 256 * 1024]).expect("write");
+    let logs = dir.path().join(format!("logs/default_web_{UID_A}/web"));
+    fs::create_dir_all(&logs).expect("mkdir");
+    fs::write(logs.join("0.log"), vec![b'x'; 128 * 1024]).expect("write");
+    // Pod B: many small files, more entries than the budget.
+    let many = dir
+        .path()
+        .join("pods")
+        .join(UID_B)
+        .join("volumes/kubernetes.io~empty-dir/d");
+    fs::create_dir_all(&many).expect("mkdir");
+    for i in 0..50 {
+        fs::write(many.join(format!("f{i}")), vec![2u8; 8 * 1024]).expect("write");
+    }
+
+    let uids = pods(dir.path(), &[UID_A, UID_B, "absent"]);
+    let r = run_measure(&paths(dir.path(), 20), &uids);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert!(r.usage[UID_A] >= 384 * 1024, "{}", r.usage[UID_A]);
+    // Pod B's walk stopped at 20 entries: what it counted is kept, and flagged.
+    assert!(r.usage[UID_B] >= 8 * 1024, "{}", r.usage[UID_B]);
+    assert!(r.usage[UID_B] < 50 * 8 * 1024, "{}", r.usage[UID_B]);
+    assert_eq!(r.truncated, vec![UID_B.to_owned()]);
+    assert!(!r.usage.contains_key("absent"));
+
+    let full = run_measure(&paths(dir.path(), 1000), &uids);
+    assert!(full.truncated.is_empty());
+    assert!(full.usage[UID_B] >= 50 * 8 * 1024, "{}", full.usage[UID_B]);
+}
+
+/// A container cgroup `c` of pod A whose process `pid` sees `upper` as its root's upper
+/// directory.
+fn container(root: &Path, c: &str, procs: &str, pid: u32, upper: &Path) {
+    let cg = root.join(format!("cgroup/pod{UID_A}/{c}"));
+    fs::create_dir_all(&cg).expect("mkdir");
+    fs::write(cg.join("cgroup.procs"), procs).expect("write");
+    let p = root.join(format!("proc/{pid}"));
+    fs::create_dir_all(&p).expect("mkdir");
+    let escaped = upper.display().to_string().replace(' ', "\\040");
+    fs::write(
+        p.join("mountinfo"),
+        format!(
+            "1 0 0:50 / / rw,relatime shared:1 - overlay overlay \
+                 rw,lowerdir=/l1:/l2,upperdir={escaped},workdir=/w\n\
+                 2 1 0:51 / /proc rw - proc proc rw\n"
+        ),
+    )
+    .expect("write");
+}
+
+#[test]
+fn writable_layers_under_the_allowed_roots_are_added_to_the_pod() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let vol = root
+        .join("pods")
+        .join(UID_A)
+        .join("volumes/kubernetes.io~empty-dir/d");
+    fs::create_dir_all(&vol).expect("mkdir");
+    fs::write(vol.join("blob"), vec![1u8; 64 * 1024]).expect("write");
+    // Container 1 (containerd layout, a space in the path, visible pids): 1 MiB written to
+    // its layer.
+    let upper1 = root.join("containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/7 x/fs");
+    fs::create_dir_all(upper1.join("var/cache")).expect("mkdir");
+    fs::write(upper1.join("var/cache/blob"), vec![3u8; 1 << 20]).expect("write");
+    container(root, "c1", "4242\n4243\n", 4242, &upper1);
+    // Container 2 (CRI-O layout), its processes hidden from cgroup.procs (the reader is in
+    // another pid namespace): found by the proc root's <pid>/cgroup.
+    let upper2 = root.join("containers/storage/overlay/9f/diff");
+    fs::create_dir_all(&upper2).expect("mkdir");
+    fs::write(upper2.join("blob"), vec![4u8; 512 * 1024]).expect("write");
+    container(root, "c2", "0\n", 777, &upper2);
+    fs::write(
+        root.join("proc/777/cgroup"),
+        format!("0::/../../kubepods/besteffort/pod{UID_A}/c2\n"),
+    )
+    .expect("write");
+    // Container 3 points outside the allowed roots: not walked.
+    let elsewhere = root.join("elsewhere");
+    fs::create_dir_all(&elsewhere).expect("mkdir");
+    fs::write(elsewhere.join("blob"), vec![5u8; 4 << 20]).expect("write");
+    container(root, "c3", "99\n", 99, &elsewhere);
+    // Container 4 climbs out of an allowed root with "..": not walked.
+    container(
+        root,
+        "c4",
+        "98\n",
+        98,
+        &root.join("containerd/../elsewhere"),
+    );
+
+    let p = paths(root, 1000);
+    let pods = pods(root, &[UID_A]);
+    let mut layers = LayerCache::new(p.proc_root.clone(), &p.layer_roots);
+    let r = measure(&p, &pods, &mut layers);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let with_layers = r.usage[UID_A];
+    assert!(
+        with_layers >= 64 * 1024 + (1 << 20) + 512 * 1024,
+        "{with_layers}"
+    );
+    assert!(
+        with_layers < 4 << 20,
+        "a layer outside the roots was walked: {with_layers}"
+    );
+
+    // The mapping is cached: the processes exit (their proc entries vanish) and the
+    // layers still count, including what was written since.
+    fs::remove_dir_all(root.join("proc")).expect("rm");
+    fs::write(upper1.join("more"), vec![6u8; 1 << 20]).expect("write");
+    let r = measure(&p, &pods, &mut layers);
+    assert!(
+        r.usage[UID_A] >= with_layers + (1 << 20),
+        "{}",
+        r.usage[UID_A]
+    );
+
+    // Without allowed roots the pod is volumes only.
+    let mut none = p.clone();
+    none.layer_roots.clear();
+    let r = run_measure(&none, &pods);
+    assert!(r.usage[UID_A] < 1 << 20, "{}", r.usage[UID_A]);
+}
+
+#[test]
+fn the_thread_measures_on_request_and_keeps_the_last_figures() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let vol = dir
+        .path()
+        .join("pods")
+        .join(UID_A)
+        .join("volumes/kubernetes.io~empty-dir/d");
+    fs::create_dir_all(&vol).expect("mkdir");
+    fs::write(vol.join("blob"), vec![1u8; 64 * 1024]).expect("write");
+    let m = DiskMeter::start(paths(dir.path(), 1000));
+    assert!(m.latest(|u| u.is_empty()));
+    let cg = dir.path().join("cgroup");
+    m.request([(UID_A, cg.as_path())].into_iter());
+    m.wait_passes(1);
+    let first = m.latest(|u| u[UID_A]);
+    assert!(first >= 64 * 1024, "{first}");
+    let (truncated, error) = m.take_outcome().expect("an outcome");
+    assert!(truncated.is_empty() && error.is_none());
+    assert!(m.take_outcome().is_none(), "taken once");
+
+    fs::write(vol.join("blob2"), vec![1u8; 64 * 1024]).expect("write");
+    // Until the next pass finishes, the figures are the last ones.
+    assert_eq!(m.latest(|u| u[UID_A]), first);
+    m.request([(UID_A, cg.as_path())].into_iter());
+    m.wait_passes(2);
+    assert!(m.latest(|u| u[UID_A]) >= first + 64 * 1024);
+}
