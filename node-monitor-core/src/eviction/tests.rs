@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::{
     config::{ConfigSource, EvictionOverrides, load_sources},

@@ -1,4 +1,3 @@
-
 use proptest::{collection::vec, prelude::*, sample::select};
 
 use super::*;

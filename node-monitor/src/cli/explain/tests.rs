@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn snapshot(observations: Value, extra: Value) -> String {

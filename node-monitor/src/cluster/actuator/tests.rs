@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// The eviction registry's PDB refusal, as k8s.io/kubernetes

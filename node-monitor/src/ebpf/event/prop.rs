@@ -1,4 +1,3 @@
-
 use node_monitor_common::event::EventKind;
 use proptest::{collection::vec, prelude::*, sample::select};
 

@@ -1,4 +1,3 @@
-
 use node_monitor_common::{
     as_bytes,
     event::{Event, OomKill, Reboot},

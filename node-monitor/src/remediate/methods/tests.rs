@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn cm(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

@@ -1,4 +1,3 @@
-
 use std::{fs, path::PathBuf};
 
 use super::*;

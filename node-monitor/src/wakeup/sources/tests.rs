@@ -1,4 +1,3 @@
-
 use std::{
     io::{Seek as _, Write as _},
     time::Instant,
