@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::remediation::{test_support::*, *};
 
