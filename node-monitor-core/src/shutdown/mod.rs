@@ -21,6 +21,7 @@
 //!
 //! Pure: no I/O; the manager passes pods and time in.
 pub mod config;
+pub mod lifecycle;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
