@@ -1,24 +1,21 @@
 //! Carrying the lifecycle's actions out: each through a port, its outcome back as the answer
 //! event, with the logs and metrics that go with it.
-use std::{
-    sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::{
     LastGasp, Manager, RebootSeen,
     logind::LogindError,
+    node::{api_error, mark_node, plannable, shutdown_pod, terminal},
     ports::{LogindConn, LogindPort, NodeApi},
 };
 use crate::{
     cluster::actuator::{DeleteOutcome, NodeConditionUpdate},
     ebpf::RebootGate,
-    metrics::{Metrics, OperationLabels, PhaseLabels, ReasonLabels},
+    metrics::{Metrics, PhaseLabels, ReasonLabels},
     telemetry::error_chain as chain,
 };
 use node_monitor_core::{
@@ -28,7 +25,7 @@ use node_monitor_core::{
     },
     shutdown::{
         self as core_shutdown, GroupOutcome, PHASE_TOTAL, PlannedPod, RebootAction, ShutdownPod,
-        lifecycle::{Action, EVENT_DETECTED, Event, GASP_RETRACT, Marks},
+        lifecycle::{Action, Event, GASP_RETRACT, Marks},
     },
 };
 
@@ -63,6 +60,91 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
             Action::Uncordon => Event::Uncordoned {
                 ok: self.uncordon().await,
             },
+            a @ (Action::ReadInhibitDelay
+            | Action::RaiseInhibitDelay { .. }
+            | Action::DelayTooShort(_)
+            | Action::Degraded(_)
+            | Action::ListInhibitors
+            | Action::TakeLock) => return self.execute_logind(a, conn).await,
+            Action::ReleaseLock => {
+                self.release_lock();
+                return Ok(None);
+            }
+            Action::LockLost => {
+                self.lock = None;
+                self.set_held(false);
+                return Ok(None);
+            }
+            Action::PublishAtRest { reason, message } => {
+                let ok = self.set_condition(false, reason, message).await;
+                Event::AtRestPublished { ok }
+            }
+            a @ (Action::PhaseStart(_)
+            | Action::PhaseEnd(_)
+            | Action::MarkNode { .. }
+            | Action::ListPodsForPlan
+            | Action::Planned { .. }
+            | Action::GroupStarted { .. }
+            | Action::GroupEnded { .. }
+            | Action::Release { .. }
+            | Action::DeletePods(_)
+            | Action::ListPresent
+            | Action::RunCancelled
+            | Action::AwaitMarks) => return Ok(self.execute_run(a).await),
+            Action::NodeEvent(message) => {
+                self.api.node_event(message).await;
+                return Ok(None);
+            }
+            Action::RemoveTaint => {
+                let ok = match self.api.set_taint(false).await {
+                    Ok(()) => true,
+                    Err(e) => {
+                        warn!(error = %chain(&*e), "could not remove the shutdown taint");
+                        self.api_error("patch_taint");
+                        false
+                    }
+                };
+                Event::TaintRemoved { ok }
+            }
+            Action::Reboot(action) => {
+                self.on_reboot_action(action);
+                return Ok(None);
+            }
+            Action::LastGasp => {
+                let Some(seen) = self.seen.clone() else {
+                    return Ok(None);
+                };
+                // The API first: the machine may be gone within milliseconds.
+                let sent = self.last_gasp(&seen).await;
+                warn!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm, last_gasp = ?self.cfg().options.last_gasp,
+                      last_gasp_sent = sent, "reboot(2) bypassed the shutdown inhibitor: non-graceful shutdown");
+                Event::LastGaspAnswered
+            }
+            Action::RetractLastGasp { remove_annotation } => {
+                warn!(after = ?GASP_RETRACT, "the node is still up after a reboot(2) that bypassed the inhibitor; it did not shut the node down");
+                if remove_annotation
+                    && let Err(e) = self.api.annotate_node(LAST_GASP_ANNOTATION, None).await
+                {
+                    warn!(error = %chain(&*e), "could not remove the last-gasp annotation");
+                    self.api_error("patch_annotation");
+                }
+                return Ok(None);
+            }
+            Action::RemoveDropin => {
+                self.logind.remove_dropin().await;
+                return Ok(None);
+            }
+        };
+        Ok(Some(answer))
+    }
+
+    /// The actions that call logind, and what they report.
+    async fn execute_logind(
+        &mut self,
+        action: Action,
+        conn: Option<&L::Conn>,
+    ) -> Result<Option<Event>, LogindError> {
+        let answer = match action {
             Action::ReadInhibitDelay => {
                 let conn = connected(conn)?;
                 match conn.inhibit_delay_max().await {
@@ -123,26 +205,21 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                 self.set_held(true);
                 return Ok(None);
             }
-            Action::ReleaseLock => {
-                self.release_lock();
-                return Ok(None);
-            }
-            Action::LockLost => {
-                self.lock = None;
-                self.set_held(false);
-                return Ok(None);
-            }
-            Action::PublishAtRest { reason, message } => {
-                let ok = self.set_condition(false, reason, message).await;
-                Event::AtRestPublished { ok }
-            }
+            _ => return Ok(None),
+        };
+        Ok(Some(answer))
+    }
+
+    /// The actions of a shutdown run: its phases, its pods, its marks.
+    async fn execute_run(&mut self, action: Action) -> Option<Event> {
+        let answer = match action {
             Action::PhaseStart(phase) => {
                 phase_start(&self.metrics, &phase, unix_now());
-                return Ok(None);
+                return None;
             }
             Action::PhaseEnd(phase) => {
                 phase_end(&self.metrics, &phase, unix_now());
-                return Ok(None);
+                return None;
             }
             Action::MarkNode { cordon, message } => {
                 self.marking = Some(tokio::spawn(mark_node(
@@ -151,16 +228,16 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                     message,
                     cordon,
                 )));
-                return Ok(None);
+                return None;
             }
             Action::ListPodsForPlan => Event::PodsListed(self.list_pods_for_plan().await),
             Action::Planned { pods, groups } => {
                 info!(pods, ?groups, "shutdown plan");
-                return Ok(None);
+                return None;
             }
             Action::GroupStarted { priority, pods } => {
                 info!(priority, pods, "shutdown group started");
-                return Ok(None);
+                return None;
             }
             Action::GroupEnded { priority, outcome } => {
                 match outcome {
@@ -171,7 +248,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                         "shutdown group period elapsed with pods left"
                     ),
                 }
-                return Ok(None);
+                return None;
             }
             Action::Release { total } => {
                 // Metrics first: once the descriptor is closed the machine may go at once.
@@ -181,13 +258,13 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                     total_ms = total.as_millis() as u64,
                     "shutdown groups done; logind may proceed"
                 );
-                return Ok(None);
+                return None;
             }
             Action::DeletePods(pods) => Event::PodsDeleted(self.delete_pods(pods).await),
             Action::ListPresent => Event::PodsPresent(self.list_present().await),
             Action::RunCancelled => {
                 info!("shutdown cancelled while terminating pods; no further group starts");
-                return Ok(None);
+                return None;
             }
             Action::AwaitMarks => {
                 let marks = match self.marking.take() {
@@ -196,51 +273,9 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                 };
                 Event::NodeMarked(marks)
             }
-            Action::NodeEvent(message) => {
-                self.api.node_event(message).await;
-                return Ok(None);
-            }
-            Action::RemoveTaint => {
-                let ok = match self.api.set_taint(false).await {
-                    Ok(()) => true,
-                    Err(e) => {
-                        warn!(error = %chain(&*e), "could not remove the shutdown taint");
-                        self.api_error("patch_taint");
-                        false
-                    }
-                };
-                Event::TaintRemoved { ok }
-            }
-            Action::Reboot(action) => {
-                self.on_reboot_action(action);
-                return Ok(None);
-            }
-            Action::LastGasp => {
-                let Some(seen) = self.seen.clone() else {
-                    return Ok(None);
-                };
-                // The API first: the machine may be gone within milliseconds.
-                let sent = self.last_gasp(&seen).await;
-                warn!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm, last_gasp = ?self.cfg().options.last_gasp,
-                      last_gasp_sent = sent, "reboot(2) bypassed the shutdown inhibitor: non-graceful shutdown");
-                Event::LastGaspAnswered
-            }
-            Action::RetractLastGasp { remove_annotation } => {
-                warn!(after = ?GASP_RETRACT, "the node is still up after a reboot(2) that bypassed the inhibitor; it did not shut the node down");
-                if remove_annotation
-                    && let Err(e) = self.api.annotate_node(LAST_GASP_ANNOTATION, None).await
-                {
-                    warn!(error = %chain(&*e), "could not remove the last-gasp annotation");
-                    self.api_error("patch_annotation");
-                }
-                return Ok(None);
-            }
-            Action::RemoveDropin => {
-                self.logind.remove_dropin().await;
-                return Ok(None);
-            }
+            _ => return None,
         };
-        Ok(Some(answer))
+        Some(answer)
     }
 
     pub(super) fn set_held(&self, held: bool) {
@@ -482,15 +517,6 @@ fn connected<C>(conn: Option<&C>) -> Result<&C, LogindError> {
     conn.ok_or(LogindError::Disconnected)
 }
 
-fn api_error(metrics: &Metrics, operation: &str) {
-    metrics
-        .api_errors
-        .get_or_create(&OperationLabels {
-            operation: operation.to_owned(),
-        })
-        .inc();
-}
-
 fn phase_start(metrics: &Metrics, phase: &str, at: f64) {
     let l = PhaseLabels {
         phase: phase.to_owned(),
@@ -514,102 +540,6 @@ fn phase_end(metrics: &Metrics, phase: &str, at: f64) {
         .shutdown_phase_end_time_seconds
         .get_or_create(&l)
         .set(at);
-}
-
-/// Posts the node Event and sets the marks; returns which marks took. Runs beside the first
-/// group (the kubelet, too, updates the node status asynchronously and starts killing at once).
-async fn mark_node<N: NodeApi>(
-    api: N,
-    metrics: Arc<Metrics>,
-    message: String,
-    cordon: bool,
-) -> Marks {
-    api.node_event(EVENT_DETECTED).await;
-    let mut marks = Marks::default();
-    // The condition, the taint and the cordon are independent: one request each, together.
-    let cond = NodeConditionUpdate {
-        type_: SHUTTING_DOWN_CONDITION.into(),
-        status: true,
-        reason: "NodeShuttingDown".into(),
-        message,
-    };
-    let (c, t, k) = tokio::join!(api.set_condition(cond), api.set_taint(true), async {
-        if !cordon {
-            return Ok(None);
-        }
-        // A cordon already there is someone else's: leave it, and claim nothing (the base's
-        // admission policy refuses the claim on an unschedulable node anyway).
-        if api.is_unschedulable().await? {
-            return Ok(Some(true));
-        }
-        // Annotate first: a crash between the two leaves an annotation, never a stray cordon.
-        api.annotate_node(CORDONED_ANNOTATION, Some("true".to_owned()))
-            .await?;
-        api.set_unschedulable(true).await.map(Some)
-    },);
-    match c {
-        Ok(()) => marks.condition = true,
-        Err(e) => {
-            warn!(error = %chain(&*e), "could not set the shutdown condition");
-            api_error(&metrics, "patch_conditions");
-        }
-    }
-    match t {
-        Ok(()) => marks.taint = true,
-        Err(e) => {
-            warn!(error = %chain(&*e), "could not taint the node");
-            api_error(&metrics, "patch_taint");
-        }
-    }
-    match k {
-        Ok(Some(was)) => {
-            marks.cordoned = !was;
-            if was {
-                // Cordoned by someone else: leave it so after a cancellation.
-                let _ = api.annotate_node(CORDONED_ANNOTATION, None).await;
-            }
-        }
-        Ok(None) => {}
-        Err(e) => {
-            warn!(error = %chain(&*e), "could not cordon the node");
-            api_error(&metrics, "patch_unschedulable");
-        }
-    }
-    marks
-}
-
-fn plannable(p: &Pod, own_pod: Option<&(String, String)>) -> bool {
-    let ns = p.metadata.namespace.as_deref().unwrap_or_default();
-    let name = p.metadata.name.as_deref().unwrap_or_default();
-    if own_pod.is_some_and(|(n, m)| n == ns && m == name) {
-        return false;
-    }
-    if p.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
-    {
-        return false;
-    }
-    !terminal(p)
-}
-
-pub(super) fn terminal(p: &Pod) -> bool {
-    matches!(
-        p.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
-pub(super) fn shutdown_pod(p: &Pod) -> Option<ShutdownPod> {
-    let spec = p.spec.as_ref();
-    Some(ShutdownPod {
-        namespace: p.metadata.namespace.clone()?,
-        name: p.metadata.name.clone()?,
-        uid: p.metadata.uid.clone()?,
-        priority: spec.and_then(|s| s.priority).unwrap_or(0),
-        termination_grace_period_seconds: spec.and_then(|s| s.termination_grace_period_seconds),
-    })
 }
 
 fn unix_now() -> f64 {

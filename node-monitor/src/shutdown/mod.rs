@@ -28,6 +28,7 @@ pub mod logind;
 pub mod ports;
 
 mod execute;
+mod node;
 #[cfg(test)]
 mod tests;
 

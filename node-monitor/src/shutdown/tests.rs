@@ -13,7 +13,7 @@ use k8s_openapi::{
 use node_monitor_core::shutdown::{Group, Inhibitor, ShutdownPod};
 
 use super::{
-    execute::{shutdown_pod, terminal},
+    node::{shutdown_pod, terminal},
     ports::{ApiError, Signals},
     *,
 };

@@ -1,5 +1,7 @@
 use super::*;
-use crate::shutdown::{Group, KubeletInhibitorPolicy, config::ShutdownOptions};
+use crate::shutdown::{
+    Group, GroupOutcome, KubeletInhibitorPolicy, RebootRequest, config::ShutdownOptions,
+};
 use node_monitor_common::logic::RebootGate;
 
 fn t(ms: u64) -> Timestamp {
