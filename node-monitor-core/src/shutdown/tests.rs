@@ -1,4 +1,6 @@
 use super::*;
+use crate::clock::Timestamp;
+use node_monitor_common::logic::{RebootCaller, RebootGate};
 
 fn pod(name: &str, priority: i32, tgp: Option<i64>) -> ShutdownPod {
     ShutdownPod {
