@@ -25,12 +25,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::{
-    api::{
-        apps::v1::DaemonSet,
-        core::v1::{Container, Event, Node, Pod, PodSpec, ResourceRequirements},
-    },
-    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{Event, Node, Pod},
 };
 use kube::{
     Api, Client,
@@ -40,6 +37,7 @@ use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
     e2e::{binary, sum_samples},
     manifests,
+    pod::PodBuilder,
     real_node::{NODE, RealNode, RealNodeOptions, WORKLOAD_IMAGE, node_binaries},
 };
 use serde_json::Value;
@@ -87,46 +85,24 @@ where
     }
 }
 
-fn quantity(v: &str) -> Quantity {
-    Quantity(v.to_owned())
+/// A pod on the node running the workload image with `command`, never restarted.
+fn workload(name: &str, command: &[&str]) -> PodBuilder {
+    PodBuilder::new(name)
+        .namespace(NS)
+        .termination_grace(5)
+        .restart_policy("Never")
+        .image(WORKLOAD_IMAGE)
+        .command(command)
 }
 
-/// A pod on the node running the workload image with `args`; `memory` is (request, limit), with
-/// an equal CPU request and limit when both are equal (Guaranteed).
+/// A [`workload`] pod; `memory` is (request, limit), Guaranteed when both are equal.
 fn pod(name: &str, command: &[&str], memory: Option<(&str, &str)>) -> Pod {
-    let resources = memory.map(|(request, limit)| {
-        let mut requests = BTreeMap::from([("memory".to_owned(), quantity(request))]);
-        let mut limits = BTreeMap::from([("memory".to_owned(), quantity(limit))]);
-        if request == limit {
-            requests.insert("cpu".to_owned(), quantity("100m"));
-            limits.insert("cpu".to_owned(), quantity("100m"));
-        }
-        ResourceRequirements {
-            requests: Some(requests),
-            limits: Some(limits),
-            ..Default::default()
-        }
-    });
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            termination_grace_period_seconds: Some(5),
-            restart_policy: Some("Never".into()),
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some(WORKLOAD_IMAGE.into()),
-                command: Some(command.iter().map(|s| (*s).to_owned()).collect()),
-                resources,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
+    let pod = workload(name, command);
+    match memory {
+        Some((request, limit)) => pod.memory(request, Some(limit)),
+        None => pod,
     }
+    .build()
 }
 
 async fn create_running(client: &Client, node: &RealNode, p: Pod) -> Pod {
@@ -942,12 +918,12 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
         )
         .await
         .expect("create PriorityClass nm-low");
-    let mut low = pod(
+    let low = workload(
         "low-steady",
         &["/usr/local/bin/nm-workload", "--hold", "200Mi"],
-        None,
-    );
-    low.spec.as_mut().expect("spec").priority_class_name = Some("nm-low".into());
+    )
+    .priority_class("nm-low")
+    .build();
     create_running(&client, &node, low).await;
     create_running(
         &client,
@@ -959,7 +935,7 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
         ),
     )
     .await;
-    let mut climber = pod(
+    let climber = workload(
         "climber",
         &[
             "/usr/local/bin/nm-workload",
@@ -970,13 +946,10 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
             "--interval",
             "1s",
         ],
-        None,
-    );
+    )
     // Burstable: a request and no limit.
-    climber.spec.as_mut().expect("spec").containers[0].resources = Some(ResourceRequirements {
-        requests: Some(BTreeMap::from([("memory".to_owned(), quantity("64Mi"))])),
-        ..Default::default()
-    });
+    .memory("64Mi", None)
+    .build();
     let started = Instant::now();
     create_running(&client, &node, climber).await;
 

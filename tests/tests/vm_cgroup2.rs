@@ -27,10 +27,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::{
-    api::core::v1::{Container, Event, Node, Pod, PodSpec, ResourceRequirements},
-    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
-};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::{
     Api, Client,
     api::{ListParams, PostParams},
@@ -38,6 +35,7 @@ use kube::{
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
     e2e::{binary, sum_samples},
+    pod::PodBuilder,
     vm::{GuestOptions, GuestRun, run_guest, tail},
 };
 use serde_json::Value;
@@ -274,46 +272,20 @@ async fn fail_with_guest(guest: Guest, what: &str) -> ! {
     panic!("{what}\n{}", guest_report(&run));
 }
 
-fn quantity(v: &str) -> Quantity {
-    Quantity(v.to_owned())
-}
-
-/// A pod on the guest node running `command`; `memory` is (request, limit), with a matching CPU
-/// request and limit when both are equal (a Guaranteed pod).
+/// A pod on the guest node running `command`; `memory` is (request, limit), Guaranteed when both
+/// are equal.
 fn pod(name: &str, command: &[&str], memory: Option<(&str, &str)>) -> Pod {
-    let resources = memory.map(|(request, limit)| {
-        let mut requests = BTreeMap::from([("memory".to_owned(), quantity(request))]);
-        let mut limits = BTreeMap::from([("memory".to_owned(), quantity(limit))]);
-        if request == limit {
-            requests.insert("cpu".to_owned(), quantity("100m"));
-            limits.insert("cpu".to_owned(), quantity("100m"));
-        }
-        ResourceRequirements {
-            requests: Some(requests),
-            limits: Some(limits),
-            ..Default::default()
-        }
-    });
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(NODE.into()),
-            termination_grace_period_seconds: Some(5),
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some("nm-workload".into()),
-                command: Some(command.iter().map(|s| (*s).to_owned()).collect()),
-                resources,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
+    let pod = PodBuilder::new(name)
+        .namespace(NS)
+        .node(NODE)
+        .termination_grace(5)
+        .image("nm-workload")
+        .command(command);
+    match memory {
+        Some((request, limit)) => pod.memory(request, Some(limit)),
+        None => pod,
     }
+    .build()
 }
 
 /// Creates the pod and waits until it runs; returns its UID.

@@ -36,7 +36,7 @@ use std::{
 
 use k8s_openapi::{
     api::{
-        core::v1::{Container, Node, Pod, PodSpec},
+        core::v1::{Node, Pod},
         scheduling::v1::PriorityClass,
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -48,6 +48,7 @@ use kube::{
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
     e2e::binary,
+    pod::PodBuilder,
     vm::{GuestOptions, GuestRun, run_guest, tail},
 };
 
@@ -370,26 +371,14 @@ async fn create_priority_classes(client: &Client) {
 /// A pod on the guest node whose process takes `exit_delay` seconds to exit after SIGTERM.
 fn slow_pod(name: &str, class: &str, exit_delay: u64) -> Pod {
     let script = format!("trap 'sleep {exit_delay}; exit 0' TERM; while :; do sleep 0.2; done");
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(NODE.into()),
-            priority_class_name: Some(class.into()),
-            termination_grace_period_seconds: Some(30),
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some("bash".into()),
-                command: Some(vec!["/bin/bash".into(), "-c".into(), script]),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    PodBuilder::new(name)
+        .namespace(NS)
+        .node(NODE)
+        .priority_class(class)
+        .termination_grace(30)
+        .image("bash")
+        .command(["/bin/bash", "-c", &script])
+        .build()
 }
 
 async fn create_running(client: &Client, pods: Vec<Pod>, guest: Guest) -> Guest {

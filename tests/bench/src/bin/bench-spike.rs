@@ -45,10 +45,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
-use k8s_openapi::{
-    api::core::v1::{Container, Event, Pod, PodSpec, ResourceRequirements},
-    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
-};
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::{
     Api, Client,
     api::{DeleteParams, ListParams, PostParams},
@@ -56,6 +53,7 @@ use kube::{
 use node_monitor_tests::{
     cgroup::require_root,
     control_plane::{ControlPlane, ControlPlaneOptions},
+    pod::PodBuilder,
     vm::{GuestOptions, GuestRun, run_guest},
 };
 use tokio::{
@@ -842,55 +840,26 @@ fn field<T: std::str::FromStr>(m: &BTreeMap<String, String>, k: &str) -> Result<
         .map_err(|_| anyhow::anyhow!("the guest reported {k}={v:?}, not a number"))
 }
 
-fn workload_pod(name: &str, args: &[String]) -> Pod {
-    let mut command = vec!["/mnt/host/nm-workload".to_owned()];
-    command.extend(args.iter().cloned());
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(NODE.into()),
-            termination_grace_period_seconds: Some(5),
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some("nm-workload".into()),
-                command: Some(command),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+fn workload_pod(name: &str, args: &[String]) -> PodBuilder {
+    PodBuilder::new(name)
+        .namespace(NS)
+        .node(NODE)
+        .termination_grace(5)
+        .image("nm-workload")
+        .command(std::iter::once("/mnt/host/nm-workload").chain(args.iter().map(String::as_str)))
 }
 
 /// Guaranteed: request = limit for memory and CPU, so oom_score_adj −997.
 fn guaranteed_pod(hold_mib: u64) -> Pod {
-    let mut pod = workload_pod("guaranteed", &["--hold".into(), format!("{hold_mib}Mi")]);
     let limit = format!("{}Mi", hold_mib + GUARANTEED_HEADROOM_MIB);
-    let res = BTreeMap::from([
-        ("memory".to_owned(), Quantity(limit)),
-        ("cpu".to_owned(), Quantity("100m".into())),
-    ]);
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.containers[0].resources = Some(ResourceRequirements {
-            requests: Some(res.clone()),
-            limits: Some(res),
-            ..Default::default()
-        });
-    }
-    pod
+    workload_pod("guaranteed", &["--hold".into(), format!("{hold_mib}Mi")])
+        .memory(&limit, Some(&limit))
+        .build()
 }
 
 /// BestEffort (oom_score_adj 1000), never restarted: one ramp per pod.
 fn ramp_pod(name: &str, args: &[String]) -> Pod {
-    let mut pod = workload_pod(name, args);
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.restart_policy = Some("Never".into());
-    }
-    pod
+    workload_pod(name, args).restart_policy("Never").build()
 }
 
 async fn wait_running(
