@@ -375,7 +375,7 @@ impl Agent {
 
     /// Sum of the samples of `family` whose label set contains every `labels` pair.
     pub async fn metric_sum(&self, family: &str, labels: &[(&str, &str)]) -> Result<f64> {
-        Ok(sum_samples(&self.metrics().await?, family, labels))
+        crate::metrics::try_sum(&self.metrics().await?, family, labels)
     }
 
     /// SIGTERM, then waits for a clean exit.
@@ -409,26 +409,6 @@ impl Drop for Agent {
             let _ = c.wait();
         }
     }
-}
-
-/// Sums a metric family's samples (text exposition) whose labels include all of `labels`.
-pub fn sum_samples(text: &str, family: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (name_labels, value) = l.rsplit_once(' ')?;
-            let (name, lbls) = match name_labels.split_once('{') {
-                Some((n, rest)) => (n, rest.trim_end_matches('}')),
-                None => (name_labels, ""),
-            };
-            (name == family
-                && labels
-                    .iter()
-                    .all(|(k, v)| lbls.contains(&format!("{k}=\"{v}\""))))
-            .then(|| value.parse::<f64>().ok())
-            .flatten()
-        })
-        .sum()
 }
 
 /// A minimal HTTP/1.0 GET on loopback (no client dependency for one line of protocol).

@@ -35,8 +35,8 @@ use kube::{
 };
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
-    e2e::{binary, sum_samples},
-    manifests,
+    e2e::binary,
+    manifests, metrics,
     pod::PodBuilder,
     real_node::{NODE, RealNode, RealNodeOptions, WORKLOAD_IMAGE, node_binaries},
 };
@@ -230,10 +230,6 @@ async fn agent_pod(client: &Client) -> Option<Pod> {
     })
 }
 
-fn metric(text: &str, family: &str, labels: &[(&str, &str)]) -> f64 {
-    sum_samples(text, family, labels) + 0.0
-}
-
 fn num(v: &Value, path: &[&str]) -> f64 {
     let mut cur = v;
     for p in path {
@@ -258,7 +254,7 @@ struct Pair {
 fn signal_pairs(summary: &Value, metrics: &str) -> Vec<(&'static str, Pair)> {
     let n = &summary["node"];
     let agent = |s: &str| {
-        metric(
+        metrics::sum(
             metrics,
             "node_monitor_signal_available",
             &[("eviction_signal", s)],
@@ -449,7 +445,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     let first = scrape(&mut node, &agent_ip, "metrics-start.txt").await;
     // As shipped, with no --kubepods-cgroup: the systemd driver's slice is found by itself.
     assert_eq!(
-        metric(
+        metrics::sum(
             &first,
             "node_monitor_kubepods_layout",
             &[
@@ -492,7 +488,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     // Debian's kernel (perf_event_paranoid 3 by default) allows only to CAP_SYS_ADMIN: then they
     // must be reported failed, with the reason an operator can act on.
     let attached = |p: &str| {
-        metric(
+        metrics::sum(
             &first,
             "node_monitor_ebpf_program_state",
             &[("program", p), ("state", "attached")],
@@ -664,13 +660,13 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     for _ in 0..60 {
         metrics = scrape(&mut node, &agent_ip, "metrics-oom.txt").await;
         let labels = [("scope", "pod"), ("namespace", NS), ("pod", "oom-victim")];
-        if metric(&metrics, "node_monitor_oom_kills_total", &labels) >= 1.0 {
+        if metrics::sum(&metrics, "node_monitor_oom_kills_total", &labels) >= 1.0 {
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     assert!(
-        metric(
+        metrics::sum(
             &metrics,
             "node_monitor_oom_kills_total",
             &[("scope", "pod"), ("namespace", NS), ("pod", "oom-victim")]
@@ -798,7 +794,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     );
     let final_metrics = scrape(&mut node, &agent_ip, "metrics-final.txt").await;
     assert_eq!(
-        metric(
+        metrics::sum(
             &final_metrics,
             "node_monitor_evictions_total",
             &[

@@ -34,7 +34,8 @@ use kube::{
 };
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
-    e2e::{binary, sum_samples},
+    e2e::binary,
+    metrics::{self, has_series},
     pod::PodBuilder,
     vm::{GuestOptions, GuestRun, run_guest, tail},
 };
@@ -333,21 +334,6 @@ fn agent_condition(n: &Node) -> Option<String> {
         .map(|c| c.status.clone())
 }
 
-/// Samples of `family` whose labels include every pair, from a text exposition.
-fn metric(text: &str, family: &str, labels: &[(&str, &str)]) -> f64 {
-    // An empty sum is -0.0; printed figures read better as 0.
-    sum_samples(text, family, labels) + 0.0
-}
-
-fn has_series(text: &str, family: &str, labels: &[(&str, &str)]) -> bool {
-    text.lines().any(|l| {
-        l.starts_with(&format!("{family}{{"))
-            && labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
     let script = PRESSURE_SCRIPT.replace("@NODE_MEMORY@", &NODE_MEMORY_MI.to_string());
@@ -553,18 +539,18 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
     let ma = [("eviction_signal", "memory.available")];
     // The signal comes from the cgroup v2 files: capacity is the node cgroup's memory.max.
     assert_eq!(
-        metric(&m, "node_monitor_signal_capacity", &ma),
+        metrics::sum(&m, "node_monitor_signal_capacity", &ma),
         (NODE_MEMORY_MI << 20) as f64,
         "memory.available capacity from memory.max"
     );
     assert!(has_series(&m, "node_monitor_signal_available", &ma), "{m}");
-    let available = metric(&m, "node_monitor_signal_available", &ma);
+    let available = metrics::sum(&m, "node_monitor_signal_available", &ma);
     assert!(
         available > 0.0 && available < (NODE_MEMORY_MI << 20) as f64,
         "memory.available {available}"
     );
     assert!(
-        metric(
+        metrics::sum(
             &m,
             "node_monitor_evictions_total",
             &[
@@ -579,7 +565,7 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
     // degradation.
     for source in ["memory_events", "psi", "kernel"] {
         assert_eq!(
-            metric(
+            metrics::sum(
                 &m,
                 "node_monitor_wakeup_source_state",
                 &[("source", source), ("state", "active")]
@@ -590,7 +576,7 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
     }
     for source in ["memcg_threshold", "memcg_oom"] {
         assert_eq!(
-            metric(
+            metrics::sum(
                 &m,
                 "node_monitor_wakeup_source_state",
                 &[("source", source), ("state", "not_applicable")]
@@ -605,14 +591,15 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
         head.lines().next().is_some_and(|l| l.contains(" 200 ")) && body == "ok",
         "a cgroup v2 node with every probe attached is ready and not degraded: {readyz:?}\n{report}"
     );
-    assert_eq!(metric(&m, "node_monitor_degraded", &[]), 0.0, "{m}");
+    assert_eq!(metrics::sum(&m, "node_monitor_degraded", &[]), 0.0, "{m}");
     // memory.events must have woken the agent: the pod's charges past its limit raise `max`,
     // `oom` and `oom_kill` in the pod's memcg and, memory.events being hierarchical on cgroup v2
     // (`memcg_memory_event()` in mm/memcontrol.c walks up to the root unless the hierarchy is
     // mounted with memory_localevents), in the node cgroup's file the agent watches. The eBPF
     // OOM event must have woken it too. PSI is not asserted: a stall of 150 ms in the 2 s window
     // depends on how long reclaim takes, which nothing here forces.
-    let wakeups = |source: &str| metric(&m, "node_monitor_wakeups_total", &[("source", source)]);
+    let wakeups =
+        |source: &str| metrics::sum(&m, "node_monitor_wakeups_total", &[("source", source)]);
     assert!(
         wakeups("memory_events") >= 1.0,
         "no memory.events wake-up\n{m}\n{report}"
@@ -631,7 +618,7 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
     // The kernel OOM kill, attributed to its pod through the systemd layout (cgroup id → path
     // under kubepods.slice → pod UID → namespace/name from the agent's pod cache).
     assert_eq!(
-        metric(
+        metrics::sum(
             &m,
             "node_monitor_oom_kills_total",
             &[("scope", "pod"), ("namespace", NS), ("pod", "oom-victim")]
@@ -640,11 +627,11 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
         "the OOM kill attributed to default/oom-victim\n{m}\n{report}"
     );
     assert_eq!(
-        metric(
+        metrics::sum(
             &m,
             "node_monitor_ebpf_program_state",
             &[("program", "oom_victim_raw"), ("state", "attached")]
-        ) + metric(
+        ) + metrics::sum(
             &m,
             "node_monitor_ebpf_program_state",
             &[("program", "oom_victim_tp"), ("state", "attached")]
