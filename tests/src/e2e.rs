@@ -12,12 +12,11 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::{
     api::{
-        core::v1::{Container, Event, Pod, PodSpec, ResourceRequirements},
+        core::v1::{Event, Pod},
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
         scheduling::v1::PriorityClass,
     },
     apimachinery::pkg::{
-        api::resource::Quantity,
         apis::meta::v1::{LabelSelector, ObjectMeta},
         util::intstr::IntOrString,
     },
@@ -29,6 +28,7 @@ use kube::{
 
 use crate::{
     control_plane::{ControlPlane, ControlPlaneOptions},
+    pod::PodBuilder,
     standin::{StandIn, StandInConfig},
 };
 
@@ -282,98 +282,6 @@ impl Cluster {
     }
 }
 
-/// A pod whose single container runs `nm-workload` with `args` on the stand-in's node.
-#[derive(Debug, Clone)]
-pub struct PodBuilder {
-    pod: Pod,
-}
-
-impl PodBuilder {
-    pub fn new(name: &str, node: &str, workload_args: &[&str]) -> Self {
-        let mut command = vec![binary("nm-workload").display().to_string()];
-        command.extend(workload_args.iter().map(|s| (*s).to_owned()));
-        let pod = Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("default".into()),
-                labels: Some(BTreeMap::from([("app".to_owned(), name.to_owned())])),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                node_name: Some(node.into()),
-                termination_grace_period_seconds: Some(5),
-                containers: vec![Container {
-                    name: "main".into(),
-                    image: Some("nm-workload".into()),
-                    command: Some(command),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        Self { pod }
-    }
-
-    /// A pod whose memory climbs to `to` by `step` every `interval` (`nm-workload --ramp-to`).
-    pub fn ramping(name: &str, node: &str, to: &str, step: &str, interval: &str) -> Self {
-        Self::new(
-            name,
-            node,
-            &["--ramp-to", to, "--step", step, "--interval", interval],
-        )
-    }
-
-    fn container(&mut self) -> &mut Container {
-        &mut self.pod.spec.as_mut().expect("spec").containers[0]
-    }
-
-    /// Memory request (and limit, when given), with a matching CPU request so `limit` makes the pod
-    /// Guaranteed.
-    pub fn memory(mut self, request: &str, limit: Option<&str>) -> Self {
-        let mut requests = BTreeMap::from([("memory".to_owned(), Quantity(request.into()))]);
-        let mut limits = BTreeMap::new();
-        if let Some(l) = limit {
-            requests.insert("cpu".into(), Quantity("100m".into()));
-            limits.insert("memory".to_owned(), Quantity(l.into()));
-            limits.insert("cpu".to_owned(), Quantity("100m".into()));
-        }
-        self.container().resources = Some(ResourceRequirements {
-            requests: Some(requests),
-            limits: (!limits.is_empty()).then_some(limits),
-            ..Default::default()
-        });
-        self
-    }
-
-    pub fn priority_class(mut self, name: &str) -> Self {
-        self.pod.spec.as_mut().expect("spec").priority_class_name = Some(name.into());
-        self
-    }
-
-    pub fn label(mut self, k: &str, v: &str) -> Self {
-        self.pod
-            .metadata
-            .labels
-            .get_or_insert_default()
-            .insert(k.into(), v.into());
-        self
-    }
-
-    pub fn termination_grace(mut self, secs: i64) -> Self {
-        self.pod
-            .spec
-            .as_mut()
-            .expect("spec")
-            .termination_grace_period_seconds = Some(secs);
-        self
-    }
-
-    pub fn build(self) -> Pod {
-        self.pod
-    }
-}
-
 /// The agent binary running as the stand-in node's agent.
 pub struct Agent {
     child: Option<Child>,
@@ -467,7 +375,7 @@ impl Agent {
 
     /// Sum of the samples of `family` whose label set contains every `labels` pair.
     pub async fn metric_sum(&self, family: &str, labels: &[(&str, &str)]) -> Result<f64> {
-        Ok(sum_samples(&self.metrics().await?, family, labels))
+        crate::metrics::try_sum(&self.metrics().await?, family, labels)
     }
 
     /// SIGTERM, then waits for a clean exit.
@@ -501,26 +409,6 @@ impl Drop for Agent {
             let _ = c.wait();
         }
     }
-}
-
-/// Sums a metric family's samples (text exposition) whose labels include all of `labels`.
-pub fn sum_samples(text: &str, family: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (name_labels, value) = l.rsplit_once(' ')?;
-            let (name, lbls) = match name_labels.split_once('{') {
-                Some((n, rest)) => (n, rest.trim_end_matches('}')),
-                None => (name_labels, ""),
-            };
-            (name == family
-                && labels
-                    .iter()
-                    .all(|(k, v)| lbls.contains(&format!("{k}=\"{v}\""))))
-            .then(|| value.parse::<f64>().ok())
-            .flatten()
-        })
-        .sum()
 }
 
 /// A minimal HTTP/1.0 GET on loopback (no client dependency for one line of protocol).

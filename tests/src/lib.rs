@@ -3,6 +3,8 @@ pub mod cgroup;
 pub mod control_plane;
 pub mod e2e;
 pub mod manifests;
+pub mod metrics;
+pub mod pod;
 pub mod real_node;
 pub mod standin;
 pub mod vm;

@@ -20,7 +20,6 @@
 //! `/mnt/out`. Everything the guest writes is in the run's output directory.
 use std::{
     fs,
-    os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -29,7 +28,7 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{
     control_plane::ControlPlane,
-    vm::{GuestOptions, GuestRun, OutDir, run_guest_in, tail},
+    vm::{ENTRY_PRELUDE, Guest, GuestOptions, GuestRun, OutDir, Payload, link_or_copy, tail},
 };
 
 /// The node's name, as its certificate and `--hostname-override` give it.
@@ -142,12 +141,8 @@ fn kubelet_config(extra: &str) -> String {
     )
 }
 
-const ENTRY: &str = r#"#!/bin/bash
-set -u
-exec >/mnt/out/entry.log 2>&1
-H=/mnt/host
-log() { echo "$(date +%s.%N) $*"; }
-uptime_s() { cut -d' ' -f1 /proc/uptime; }
+/// The node's entry script, after [`ENTRY_PRELUDE`].
+const ENTRY: &str = r#"H=/mnt/host
 within() { local n=$(( $1 * 5 )); shift; for _ in $(seq "$n"); do "$@" && return 0; sleep 0.2; done; return 1; }
 log "entry started; uptime $(uptime_s)"
 uname -r > /mnt/out/uname
@@ -218,8 +213,8 @@ get() {
 
 /// The guest node, booting or running in a thread while the test talks to the API.
 pub struct RealNode {
-    payload: tempfile::TempDir,
-    guest: Option<std::thread::JoinHandle<Result<GuestRun>>>,
+    payload: Payload,
+    guest: Option<Guest>,
     out: PathBuf,
     next_step: u32,
     pub started: Instant,
@@ -230,7 +225,7 @@ impl RealNode {
     /// for [`RealNode::join`].
     pub fn boot(opts: &RealNodeOptions) -> Result<RealNode> {
         let bins = node_binaries()?;
-        let payload = tempfile::Builder::new().prefix("nm-real-node").tempdir()?;
+        let payload = Payload::new("nm-real-node")?;
         let p = payload.path();
         fs::create_dir_all(p.join("bin"))?;
         fs::create_dir_all(p.join("images"))?;
@@ -248,10 +243,7 @@ impl RealNode {
             kubelet_config(&opts.kubelet_config_extra),
         )?;
         fs::write(p.join("step-lib.sh"), STEP_LIB)?;
-        let entry = p.join("guest-entry.sh");
-        fs::write(&entry, ENTRY.replace("@NODE@", NODE))?;
-        fs::set_permissions(&entry, fs::Permissions::from_mode(0o755))?;
-        let path = p.to_owned();
+        payload.entry(&format!("{ENTRY_PRELUDE}{}", ENTRY.replace("@NODE@", NODE)))?;
         let guest_opts = GuestOptions {
             memory_mib: opts.memory_mib,
             timeout: opts.timeout,
@@ -264,13 +256,13 @@ impl RealNode {
             .tempdir()?
             .keep();
         let out_for_guest = OutDir::Kept(out_dir.clone());
-        let guest = std::thread::spawn(move || run_guest_in(&path, &guest_opts, out_for_guest));
+        let guest = Guest::boot_in(payload.path(), guest_opts, out_for_guest);
         Ok(RealNode {
+            started: guest.started,
             payload,
             guest: Some(guest),
             out: out_dir,
             next_step: 1,
-            started: Instant::now(),
         })
     }
 
@@ -291,20 +283,16 @@ impl RealNode {
     /// A file for the guest (e.g. the admin kubeconfig for `node-monitor trace`), renamed into
     /// place.
     pub fn put(&self, name: &str, contents: &[u8]) -> Result<PathBuf> {
-        let tmp = self.payload.path().join(format!(".{name}"));
-        let dst = self.payload.path().join(name);
-        fs::write(&tmp, contents)?;
-        fs::rename(&tmp, &dst)?;
-        Ok(dst)
+        self.payload.put(name, contents)
     }
 
     /// Links (or copies) a host file into the payload, for the guest at `/mnt/host/<name>`.
     pub fn put_file(&self, name: &str, src: &Path) -> Result<()> {
-        link_or_copy(src, &self.payload.path().join(name))
+        self.payload.link(name, src)
     }
 
     pub fn running(&self) -> bool {
-        self.guest.as_ref().is_some_and(|g| !g.is_finished())
+        self.guest.as_ref().is_some_and(Guest::running)
     }
 
     /// A file the guest wrote to /mnt/out.
@@ -357,14 +345,11 @@ impl RealNode {
     /// Tells the guest to collect its logs and power off, and waits for it.
     pub async fn finish(mut self) -> Result<GuestRun> {
         self.put("finish", b"")?;
-        let handle = self
-            .guest
+        self.guest
             .take()
-            .context("the guest was already finished")?;
-        tokio::task::spawn_blocking(move || handle.join())
+            .context("the guest was already finished")?
+            .finish()
             .await
-            .context("join task")?
-            .map_err(|_| anyhow::anyhow!("the guest thread panicked"))?
     }
 
     /// The guest's logs, for a failure message.
@@ -393,11 +378,4 @@ impl RealNode {
         }
         out
     }
-}
-
-fn link_or_copy(src: &Path, dst: &Path) -> Result<()> {
-    if fs::hard_link(src, dst).is_err() {
-        fs::copy(src, dst).with_context(|| format!("copy {}", src.display()))?;
-    }
-    Ok(())
 }

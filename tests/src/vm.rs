@@ -229,3 +229,206 @@ pub fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
+
+/// The start of a guest entry script: bash, `set -u`, everything into `/mnt/out/entry.log`, and
+/// the helpers `log` (a timestamped line), `uptime_s` and `wait_for FILE` (the host's flag files).
+pub const ENTRY_PRELUDE: &str = r#"#!/bin/bash
+set -u
+exec >/mnt/out/entry.log 2>&1
+log() { echo "$(date +%s.%N) $*"; }
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+wait_for() { while [ ! -e "$1" ]; do sleep 0.2; done; }
+"#;
+
+/// Hard-links `src` to `dst`, or copies it when they are on different file systems.
+pub fn link_or_copy(src: &Path, dst: &Path) -> Result<()> {
+    if fs::hard_link(src, dst).is_err() {
+        fs::copy(src, dst).with_context(|| format!("copy {}", src.display()))?;
+    }
+    Ok(())
+}
+
+/// A guest's payload directory, shared read-only at `/mnt/host`: binaries, configuration, the
+/// entry script, and the files the host hands over while the guest runs (the kubeconfig, flag
+/// files that step the guest along).
+#[derive(Debug)]
+pub struct Payload {
+    dir: tempfile::TempDir,
+}
+
+impl Payload {
+    /// An empty payload directory named `<prefix>…` under the temporary directory.
+    pub fn new(prefix: &str) -> Result<Payload> {
+        let dir = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir()
+            .context("payload directory")?;
+        Ok(Payload { dir })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Links (or copies) a host file to `/mnt/host/<name>`.
+    pub fn link(&self, name: &str, src: &Path) -> Result<()> {
+        link_or_copy(src, &self.path().join(name))
+    }
+
+    /// Links (or copies) each of this workspace's binaries to `/mnt/host/<bin>`.
+    pub fn link_binaries(&self, bins: &[&str]) -> Result<()> {
+        for bin in bins {
+            self.link(bin, &crate::e2e::binary(bin))?;
+        }
+        Ok(())
+    }
+
+    /// Writes `/mnt/host/<name>` before the guest boots.
+    pub fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> Result<()> {
+        let p = self.path().join(name);
+        fs::write(&p, contents).with_context(|| format!("write {}", p.display()))
+    }
+
+    /// Writes the executable entry script, `/mnt/host/guest-entry.sh`.
+    pub fn entry(&self, script: &str) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt as _;
+        self.write("guest-entry.sh", script)?;
+        fs::set_permissions(
+            self.path().join("guest-entry.sh"),
+            fs::Permissions::from_mode(0o755),
+        )
+        .context("chmod guest-entry.sh")
+    }
+
+    /// A file for the running guest, renamed into place: the guest waits for the name and must
+    /// never read half a file.
+    pub fn put(&self, name: &str, contents: &[u8]) -> Result<PathBuf> {
+        let tmp = self.path().join(format!(".{name}"));
+        let dst = self.path().join(name);
+        fs::write(&tmp, contents).with_context(|| format!("write {}", tmp.display()))?;
+        fs::rename(&tmp, &dst).with_context(|| format!("rename into {}", dst.display()))?;
+        Ok(dst)
+    }
+
+    /// Hands the control plane's guest kubeconfig over, as `/mnt/host/kubeconfig`.
+    pub fn kubeconfig(&self, cp: &crate::control_plane::ControlPlane) -> Result<()> {
+        let text = fs::read(cp.guest_kubeconfig_path()).context("the guest kubeconfig")?;
+        self.put("kubeconfig", &text)?;
+        Ok(())
+    }
+
+    /// Drops the empty flag file `/mnt/host/<flag>`, which the guest waits for.
+    pub fn signal(&self, flag: &str) -> Result<()> {
+        self.put(flag, b"")?;
+        Ok(())
+    }
+}
+
+/// A guest booting or running in a thread while the test talks to the API.
+#[derive(Debug)]
+pub struct Guest {
+    handle: std::thread::JoinHandle<Result<GuestRun>>,
+    /// When the boot began.
+    pub started: Instant,
+}
+
+impl Guest {
+    /// Boots the guest from `payload` ([`run_guest`]) in a thread.
+    pub fn boot(payload: &Path, opts: GuestOptions) -> Guest {
+        let path = payload.to_owned();
+        Self::spawn(move || run_guest(&path, &opts))
+    }
+
+    /// [`Guest::boot`] with the guest's `/mnt/out` at `out` ([`run_guest_in`]).
+    pub fn boot_in(payload: &Path, opts: GuestOptions, out: OutDir) -> Guest {
+        let path = payload.to_owned();
+        Self::spawn(move || run_guest_in(&path, &opts, out))
+    }
+
+    fn spawn(run: impl FnOnce() -> Result<GuestRun> + Send + 'static) -> Guest {
+        Guest {
+            handle: std::thread::spawn(run),
+            started: Instant::now(),
+        }
+    }
+
+    /// Is qemu still running?
+    pub fn running(&self) -> bool {
+        !self.handle.is_finished()
+    }
+
+    /// Waits until qemu exits (the guest powered off, or the run's timeout killed it).
+    pub async fn finish(self) -> Result<GuestRun> {
+        let handle = self.handle;
+        tokio::task::spawn_blocking(move || handle.join())
+            .await
+            .context("join task")?
+            .map_err(|_| anyhow::anyhow!("the guest thread panicked"))?
+    }
+
+    /// Fails the test with `what` and the tails of the guest's `files` and console, once it
+    /// ended: for a guest that ended (or must be ended) before the host told it to.
+    pub async fn fail(self, what: &str, files: &[&str]) -> ! {
+        match self.finish().await {
+            Ok(run) => panic!("{what}\n{}", report(&run, files)),
+            Err(e) => panic!("{what}\nguest run failed: {e:#}"),
+        }
+    }
+}
+
+/// The last 60 lines of each of the guest's `files` (those it wrote) and the last 40 of its
+/// console, for a failure message.
+pub fn report(run: &GuestRun, files: &[&str]) -> String {
+    let mut out = String::new();
+    for f in files {
+        if let Ok(text) = run.read_out(f) {
+            out.push_str(&format!("--- {f}:\n{}\n", tail(&text, 60)));
+        }
+    }
+    out.push_str(&format!("--- console:\n{}\n", tail(&run.console, 40)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    #[test]
+    fn a_payload_holds_an_executable_entry_and_files_put_whole() {
+        let payload = Payload::new("nm-payload-test").expect("payload");
+        payload
+            .entry(&format!("{ENTRY_PRELUDE}log hello\n"))
+            .expect("entry");
+        let entry = payload.path().join("guest-entry.sh");
+        assert!(
+            fs::read_to_string(&entry)
+                .expect("entry")
+                .starts_with("#!/bin/bash\n")
+        );
+        assert_eq!(
+            fs::metadata(&entry).expect("entry").permissions().mode() & 0o777,
+            0o755
+        );
+        let src = payload.path().join("src");
+        fs::write(&src, "bin").expect("src");
+        payload.link("linked", &src).expect("link");
+        assert_eq!(
+            fs::read_to_string(payload.path().join("linked")).expect("linked"),
+            "bin"
+        );
+        payload.put("kubeconfig", b"apiVersion: v1\n").expect("put");
+        payload.signal("go").expect("signal");
+        let mut names: Vec<String> = fs::read_dir(payload.path())
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        // Renamed into place: no temporary name is left behind.
+        assert_eq!(
+            names,
+            ["go", "guest-entry.sh", "kubeconfig", "linked", "src"]
+        );
+    }
+}

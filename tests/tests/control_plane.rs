@@ -21,7 +21,6 @@ use k8s_openapi::{
         rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
     },
     apimachinery::pkg::{
-        api::resource::Quantity,
         apis::meta::v1::{LabelSelector, ObjectMeta, Time},
         util::intstr::IntOrString,
     },
@@ -35,6 +34,7 @@ use node_monitor_core::kubelet_layout::{QosClass, parse_cgroup_path};
 use node_monitor_tests::{
     cgroup::{MEMORY_V1, PIDS_V1, TestCgroups, UNIFIED, require_root},
     control_plane::{ControlPlane, ControlPlaneOptions},
+    pod::PodBuilder,
     standin::{StandIn, StandInConfig, decide::parse_bytes},
     wait::{self, must},
 };
@@ -91,45 +91,16 @@ fn workload_pod(
     args: &[&str],
     memory_limit: Option<&str>,
 ) -> Pod {
-    let mut limits = BTreeMap::new();
-    let mut requests = BTreeMap::new();
-    if let Some(l) = memory_limit {
-        limits.insert("memory".to_owned(), Quantity(l.to_owned()));
-        requests.insert("memory".to_owned(), Quantity("16Mi".to_owned()));
+    let pod = PodBuilder::new(name)
+        .labels(labels)
+        .image("nm-workload")
+        .command(std::iter::once(WORKLOAD).chain(args.iter().copied()))
+        .termination_grace(10);
+    match memory_limit {
+        Some(limit) => pod.memory("16Mi", Some(limit)),
+        None => pod.resources(ResourceRequirements::default()),
     }
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
-            ),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "main".to_owned(),
-                image: Some("nm-workload".to_owned()),
-                command: Some(
-                    std::iter::once(WORKLOAD)
-                        .chain(args.iter().copied())
-                        .map(str::to_owned)
-                        .collect(),
-                ),
-                resources: Some(ResourceRequirements {
-                    limits: (!limits.is_empty()).then_some(limits),
-                    requests: (!requests.is_empty()).then_some(requests),
-                    ..ResourceRequirements::default()
-                }),
-                ..Container::default()
-            }],
-            termination_grace_period_seconds: Some(10),
-            ..PodSpec::default()
-        }),
-        ..Pod::default()
-    }
+    .build()
 }
 
 /// Waits until the pod runs: phase Running, its container running. Returns the pod.
@@ -963,22 +934,13 @@ async fn agent_evictions_carry_their_grace_period_and_uid_precondition() {
     let cp = start_control_plane().await;
     let client = cp.client();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let pod = |name: &str| Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some("ghost".into()),
-            termination_grace_period_seconds: Some(30),
-            containers: vec![Container {
-                name: "c".into(),
-                image: Some("none".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
+    let pod = |name: &str| {
+        PodBuilder::new(name)
+            .node("ghost")
+            .termination_grace(30)
+            .container_name("c")
+            .image("none")
+            .build()
     };
     let actuator = Actuator::new(
         client.clone(),

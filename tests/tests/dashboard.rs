@@ -9,7 +9,10 @@ use std::{
 };
 
 use node_monitor::metrics::Metrics;
-use node_monitor_tests::e2e::{Agent, Cluster, PodBuilder, free_port, http_get};
+use node_monitor_tests::{
+    e2e::{Agent, Cluster, free_port, http_get},
+    pod::PodBuilder,
+};
 
 struct Prometheus(Child);
 
@@ -136,7 +139,7 @@ async fn every_panel_returns_data_from_a_real_prometheus() {
     let node = cluster.node.clone();
     cluster
         .create_pod(
-            PodBuilder::new("capped", &node, &["--hold", "64Mi"])
+            PodBuilder::workload("capped", &node, &["--hold", "64Mi"])
                 .memory("32Mi", Some("32Mi"))
                 .build(),
         )

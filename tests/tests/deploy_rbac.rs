@@ -7,7 +7,7 @@
 use k8s_openapi::{
     api::{
         authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
-        core::v1::{Container, Event, Node, Pod, PodSpec, Secret, ServiceAccount},
+        core::v1::{Event, Node, Pod, Secret, ServiceAccount},
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
     apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString},
@@ -28,6 +28,7 @@ use node_monitor_core::names::{CORDONED_ANNOTATION, SHUTDOWN_TAINT, SHUTTING_DOW
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions, error_chain},
     manifests,
+    pod::PodBuilder,
 };
 use serde_json::json;
 
@@ -73,24 +74,15 @@ async fn node(client: &Client, name: &str) {
 }
 
 async fn pod(client: &Client, ns: &str, name: &str, node: &str, sa: Option<&str>) -> Pod {
-    let p = Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(node.into()),
-            service_account_name: sa.map(Into::into),
-            containers: vec![Container {
-                name: "c".into(),
-                image: Some("x".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let mut p = PodBuilder::new(name)
+        .namespace(ns)
+        .node(node)
+        .container_name("c")
+        .image("x");
+    if let Some(sa) = sa {
+        p = p.service_account(sa);
+    }
+    let p = p.build();
     Api::<Pod>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &p)
         .await

@@ -4,7 +4,10 @@
 //! the API server's state. Root only; fails loudly when it cannot run.
 use std::time::{Duration, Instant};
 
-use node_monitor_tests::e2e::{Agent, Cluster, PodBuilder};
+use node_monitor_tests::{
+    e2e::{Agent, Cluster},
+    pod::PodBuilder,
+};
 
 const MI: u64 = 1 << 20;
 const NODE_MEMORY: u64 = 1024 * MI;
@@ -66,7 +69,8 @@ async fn besteffort_climber_is_evicted_never_the_guaranteed_pod() {
     let node = cluster.node.clone();
     running(
         &cluster,
-        PodBuilder::new("guaranteed", &node, &["--hold", "150Mi"]).memory("200Mi", Some("200Mi")),
+        PodBuilder::workload("guaranteed", &node, &["--hold", "150Mi"])
+            .memory("200Mi", Some("200Mi")),
     )
     .await;
     running(
@@ -199,17 +203,17 @@ async fn ranking_exceeds_request_then_priority() {
     let node = cluster.node.clone();
     running(
         &cluster,
-        PodBuilder::new("over", &node, &["--hold", "150Mi"]).memory("50Mi", None),
+        PodBuilder::workload("over", &node, &["--hold", "150Mi"]).memory("50Mi", None),
     )
     .await;
     running(
         &cluster,
-        PodBuilder::new("under", &node, &["--hold", "100Mi"]).memory("400Mi", None),
+        PodBuilder::workload("under", &node, &["--hold", "100Mi"]).memory("400Mi", None),
     )
     .await;
     running(
         &cluster,
-        PodBuilder::new("filler", &node, &["--hold", "400Mi"]).memory("450Mi", Some("450Mi")),
+        PodBuilder::workload("filler", &node, &["--hold", "400Mi"]).memory("450Mi", Some("450Mi")),
     )
     .await;
 
@@ -228,12 +232,12 @@ async fn ranking_exceeds_request_then_priority() {
     // Both new pods exceed their requests; priority decides, not usage.
     running(
         &cluster,
-        PodBuilder::new("low-prio", &node, &["--hold", "60Mi"]).memory("10Mi", None),
+        PodBuilder::workload("low-prio", &node, &["--hold", "60Mi"]).memory("10Mi", None),
     )
     .await;
     running(
         &cluster,
-        PodBuilder::new("high-prio", &node, &["--hold", "110Mi"])
+        PodBuilder::workload("high-prio", &node, &["--hold", "110Mi"])
             .memory("10Mi", None)
             .priority_class("high"),
     )
@@ -267,12 +271,12 @@ async fn pdb_scenario(policy: &str) -> (Cluster, Agent) {
     let node = cluster.node.clone();
     running(
         &cluster,
-        PodBuilder::new("guarded", &node, &["--hold", "300Mi"]),
+        PodBuilder::workload("guarded", &node, &["--hold", "300Mi"]),
     )
     .await;
     running(
         &cluster,
-        PodBuilder::new("other", &node, &["--hold", "100Mi"]),
+        PodBuilder::workload("other", &node, &["--hold", "100Mi"]),
     )
     .await;
     cluster.create_pdb(NS, "guarded", 1).await.expect("pdb");
@@ -291,7 +295,7 @@ async fn pdb_scenario(policy: &str) -> (Cluster, Agent) {
     let (hold, limit) = (format!("{trigger}Mi"), format!("{}Mi", trigger + 32));
     running(
         &cluster,
-        PodBuilder::new("trigger", &node, &["--hold", &hold]).memory(&limit, Some(&limit)),
+        PodBuilder::workload("trigger", &node, &["--hold", &hold]).memory(&limit, Some(&limit)),
     )
     .await;
     (cluster, agent)
@@ -421,7 +425,7 @@ async fn dry_run_touches_nothing() {
     let node = cluster.node.clone();
     running(
         &cluster,
-        PodBuilder::new("hog", &node, &["--hold", "800Mi"]),
+        PodBuilder::workload("hog", &node, &["--hold", "800Mi"]),
     )
     .await;
     agent
@@ -467,7 +471,7 @@ async fn api_server_outage_mid_pressure_is_survived() {
     let node = cluster.node.clone();
     running(
         &cluster,
-        PodBuilder::new("steady", &node, &["--hold", "100Mi"]).memory("150Mi", Some("150Mi")),
+        PodBuilder::workload("steady", &node, &["--hold", "100Mi"]).memory("150Mi", Some("150Mi")),
     )
     .await;
     // Crosses 300Mi available a few seconds from now, and stops below the node's limit.

@@ -9,7 +9,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use k8s_openapi::{
     api::{
-        core::v1::{Container, Node, Pod, PodSpec},
+        core::v1::{Node, Pod},
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
     apimachinery::pkg::{
@@ -31,6 +31,7 @@ use node_monitor::{
 use node_monitor_core::config::PdbPolicy;
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
+    pod::PodBuilder,
     wait::must,
 };
 use serde_json::json;
@@ -70,23 +71,12 @@ fn hard(pod: &Pod) -> EvictionRequest {
 
 /// A pod bound to the ghost node, Running and Ready (written by the test, as a kubelet would).
 async fn running_pod(pods: &Api<Pod>, name: &str, app: &str) -> Pod {
-    let pod = Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(BTreeMap::from([("app".to_owned(), app.to_owned())])),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(NODE.into()),
-            containers: vec![Container {
-                name: "c".into(),
-                image: Some("none".into()),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        ..Pod::default()
-    };
+    let pod = PodBuilder::new(name)
+        .label("app", app)
+        .node(NODE)
+        .container_name("c")
+        .image("none")
+        .build();
     must(
         pods.create(&PostParams::default(), &pod).await,
         &format!("create pod {name}"),

@@ -25,12 +25,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::{
-    api::{
-        apps::v1::DaemonSet,
-        core::v1::{Container, Event, Node, Pod, PodSpec, ResourceRequirements},
-    },
-    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{Event, Node, Pod},
 };
 use kube::{
     Api, Client,
@@ -38,8 +35,9 @@ use kube::{
 };
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
-    e2e::{binary, sum_samples},
-    manifests,
+    e2e::binary,
+    manifests, metrics,
+    pod::PodBuilder,
     real_node::{NODE, RealNode, RealNodeOptions, WORKLOAD_IMAGE, node_binaries},
 };
 use serde_json::Value;
@@ -87,46 +85,24 @@ where
     }
 }
 
-fn quantity(v: &str) -> Quantity {
-    Quantity(v.to_owned())
+/// A pod on the node running the workload image with `command`, never restarted.
+fn workload(name: &str, command: &[&str]) -> PodBuilder {
+    PodBuilder::new(name)
+        .namespace(NS)
+        .termination_grace(5)
+        .restart_policy("Never")
+        .image(WORKLOAD_IMAGE)
+        .command(command)
 }
 
-/// A pod on the node running the workload image with `args`; `memory` is (request, limit), with
-/// an equal CPU request and limit when both are equal (Guaranteed).
+/// A [`workload`] pod; `memory` is (request, limit), Guaranteed when both are equal.
 fn pod(name: &str, command: &[&str], memory: Option<(&str, &str)>) -> Pod {
-    let resources = memory.map(|(request, limit)| {
-        let mut requests = BTreeMap::from([("memory".to_owned(), quantity(request))]);
-        let mut limits = BTreeMap::from([("memory".to_owned(), quantity(limit))]);
-        if request == limit {
-            requests.insert("cpu".to_owned(), quantity("100m"));
-            limits.insert("cpu".to_owned(), quantity("100m"));
-        }
-        ResourceRequirements {
-            requests: Some(requests),
-            limits: Some(limits),
-            ..Default::default()
-        }
-    });
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            termination_grace_period_seconds: Some(5),
-            restart_policy: Some("Never".into()),
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some(WORKLOAD_IMAGE.into()),
-                command: Some(command.iter().map(|s| (*s).to_owned()).collect()),
-                resources,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
+    let pod = workload(name, command);
+    match memory {
+        Some((request, limit)) => pod.memory(request, Some(limit)),
+        None => pod,
     }
+    .build()
 }
 
 async fn create_running(client: &Client, node: &RealNode, p: Pod) -> Pod {
@@ -254,10 +230,6 @@ async fn agent_pod(client: &Client) -> Option<Pod> {
     })
 }
 
-fn metric(text: &str, family: &str, labels: &[(&str, &str)]) -> f64 {
-    sum_samples(text, family, labels) + 0.0
-}
-
 fn num(v: &Value, path: &[&str]) -> f64 {
     let mut cur = v;
     for p in path {
@@ -282,7 +254,7 @@ struct Pair {
 fn signal_pairs(summary: &Value, metrics: &str) -> Vec<(&'static str, Pair)> {
     let n = &summary["node"];
     let agent = |s: &str| {
-        metric(
+        metrics::sum(
             metrics,
             "node_monitor_signal_available",
             &[("eviction_signal", s)],
@@ -473,7 +445,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     let first = scrape(&mut node, &agent_ip, "metrics-start.txt").await;
     // As shipped, with no --kubepods-cgroup: the systemd driver's slice is found by itself.
     assert_eq!(
-        metric(
+        metrics::sum(
             &first,
             "node_monitor_kubepods_layout",
             &[
@@ -516,7 +488,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     // Debian's kernel (perf_event_paranoid 3 by default) allows only to CAP_SYS_ADMIN: then they
     // must be reported failed, with the reason an operator can act on.
     let attached = |p: &str| {
-        metric(
+        metrics::sum(
             &first,
             "node_monitor_ebpf_program_state",
             &[("program", p), ("state", "attached")],
@@ -688,13 +660,13 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     for _ in 0..60 {
         metrics = scrape(&mut node, &agent_ip, "metrics-oom.txt").await;
         let labels = [("scope", "pod"), ("namespace", NS), ("pod", "oom-victim")];
-        if metric(&metrics, "node_monitor_oom_kills_total", &labels) >= 1.0 {
+        if metrics::sum(&metrics, "node_monitor_oom_kills_total", &labels) >= 1.0 {
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     assert!(
-        metric(
+        metrics::sum(
             &metrics,
             "node_monitor_oom_kills_total",
             &[("scope", "pod"), ("namespace", NS), ("pod", "oom-victim")]
@@ -822,7 +794,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     );
     let final_metrics = scrape(&mut node, &agent_ip, "metrics-final.txt").await;
     assert_eq!(
-        metric(
+        metrics::sum(
             &final_metrics,
             "node_monitor_evictions_total",
             &[
@@ -942,12 +914,12 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
         )
         .await
         .expect("create PriorityClass nm-low");
-    let mut low = pod(
+    let low = workload(
         "low-steady",
         &["/usr/local/bin/nm-workload", "--hold", "200Mi"],
-        None,
-    );
-    low.spec.as_mut().expect("spec").priority_class_name = Some("nm-low".into());
+    )
+    .priority_class("nm-low")
+    .build();
     create_running(&client, &node, low).await;
     create_running(
         &client,
@@ -959,7 +931,7 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
         ),
     )
     .await;
-    let mut climber = pod(
+    let climber = workload(
         "climber",
         &[
             "/usr/local/bin/nm-workload",
@@ -970,13 +942,10 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
             "--interval",
             "1s",
         ],
-        None,
-    );
+    )
     // Burstable: a request and no limit.
-    climber.spec.as_mut().expect("spec").containers[0].resources = Some(ResourceRequirements {
-        requests: Some(BTreeMap::from([("memory".to_owned(), quantity("64Mi"))])),
-        ..Default::default()
-    });
+    .memory("64Mi", None)
+    .build();
     let started = Instant::now();
     create_running(&client, &node, climber).await;
 

@@ -34,8 +34,8 @@ use node_monitor_core::remediation::{OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE}
 use node_monitor_tests::{
     cgroup::{TestCgroups, require_root},
     control_plane::{ControlPlane, ControlPlaneOptions, error_chain},
-    e2e::{binary, free_port, http_get, sum_samples},
-    manifests,
+    e2e::{binary, free_port, http_get},
+    manifests, metrics,
     standin::{StandIn, StandInConfig},
     wait::{self, must},
     workload::{self, APPS, ZONE_LABEL},
@@ -172,7 +172,7 @@ impl Remediate {
         let text = http_get(self.port, "/metrics")
             .await
             .unwrap_or_else(|e| panic!("scrape remediate's /metrics: {e:#}\n{}", self.tail()));
-        sum_samples(&text, family, labels)
+        metrics::sum(&text, family, labels)
     }
 
     /// The value of an unlabelled metric (the sum over its label sets).

@@ -14,6 +14,7 @@ use std::{
 use node_monitor_tests::{
     cgroup::{TestCgroups, require_root},
     control_plane::{ControlPlane, ControlPlaneOptions},
+    pod::PodBuilder,
 };
 use serde_json::Value;
 
@@ -222,8 +223,8 @@ fn trace_json_reports_a_real_oom_kill_with_its_pod() {
 
 #[test]
 fn trace_names_the_pod_through_the_api() {
-    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-    use kube::api::{Api, ObjectMeta, PostParams};
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
 
     require_root("node-monitor trace");
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -237,22 +238,11 @@ fn trace_names_the_pod_through_the_api() {
     // A pod bound to a node name; nothing runs it: its UID names the test cgroup.
     let node = "nm-trace-node";
     let pods: Api<Pod> = Api::namespaced(cp.client(), "default");
-    let pod = Pod {
-        metadata: ObjectMeta {
-            name: Some("memhog".into()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(node.into()),
-            containers: vec![Container {
-                name: "hog".into(),
-                image: Some("registry.invalid/memhog:1".into()),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        ..Pod::default()
-    };
+    let pod = PodBuilder::new("memhog")
+        .node(node)
+        .container_name("hog")
+        .image("registry.invalid/memhog:1")
+        .build();
     let created = rt
         .block_on(pods.create(&PostParams::default(), &pod))
         .unwrap_or_else(|e| panic!("creating the pod: {e}"));

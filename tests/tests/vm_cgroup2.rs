@@ -21,24 +21,19 @@
 //! binaries are missing. Timings are printed on stderr for docs/benchmarks.md ("Guest VM tier").
 use std::{
     collections::BTreeMap,
-    fs,
-    os::unix::fs::PermissionsExt as _,
-    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
-use k8s_openapi::{
-    api::core::v1::{Container, Event, Node, Pod, PodSpec, ResourceRequirements},
-    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
-};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::{
     Api, Client,
     api::{ListParams, PostParams},
 };
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
-    e2e::{binary, sum_samples},
-    vm::{GuestOptions, GuestRun, run_guest, tail},
+    metrics::{self, has_series},
+    pod::PodBuilder,
+    vm::{ENTRY_PRELUDE, Guest, GuestOptions, GuestRun, Payload, report, run_guest},
 };
 use serde_json::Value;
 
@@ -50,14 +45,9 @@ const NODE_MEMORY_MI: u64 = 700;
 const THRESHOLD_MI: u64 = 350;
 const MI: f64 = 1024.0 * 1024.0;
 
-/// The start of both guest scripts: shell helpers, and what every run records.
-const COMMON: &str = r#"#!/bin/bash
-set -u
-exec >/mnt/out/entry.log 2>&1
-log() { echo "$(date +%s.%N) $*"; }
-uptime_s() { cut -d' ' -f1 /proc/uptime; }
-wait_for() { while [ ! -e "$1" ]; do sleep 0.2; done; }
-# Waits up to $1 seconds for the command that follows; false on timeout.
+/// The start of both guest scripts after [`ENTRY_PRELUDE`]: shell helpers, and what every run
+/// records.
+const COMMON: &str = r#"# Waits up to $1 seconds for the command that follows; false on timeout.
 within() { local n=$(( $1 * 5 )); shift; for _ in $(seq "$n"); do "$@" && return 0; sleep 0.2; done; return 1; }
 log "entry started; uptime $(uptime_s)"
 uname -r > /mnt/out/uname
@@ -176,144 +166,62 @@ fn pressure_config() -> String {
     format!("evictionHard:\n  memory.available: {THRESHOLD_MI}Mi\n")
 }
 
-/// The guest's payload directory: binaries (hard links into target/ when on the same file
-/// system), the agent's config, the entry script. The host drops flag files into it to step the
-/// guest along, and hands the kubeconfig over last.
-struct Payload {
-    dir: tempfile::TempDir,
+/// The guest's payload: binaries (hard links into target/ when on the same file system), the
+/// agent's config, the entry script. The host drops flag files into it to step the guest along,
+/// and hands the kubeconfig over last.
+fn payload(bins: &[&str], config: &str, script: &str) -> Payload {
+    let payload = Payload::new("nm-vm-cgroup2").expect("payload dir");
+    payload.link_binaries(bins).expect("binaries");
+    payload.write("config.yaml", config).expect("config");
+    payload
+        .entry(&format!("{ENTRY_PRELUDE}{COMMON}{script}"))
+        .expect("entry script");
+    payload
 }
 
-impl Payload {
-    fn new(bins: &[&str], config: &str, script: &str) -> Payload {
-        let dir = tempfile::Builder::new()
-            .prefix("nm-vm-cgroup2")
-            .tempdir()
-            .expect("payload dir");
-        for bin in bins {
-            let src = binary(bin);
-            let dst = dir.path().join(bin);
-            if fs::hard_link(&src, &dst).is_err() {
-                fs::copy(&src, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
-            }
-        }
-        fs::write(dir.path().join("config.yaml"), config).expect("config");
-        let entry = dir.path().join("guest-entry.sh");
-        fs::write(&entry, format!("{COMMON}{script}")).expect("entry script");
-        fs::set_permissions(&entry, fs::Permissions::from_mode(0o755)).expect("chmod entry");
-        Payload { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Renamed into place: the guest waits for the name and must never read half a file.
-    fn kubeconfig(&self, cp: &ControlPlane) {
-        let tmp = self.dir.path().join(".kubeconfig");
-        fs::copy(cp.guest_kubeconfig_path(), &tmp).expect("kubeconfig");
-        fs::rename(&tmp, self.dir.path().join("kubeconfig")).expect("kubeconfig into place");
-    }
-
-    fn signal(&self, flag: &str) {
-        fs::write(self.dir.path().join(flag), "").expect("flag file");
-    }
+/// Boots the guest with `memory_mib`.
+fn boot(payload: &Payload, memory_mib: u32) -> Guest {
+    Guest::boot(
+        payload.path(),
+        GuestOptions {
+            memory_mib,
+            // Bounds the whole run under TCG: boot, control plane, pods, pressure.
+            timeout: Duration::from_secs(600),
+            ..Default::default()
+        },
+    )
 }
 
-/// The guest, booting in a thread while the test talks to the API.
-struct Guest {
-    handle: std::thread::JoinHandle<anyhow::Result<GuestRun>>,
-    started: Instant,
-}
+/// The guest's files a failure message shows.
+const REPORT_FILES: &[&str] = &["entry.log", "agent.log", "standin.log", "trace.stderr"];
 
-impl Guest {
-    fn boot(payload: &Payload, memory_mib: u32) -> Guest {
-        let path: PathBuf = payload.path().to_owned();
-        let started = Instant::now();
-        let handle = std::thread::spawn(move || {
-            run_guest(
-                &path,
-                &GuestOptions {
-                    memory_mib,
-                    // Bounds the whole run under TCG: boot, control plane, pods, pressure.
-                    timeout: Duration::from_secs(600),
-                    ..Default::default()
-                },
-            )
-        });
-        Guest { handle, started }
-    }
-
-    fn running(&self) -> bool {
-        !self.handle.is_finished()
-    }
-
-    async fn finish(self) -> GuestRun {
-        let handle = self.handle;
-        tokio::task::spawn_blocking(move || handle.join())
-            .await
-            .expect("join task")
-            .expect("guest thread")
-            .unwrap_or_else(|e| panic!("guest run failed: {e:#}"))
-    }
-}
-
-fn guest_report(run: &GuestRun) -> String {
-    let mut out = String::new();
-    for f in ["entry.log", "agent.log", "standin.log", "trace.stderr"] {
-        if let Ok(text) = run.read_out(f) {
-            out.push_str(&format!("--- {f}:\n{}\n", tail(&text, 60)));
-        }
-    }
-    out.push_str(&format!("--- console:\n{}\n", tail(&run.console, 40)));
-    out
+/// Waits for the guest to power off.
+async fn finish(guest: Guest) -> GuestRun {
+    guest
+        .finish()
+        .await
+        .unwrap_or_else(|e| panic!("guest run failed: {e:#}"))
 }
 
 /// The guest ends only when the host tells it to: an early end is a failure, with its files.
 async fn fail_with_guest(guest: Guest, what: &str) -> ! {
-    let run = guest.finish().await;
-    panic!("{what}\n{}", guest_report(&run));
+    guest.fail(what, REPORT_FILES).await
 }
 
-fn quantity(v: &str) -> Quantity {
-    Quantity(v.to_owned())
-}
-
-/// A pod on the guest node running `command`; `memory` is (request, limit), with a matching CPU
-/// request and limit when both are equal (a Guaranteed pod).
+/// A pod on the guest node running `command`; `memory` is (request, limit), Guaranteed when both
+/// are equal.
 fn pod(name: &str, command: &[&str], memory: Option<(&str, &str)>) -> Pod {
-    let resources = memory.map(|(request, limit)| {
-        let mut requests = BTreeMap::from([("memory".to_owned(), quantity(request))]);
-        let mut limits = BTreeMap::from([("memory".to_owned(), quantity(limit))]);
-        if request == limit {
-            requests.insert("cpu".to_owned(), quantity("100m"));
-            limits.insert("cpu".to_owned(), quantity("100m"));
-        }
-        ResourceRequirements {
-            requests: Some(requests),
-            limits: Some(limits),
-            ..Default::default()
-        }
-    });
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(NODE.into()),
-            termination_grace_period_seconds: Some(5),
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some("nm-workload".into()),
-                command: Some(command.iter().map(|s| (*s).to_owned()).collect()),
-                resources,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
+    let pod = PodBuilder::new(name)
+        .namespace(NS)
+        .node(NODE)
+        .termination_grace(5)
+        .image("nm-workload")
+        .command(command);
+    match memory {
+        Some((request, limit)) => pod.memory(request, Some(limit)),
+        None => pod,
     }
+    .build()
 }
 
 /// Creates the pod and waits until it runs; returns its UID.
@@ -361,25 +269,10 @@ fn agent_condition(n: &Node) -> Option<String> {
         .map(|c| c.status.clone())
 }
 
-/// Samples of `family` whose labels include every pair, from a text exposition.
-fn metric(text: &str, family: &str, labels: &[(&str, &str)]) -> f64 {
-    // An empty sum is -0.0; printed figures read better as 0.
-    sum_samples(text, family, labels) + 0.0
-}
-
-fn has_series(text: &str, family: &str, labels: &[(&str, &str)]) -> bool {
-    text.lines().any(|l| {
-        l.starts_with(&format!("{family}{{"))
-            && labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
     let script = PRESSURE_SCRIPT.replace("@NODE_MEMORY@", &NODE_MEMORY_MI.to_string());
-    let payload = Payload::new(
+    let payload = payload(
         &[
             "node-monitor",
             "nm-kubelet-standin",
@@ -391,12 +284,12 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
     );
     // The node cgroup (700 MiB) fits in the guest with room for the system, the stand-in and
     // the agent outside it.
-    let guest = Guest::boot(&payload, 1536);
+    let guest = boot(&payload, 1536);
     let cp = ControlPlane::start(ControlPlaneOptions::default())
         .await
         .expect("control plane");
     let client = cp.client();
-    payload.kubeconfig(&cp);
+    payload.kubeconfig(&cp).expect("kubeconfig");
 
     // The agent decides and publishes its conditions once its first pass ran.
     let nodes: Api<Node> = Api::all(client.clone());
@@ -486,11 +379,11 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
             fail_with_guest(guest, "the guest ended before the climber was evicted").await;
         }
         if Instant::now() > deadline {
-            payload.signal("go-finish");
-            let run = guest.finish().await;
+            payload.signal("go-finish").expect("flag file");
+            let run = finish(guest).await;
             panic!(
                 "the climber was not evicted within 240 s\n{}",
-                guest_report(&run)
+                report(&run, REPORT_FILES)
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -511,9 +404,9 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
         })
         .collect();
 
-    payload.signal("go-finish");
-    let run = guest.finish().await;
-    let report = guest_report(&run);
+    payload.signal("go-finish").expect("flag file");
+    let run = finish(guest).await;
+    let report = report(&run, REPORT_FILES);
 
     // --- The API: the climber evicted with the kubelet's wording, the others untouched.
     assert!(guaranteed_live, "the Guaranteed pod must stay\n{report}");
@@ -581,18 +474,18 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
     let ma = [("eviction_signal", "memory.available")];
     // The signal comes from the cgroup v2 files: capacity is the node cgroup's memory.max.
     assert_eq!(
-        metric(&m, "node_monitor_signal_capacity", &ma),
+        metrics::sum(&m, "node_monitor_signal_capacity", &ma),
         (NODE_MEMORY_MI << 20) as f64,
         "memory.available capacity from memory.max"
     );
     assert!(has_series(&m, "node_monitor_signal_available", &ma), "{m}");
-    let available = metric(&m, "node_monitor_signal_available", &ma);
+    let available = metrics::sum(&m, "node_monitor_signal_available", &ma);
     assert!(
         available > 0.0 && available < (NODE_MEMORY_MI << 20) as f64,
         "memory.available {available}"
     );
     assert!(
-        metric(
+        metrics::sum(
             &m,
             "node_monitor_evictions_total",
             &[
@@ -607,7 +500,7 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
     // degradation.
     for source in ["memory_events", "psi", "kernel"] {
         assert_eq!(
-            metric(
+            metrics::sum(
                 &m,
                 "node_monitor_wakeup_source_state",
                 &[("source", source), ("state", "active")]
@@ -618,7 +511,7 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
     }
     for source in ["memcg_threshold", "memcg_oom"] {
         assert_eq!(
-            metric(
+            metrics::sum(
                 &m,
                 "node_monitor_wakeup_source_state",
                 &[("source", source), ("state", "not_applicable")]
@@ -633,14 +526,15 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
         head.lines().next().is_some_and(|l| l.contains(" 200 ")) && body == "ok",
         "a cgroup v2 node with every probe attached is ready and not degraded: {readyz:?}\n{report}"
     );
-    assert_eq!(metric(&m, "node_monitor_degraded", &[]), 0.0, "{m}");
+    assert_eq!(metrics::sum(&m, "node_monitor_degraded", &[]), 0.0, "{m}");
     // memory.events must have woken the agent: the pod's charges past its limit raise `max`,
     // `oom` and `oom_kill` in the pod's memcg and, memory.events being hierarchical on cgroup v2
     // (`memcg_memory_event()` in mm/memcontrol.c walks up to the root unless the hierarchy is
     // mounted with memory_localevents), in the node cgroup's file the agent watches. The eBPF
     // OOM event must have woken it too. PSI is not asserted: a stall of 150 ms in the 2 s window
     // depends on how long reclaim takes, which nothing here forces.
-    let wakeups = |source: &str| metric(&m, "node_monitor_wakeups_total", &[("source", source)]);
+    let wakeups =
+        |source: &str| metrics::sum(&m, "node_monitor_wakeups_total", &[("source", source)]);
     assert!(
         wakeups("memory_events") >= 1.0,
         "no memory.events wake-up\n{m}\n{report}"
@@ -659,7 +553,7 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
     // The kernel OOM kill, attributed to its pod through the systemd layout (cgroup id → path
     // under kubepods.slice → pod UID → namespace/name from the agent's pod cache).
     assert_eq!(
-        metric(
+        metrics::sum(
             &m,
             "node_monitor_oom_kills_total",
             &[("scope", "pod"), ("namespace", NS), ("pod", "oom-victim")]
@@ -668,11 +562,11 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
         "the OOM kill attributed to default/oom-victim\n{m}\n{report}"
     );
     assert_eq!(
-        metric(
+        metrics::sum(
             &m,
             "node_monitor_ebpf_program_state",
             &[("program", "oom_victim_raw"), ("state", "attached")]
-        ) + metric(
+        ) + metrics::sum(
             &m,
             "node_monitor_ebpf_program_state",
             &[("program", "oom_victim_tp"), ("state", "attached")]
@@ -758,7 +652,7 @@ fn ebpf_programs_load_and_report_an_oom_on_the_guest_kernel() {
     let script = TRACE_SCRIPT
         .replace("@UID_@", &uid.replace('-', "_"))
         .replace("@CID@", &cid);
-    let payload = Payload::new(&["node-monitor", "nm-memhog"], "", &script);
+    let payload = payload(&["node-monitor", "nm-memhog"], "", &script);
     let run = run_guest(
         payload.path(),
         &GuestOptions {
@@ -767,7 +661,7 @@ fn ebpf_programs_load_and_report_an_oom_on_the_guest_kernel() {
         },
     )
     .unwrap_or_else(|e| panic!("guest run failed: {e:#}"));
-    let report = guest_report(&run);
+    let report = report(&run, REPORT_FILES);
     let read = |f: &str| {
         run.read_out(f)
             .unwrap_or_else(|e| panic!("{e}\n{report}"))

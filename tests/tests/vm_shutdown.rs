@@ -28,15 +28,13 @@
 //! missing. Timings are reported on stderr for docs/benchmarks.md ("Graceful shutdown").
 use std::{
     collections::BTreeMap,
-    fs,
-    path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use k8s_openapi::{
     api::{
-        core::v1::{Container, Node, Pod, PodSpec},
+        core::v1::{Node, Pod},
         scheduling::v1::PriorityClass,
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -47,8 +45,8 @@ use kube::{
 };
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
-    e2e::binary,
-    vm::{GuestOptions, GuestRun, run_guest, tail},
+    pod::PodBuilder,
+    vm::{ENTRY_PRELUDE, Guest, GuestOptions, GuestRun, Payload, report},
 };
 
 const NODE: &str = "vm-node";
@@ -64,14 +62,9 @@ const GROUPS: [(&str, i32, &[&str]); 3] = [
     ("nm-high", 100_000, &["high-a"]),
 ];
 
-/// The shell functions every guest script starts with.
-const GUEST_PRELUDE: &str = r#"#!/bin/bash
-set -u
-exec >/mnt/out/entry.log 2>&1
-log() { echo "$(date +%s.%N) $*"; }
-uptime_s() { cut -d' ' -f1 /proc/uptime; }
-wait_for() { while [ ! -e "$1" ]; do sleep 0.2; done; }
-log "entry started; uptime $(uptime_s)"
+/// What every guest script runs after [`ENTRY_PRELUDE`] and `AGENT_FLAGS`: the stand-in and the
+/// agent.
+const GUEST_PRELUDE: &str = r#"log "entry started; uptime $(uptime_s)"
 # The host boots the guest while its control plane starts, and hands the kubeconfig over last.
 # A host that never does (its control plane failed) must not leave the guest running.
 for _ in $(seq 750); do [ -e /mnt/host/kubeconfig ] && break; sleep 0.2; done
@@ -183,104 +176,49 @@ nodeMonitor:
     lastGaspTimeout: 2s
 ";
 
-/// A payload directory: the binaries (hard links into target/, the same filesystem), the guest
-/// kubeconfig, the agent's config and the entry script. The host drops flag files into it to
-/// step the guest along.
-struct Payload {
-    dir: tempfile::TempDir,
+/// A payload: the binaries (hard links into target/, the same filesystem), the agent's config
+/// and the entry script; the host hands the guest kubeconfig over later, and drops flag files
+/// into it to step the guest along.
+fn payload(config: &str, script: &str, agent_flags: &str) -> Payload {
+    let payload = Payload::new("nm-vm-shutdown").expect("payload dir");
+    payload
+        .link_binaries(&["node-monitor", "nm-kubelet-standin"])
+        .expect("binaries");
+    payload.write("config.yaml", config).expect("config");
+    payload
+        .entry(&format!(
+            "{ENTRY_PRELUDE}AGENT_FLAGS='{agent_flags}'\n{GUEST_PRELUDE}{script}"
+        ))
+        .expect("entry script");
+    payload
 }
 
-impl Payload {
-    fn new(config: &str, script: &str, agent_flags: &str) -> Payload {
-        let dir = tempfile::Builder::new()
-            .prefix("nm-vm-shutdown")
-            .tempdir()
-            .expect("payload dir");
-        for bin in ["node-monitor", "nm-kubelet-standin"] {
-            let src = binary(bin);
-            let dst = dir.path().join(bin);
-            if fs::hard_link(&src, &dst).is_err() {
-                fs::copy(&src, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
-            }
-        }
-        fs::write(dir.path().join("config.yaml"), config).expect("config");
-        let entry = format!("AGENT_FLAGS='{agent_flags}'\n{GUEST_PRELUDE}{script}");
-        fs::write(dir.path().join("guest-entry.sh"), entry).expect("entry script");
-        Payload { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Hands the control plane's guest kubeconfig over (renamed into place: the guest waits for
-    /// the name and must never read half a file).
-    fn kubeconfig(&self, cp: &ControlPlane) {
-        let tmp = self.dir.path().join(".kubeconfig");
-        fs::copy(cp.guest_kubeconfig_path(), &tmp).expect("kubeconfig");
-        fs::rename(&tmp, self.dir.path().join("kubeconfig")).expect("kubeconfig into place");
-    }
-
-    fn signal(&self, flag: &str) {
-        fs::write(self.dir.path().join(flag), "").expect("flag file");
-    }
+fn boot(payload: &Payload) -> Guest {
+    Guest::boot(
+        payload.path(),
+        GuestOptions {
+            timeout: Duration::from_secs(300),
+            ..Default::default()
+        },
+    )
 }
 
-/// The guest, booting in a thread while the test talks to the API.
-struct Guest {
-    handle: std::thread::JoinHandle<anyhow::Result<GuestRun>>,
-    started: Instant,
-}
+/// The guest's files a failure message shows.
+const REPORT_FILES: &[&str] = &["entry.log", "agent.log", "standin.log"];
 
-impl Guest {
-    fn boot(payload: &Payload) -> Guest {
-        let path: PathBuf = payload.path().to_owned();
-        let started = Instant::now();
-        let handle = std::thread::spawn(move || {
-            run_guest(
-                &path,
-                &GuestOptions {
-                    timeout: Duration::from_secs(300),
-                    ..Default::default()
-                },
-            )
-        });
-        Guest { handle, started }
-    }
-
-    fn running(&self) -> bool {
-        !self.handle.is_finished()
-    }
-
-    /// Waits for qemu to exit; returns the run and when it ended.
-    async fn finish(self) -> (GuestRun, Instant) {
-        let handle = self.handle;
-        let run = tokio::task::spawn_blocking(move || handle.join())
-            .await
-            .expect("join task")
-            .expect("guest thread")
-            .unwrap_or_else(|e| panic!("guest run failed: {e:#}"));
-        (run, Instant::now())
-    }
+/// Waits for qemu to exit; returns the run and when it ended.
+async fn finish(guest: Guest) -> (GuestRun, Instant) {
+    let run = guest
+        .finish()
+        .await
+        .unwrap_or_else(|e| panic!("guest run failed: {e:#}"));
+    (run, Instant::now())
 }
 
 /// Panics with the guest's files when the guest is gone (it never stops on its own before the
 /// host signals it, so an early exit is a failure).
 async fn fail_with_guest(guest: Guest, what: &str) -> ! {
-    let (run, _) = guest.finish().await;
-    panic!("{what}\n{}", guest_report(&run));
-}
-
-fn guest_report(run: &GuestRun) -> String {
-    let mut out = String::new();
-    for f in ["entry.log", "agent.log", "standin.log"] {
-        out.push_str(&format!(
-            "--- {f}:\n{}\n",
-            tail(&run.read_out(f).unwrap_or_default(), 60)
-        ));
-    }
-    out.push_str(&format!("--- console:\n{}\n", tail(&run.console, 40)));
-    out
+    guest.fail(what, REPORT_FILES).await
 }
 
 async fn node(client: &Client) -> Option<Node> {
@@ -370,26 +308,14 @@ async fn create_priority_classes(client: &Client) {
 /// A pod on the guest node whose process takes `exit_delay` seconds to exit after SIGTERM.
 fn slow_pod(name: &str, class: &str, exit_delay: u64) -> Pod {
     let script = format!("trap 'sleep {exit_delay}; exit 0' TERM; while :; do sleep 0.2; done");
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(NODE.into()),
-            priority_class_name: Some(class.into()),
-            termination_grace_period_seconds: Some(30),
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some("bash".into()),
-                command: Some(vec!["/bin/bash".into(), "-c".into(), script]),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    PodBuilder::new(name)
+        .namespace(NS)
+        .node(NODE)
+        .priority_class(class)
+        .termination_grace(30)
+        .image("bash")
+        .command(["/bin/bash", "-c", &script])
+        .build()
 }
 
 async fn create_running(client: &Client, pods: Vec<Pod>, guest: Guest) -> Guest {
@@ -529,14 +455,14 @@ fn secs(d: Duration) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one() {
     // The guest boots while the control plane starts.
-    let payload = Payload::new(GRACEFUL_CONFIG, GRACEFUL_SCRIPT, "--no-ebpf --no-mlock");
-    let guest = Guest::boot(&payload);
+    let payload = payload(GRACEFUL_CONFIG, GRACEFUL_SCRIPT, "--no-ebpf --no-mlock");
+    let guest = boot(&payload);
     let cp = ControlPlane::start(ControlPlaneOptions::default())
         .await
         .expect("control plane");
     let client = cp.client();
     create_priority_classes(&client).await;
-    payload.kubeconfig(&cp);
+    payload.kubeconfig(&cp).expect("kubeconfig");
 
     // The agent holds its inhibitor and says so on the node.
     let guest = wait_node(
@@ -558,7 +484,7 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
     .await;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (cancel_seen, cancel_watch) = watch_api(client.clone(), vec!["canary".into()], stop_rx);
-    payload.signal("go-cancel");
+    payload.signal("go-cancel").expect("flag file");
     let guest = wait_node(
         &client,
         guest,
@@ -599,14 +525,14 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (seen, watcher) = watch_api(client.clone(), names.clone(), stop_rx);
     let shutdown_at = Instant::now();
-    payload.signal("go-shutdown");
-    let (run, exited) = guest.finish().await;
+    payload.signal("go-shutdown").expect("flag file");
+    let (run, exited) = finish(guest).await;
     // The API has nothing more to say once the guest is gone, but let the last poll land.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let _ = stop_tx.send(true);
     watcher.await.expect("watcher");
     let seen = seen.lock().expect("observations");
-    let report = guest_report(&run);
+    let report = report(&run, REPORT_FILES);
 
     // Cancellation, from the guest's side: the inhibitor was held again afterwards.
     let after_cancel = run.read_out("inhibitors-after-cancel").unwrap_or_default();
@@ -826,13 +752,13 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reboot_bypassing_the_inhibitor_is_reported_with_a_last_gasp() {
-    let payload = Payload::new(BYPASS_CONFIG, BYPASS_SCRIPT, "--no-mlock");
-    let guest = Guest::boot(&payload);
+    let payload = payload(BYPASS_CONFIG, BYPASS_SCRIPT, "--no-mlock");
+    let guest = boot(&payload);
     let cp = ControlPlane::start(ControlPlaneOptions::default())
         .await
         .expect("control plane");
     let client = cp.client();
-    payload.kubeconfig(&cp);
+    payload.kubeconfig(&cp).expect("kubeconfig");
     let guest = wait_node(
         &client,
         guest,
@@ -842,9 +768,9 @@ async fn reboot_bypassing_the_inhibitor_is_reported_with_a_last_gasp() {
     )
     .await;
     let reboot = Instant::now();
-    payload.signal("go-reboot");
-    let (run, exited) = guest.finish().await;
-    let report = guest_report(&run);
+    payload.signal("go-reboot").expect("flag file");
+    let (run, exited) = finish(guest).await;
+    let report = report(&run, REPORT_FILES);
     // The last gasp was sent before the machine went; give the API a moment to show it.
     let deadline = Instant::now() + Duration::from_secs(5);
     let gasp = loop {

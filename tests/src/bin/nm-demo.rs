@@ -7,7 +7,10 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context as _, Result};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use node_monitor_tests::e2e::{Agent, Cluster, PodBuilder};
+use node_monitor_tests::{
+    e2e::{Agent, Cluster},
+    pod::PodBuilder,
+};
 
 const MI: i64 = 1 << 20;
 const THRESHOLD_MI: i64 = 300;
@@ -48,17 +51,17 @@ async fn run(cluster: &Cluster) -> Result<()> {
     let node = cluster.node.clone();
     let pods = [
         (
-            PodBuilder::new("database", &node, &["--hold", "150Mi"])
+            PodBuilder::workload("database", &node, &["--hold", "150Mi"])
                 .memory("200Mi", Some("200Mi"))
                 .priority_class("business-critical"),
             "Guaranteed, priority 100000",
         ),
         (
-            PodBuilder::new("api", &node, &["--hold", "60Mi"]).memory("100Mi", None),
+            PodBuilder::workload("api", &node, &["--hold", "60Mi"]).memory("100Mi", None),
             "Burstable, under its request",
         ),
         (
-            PodBuilder::new("batch", &node, &["--hold", "40Mi"]),
+            PodBuilder::workload("batch", &node, &["--hold", "40Mi"]),
             "BestEffort, steady",
         ),
     ];
@@ -94,7 +97,7 @@ async fn run(cluster: &Cluster) -> Result<()> {
     );
     cluster
         .create_pod(
-            PodBuilder::new("capped", &node, &["--hold", "64Mi"])
+            PodBuilder::workload("capped", &node, &["--hold", "64Mi"])
                 .memory("32Mi", Some("32Mi"))
                 .build(),
         )

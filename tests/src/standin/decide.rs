@@ -12,6 +12,12 @@ use node_monitor_core::kubelet_layout::{CgroupDriver, QosClass};
 /// Grammar from `apimachinery/pkg/api/resource/quantity.go`: a decimal number, then a binary
 /// suffix (`Ki`…`Ei`), a decimal SI suffix (`n u m k M G T P E`) or an exponent (`e3`, `E-2`).
 /// Negative quantities are rejected: nothing here (requests, limits, capacities) may be negative.
+///
+/// The stand-in parses quantities itself on purpose, rather than with the product's
+/// `node_monitor_core::quantity::Quantity`: it models the kubelet independently of the agent it
+/// tests, so that a bug in the product's parser (a misread suffix, exponent or fraction) makes the
+/// agent's requests, QoS classes and ranks disagree with the cgroup limits, QoS and
+/// `oom_score_adj` the stand-in applies, and a tier fails, instead of both sides sharing the bug.
 pub fn parse_quantity_milli(s: &str) -> Option<i128> {
     let s = s.trim();
     let s = s.strip_prefix('+').unwrap_or(s);

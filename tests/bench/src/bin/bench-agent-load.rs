@@ -10,7 +10,8 @@ use anyhow::{Context as _, Result};
 use clap::Parser;
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
-    e2e::{Agent, Cluster, PodBuilder},
+    e2e::{Agent, Cluster},
+    pod::PodBuilder,
     standin::{StandIn, StandInConfig},
 };
 
@@ -66,7 +67,8 @@ async fn main() -> Result<()> {
 async fn run(cluster: &Cluster, args: &Args) -> Result<()> {
     let started = Instant::now();
     for i in 0..args.pods {
-        let pod = PodBuilder::new(&format!("p{i:03}"), &cluster.node, &["--hold", "1Mi"]).build();
+        let pod =
+            PodBuilder::workload(&format!("p{i:03}"), &cluster.node, &["--hold", "1Mi"]).build();
         cluster.create_pod(pod).await?;
     }
     for i in 0..args.pods {

@@ -21,7 +21,8 @@ use clap::Parser;
 use k8s_openapi::jiff::Timestamp;
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
-    e2e::{Agent, Cluster, PodBuilder},
+    e2e::{Agent, Cluster},
+    pod::PodBuilder,
     standin::{StandIn, StandInConfig},
 };
 
@@ -181,7 +182,7 @@ async fn one_run(
             None
         })
     };
-    let pod = PodBuilder::new(
+    let pod = PodBuilder::workload(
         name,
         &cluster.node,
         &[

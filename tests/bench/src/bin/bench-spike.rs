@@ -45,10 +45,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
-use k8s_openapi::{
-    api::core::v1::{Container, Event, Pod, PodSpec, ResourceRequirements},
-    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
-};
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::{
     Api, Client,
     api::{DeleteParams, ListParams, PostParams},
@@ -56,7 +53,8 @@ use kube::{
 use node_monitor_tests::{
     cgroup::require_root,
     control_plane::{ControlPlane, ControlPlaneOptions},
-    vm::{GuestOptions, GuestRun, run_guest},
+    pod::PodBuilder,
+    vm::{ENTRY_PRELUDE, Guest, GuestOptions, GuestRun, Payload},
 };
 use tokio::{
     io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines},
@@ -456,7 +454,7 @@ async fn boot(c: Contender, args: &Args, bins: &Path, logs: &Path) -> BootResult
         baseline: BTreeMap::new(),
         error: None,
     };
-    let payload = match tempfile::Builder::new().prefix("nm-spike").tempdir() {
+    let payload = match Payload::new("nm-spike") {
         Ok(d) => d,
         Err(e) => {
             out.error = Some(format!("payload directory: {e}"));
@@ -472,7 +470,7 @@ async fn boot(c: Contender, args: &Args, bins: &Path, logs: &Path) -> BootResult
     };
     let result = async {
         let port = listener.local_addr()?.port();
-        write_payload(payload.path(), c, bins, port)?;
+        write_payload(&payload, c, bins, port)?;
         // A generous cap: the boot, then every run at its own timeout plus the settling.
         let ramp_to = u64::from(args.memory_mib) + 512;
         let cap: u64 = args
@@ -493,28 +491,21 @@ async fn boot(c: Contender, args: &Args, bins: &Path, logs: &Path) -> BootResult
             cmdline: String::new(),
             timeout: Duration::from_secs(cap),
         };
-        let path = payload.path().to_owned();
-        let guest = std::thread::spawn(move || run_guest(&path, &opts));
+        let guest = Guest::boot(payload.path(), opts);
         let cp = ControlPlane::start(ControlPlaneOptions::default())
             .await
             .context("control plane")?;
-        let tmp = payload.path().join(".kubeconfig");
-        fs::copy(cp.guest_kubeconfig_path(), &tmp).context("guest kubeconfig")?;
-        fs::rename(&tmp, payload.path().join("kubeconfig")).context("kubeconfig into place")?;
+        payload.kubeconfig(&cp)?;
         let driven = drive(c, args, &cp.client(), &listener, &guest, &mut out).await;
         if let Err(e) = &driven {
             out.error = Some(format!("{e:#}"));
             // The guest may be wedged or waiting for a host that gave up: do not sit out its cap.
-            if !guest.is_finished() {
+            if !!guest.running() {
                 kill_guest(payload.path());
             }
         }
         // The guest powers off after `quit` (or on its own cap); its logs are kept either way.
-        let run = tokio::task::spawn_blocking(move || guest.join())
-            .await
-            .context("join the guest thread")?
-            .map_err(|_| anyhow::anyhow!("the guest thread panicked"))?;
-        match run {
+        match guest.finish().await {
             Ok(run) => keep_logs(&run, logs),
             Err(e) => {
                 out.error.get_or_insert_with(|| format!("guest: {e:#}"));
@@ -585,16 +576,13 @@ fn keep_logs(run: &GuestRun, dir: &Path) {
 
 /// Binaries (hard links when the filesystem allows), the agent's configuration and the guest
 /// script.
-fn write_payload(dir: &Path, c: Contender, bins: &Path, port: u16) -> Result<()> {
+fn write_payload(payload: &Payload, c: Contender, bins: &Path, port: u16) -> Result<()> {
     for b in GUEST_BINARIES {
-        let (src, dst) = (bins.join(b), dir.join(b));
-        if fs::hard_link(&src, &dst).is_err() {
-            fs::copy(&src, &dst).with_context(|| format!("copy {}", src.display()))?;
-        }
+        payload.link(b, &bins.join(b))?;
     }
     if let Some(t) = c.threshold_percent {
-        fs::write(
-            dir.join("config.yaml"),
+        payload.write(
+            "config.yaml",
             format!("evictionHard:\n  memory.available: \"{t}%\"\n"),
         )?;
     }
@@ -603,11 +591,10 @@ fn write_payload(dir: &Path, c: Contender, bins: &Path, port: u16) -> Result<()>
         _ => "",
     };
     let script = format!(
-        "#!/bin/bash\nCONTENDER={}\nREPORT_PORT={port}\nAGENT_FLAGS='{agent_flags}'\n{GUEST_SCRIPT}",
+        "{ENTRY_PRELUDE}CONTENDER={}\nREPORT_PORT={port}\nAGENT_FLAGS='{agent_flags}'\n{GUEST_SCRIPT}",
         c.kind.as_str()
     );
-    fs::write(dir.join("guest-entry.sh"), script)?;
-    Ok(())
+    payload.write("guest-entry.sh", script)
 }
 
 /// The line protocol with the guest: the host sends `baseline`, `begin <id>`, `end <id>`,
@@ -631,7 +618,7 @@ impl Channel {
         &mut self,
         word: &str,
         timeout: Duration,
-        guest: &std::thread::JoinHandle<Result<GuestRun>>,
+        guest: &Guest,
     ) -> Result<BTreeMap<String, String>> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -639,7 +626,7 @@ impl Channel {
             if left.is_zero() {
                 bail!("the guest did not answer {word:?} within {timeout:?}");
             }
-            if guest.is_finished() {
+            if !guest.running() {
                 bail!("the guest ended while the host waited for {word:?}");
             }
             let step = left.min(Duration::from_secs(2));
@@ -667,13 +654,13 @@ async fn drive(
     args: &Args,
     client: &Client,
     listener: &TcpListener,
-    guest: &std::thread::JoinHandle<Result<GuestRun>>,
+    guest: &Guest,
     out: &mut BootResult,
 ) -> Result<()> {
     // The guest connects once its contender is up (boot, stand-in, agent ready).
     let deadline = Instant::now() + Duration::from_secs(420);
     let stream = loop {
-        if guest.is_finished() {
+        if !guest.running() {
             bail!("the guest ended before it connected");
         }
         if Instant::now() > deadline {
@@ -751,7 +738,7 @@ async fn one_run(
     pods: &Api<Pod>,
     client: &Client,
     ch: &mut Channel,
-    guest: &std::thread::JoinHandle<Result<GuestRun>>,
+    guest: &Guest,
     g_uid: &str,
 ) -> Result<Row> {
     let name = format!("ramp-{id}");
@@ -842,62 +829,33 @@ fn field<T: std::str::FromStr>(m: &BTreeMap<String, String>, k: &str) -> Result<
         .map_err(|_| anyhow::anyhow!("the guest reported {k}={v:?}, not a number"))
 }
 
-fn workload_pod(name: &str, args: &[String]) -> Pod {
-    let mut command = vec!["/mnt/host/nm-workload".to_owned()];
-    command.extend(args.iter().cloned());
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(NODE.into()),
-            termination_grace_period_seconds: Some(5),
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some("nm-workload".into()),
-                command: Some(command),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+fn workload_pod(name: &str, args: &[String]) -> PodBuilder {
+    PodBuilder::new(name)
+        .namespace(NS)
+        .node(NODE)
+        .termination_grace(5)
+        .image("nm-workload")
+        .command(std::iter::once("/mnt/host/nm-workload").chain(args.iter().map(String::as_str)))
 }
 
 /// Guaranteed: request = limit for memory and CPU, so oom_score_adj −997.
 fn guaranteed_pod(hold_mib: u64) -> Pod {
-    let mut pod = workload_pod("guaranteed", &["--hold".into(), format!("{hold_mib}Mi")]);
     let limit = format!("{}Mi", hold_mib + GUARANTEED_HEADROOM_MIB);
-    let res = BTreeMap::from([
-        ("memory".to_owned(), Quantity(limit)),
-        ("cpu".to_owned(), Quantity("100m".into())),
-    ]);
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.containers[0].resources = Some(ResourceRequirements {
-            requests: Some(res.clone()),
-            limits: Some(res),
-            ..Default::default()
-        });
-    }
-    pod
+    workload_pod("guaranteed", &["--hold".into(), format!("{hold_mib}Mi")])
+        .memory(&limit, Some(&limit))
+        .build()
 }
 
 /// BestEffort (oom_score_adj 1000), never restarted: one ramp per pod.
 fn ramp_pod(name: &str, args: &[String]) -> Pod {
-    let mut pod = workload_pod(name, args);
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.restart_policy = Some("Never".into());
-    }
-    pod
+    workload_pod(name, args).restart_policy("Never").build()
 }
 
 async fn wait_running(
     pods: &Api<Pod>,
     name: &str,
     timeout: Duration,
-    guest: &std::thread::JoinHandle<Result<GuestRun>>,
+    guest: &Guest,
 ) -> Result<Pod> {
     let deadline = Instant::now() + timeout;
     loop {
@@ -906,7 +864,7 @@ async fn wait_running(
         {
             return Ok(p);
         }
-        if guest.is_finished() {
+        if !guest.running() {
             bail!("the guest ended before {name} ran");
         }
         if Instant::now() > deadline {
@@ -917,12 +875,7 @@ async fn wait_running(
 }
 
 /// Waits until the ramp pod is gone (evicted) or terminated (killed), and says how it ended.
-async fn wait_end(
-    pods: &Api<Pod>,
-    name: &str,
-    timeout: Duration,
-    guest: &std::thread::JoinHandle<Result<GuestRun>>,
-) -> Result<String> {
+async fn wait_end(pods: &Api<Pod>, name: &str, timeout: Duration, guest: &Guest) -> Result<String> {
     let deadline = Instant::now() + timeout;
     let mut deleting = false;
     loop {
@@ -953,7 +906,7 @@ async fn wait_end(
             // The API server answers from the host; an error here is the host's, retry.
             Err(e) => eprintln!("bench-spike: get {name}: {e}"),
         }
-        if guest.is_finished() {
+        if !guest.running() {
             bail!("the guest ended during {name}");
         }
         if Instant::now() > deadline {
@@ -1132,13 +1085,9 @@ fn summary(args: &Args, results: &[(Contender, BootResult)]) -> String {
     s
 }
 
-/// The guest side. Prepended by the host: CONTENDER, REPORT_PORT, AGENT_FLAGS.
-const GUEST_SCRIPT: &str = r#"
-set -u
-exec >/mnt/out/entry.log 2>&1
-log() { echo "$(date +%s.%N) $*"; }
-uptime_s() { cut -d' ' -f1 /proc/uptime; }
-log "entry started; contender $CONTENDER; uptime $(uptime_s)"
+/// The guest side. Prepended by the host: [`ENTRY_PRELUDE`], then CONTENDER, REPORT_PORT,
+/// AGENT_FLAGS.
+const GUEST_SCRIPT: &str = r#"log "entry started; contender $CONTENDER; uptime $(uptime_s)"
 for _ in $(seq 750); do [ -e /mnt/host/kubeconfig ] && break; sleep 0.2; done
 [ -e /mnt/host/kubeconfig ] || { log "no kubeconfig from the host"; sync; systemctl poweroff -ff; }
 
