@@ -557,3 +557,7 @@ mod tests {
         s
     }
 }
+
+/// Property tests (docs/testing.md): `cargo test -p node-monitor-core prop`.
+#[cfg(test)]
+mod prop;

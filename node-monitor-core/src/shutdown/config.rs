@@ -496,3 +496,7 @@ fn wrong_type(field: &str, expected: &'static str, found: &Value) -> ConfigError
 
 #[cfg(test)]
 mod tests;
+
+/// Property tests (docs/testing.md): `cargo test -p node-monitor-core prop`.
+#[cfg(test)]
+mod prop;
