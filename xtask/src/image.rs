@@ -15,7 +15,10 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use clap::ValueEnum;
 
-use crate::{oci, sh::workspace_root};
+use crate::{
+    oci,
+    sh::{self, workspace_root},
+};
 
 /// The agent's image, as deploy/kustomize/base/daemonset.yaml names it.
 const AGENT_IMAGE: &str = "ghcr.io/node-monitor/node-monitor:0.1.0";
@@ -61,24 +64,16 @@ pub struct ImageArgs {
 
 /// Builds `bins` of `package` with cargo and returns their paths.
 fn cargo_build(package: &str, bins: &[&str], profile: Profile) -> Result<Vec<PathBuf>> {
-    let root = workspace_root();
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.current_dir(&root)
-        .args(["build", "--locked", "--package", package]);
+    let mut cmd = sh::cargo();
+    cmd.args(["build", "--locked", "--package", package]);
     for b in bins {
         cmd.args(["--bin", b]);
     }
     if profile == Profile::Release {
         cmd.arg("--release");
     }
-    let status = cmd.status().context("running cargo build")?;
-    if !status.success() {
-        bail!("cargo build --package {package} failed ({status})");
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let dir = target.join(match profile {
+    sh::run(&mut cmd)?;
+    let dir = sh::target_dir().join(match profile {
         Profile::Release => "release",
         Profile::Debug => "debug",
     });

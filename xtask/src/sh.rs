@@ -16,6 +16,13 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// Cargo's target directory: `$CARGO_TARGET_DIR`, else `target/` in the workspace.
+pub fn target_dir() -> PathBuf {
+    env::var_os("CARGO_TARGET_DIR")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| workspace_root().join("target"), PathBuf::from)
+}
+
 /// The build cache: `$NODE_MONITOR_CACHE`, else `$XDG_CACHE_HOME/node-monitor`, else
 /// `~/.cache/node-monitor`. Control-plane and node binaries, the guest image and the CRDs live
 /// here, keyed by version, so a second setup returns in seconds.

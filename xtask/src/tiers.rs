@@ -11,7 +11,7 @@ use clap::ValueEnum;
 use crate::{
     image::{self, ImageArgs, Profile, Which},
     setup::{self, SetupArgs},
-    sh::{self, cache_dir, cargo, log, run, workspace_root},
+    sh::{self, cache_dir, cargo, log, run, target_dir, workspace_root},
 };
 
 /// The lock the guest VM tiers take, so two runs never share qemu's ports and the guest's disk.
@@ -218,12 +218,6 @@ fn kubebuilder_assets() -> PathBuf {
         .map_or_else(|| cache_dir().join("control-plane/current"), PathBuf::from)
 }
 
-fn target_dir() -> PathBuf {
-    env::var_os("CARGO_TARGET_DIR")
-        .filter(|v| !v.is_empty())
-        .map_or_else(|| workspace_root().join("target"), PathBuf::from)
-}
-
 /// The main job: a real control plane on loopback, this machine as a node through the kubelet
 /// stand-in, pods, the real agent, one pod's memory driven up (root).
 pub fn demo() -> Result<()> {
@@ -274,55 +268,20 @@ pub struct BenchArgs {
 pub fn bench(args: &BenchArgs) -> Result<()> {
     let debug = target_dir().join("debug");
     let release = target_dir().join("release");
-    let build = |extra: &[&str]| run(cargo().args(["build", "--locked"]).args(extra));
     match args.bench {
         Bench::Decision => run(cargo()
             .args(["bench", "-p", "node-monitor", "--bench", "decision", "--"])
             .args(&args.args)),
         Bench::Sampler => {
-            build(&[
-                "--release",
-                "-p",
-                "node-monitor-bench",
-                "--bin",
-                "bench-sampler",
-            ])?;
+            build_release(&["bench-sampler"])?;
             run(Command::new(release.join("bench-sampler")).args(&args.args))
         }
         Bench::Ebpf => {
-            build(&[
-                "--release",
-                "-p",
-                "node-monitor",
-                "-p",
-                "node-monitor-tests",
-                "-p",
-                "node-monitor-bench",
-                "--bin",
-                "node-monitor",
-                "--bin",
-                "bench-ebpf",
-                "--bin",
-                "nm-memhog",
-            ])?;
+            build_release(&["node-monitor", "bench-ebpf", "nm-memhog"])?;
             run(Command::new(release.join("bench-ebpf")).args(&args.args))
         }
         Bench::Reaction if args.release => {
-            build(&[
-                "--release",
-                "-p",
-                "node-monitor",
-                "-p",
-                "node-monitor-tests",
-                "-p",
-                "node-monitor-bench",
-                "--bin",
-                "node-monitor",
-                "--bin",
-                "bench-reaction",
-                "--bin",
-                "nm-workload",
-            ])?;
+            build_release(&["node-monitor", "bench-reaction", "nm-workload"])?;
             run(with_assets(&release, "bench-reaction")
                 .env("NODE_MONITOR_PROFILE", "release")
                 .args(&args.args))
@@ -338,19 +297,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         }
         Bench::Spike => {
             run(cargo().args(BUILD_BINS))?;
-            build(&[
-                "--release",
-                "-p",
-                "node-monitor",
-                "-p",
-                "node-monitor-tests",
-                "--bin",
-                "node-monitor",
-                "--bin",
-                "nm-kubelet-standin",
-                "--bin",
-                "nm-workload",
-            ])?;
+            build_release(&["node-monitor", "nm-kubelet-standin", "nm-workload"])?;
             run(Command::new("flock")
                 .arg(VM_LOCK)
                 .arg(debug.join("bench-spike"))
@@ -358,6 +305,17 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 .args(&args.args))
         }
     }
+}
+
+/// Builds these binaries with the release profile, from whichever host crate holds them.
+fn build_release(bins: &[&str]) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["build", "--locked", "--release"])
+        .args(HOST_CRATES);
+    for b in bins {
+        cmd.args(["--bin", b]);
+    }
+    run(&mut cmd)
 }
 
 fn with_assets(dir: &Path, bin: &str) -> Command {
