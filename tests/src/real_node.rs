@@ -26,6 +26,8 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+pub mod scenario;
+
 use crate::{
     control_plane::ControlPlane,
     vm::{ENTRY_PRELUDE, Guest, GuestOptions, GuestRun, OutDir, Payload, link_or_copy, tail},

@@ -25,25 +25,23 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::{
-    apps::v1::DaemonSet,
-    core::v1::{Event, Node, Pod},
-};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::{
     Api, Client,
     api::{ListParams, PostParams},
 };
 use node_monitor_tests::{
-    control_plane::{ControlPlane, ControlPlaneOptions},
-    e2e::binary,
-    manifests, metrics,
-    pod::PodBuilder,
-    real_node::{NODE, RealNode, RealNodeOptions, WORKLOAD_IMAGE, node_binaries},
+    metrics,
+    real_node::{
+        NODE, RealNode,
+        scenario::{
+            Installed, NS, agent_log, condition, create_running, fail, guest_step, install, until,
+            workload,
+        },
+    },
 };
 use serde_json::Value;
 
-const NS: &str = "default";
-const AGENT_NS: &str = "node-monitor";
 const MI: f64 = 1024.0 * 1024.0;
 /// node-monitor's hard `memory.available` threshold on this 2 GiB node, as an operator sets it
 /// in the ConfigMap. The shipped 100Mi (the kubelet's default) sits below the point where the
@@ -59,42 +57,6 @@ fn agent_config(dry_run: bool) -> String {
     )
 }
 
-fn fail(node: &RealNode, what: &str) -> ! {
-    panic!("{what}\n{}", node.report());
-}
-
-/// Polls `check` every 500 ms until it returns `Some`, failing with the guest's logs at `limit`
-/// or when the guest ends. A liveness bound, not a speed assertion.
-async fn until<T, F, Fut>(node: &RealNode, what: &str, limit: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if !node.running() {
-            fail(node, &format!("the guest ended while waiting for {what}"));
-        }
-        if Instant::now() > deadline {
-            fail(node, &format!("{what}: not within {limit:?}"));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// A pod on the node running the workload image with `command`, never restarted.
-fn workload(name: &str, command: &[&str]) -> PodBuilder {
-    PodBuilder::new(name)
-        .namespace(NS)
-        .termination_grace(5)
-        .restart_policy("Never")
-        .image(WORKLOAD_IMAGE)
-        .command(command)
-}
-
 /// A [`workload`] pod; `memory` is (request, limit), Guaranteed when both are equal.
 fn pod(name: &str, command: &[&str], memory: Option<(&str, &str)>) -> Pod {
     let pod = workload(name, command);
@@ -103,59 +65,6 @@ fn pod(name: &str, command: &[&str], memory: Option<(&str, &str)>) -> Pod {
         None => pod,
     }
     .build()
-}
-
-async fn create_running(client: &Client, node: &RealNode, p: Pod) -> Pod {
-    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let name = p.metadata.name.clone().expect("pod name");
-    api.create(&PostParams::default(), &p)
-        .await
-        .unwrap_or_else(|e| panic!("create pod {name}: {e}"));
-    until(
-        node,
-        &format!("pod {name} Running"),
-        Duration::from_secs(300),
-        || {
-            let api = api.clone();
-            let name = name.clone();
-            async move {
-                let p = api.get(&name).await.ok()?;
-                (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(p)
-            }
-        },
-    )
-    .await
-}
-
-fn node_ready(n: &Node) -> bool {
-    n.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-fn condition(n: &Node, type_: &str) -> Option<String> {
-    n.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.clone())
-}
-
-/// The agent container's log, from the guest's mirror of /var/log/pods.
-fn agent_log(node: &RealNode) -> String {
-    let pods = node.out_dir().join("pods");
-    let mut out = String::new();
-    for d in std::fs::read_dir(&pods).into_iter().flatten().flatten() {
-        if d.file_name().to_string_lossy().starts_with("node-monitor_")
-            && let Ok(t) = std::fs::read_to_string(d.path().join("node-monitor/0.log"))
-        {
-            out.push_str(&t);
-        }
-    }
-    out
 }
 
 /// The agent's metrics, as the guest reads them from its pod IP, written to /mnt/out/`name`.
@@ -171,13 +80,6 @@ async fn scrape(node: &mut RealNode, ip: &str, name: &str) -> String {
         fail(node, &format!("{e:#}"));
     }
     node.read_out(name).expect("metrics")
-}
-
-async fn guest_step(node: &mut RealNode, what: &str, script: &str, limit: Duration) -> String {
-    match node.step(what, script, limit).await {
-        Ok(out) => out,
-        Err(e) => fail(node, &format!("{e:#}")),
-    }
 }
 
 /// The kernel's OOM kill count in the guest (`oom_kill` in /proc/vmstat).
@@ -212,22 +114,6 @@ async fn evictions_of(client: &Client, name: &str) -> Vec<String> {
                 .unwrap_or_default()
         })
         .collect()
-}
-
-/// The agent's Ready pod on the node.
-async fn agent_pod(client: &Client) -> Option<Pod> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), AGENT_NS);
-    let list = pods
-        .list(&ListParams::default().labels("app.kubernetes.io/name=node-monitor"))
-        .await
-        .ok()?;
-    list.items.into_iter().find(|p| {
-        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE)
-            && p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-    })
 }
 
 fn num(v: &Value, path: &[&str]) -> f64 {
@@ -341,96 +227,6 @@ fn parity(signal: &str, pairs: &[Pair]) -> (String, bool) {
     (line, median.abs() <= tolerance * capacity)
 }
 
-/// What a test starts from: the node joined, node-monitor's DaemonSet pod Ready on it.
-struct Installed {
-    cp: ControlPlane,
-    client: Client,
-    node: RealNode,
-    agent: Pod,
-    agent_ip: String,
-}
-
-/// Boots the node with `kubelet_extra` in the kubelet's configuration, starts the control plane
-/// (NodeRestriction, kube-scheduler), joins the node, and installs `deploy/kustomize/base` with
-/// `agent_config` as the ConfigMap's configuration.
-async fn install(agent_config: &str, kubelet_extra: &str) -> Installed {
-    let t0 = Instant::now();
-    let node = RealNode::boot(&RealNodeOptions {
-        kubelet_config_extra: kubelet_extra.to_owned(),
-        ..RealNodeOptions::default()
-    })
-    .expect("real node payload and boot");
-    let scheduler = node_binaries()
-        .expect("node binaries")
-        .join("kube-scheduler");
-    let cp = ControlPlane::start(ControlPlaneOptions {
-        scheduler: Some(scheduler),
-        ..ControlPlaneOptions::default().apiserver_arg("--enable-admission-plugins=NodeRestriction")
-    })
-    .await
-    .expect("control plane");
-    let client = cp.client();
-    node.join(&cp).expect("node credentials");
-    // `node-monitor trace` in the guest names pods through the API.
-    let admin = std::fs::read(cp.guest_kubeconfig_path()).expect("guest kubeconfig");
-    node.put("admin.kubeconfig", &admin)
-        .expect("admin kubeconfig");
-    node.put_file("node-monitor", &binary("node-monitor"))
-        .expect("node-monitor binary");
-
-    // --- 1. the node joins; node-monitor from the shipped manifests ------------------------------
-    let nodes: Api<Node> = Api::all(client.clone());
-    until(&node, "the node Ready", Duration::from_secs(600), || {
-        let nodes = nodes.clone();
-        async move { nodes.get_opt(NODE).await.ok().flatten().filter(node_ready) }
-    })
-    .await;
-    eprintln!(
-        "real node: Ready {:.1} s after boot",
-        t0.elapsed().as_secs_f64()
-    );
-
-    let mut objects = manifests::render(&manifests::kustomize_dir("base")).expect("render base");
-    let cm = objects
-        .iter_mut()
-        .find(|m| m.kind() == "ConfigMap")
-        .expect("the base has the agent's ConfigMap");
-    cm.object["data"]["config.yaml"] = Value::String(agent_config.to_owned());
-    manifests::apply(&client, &objects)
-        .await
-        .expect("apply deploy/kustomize/base");
-    let agent = until(
-        &node,
-        "node-monitor's DaemonSet pod Ready on the node",
-        Duration::from_secs(420),
-        || agent_pod(&client),
-    )
-    .await;
-    let agent_ip = agent
-        .status
-        .as_ref()
-        .and_then(|s| s.pod_ip.clone())
-        .expect("agent pod IP");
-    eprintln!(
-        "real node: node-monitor Ready {:.1} s after boot, pod IP {agent_ip}",
-        t0.elapsed().as_secs_f64()
-    );
-    let ds: Api<DaemonSet> = Api::namespaced(client.clone(), AGENT_NS);
-    let ds = ds.get("node-monitor").await.expect("DaemonSet");
-    assert_eq!(
-        ds.status.as_ref().map(|s| s.number_ready),
-        Some(1),
-        "the DaemonSet reports its pod ready"
-    );
-    Installed {
-        cp,
-        client,
-        node,
-        agent,
-        agent_ip,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     // The control plane lives as long as its binding.
@@ -440,7 +236,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         mut node,
         agent,
         agent_ip,
-    } = install(&agent_config(false), "").await;
+    } = install("base", Some(&agent_config(false)), "").await;
     let nodes: Api<Node> = Api::all(client.clone());
     let first = scrape(&mut node, &agent_ip, "metrics-start.txt").await;
     // As shipped, with no --kubepods-cgroup: the systemd driver's slice is found by itself.
@@ -898,7 +694,7 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
         node,
         agent: _,
         agent_ip: _,
-    } = install(&agent_config(true), KUBELET_SAME_THRESHOLDS).await;
+    } = install("base", Some(&agent_config(true)), KUBELET_SAME_THRESHOLDS).await;
     let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(client.clone());
     classes
         .create(
@@ -1023,7 +819,7 @@ async fn disk_and_pid_pressure_from_containers() {
         node,
         agent: _,
         agent_ip: _,
-    } = install(&disk_and_pid_config(), "").await;
+    } = install("base", Some(&disk_and_pid_config()), "").await;
     create_running(
         &client,
         &node,

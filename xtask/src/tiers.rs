@@ -60,7 +60,7 @@ impl Tier {
             ],
             Tier::E2e => &["e2e"],
             Tier::Vm => &["vm_guest", "vm_shutdown", "vm_cgroup2"],
-            Tier::RealNode => &["real_node"],
+            Tier::RealNode => &["real_node", "real_node_shutdown"],
         }
     }
 

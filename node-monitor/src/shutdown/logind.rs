@@ -113,9 +113,31 @@ pub struct Logind {
     manager: Login1ManagerProxy<'static>,
 }
 
+/// The system bus socket where systemd puts it, and where the shutdown overlay mounts it.
+const RUN_SOCKET: &str = "/run/dbus/system_bus_socket";
+/// The D-Bus specification's default, which is the same socket on a host (`/var/run` links to
+/// `/run`) but not in a container image without that link.
+const VAR_RUN_SOCKET: &str = "/var/run/dbus/system_bus_socket";
+
+/// The system bus address: `DBUS_SYSTEM_BUS_ADDRESS` when set, else `/run/dbus` when that
+/// socket exists (a DaemonSet pod mounts it there), else the specification's default.
+fn system_bus_address(env: Option<&str>, run_socket_exists: bool) -> String {
+    match env.map(str::trim).filter(|a| !a.is_empty()) {
+        Some(a) => a.to_owned(),
+        None if run_socket_exists => format!("unix:path={RUN_SOCKET}"),
+        None => format!("unix:path={VAR_RUN_SOCKET}"),
+    }
+}
+
 impl Logind {
     pub async fn connect() -> Result<Self, LogindError> {
-        let conn = Connection::system()
+        let address = system_bus_address(
+            std::env::var("DBUS_SYSTEM_BUS_ADDRESS").ok().as_deref(),
+            std::path::Path::new(RUN_SOCKET).exists(),
+        );
+        let conn = zbus::connection::Builder::address(address.as_str())
+            .map_err(|e| LogindError::Connect(Box::new(e)))?
+            .build()
             .await
             .map_err(|e| LogindError::Connect(Box::new(e)))?;
         // Uncached: InhibitDelayMaxUSec changes on a reload without a PropertiesChanged signal.
@@ -322,6 +344,22 @@ pub fn remove_dropin(dir: &Path) -> Result<DropinRemoval, LogindError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_system_bus_is_found_where_a_pod_mounts_it() {
+        let cases = [
+            // (DBUS_SYSTEM_BUS_ADDRESS, /run/dbus socket present, address)
+            (None, true, "unix:path=/run/dbus/system_bus_socket"),
+            // Nothing at /run/dbus: the specification's default.
+            (None, false, "unix:path=/var/run/dbus/system_bus_socket"),
+            (Some(""), true, "unix:path=/run/dbus/system_bus_socket"),
+            (Some("unix:path=/host/bus"), true, "unix:path=/host/bus"),
+            (Some(" unix:path=/host/bus "), false, "unix:path=/host/bus"),
+        ];
+        for (env, exists, want) in cases {
+            assert_eq!(system_bus_address(env, exists), want, "{env:?} {exists}");
+        }
+    }
 
     #[test]
     fn dropin_is_written_where_logind_reads_it() {

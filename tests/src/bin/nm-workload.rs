@@ -6,6 +6,7 @@
 //! nm-workload --ramp-to 2Gi --step 16Mi --interval 50ms    # grow by 16 MiB every 50 ms, then hold
 //! nm-workload --procs 5                                    # fork 5 sleepers, then hold
 //! nm-workload --sleep 2s --exit-code 3                     # sleep 2 s, exit 3
+//! nm-workload --sleep --term-delay 3s                      # on SIGTERM, exit 3 s later
 //! ```
 //! Progress goes to stdout (one line per event, `key=value` fields) so tests can read it from the
 //! container log.
@@ -44,6 +45,9 @@ struct Args {
     /// Exit code after `--sleep` ends.
     #[arg(long, default_value_t = 0)]
     exit_code: i32,
+    /// On SIGTERM/SIGINT, take this long to exit, as a server finishing its requests does.
+    #[arg(long, value_parser = duration, default_value = "0s")]
+    term_delay: Duration,
 }
 
 fn bytes(s: &str) -> Result<u64, String> {
@@ -167,6 +171,13 @@ fn main() -> Result<()> {
     // Keep the allocations alive until here.
     std::hint::black_box(&held);
     if signalled {
+        if !args.term_delay.is_zero() {
+            say(&format!(
+                "signalled; exiting in ms={}",
+                args.term_delay.as_millis()
+            ));
+            std::thread::sleep(args.term_delay);
+        }
         say("signalled; exiting");
         return Ok(());
     }

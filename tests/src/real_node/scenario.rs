@@ -1,0 +1,246 @@
+//! What the real-node scenarios share: installing node-monitor on the joined node from a
+//! kustomization, and waiting on the API and the guest with the guest's logs on failure.
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{Node, Pod},
+};
+use kube::{
+    Api, Client,
+    api::{ListParams, PostParams},
+};
+use serde_json::Value;
+
+use super::{NODE, RealNode, RealNodeOptions, WORKLOAD_IMAGE, node_binaries};
+use crate::{
+    control_plane::{ControlPlane, ControlPlaneOptions},
+    e2e::binary,
+    manifests,
+    pod::PodBuilder,
+};
+
+/// The namespace of the scenarios' pods.
+pub const NS: &str = "default";
+/// The agent's namespace, as the base installs it.
+pub const AGENT_NS: &str = "node-monitor";
+
+/// Fails the test with `what` and the guest's logs.
+pub fn fail(node: &RealNode, what: &str) -> ! {
+    panic!("{what}\n{}", node.report());
+}
+
+/// Polls `check` every 500 ms until it returns `Some`, failing with the guest's logs at `limit`
+/// or when the guest ends. A liveness bound, not a speed assertion.
+pub async fn until<T, F, Fut>(node: &RealNode, what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if !node.running() {
+            fail(node, &format!("the guest ended while waiting for {what}"));
+        }
+        if Instant::now() > deadline {
+            fail(node, &format!("{what}: not within {limit:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A pod on the node running the workload image with `command`, never restarted.
+pub fn workload(name: &str, command: &[&str]) -> PodBuilder {
+    PodBuilder::new(name)
+        .namespace(NS)
+        .termination_grace(5)
+        .restart_policy("Never")
+        .image(WORKLOAD_IMAGE)
+        .command(command)
+}
+
+/// Creates `p` (in its namespace, [`NS`] when it has none) and waits until it runs.
+pub async fn create_running(client: &Client, node: &RealNode, p: Pod) -> Pod {
+    let ns = p
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| NS.to_owned());
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let name = p.metadata.name.clone().expect("pod name");
+    api.create(&PostParams::default(), &p)
+        .await
+        .unwrap_or_else(|e| panic!("create pod {ns}/{name}: {e}"));
+    until(
+        node,
+        &format!("pod {ns}/{name} Running"),
+        Duration::from_secs(300),
+        || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                let p = api.get(&name).await.ok()?;
+                (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(p)
+            }
+        },
+    )
+    .await
+}
+
+/// Whether the node's Ready condition is True.
+pub fn node_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The status of the node's condition `type_`.
+pub fn condition(n: &Node, type_: &str) -> Option<String> {
+    n.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+/// The agent container's log, from the guest's mirror of /var/log/pods.
+pub fn agent_log(node: &RealNode) -> String {
+    let pods = node.out_dir().join("pods");
+    let mut out = String::new();
+    for d in std::fs::read_dir(&pods).into_iter().flatten().flatten() {
+        if d.file_name().to_string_lossy().starts_with("node-monitor_")
+            && let Ok(t) = std::fs::read_to_string(d.path().join("node-monitor/0.log"))
+        {
+            out.push_str(&t);
+        }
+    }
+    out
+}
+
+/// [`RealNode::step`], failing the test with the guest's logs on error.
+pub async fn guest_step(node: &mut RealNode, what: &str, script: &str, limit: Duration) -> String {
+    match node.step(what, script, limit).await {
+        Ok(out) => out,
+        Err(e) => fail(node, &format!("{e:#}")),
+    }
+}
+
+/// The agent's Ready pod on the node.
+pub async fn agent_pod(client: &Client) -> Option<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), AGENT_NS);
+    let list = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=node-monitor"))
+        .await
+        .ok()?;
+    list.items.into_iter().find(|p| {
+        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE)
+            && p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    })
+}
+
+/// What a test starts from: the node joined, node-monitor's DaemonSet pod Ready on it.
+pub struct Installed {
+    pub cp: ControlPlane,
+    pub client: Client,
+    pub node: RealNode,
+    pub agent: Pod,
+    pub agent_ip: String,
+}
+
+/// Boots the node with `kubelet_extra` in the kubelet's configuration, starts the control plane
+/// (NodeRestriction, kube-scheduler), joins the node, and installs the kustomization
+/// `deploy/kustomize/<kustomization>` (`base`, `overlays/shutdown`), with `agent_config` as the
+/// ConfigMap's configuration, or the kustomization's own when `None`.
+pub async fn install(
+    kustomization: &str,
+    agent_config: Option<&str>,
+    kubelet_extra: &str,
+) -> Installed {
+    let t0 = Instant::now();
+    let node = RealNode::boot(&RealNodeOptions {
+        kubelet_config_extra: kubelet_extra.to_owned(),
+        ..RealNodeOptions::default()
+    })
+    .expect("real node payload and boot");
+    let scheduler = node_binaries()
+        .expect("node binaries")
+        .join("kube-scheduler");
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        scheduler: Some(scheduler),
+        ..ControlPlaneOptions::default().apiserver_arg("--enable-admission-plugins=NodeRestriction")
+    })
+    .await
+    .expect("control plane");
+    let client = cp.client();
+    node.join(&cp).expect("node credentials");
+    // `node-monitor trace` in the guest names pods through the API.
+    let admin = std::fs::read(cp.guest_kubeconfig_path()).expect("guest kubeconfig");
+    node.put("admin.kubeconfig", &admin)
+        .expect("admin kubeconfig");
+    node.put_file("node-monitor", &binary("node-monitor"))
+        .expect("node-monitor binary");
+
+    // --- 1. the node joins; node-monitor from the shipped manifests ------------------------------
+    let nodes: Api<Node> = Api::all(client.clone());
+    until(&node, "the node Ready", Duration::from_secs(600), || {
+        let nodes = nodes.clone();
+        async move { nodes.get_opt(NODE).await.ok().flatten().filter(node_ready) }
+    })
+    .await;
+    eprintln!(
+        "real node: Ready {:.1} s after boot",
+        t0.elapsed().as_secs_f64()
+    );
+
+    let mut objects = manifests::render(&manifests::kustomize_dir(kustomization))
+        .unwrap_or_else(|e| panic!("render {kustomization}: {e:#}"));
+    if let Some(config) = agent_config {
+        let cm = objects
+            .iter_mut()
+            .find(|m| m.kind() == "ConfigMap")
+            .expect("the kustomization has the agent's ConfigMap");
+        cm.object["data"]["config.yaml"] = Value::String(config.to_owned());
+    }
+    manifests::apply(&client, &objects)
+        .await
+        .unwrap_or_else(|e| panic!("apply deploy/kustomize/{kustomization}: {e:#}"));
+    let agent = until(
+        &node,
+        "node-monitor's DaemonSet pod Ready on the node",
+        Duration::from_secs(420),
+        || agent_pod(&client),
+    )
+    .await;
+    let agent_ip = agent
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("agent pod IP");
+    eprintln!(
+        "real node: node-monitor Ready {:.1} s after boot, pod IP {agent_ip}",
+        t0.elapsed().as_secs_f64()
+    );
+    let ds: Api<DaemonSet> = Api::namespaced(client.clone(), AGENT_NS);
+    let ds = ds.get("node-monitor").await.expect("DaemonSet");
+    assert_eq!(
+        ds.status.as_ref().map(|s| s.number_ready),
+        Some(1),
+        "the DaemonSet reports its pod ready"
+    );
+    Installed {
+        cp,
+        client,
+        node,
+        agent,
+        agent_ip,
+    }
+}
