@@ -271,6 +271,9 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
+    // The server ends each watch after this; a watch silent for longer (plus the watcher's idle
+    // margin) is dropped and resumed, instead of after kube's default 290 s.
+    let cfg = cfg.timeout(kube_adapter::WATCH_TIMEOUT_SECS);
     let stream = reflector(writer, watcher(api, cfg)).default_backoff();
     let task = async move {
         let mut stream = std::pin::pin!(stream);
