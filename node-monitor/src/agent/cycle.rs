@@ -19,7 +19,7 @@ use node_monitor_core::{
 
 use super::{
     backoff::{self, Backoff},
-    ports::{Arming, ClusterWrites, NodeView, PodSource},
+    ports::{Arming, ClusterWrites, NodeView, PodSource, StopSignal},
 };
 use crate::{
     cluster::actuator::{EvictOutcome, EvictionRequest, NodeConditionUpdate},
@@ -136,21 +136,21 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
 
     /// Cycles for one wake-up: a refusal or failure makes the next candidate eligible at once, so
     /// the loop decides again without waiting for the next wake-up (bounded: each refusal puts
-    /// one more pod into backoff). SIGTERM and SIGINT end it mid-cycle; returns whether one did.
-    pub(super) async fn cycles<N: NodeView, A: Arming>(
+    /// one more pod into backoff). A stop (SIGTERM, SIGINT) ends it mid-cycle, whatever call or
+    /// wait is in flight: the cycle is dropped there, and the marks it may have half written are
+    /// for the release on stop to take back. Returns whether a stop did.
+    pub(super) async fn cycles<N: NodeView, A: Arming, S: StopSignal>(
         &mut self,
         sampler: &mut N,
         wakeups: &mut A,
         mut wakeup: Wakeup,
         label: &'static str,
-        sigterm: &mut tokio::signal::unix::Signal,
-        sigint: &mut tokio::signal::unix::Signal,
+        stop: &mut S,
     ) -> bool {
         loop {
             let end = tokio::select! {
                 end = self.cycle(sampler, wakeups, wakeup, label) => Some(end),
-                _ = sigterm.recv() => { info!("SIGTERM during a decision: stopping"); None }
-                _ = sigint.recv() => { info!("SIGINT during a decision: stopping"); None }
+                signal = stop.stopped() => { info!(signal, "stop during a decision: stopping"); None }
             };
             let Some(end) = end else {
                 return true;

@@ -23,7 +23,6 @@ use std::{
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use tokio::signal::unix::{SignalKind, signal};
 use tracing::{debug, error, info, warn};
 
 use crate::{
@@ -244,7 +243,8 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         source: WakeSource::Housekeeping,
         at: Instant::now(),
     };
-    decide_until_stopped(&mut agent, &mut sampler, &mut wakeups, first).await?;
+    let mut stop = ports::UnixSignals::new()?;
+    decide_until_stopped(&mut agent, &mut sampler, &mut wakeups, first, &mut stop).await;
     let _ = stop_tx.send(true);
     reflector_task.abort();
     stop_cleanly(&agent.actuator, http_task, shutdown_task).await;
@@ -350,23 +350,27 @@ fn start_wakeups(
 }
 
 /// The decision loop: a cycle for each wake-up, grace-period timer or adaptive-sampling timer,
-/// until SIGTERM or SIGINT (also mid-cycle) or the end of the wake-up sources.
-async fn decide_until_stopped(
-    agent: &mut Loop<Actuator, kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>>,
-    sampler: &mut Sampler,
-    wakeups: &mut Wakeups,
+/// until `stop` (SIGTERM or SIGINT, also mid-cycle) or the end of the wake-up sources.
+async fn decide_until_stopped<C, P, N, W, S>(
+    agent: &mut Loop<C, P>,
+    sampler: &mut N,
+    wakeups: &mut W,
     first: Wakeup,
-) -> anyhow::Result<()> {
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
+    stop: &mut S,
+) where
+    C: ports::ClusterWrites,
+    P: ports::PodSource,
+    N: ports::NodeView,
+    W: ports::Arming + ports::WakeupStream,
+    S: ports::StopSignal,
+{
     let mut stopping = agent
         .cycles(
             sampler,
             wakeups,
             first,
             WakeSource::Housekeeping.label(),
-            &mut sigterm,
-            &mut sigint,
+            stop,
         )
         .await;
     while !stopping {
@@ -395,16 +399,12 @@ async fn decide_until_stopped(
             () = sleep_until_opt(next_sample) => {
                 (Wakeup { source: WakeSource::Housekeeping, at: Instant::now() }, "headroom")
             },
-            _ = sigterm.recv() => { info!("SIGTERM: stopping"); break; }
-            _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
+            signal = stop.stopped() => { info!(signal, "stopping"); break; }
         };
         agent.health.progress();
         agent.count_wakeup(label);
-        stopping = agent
-            .cycles(sampler, wakeups, wakeup, label, &mut sigterm, &mut sigint)
-            .await;
+        stopping = agent.cycles(sampler, wakeups, wakeup, label, stop).await;
     }
-    Ok(())
 }
 
 /// The clean stop: the metrics endpoint drains while the shutdown manager stops and the agent's
@@ -457,15 +457,19 @@ pub const STOP_RELEASE_BOUND: Duration = Duration::from_secs(5);
 /// shutdown under way stay. Bounded by `bound`: a stop never waits on an unreachable API server
 /// longer than that (the marks then stay until the next start, or `node-monitor cleanup`).
 /// Returns whether the release reached the API.
-pub async fn release_on_stop(actuator: &Actuator, shutting_down: bool, bound: Duration) -> bool {
+pub async fn release_on_stop<C: ports::ClusterWrites>(
+    actuator: &C,
+    shutting_down: bool,
+    bound: Duration,
+) -> bool {
     let release = node_monitor_core::release::Release::Stop { shutting_down };
-    match tokio::time::timeout(bound, actuator.release(release, false)).await {
+    match tokio::time::timeout(bound, actuator.release(release)).await {
         Ok(Ok(written)) => {
             if written.is_empty() {
                 debug!("nothing of node-monitor's to take back from the node");
             }
             for line in written.describe() {
-                info!(node = %actuator.config().node_name, "stop: {line}");
+                info!("stop: {line}");
             }
             true
         }

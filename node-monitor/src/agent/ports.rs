@@ -11,7 +11,8 @@ use node_monitor_core::{signals::Observations, threshold::Threshold};
 
 use crate::{
     cluster::actuator::{
-        Actuator, ActuatorError, EvictOutcome, EvictionRequest, NodeConditionUpdate,
+        Actuator, ActuatorError, EvictOutcome, EvictionRequest, NodeConditionUpdate, Release,
+        ReleasePlan,
     },
     sampler::{MemoryReading, SampleKind, Sampler, SamplerError, TimedObservations},
     wakeup::{Wakeup, Wakeups},
@@ -134,6 +135,10 @@ pub trait ClusterWrites {
         name: &str,
         uid: &str,
     ) -> impl Future<Output = Result<bool, kube::Error>>;
+    /// Takes the agent's marks back from the node, as `release` plans them on the node the API
+    /// holds now (not on what the loop believes it published). Returns what was written.
+    fn release(&self, release: Release)
+    -> impl Future<Output = Result<ReleasePlan, ActuatorError>>;
 }
 
 impl ClusterWrites for Actuator {
@@ -169,6 +174,59 @@ impl ClusterWrites for Actuator {
         uid: &str,
     ) -> impl Future<Output = Result<bool, kube::Error>> {
         Actuator::pod_present(self, namespace, name, uid)
+    }
+    fn release(
+        &self,
+        release: Release,
+    ) -> impl Future<Output = Result<ReleasePlan, ActuatorError>> {
+        Actuator::release(self, release, false)
+    }
+}
+
+/// What wakes the loop: the memcg thresholds, PSI triggers, the kernel probes, the housekeeping
+/// tick (the wake-ups).
+pub trait WakeupStream {
+    /// The next wake-up; `None` when every source has ended.
+    fn next(&mut self) -> impl Future<Output = Option<Wakeup>>;
+}
+
+impl WakeupStream for Wakeups {
+    fn next(&mut self) -> impl Future<Output = Option<Wakeup>> {
+        Wakeups::next(self)
+    }
+}
+
+/// What stops the agent: SIGTERM or SIGINT in production; the tests send their own, at an
+/// instant of tokio's paused clock.
+pub trait StopSignal {
+    /// Resolves when the agent is asked to stop, with what asked (`SIGTERM`, `SIGINT`). Cancel
+    /// safe: the loop selects on it beside each wait and each cycle.
+    fn stopped(&mut self) -> impl Future<Output = &'static str>;
+}
+
+/// SIGTERM and SIGINT, registered once for the agent's lifetime.
+pub struct UnixSignals {
+    sigterm: tokio::signal::unix::Signal,
+    sigint: tokio::signal::unix::Signal,
+}
+
+impl UnixSignals {
+    /// Registers the handlers: from now on the signals stop the loop instead of the process.
+    pub fn new() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            sigterm: signal(SignalKind::terminate())?,
+            sigint: signal(SignalKind::interrupt())?,
+        })
+    }
+}
+
+impl StopSignal for UnixSignals {
+    async fn stopped(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.sigterm.recv() => "SIGTERM",
+            _ = self.sigint.recv() => "SIGINT",
+        }
     }
 }
 

@@ -149,6 +149,9 @@ pub fn pod_reflector(
 }
 
 #[cfg(test)]
+mod watch_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Node;

@@ -95,8 +95,13 @@ impl Default for ApiHealth {
 
 impl ApiHealth {
     pub fn ok(&self) {
+        self.ok_at(Instant::now());
+    }
+
+    /// The last success was at `at` (tests set a past one this way).
+    pub fn ok_at(&self, at: Instant) {
         if let Ok(mut t) = self.last_ok.lock() {
-            *t = Instant::now();
+            *t = at;
         }
     }
 
@@ -109,15 +114,15 @@ impl ApiHealth {
 /// How current the watched node Leases are, tracked apart from [`ApiHealth`]: every other request
 /// (leader election, writes) can succeed while the Lease watch has stopped delivering, and a
 /// stale Lease cache makes live nodes look dead. Confirmed by [`confirm_lease_watch`]: a fresh
-/// list of the Leases that the cache has caught up with.
+/// list of the Leases that the cache has caught up with. On tokio's clock.
 #[derive(Debug, Default)]
 pub struct WatchFreshness {
-    confirmed: Mutex<Option<Instant>>,
+    confirmed: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl WatchFreshness {
     /// The cache was current as of `at`.
-    pub fn confirm(&self, at: Instant) {
+    pub fn confirm(&self, at: tokio::time::Instant) {
         if let Ok(mut c) = self.confirmed.lock()
             && c.is_none_or(|prev| prev < at)
         {
@@ -143,37 +148,60 @@ pub async fn confirm_lease_watch(
     freshness: Arc<WatchFreshness>,
     every: Duration,
 ) {
+    confirm_watch(
+        || {
+            let api = api.clone();
+            async move {
+                let list = api.list_metadata(&kube::api::ListParams::default()).await?;
+                Ok::<_, kube::Error>(
+                    list.items
+                        .iter()
+                        .filter_map(|l| {
+                            Some((
+                                l.metadata.name.clone()?,
+                                l.metadata.resource_version.clone()?,
+                            ))
+                        })
+                        .collect(),
+                )
+            }
+        },
+        |name| {
+            cache
+                .get(&reflector::ObjectRef::new(name).within(NODE_LEASE_NAMESPACE))
+                .and_then(|l| l.metadata.resource_version.clone())
+        },
+        &freshness,
+        every,
+    )
+    .await;
+}
+
+/// [`confirm_lease_watch`] on its ports: `list` gives each listed object's name and
+/// resourceVersion; `cached` the cached version of a name. Runs until dropped; a list that gets
+/// no answer within `every` (at least a second) counts as a failed one.
+pub async fn confirm_watch<L, F, E>(
+    mut list: L,
+    cached: impl Fn(&str) -> Option<String>,
+    freshness: &WatchFreshness,
+    every: Duration,
+) where
+    L: FnMut() -> F,
+    F: Future<Output = Result<Vec<(String, String)>, E>>,
+    E: std::fmt::Display,
+{
     let mut was_current = true;
     loop {
-        let started = Instant::now();
-        match tokio::time::timeout(
-            every.max(Duration::from_secs(1)),
-            api.list_metadata(&kube::api::ListParams::default()),
-        )
-        .await
-        {
-            Ok(Ok(list)) => {
-                let listed: Vec<(String, String)> = list
-                    .items
-                    .iter()
-                    .filter_map(|l| {
-                        Some((
-                            l.metadata.name.clone()?,
-                            l.metadata.resource_version.clone()?,
-                        ))
-                    })
-                    .collect();
+        let started = tokio::time::Instant::now();
+        match tokio::time::timeout(every.max(Duration::from_secs(1)), list()).await {
+            Ok(Ok(listed)) => {
                 let deadline = started + every;
                 let current = loop {
                     let caught_up = node_monitor_core::remediation::watch_caught_up(
                         listed.iter().map(|(n, v)| (n.as_str(), v.as_str())),
-                        |name| {
-                            cache
-                                .get(&reflector::ObjectRef::new(name).within(NODE_LEASE_NAMESPACE))
-                                .and_then(|l| l.metadata.resource_version.clone())
-                        },
+                        &cached,
                     );
-                    if caught_up || Instant::now() >= deadline {
+                    if caught_up || tokio::time::Instant::now() >= deadline {
                         break caught_up;
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -193,7 +221,7 @@ pub async fn confirm_lease_watch(
             Ok(Err(e)) => warn!(error = %e, "could not list node Leases to check the watch"),
             Err(_) => warn!("listing node Leases to check the watch got no answer"),
         }
-        tokio::time::sleep_until((started + every).into()).await;
+        tokio::time::sleep_until(started + every).await;
     }
 }
 
@@ -243,6 +271,9 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
+    // The server ends each watch after this; a watch silent for longer (plus the watcher's idle
+    // margin) is dropped and resumed, instead of after kube's default 290 s.
+    let cfg = cfg.timeout(kube_adapter::WATCH_TIMEOUT_SECS);
     let stream = reflector(writer, watcher(api, cfg)).default_backoff();
     let task = async move {
         let mut stream = std::pin::pin!(stream);
@@ -394,3 +425,6 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
     info!("stopped");
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,14 +2,14 @@
 //! tests: a fake node (the summary provider), pods, and a fake cluster that records every write
 //! (the `killPodFunc`). Time is tokio's, paused.
 use std::{
-    cell::RefCell,
-    collections::{BTreeSet, HashMap, VecDeque},
+    cell::{Cell, RefCell},
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
     rc::Rc,
     sync::Arc,
     time::Duration,
 };
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use node_monitor_core::{
     config::{ConfigSource, EvictionOverrides, load_sources},
     signals::{Observations, PodUsage, Signal, SignalObservation},
@@ -19,8 +19,12 @@ use serde_json::json;
 
 use super::*;
 use crate::{
-    agent::ports::KubepodsSight,
-    cluster::actuator::{ActuatorError, FailureKind},
+    agent::{
+        STOP_RELEASE_BOUND, decide_until_stopped,
+        ports::{KubepodsSight, StopSignal},
+        release_on_stop,
+    },
+    cluster::actuator::{ActuatorError, FailureKind, Release, ReleasePlan},
     sampler::{MemoryReading, SamplerError, TimedObservations},
     wakeup::WakeSource,
 };
@@ -100,6 +104,40 @@ struct FakeCluster {
     writes: RefCell<Vec<Write>>,
     answers: RefCell<HashMap<String, VecDeque<EvictOutcome>>>,
     conditions_fail: RefCell<bool>,
+    /// The agent's marks on the node as the API holds them: condition type → (status, reason);
+    /// taint keys.
+    marks: RefCell<Marks>,
+    /// Calls that never answer (a black-holed API server): evictions after this many answered,
+    /// taint writes of these keys, the release.
+    evictions_before_hang: Cell<Option<usize>>,
+    hang_taints: RefCell<BTreeSet<String>>,
+    hang_release: Cell<bool>,
+    /// An accepted eviction leaves the pod's processes on the node (it is slow to go).
+    pods_linger: Cell<bool>,
+    /// Calls started and not yet answered or dropped.
+    in_flight: Rc<Cell<usize>>,
+}
+
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Marks {
+    conditions: BTreeMap<String, (String, String)>,
+    taints: BTreeSet<String>,
+}
+
+/// Counts a call in flight until it answers or is dropped.
+struct InFlight(Rc<Cell<usize>>);
+
+impl InFlight {
+    fn new(count: &Rc<Cell<usize>>) -> Self {
+        count.set(count.get() + 1);
+        Self(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 impl FakeCluster {
@@ -134,18 +172,27 @@ impl FakeCluster {
 
 impl ClusterWrites for FakeCluster {
     async fn evict(&self, req: &EvictionRequest) -> EvictOutcome {
+        let _call = InFlight::new(&self.in_flight);
+        let answered = self.evicted().len();
         self.writes.borrow_mut().push(Write::Evict {
             name: req.name.clone(),
             hard: req.hard,
             signal: req.signal.clone(),
         });
+        if self
+            .evictions_before_hang
+            .get()
+            .is_some_and(|n| answered >= n)
+        {
+            std::future::pending::<()>().await;
+        }
         let outcome = self
             .answers
             .borrow_mut()
             .get_mut(&req.name)
             .and_then(VecDeque::pop_front)
             .unwrap_or(EvictOutcome::Evicted);
-        if outcome == EvictOutcome::Evicted {
+        if outcome == EvictOutcome::Evicted && !self.pods_linger.get() {
             let mut node = self.node.borrow_mut();
             node.observations.pods.remove(&req.uid);
             node.cgroups.remove(&req.uid);
@@ -167,6 +214,13 @@ impl ClusterWrites for FakeCluster {
         self.writes
             .borrow_mut()
             .push(Write::Conditions(updates.to_vec()));
+        let mut marks = self.marks.borrow_mut();
+        for u in updates {
+            let status = if u.status { "True" } else { "False" };
+            marks
+                .conditions
+                .insert(u.type_.clone(), (status.to_owned(), u.reason.clone()));
+        }
         Ok(())
     }
     async fn set_taint(
@@ -176,14 +230,58 @@ impl ClusterWrites for FakeCluster {
         _effect: &str,
         present: bool,
     ) -> Result<bool, ActuatorError> {
+        let _call = InFlight::new(&self.in_flight);
         self.writes.borrow_mut().push(Write::Taint {
             key: key.to_owned(),
             on: present,
         });
+        if self.hang_taints.borrow().contains(key) {
+            std::future::pending::<()>().await;
+        }
+        let mut marks = self.marks.borrow_mut();
+        if present {
+            marks.taints.insert(key.to_owned());
+        } else {
+            marks.taints.remove(key);
+        }
         Ok(true)
     }
     async fn pod_present(&self, _ns: &str, _name: &str, uid: &str) -> Result<bool, kube::Error> {
         Ok(self.node.borrow().observations.pods.contains_key(uid))
+    }
+    /// The product's release plan, on the node as the fake API holds it.
+    async fn release(&self, release: Release) -> Result<ReleasePlan, ActuatorError> {
+        let _call = InFlight::new(&self.in_flight);
+        if self.hang_release.get() {
+            std::future::pending::<()>().await;
+        }
+        let node: Node = {
+            let marks = self.marks.borrow();
+            serde_json::from_value(json!({
+                "metadata": {"name": "node-a"},
+                "spec": {"taints": marks.taints.iter()
+                    .map(|k| json!({"key": k, "effect": "NoSchedule"})).collect::<Vec<_>>()},
+                "status": {"conditions": marks.conditions.iter()
+                    .map(|(t, (status, reason))| json!({"type": t, "status": status, "reason": reason}))
+                    .collect::<Vec<_>>()},
+            }))
+            .expect("a node")
+        };
+        let plan = node_monitor_core::release::release_plan(&node, release);
+        let mut marks = self.marks.borrow_mut();
+        for t in &plan.remove_taints {
+            marks.taints.remove(&t.key);
+        }
+        for c in &plan.unknown_conditions {
+            marks.conditions.insert(
+                c.clone(),
+                (
+                    "Unknown".to_owned(),
+                    node_monitor_core::names::STOPPED_REASON.to_owned(),
+                ),
+            );
+        }
+        Ok(plan)
     }
 }
 
@@ -195,8 +293,33 @@ impl PodSource for FakePods {
     }
 }
 
+/// Counts the re-armings; wakes the loop at the instants given, then never again.
 #[derive(Default)]
-struct FakeArming(usize);
+struct FakeArming(usize, VecDeque<Instant>);
+
+impl super::super::ports::WakeupStream for FakeArming {
+    async fn next(&mut self) -> Option<Wakeup> {
+        let Some(at) = self.1.front().copied() else {
+            return std::future::pending().await;
+        };
+        tokio::time::sleep_until(at).await;
+        self.1.pop_front();
+        Some(Wakeup {
+            source: WakeSource::Housekeeping,
+            at: std::time::Instant::now(),
+        })
+    }
+}
+
+/// SIGTERM at an instant of the paused clock.
+struct FakeStop(Instant);
+
+impl StopSignal for FakeStop {
+    async fn stopped(&mut self) -> &'static str {
+        tokio::time::sleep_until(self.0).await;
+        "SIGTERM"
+    }
+}
 
 impl Arming for FakeArming {
     fn rearm(
@@ -283,6 +406,12 @@ impl Rig {
             writes: RefCell::default(),
             answers: RefCell::default(),
             conditions_fail: RefCell::new(false),
+            marks: RefCell::default(),
+            evictions_before_hang: Cell::new(None),
+            hang_taints: RefCell::default(),
+            hang_release: Cell::new(false),
+            pods_linger: Cell::new(false),
+            in_flight: Rc::default(),
         };
         let agent = Loop::new(
             config,
@@ -308,6 +437,36 @@ impl Rig {
         self.agent
             .cycle(&mut self.node, &mut self.arming, wakeup, "timer")
             .await
+    }
+
+    /// Runs the agent's loop (a first housekeeping pass, then its wake-ups and timers) with
+    /// wake-ups at `wakes` and SIGTERM at `stop`, offsets from now on the paused clock, as
+    /// `node-monitor run` does; returns how long it ran on that clock.
+    async fn run_until_stopped(&mut self, wakes: &[Duration], stop: Duration) -> Duration {
+        let start = Instant::now();
+        self.arming.1 = wakes.iter().map(|d| start + *d).collect();
+        let mut sigterm = FakeStop(start + stop);
+        let first = Wakeup {
+            source: WakeSource::Housekeeping,
+            at: std::time::Instant::now(),
+        };
+        tokio::time::timeout(
+            Duration::from_secs(3600),
+            decide_until_stopped(
+                &mut self.agent,
+                &mut self.node,
+                &mut self.arming,
+                first,
+                &mut sigterm,
+            ),
+        )
+        .await
+        .expect("the loop stops on SIGTERM, whatever call or wait is in flight");
+        start.elapsed()
+    }
+
+    fn marks(&self) -> Marks {
+        self.cluster().marks.borrow().clone()
     }
 
     fn cluster(&self) -> &FakeCluster {
@@ -546,4 +705,109 @@ async fn taint_on_pressure_puts_the_pressure_taints_on_and_off() {
             },
         ]
     );
+}
+
+const TAINT_1GI: &str =
+    "evictionHard:\n  memory.available: 1Gi\nnodeMonitor:\n  taintOnPressure: true\n";
+const MEMORY_CONDITION: &str = "NodeMonitorMemoryPressure";
+const MEMORY_TAINT: &str = "node-monitor.io/memory-pressure";
+
+/// After the release on stop: no pressure taint, every published condition `Unknown` with the
+/// stop's reason.
+fn assert_released(marks: &Marks) {
+    assert!(marks.taints.is_empty(), "{marks:?}");
+    assert!(!marks.conditions.is_empty(), "{marks:?}");
+    for (c, (status, reason)) in &marks.conditions {
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("Unknown", node_monitor_core::names::STOPPED_REASON),
+            "{c}: {marks:?}"
+        );
+    }
+}
+
+/// SIGTERM while an eviction request hangs (a black-holed API server, before the call's own
+/// timeout): the loop stops at that instant, drops the call, and the release on stop takes back
+/// the condition and taint the earlier pass published.
+#[tokio::test(start_paused = true)]
+async fn sigterm_while_an_eviction_hangs_stops_at_once_and_takes_the_marks_back() {
+    let mut rig = Rig::new(TAINT_1GI, 500 * MI, &three_pods());
+    rig.cluster().evictions_before_hang.set(Some(1));
+    let ran = rig
+        .run_until_stopped(&[Duration::from_secs(1)], Duration::from_secs(5))
+        .await;
+    assert_eq!(ran, Duration::from_secs(5), "stopped at SIGTERM");
+    assert_eq!(
+        rig.cluster().evicted().len(),
+        2,
+        "the second pass's eviction was in flight: {:?}",
+        rig.cluster().writes.borrow()
+    );
+    assert_eq!(rig.cluster().in_flight.get(), 0, "the hung call is dropped");
+    let marks = rig.marks();
+    assert_eq!(
+        marks.conditions.get(MEMORY_CONDITION).map(|c| c.0.as_str()),
+        Some("True"),
+        "{marks:?}"
+    );
+    assert!(marks.taints.contains(MEMORY_TAINT), "{marks:?}");
+
+    assert!(release_on_stop(&rig.agent.actuator, false, STOP_RELEASE_BOUND).await);
+    assert_released(&rig.marks());
+}
+
+/// SIGTERM while the loop waits for an evicted pod to go (it lingers): the wait ends at once,
+/// not at `podCleanupTimeout`.
+#[tokio::test(start_paused = true)]
+async fn sigterm_during_the_cleanup_wait_stops_before_the_cleanup_timeout() {
+    let mut rig = Rig::new(TAINT_1GI, 500 * MI, &three_pods());
+    rig.cluster().pods_linger.set(true);
+    let cleanup = rig.agent.config.node_monitor.pod_cleanup_timeout;
+    let stop = Duration::from_secs(3);
+    assert!(stop < cleanup, "{cleanup:?}");
+    let ran = rig.run_until_stopped(&[], stop).await;
+    assert_eq!(ran, stop, "stopped at SIGTERM, not after {cleanup:?}");
+    assert_eq!(rig.cluster().evicted(), ["besteffort"]);
+    assert_eq!(rig.cluster().in_flight.get(), 0);
+    assert!(rig.marks().taints.contains(MEMORY_TAINT));
+
+    assert!(release_on_stop(&rig.agent.actuator, false, STOP_RELEASE_BOUND).await);
+    assert_released(&rig.marks());
+}
+
+/// SIGTERM between two taint writes of one pass (the second hangs): the node holds a half
+/// published set of marks, which the release on stop, planned on the node as the API holds it,
+/// takes back whole.
+#[tokio::test(start_paused = true)]
+async fn sigterm_between_taint_writes_leaves_no_taint_after_the_release() {
+    let mut rig = Rig::new(TAINT_1GI, 500 * MI, &three_pods());
+    rig.cluster()
+        .hang_taints
+        .borrow_mut()
+        .insert("node-monitor.io/disk-pressure".into());
+    let ran = rig.run_until_stopped(&[], Duration::from_secs(2)).await;
+    assert_eq!(ran, Duration::from_secs(2));
+    assert_eq!(rig.cluster().in_flight.get(), 0);
+    let half = rig.marks();
+    assert!(
+        half.taints.contains(MEMORY_TAINT),
+        "half published: {half:?}"
+    );
+
+    assert!(release_on_stop(&rig.agent.actuator, false, STOP_RELEASE_BOUND).await);
+    assert_released(&rig.marks());
+}
+
+/// The release on stop against an API server that never answers ends at its bound and says it
+/// did not reach the API; the marks stay (for the next start or `node-monitor cleanup`).
+#[tokio::test(start_paused = true)]
+async fn the_release_on_stop_ends_at_its_bound_when_the_api_hangs() {
+    let mut rig = Rig::new(TAINT_1GI, 500 * MI, &three_pods());
+    rig.run_until_stopped(&[], Duration::from_secs(1)).await;
+    rig.cluster().hang_release.set(true);
+    let start = Instant::now();
+    assert!(!release_on_stop(&rig.agent.actuator, false, STOP_RELEASE_BOUND).await);
+    assert_eq!(start.elapsed(), STOP_RELEASE_BOUND);
+    assert_eq!(rig.cluster().in_flight.get(), 0);
+    assert!(rig.marks().taints.contains(MEMORY_TAINT));
 }

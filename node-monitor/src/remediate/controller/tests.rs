@@ -69,7 +69,12 @@ struct Fake {
     millis: Arc<AtomicI64>,
     /// While true, fence steps are held in flight.
     held: watch::Sender<bool>,
+    /// A stalled Lease watch.
+    stalled: Arc<Mutex<Option<StalledWatch>>>,
 }
+
+/// Since when (ms) the Lease watch is stalled, and the Leases it last delivered.
+type StalledWatch = (i64, BTreeMap<String, Lease>);
 
 impl Fake {
     fn new() -> Self {
@@ -77,7 +82,20 @@ impl Fake {
             world: Arc::default(),
             millis: Arc::default(),
             held: watch::Sender::new(false),
+            stalled: Arc::default(),
         }
+    }
+
+    /// The Lease watch stops delivering (its connection open and silent, or black-holed): the
+    /// cache keeps the Leases of now, and no list confirms it current from now on.
+    fn stall_lease_watch(&self) {
+        let leases = self.w().leases.clone();
+        *self.stalled.lock().expect("stalled") = Some((self.millis.load(Ordering::SeqCst), leases));
+    }
+
+    /// The watch reconnects and catches up; a list confirms it current.
+    fn resume_lease_watch(&self) {
+        *self.stalled.lock().expect("stalled") = None;
     }
 
     fn w(&self) -> std::sync::MutexGuard<'_, World> {
@@ -243,11 +261,18 @@ impl ClusterView for Fake {
     }
 
     fn leases(&self) -> Vec<Arc<Lease>> {
+        if let Some((_, leases)) = &*self.stalled.lock().expect("stalled") {
+            return leases.values().cloned().map(Arc::new).collect();
+        }
         self.w().leases.values().cloned().map(Arc::new).collect()
     }
 
     fn lease_view_age(&self) -> Option<Duration> {
-        Some(Duration::ZERO)
+        let since = self.stalled.lock().expect("stalled").as_ref().map(|s| s.0);
+        let now = self.millis.load(Ordering::SeqCst);
+        Some(Duration::from_millis(
+            u64::try_from(since.map_or(0, |s| now - s)).expect("positive"),
+        ))
     }
 
     fn configmaps(&self) -> BTreeMap<String, BTreeMap<String, String>> {
@@ -396,6 +421,7 @@ struct Harness {
     fake: Fake,
     ctl: Controller<Fake>,
     metrics: Arc<RemediateMetrics>,
+    api_health: Arc<ApiHealth>,
     /// Nodes that renew their Lease on every pass.
     live: BTreeSet<String>,
 }
@@ -403,17 +429,14 @@ struct Harness {
 impl Harness {
     fn new(fake: &Fake, cfg: RemediationConfig) -> Self {
         let metrics = Arc::new(RemediateMetrics::new());
-        let ctl = Controller::new(
-            fake.clone(),
-            cfg,
-            metrics.clone(),
-            Arc::new(ApiHealth::default()),
-        );
+        let api_health = Arc::new(ApiHealth::default());
+        let ctl = Controller::new(fake.clone(), cfg, metrics.clone(), api_health.clone());
         let live = fake.w().nodes.keys().cloned().collect();
         Self {
             fake: fake.clone(),
             ctl,
             metrics,
+            api_health,
             live,
         }
     }
@@ -454,6 +477,16 @@ impl Harness {
 
     fn revive(&mut self, node: &str) {
         self.live.insert(node.to_owned());
+    }
+
+    /// Nodes the last pass judged `state` (`alive`, `suspect`, `dead`).
+    fn judged(&self, state: &str) -> i64 {
+        self.metrics
+            .nodes
+            .get_or_create(&crate::metrics::StateLabels {
+                state: state.to_owned(),
+            })
+            .get()
     }
 
     fn skips(&self, reason: &str) -> u64 {
@@ -707,4 +740,87 @@ async fn a_new_controller_resumes_the_recorded_operation() {
     assert_eq!(now.detected_at, recorded.detected_at, "the same operation");
     assert_eq!(now.phase.label(), "released");
     assert_eq!(fake.events("n1", "FencingStarted"), 1);
+}
+
+/// The Lease watch stalls while every node keeps renewing: the cached Leases stop changing, so
+/// they look like dead nodes, but the view is not confirmed current, so no node is judged dead
+/// and nothing is fenced, however long the stall. A node that really dies meanwhile is judged on
+/// fresh data once the watch catches up, and only then fenced.
+#[tokio::test]
+async fn a_stalled_lease_watch_judges_no_node_dead() {
+    let fake = cluster();
+    let cfg = RemediationConfig::default();
+    let dead_after = Duration::from_secs(10) * cfg.detection.missed_renewals;
+    let mut h = Harness::new(&fake, cfg);
+    h.passes(5).await;
+    fake.stall_lease_watch();
+    // Four times the detection window; the Leases renew in the API all along.
+    let stall = 4 * dead_after.as_secs();
+    for _ in 0..stall {
+        h.pass().await;
+        assert_eq!(h.judged("dead"), 0, "judged on a stale view");
+    }
+    assert_eq!(h.judged("suspect"), 3, "every node looks silent");
+    h.kill("n1");
+    h.passes(usize::try_from(stall).expect("small")).await;
+    assert_eq!(h.judged("dead"), 0);
+    assert_eq!(fake.log(), Vec::<String>::new());
+    assert!(fake.w().ops.is_empty());
+    assert!(fake.w().tainted.is_empty());
+
+    fake.resume_lease_watch();
+    h.pass().await;
+    assert_eq!(h.judged("dead"), 0, "the caught-up Leases changed: alive");
+    assert!(
+        h.until(60, |f| f
+            .log()
+            .iter()
+            .any(|l| l.starts_with("run n1 isolation")))
+            .await,
+        "the dead node is fenced once the view is current: {:?}",
+        fake.log()
+    );
+    assert!(
+        !fake
+            .log()
+            .iter()
+            .any(|l| l.contains("n2") || l.contains("n3")),
+        "{:?}",
+        fake.log()
+    );
+}
+
+/// The API server goes silent for the controller (no watch event, no answer: a black hole or a
+/// partition of the controller itself) while a node's Lease stops: the controller cannot tell a
+/// dead node from its own isolation, so it fences nothing; once the API answers again it does.
+#[tokio::test]
+async fn a_silent_api_server_fences_nothing() {
+    let fake = cluster();
+    let cfg = RemediationConfig::default();
+    let stale_after = cfg.storm.api_stale_after;
+    let mut h = Harness::new(&fake, cfg);
+    h.passes(5).await;
+    h.kill("n1");
+    let silent_since = std::time::Instant::now()
+        .checked_sub(2 * stale_after)
+        .expect("the clock is past the start");
+    for _ in 0..60 {
+        h.api_health.ok_at(silent_since);
+        h.pass().await;
+    }
+    assert!(h.judged("dead") >= 1, "n1's Lease stopped on a fresh view");
+    assert_eq!(fake.log(), Vec::<String>::new());
+    assert!(fake.w().ops.is_empty());
+    assert!(h.skips("controller_partitioned") >= 1);
+
+    h.api_health.ok();
+    assert!(
+        h.until(10, |f| f
+            .log()
+            .iter()
+            .any(|l| l.starts_with("run n1 isolation")))
+            .await,
+        "{:?}",
+        fake.log()
+    );
 }
