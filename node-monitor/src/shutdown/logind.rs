@@ -133,7 +133,7 @@ impl Logind {
     pub async fn connect() -> Result<Self, LogindError> {
         let address = system_bus_address(
             std::env::var("DBUS_SYSTEM_BUS_ADDRESS").ok().as_deref(),
-            std::path::Path::new(RUN_SOCKET).exists(),
+            Path::new(RUN_SOCKET).exists(),
         );
         let conn = zbus::connection::Builder::address(address.as_str())
             .map_err(|e| LogindError::Connect(Box::new(e)))?
