@@ -89,6 +89,8 @@ pub fn image_archive(name: &str) -> Result<PathBuf> {
 #[derive(Debug, Clone)]
 pub struct RealNodeOptions {
     pub memory_mib: u32,
+    /// The kubelet's and containerd's cgroup driver.
+    pub cgroup_driver: CgroupDriver,
     /// Appended to the KubeletConfiguration (e.g. `shutdownGracePeriod: 30s`).
     pub kubelet_config_extra: String,
     /// Bound on the whole guest run.
@@ -99,19 +101,41 @@ impl Default for RealNodeOptions {
     fn default() -> Self {
         Self {
             memory_mib: 2048,
+            cgroup_driver: CgroupDriver::Systemd,
             kubelet_config_extra: String::new(),
             timeout: Duration::from_secs(1500),
         }
     }
 }
 
-/// containerd 2.x: the systemd cgroup driver (like the kubelet's), and the pause image imported
-/// from the archive pinned as the sandbox so it is never collected.
-fn containerd_config() -> String {
+/// The cgroup driver the kubelet and containerd share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupDriver {
+    /// `kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope`:
+    /// kubeadm's default since 1.22.
+    Systemd,
+    /// `kubepods/burstable/pod<uid>/<id>`: the kubelet writes the cgroup tree itself.
+    Cgroupfs,
+}
+
+impl CgroupDriver {
+    /// The kubelet's `cgroupDriver` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            CgroupDriver::Systemd => "systemd",
+            CgroupDriver::Cgroupfs => "cgroupfs",
+        }
+    }
+}
+
+/// containerd 2.x: the kubelet's cgroup driver, and the pause image imported from the archive
+/// pinned as the sandbox so it is never collected.
+fn containerd_config(driver: CgroupDriver) -> String {
+    let systemd = driver == CgroupDriver::Systemd;
     format!(
         "version = 3\n\
          [plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = '{PAUSE_IMAGE}'\n\
-         [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n  SystemdCgroup = true\n"
+         [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n  SystemdCgroup = {systemd}\n"
     )
 }
 
@@ -121,14 +145,15 @@ fn cni_config() -> String {
     )
 }
 
-/// The kubelet's configuration: the systemd driver, x509 client auth against the cluster CA, and
+/// The kubelet's configuration: the cgroup `driver`, x509 client auth against the cluster CA, and
 /// nothing about eviction, so its defaults (`memory.available<100Mi`, `nodefs.available<10%`,
 /// `imagefs.available<15%`, `nodefs.inodesFree<5%`) are in force.
-fn kubelet_config(extra: &str) -> String {
+fn kubelet_config(driver: CgroupDriver, extra: &str) -> String {
+    let driver = driver.name();
     format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1\n\
          kind: KubeletConfiguration\n\
-         cgroupDriver: systemd\n\
+         cgroupDriver: {driver}\n\
          containerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n\
          authentication:\n  anonymous: {{enabled: false}}\n  webhook: {{enabled: false}}\n  x509: {{clientCAFile: /etc/kubernetes/pki/ca.crt}}\n\
          authorization: {{mode: AlwaysAllow}}\n\
@@ -240,11 +265,14 @@ impl RealNode {
         for (name, _) in IMAGES {
             link_or_copy(&image_archive(name)?, &p.join("images").join(name))?;
         }
-        fs::write(p.join("containerd.toml"), containerd_config())?;
+        fs::write(
+            p.join("containerd.toml"),
+            containerd_config(opts.cgroup_driver),
+        )?;
         fs::write(p.join("cni.conflist"), cni_config())?;
         fs::write(
             p.join("kubelet-config.yaml"),
-            kubelet_config(&opts.kubelet_config_extra),
+            kubelet_config(opts.cgroup_driver, &opts.kubelet_config_extra),
         )?;
         fs::write(p.join("step-lib.sh"), STEP_LIB)?;
         payload.entry(&format!("{ENTRY_PRELUDE}{}", ENTRY.replace("@NODE@", NODE)))?;

@@ -33,7 +33,7 @@ use kube::{
 use node_monitor_tests::{
     metrics,
     real_node::{
-        NODE, RealNode,
+        CgroupDriver, NODE, RealNode, RealNodeOptions,
         scenario::{
             Installed, NS, agent_log, condition, create_running, fail, guest_step, install, until,
             workload,
@@ -236,7 +236,12 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         mut node,
         agent,
         agent_ip,
-    } = install("base", Some(&agent_config(false)), "").await;
+    } = install(
+        "base",
+        Some(&agent_config(false)),
+        &RealNodeOptions::default(),
+    )
+    .await;
     let nodes: Api<Node> = Api::all(client.clone());
     let first = scrape(&mut node, &agent_ip, "metrics-start.txt").await;
     // As shipped, with no --kubepods-cgroup: the systemd driver's slice is found by itself.
@@ -694,7 +699,15 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
         node,
         agent: _,
         agent_ip: _,
-    } = install("base", Some(&agent_config(true)), KUBELET_SAME_THRESHOLDS).await;
+    } = install(
+        "base",
+        Some(&agent_config(true)),
+        &RealNodeOptions {
+            kubelet_config_extra: KUBELET_SAME_THRESHOLDS.to_owned(),
+            ..RealNodeOptions::default()
+        },
+    )
+    .await;
     let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(client.clone());
     classes
         .create(
@@ -807,19 +820,45 @@ fn disk_and_pid_config() -> String {
     )
 }
 
-/// Disk and PID pressure from containers (scenario 6): a pod filling an emptyDir crosses
-/// `nodefs.available`, and a pod forking thousands of processes crosses `pid.available`. Each is
-/// evicted by node-monitor with the kubelet's wording for the resource, the bystanders are not,
-/// and the kubelet (whose defaults neither crosses) evicts nothing.
+/// Disk and PID pressure from containers (scenario 6), on a node with the **cgroupfs** driver
+/// (the kubelet's `cgroupDriver: cgroupfs`, containerd's `SystemdCgroup = false`), which the agent
+/// must find by itself: a pod filling an emptyDir crosses `nodefs.available`, a pod forking
+/// thousands of processes crosses `pid.available`, and a pod filling its own writable layer
+/// crosses `nodefs.available` again. Each is evicted by node-monitor with the kubelet's wording
+/// for the resource, the bystanders are not, and the kubelet (whose defaults neither crosses)
+/// evicts nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_and_pid_pressure_from_containers() {
     let Installed {
         cp: _cp,
         client,
-        node,
+        mut node,
         agent: _,
-        agent_ip: _,
-    } = install("base", Some(&disk_and_pid_config()), "").await;
+        agent_ip,
+    } = install(
+        "base",
+        Some(&disk_and_pid_config()),
+        &RealNodeOptions {
+            cgroup_driver: CgroupDriver::Cgroupfs,
+            ..RealNodeOptions::default()
+        },
+    )
+    .await;
+    // The cgroupfs driver's `kubepods` tree, found by the agent itself.
+    let m = scrape(&mut node, &agent_ip, "metrics-cgroupfs.txt").await;
+    let layout = metrics::parse(&m)
+        .expect("the agent's metrics")
+        .into_iter()
+        .filter(|s| s.name == "node_monitor_kubepods_layout" && s.value == 1.0)
+        .map(|s| s.labels)
+        .collect::<Vec<_>>();
+    assert!(
+        layout
+            .iter()
+            .any(|l| l.get("driver").map(String::as_str) == Some("cgroupfs")
+                && l.get("path").is_some_and(|p| p.ends_with("/kubepods"))),
+        "the agent reads pods from the cgroupfs driver's kubepods tree: {layout:?}"
+    );
     create_running(
         &client,
         &node,
@@ -938,6 +977,61 @@ async fn disk_and_pid_pressure_from_containers() {
     )
     .await;
 
+    // nodefs again, from a container's writable layer: 600 MiB written to its root file
+    // system (the image's /tmp, writable by its non-root user), which only the overlay upper
+    // directory under /var/lib/containerd holds.
+    let started = Instant::now();
+    create_running(
+        &client,
+        &node,
+        pod(
+            "layer-filler",
+            &[
+                "/usr/local/bin/nm-memhog",
+                "pagecache",
+                "/tmp/fill",
+                "600",
+                "600",
+            ],
+            None,
+        ),
+    )
+    .await;
+    let message = until(
+        &node,
+        "layer-filler evicted for nodefs",
+        Duration::from_secs(420),
+        || {
+            let client = client.clone();
+            async move { eviction_message(&client, "layer-filler").await }
+        },
+    )
+    .await;
+    eprintln!(
+        "real node: layer-filler evicted {:.1} s after it started writing: {message}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        message.contains("The node was low on resource: ephemeral-storage."),
+        "the kubelet's wording for nodefs: {message}"
+    );
+    until(
+        &node,
+        "layer-filler gone from the API",
+        Duration::from_secs(180),
+        || {
+            let pods = pods.clone();
+            async move {
+                pods.get_opt("layer-filler")
+                    .await
+                    .ok()?
+                    .is_none()
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+
     for name in ["database", "bystander"] {
         let by = evictions_of(&client, name).await;
         assert!(
@@ -952,7 +1046,7 @@ async fn disk_and_pid_pressure_from_containers() {
             "{name} still runs"
         );
     }
-    for name in ["filler", "forker"] {
+    for name in ["filler", "forker", "layer-filler"] {
         assert_eq!(
             evictions_of(&client, name).await,
             ["node-monitor"],

@@ -28,7 +28,7 @@ use kube::{Api, Client, api::ListParams};
 use node_monitor_tests::{
     metrics,
     real_node::{
-        NODE, RealNode,
+        NODE, RealNode, RealNodeOptions,
         scenario::{Installed, NS, create_running, fail, guest_step, install, workload},
     },
 };
@@ -246,7 +246,7 @@ async fn node_monitor_drains_real_containers_by_priority_group_before_the_node_g
         mut node,
         agent_ip,
         ..
-    } = install("overlays/shutdown", None, "").await;
+    } = install("overlays/shutdown", None, &RealNodeOptions::default()).await;
     create_pods(&client, &node).await;
     let delay = lock_held(&mut node, "node-monitor").await;
     let inhibitors = node.read_out("inhibitors-node-monitor").unwrap_or_default();
@@ -377,7 +377,15 @@ async fn the_kubelets_graceful_node_shutdown_on_the_same_pods() {
         client,
         mut node,
         ..
-    } = install("base", None, PERIODS).await;
+    } = install(
+        "base",
+        None,
+        &RealNodeOptions {
+            kubelet_config_extra: PERIODS.to_owned(),
+            ..RealNodeOptions::default()
+        },
+    )
+    .await;
     create_pods(&client, &node).await;
     let delay = lock_held(&mut node, "kubelet").await;
 

@@ -156,21 +156,17 @@ pub struct Installed {
     pub agent_ip: String,
 }
 
-/// Boots the node with `kubelet_extra` in the kubelet's configuration, starts the control plane
+/// Boots the node as `options` say, starts the control plane
 /// (NodeRestriction, kube-scheduler), joins the node, and installs the kustomization
 /// `deploy/kustomize/<kustomization>` (`base`, `overlays/shutdown`), with `agent_config` as the
 /// ConfigMap's configuration, or the kustomization's own when `None`.
 pub async fn install(
     kustomization: &str,
     agent_config: Option<&str>,
-    kubelet_extra: &str,
+    options: &RealNodeOptions,
 ) -> Installed {
     let t0 = Instant::now();
-    let node = RealNode::boot(&RealNodeOptions {
-        kubelet_config_extra: kubelet_extra.to_owned(),
-        ..RealNodeOptions::default()
-    })
-    .expect("real node payload and boot");
+    let node = RealNode::boot(options).expect("real node payload and boot");
     let scheduler = node_binaries()
         .expect("node binaries")
         .join("kube-scheduler");
