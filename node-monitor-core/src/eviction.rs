@@ -30,7 +30,7 @@ use super::{
     pod::PodInfo,
     quantity::{Format, Quantity},
     rank::{RankedPod, rank_pods},
-    signals::{Observations, PodUsage, Signal},
+    signals::{Observations, PodUsage, Signal, SignalObservation},
     threshold::{
         NodeConditionType, Operator, Resource, Threshold, ThresholdKey, ThresholdSource,
         signal_condition, signal_format, signal_resource,
@@ -216,8 +216,78 @@ pub fn synchronize(
     pods: &[PodInfo],
     now: Timestamp,
 ) -> Decision {
-    let mut unobserved_signals: Vec<Signal> = Vec::new();
     // 1. Thresholds met, ignoring grace periods; then those not yet past their minimum reclaim.
+    let (met, unobserved_signals) = thresholds_met(state, config, observations);
+
+    // 2. First observed.
+    let first_observed: BTreeMap<ThresholdKey, Timestamp> = met
+        .iter()
+        .map(|(t, _)| {
+            let key = t.key();
+            (key, state.first_observed.get(&key).copied().unwrap_or(now))
+        })
+        .collect();
+
+    // 3. Conditions, with the transition period.
+    let conditions = ConditionObservation::new(
+        &state.conditions_last_observed,
+        config.pressure_transition_period,
+        &met,
+        now,
+    );
+
+    // 4. Grace periods.
+    let elapsed = |t: &Threshold| {
+        let at = first_observed.get(&t.key()).copied().unwrap_or(now);
+        now.saturating_since(at) >= t.grace_period
+    };
+    let mut acting: Vec<&Threshold> = met.iter().map(|(t, _)| *t).filter(|t| elapsed(t)).collect();
+
+    let mut decision = Decision {
+        thresholds_met: threshold_reports(&met, &first_observed, observations, now),
+        conditions: conditions.reports(now),
+        reclaim: None,
+        ranked: Vec::new(),
+        evict: Vec::new(),
+        unobserved_signals,
+    };
+
+    // Update the state.
+    state.first_observed = first_observed;
+    state.conditions_last_observed = conditions.last_observed;
+    state.conditions = conditions.reported;
+    state.thresholds_met = acting.iter().map(|t| t.key()).collect();
+
+    // 5. The threshold to reclaim for.
+    acting.sort_by_key(|t| eviction_priority(t));
+    let Some(threshold) = acting.first().copied() else {
+        return decision;
+    };
+    let Some(obs) = observations.signals.get(&threshold.signal) else {
+        return decision;
+    };
+    let (report, reclaim) = reclaim_for(threshold, obs);
+    decision.reclaim = Some(report);
+    if pods.is_empty() {
+        return decision;
+    }
+
+    // 6. Rank and evict.
+    let ranked = rank_pods(reclaim.resource, pods, &observations.pods);
+    decision.evict = evictions(config, &reclaim, &acting, &ranked, pods, observations);
+    decision.ranked = ranked;
+    decision
+}
+
+/// Step 1: the thresholds met by `observations` (ignoring grace periods), then those acted on
+/// last time whose minimum reclaim is not yet reached; and the configured signals with no
+/// observation.
+fn thresholds_met<'c>(
+    state: &EvictionState,
+    config: &'c EvictionConfig,
+    observations: &Observations,
+) -> (Vec<(&'c Threshold, MetReason)>, Vec<Signal>) {
+    let mut unobserved_signals: Vec<Signal> = Vec::new();
     let mut met: Vec<(&Threshold, MetReason)> = Vec::new();
     for t in &config.thresholds {
         match observations.signals.get(&t.signal) {
@@ -243,47 +313,86 @@ pub fn synchronize(
             met.push((t, MetReason::MinimumReclaimPending));
         }
     }
+    (met, unobserved_signals)
+}
 
-    // 2. First observed.
-    let first_observed: BTreeMap<ThresholdKey, Timestamp> = met
-        .iter()
-        .map(|(t, _)| {
-            let key = t.key();
-            (key, state.first_observed.get(&key).copied().unwrap_or(now))
-        })
-        .collect();
+/// Step 3: the pressure conditions observed now, when each was last observed, and those reported
+/// (observed within the pressure transition period).
+struct ConditionObservation {
+    observed_now: Vec<NodeConditionType>,
+    last_observed: BTreeMap<NodeConditionType, Timestamp>,
+    reported: Vec<NodeConditionType>,
+    period: Duration,
+}
 
-    // 3. Conditions, with the transition period.
-    let mut observed_now: Vec<NodeConditionType> = Vec::new();
-    for (t, _) in &met {
-        let c = signal_condition(t.signal);
-        if !observed_now.contains(&c) {
-            observed_now.push(c);
+impl ConditionObservation {
+    fn new(
+        last_observed: &BTreeMap<NodeConditionType, Timestamp>,
+        period: Duration,
+        met: &[(&Threshold, MetReason)],
+        now: Timestamp,
+    ) -> Self {
+        let mut observed_now: Vec<NodeConditionType> = Vec::new();
+        for (t, _) in met {
+            let c = signal_condition(t.signal);
+            if !observed_now.contains(&c) {
+                observed_now.push(c);
+            }
+        }
+        let mut last_observed = last_observed.clone();
+        for c in &observed_now {
+            last_observed.insert(*c, now);
+        }
+        let reported: Vec<NodeConditionType> = NodeConditionType::ALL
+            .into_iter()
+            .filter(|c| {
+                last_observed
+                    .get(c)
+                    .is_some_and(|at| now.saturating_since(*at) < period)
+            })
+            .collect();
+        Self {
+            observed_now,
+            last_observed,
+            reported,
+            period,
         }
     }
-    let mut last_observed = state.conditions_last_observed.clone();
-    for c in &observed_now {
-        last_observed.insert(*c, now);
+
+    /// Every condition the eviction manager owns, reported or not.
+    fn reports(&self, now: Timestamp) -> Vec<ConditionReport> {
+        NodeConditionType::ALL
+            .into_iter()
+            .map(|c| {
+                let status = self.reported.contains(&c);
+                let now_seen = self.observed_now.contains(&c);
+                let remaining = (status && !now_seen)
+                    .then(|| self.last_observed.get(&c))
+                    .flatten()
+                    .map(|at| {
+                        self.period
+                            .saturating_sub(now.saturating_since(*at))
+                            .as_secs_f64()
+                    });
+                ConditionReport {
+                    condition: c,
+                    status,
+                    observed_now: now_seen,
+                    transition_remaining_seconds: remaining,
+                }
+            })
+            .collect()
     }
-    let period = config.pressure_transition_period;
-    let conditions: Vec<NodeConditionType> = NodeConditionType::ALL
-        .into_iter()
-        .filter(|c| {
-            last_observed
-                .get(c)
-                .is_some_and(|at| now.saturating_since(*at) < period)
-        })
-        .collect();
+}
 
-    // 4. Grace periods.
-    let elapsed = |t: &Threshold| {
-        let at = first_observed.get(&t.key()).copied().unwrap_or(now);
-        now.saturating_since(at) >= t.grace_period
-    };
-    let mut acting: Vec<&Threshold> = met.iter().map(|(t, _)| *t).filter(|t| elapsed(t)).collect();
-
-    let thresholds_met = met
-        .iter()
+/// Every threshold met, with its grace status.
+fn threshold_reports(
+    met: &[(&Threshold, MetReason)],
+    first_observed: &BTreeMap<ThresholdKey, Timestamp>,
+    observations: &Observations,
+    now: Timestamp,
+) -> Vec<ThresholdReport> {
+    met.iter()
         .filter_map(|(t, reason)| {
             let obs = observations.signals.get(&t.signal)?;
             let since = first_observed.get(&t.key()).copied().unwrap_or(now);
@@ -305,80 +414,68 @@ pub fn synchronize(
                 grace_remaining_seconds: t.grace_period.saturating_sub(met_for).as_secs_f64(),
             })
         })
-        .collect();
-    let condition_reports = NodeConditionType::ALL
-        .into_iter()
-        .map(|c| {
-            let status = conditions.contains(&c);
-            let now_seen = observed_now.contains(&c);
-            let remaining = (status && !now_seen)
-                .then(|| last_observed.get(&c))
-                .flatten()
-                .map(|at| {
-                    period
-                        .saturating_sub(now.saturating_since(*at))
-                        .as_secs_f64()
-                });
-            ConditionReport {
-                condition: c,
-                status,
-                observed_now: now_seen,
-                transition_remaining_seconds: remaining,
-            }
-        })
-        .collect();
+        .collect()
+}
 
-    // Update the state.
-    state.first_observed = first_observed;
-    state.conditions_last_observed = last_observed;
-    state.conditions = conditions;
-    state.thresholds_met = acting.iter().map(|t| t.key()).collect();
+/// The threshold reclaimed for, with what is to be reclaimed.
+struct Reclaim<'c> {
+    threshold: &'c Threshold,
+    resource: Resource,
+    /// Threshold plus minimum reclaim minus available, nano-units.
+    shortfall_nanos: i128,
+}
 
-    let mut decision = Decision {
-        thresholds_met,
-        conditions: condition_reports,
-        reclaim: None,
-        ranked: Vec::new(),
-        evict: Vec::new(),
-        unobserved_signals,
-    };
-
-    // 5. The threshold to reclaim for.
-    acting.sort_by_key(|t| eviction_priority(t));
-    let Some(reclaim) = acting.first().copied() else {
-        return decision;
-    };
-    let Some(obs) = observations.signals.get(&reclaim.signal) else {
-        return decision;
-    };
-    let resource = signal_resource(reclaim.signal);
-    let quantity = reclaim.quantity(obs.capacity);
-    let min_reclaim = reclaim.min_reclaim_quantity(obs.capacity);
+/// Step 5: what reclaiming for `threshold` takes, given its observation.
+fn reclaim_for<'c>(
+    threshold: &'c Threshold,
+    obs: &SignalObservation,
+) -> (ReclaimReport, Reclaim<'c>) {
+    let resource = signal_resource(threshold.signal);
+    let quantity = threshold.quantity(obs.capacity);
+    let min_reclaim = threshold.min_reclaim_quantity(obs.capacity);
     let mut target = quantity.clone();
     if let Some(m) = &min_reclaim {
         target.add(m);
     }
     let shortfall_nanos = target.nanos() - i128::from(obs.available) * 1_000_000_000;
-    decision.reclaim = Some(ReclaimReport {
-        signal: reclaim.signal,
+    let report = ReclaimReport {
+        signal: threshold.signal,
         resource,
-        source: reclaim.source,
-        hard: reclaim.is_hard(),
+        source: threshold.source,
+        hard: threshold.is_hard(),
         quantity: quantity.value(),
         available: obs.available,
         min_reclaim: min_reclaim.as_ref().map(Quantity::value),
         shortfall: ceil_units(shortfall_nanos),
-    });
-    if pods.is_empty() {
-        return decision;
-    }
+    };
+    let reclaim = Reclaim {
+        threshold,
+        resource,
+        shortfall_nanos,
+    };
+    (report, reclaim)
+}
 
-    // 6. Rank and evict.
-    let ranked = rank_pods(resource, pods, &observations.pods);
+/// Step 6: the pods to evict, in rank order: critical pods skipped, at most `maxPodsPerCycle`,
+/// and beyond the first only until their usage covers the shortfall.
+fn evictions(
+    config: &EvictionConfig,
+    reclaim: &Reclaim<'_>,
+    acting: &[&Threshold],
+    ranked: &[RankedPod],
+    pods: &[PodInfo],
+    observations: &Observations,
+) -> Vec<Eviction> {
+    let Reclaim {
+        threshold,
+        resource,
+        shortfall_nanos,
+    } = *reclaim;
     let max = config.node_monitor.max_pods_per_cycle.max(1) as usize;
+    let mut evict = Vec::new();
     let mut reclaimed_nanos: i128 = 0;
-    for r in &ranked {
-        if decision.evict.len() >= max {
+    for r in ranked {
+        if evict.len() >= max {
             break;
         }
         let pod = &pods[r.index];
@@ -387,19 +484,19 @@ pub fn synchronize(
             continue;
         }
         let usage = observations.pods.get(&pod.uid);
-        let (message, annotations) = eviction_message(resource, pod, usage, &acting, observations);
-        decision.evict.push(Eviction {
+        let (message, annotations) = eviction_message(resource, pod, usage, acting, observations);
+        evict.push(Eviction {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
             uid: pod.uid.clone(),
             grace_period_seconds: eviction_grace_period(
-                reclaim,
+                threshold,
                 pod,
                 config.max_pod_grace_period_seconds,
             ),
-            signal: reclaim.signal,
+            signal: threshold.signal,
             resource,
-            hard: reclaim.is_hard(),
+            hard: threshold.is_hard(),
             reason: EVICTION_REASON,
             message,
             annotations,
@@ -418,8 +515,7 @@ pub fn synchronize(
             }
         }
     }
-    decision.ranked = ranked;
-    decision
+    evict
 }
 
 /// `byEvictionPriority` made total: memory, then disk, then PIDs; hard before soft; signal and
