@@ -141,40 +141,10 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         api_timeout,
     )?;
     let client = clients.api.clone();
-    let (store, reflector) = kube_adapter::pod_reflector(clients.watch.clone(), &args.node_name);
-    let reflector_task = tokio::spawn(reflector);
-    {
-        let (store, health) = (store.clone(), health.clone());
-        tokio::spawn(async move {
-            if store.wait_until_ready().await.is_ok() {
-                info!("pod cache synced");
-                health.pods_synced.store(true, Ordering::Relaxed);
-            }
-        });
-    }
+    let (store, reflector_task) = start_pod_reflector(&clients, &args.node_name, &health);
 
     let allocatable = node_allocatable_memory(&client, &args.node_name).await;
-    let sampler_config = SamplerConfig {
-        cgroup_root: args.cgroup_root.clone(),
-        node_cgroup: args.node_cgroup.clone(),
-        kubepods_cgroup: args.kubepods_cgroup.clone(),
-        kubelet_config: args.kubelet_config.clone(),
-        proc_root: args.proc_root.clone(),
-        kubelet_root: args.kubelet_root.clone(),
-        image_fs: args.image_fs.clone(),
-        allocatable_memory: allocatable,
-        ..SamplerConfig::default()
-    };
-    match crate::sampler::raise_nofile_limit() {
-        Ok(n) => debug!(
-            nofile = n,
-            "open-file limit raised for per-pod cgroup files"
-        ),
-        Err(e) => {
-            warn!(error = %e, "could not raise the open-file limit; pod files are reopened per pass")
-        }
-    }
-    let mut sampler = Sampler::new(sampler_config).context("sampler configuration")?;
+    let mut sampler = new_sampler(args, allocatable)?;
     let mut wakeups = start_wakeups(args, &config, &sampler, &metrics, &health)?;
     // Kernel probes: each event wakes the sampler at once. Reboot requests go to the shutdown
     // manager (`reboot_rx`). Polling-only mode runs without them, like the kubelet.
@@ -217,13 +187,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     .with_timeout(api_timeout);
     init_metrics(&metrics, &config);
 
-    // Adaptive sampling near a threshold; off in polling mode, which is the kubelet's fixed tick.
-    let headroom_policy = (!args.polling_only
-        && !config.node_monitor.fast_sampling_interval.is_zero())
-    .then_some(HeadroomPolicy {
-        fast: config.node_monitor.fast_sampling_interval,
-        slow: config.node_monitor.housekeeping_interval,
-    });
+    let headroom_policy = headroom_policy(args, &config);
     let mut agent = Loop::new(
         config,
         metrics.clone(),
@@ -250,6 +214,64 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     stop_cleanly(&agent.actuator, http_task, shutdown_task).await;
     info!("stopped");
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Starts the reflector of this node's pods; /readyz reports the pod cache synced once it is.
+fn start_pod_reflector(
+    clients: &kube_adapter::Clients,
+    node_name: &str,
+    health: &Arc<Health>,
+) -> (
+    kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (store, reflector) = kube_adapter::pod_reflector(clients.watch.clone(), node_name);
+    let reflector_task = tokio::spawn(reflector);
+    {
+        let (store, health) = (store.clone(), health.clone());
+        tokio::spawn(async move {
+            if store.wait_until_ready().await.is_ok() {
+                info!("pod cache synced");
+                health.pods_synced.store(true, Ordering::Relaxed);
+            }
+        });
+    }
+    (store, reflector_task)
+}
+
+/// The sampler for the paths `args` name, with the open-file limit raised for its per-pod files.
+fn new_sampler(args: &Args, allocatable_memory: Option<u64>) -> anyhow::Result<Sampler> {
+    let sampler_config = SamplerConfig {
+        cgroup_root: args.cgroup_root.clone(),
+        node_cgroup: args.node_cgroup.clone(),
+        kubepods_cgroup: args.kubepods_cgroup.clone(),
+        kubelet_config: args.kubelet_config.clone(),
+        proc_root: args.proc_root.clone(),
+        kubelet_root: args.kubelet_root.clone(),
+        image_fs: args.image_fs.clone(),
+        allocatable_memory,
+        ..SamplerConfig::default()
+    };
+    match crate::sampler::raise_nofile_limit() {
+        Ok(n) => debug!(
+            nofile = n,
+            "open-file limit raised for per-pod cgroup files"
+        ),
+        Err(e) => {
+            warn!(error = %e, "could not raise the open-file limit; pod files are reopened per pass")
+        }
+    }
+    Sampler::new(sampler_config).context("sampler configuration")
+}
+
+/// Adaptive sampling near a threshold; off in polling mode, which is the kubelet's fixed tick.
+fn headroom_policy(args: &Args, config: &EvictionConfig) -> Option<HeadroomPolicy> {
+    (!args.polling_only && !config.node_monitor.fast_sampling_interval.is_zero()).then_some(
+        HeadroomPolicy {
+            fast: config.node_monitor.fast_sampling_interval,
+            slow: config.node_monitor.housekeeping_interval,
+        },
+    )
 }
 
 /// Loads and attaches the eBPF programs (not in `--no-ebpf` or polling-only mode); a program

@@ -1,3 +1,5 @@
+use node_monitor_common::config::TaskOffsets;
+
 use super::*;
 
 /// Builds BTF blobs for tests.
