@@ -22,20 +22,30 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use serde::Serialize;
-
 use super::{
     clock::Timestamp,
     config::EvictionConfig,
     pod::PodInfo,
-    quantity::{Format, Quantity},
+    quantity::Quantity,
     rank::{RankedPod, rank_pods},
-    signals::{Observations, PodUsage, Signal, SignalObservation},
+    signals::{Observations, Signal, SignalObservation},
     threshold::{
-        NodeConditionType, Operator, Resource, Threshold, ThresholdKey, ThresholdSource,
-        signal_condition, signal_format, signal_resource,
+        NodeConditionType, Resource, Threshold, ThresholdKey, ThresholdSource, signal_condition,
+        signal_resource,
     },
 };
+
+pub use self::{
+    message::eviction_message,
+    report::{ConditionReport, Decision, Eviction, MetReason, ReclaimReport, ThresholdReport},
+    schedule::{
+        DRY_RUN_REPORT_INTERVAL, MIN_TIMER_INTERVAL, ReportLimiter, next_grace_deadline, next_timer,
+    },
+};
+
+mod message;
+mod report;
+mod schedule;
 
 /// The kubelet's grace period for hard evictions (`immediateEvictionGracePeriodSeconds`). Never
 /// zero: through the API a zero grace period is a force delete.
@@ -84,128 +94,6 @@ impl EvictionState {
     pub fn has_condition(&self, condition: NodeConditionType) -> bool {
         self.conditions.contains(&condition)
     }
-}
-
-/// Why a threshold counts as met.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MetReason {
-    /// The signal is below the threshold.
-    BelowThreshold,
-    /// The signal is above the threshold but below threshold plus minimum reclaim, and the
-    /// threshold was acted on last time.
-    MinimumReclaimPending,
-}
-
-/// A threshold that is met, with its grace status.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ThresholdReport {
-    /// The threshold's signal.
-    pub signal: Signal,
-    /// Where the threshold comes from.
-    pub source: ThresholdSource,
-    /// A hard threshold (zero grace period).
-    pub hard: bool,
-    /// The comparison (always `LessThan`).
-    pub operator: Operator,
-    /// As configured: `100Mi`, `10%`.
-    pub value: String,
-    /// The threshold for this observation's capacity, base units.
-    pub quantity: i64,
-    /// The observed value, base units.
-    pub available: i64,
-    /// The observed capacity, base units.
-    pub capacity: i64,
-    /// The minimum reclaim for this capacity, base units.
-    pub min_reclaim: Option<i64>,
-    /// Why the threshold counts as met.
-    pub reason: MetReason,
-    /// The configured grace period (0 for hard thresholds).
-    pub grace_period_seconds: f64,
-    /// Time since the threshold was first observed met.
-    pub met_for_seconds: f64,
-    /// The grace period has elapsed: the threshold drives eviction.
-    pub grace_period_elapsed: bool,
-    /// Time left before the grace period elapses (0 once it has).
-    pub grace_remaining_seconds: f64,
-}
-
-/// A node condition the eviction manager owns.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ConditionReport {
-    /// The condition's type.
-    #[serde(rename = "type")]
-    pub condition: NodeConditionType,
-    /// Reported true: observed within the pressure transition period.
-    pub status: bool,
-    /// A threshold mapping to this condition is met in this observation.
-    pub observed_now: bool,
-    /// With `status` true and not observed now: time left before it turns false.
-    pub transition_remaining_seconds: Option<f64>,
-}
-
-/// The threshold chosen for reclaim.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ReclaimReport {
-    /// The chosen threshold's signal.
-    pub signal: Signal,
-    /// The resource reclaimed for that signal.
-    pub resource: Resource,
-    /// Where the threshold comes from.
-    pub source: ThresholdSource,
-    /// A hard threshold (zero grace period).
-    pub hard: bool,
-    /// Threshold, base units.
-    pub quantity: i64,
-    /// The observed value, base units.
-    pub available: i64,
-    /// The minimum reclaim, base units.
-    pub min_reclaim: Option<i64>,
-    /// Threshold plus minimum reclaim minus available, base units.
-    pub shortfall: i64,
-}
-
-/// One eviction to carry out.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Eviction {
-    /// The pod's namespace.
-    pub namespace: String,
-    /// The pod's name.
-    pub name: String,
-    /// The pod's UID (a precondition of the eviction, so a re-created pod of the same name is
-    /// not hit).
-    pub uid: String,
-    /// Never 0 (a force delete through the API).
-    pub grace_period_seconds: i64,
-    /// The signal whose threshold drives the eviction.
-    pub signal: Signal,
-    /// The resource reclaimed.
-    pub resource: Resource,
-    /// Driven by a hard threshold.
-    pub hard: bool,
-    /// `Evicted`.
-    pub reason: &'static str,
-    /// Worded as the kubelet words it.
-    pub message: String,
-    /// The annotations the kubelet puts on its eviction event.
-    pub annotations: BTreeMap<String, String>,
-}
-
-/// The outcome of one decision, with its reasons.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Decision {
-    /// Every threshold met, grace period elapsed or not.
-    pub thresholds_met: Vec<ThresholdReport>,
-    /// Every pressure condition, reported or not.
-    pub conditions: Vec<ConditionReport>,
-    /// The threshold reclaimed for; `None` when no threshold's grace period has elapsed.
-    pub reclaim: Option<ReclaimReport>,
-    /// Eviction order for the reclaimed resource (empty when nothing is reclaimed).
-    pub ranked: Vec<RankedPod>,
-    /// The pods to evict, in order (at most `maxPodsPerCycle`; critical pods never).
-    pub evict: Vec<Eviction>,
-    /// Configured signals with no observation (their thresholds cannot be evaluated).
-    pub unobserved_signals: Vec<Signal>,
 }
 
 /// One eviction-manager pass. Updates `state` and returns what to do and why.
@@ -544,165 +432,10 @@ pub fn eviction_grace_period(threshold: &Threshold, pod: &PodInfo, max_pod_grace
     grace.max(1)
 }
 
-/// `evictionMessage`: the kubelet's wording, and its event annotations.
-pub fn eviction_message(
-    resource: Resource,
-    pod: &PodInfo,
-    usage: Option<&PodUsage>,
-    thresholds: &[&Threshold],
-    observations: &Observations,
-) -> (String, BTreeMap<String, String>) {
-    let mut annotations = BTreeMap::new();
-    let mut message = format!("The node was low on resource: {resource}. ");
-    // getThresholdMetInfo: the first threshold for this resource that has an observation.
-    if let Some((t, obs)) = thresholds.iter().find_map(|t| {
-        (signal_resource(t.signal) == resource)
-            .then(|| observations.signals.get(&t.signal).map(|o| (*t, o)))
-            .flatten()
-    }) {
-        let available = Quantity::new(obs.available, signal_format(t.signal));
-        message.push_str(&format!(
-            "Threshold quantity: {}, available: {available}. ",
-            t.quantity(obs.capacity)
-        ));
-    }
-    let Some(usage) = usage else {
-        return (message, annotations);
-    };
-    if resource == Resource::Memory
-        && let (Some(request), Some(used)) = (&pod.pod_memory_request, usage.memory)
-    {
-        let used = bytes(used);
-        message.push_str(&format!(
-            "Pod {} was using {used}, request is {request}, has larger consumption of {resource}. ",
-            pod.name
-        ));
-        annotations.insert(OFFENDING_POD_KEY.into(), pod.name.clone());
-        annotations.insert(OFFENDING_POD_USAGE_KEY.into(), used.to_string());
-    }
-    let mut offending = Vec::new();
-    let mut offending_usage = Vec::new();
-    for c in &pod.containers {
-        let (used, request) = match resource {
-            Resource::Memory => (c.usage.memory, &c.memory_request),
-            Resource::EphemeralStorage => (c.usage.disk, &c.ephemeral_storage_request),
-            Resource::Inodes | Resource::Pids => (None, &c.memory_request),
-        };
-        let Some(used) = used.map(bytes) else {
-            continue;
-        };
-        if used > *request {
-            message.push_str(&format!(
-                "Container {} was using {used}, request is {request}, has larger consumption of {resource}. ",
-                c.name
-            ));
-            offending.push(c.name.clone());
-            offending_usage.push(used.to_string());
-        }
-    }
-    annotations.insert(OFFENDING_CONTAINERS_KEY.into(), offending.join(","));
-    annotations.insert(
-        OFFENDING_CONTAINERS_USAGE_KEY.into(),
-        offending_usage.join(","),
-    );
-    annotations.insert(STARVED_RESOURCE_KEY.into(), resource.to_string());
-    (message, annotations)
-}
-
 /// Nano-units to base units, rounded up.
 fn ceil_units(nanos: i128) -> i64 {
     let units = nanos / 1_000_000_000 + i128::from(nanos % 1_000_000_000 > 0);
     i64::try_from(units).unwrap_or(if units > 0 { i64::MAX } else { i64::MIN })
-}
-
-fn bytes(v: u64) -> Quantity {
-    Quantity::new(i64::try_from(v).unwrap_or(i64::MAX), Format::BinarySI)
-}
-
-/// The shortest delay between a decision and the next one a timer schedules: a timer that is due
-/// (or overdue) wakes the loop this long after `now`, never at once, so no state in which every
-/// timer stays due can make the loop spin.
-pub const MIN_TIMER_INTERVAL: Duration = Duration::from_millis(100);
-
-/// How often a dry run reports the same pod for the same signal (Event and log line): once per
-/// this interval, however often the decision repeats.
-pub const DRY_RUN_REPORT_INTERVAL: Duration = Duration::from_secs(5 * 60);
-
-/// When the earliest soft threshold still waiting for its grace period will have waited it out,
-/// for callers that schedule the next decision; `None` when no soft threshold is waiting. A
-/// threshold whose grace period has elapsed is acting: the regular wake-ups (housekeeping,
-/// headroom, notifications) decide for it, so it never schedules a timer in the past.
-pub fn next_grace_deadline(
-    state: &EvictionState,
-    config: &EvictionConfig,
-    now: Timestamp,
-) -> Option<Timestamp> {
-    state
-        .first_observed
-        .iter()
-        .filter_map(|(key, at)| {
-            let t = config.threshold(*key)?;
-            (!t.is_hard()).then(|| *at + t.grace_period)
-        })
-        .filter(|deadline| *deadline > now)
-        .min()
-}
-
-/// The next timer wake-up: the earliest of `timers`, never sooner than `min_interval` after
-/// `now`. `None` when no timer is set.
-pub fn next_timer(
-    timers: impl IntoIterator<Item = Option<Timestamp>>,
-    now: Timestamp,
-    min_interval: Duration,
-) -> Option<Timestamp> {
-    timers
-        .into_iter()
-        .flatten()
-        .min()
-        .map(|t| t.max(now + min_interval))
-}
-
-/// Limits repeated reports of the same would-be eviction (a dry run decides the same pod on every
-/// wake-up): one per pod and signal per interval. Bounded: entries older than the interval are
-/// dropped by [`ReportLimiter::allow`].
-#[derive(Debug, Clone)]
-pub struct ReportLimiter {
-    interval: Duration,
-    last: BTreeMap<(String, Signal), Timestamp>,
-}
-
-impl ReportLimiter {
-    /// A limiter that allows one report per pod and signal per `interval`.
-    pub fn new(interval: Duration) -> Self {
-        Self {
-            interval,
-            last: BTreeMap::new(),
-        }
-    }
-
-    /// Whether to report pod `uid` for `signal` at `now`; a `true` counts as the report.
-    pub fn allow(&mut self, uid: &str, signal: Signal, now: Timestamp) -> bool {
-        let interval = self.interval;
-        self.last
-            .retain(|_, at| now.saturating_since(*at) < interval);
-        let key = (uid.to_owned(), signal);
-        if self.last.contains_key(&key) {
-            return false;
-        }
-        self.last.insert(key, now);
-        true
-    }
-
-    /// The number of pod and signal pairs reported within the interval (as of the last
-    /// [`ReportLimiter::allow`]).
-    pub fn len(&self) -> usize {
-        self.last.len()
-    }
-
-    /// Nothing reported within the interval (as of the last [`ReportLimiter::allow`]).
-    pub fn is_empty(&self) -> bool {
-        self.last.is_empty()
-    }
 }
 
 #[cfg(test)]
