@@ -1,4 +1,3 @@
-
 use super::*;
 
 const MS: u64 = 1_000_000;
