@@ -35,9 +35,11 @@ pub enum DurationError {
     },
 }
 
+/// The largest magnitude a Go duration holds: `1<<63` nanoseconds (negative only).
+const LIMIT: u64 = 1 << 63;
+
 /// Parses a Go duration into signed nanoseconds.
 pub fn parse_go_duration(s: &str) -> Result<i64, DurationError> {
-    let invalid = || DurationError::Invalid { value: s.into() };
     let overflow = || DurationError::Overflow { value: s.into() };
     let mut rest = s;
     let mut neg = false;
@@ -51,91 +53,12 @@ pub fn parse_go_duration(s: &str) -> Result<i64, DurationError> {
         return Ok(0);
     }
     if rest.is_empty() {
-        return Err(invalid());
+        return Err(DurationError::Invalid { value: s.into() });
     }
-    const LIMIT: u64 = 1 << 63;
     let mut total: u64 = 0;
     while !rest.is_empty() {
-        let b = rest.as_bytes();
-        if !(b[0] == b'.' || b[0].is_ascii_digit()) {
-            return Err(invalid());
-        }
-        // Integer part.
-        let int_len = b.iter().take_while(|c| c.is_ascii_digit()).count();
-        let mut v: u64 = 0;
-        for &c in &b[..int_len] {
-            v = v
-                .checked_mul(10)
-                .and_then(|v| v.checked_add(u64::from(c - b'0')))
-                .filter(|v| *v <= LIMIT)
-                .ok_or_else(invalid)?;
-        }
-        rest = &rest[int_len..];
-        // Fraction: digits beyond u64 precision are dropped, as Go's leadingFraction does.
-        let mut frac: u64 = 0;
-        let mut scale: f64 = 1.0;
-        let mut frac_len = 0;
-        if let Some(r) = rest.strip_prefix('.') {
-            rest = r;
-            let mut overflowed = false;
-            for &c in rest.as_bytes().iter().take_while(|c| c.is_ascii_digit()) {
-                frac_len += 1;
-                if overflowed {
-                    continue;
-                }
-                match frac
-                    .checked_mul(10)
-                    .and_then(|f| f.checked_add(u64::from(c - b'0')))
-                {
-                    Some(f) if f <= LIMIT => {
-                        frac = f;
-                        scale *= 10.0;
-                    }
-                    _ => overflowed = true,
-                }
-            }
-            rest = &rest[frac_len..];
-        }
-        if int_len == 0 && frac_len == 0 {
-            return Err(invalid());
-        }
-        // Unit.
-        let unit_len = rest
-            .bytes()
-            .take_while(|c| !(*c == b'.' || c.is_ascii_digit()))
-            .count();
-        if unit_len == 0 {
-            return Err(DurationError::MissingUnit { value: s.into() });
-        }
-        let unit_str = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let unit: u64 = match unit_str {
-            "ns" => 1,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => {
-                return Err(DurationError::UnknownUnit {
-                    value: s.into(),
-                    unit: unit_str.into(),
-                });
-            }
-        };
-        if v > LIMIT / unit {
-            return Err(overflow());
-        }
-        v *= unit;
-        if frac > 0 {
-            // Go: v += uint64(float64(f) * (float64(unit) / scale)); the float conversion is
-            // deliberate, to round exactly as Go does.
-            let add = (frac as f64 * (unit as f64 / scale)) as u64;
-            v = v
-                .checked_add(add)
-                .filter(|v| *v <= LIMIT)
-                .ok_or_else(overflow)?;
-        }
+        let (v, r) = component(s, rest)?;
+        rest = r;
         total = total
             .checked_add(v)
             .filter(|t| *t <= LIMIT)
@@ -146,6 +69,108 @@ pub fn parse_go_duration(s: &str) -> Result<i64, DurationError> {
         return Ok(0_i64.wrapping_sub_unsigned(total));
     }
     i64::try_from(total).map_err(|_| overflow())
+}
+
+/// One `<number><unit>` component at the start of `rest` (a suffix of the input `s`, which
+/// errors name): its nanoseconds, at most `1<<63`, and what follows it.
+fn component<'a>(s: &str, rest: &'a str) -> Result<(u64, &'a str), DurationError> {
+    let invalid = || DurationError::Invalid { value: s.into() };
+    let overflow = || DurationError::Overflow { value: s.into() };
+    let b = rest.as_bytes();
+    if !(b[0] == b'.' || b[0].is_ascii_digit()) {
+        return Err(invalid());
+    }
+    // Integer part.
+    let int_len = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    let mut v: u64 = 0;
+    for &c in &b[..int_len] {
+        v = v
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(c - b'0')))
+            .filter(|v| *v <= LIMIT)
+            .ok_or_else(invalid)?;
+    }
+    let mut rest = &rest[int_len..];
+    // Fraction.
+    let (frac, scale, frac_len) = match rest.strip_prefix('.') {
+        Some(r) => {
+            let (frac, scale, frac_len) = leading_fraction(r);
+            rest = &r[frac_len..];
+            (frac, scale, frac_len)
+        }
+        None => (0, 1.0, 0),
+    };
+    if int_len == 0 && frac_len == 0 {
+        return Err(invalid());
+    }
+    // Unit.
+    let unit_len = rest
+        .bytes()
+        .take_while(|c| !(*c == b'.' || c.is_ascii_digit()))
+        .count();
+    if unit_len == 0 {
+        return Err(DurationError::MissingUnit { value: s.into() });
+    }
+    let unit = unit_nanos(s, &rest[..unit_len])?;
+    rest = &rest[unit_len..];
+    if v > LIMIT / unit {
+        return Err(overflow());
+    }
+    v *= unit;
+    if frac > 0 {
+        // Go: v += uint64(float64(f) * (float64(unit) / scale)); the float conversion is
+        // deliberate, to round exactly as Go does.
+        let add = (frac as f64 * (unit as f64 / scale)) as u64;
+        v = v
+            .checked_add(add)
+            .filter(|v| *v <= LIMIT)
+            .ok_or_else(overflow)?;
+    }
+    Ok((v, rest))
+}
+
+/// The digits at the start of `rest` as a fraction: numerator, denominator and the number of
+/// digits read. Digits beyond u64 precision are dropped, as Go's `leadingFraction` does.
+fn leading_fraction(rest: &str) -> (u64, f64, usize) {
+    let mut frac: u64 = 0;
+    let mut scale: f64 = 1.0;
+    let mut frac_len = 0;
+    let mut overflowed = false;
+    for &c in rest.as_bytes().iter().take_while(|c| c.is_ascii_digit()) {
+        frac_len += 1;
+        if overflowed {
+            continue;
+        }
+        match frac
+            .checked_mul(10)
+            .and_then(|f| f.checked_add(u64::from(c - b'0')))
+        {
+            Some(f) if f <= LIMIT => {
+                frac = f;
+                scale *= 10.0;
+            }
+            _ => overflowed = true,
+        }
+    }
+    (frac, scale, frac_len)
+}
+
+/// The nanoseconds in one `unit` of the input `s`.
+fn unit_nanos(s: &str, unit: &str) -> Result<u64, DurationError> {
+    Ok(match unit {
+        "ns" => 1,
+        "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        _ => {
+            return Err(DurationError::UnknownUnit {
+                value: s.into(),
+                unit: unit.into(),
+            });
+        }
+    })
 }
 
 /// Parses a Go duration that must not be negative.

@@ -262,8 +262,15 @@ mod tests {
         v.iter().map(|s| (*s).to_owned()).collect()
     }
 
-    #[test]
-    fn what_a_stop_takes_back() {
+    struct StopCase {
+        name: &'static str,
+        node: Node,
+        shutting_down: bool,
+        want: ReleasePlan,
+    }
+
+    /// Nodes with pressure marks, as a stop finds them, with what it takes back.
+    fn stop_cases_with_pressure() -> Vec<StopCase> {
         let busy_taints: &[(&str, &str)] = &[
             (MEM, "NoSchedule"),
             (FOREIGN_TAINT, "NoSchedule"),
@@ -278,14 +285,8 @@ mod tests {
             ("NodeMonitorPIDPressure", "Unknown"),
             ("NodeMonitorShuttingDown", "False"),
         ];
-        struct Case {
-            name: &'static str,
-            node: Node,
-            shutting_down: bool,
-            want: ReleasePlan,
-        }
-        let cases = [
-            Case {
+        vec![
+            StopCase {
                 name: "pressure taints go, conditions turn Unknown, foreign marks stay",
                 node: node(busy_taints, pressure_conditions, &[], false),
                 shutting_down: false,
@@ -299,7 +300,7 @@ mod tests {
                     ..ReleasePlan::default()
                 },
             },
-            Case {
+            StopCase {
                 name: "nothing of node-monitor's: nothing to write",
                 node: node(
                     &[(FOREIGN_TAINT, "NoSchedule")],
@@ -310,7 +311,14 @@ mod tests {
                 shutting_down: false,
                 want: ReleasePlan::default(),
             },
-            Case {
+        ]
+    }
+
+    /// Nodes with shutdown or cordon marks, or bare, as a stop finds them, with what it takes
+    /// back.
+    fn stop_cases_with_marks() -> Vec<StopCase> {
+        vec![
+            StopCase {
                 name: "a shutdown in progress keeps its taint, condition and cordon",
                 node: node(
                     &[(SHUTDOWN_TAINT, "NoSchedule"), (MEM, "NoSchedule")],
@@ -328,7 +336,7 @@ mod tests {
                     ..ReleasePlan::default()
                 },
             },
-            Case {
+            StopCase {
                 name: "the manager says shutting down before its condition reached the API",
                 node: node(
                     &[(SHUTDOWN_TAINT, "NoSchedule")],
@@ -339,7 +347,7 @@ mod tests {
                 shutting_down: true,
                 want: ReleasePlan::default(),
             },
-            Case {
+            StopCase {
                 name: "a last gasp (ShuttingDown True) is kept even when the manager is not preparing",
                 node: node(
                     &[],
@@ -356,7 +364,7 @@ mod tests {
                     ..ReleasePlan::default()
                 },
             },
-            Case {
+            StopCase {
                 name: "stale shutdown marks at rest go; the last gasp stays",
                 node: node(
                     &[(SHUTDOWN_TAINT, "NoSchedule")],
@@ -373,7 +381,7 @@ mod tests {
                     ..ReleasePlan::default()
                 },
             },
-            Case {
+            StopCase {
                 name: "a cordon annotation on a schedulable node: only the annotation goes",
                 node: node(&[], &[], &[CORDONED_ANNOTATION], false),
                 shutting_down: false,
@@ -382,14 +390,21 @@ mod tests {
                     ..ReleasePlan::default()
                 },
             },
-            Case {
+            StopCase {
                 name: "a node with no spec, status or annotations",
                 node: Node::default(),
                 shutting_down: false,
                 want: ReleasePlan::default(),
             },
-        ];
-        for c in cases {
+        ]
+    }
+
+    #[test]
+    fn what_a_stop_takes_back() {
+        for c in stop_cases_with_pressure()
+            .into_iter()
+            .chain(stop_cases_with_marks())
+        {
             let got = release_plan(
                 &c.node,
                 Release::Stop {

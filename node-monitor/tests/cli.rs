@@ -297,105 +297,108 @@ fn error_line(out: &Output) -> String {
         .to_owned()
 }
 
+/// Invalid graceful-shutdown settings, each with what the error must name.
+const INVALID_SHUTDOWN_SETTINGS: &[(&str, &[&str])] = &[
+    // The critical group is longer than the whole budget.
+    (
+        "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n",
+        &[
+            "shutdownGracePeriodCriticalPods: 20s",
+            "exceeds shutdownGracePeriod: 10s",
+        ],
+    ),
+    // The groups add up to more than logind can be asked to wait.
+    (
+        "shutdownGracePeriodByPodPriority:\n  - {priority: 0, shutdownGracePeriodSeconds: 9223372036854775807}\n  - {priority: 1000, shutdownGracePeriodSeconds: 9223372036854775807}\n",
+        &[
+            "shutdownGracePeriodByPodPriority",
+            "18446744073709551614s",
+            "InhibitDelayMaxSec",
+        ],
+    ),
+    (
+        "shutdownGracePeriodByPodPriority:\n  - {priority: 0, shutdownGracePeriodSeconds: 18446744073709}\nnodeMonitor:\n  shutdown:\n    inhibitDelayMargin: 5s\n",
+        &[
+            "nodeMonitor.shutdown.inhibitDelayMargin",
+            "\"5s\"",
+            "InhibitDelayMaxSec",
+        ],
+    ),
+    (
+        "shutdownGracePeriod: -30s\n",
+        &["shutdownGracePeriod: -30s is negative"],
+    ),
+    (
+        "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: -1s\n",
+        &["shutdownGracePeriodCriticalPods: -1s is negative"],
+    ),
+    (
+        "shutdownGracePeriodByPodPriority:\n  - {priority: 0, shutdownGracePeriodSeconds: -1}\n",
+        &["shutdownGracePeriodSeconds: -1 is negative"],
+    ),
+    (
+        "shutdownGracePeriod: 500ms\n",
+        &["shutdownGracePeriod: 500ms", ">= 1s"],
+    ),
+    (
+        "shutdownGracePeriodByPodPriority:\n  - {priority: 1000, shutdownGracePeriodSeconds: 10}\n  - {priority: 1000, shutdownGracePeriodSeconds: 20}\n",
+        &[
+            "shutdownGracePeriodByPodPriority",
+            "priority 1000 appears more than once",
+        ],
+    ),
+    (
+        "shutdownGracePeriod: 30s\nshutdownGracePeriodByPodPriority:\n  - {priority: 0, shutdownGracePeriodSeconds: 10}\n",
+        &["shutdownGracePeriodByPodPriority", "both set"],
+    ),
+    (
+        "shutdownGracePeriodByPodPriority:\n  - {priority: 3000000000, shutdownGracePeriodSeconds: 10}\n",
+        &["shutdownGracePeriodByPodPriority[0].priority", "3000000000"],
+    ),
+    (
+        "shutdownGracePeriod: 30\n",
+        &["shutdownGracePeriod", "duration string", "30"],
+    ),
+    (
+        "nodeMonitor:\n  shutdown:\n    lastGasp: shout\n",
+        &["nodeMonitor.shutdown.lastGasp", "\"shout\""],
+    ),
+    (
+        "nodeMonitor:\n  shutdown:\n    kubeletInhibitorPolicy: ignore\n",
+        &["nodeMonitor.shutdown.kubeletInhibitorPolicy", "\"ignore\""],
+    ),
+    (
+        "nodeMonitor:\n  shutdown:\n    inhibitDelayMargin: -1s\n",
+        &[
+            "nodeMonitor.shutdown.inhibitDelayMargin",
+            "\"-1s\"",
+            "negative",
+        ],
+    ),
+    (
+        "nodeMonitor:\n  shutdown:\n    lastGaspTimeout: 10ms\n",
+        &[
+            "nodeMonitor.shutdown.lastGaspTimeout",
+            "\"10ms\"",
+            "at least 100ms",
+        ],
+    ),
+    (
+        "nodeMonitor:\n  shutdown:\n    cordn: true\n",
+        &["nodeMonitor.shutdown", "unknown setting \"cordn\""],
+    ),
+    (
+        "nodeMonitor:\n  shutdown: true\n",
+        &["nodeMonitor.shutdown", "a mapping"],
+    ),
+];
+
 /// Invalid graceful-shutdown settings: `check-config` exits 1 naming the field and the value,
 /// with the very message `node-monitor run` stops with at start (before it touches the API or
 /// the node).
 #[test]
 fn check_config_rejects_invalid_shutdown_settings_as_the_agent_does() {
-    let cases: &[(&str, &[&str])] = &[
-        // The critical group is longer than the whole budget.
-        (
-            "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n",
-            &[
-                "shutdownGracePeriodCriticalPods: 20s",
-                "exceeds shutdownGracePeriod: 10s",
-            ],
-        ),
-        // The groups add up to more than logind can be asked to wait.
-        (
-            "shutdownGracePeriodByPodPriority:\n  - {priority: 0, shutdownGracePeriodSeconds: 9223372036854775807}\n  - {priority: 1000, shutdownGracePeriodSeconds: 9223372036854775807}\n",
-            &[
-                "shutdownGracePeriodByPodPriority",
-                "18446744073709551614s",
-                "InhibitDelayMaxSec",
-            ],
-        ),
-        (
-            "shutdownGracePeriodByPodPriority:\n  - {priority: 0, shutdownGracePeriodSeconds: 18446744073709}\nnodeMonitor:\n  shutdown:\n    inhibitDelayMargin: 5s\n",
-            &[
-                "nodeMonitor.shutdown.inhibitDelayMargin",
-                "\"5s\"",
-                "InhibitDelayMaxSec",
-            ],
-        ),
-        (
-            "shutdownGracePeriod: -30s\n",
-            &["shutdownGracePeriod: -30s is negative"],
-        ),
-        (
-            "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: -1s\n",
-            &["shutdownGracePeriodCriticalPods: -1s is negative"],
-        ),
-        (
-            "shutdownGracePeriodByPodPriority:\n  - {priority: 0, shutdownGracePeriodSeconds: -1}\n",
-            &["shutdownGracePeriodSeconds: -1 is negative"],
-        ),
-        (
-            "shutdownGracePeriod: 500ms\n",
-            &["shutdownGracePeriod: 500ms", ">= 1s"],
-        ),
-        (
-            "shutdownGracePeriodByPodPriority:\n  - {priority: 1000, shutdownGracePeriodSeconds: 10}\n  - {priority: 1000, shutdownGracePeriodSeconds: 20}\n",
-            &[
-                "shutdownGracePeriodByPodPriority",
-                "priority 1000 appears more than once",
-            ],
-        ),
-        (
-            "shutdownGracePeriod: 30s\nshutdownGracePeriodByPodPriority:\n  - {priority: 0, shutdownGracePeriodSeconds: 10}\n",
-            &["shutdownGracePeriodByPodPriority", "both set"],
-        ),
-        (
-            "shutdownGracePeriodByPodPriority:\n  - {priority: 3000000000, shutdownGracePeriodSeconds: 10}\n",
-            &["shutdownGracePeriodByPodPriority[0].priority", "3000000000"],
-        ),
-        (
-            "shutdownGracePeriod: 30\n",
-            &["shutdownGracePeriod", "duration string", "30"],
-        ),
-        (
-            "nodeMonitor:\n  shutdown:\n    lastGasp: shout\n",
-            &["nodeMonitor.shutdown.lastGasp", "\"shout\""],
-        ),
-        (
-            "nodeMonitor:\n  shutdown:\n    kubeletInhibitorPolicy: ignore\n",
-            &["nodeMonitor.shutdown.kubeletInhibitorPolicy", "\"ignore\""],
-        ),
-        (
-            "nodeMonitor:\n  shutdown:\n    inhibitDelayMargin: -1s\n",
-            &[
-                "nodeMonitor.shutdown.inhibitDelayMargin",
-                "\"-1s\"",
-                "negative",
-            ],
-        ),
-        (
-            "nodeMonitor:\n  shutdown:\n    lastGaspTimeout: 10ms\n",
-            &[
-                "nodeMonitor.shutdown.lastGaspTimeout",
-                "\"10ms\"",
-                "at least 100ms",
-            ],
-        ),
-        (
-            "nodeMonitor:\n  shutdown:\n    cordn: true\n",
-            &["nodeMonitor.shutdown", "unknown setting \"cordn\""],
-        ),
-        (
-            "nodeMonitor:\n  shutdown: true\n",
-            &["nodeMonitor.shutdown", "a mapping"],
-        ),
-    ];
+    let cases = INVALID_SHUTDOWN_SETTINGS;
     let dir = tempfile::tempdir().expect("tempdir");
     for (yaml, wants) in cases {
         let (out, f) = rejected_file(yaml, &[]);

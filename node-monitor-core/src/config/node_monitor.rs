@@ -22,25 +22,6 @@ pub(super) fn parse_node_monitor(
     entries: &BTreeMap<String, (String, Value)>,
 ) -> Result<NodeMonitorSettings, ConfigError> {
     let mut s = NodeMonitorSettings::default();
-    let invalid = |field: &str, value: &str, reason: &str| ConfigError::Invalid {
-        field: field.into(),
-        value: value.into(),
-        reason: reason.into(),
-    };
-    let duration = |field: &str, v: &Value| -> Result<(Duration, String), ConfigError> {
-        match v {
-            Value::String(text) => Ok((non_negative_duration(field, text)?, text.clone())),
-            other => Err(wrong_type(
-                field,
-                "a duration string such as \"10s\"",
-                other,
-            )),
-        }
-    };
-    let boolean = |field: &str, v: &Value| match v {
-        Value::Bool(b) => Ok(*b),
-        other => Err(wrong_type(field, "a boolean", other)),
-    };
     for (key, (field, v)) in entries {
         if !NODE_MONITOR_KEYS.contains(&key.as_str()) {
             return Err(ConfigError::UnknownKey {
@@ -52,87 +33,85 @@ pub(super) fn parse_node_monitor(
                 known: NODE_MONITOR_KEYS.join(", "),
             });
         }
-        match key.as_str() {
-            "maxPodsPerCycle" => {
-                let n = match v {
-                    Value::Number(n) => n.as_u64(),
-                    other => return Err(wrong_type(field, "a positive integer", other)),
-                };
-                s.max_pods_per_cycle = n
-                    .and_then(|n| u32::try_from(n).ok())
-                    .filter(|n| (1..=1000).contains(n))
-                    .ok_or_else(|| {
-                        invalid(field, &describe_plain(v), "must be between 1 and 1000")
-                    })?;
-            }
-            "housekeepingInterval" => {
-                let (d, text) = duration(field, v)?;
-                if d < Duration::from_millis(100) {
-                    return Err(invalid(field, &text, "must be at least 100ms"));
-                }
-                s.housekeeping_interval = d;
-            }
-            "fastSamplingInterval" => {
-                let (d, text) = duration(field, v)?;
-                if !d.is_zero() && d < Duration::from_millis(10) {
-                    return Err(invalid(field, &text, "must be 0s (off) or at least 10ms"));
-                }
-                s.fast_sampling_interval = d;
-            }
-            "pdbPolicy" => {
-                s.pdb_policy = match v {
-                    Value::String(p) if p == "respect" => PdbPolicy::Respect,
-                    Value::String(p) if p == "escalate" => PdbPolicy::Escalate,
-                    Value::String(p) => {
-                        return Err(invalid(field, p, "must be \"respect\" or \"escalate\""));
-                    }
-                    other => return Err(wrong_type(field, "\"respect\" or \"escalate\"", other)),
-                }
-            }
-            // Graceful shutdown options: read and validated by `shutdown::parse_shutdown_config`.
-            "shutdown" => {}
-            "dryRun" => s.dry_run = boolean(field, v)?,
-            "taintOnPressure" => s.taint_on_pressure = boolean(field, v)?,
-            "psiWindow" => {
-                let (d, text) = duration(field, v)?;
-                // The kernel's PSI trigger window limits (kernel/sched/psi.c).
-                if d < Duration::from_millis(500) || d > Duration::from_secs(10) {
-                    return Err(invalid(field, &text, "must be between 500ms and 10s"));
-                }
-                s.psi_window = d;
-            }
-            "psiThreshold" => {
-                let (d, text) = duration(field, v)?;
-                if d.is_zero() {
-                    return Err(invalid(field, &text, "must be positive"));
-                }
-                s.psi_threshold = d;
-            }
-            "reclaimStallBudget" => {
-                let (d, text) = duration(field, v)?;
-                if d.is_zero() || d > Duration::from_secs(1) {
-                    return Err(invalid(field, &text, "must be positive and at most 1s"));
-                }
-                s.reclaim_stall_budget = d;
-            }
-            "podCleanupTimeout" => {
-                let (d, text) = duration(field, v)?;
-                if d.is_zero() {
-                    return Err(invalid(field, &text, "must be positive"));
-                }
-                s.pod_cleanup_timeout = d;
-            }
-            "apiTimeout" => {
-                let (d, text) = duration(field, v)?;
-                if d < Duration::from_millis(100) || d > Duration::from_secs(300) {
-                    return Err(invalid(field, &text, "must be between 100ms and 5m"));
-                }
-                s.api_timeout = d;
-            }
-            // Not in NODE_MONITOR_KEYS: rejected above.
-            _ => {}
-        }
+        set_key(&mut s, key, field, v)?;
     }
+    check_against_each_other(&s, entries)?;
+    Ok(s)
+}
+
+/// Validates one key of [`NODE_MONITOR_KEYS`] (written as `field`) and sets it in `s`.
+fn set_key(
+    s: &mut NodeMonitorSettings,
+    key: &str,
+    field: &str,
+    v: &Value,
+) -> Result<(), ConfigError> {
+    match key {
+        "maxPodsPerCycle" => s.max_pods_per_cycle = max_pods_per_cycle(field, v)?,
+        "housekeepingInterval" => {
+            s.housekeeping_interval = duration_where(
+                field,
+                v,
+                |d| d >= Duration::from_millis(100),
+                "must be at least 100ms",
+            )?;
+        }
+        "fastSamplingInterval" => {
+            s.fast_sampling_interval = duration_where(
+                field,
+                v,
+                |d| d.is_zero() || d >= Duration::from_millis(10),
+                "must be 0s (off) or at least 10ms",
+            )?;
+        }
+        "pdbPolicy" => s.pdb_policy = pdb_policy(field, v)?,
+        // Graceful shutdown options: read and validated by `shutdown::parse_shutdown_config`.
+        "shutdown" => {}
+        "dryRun" => s.dry_run = boolean(field, v)?,
+        "taintOnPressure" => s.taint_on_pressure = boolean(field, v)?,
+        "psiWindow" => {
+            // The kernel's PSI trigger window limits (kernel/sched/psi.c).
+            s.psi_window = duration_where(
+                field,
+                v,
+                |d| d >= Duration::from_millis(500) && d <= Duration::from_secs(10),
+                "must be between 500ms and 10s",
+            )?;
+        }
+        "psiThreshold" => {
+            s.psi_threshold = duration_where(field, v, |d| !d.is_zero(), "must be positive")?;
+        }
+        "reclaimStallBudget" => {
+            s.reclaim_stall_budget = duration_where(
+                field,
+                v,
+                |d| !d.is_zero() && d <= Duration::from_secs(1),
+                "must be positive and at most 1s",
+            )?;
+        }
+        "podCleanupTimeout" => {
+            s.pod_cleanup_timeout = duration_where(field, v, |d| !d.is_zero(), "must be positive")?;
+        }
+        "apiTimeout" => {
+            s.api_timeout = duration_where(
+                field,
+                v,
+                |d| d >= Duration::from_millis(100) && d <= Duration::from_secs(300),
+                "must be between 100ms and 5m",
+            )?;
+        }
+        // Not in NODE_MONITOR_KEYS: rejected by the caller.
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The settings bounded by another one: the fast sampling interval by the housekeeping
+/// interval, the PSI threshold by the PSI window.
+fn check_against_each_other(
+    s: &NodeMonitorSettings,
+    entries: &BTreeMap<String, (String, Value)>,
+) -> Result<(), ConfigError> {
     if s.fast_sampling_interval > s.housekeeping_interval {
         let field = entries
             .get("fastSamplingInterval")
@@ -159,7 +138,64 @@ pub(super) fn parse_node_monitor(
             ),
         ));
     }
-    Ok(s)
+    Ok(())
+}
+
+fn invalid(field: &str, value: &str, reason: &str) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        value: value.into(),
+        reason: reason.into(),
+    }
+}
+
+/// A non-negative duration string for which `ok` holds; otherwise an error giving `reason`.
+fn duration_where(
+    field: &str,
+    v: &Value,
+    ok: impl Fn(Duration) -> bool,
+    reason: &str,
+) -> Result<Duration, ConfigError> {
+    let (d, text) = match v {
+        Value::String(text) => (non_negative_duration(field, text)?, text),
+        other => {
+            return Err(wrong_type(
+                field,
+                "a duration string such as \"10s\"",
+                other,
+            ));
+        }
+    };
+    if !ok(d) {
+        return Err(invalid(field, text, reason));
+    }
+    Ok(d)
+}
+
+fn boolean(field: &str, v: &Value) -> Result<bool, ConfigError> {
+    match v {
+        Value::Bool(b) => Ok(*b),
+        other => Err(wrong_type(field, "a boolean", other)),
+    }
+}
+
+fn max_pods_per_cycle(field: &str, v: &Value) -> Result<u32, ConfigError> {
+    let n = match v {
+        Value::Number(n) => n.as_u64(),
+        other => return Err(wrong_type(field, "a positive integer", other)),
+    };
+    n.and_then(|n| u32::try_from(n).ok())
+        .filter(|n| (1..=1000).contains(n))
+        .ok_or_else(|| invalid(field, &describe_plain(v), "must be between 1 and 1000"))
+}
+
+fn pdb_policy(field: &str, v: &Value) -> Result<PdbPolicy, ConfigError> {
+    match v {
+        Value::String(p) if p == "respect" => Ok(PdbPolicy::Respect),
+        Value::String(p) if p == "escalate" => Ok(PdbPolicy::Escalate),
+        Value::String(p) => Err(invalid(field, p, "must be \"respect\" or \"escalate\"")),
+        other => Err(wrong_type(field, "\"respect\" or \"escalate\"", other)),
+    }
 }
 
 /// A scalar as written (`5s`, `1000`, `true`), for an invalid-value error; anything else as

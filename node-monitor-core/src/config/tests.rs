@@ -280,182 +280,185 @@ fn allocatable_copies_follow_enforce_node_allocatable() {
     assert_eq!(copy.derived_from, Some(Signal::MemoryAvailable));
 }
 
+/// Documents the kubelet rejects, each with what its error must name.
+const KUBELET_REJECTIONS: &[(&str, &[&str])] = &[
+    (
+        "evictionHard:\n  memory.free: 1Gi\n",
+        &[
+            "evictionHard[\"memory.free\"]",
+            "unsupported eviction signal \"memory.free\"",
+        ],
+    ),
+    (
+        "evictionHard:\n  memory.available: -1Gi\n",
+        &[
+            "evictionHard[\"memory.available\"]",
+            "\"-1Gi\"",
+            "must be positive",
+        ],
+    ),
+    (
+        "evictionHard:\n  memory.available: \"0\"\n",
+        &["\"0\"", "must be positive"],
+    ),
+    (
+        "evictionHard:\n  memory.available: 1Gb\n",
+        &[
+            "evictionHard[\"memory.available\"]",
+            "invalid quantity \"1Gb\"",
+        ],
+    ),
+    (
+        "evictionHard:\n  nodefs.available: 101%\n",
+        &[
+            "evictionHard[\"nodefs.available\"]",
+            "\"101%\"",
+            "between 0% and 100%",
+        ],
+    ),
+    (
+        "evictionHard:\n  nodefs.available: -5%\n",
+        &["\"-5%\"", "between 0% and 100%"],
+    ),
+    (
+        "evictionHard:\n  nodefs.available: ten%\n",
+        &["\"ten%\"", "not a valid percentage"],
+    ),
+    (
+        "evictionHard:\n  memory.available: 100\n",
+        &[
+            "evictionHard[\"memory.available\"]",
+            "expected a string",
+            "100",
+        ],
+    ),
+    (
+        "evictionSoft:\n  memory.available: 1Gi\n",
+        &[
+            "evictionSoft[\"memory.available\"]",
+            "grace period must be specified",
+            "memory.available",
+        ],
+    ),
+    (
+        "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 90\n",
+        &[
+            "evictionSoftGracePeriod[\"memory.available\"]",
+            "expected a string",
+        ],
+    ),
+    (
+        "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 1m30\n",
+        &[
+            "evictionSoftGracePeriod[\"memory.available\"]",
+            "invalid duration \"1m30\"",
+        ],
+    ),
+    (
+        "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: -1m\n",
+        &["\"-1m\"", "must not be negative"],
+    ),
+    (
+        "evictionSoftGracePeriod:\n  pid.free: 1m\n",
+        &["evictionSoftGracePeriod[\"pid.free\"]", "\"pid.free\""],
+    ),
+    (
+        "evictionMinimumReclaim:\n  memory.free: 1Gi\n",
+        &[
+            "evictionMinimumReclaim[\"memory.free\"]",
+            "unsupported eviction signal \"memory.free\"",
+        ],
+    ),
+    (
+        "evictionMinimumReclaim:\n  memory.available: -1Mi\n",
+        &[
+            "evictionMinimumReclaim[\"memory.available\"]",
+            "\"-1Mi\"",
+            "must not be negative",
+        ],
+    ),
+    (
+        "evictionMinimumReclaim:\n  nodefs.available: 0%\n",
+        &["\"0%\"", "must be positive"],
+    ),
+    (
+        "evictionPressureTransitionPeriod: 5 minutes\n",
+        &["evictionPressureTransitionPeriod", "\"5 minutes\""],
+    ),
+    (
+        "evictionPressureTransitionPeriod: -5m\n",
+        &["evictionPressureTransitionPeriod", "\"-5m\"", "negative"],
+    ),
+    (
+        "evictionMaxPodGracePeriod: 1.5\n",
+        &["evictionMaxPodGracePeriod", "1.5"],
+    ),
+    (
+        "evictionMaxPodGracePeriod: 9999999999\n",
+        &["evictionMaxPodGracePeriod", "9999999999"],
+    ),
+    (
+        "nodeMonitor:\n  maxPodsPerCylce: 2\n",
+        &["nodeMonitor", "unknown setting \"maxPodsPerCylce\""],
+    ),
+    (
+        "nodeMonitor:\n  maxPodsPerCycle: 0\n",
+        &["nodeMonitor.maxPodsPerCycle", "\"0\""],
+    ),
+    (
+        "nodeMonitor:\n  pdbPolicy: ignore\n",
+        &["nodeMonitor.pdbPolicy", "\"ignore\""],
+    ),
+    (
+        "nodeMonitor:\n  psiWindow: 20s\n",
+        &["nodeMonitor.psiWindow", "\"20s\"", "between 500ms and 10s"],
+    ),
+    (
+        "nodeMonitor:\n  psiThreshold: 3s\n",
+        &["nodeMonitor.psiThreshold", "3s", "psiWindow"],
+    ),
+    (
+        "nodeMonitor:\n  housekeepingInterval: soon\n",
+        &["nodeMonitor.housekeepingInterval", "\"soon\""],
+    ),
+    (
+        "nodeMonitor:\n  fastSamplingInterval: 5ms\n",
+        &[
+            "nodeMonitor.fastSamplingInterval",
+            "\"5ms\"",
+            "at least 10ms",
+        ],
+    ),
+    (
+        "nodeMonitor:\n  housekeepingInterval: 1s\n  fastSamplingInterval: 2s\n",
+        &[
+            "nodeMonitor.fastSamplingInterval",
+            "2s",
+            "housekeepingInterval (1s)",
+        ],
+    ),
+    (
+        "nodeMonitor:\n  dryRun: maybe\n",
+        &["nodeMonitor.dryRun", "expected a boolean", "\"maybe\""],
+    ),
+    (
+        "evictionHard: [memory.available]\n",
+        &["evictionHard", "expected a mapping"],
+    ),
+    (
+        "- just\n- a list\n",
+        &["kubelet.yaml", "expected a mapping"],
+    ),
+    (
+        "evictionHard:\n  memory.available: 1Gi\n  bad: [\n",
+        &["kubelet.yaml", "not a valid YAML"],
+    ),
+];
+
 /// Every rejection names the field and the value.
 #[test]
 fn rejects_what_the_kubelet_rejects() {
-    let cases: &[(&str, &[&str])] = &[
-        (
-            "evictionHard:\n  memory.free: 1Gi\n",
-            &[
-                "evictionHard[\"memory.free\"]",
-                "unsupported eviction signal \"memory.free\"",
-            ],
-        ),
-        (
-            "evictionHard:\n  memory.available: -1Gi\n",
-            &[
-                "evictionHard[\"memory.available\"]",
-                "\"-1Gi\"",
-                "must be positive",
-            ],
-        ),
-        (
-            "evictionHard:\n  memory.available: \"0\"\n",
-            &["\"0\"", "must be positive"],
-        ),
-        (
-            "evictionHard:\n  memory.available: 1Gb\n",
-            &[
-                "evictionHard[\"memory.available\"]",
-                "invalid quantity \"1Gb\"",
-            ],
-        ),
-        (
-            "evictionHard:\n  nodefs.available: 101%\n",
-            &[
-                "evictionHard[\"nodefs.available\"]",
-                "\"101%\"",
-                "between 0% and 100%",
-            ],
-        ),
-        (
-            "evictionHard:\n  nodefs.available: -5%\n",
-            &["\"-5%\"", "between 0% and 100%"],
-        ),
-        (
-            "evictionHard:\n  nodefs.available: ten%\n",
-            &["\"ten%\"", "not a valid percentage"],
-        ),
-        (
-            "evictionHard:\n  memory.available: 100\n",
-            &[
-                "evictionHard[\"memory.available\"]",
-                "expected a string",
-                "100",
-            ],
-        ),
-        (
-            "evictionSoft:\n  memory.available: 1Gi\n",
-            &[
-                "evictionSoft[\"memory.available\"]",
-                "grace period must be specified",
-                "memory.available",
-            ],
-        ),
-        (
-            "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 90\n",
-            &[
-                "evictionSoftGracePeriod[\"memory.available\"]",
-                "expected a string",
-            ],
-        ),
-        (
-            "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 1m30\n",
-            &[
-                "evictionSoftGracePeriod[\"memory.available\"]",
-                "invalid duration \"1m30\"",
-            ],
-        ),
-        (
-            "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: -1m\n",
-            &["\"-1m\"", "must not be negative"],
-        ),
-        (
-            "evictionSoftGracePeriod:\n  pid.free: 1m\n",
-            &["evictionSoftGracePeriod[\"pid.free\"]", "\"pid.free\""],
-        ),
-        (
-            "evictionMinimumReclaim:\n  memory.free: 1Gi\n",
-            &[
-                "evictionMinimumReclaim[\"memory.free\"]",
-                "unsupported eviction signal \"memory.free\"",
-            ],
-        ),
-        (
-            "evictionMinimumReclaim:\n  memory.available: -1Mi\n",
-            &[
-                "evictionMinimumReclaim[\"memory.available\"]",
-                "\"-1Mi\"",
-                "must not be negative",
-            ],
-        ),
-        (
-            "evictionMinimumReclaim:\n  nodefs.available: 0%\n",
-            &["\"0%\"", "must be positive"],
-        ),
-        (
-            "evictionPressureTransitionPeriod: 5 minutes\n",
-            &["evictionPressureTransitionPeriod", "\"5 minutes\""],
-        ),
-        (
-            "evictionPressureTransitionPeriod: -5m\n",
-            &["evictionPressureTransitionPeriod", "\"-5m\"", "negative"],
-        ),
-        (
-            "evictionMaxPodGracePeriod: 1.5\n",
-            &["evictionMaxPodGracePeriod", "1.5"],
-        ),
-        (
-            "evictionMaxPodGracePeriod: 9999999999\n",
-            &["evictionMaxPodGracePeriod", "9999999999"],
-        ),
-        (
-            "nodeMonitor:\n  maxPodsPerCylce: 2\n",
-            &["nodeMonitor", "unknown setting \"maxPodsPerCylce\""],
-        ),
-        (
-            "nodeMonitor:\n  maxPodsPerCycle: 0\n",
-            &["nodeMonitor.maxPodsPerCycle", "\"0\""],
-        ),
-        (
-            "nodeMonitor:\n  pdbPolicy: ignore\n",
-            &["nodeMonitor.pdbPolicy", "\"ignore\""],
-        ),
-        (
-            "nodeMonitor:\n  psiWindow: 20s\n",
-            &["nodeMonitor.psiWindow", "\"20s\"", "between 500ms and 10s"],
-        ),
-        (
-            "nodeMonitor:\n  psiThreshold: 3s\n",
-            &["nodeMonitor.psiThreshold", "3s", "psiWindow"],
-        ),
-        (
-            "nodeMonitor:\n  housekeepingInterval: soon\n",
-            &["nodeMonitor.housekeepingInterval", "\"soon\""],
-        ),
-        (
-            "nodeMonitor:\n  fastSamplingInterval: 5ms\n",
-            &[
-                "nodeMonitor.fastSamplingInterval",
-                "\"5ms\"",
-                "at least 10ms",
-            ],
-        ),
-        (
-            "nodeMonitor:\n  housekeepingInterval: 1s\n  fastSamplingInterval: 2s\n",
-            &[
-                "nodeMonitor.fastSamplingInterval",
-                "2s",
-                "housekeepingInterval (1s)",
-            ],
-        ),
-        (
-            "nodeMonitor:\n  dryRun: maybe\n",
-            &["nodeMonitor.dryRun", "expected a boolean", "\"maybe\""],
-        ),
-        (
-            "evictionHard: [memory.available]\n",
-            &["evictionHard", "expected a mapping"],
-        ),
-        (
-            "- just\n- a list\n",
-            &["kubelet.yaml", "expected a mapping"],
-        ),
-        (
-            "evictionHard:\n  memory.available: 1Gi\n  bad: [\n",
-            &["kubelet.yaml", "not a valid YAML"],
-        ),
-    ];
+    let cases = KUBELET_REJECTIONS;
     assert_rejections(cases, |yaml| load_yaml(yaml, &flags()));
 }
 

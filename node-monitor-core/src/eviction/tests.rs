@@ -3,7 +3,7 @@ use crate::{
     config::{ConfigSource, EvictionOverrides, load_sources},
     pod::ContainerUsage,
     rank::tests::{mem, pod},
-    signals::SignalObservation,
+    signals::{PodUsage, SignalObservation},
 };
 
 const MI: i64 = 1 << 20;

@@ -174,14 +174,15 @@ mod tests {
         }
     }
 
+    /// (outcome, back off, next now, retry later, took effect, failure label)
+    type OutcomeCase = (EvictOutcome, bool, bool, bool, bool, Option<&'static str>);
+
     /// No outcome that leaves the pod in place keeps it a candidate: each puts it into backoff,
     /// and all but an unavailable API server let the next candidate go at once.
     #[test]
     fn every_outcome_that_leaves_the_pod_backs_it_off() {
         use FailureKind::*;
-        // (outcome, back off, next now, retry later, took effect, failure label)
-        type Case = (EvictOutcome, bool, bool, bool, bool, Option<&'static str>);
-        let cases: &[Case] = &[
+        let cases: &[OutcomeCase] = &[
             (EvictOutcome::Evicted, false, false, false, true, None),
             (EvictOutcome::Escalated, false, false, false, true, None),
             (EvictOutcome::DryRun, false, false, false, false, None),

@@ -12,17 +12,15 @@ pub mod memcg;
 pub mod ports;
 pub mod protect;
 pub mod sources;
+mod start;
 
 use std::{
     net::SocketAddr,
     path::PathBuf,
-    sync::{Arc, atomic::Ordering},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
-use anyhow::Context as _;
-use k8s_openapi::api::core::v1::Node;
-use kube::Api;
 use tracing::{debug, error, info, warn};
 
 use crate::{
@@ -31,21 +29,24 @@ use crate::{
         actuator::{Actuator, ActuatorConfig},
     },
     http::{self, Health},
-    metrics::{ConditionLabels, EvictionLabels, Metrics},
-    sampler::{Sampler, SamplerConfig},
-    wakeup::{SourceKind, SourceSetting, SourceState, WakeSource, Wakeup, WakeupConfig, Wakeups},
+    metrics::Metrics,
+    wakeup::{WakeSource, Wakeup},
 };
 
 use crate::settings::{EvictionFlags, load_config};
 use node_monitor_core::{
     agent_config::AgentConfig,
-    config::{self, EvictionConfig, PdbPolicy},
+    config::{self, PdbPolicy},
     eviction::{MIN_TIMER_INTERVAL, next_grace_deadline, next_timer},
-    headroom::HeadroomPolicy,
-    threshold::NodeConditionType,
 };
 
-use self::cycle::Loop;
+use self::{
+    cycle::Loop,
+    start::{
+        headroom_policy, init_metrics, new_sampler, node_allocatable_memory, start_pod_reflector,
+        start_probes, start_wakeups,
+    },
+};
 
 /// `node-monitor run`.
 #[derive(Debug, Clone, clap::Args)]
@@ -141,40 +142,10 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         api_timeout,
     )?;
     let client = clients.api.clone();
-    let (store, reflector) = kube_adapter::pod_reflector(clients.watch.clone(), &args.node_name);
-    let reflector_task = tokio::spawn(reflector);
-    {
-        let (store, health) = (store.clone(), health.clone());
-        tokio::spawn(async move {
-            if store.wait_until_ready().await.is_ok() {
-                info!("pod cache synced");
-                health.pods_synced.store(true, Ordering::Relaxed);
-            }
-        });
-    }
+    let (store, reflector_task) = start_pod_reflector(&clients, &args.node_name, &health);
 
     let allocatable = node_allocatable_memory(&client, &args.node_name).await;
-    let sampler_config = SamplerConfig {
-        cgroup_root: args.cgroup_root.clone(),
-        node_cgroup: args.node_cgroup.clone(),
-        kubepods_cgroup: args.kubepods_cgroup.clone(),
-        kubelet_config: args.kubelet_config.clone(),
-        proc_root: args.proc_root.clone(),
-        kubelet_root: args.kubelet_root.clone(),
-        image_fs: args.image_fs.clone(),
-        allocatable_memory: allocatable,
-        ..SamplerConfig::default()
-    };
-    match crate::sampler::raise_nofile_limit() {
-        Ok(n) => debug!(
-            nofile = n,
-            "open-file limit raised for per-pod cgroup files"
-        ),
-        Err(e) => {
-            warn!(error = %e, "could not raise the open-file limit; pod files are reopened per pass")
-        }
-    }
-    let mut sampler = Sampler::new(sampler_config).context("sampler configuration")?;
+    let mut sampler = new_sampler(args, allocatable)?;
     let mut wakeups = start_wakeups(args, &config, &sampler, &metrics, &health)?;
     // Kernel probes: each event wakes the sampler at once. Reboot requests go to the shutdown
     // manager (`reboot_rx`). Polling-only mode runs without them, like the kubelet.
@@ -217,13 +188,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     .with_timeout(api_timeout);
     init_metrics(&metrics, &config);
 
-    // Adaptive sampling near a threshold; off in polling mode, which is the kubelet's fixed tick.
-    let headroom_policy = (!args.polling_only
-        && !config.node_monitor.fast_sampling_interval.is_zero())
-    .then_some(HeadroomPolicy {
-        fast: config.node_monitor.fast_sampling_interval,
-        slow: config.node_monitor.housekeeping_interval,
-    });
+    let headroom_policy = headroom_policy(args, &config);
     let mut agent = Loop::new(
         config,
         metrics.clone(),
@@ -250,103 +215,6 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     stop_cleanly(&agent.actuator, http_task, shutdown_task).await;
     info!("stopped");
     Ok(std::process::ExitCode::SUCCESS)
-}
-
-/// Loads and attaches the eBPF programs (not in `--no-ebpf` or polling-only mode); a program
-/// that cannot load degrades the agent. Their counters are mirrored into the metrics.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the start-up wiring: each argument is one of the agent's shared parts"
-)]
-async fn start_probes(
-    args: &Args,
-    config: &EvictionConfig,
-    store: &kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
-    metrics: &Arc<Metrics>,
-    health: &Arc<Health>,
-    wakeups: &Wakeups,
-    reboot_tx: tokio::sync::mpsc::Sender<kernel::RebootSeen>,
-    stop_rx: tokio::sync::watch::Receiver<bool>,
-) -> Option<Arc<crate::ebpf::Probes>> {
-    let probes = if args.no_ebpf || args.polling_only {
-        info!("eBPF programs not loaded (--no-ebpf or --polling-only)");
-        None
-    } else {
-        let probe_config = crate::ebpf::ProbeConfig {
-            stall_budget: config.node_monitor.reclaim_stall_budget,
-            ..crate::ebpf::ProbeConfig::default()
-        };
-        kernel::start(
-            probe_config,
-            store.clone(),
-            metrics.clone(),
-            health.clone(),
-            wakeups.kernel_sender(),
-            reboot_tx,
-            stop_rx.clone(),
-        )
-        .await
-        .map(Arc::new)
-    };
-    metrics.set_source_state(
-        SourceKind::Kernel.as_str(),
-        sources::kernel_state(
-            !(args.no_ebpf || args.polling_only),
-            probes.as_ref().map(|p| p.attached()),
-        ),
-    );
-    if let Some(p) = &probes {
-        tokio::spawn(kernel::mirror_counters(
-            p.clone(),
-            metrics.clone(),
-            stop_rx.clone(),
-        ));
-    }
-    health.probes_loaded.store(true, Ordering::Relaxed);
-    probes
-}
-
-/// The wake-up sources for this host and configuration (push sources off in polling-only mode),
-/// each reported as a metric; one that should work and does not degrades the agent.
-fn start_wakeups(
-    args: &Args,
-    config: &EvictionConfig,
-    sampler: &Sampler,
-    metrics: &Metrics,
-    health: &Health,
-) -> anyhow::Result<Wakeups> {
-    let mut wake_config = WakeupConfig::for_layout(sampler.layout());
-    wake_config.housekeeping = config.node_monitor.housekeeping_interval;
-    wake_config.psi_trigger.window = config.node_monitor.psi_window;
-    wake_config.psi_trigger.stall = config.node_monitor.psi_threshold;
-    if args.polling_only {
-        wake_config.memcg_node = SourceSetting::Disabled;
-        wake_config.memcg_kubepods = SourceSetting::Disabled;
-        wake_config.oom_control = false;
-        wake_config.memory_events = SourceSetting::Disabled;
-        wake_config.psi = SourceSetting::Disabled;
-    }
-    // Sources this host cannot have (memory.events on cgroup v1, thresholds and oom_control on
-    // v2) are not a degradation; sources that should work and do not are.
-    let not_applicable = sources::not_applicable(&wake_config);
-    let wakeups = Wakeups::start(wake_config).context("wake-up sources")?;
-    for s in wakeups.source_states() {
-        // Reported below, once the probes that feed it are loaded.
-        if s.source == SourceKind::Kernel {
-            continue;
-        }
-        let (state, degraded) = sources::report(s.source, &s.state, &not_applicable);
-        if let SourceState::Unavailable { reason } = &s.state
-            && degraded
-        {
-            warn!(source = s.source.as_str(), %reason, "wake-up source unavailable");
-        }
-        metrics.set_source_state(s.source.as_str(), state);
-        if degraded {
-            health.report_degraded(format!("wake-up source {} unavailable", s.source.as_str()));
-        }
-    }
-    Ok(wakeups)
 }
 
 /// The decision loop: a cycle for each wake-up, grace-period timer or adaptive-sampling timer,
@@ -499,78 +367,6 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-/// `status.allocatable.memory` of this node, when the API answers; `None` otherwise (the sampler
-/// then uses the kubepods cgroup's limit, as the kubelet's own stats do).
-async fn node_allocatable_memory(client: &kube::Client, node: &str) -> Option<u64> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let n = match tokio::time::timeout(Duration::from_secs(5), nodes.get(node)).await {
-        Ok(Ok(n)) => n,
-        Ok(Err(e)) => {
-            warn!(error = %e, node, "could not read the node's allocatable memory");
-            return None;
-        }
-        Err(_) => {
-            warn!(
-                node,
-                "API server did not answer within 5 s; allocatable memory from cgroups"
-            );
-            return None;
-        }
-    };
-    let q = n.status?.allocatable?.get("memory")?.0.clone();
-    match node_monitor_core::quantity::Quantity::parse(&q) {
-        Ok(q) => u64::try_from(q.value()).ok(),
-        Err(e) => {
-            warn!(value = %q, error = %e, "node status.allocatable.memory is not a quantity");
-            None
-        }
-    }
-}
-
-/// Zero-initialises the series the dashboard and alerts read, so they exist before anything happens.
-fn init_metrics(m: &Metrics, config: &EvictionConfig) {
-    for t in &config.thresholds {
-        for outcome in ["evicted", "pdb_blocked", "escalated", "dry_run"] {
-            let _ = m.evictions.get_or_create(&EvictionLabels {
-                eviction_signal: t.signal.as_str().to_owned(),
-                threshold: if t.is_hard() { "hard" } else { "soft" }.to_owned(),
-                outcome: outcome.to_owned(),
-            });
-        }
-    }
-    for reason in backoff::failure_labels() {
-        let _ = m
-            .eviction_failures
-            .get_or_create(&crate::metrics::ReasonLabels {
-                reason: reason.to_owned(),
-            });
-    }
-    for operation in ["evict", "patch_conditions", "patch_taint"] {
-        let _ = m
-            .api_errors
-            .get_or_create(&crate::metrics::OperationLabels {
-                operation: operation.to_owned(),
-            });
-    }
-    // 0 until a graceful shutdown happens, like the kubelet's graceful_shutdown_*_time_seconds.
-    let total = crate::metrics::PhaseLabels {
-        phase: "total".to_owned(),
-    };
-    m.shutdown_phase_start_time_seconds
-        .get_or_create(&total)
-        .set(0.0);
-    m.shutdown_phase_end_time_seconds
-        .get_or_create(&total)
-        .set(0.0);
-    for c in NodeConditionType::ALL {
-        m.node_condition
-            .get_or_create(&ConditionLabels {
-                condition: c.as_str().to_owned(),
-            })
-            .set(0);
     }
 }
 

@@ -17,7 +17,7 @@ use super::check_config;
 use crate::settings::EvictionFlags;
 use node_monitor_core::{
     clock::Timestamp,
-    config::{ConfigSource, FsLayout},
+    config::{ConfigSource, EvictionConfig, FsLayout},
     duration::parse_go_duration,
     eviction::{EvictionState, synchronize},
     pod::{ContainerUsage, PodInfo, pod_is_active},
@@ -109,6 +109,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The per-container usage of the snapshot, by pod UID.
+type ContainerUsages<'s> = HashMap<&'s str, &'s BTreeMap<String, ContainerUsageIn>>;
+
 /// The whole command minus the I/O of reading the snapshot and printing.
 fn explain(
     name: &str,
@@ -120,12 +123,49 @@ fn explain(
     let snapshot: Snapshot =
         serde_json::from_str(text).with_context(|| format!("snapshot {name}: invalid"))?;
 
-    // The snapshot's own config, then --config, then the flags.
-    let embedded = snapshot
-        .config
-        .as_ref()
-        .map(serde_json::to_string)
-        .transpose()?;
+    let config = load_config(name, snapshot.config.as_ref(), config_path, flags)?
+        .with_fs_layout(snapshot.filesystem.unwrap_or_default());
+    for warning in &config.warnings {
+        tracing::warn!(%warning, "eviction configuration");
+    }
+    let (observations, container_usage) = observations(name, &snapshot)?;
+    let (pods, inactive) = active_pods(name, &snapshot.pods, &container_usage)?;
+
+    let mut state = EvictionState::new();
+    let mut decision = synchronize(&mut state, &config, &observations, &pods, Timestamp::ZERO);
+    if !held_for.is_zero() {
+        decision = synchronize(
+            &mut state,
+            &config,
+            &observations,
+            &pods,
+            Timestamp::from_duration(held_for),
+        );
+    }
+
+    let mut out = serde_json::to_value(&decision)?;
+    if let Value::Object(map) = &mut out {
+        let details = map.remove("reclaim").unwrap_or(Value::Null);
+        map.insert(
+            "reclaim".into(),
+            details.get("signal").cloned().unwrap_or(Value::Null),
+        );
+        map.insert("reclaim_details".into(), details);
+        map.insert("held_for_seconds".into(), json!(held_for.as_secs_f64()));
+        map.insert("inactive_pods".into(), json!(inactive));
+        map.insert("warnings".into(), json!(config.warnings));
+    }
+    Ok(out)
+}
+
+/// The eviction configuration: the snapshot's own `config`, then `--config`, then the flags.
+fn load_config(
+    name: &str,
+    embedded: Option<&Value>,
+    config_path: Option<&std::path::Path>,
+    flags: &EvictionFlags,
+) -> anyhow::Result<EvictionConfig> {
+    let embedded = embedded.map(serde_json::to_string).transpose()?;
     let embedded_name = format!("{name}: config");
     let earlier: Vec<ConfigSource<'_>> = embedded
         .as_deref()
@@ -135,12 +175,15 @@ fn explain(
         })
         .into_iter()
         .collect();
-    let config = check_config::load(config_path, &earlier, flags)?
-        .with_fs_layout(snapshot.filesystem.unwrap_or_default());
-    for warning in &config.warnings {
-        tracing::warn!(%warning, "eviction configuration");
-    }
+    check_config::load(config_path, &earlier, flags)
+}
 
+/// The snapshot's signal observations and per-pod usage, each checked; and its per-container
+/// usage, for [`active_pods`].
+fn observations<'s>(
+    name: &str,
+    snapshot: &'s Snapshot,
+) -> anyhow::Result<(Observations, ContainerUsages<'s>)> {
     let mut observations = Observations::default();
     for (signal_name, obs) in &snapshot.observations {
         let signal: Signal = signal_name
@@ -159,7 +202,7 @@ fn explain(
             },
         );
     }
-    let mut container_usage: HashMap<&str, &BTreeMap<String, ContainerUsageIn>> = HashMap::new();
+    let mut container_usage: ContainerUsages<'s> = HashMap::new();
     for (uid, u) in &snapshot.usage {
         let field = |f: &str| format!("snapshot {name}: usage.{uid}.{f}");
         observations.pods.insert(
@@ -172,9 +215,18 @@ fn explain(
         );
         container_usage.insert(uid.as_str(), &u.containers);
     }
+    Ok((observations, container_usage))
+}
 
+/// The snapshot's active pods, with their containers' usage; and the inactive ones, as
+/// `namespace/name`.
+fn active_pods(
+    name: &str,
+    pods: &Value,
+    container_usage: &ContainerUsages<'_>,
+) -> anyhow::Result<(Vec<PodInfo>, Vec<String>)> {
     let no_pods = Vec::new();
-    let items = match &snapshot.pods {
+    let items = match pods {
         Value::Array(items) => items,
         Value::Object(list) => match list.get("items") {
             Some(Value::Array(items)) => items,
@@ -212,32 +264,7 @@ fn explain(
         }
         pods.push(info);
     }
-
-    let mut state = EvictionState::new();
-    let mut decision = synchronize(&mut state, &config, &observations, &pods, Timestamp::ZERO);
-    if !held_for.is_zero() {
-        decision = synchronize(
-            &mut state,
-            &config,
-            &observations,
-            &pods,
-            Timestamp::from_duration(held_for),
-        );
-    }
-
-    let mut out = serde_json::to_value(&decision)?;
-    if let Value::Object(map) = &mut out {
-        let details = map.remove("reclaim").unwrap_or(Value::Null);
-        map.insert(
-            "reclaim".into(),
-            details.get("signal").cloned().unwrap_or(Value::Null),
-        );
-        map.insert("reclaim_details".into(), details);
-        map.insert("held_for_seconds".into(), json!(held_for.as_secs_f64()));
-        map.insert("inactive_pods".into(), json!(inactive));
-        map.insert("warnings".into(), json!(config.warnings));
-    }
-    Ok(out)
+    Ok((pods, inactive))
 }
 
 fn non_negative(q: Option<&Quantity>, field: &str) -> anyhow::Result<Option<u64>> {

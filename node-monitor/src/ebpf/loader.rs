@@ -1,33 +1,36 @@
 //! The I/O half of the load policy: probe the kernel, plan (pure, in [`super::policy`]), load the
 //! object, fill the configuration maps, attach, and report a state per program. Nothing here
 //! fails the agent: a failure becomes a program state and a warning.
-use std::{collections::BTreeMap, os::unix::ffi::OsStrExt as _, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, PerCpuArray, RingBuf},
-    programs::Program,
+    maps::{PerCpuArray, RingBuf},
 };
 use aya_log::EbpfLogger;
 use node_monitor_common::{
-    config::{ProbeConfigRaw, TaskOffsets, TpLayout, config_flags},
     counters,
     event::EventKind,
     names::{self, prog},
 };
 use tokio::io::{Interest, unix::AsyncFd};
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
 use super::{
     ProbeConfig,
-    btf::{Btf, WithCaller as _},
-    policy::{
-        self, Attach, Capabilities, Decision, Family, PROGRAMS, ProgramSpec, ProgramState,
-        Requirement, Selection,
-    },
+    policy::{self, Decision, Family, PROGRAMS, ProgramSpec, ProgramState, Requirement, Selection},
     stream::EventStream,
-    tracefs,
 };
+
+use self::{
+    attach::{attach, unload},
+    maps::{offsets_to_write, write_maps},
+    probe::probe_capabilities,
+};
+
+mod attach;
+mod maps;
+mod probe;
 
 /// The programs, built by node-monitor/build.rs (aya-build) from node-monitor-ebpf.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/node-monitor"));
@@ -474,199 +477,6 @@ fn chain(e: &dyn std::error::Error) -> String {
         s = format!("…{}", &s[cut..]);
     }
     s
-}
-
-fn probe_capabilities(config: &ProbeConfig) -> Capabilities {
-    let mut caps = Capabilities {
-        kernel: nix::sys::utsname::uname().ok().and_then(|u| {
-            std::str::from_utf8(u.release().as_bytes())
-                .ok()
-                .and_then(policy::parse_kernel_release)
-        }),
-        ..Capabilities::default()
-    };
-
-    caps.task_offsets = Some(match std::fs::read(&config.btf_path) {
-        Err(e) => Err(format!("read {}: {e}", config.btf_path.display())),
-        Ok(bytes) => match Btf::parse(&bytes) {
-            Err(e) => Err(format!("parse {}: {e}", config.btf_path.display())),
-            Ok(btf) => {
-                for spec in PROGRAMS {
-                    if let Attach::RawTracePoint { name } = spec.attach
-                        && let Some(args) = btf.raw_tracepoint_args(name)
-                    {
-                        caps.raw_tracepoints.insert(name.to_owned(), args);
-                    }
-                }
-                caps.caller_offsets = Some(btf.caller_offsets().map_err(|e| e.to_string()));
-                let offsets = btf.task_offsets().map_err(|e| e.to_string());
-                if let Ok(o) = &offsets
-                    && o.memory_valid == 0
-                    && let Err(e) = btf.memory_offsets()
-                {
-                    warn!(error = %e, "oom victim memory figures unavailable from BTF");
-                }
-                offsets
-            }
-        },
-    });
-
-    let tracefs = match tracefs::find() {
-        Some(p) => Ok(p),
-        None if config.mount_tracefs => tracefs::mount().map_err(|e| {
-            format!("not mounted, and mounting it at /sys/kernel/tracing failed: {e}")
-        }),
-        None => Err("not mounted (mounting disabled)".to_owned()),
-    };
-    match tracefs {
-        Err(e) => caps.tracefs_error = Some(e),
-        Ok(root) => {
-            for spec in PROGRAMS {
-                if let Attach::TracePoint { category, name } = spec.attach {
-                    caps.tracepoints.insert(
-                        format!("{category}/{name}"),
-                        tracefs::read_format(&root, category, name),
-                    );
-                }
-            }
-        }
-    }
-    caps
-}
-
-fn write_maps(
-    ebpf: &mut Ebpf,
-    config: &ProbeConfig,
-    offsets: TaskOffsets,
-    plan: &[(&'static ProgramSpec, Decision)],
-) -> Result<(), ProbeError> {
-    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-    let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .and_then(|p| u64::try_from(p).ok())
-        .unwrap_or(4096);
-    let raw = ProbeConfigRaw {
-        stall_budget_ns: nanos(config.stall_budget),
-        stall_window_ns: nanos(config.stall_window),
-        kswapd_min_interval_ns: nanos(config.kswapd_min_interval),
-        reboot_min_interval_ns: nanos(config.reboot_min_interval),
-        page_size,
-        synthetic_tgid: config.synthetic_tgid.unwrap_or(0),
-        flags: if config.kernel_log {
-            config_flags::KERNEL_LOG
-        } else {
-            0
-        },
-    };
-    set(ebpf, names::CONFIG_MAP, 0, &raw)?;
-    set(ebpf, names::TASK_OFFSETS_MAP, 0, &offsets)?;
-    for (_, decision) in plan {
-        if let Decision::Attach {
-            layout: Some((index, layout)),
-        }
-        | Decision::Fallback {
-            layout: Some((index, layout)),
-            ..
-        } = decision
-        {
-            set::<TpLayout>(ebpf, names::TP_LAYOUT_MAP, *index, layout)?;
-        }
-    }
-    Ok(())
-}
-
-/// The offsets record for the map: the OOM program's (when resolved) with the reboot program's
-/// caller fields (when resolved), each independent of the other.
-fn offsets_to_write(task: Option<&TaskOffsets>, caller: Option<&TaskOffsets>) -> TaskOffsets {
-    let base = task.copied().unwrap_or_default();
-    match caller {
-        Some(c) => base.with_caller(c),
-        None => TaskOffsets {
-            caller_valid: 0,
-            ..base
-        },
-    }
-}
-
-fn set<V: aya::Pod>(
-    ebpf: &mut Ebpf,
-    name: &'static str,
-    index: u32,
-    value: &V,
-) -> Result<(), ProbeError> {
-    let map = ebpf.map_mut(name).ok_or(ProbeError::MissingMap { name })?;
-    let mut array: Array<_, V> =
-        Array::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
-    array
-        .set(index, value, 0)
-        .map_err(|source| ProbeError::Map { name, source })
-}
-
-fn attach(ebpf: &mut Ebpf, spec: &ProgramSpec) -> ProgramState {
-    let Some(program) = ebpf.program_mut(spec.name) else {
-        return ProgramState::Failed {
-            reason: "program missing from the eBPF object".to_owned(),
-        };
-    };
-    let result = match (spec.attach, program) {
-        (Attach::TracePoint { category, name }, Program::TracePoint(p)) => p
-            .load()
-            .map_err(|e| format!("load: {}", chain(&e)))
-            .and_then(|()| {
-                p.attach(category, name).map(drop).map_err(|e| {
-                    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-                        .ok()
-                        .and_then(|t| t.trim().parse::<i32>().ok());
-                    format!(
-                        "attach: {}{}",
-                        chain(&e),
-                        tracepoint_denied_hint(&chain(&e), paranoid)
-                    )
-                })
-            }),
-        (Attach::RawTracePoint { name }, Program::RawTracePoint(p)) => p
-            .load()
-            .map_err(|e| format!("load: {}", chain(&e)))
-            .and_then(|()| {
-                p.attach(name)
-                    .map(drop)
-                    .map_err(|e| format!("attach: {}", chain(&e)))
-            }),
-        (attach, p) => Err(format!(
-            "the object's program is a {:?}, the table says {attach}",
-            p.prog_type()
-        )),
-    };
-    match result {
-        Ok(()) => ProgramState::Attached,
-        Err(reason) => ProgramState::Failed { reason },
-    }
-}
-
-/// Why a tracepoint attach was refused, when the cause is the one Debian and Ubuntu kernels add:
-/// with `kernel.perf_event_paranoid` above 2 their patch lets only CAP_SYS_ADMIN open any perf
-/// event, CAP_PERFMON included, and a tracepoint program attaches through one. Raw tracepoints
-/// (the OOM program) do not, and keep working.
-fn tracepoint_denied_hint(error: &str, paranoid: Option<i32>) -> String {
-    match paranoid {
-        Some(level) if level > 2 && error.contains("Permission denied") => format!(
-            " (kernel.perf_event_paranoid is {level}: this kernel lets only CAP_SYS_ADMIN open \
-             perf events; set kernel.perf_event_paranoid=2 on the node, see docs/install.md)"
-        ),
-        _ => String::new(),
-    }
-}
-
-fn unload(ebpf: &mut Ebpf, name: &str) {
-    let result = match ebpf.program_mut(name) {
-        Some(Program::TracePoint(p)) => p.unload(),
-        Some(Program::RawTracePoint(p)) => p.unload(),
-        _ => Ok(()),
-    };
-    if let Err(e) = result {
-        error!(program = name, error = %chain(&e), "unloading a kernel probe failed");
-    }
 }
 
 /// Hands aya-log records (the `log` facade) to tracing.

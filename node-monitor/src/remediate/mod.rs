@@ -40,7 +40,7 @@ use kube::{
     Api, Client,
     runtime::{WatchStreamExt as _, reflector, watcher},
 };
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{error, info, warn};
 
 use crate::{
@@ -321,6 +321,59 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
     let client: Client = kube_adapter::client(args.kubeconfig.as_deref()).await?;
     let api_health = Arc::new(ApiHealth::default());
+    let (caches, tasks) = start_caches(&client, &args.namespace, &cfg, &api_health);
+
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let synced = async {
+        let _ = caches.nodes.wait_until_ready().await;
+        let _ = caches.leases.wait_until_ready().await;
+        let _ = caches.configmaps.wait_until_ready().await;
+    };
+    let stopped_early = tokio::select! {
+        () = synced => false,
+        _ = sigterm.recv() => true,
+        _ = sigint.recv() => true,
+    };
+    let elector = LeaderElector::new(
+        client.clone(),
+        &args.namespace,
+        &identity,
+        cfg.leader.clone(),
+    );
+    let ports = KubePorts::new(client, &args.namespace, &identity, caches);
+    let mut controller = Controller::new(ports, cfg.clone(), metrics.clone(), api_health.clone());
+    if !stopped_early {
+        info!("caches synced");
+        health.pods_synced.store(true, Ordering::Relaxed);
+        health.probes_loaded.store(true, Ordering::Relaxed);
+        // Renewal runs beside the passes, never between them: a long pass cannot outlive the
+        // lease, and a pass in flight is abandoned the moment leadership is lost.
+        let renewal = leader::spawn(elector, api_health.clone());
+        let mut signals = (&mut sigterm, &mut sigint);
+        pass_until_stopped(&mut controller, &renewal, &cfg, &metrics, &mut signals).await;
+        controller.stand_down();
+        renewal.stop().await;
+    } else {
+        controller.stand_down();
+    }
+    let _ = stop_tx.send(true);
+    for t in &tasks {
+        t.abort();
+    }
+    let _ = http_task.await;
+    info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the caches the controller reads (nodes, node Leases, the fence configuration in
+/// `namespace`) and the check that the Lease watch is current.
+fn start_caches(
+    client: &Client,
+    namespace: &str,
+    cfg: &RemediationConfig,
+    api_health: &Arc<ApiHealth>,
+) -> (kube_ports::Caches, [tokio::task::JoinHandle<()>; 4]) {
     let (nodes, nodes_task) = reflect(
         Api::<Node>::all(client.clone()),
         watcher::Config::default(),
@@ -334,7 +387,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
         "node leases",
     );
     let (configmaps, configmaps_task) = reflect(
-        Api::<ConfigMap>::namespaced(client.clone(), &args.namespace),
+        Api::<ConfigMap>::namespaced(client.clone(), namespace),
         watcher::Config::default(),
         api_health.clone(),
         "fence configuration",
@@ -348,82 +401,51 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
             Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE),
             leases.clone(),
             lease_freshness.clone(),
-            lease_check_interval(&cfg),
+            lease_check_interval(cfg),
         )),
     ];
+    let caches = kube_ports::Caches {
+        nodes,
+        leases,
+        configmaps,
+        lease_freshness,
+    };
+    (caches, tasks)
+}
 
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let synced = async {
-        let _ = nodes.wait_until_ready().await;
-        let _ = leases.wait_until_ready().await;
-        let _ = configmaps.wait_until_ready().await;
-    };
-    let stopped_early = tokio::select! {
-        () = synced => false,
-        _ = sigterm.recv() => true,
-        _ = sigint.recv() => true,
-    };
-    let elector = LeaderElector::new(
-        client.clone(),
-        &args.namespace,
-        &identity,
-        cfg.leader.clone(),
-    );
-    let ports = KubePorts::new(
-        client,
-        &args.namespace,
-        &identity,
-        kube_ports::Caches {
-            nodes,
-            leases,
-            configmaps,
-            lease_freshness,
-        },
-    );
-    let mut controller = Controller::new(ports, cfg.clone(), metrics.clone(), api_health.clone());
-    if !stopped_early {
-        info!("caches synced");
-        health.pods_synced.store(true, Ordering::Relaxed);
-        health.probes_loaded.store(true, Ordering::Relaxed);
-        // Renewal runs beside the passes, never between them: a long pass cannot outlive the
-        // lease, and a pass in flight is abandoned the moment leadership is lost.
-        let renewal = leader::spawn(elector, api_health.clone());
-        let mut leading_rx = renewal.leading.clone();
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(cfg.tick_interval) => {}
-                _ = sigterm.recv() => { info!("SIGTERM: stopping"); break; }
-                _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
-            }
-            let leading = *leading_rx.borrow_and_update();
-            metrics.leader.set(i64::from(leading));
-            if leading {
-                let pass = controller.tick(true);
-                if leader::run_while_leading(pass, &mut leading_rx)
-                    .await
-                    .is_none()
-                {
-                    error!("leadership lost during a pass: abandoning it and standing down");
-                    metrics.leader.set(0);
-                    controller.stand_down();
-                }
-            } else {
-                controller.tick(false).await;
-            }
+/// A pass every tick while `renewal` says this replica leads (a controller that does not lead
+/// only keeps its view), until SIGTERM or SIGINT. A pass in flight when leadership is lost is
+/// abandoned and the controller stands down.
+async fn pass_until_stopped<P: ports::Ports>(
+    controller: &mut Controller<P>,
+    renewal: &leader::Renewal,
+    cfg: &RemediationConfig,
+    metrics: &RemediateMetrics,
+    (sigterm, sigint): &mut (&mut Signal, &mut Signal),
+) {
+    let mut leading_rx = renewal.leading.clone();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(cfg.tick_interval) => {}
+            _ = sigterm.recv() => { info!("SIGTERM: stopping"); break; }
+            _ = sigint.recv() => { info!("SIGINT: stopping"); break; }
         }
-        controller.stand_down();
-        renewal.stop().await;
-    } else {
-        controller.stand_down();
+        let leading = *leading_rx.borrow_and_update();
+        metrics.leader.set(i64::from(leading));
+        if leading {
+            let pass = controller.tick(true);
+            if leader::run_while_leading(pass, &mut leading_rx)
+                .await
+                .is_none()
+            {
+                error!("leadership lost during a pass: abandoning it and standing down");
+                metrics.leader.set(0);
+                controller.stand_down();
+            }
+        } else {
+            controller.tick(false).await;
+        }
     }
-    let _ = stop_tx.send(true);
-    for t in &tasks {
-        t.abort();
-    }
-    let _ = http_task.await;
-    info!("stopped");
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -236,84 +236,15 @@ pub fn kubelet_config_driver(path: &Path) -> Option<CgroupDriver> {
 impl SamplerConfig {
     /// Validates the configuration and resolves it against the filesystem.
     pub fn resolve(&self) -> Result<Layout, ConfigError> {
-        let node_rel = node_relative(&self.node_cgroup)?;
-        let auto = self.kubepods_cgroup == KUBEPODS_AUTO;
-        let kp = self.kubepods_cgroup.as_str();
-        if !auto && (kp.is_empty() || kp.contains('/') || kp == "." || kp == "..") {
-            return Err(ConfigError::KubepodsCgroup {
-                value: self.kubepods_cgroup.clone(),
-            });
-        }
-        if self.full_sample_interval.is_zero() {
-            return Err(ConfigError::FullSampleInterval {
-                value: self.full_sample_interval,
-            });
-        }
-        if self.allocatable_memory == Some(0) {
-            return Err(ConfigError::AllocatableMemory { value: 0 });
-        }
-        if self.pod_disk_budget == 0 {
-            return Err(ConfigError::PodDiskBudget { value: 0 });
-        }
-        if let Some(bad) = self.writable_layer_roots.iter().find(|r| {
-            !r.is_absolute()
-                || r.parent().is_none()
-                || r.components()
-                    .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
-        }) {
-            return Err(ConfigError::WritableLayerRoot { value: bad.clone() });
-        }
+        let node_rel = self.validate()?;
         let root = &self.cgroup_root;
         let version = match self.cgroup_version {
             Some(v) => v,
             None => detect_version(root)?,
         };
         let node_is_root = node_rel.as_os_str().is_empty();
-        let (node_memory, node_pids, node_unified) = match version {
-            CgroupVersion::V2 => {
-                let dir = root.join(&node_rel);
-                (dir.clone(), Some(dir.clone()), Some(dir))
-            }
-            CgroupVersion::V1 => {
-                let pids_root = root.join("pids");
-                let unified_root = root.join("unified");
-                (
-                    root.join("memory").join(&node_rel),
-                    pids_root.is_dir().then(|| pids_root.join(&node_rel)),
-                    unified_root
-                        .join("cgroup.controllers")
-                        .is_file()
-                        .then(|| unified_root.join(&node_rel)),
-                )
-            }
-        };
-        let (kp, kubepods_detection) = if auto {
-            let config_path = self
-                .kubelet_config
-                .clone()
-                .unwrap_or_else(|| self.kubelet_root.join(KUBELET_CONFIG_FILE));
-            let detected = detect_driver(
-                node_memory.join("kubepods.slice").is_dir(),
-                node_memory.join("kubepods").is_dir(),
-                kubelet_config_driver(&config_path),
-            );
-            match detected {
-                Some((d, evidence)) => {
-                    (d.kubepods_name(), KubepodsDetection::Detected(d, evidence))
-                }
-                // systemd hosts (cgroup v2 nearly always) run the systemd driver by default
-                // since kubeadm 1.22; cgroup v1 hosts mostly cgroupfs.
-                None => (
-                    match version {
-                        CgroupVersion::V2 => "kubepods.slice",
-                        CgroupVersion::V1 => "kubepods",
-                    },
-                    KubepodsDetection::Pending,
-                ),
-            }
-        } else {
-            (kp, KubepodsDetection::Configured)
-        };
+        let (node_memory, node_pids, node_unified) = node_dirs(root, version, &node_rel);
+        let (kp, kubepods_detection) = self.kubepods(version, &node_memory);
         let kubepods_memory = node_memory.join(kp);
         let kubepods_pids = node_pids.as_ref().map(|p| p.join(kp));
         let proc = &self.proc_root;
@@ -346,6 +277,93 @@ impl SamplerConfig {
                 .or_else(|| image_fs.as_ref().map(|(p, _)| p.clone())),
             image_fs,
         })
+    }
+
+    /// The checks that need no filesystem; returns the node cgroup relative to each hierarchy.
+    fn validate(&self) -> Result<PathBuf, ConfigError> {
+        let node_rel = node_relative(&self.node_cgroup)?;
+        let kp = self.kubepods_cgroup.as_str();
+        if kp != KUBEPODS_AUTO && (kp.is_empty() || kp.contains('/') || kp == "." || kp == "..") {
+            return Err(ConfigError::KubepodsCgroup {
+                value: self.kubepods_cgroup.clone(),
+            });
+        }
+        if self.full_sample_interval.is_zero() {
+            return Err(ConfigError::FullSampleInterval {
+                value: self.full_sample_interval,
+            });
+        }
+        if self.allocatable_memory == Some(0) {
+            return Err(ConfigError::AllocatableMemory { value: 0 });
+        }
+        if self.pod_disk_budget == 0 {
+            return Err(ConfigError::PodDiskBudget { value: 0 });
+        }
+        if let Some(bad) = self.writable_layer_roots.iter().find(|r| {
+            !r.is_absolute()
+                || r.parent().is_none()
+                || r.components()
+                    .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+        }) {
+            return Err(ConfigError::WritableLayerRoot { value: bad.clone() });
+        }
+        Ok(node_rel)
+    }
+
+    /// The kubepods cgroup's name and how it was found: as configured, or (`auto`) detected
+    /// from the cgroup tree under `node_memory` and the kubelet's configuration.
+    fn kubepods(&self, version: CgroupVersion, node_memory: &Path) -> (&str, KubepodsDetection) {
+        if self.kubepods_cgroup != KUBEPODS_AUTO {
+            return (&self.kubepods_cgroup, KubepodsDetection::Configured);
+        }
+        let config_path = self
+            .kubelet_config
+            .clone()
+            .unwrap_or_else(|| self.kubelet_root.join(KUBELET_CONFIG_FILE));
+        let detected = detect_driver(
+            node_memory.join("kubepods.slice").is_dir(),
+            node_memory.join("kubepods").is_dir(),
+            kubelet_config_driver(&config_path),
+        );
+        match detected {
+            Some((d, evidence)) => (d.kubepods_name(), KubepodsDetection::Detected(d, evidence)),
+            // systemd hosts (cgroup v2 nearly always) run the systemd driver by default
+            // since kubeadm 1.22; cgroup v1 hosts mostly cgroupfs.
+            None => (
+                match version {
+                    CgroupVersion::V2 => "kubepods.slice",
+                    CgroupVersion::V1 => "kubepods",
+                },
+                KubepodsDetection::Pending,
+            ),
+        }
+    }
+}
+
+/// The node cgroup's directories: memory, pids (absent without a v1 pids hierarchy) and unified
+/// (absent on cgroup v1 without a unified hierarchy).
+fn node_dirs(
+    root: &Path,
+    version: CgroupVersion,
+    node_rel: &Path,
+) -> (PathBuf, Option<PathBuf>, Option<PathBuf>) {
+    match version {
+        CgroupVersion::V2 => {
+            let dir = root.join(node_rel);
+            (dir.clone(), Some(dir.clone()), Some(dir))
+        }
+        CgroupVersion::V1 => {
+            let pids_root = root.join("pids");
+            let unified_root = root.join("unified");
+            (
+                root.join("memory").join(node_rel),
+                pids_root.is_dir().then(|| pids_root.join(node_rel)),
+                unified_root
+                    .join("cgroup.controllers")
+                    .is_file()
+                    .then(|| unified_root.join(node_rel)),
+            )
+        }
     }
 }
 

@@ -79,178 +79,181 @@ fn node_monitor_options() {
     );
 }
 
+/// Bad shutdown settings, each with what its error must name.
+const BAD_INPUT: &[(&str, &[&str])] = &[
+    (
+        "shutdownGracePeriod: 30\n",
+        &["shutdownGracePeriod", "duration string", "30"],
+    ),
+    (
+        "shutdownGracePeriod: 30 seconds\n",
+        &["shutdownGracePeriod", "\"30 seconds\""],
+    ),
+    (
+        "shutdownGracePeriod: -30s\n",
+        &["shutdownGracePeriod", "-30s", "negative"],
+    ),
+    (
+        "shutdownGracePeriod: 300ms\n",
+        &["shutdownGracePeriod", "300ms", ">= 1s"],
+    ),
+    (
+        "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n",
+        &["shutdownGracePeriodCriticalPods", "20s", "10s"],
+    ),
+    (
+        "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: 10\n  - priority: 0\n    shutdownGracePeriodSeconds: 5\n",
+        &[
+            "shutdownGracePeriodByPodPriority",
+            "priority 0",
+            "more than once",
+        ],
+    ),
+    (
+        "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: -1\n",
+        &["shutdownGracePeriodSeconds", "-1", "negative"],
+    ),
+    (
+        "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSecond: 10\n",
+        &[
+            "shutdownGracePeriodByPodPriority[0]",
+            "\"shutdownGracePeriodSecond\"",
+        ],
+    ),
+    (
+        "shutdownGracePeriodByPodPriority:\n  - priority: 3000000000\n",
+        &[
+            "shutdownGracePeriodByPodPriority[0].priority",
+            "3000000000",
+            "32-bit",
+        ],
+    ),
+    (
+        "shutdownGracePeriodByPodPriority:\n  - priority: high\n",
+        &["shutdownGracePeriodByPodPriority[0].priority", "high"],
+    ),
+    (
+        "shutdownGracePeriodByPodPriority: 10\n",
+        &["shutdownGracePeriodByPodPriority", "a list"],
+    ),
+    (
+        "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: 10\n",
+        &["both set"],
+    ),
+    (
+        "nodeMonitor:\n  shutdown: yes\n",
+        &["nodeMonitor.shutdown", "a mapping"],
+    ),
+    (
+        "nodeMonitor:\n  shutdown:\n    cordn: true\n",
+        &[
+            "nodeMonitor.shutdown",
+            "unknown setting \"cordn\"",
+            "cordon",
+        ],
+    ),
+    (
+        "nodeMonitor:\n  shutdown:\n    cordon: sometimes\n",
+        &["nodeMonitor.shutdown.cordon", "a boolean", "\"sometimes\""],
+    ),
+    (
+        "nodeMonitor:\n  shutdown:\n    kubeletInhibitorPolicy: fight\n",
+        &[
+            "nodeMonitor.shutdown.kubeletInhibitorPolicy",
+            "\"fight\"",
+            "takeOver",
+        ],
+    ),
+    (
+        "nodeMonitor:\n  shutdown:\n    lastGasp: scream\n",
+        &["nodeMonitor.shutdown.lastGasp", "\"scream\""],
+    ),
+    (
+        "nodeMonitor:\n  shutdown:\n    lastGaspTimeout: 1ms\n",
+        &[
+            "nodeMonitor.shutdown.lastGaspTimeout",
+            "\"1ms\"",
+            "at least 100ms",
+        ],
+    ),
+    (
+        "nodeMonitor:\n  shutdown:\n    inhibitDelayMargin: -1s\n",
+        &[
+            "nodeMonitor.shutdown.inhibitDelayMargin",
+            "\"-1s\"",
+            "negative",
+        ],
+    ),
+    (
+        "nodeMonitor:\n  shutdown:\n    pollInterval: soon\n",
+        &["nodeMonitor.shutdown.pollInterval", "\"soon\""],
+    ),
+    (
+        "shutdownGracePeriodCriticalPods: -5s\nshutdownGracePeriod: 10s\n",
+        &["shutdownGracePeriodCriticalPods", "-5s", "negative"],
+    ),
+    // Go's zero values for a left-out priority: two entries at priority 0.
+    (
+        "shutdownGracePeriodByPodPriority:\n  - shutdownGracePeriodSeconds: 5\n  - {}\n",
+        &[
+            "shutdownGracePeriodByPodPriority",
+            "priority 0",
+            "more than once",
+        ],
+    ),
+    (
+        "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: ten\n",
+        &[
+            "shutdownGracePeriodByPodPriority[0].shutdownGracePeriodSeconds",
+            "\"ten\"",
+            "integer",
+        ],
+    ),
+    (
+        "shutdownGracePeriodByPodPriority:\n  - [priority, 0]\n",
+        &["shutdownGracePeriodByPodPriority[0]", "a mapping", "a list"],
+    ),
+    // Each period is a valid int64, their sum is more than logind can wait for.
+    (
+        "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: 9223372036854775807\n  - priority: 1\n    shutdownGracePeriodSeconds: 9223372036854775807\n",
+        &[
+            "shutdownGracePeriodByPodPriority",
+            "need 18446744073709551614s in total",
+            "InhibitDelayMaxSec",
+        ],
+    ),
+    (
+        "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: 18446744073709\nnodeMonitor:\n  shutdown:\n    inhibitDelayMargin: 1s\n",
+        &[
+            "nodeMonitor.shutdown.inhibitDelayMargin",
+            "\"1s\"",
+            "(18446744073710s)",
+            "InhibitDelayMaxSec",
+        ],
+    ),
+    (
+        "nodeMonitor:\n  shutdown:\n    pollInterval: 10ms\n",
+        &[
+            "nodeMonitor.shutdown.pollInterval",
+            "\"10ms\"",
+            "at least 50ms",
+        ],
+    ),
+    (
+        "nodeMonitor:\n  shutdown:\n    enabled: 1\n",
+        &["nodeMonitor.shutdown.enabled", "a boolean", "the number 1"],
+    ),
+    ("- a\n- list\n", &["config file", "expected a mapping"]),
+    (
+        "shutdownGracePeriod: [\n",
+        &["config file", "not a valid YAML"],
+    ),
+];
+
 /// Every rejection names the field and the value.
 #[test]
 fn rejects_bad_input_naming_field_and_value() {
-    let cases: &[(&str, &[&str])] = &[
-        (
-            "shutdownGracePeriod: 30\n",
-            &["shutdownGracePeriod", "duration string", "30"],
-        ),
-        (
-            "shutdownGracePeriod: 30 seconds\n",
-            &["shutdownGracePeriod", "\"30 seconds\""],
-        ),
-        (
-            "shutdownGracePeriod: -30s\n",
-            &["shutdownGracePeriod", "-30s", "negative"],
-        ),
-        (
-            "shutdownGracePeriod: 300ms\n",
-            &["shutdownGracePeriod", "300ms", ">= 1s"],
-        ),
-        (
-            "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n",
-            &["shutdownGracePeriodCriticalPods", "20s", "10s"],
-        ),
-        (
-            "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: 10\n  - priority: 0\n    shutdownGracePeriodSeconds: 5\n",
-            &[
-                "shutdownGracePeriodByPodPriority",
-                "priority 0",
-                "more than once",
-            ],
-        ),
-        (
-            "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: -1\n",
-            &["shutdownGracePeriodSeconds", "-1", "negative"],
-        ),
-        (
-            "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSecond: 10\n",
-            &[
-                "shutdownGracePeriodByPodPriority[0]",
-                "\"shutdownGracePeriodSecond\"",
-            ],
-        ),
-        (
-            "shutdownGracePeriodByPodPriority:\n  - priority: 3000000000\n",
-            &[
-                "shutdownGracePeriodByPodPriority[0].priority",
-                "3000000000",
-                "32-bit",
-            ],
-        ),
-        (
-            "shutdownGracePeriodByPodPriority:\n  - priority: high\n",
-            &["shutdownGracePeriodByPodPriority[0].priority", "high"],
-        ),
-        (
-            "shutdownGracePeriodByPodPriority: 10\n",
-            &["shutdownGracePeriodByPodPriority", "a list"],
-        ),
-        (
-            "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: 10\n",
-            &["both set"],
-        ),
-        (
-            "nodeMonitor:\n  shutdown: yes\n",
-            &["nodeMonitor.shutdown", "a mapping"],
-        ),
-        (
-            "nodeMonitor:\n  shutdown:\n    cordn: true\n",
-            &[
-                "nodeMonitor.shutdown",
-                "unknown setting \"cordn\"",
-                "cordon",
-            ],
-        ),
-        (
-            "nodeMonitor:\n  shutdown:\n    cordon: sometimes\n",
-            &["nodeMonitor.shutdown.cordon", "a boolean", "\"sometimes\""],
-        ),
-        (
-            "nodeMonitor:\n  shutdown:\n    kubeletInhibitorPolicy: fight\n",
-            &[
-                "nodeMonitor.shutdown.kubeletInhibitorPolicy",
-                "\"fight\"",
-                "takeOver",
-            ],
-        ),
-        (
-            "nodeMonitor:\n  shutdown:\n    lastGasp: scream\n",
-            &["nodeMonitor.shutdown.lastGasp", "\"scream\""],
-        ),
-        (
-            "nodeMonitor:\n  shutdown:\n    lastGaspTimeout: 1ms\n",
-            &[
-                "nodeMonitor.shutdown.lastGaspTimeout",
-                "\"1ms\"",
-                "at least 100ms",
-            ],
-        ),
-        (
-            "nodeMonitor:\n  shutdown:\n    inhibitDelayMargin: -1s\n",
-            &[
-                "nodeMonitor.shutdown.inhibitDelayMargin",
-                "\"-1s\"",
-                "negative",
-            ],
-        ),
-        (
-            "nodeMonitor:\n  shutdown:\n    pollInterval: soon\n",
-            &["nodeMonitor.shutdown.pollInterval", "\"soon\""],
-        ),
-        (
-            "shutdownGracePeriodCriticalPods: -5s\nshutdownGracePeriod: 10s\n",
-            &["shutdownGracePeriodCriticalPods", "-5s", "negative"],
-        ),
-        // Go's zero values for a left-out priority: two entries at priority 0.
-        (
-            "shutdownGracePeriodByPodPriority:\n  - shutdownGracePeriodSeconds: 5\n  - {}\n",
-            &[
-                "shutdownGracePeriodByPodPriority",
-                "priority 0",
-                "more than once",
-            ],
-        ),
-        (
-            "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: ten\n",
-            &[
-                "shutdownGracePeriodByPodPriority[0].shutdownGracePeriodSeconds",
-                "\"ten\"",
-                "integer",
-            ],
-        ),
-        (
-            "shutdownGracePeriodByPodPriority:\n  - [priority, 0]\n",
-            &["shutdownGracePeriodByPodPriority[0]", "a mapping", "a list"],
-        ),
-        // Each period is a valid int64, their sum is more than logind can wait for.
-        (
-            "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: 9223372036854775807\n  - priority: 1\n    shutdownGracePeriodSeconds: 9223372036854775807\n",
-            &[
-                "shutdownGracePeriodByPodPriority",
-                "need 18446744073709551614s in total",
-                "InhibitDelayMaxSec",
-            ],
-        ),
-        (
-            "shutdownGracePeriodByPodPriority:\n  - priority: 0\n    shutdownGracePeriodSeconds: 18446744073709\nnodeMonitor:\n  shutdown:\n    inhibitDelayMargin: 1s\n",
-            &[
-                "nodeMonitor.shutdown.inhibitDelayMargin",
-                "\"1s\"",
-                "(18446744073710s)",
-                "InhibitDelayMaxSec",
-            ],
-        ),
-        (
-            "nodeMonitor:\n  shutdown:\n    pollInterval: 10ms\n",
-            &[
-                "nodeMonitor.shutdown.pollInterval",
-                "\"10ms\"",
-                "at least 50ms",
-            ],
-        ),
-        (
-            "nodeMonitor:\n  shutdown:\n    enabled: 1\n",
-            &["nodeMonitor.shutdown.enabled", "a boolean", "the number 1"],
-        ),
-        ("- a\n- list\n", &["config file", "expected a mapping"]),
-        (
-            "shutdownGracePeriod: [\n",
-            &["config file", "not a valid YAML"],
-        ),
-    ];
+    let cases = BAD_INPUT;
     assert_rejections(cases, |text| parse_shutdown_config(Some(text)));
 }
 

@@ -1,4 +1,6 @@
-use super::*;
+use node_monitor_common::config::TaskOffsets;
+
+use super::{attach::tracepoint_denied_hint, *};
 
 #[test]
 fn caller_offsets_are_written_with_or_without_the_oom_ones() {

@@ -97,6 +97,7 @@ fn table_is_consistent() {
 
 /// (scenario, capabilities change, selection, expected decision per program)
 #[test]
+#[expect(clippy::too_many_lines, reason = "a table test: one row per scenario")]
 fn plans_by_scenario() {
     type Tweak = fn(&mut Capabilities, &mut Selection);
     /// The decisions that differ from [`EVERYTHING`].

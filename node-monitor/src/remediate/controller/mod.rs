@@ -10,7 +10,7 @@ use std::{
 
 use k8s_openapi::api::coordination::v1::Lease;
 use tokio::{sync::mpsc, task::JoinHandle};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::{
     ApiHealth,
@@ -25,12 +25,12 @@ pub use crate::telemetry::error_chain as chain;
 use node_monitor_core::{
     clock::Timestamp,
     remediation::{
-        Assessment, DeathEvidence, FenceOp, KubeletReturn, Liveness, LivenessTracker, NodeFacts,
-        OpAction, OpContext, OpEvent, Phase, ReadyStatus, RemediationConfig, SkipReason, Step,
-        ZoneLimiters, advance, assess, node_is_back,
+        Assessment, DeathEvidence, FenceOp, Liveness, LivenessTracker, NodeFacts, OpEvent,
+        ReadyStatus, RemediationConfig, SkipReason, Step, ZoneLimiters, assess, node_is_back,
     },
 };
 
+mod drive;
 mod release;
 mod report;
 #[cfg(test)]
@@ -350,129 +350,6 @@ impl<P: Ports> Controller<P> {
                 self.loaded = false;
             }
             Err(e) => warn!(%node, error = %chain(&e), "could not record the fencing operation"),
-        }
-    }
-
-    /// Moves one operation along from `first`, persisting every change before acting on it.
-    async fn drive(&mut self, node: &str, first: OpEvent, view: &View) {
-        let mut event = first;
-        for _ in 0..MAX_STEPS_PER_PASS {
-            let Some(stored) = self.ops.get(node).cloned() else {
-                return;
-            };
-            let facts = view.facts.get(node);
-            let present = facts.is_some()
-                && view.uids.get(node).map(String::as_str) == Some(stored.op.node_uid.as_str());
-            let plan = self.plan(node);
-            let zone = facts.map(|f| f.zone.clone()).unwrap_or_default();
-            let kubelet = match facts {
-                Some(f) => {
-                    let mut k = KubeletReturn::observe(&stored.op, f, None);
-                    // Counted only while a released node's recovery waits on it.
-                    let waiting = matches!(stored.op.phase, Phase::Recovering { recovered: false })
-                        && stored.op.confirmed_by.is_some();
-                    if waiting && !k.rebooted && k.ready_again {
-                        k.old_pods = self.old_pods(node).await;
-                    }
-                    k
-                }
-                None => KubeletReturn::default(),
-            };
-            let ctx = OpContext {
-                kubelet,
-                now: view.now_unix,
-                node_present: present,
-                node_back: node_is_back(
-                    stored.op.lease_renew_time,
-                    facts.and_then(|f| f.lease.as_ref()),
-                ),
-                executing: self.running.contains_key(node),
-                may_fence: !self.cfg.dry_run && view.assessment.admits(&zone).is_ok(),
-                configured: plan
-                    .as_ref()
-                    .ok()
-                    .and_then(Option::as_ref)
-                    .map(NodeFencePlan::configured)
-                    .unwrap_or_default(),
-            };
-            let t = advance(&stored.op, &event, &ctx, &self.cfg.fencing);
-            let changed = t.op != stored.op;
-            let forget = t.actions.contains(&OpAction::Forget);
-            if changed && !forget {
-                match self.ports.update_op(&stored, &t.op).await {
-                    Ok(s) => {
-                        self.api_health.ok();
-                        debug!(%node, phase = t.op.phase.label(), running = ?t.op.running, "operation saved");
-                        self.ops.insert(node.to_owned(), s);
-                    }
-                    Err(e) => {
-                        // Nothing is done that the stored operation does not say.
-                        warn!(%node, error = %chain(&e), "could not save the fencing operation; retrying");
-                        if matches!(e, StoreError::Conflict { .. }) {
-                            self.loaded = false;
-                        }
-                        return;
-                    }
-                }
-            }
-            let mut follow = None;
-            for action in t.actions {
-                match action {
-                    OpAction::Run(step) => self.spawn_step(node, step, t.op.attempts, &plan),
-                    OpAction::Cancel => self.cancel(node),
-                    OpAction::Release => {
-                        let current = self.ops.get(node).cloned().unwrap_or(stored.clone());
-                        let result = self.release(node, &current).await;
-                        if let Ok(s) = &result {
-                            self.metrics.releases.inc();
-                            self.metrics.pods_deleted.inc_by(u64::from(s.pods_deleted));
-                            #[expect(
-                                clippy::cast_precision_loss,
-                                reason = "milliseconds of an operation, far below 2^52"
-                            )]
-                            let secs = (view.now_unix - stored.op.detected_at).max(0) as f64 / 1e3;
-                            self.metrics.detection_to_release_seconds.observe(secs);
-                        }
-                        follow = Some(OpEvent::ReleaseDone { result });
-                    }
-                    OpAction::RemoveTaint => {
-                        let result = self.set_taint(node, false).await;
-                        follow = Some(OpEvent::TaintRemoved { result });
-                    }
-                    OpAction::Forget => {
-                        self.cancel(node);
-                        match self.ports.delete_op(node).await {
-                            Ok(()) => {
-                                if matches!(stored.op.phase, Phase::Recovering { .. }) {
-                                    self.metrics.recoveries.inc();
-                                }
-                                info!(%node, "fencing operation finished");
-                                self.ops.remove(node);
-                            }
-                            Err(e) => {
-                                warn!(%node, error = %chain(&e), "could not delete the finished operation; retrying");
-                            }
-                        }
-                    }
-                    OpAction::Notify(n) => {
-                        if n.warning {
-                            warn!(%node, reason = n.reason, message = %n.message, "fencing");
-                        } else {
-                            info!(%node, reason = n.reason, message = %n.message, "fencing");
-                        }
-                        self.node_event(node, &stored.op.node_uid, n.warning, n.reason, &n.message)
-                            .await;
-                    }
-                }
-            }
-            if forget {
-                return;
-            }
-            match follow {
-                Some(ev) => event = ev,
-                None if changed => event = OpEvent::Tick,
-                None => return,
-            }
         }
     }
 

@@ -176,6 +176,10 @@ fn secrets_add_parameters_but_never_line_breaks() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario: the colliding names and every lookup among them, read together"
+)]
 fn colliding_method_and_node_names_never_pick_another_nodes_method() {
     // Nodes host0 and off-host0, methods eaton and eaton-off: `fence-method-eaton-off-host0`
     // could be method eaton-off of host0, method eaton of off-host0, or a shared method.

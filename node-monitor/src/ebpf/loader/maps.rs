@@ -1,0 +1,88 @@
+//! The configuration maps the programs read.
+use std::time::Duration;
+
+use aya::{Ebpf, maps::Array};
+use node_monitor_common::{
+    config::{ProbeConfigRaw, TaskOffsets, TpLayout, config_flags},
+    names,
+};
+
+use super::ProbeError;
+use crate::ebpf::{
+    ProbeConfig,
+    btf::WithCaller as _,
+    policy::{Decision, ProgramSpec},
+};
+
+/// Fills the configuration maps: `NM_CONFIG`, `NM_TASK_OFFS` and the planned tracepoint layouts.
+pub(super) fn write_maps(
+    ebpf: &mut Ebpf,
+    config: &ProbeConfig,
+    offsets: TaskOffsets,
+    plan: &[(&'static ProgramSpec, Decision)],
+) -> Result<(), ProbeError> {
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|p| u64::try_from(p).ok())
+        .unwrap_or(4096);
+    let raw = ProbeConfigRaw {
+        stall_budget_ns: nanos(config.stall_budget),
+        stall_window_ns: nanos(config.stall_window),
+        kswapd_min_interval_ns: nanos(config.kswapd_min_interval),
+        reboot_min_interval_ns: nanos(config.reboot_min_interval),
+        page_size,
+        synthetic_tgid: config.synthetic_tgid.unwrap_or(0),
+        flags: if config.kernel_log {
+            config_flags::KERNEL_LOG
+        } else {
+            0
+        },
+    };
+    set(ebpf, names::CONFIG_MAP, 0, &raw)?;
+    set(ebpf, names::TASK_OFFSETS_MAP, 0, &offsets)?;
+    for (_, decision) in plan {
+        if let Decision::Attach {
+            layout: Some((index, layout)),
+        }
+        | Decision::Fallback {
+            layout: Some((index, layout)),
+            ..
+        } = decision
+        {
+            set::<TpLayout>(ebpf, names::TP_LAYOUT_MAP, *index, layout)?;
+        }
+    }
+    Ok(())
+}
+
+/// The offsets record for the map: the OOM program's (when resolved) with the reboot program's
+/// caller fields (when resolved), each independent of the other.
+pub(super) fn offsets_to_write(
+    task: Option<&TaskOffsets>,
+    caller: Option<&TaskOffsets>,
+) -> TaskOffsets {
+    let base = task.copied().unwrap_or_default();
+    match caller {
+        Some(c) => base.with_caller(c),
+        None => TaskOffsets {
+            caller_valid: 0,
+            ..base
+        },
+    }
+}
+
+fn set<V: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    index: u32,
+    value: &V,
+) -> Result<(), ProbeError> {
+    let map = ebpf.map_mut(name).ok_or(ProbeError::MissingMap { name })?;
+    let mut array: Array<_, V> =
+        Array::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
+    array
+        .set(index, value, 0)
+        .map_err(|source| ProbeError::Map { name, source })
+}
