@@ -10,6 +10,17 @@ fn main() -> anyhow::Result<()> {
     println!("cargo::rerun-if-env-changed=NODE_MONITOR_EBPF_TOOLCHAIN");
     let toolchain =
         std::env::var("NODE_MONITOR_EBPF_TOOLCHAIN").unwrap_or_else(|_| EBPF_TOOLCHAIN.to_owned());
+    // The eBPF object keeps its debug information and BTF (file names, the compilation
+    // directory), and the agent embeds it. aya-build sets the rustflags of its cargo itself, so
+    // no --remap-path-prefix reaches it; instead its (nightly) cargo trims every path: workspace
+    // files to `./<crate>/src/…`, registry crates to `<index>/<crate>-<version>/…`, the standard
+    // library to `/rustc/<commit>/…`. The object, and so the image, do not depend on where the
+    // checkout, CARGO_HOME, rustup or the target directory live.
+    // SAFETY: the build script has not started a thread; aya-build's cargo inherits these.
+    unsafe {
+        std::env::set_var("CARGO_UNSTABLE_TRIM_PATHS", "true");
+        std::env::set_var("CARGO_PROFILE_RELEASE_TRIM_PATHS", "all");
+    }
     aya_build::build_ebpf(
         [Package {
             name: "node-monitor-ebpf",

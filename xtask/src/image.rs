@@ -16,7 +16,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::ValueEnum;
 
 use crate::{
-    oci,
+    oci, remap,
     sh::{self, workspace_root},
 };
 
@@ -62,7 +62,8 @@ pub struct ImageArgs {
     pub out: Option<PathBuf>,
 }
 
-/// Builds `bins` of `package` with cargo and returns their paths.
+/// Builds `bins` of `package` with cargo and returns their paths. A release build remaps the
+/// build machine's paths (crate::remap), so the same commit gives the same bytes in any checkout.
 fn cargo_build(package: &str, bins: &[&str], profile: Profile) -> Result<Vec<PathBuf>> {
     let mut cmd = sh::cargo();
     cmd.args(["build", "--locked", "--package", package]);
@@ -71,6 +72,7 @@ fn cargo_build(package: &str, bins: &[&str], profile: Profile) -> Result<Vec<Pat
     }
     if profile == Profile::Release {
         cmd.arg("--release");
+        remap::apply(&mut cmd)?;
     }
     sh::run(&mut cmd)?;
     let dir = sh::target_dir().join(match profile {
@@ -114,72 +116,67 @@ fn binaries_with_libraries(bins: &[PathBuf]) -> Result<BTreeMap<PathBuf, oci::En
     Ok(files)
 }
 
-pub fn image(args: &ImageArgs) -> Result<()> {
-    let mtime = match std::env::var("SOURCE_DATE_EPOCH") {
+/// `SOURCE_DATE_EPOCH`, the time stamped on every entry (0 when unset).
+fn source_date_epoch() -> Result<u64> {
+    match std::env::var("SOURCE_DATE_EPOCH") {
         Ok(v) => v
             .parse()
-            .with_context(|| format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds"))?,
-        Err(_) => 0,
+            .with_context(|| format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds")),
+        Err(_) => Ok(0),
+    }
+}
+
+/// The labels every image carries.
+fn labels() -> BTreeMap<String, String> {
+    [
+        ("org.opencontainers.image.title", "node-monitor"),
+        (
+            "org.opencontainers.image.version",
+            env!("CARGO_PKG_VERSION"),
+        ),
+        ("org.opencontainers.image.licenses", "Apache-2.0"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+/// `--binary` when given, else `bins` of `package` built with cargo.
+fn binaries(args: &ImageArgs, package: &str, bins: &[&str]) -> Result<Vec<PathBuf>> {
+    if args.binary.is_empty() {
+        cargo_build(package, bins, args.profile)
+    } else {
+        Ok(args.binary.clone())
+    }
+}
+
+/// What `args` asks for: the archive's file stem and the image, its binaries built.
+fn spec(args: &ImageArgs, mtime: u64) -> Result<(&'static str, oci::Image)> {
+    let base = |default_name: &str, entrypoint: &str, user: &str| oci::Image {
+        name: args.name.clone().unwrap_or_else(|| default_name.into()),
+        entrypoint: vec![entrypoint.into()],
+        user: user.into(),
+        env: vec!["PATH=/usr/local/bin:/usr/bin:/bin".to_owned()],
+        labels: labels(),
+        files: BTreeMap::new(),
+        dirs: BTreeMap::from([
+            (PathBuf::from("/tmp"), 0o1777),
+            (PathBuf::from("/etc"), 0o755),
+        ]),
+        mtime,
     };
-    let labels = BTreeMap::from([
-        (
-            "org.opencontainers.image.title".to_owned(),
-            "node-monitor".to_owned(),
-        ),
-        (
-            "org.opencontainers.image.version".to_owned(),
-            env!("CARGO_PKG_VERSION").to_owned(),
-        ),
-        (
-            "org.opencontainers.image.licenses".to_owned(),
-            "Apache-2.0".to_owned(),
-        ),
-    ]);
-    let dirs = BTreeMap::from([
-        (PathBuf::from("/tmp"), 0o1777),
-        (PathBuf::from("/etc"), 0o755),
-    ]);
-    let path_env = "PATH=/usr/local/bin:/usr/bin:/bin".to_owned();
-    let (key, image) = match args.which {
+    Ok(match args.which {
         Which::NodeMonitor => {
-            let bins = if args.binary.is_empty() {
-                cargo_build("node-monitor", &["node-monitor"], args.profile)?
-            } else {
-                args.binary.clone()
-            };
-            let image = oci::Image {
-                name: args.name.clone().unwrap_or_else(|| AGENT_IMAGE.into()),
-                entrypoint: vec!["/usr/local/bin/node-monitor".into()],
-                // The DaemonSet runs it as root with a dropped capability set.
-                user: "0".into(),
-                env: vec![path_env],
-                labels,
-                files: binaries_with_libraries(&bins)?,
-                dirs,
-                mtime,
-            };
+            let bins = binaries(args, "node-monitor", &["node-monitor"])?;
+            // The DaemonSet runs it as root with a dropped capability set.
+            let mut image = base(AGENT_IMAGE, "/usr/local/bin/node-monitor", "0");
+            image.files = binaries_with_libraries(&bins)?;
             ("node-monitor", image)
         }
         Which::Workload => {
-            let bins = if args.binary.is_empty() {
-                cargo_build(
-                    "node-monitor-tests",
-                    &["nm-workload", "nm-memhog"],
-                    args.profile,
-                )?
-            } else {
-                args.binary.clone()
-            };
-            let image = oci::Image {
-                name: args.name.clone().unwrap_or_else(|| WORKLOAD_IMAGE.into()),
-                entrypoint: vec!["/usr/local/bin/nm-workload".into()],
-                user: "65534".into(),
-                env: vec![path_env],
-                labels,
-                files: binaries_with_libraries(&bins)?,
-                dirs,
-                mtime,
-            };
+            let bins = binaries(args, "node-monitor-tests", &["nm-workload", "nm-memhog"])?;
+            let mut image = base(WORKLOAD_IMAGE, "/usr/local/bin/nm-workload", "65534");
+            image.files = binaries_with_libraries(&bins)?;
             ("workload", image)
         }
         Which::Pause => {
@@ -188,19 +185,29 @@ pub fn image(args: &ImageArgs) -> Result<()> {
                     "image pause: give the static pause binary with --binary (`cargo xtask build node` builds it)"
                 );
             };
-            let image = oci::Image {
-                name: args.name.clone().unwrap_or_else(|| PAUSE_IMAGE.into()),
-                entrypoint: vec!["/pause".into()],
-                user: "65535:65535".into(),
-                env: vec![path_env],
-                labels,
-                files: BTreeMap::from([(PathBuf::from("/pause"), read_entry(bin)?)]),
-                dirs: BTreeMap::new(),
-                mtime,
-            };
+            let mut image = base(PAUSE_IMAGE, "/pause", "65535:65535");
+            image.files = BTreeMap::from([(PathBuf::from("/pause"), read_entry(bin)?)]);
+            image.dirs = BTreeMap::new();
             ("pause", image)
         }
-    };
+    })
+}
+
+/// Writes `bytes` to `out` through a temporary file, so a reader never sees half an archive.
+fn write_atomically(out: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(dir) = out.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let tmp = out.with_extension("tmp");
+    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, out).with_context(|| format!("renaming to {}", out.display()))
+}
+
+/// Builds the image `args` names and writes its archive; prints the path, the reference and the
+/// manifest digest.
+pub fn image(args: &ImageArgs) -> Result<()> {
+    let mtime = source_date_epoch()?;
+    let (key, image) = spec(args, mtime)?;
     let built = oci::build(&image)?;
     let archive = oci::archive(&built, mtime)?;
     let out = args.out.clone().unwrap_or_else(|| {
@@ -208,12 +215,7 @@ pub fn image(args: &ImageArgs) -> Result<()> {
             .join("target/images")
             .join(format!("{key}.oci.tar"))
     });
-    if let Some(dir) = out.parent() {
-        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let tmp = out.with_extension("tmp");
-    fs::write(&tmp, &archive).with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, &out).with_context(|| format!("renaming to {}", out.display()))?;
+    write_atomically(&out, &archive)?;
     println!(
         "{} {} {} ({} files, {} bytes)",
         out.display(),

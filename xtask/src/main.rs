@@ -14,6 +14,7 @@ mod gobuild;
 mod guest;
 mod image;
 mod oci;
+mod remap;
 mod setup;
 mod sh;
 mod tiers;

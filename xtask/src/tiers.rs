@@ -10,6 +10,7 @@ use clap::ValueEnum;
 
 use crate::{
     image::{self, ImageArgs, Profile, Which},
+    remap,
     setup::{self, SetupArgs},
     sh::{self, cache_dir, cargo, log, run, target_dir, workspace_root},
 };
@@ -307,7 +308,8 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     }
 }
 
-/// Builds these binaries with the release profile, from whichever host crate holds them.
+/// Builds these binaries with the release profile, from whichever host crate holds them, with the
+/// path remapping of the image's release build (crate::remap), so the two share one build cache.
 fn build_release(bins: &[&str]) -> Result<()> {
     let mut cmd = cargo();
     cmd.args(["build", "--locked", "--release"])
@@ -315,6 +317,7 @@ fn build_release(bins: &[&str]) -> Result<()> {
     for b in bins {
         cmd.args(["--bin", b]);
     }
+    remap::apply(&mut cmd)?;
     run(&mut cmd)
 }
 
