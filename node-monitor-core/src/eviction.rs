@@ -18,7 +18,9 @@
 //!   evicted only until their usage covers the shortfall to threshold plus minimum reclaim.
 //! - Node-level reclaim (image and container garbage collection) is left to the kubelet, which
 //!   still runs on the node; observation timestamps are not tracked (every sample counts as
-//!   fresh, as the kubelet treats observations without a time).
+//!   fresh, as the kubelet treats observations without a time). The disk a pod evicted for disk
+//!   pressure still holds until that collection is credited back by the caller
+//!   ([`super::reclaim`]), so no second pod is evicted for it.
 
 use std::{collections::BTreeMap, time::Duration};
 

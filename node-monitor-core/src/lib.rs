@@ -23,6 +23,7 @@ pub mod node_name;
 pub mod pod;
 pub mod quantity;
 pub mod rank;
+pub mod reclaim;
 pub mod release;
 pub mod remediation;
 pub mod shutdown;

@@ -14,6 +14,8 @@ use node_monitor_core::{
     eviction::{DRY_RUN_REPORT_INTERVAL, Decision, EvictionState, ReportLimiter, synchronize},
     headroom::{Headroom, HeadroomPolicy},
     pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
+    reclaim::PendingReclaim,
+    signals::Observations,
     threshold::NodeConditionType,
 };
 
@@ -74,6 +76,9 @@ pub(super) struct Loop<C, P> {
     pub(super) blind: Option<usize>,
     pub(super) sight_checked: Option<Instant>,
     pub(super) kubepods_reported: Option<(String, String)>,
+    /// Disk that pods evicted for disk pressure still hold until the kubelet's container
+    /// garbage collection frees it, credited back to the disk signals meanwhile.
+    pub(super) pending_reclaim: PendingReclaim,
 }
 
 /// How often the agent checks that it sees the cgroups of the pods the API lists.
@@ -109,6 +114,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             headroom: Headroom::new(),
             headroom_policy,
             next_sample_at: None,
+            pending_reclaim: PendingReclaim::new(),
             health,
             blind: None,
             sight_checked: None,
@@ -199,6 +205,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         // follow, so no API round trip of theirs delays an eviction (the kubelet too updates the
         // node status apart from its eviction loop).
         let (end, answered) = self.send_evictions(&decision, wakeup, label, now).await;
+        self.note_disk_evictions(&decision, &answered, &timed.observations, now);
         self.publish_conditions(&decision).await;
         self.health.progress();
         for (req, outcome) in &answered {
@@ -255,13 +262,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         self.backoff.prune(now);
         self.check_pod_sight(sampler);
         let pods = self.candidate_pods(now);
-        let mut decision = synchronize(
-            &mut self.state,
-            &self.config,
-            &timed.observations,
-            &pods,
-            now,
-        );
+        let credited = self.credit_pending_reclaim(&timed.observations, now);
+        let mut decision = synchronize(&mut self.state, &self.config, &credited, &pods, now);
         // Pod disk usage comes from a meter that walks the pods' directories off the critical
         // path, so its figures can predate the pressure (a pod that filled the disk since the
         // last walk ranks as small). Before a disk-ranked eviction, measure now and decide again
@@ -273,13 +275,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         {
             sampler.measure_pod_disk_now();
             sampler.sample_into(SampleKind::Fast, &mut timed.observations);
-            decision = synchronize(
-                &mut self.state,
-                &self.config,
-                &timed.observations,
-                &pods,
-                now,
-            );
+            let credited = self.credit_pending_reclaim(&timed.observations, now);
+            decision = synchronize(&mut self.state, &self.config, &credited, &pods, now);
         }
         if self.blind.is_some() && !decision.evict.is_empty() {
             warn!(
@@ -289,6 +286,54 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             decision.evict.clear();
         }
         decision
+    }
+
+    /// The observations with the disk evicted pods still hold added back (see
+    /// [`node_monitor_core::reclaim`]), and its gauge updated.
+    fn credit_pending_reclaim(
+        &mut self,
+        observations: &Observations,
+        now: Timestamp,
+    ) -> Observations {
+        let credited = self.pending_reclaim.credited(observations, now);
+        self.metrics
+            .disk_reclaim_pending_bytes
+            .set(self.pending_reclaim.pending_bytes(observations));
+        credited
+    }
+
+    /// Pods evicted for a disk signal keep their writable layers and logs on disk until the
+    /// kubelet collects their dead containers: their measured usage is credited meanwhile, so
+    /// no bystander is evicted for space about to be freed.
+    fn note_disk_evictions(
+        &mut self,
+        decision: &Decision,
+        answered: &[(EvictionRequest, EvictOutcome)],
+        observations: &Observations,
+        now: Timestamp,
+    ) {
+        for (req, outcome) in answered {
+            let disk_signal = decision
+                .evict
+                .iter()
+                .find(|e| e.uid == req.uid)
+                .is_some_and(|e| node_monitor_core::threshold::ranks_by_disk(e.signal));
+            if !(disk_signal && outcome.took_effect()) {
+                continue;
+            }
+            let bytes = observations
+                .pods
+                .get(&req.uid)
+                .and_then(|u| u.disk)
+                .unwrap_or(0);
+            if bytes > 0 {
+                info!(pod = %format!("{}/{}", req.namespace, req.name), bytes,
+                      window_s = node_monitor_core::reclaim::RECLAIM_WINDOW.as_secs(),
+                      "evicted pod's disk credited until the kubelet's garbage collection frees it");
+            }
+            self.pending_reclaim
+                .record(&req.uid, bytes, observations, now);
+        }
     }
 
     /// Sends the decision's evictions in order, unless the API server asked to wait; stops at
@@ -438,11 +483,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         );
     }
 
-    fn record_observations(
-        &self,
-        obs: &node_monitor_core::signals::Observations,
-        decision: &Decision,
-    ) {
+    fn record_observations(&self, obs: &Observations, decision: &Decision) {
         for (signal, o) in &obs.signals {
             let l = SignalLabels {
                 eviction_signal: signal.as_str().to_owned(),

@@ -131,6 +131,7 @@ pub struct Metrics {
     pub degraded: Gauge,
     pub kubepods_layout: Family<KubepodsLabels, Gauge>,
     pub pod_cgroups_missing: Gauge,
+    pub disk_reclaim_pending_bytes: Gauge,
     oom_pods_seen: Mutex<HashSet<(String, String)>>,
     ringbuf_drops_seen: AtomicU64,
 }
@@ -180,6 +181,7 @@ impl Metrics {
             degraded: Gauge::default(),
             kubepods_layout: Family::default(),
             pod_cgroups_missing: Gauge::default(),
+            disk_reclaim_pending_bytes: Gauge::default(),
             oom_pods_seen: Mutex::new(HashSet::new()),
             ringbuf_drops_seen: AtomicU64::new(0),
             registry: Registry::default(),
@@ -321,6 +323,11 @@ impl Metrics {
             "kubepods_layout",
             "1 for the kubepods cgroup the agent reads pods from, labelled with the cgroup driver",
             m.kubepods_layout.clone(),
+        );
+        reg.add(
+            "disk_reclaim_pending_bytes",
+            "Bytes of the node's disk that pods evicted for disk pressure still hold until the kubelet's container garbage collection frees them; credited back to the disk signals meanwhile",
+            m.disk_reclaim_pending_bytes.clone(),
         );
         reg.add(
             "pod_cgroups_missing",

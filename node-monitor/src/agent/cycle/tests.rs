@@ -811,3 +811,64 @@ async fn the_release_on_stop_ends_at_its_bound_when_the_api_hangs() {
     assert_eq!(rig.cluster().in_flight.get(), 0);
     assert!(rig.marks().taints.contains(MEMORY_TAINT));
 }
+
+/// The kubelet reclaims dead containers before it ranks pods for disk: a pod evicted for
+/// `nodefs.available` keeps its writable layer on disk until the kubelet's container garbage
+/// collection, and no bystander is evicted for that space meanwhile.
+#[tokio::test(start_paused = true)]
+async fn an_evicted_pods_disk_is_not_blamed_on_a_bystander_until_the_kubelet_collects_it() {
+    let pods = [
+        (pod("filler", 0, None), 10 * MI),
+        (pod("bystander", 0, None), 10 * MI),
+    ];
+    let mut rig = Rig::new("evictionHard:\n  nodefs.available: 1Gi\n", 8 * GI, &pods);
+    let set_nodefs = |rig: &Rig, available: u64| {
+        rig.state.borrow_mut().observations.signals.insert(
+            Signal::NodeFsAvailable,
+            SignalObservation {
+                available: available as i64,
+                capacity: (10 * GI) as i64,
+            },
+        );
+    };
+    {
+        let mut s = rig.state.borrow_mut();
+        for (uid, disk) in [("uid-filler", 2 * GI), ("uid-bystander", 100 * MI)] {
+            s.observations.pods.get_mut(uid).expect("pod").disk = Some(disk);
+        }
+    }
+    set_nodefs(&rig, 500 * MI);
+    rig.cycle().await;
+    assert_eq!(rig.cluster().evicted(), ["filler"]);
+    assert_eq!(rig.agent.metrics.disk_reclaim_pending_bytes.get(), 0);
+
+    // The filler is gone from the API and its processes too, but not its layer: the disk is as
+    // low as before.
+    rig.agent
+        .store
+        .0
+        .retain(|p| p.metadata.name.as_deref() != Some("filler"));
+    tokio::time::advance(Duration::from_secs(10)).await;
+    rig.cycle().await;
+    assert_eq!(
+        rig.cluster().evicted(),
+        ["filler"],
+        "the bystander is not evicted for the filler's uncollected layer"
+    );
+    assert_eq!(
+        rig.agent.metrics.disk_reclaim_pending_bytes.get(),
+        (2 * GI) as i64
+    );
+
+    // Half collected: still nothing to evict.
+    set_nodefs(&rig, 1_500 * MI);
+    tokio::time::advance(Duration::from_secs(10)).await;
+    rig.cycle().await;
+    assert_eq!(rig.cluster().evicted(), ["filler"]);
+
+    // Past the window, the disk is taken as it is: still short, so the next pod goes.
+    set_nodefs(&rig, 500 * MI);
+    tokio::time::advance(Duration::from_secs(90)).await;
+    rig.cycle().await;
+    assert_eq!(rig.cluster().evicted(), ["filler", "bystander"]);
+}

@@ -1,0 +1,231 @@
+//! Disk that evicted pods still hold until the kubelet's garbage collection frees it.
+//!
+//! An evicted pod's emptyDir volumes go when the kubelet tears the pod down, but its containers'
+//! writable layers and logs stay on disk until the kubelet's container garbage collection
+//! removes the dead containers (`ContainerGCPeriod`, one minute). The kubelet never evicts a
+//! second pod for that space: on disk pressure its eviction manager first reclaims node-level
+//! resources (dead containers and unused images), and only then ranks pods. node-monitor leaves
+//! that collection to the kubelet, so it must not count the space as lost either: for a bounded
+//! window after a disk eviction, the evicted pod's measured usage is credited back to the disk
+//! signals, until the disk shows it freed or the window ends.
+//!
+//! Pure: [`PendingReclaim::record`] at an eviction, [`PendingReclaim::credited`] before each
+//! decision, both with the observations and `now`.
+
+use std::time::Duration;
+
+use super::{
+    clock::Timestamp,
+    signals::{Observations, Signal},
+};
+
+/// How long an evicted pod's disk is credited: the kubelet's container garbage collection
+/// period (one minute) and a margin for its pass to finish.
+pub const RECLAIM_WINDOW: Duration = Duration::from_secs(90);
+
+/// The byte signals of the disks a pod's ephemeral storage lives on.
+const DISK_BYTES: [Signal; 3] = [
+    Signal::NodeFsAvailable,
+    Signal::ImageFsAvailable,
+    Signal::ContainerFsAvailable,
+];
+
+/// One evicted pod's disk, and what each disk had available when it was evicted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    uid: String,
+    bytes: i64,
+    at: Timestamp,
+    baseline: Vec<(Signal, i64)>,
+}
+
+impl Entry {
+    /// What is still to be freed on `signal`'s disk: the pod's bytes less the rise in
+    /// available space since the eviction.
+    fn remaining(&self, signal: Signal, observations: &Observations) -> i64 {
+        let Some(base) = self
+            .baseline
+            .iter()
+            .find(|(s, _)| *s == signal)
+            .map(|b| b.1)
+        else {
+            return 0;
+        };
+        let Some(now) = observations.signals.get(&signal) else {
+            return 0;
+        };
+        let freed = now.available.saturating_sub(base).max(0);
+        self.bytes.saturating_sub(freed).max(0)
+    }
+}
+
+/// The disk evicted pods still hold, by pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PendingReclaim {
+    entries: Vec<Entry>,
+}
+
+impl PendingReclaim {
+    /// Nothing held.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Notes that pod `uid`, whose ephemeral storage measured `bytes`, was evicted at `now`,
+    /// when the disks showed `observations`. A pod recorded again replaces its entry.
+    pub fn record(&mut self, uid: &str, bytes: u64, observations: &Observations, now: Timestamp) {
+        self.entries.retain(|e| e.uid != uid);
+        let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+        if bytes == 0 {
+            return;
+        }
+        let baseline = DISK_BYTES
+            .iter()
+            .filter_map(|s| Some((*s, observations.signals.get(s)?.available)))
+            .collect();
+        self.entries.push(Entry {
+            uid: uid.to_owned(),
+            bytes,
+            at: now,
+            baseline,
+        });
+    }
+
+    /// `observations` with the disk still held by evicted pods added back to each disk's
+    /// available bytes (never above its capacity). Entries whose space the disk shows freed, or
+    /// older than [`RECLAIM_WINDOW`], are dropped first.
+    pub fn credited(&mut self, observations: &Observations, now: Timestamp) -> Observations {
+        self.entries.retain(|e| {
+            now.saturating_since(e.at) < RECLAIM_WINDOW
+                && DISK_BYTES.iter().any(|s| e.remaining(*s, observations) > 0)
+        });
+        let mut out = observations.clone();
+        for signal in DISK_BYTES {
+            let credit: i64 = self
+                .entries
+                .iter()
+                .map(|e| e.remaining(signal, observations))
+                .fold(0, i64::saturating_add);
+            if let Some(o) = out.signals.get_mut(&signal)
+                && credit > 0
+            {
+                o.available = o.available.saturating_add(credit).min(o.capacity);
+            }
+        }
+        out
+    }
+
+    /// Bytes still credited on the node's disk (`nodefs.available`), as of the last
+    /// [`PendingReclaim::credited`].
+    pub fn pending_bytes(&self, observations: &Observations) -> i64 {
+        self.entries
+            .iter()
+            .map(|e| e.remaining(Signal::NodeFsAvailable, observations))
+            .fold(0, i64::saturating_add)
+    }
+
+    /// The number of evicted pods whose disk is still credited.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no evicted pod's disk is credited.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signals::SignalObservation;
+
+    const MIB: i64 = 1 << 20;
+
+    fn disk(nodefs: i64) -> Observations {
+        let mut o = Observations::default();
+        o.signals.insert(
+            Signal::NodeFsAvailable,
+            SignalObservation {
+                available: nodefs,
+                capacity: 2_000 * MIB,
+            },
+        );
+        o.signals.insert(
+            Signal::MemoryAvailable,
+            SignalObservation {
+                available: 1_000 * MIB,
+                capacity: 2_000 * MIB,
+            },
+        );
+        o
+    }
+
+    fn at(secs: u64) -> Timestamp {
+        Timestamp::ZERO + Duration::from_secs(secs)
+    }
+
+    fn nodefs(o: &Observations) -> i64 {
+        o.signals[&Signal::NodeFsAvailable].available
+    }
+
+    #[test]
+    fn an_evicted_pods_disk_is_credited_until_freed_or_the_window_ends() {
+        // (available at the eviction, pod bytes, available later, seconds later, credited nodefs)
+        let cases = [
+            // Nothing freed yet: the whole pod is credited.
+            (1_100, 600, 1_100, 10, 1_700),
+            // The disk kept filling meanwhile: only the pod's bytes are credited.
+            (1_100, 600, 1_000, 10, 1_600),
+            // Part freed (the volumes went, the layer not yet): the rest is credited.
+            (1_100, 600, 1_300, 10, 1_700),
+            // All freed: nothing more.
+            (1_100, 600, 1_700, 10, 1_700),
+            (1_100, 600, 1_800, 10, 1_800),
+            // The window ended: the disk is taken as it is.
+            (1_100, 600, 1_100, 90, 1_100),
+            // Never above capacity.
+            (1_900, 600, 1_900, 10, 2_000),
+        ];
+        for (before, bytes, later, secs, want) in cases {
+            let mut p = PendingReclaim::new();
+            p.record(
+                "uid-1",
+                u64::try_from(bytes * MIB).expect("bytes"),
+                &disk(before * MIB),
+                at(0),
+            );
+            let got = p.credited(&disk(later * MIB), at(secs));
+            assert_eq!(nodefs(&got) / MIB, want, "{before} {bytes} {later} {secs}");
+            // Other signals are untouched.
+            assert_eq!(
+                got.signals[&Signal::MemoryAvailable],
+                disk(0).signals[&Signal::MemoryAvailable]
+            );
+        }
+    }
+
+    #[test]
+    fn settled_and_expired_pods_are_forgotten_and_a_pod_recorded_twice_counts_once() {
+        let mut p = PendingReclaim::new();
+        p.record("a", 100 * (1 << 20), &disk(1_000 * MIB), at(0));
+        p.record("b", 200 * (1 << 20), &disk(1_000 * MIB), at(50));
+        p.record("b", 200 * (1 << 20), &disk(1_000 * MIB), at(50));
+        assert_eq!(p.len(), 2);
+        let o = p.credited(&disk(1_000 * MIB), at(60));
+        assert_eq!(nodefs(&o), 1_300 * MIB);
+        assert_eq!(p.pending_bytes(&disk(1_000 * MIB)), 300 * MIB);
+        // "a" ages out of the window; "b" is still held.
+        let o = p.credited(&disk(1_000 * MIB), at(95));
+        assert_eq!((p.len(), nodefs(&o)), (1, 1_200 * MIB));
+        // The disk shows b's 200 MiB freed: nothing is left to credit.
+        let o = p.credited(&disk(1_200 * MIB), at(100));
+        assert_eq!((p.len(), nodefs(&o)), (0, 1_200 * MIB));
+        // An empty pod, or a disk that was never observed, credits nothing.
+        p.record("c", 0, &disk(1_000 * MIB), at(100));
+        assert!(p.is_empty());
+        p.record("d", 100, &Observations::default(), at(100));
+        let o = p.credited(&disk(1_000 * MIB), at(101));
+        assert_eq!((p.len(), nodefs(&o)), (0, 1_000 * MIB));
+    }
+}
