@@ -1032,6 +1032,37 @@ async fn disk_and_pid_pressure_from_containers() {
     )
     .await;
 
+    // The layer stays on disk until the kubelet's container garbage collection (every minute):
+    // the agent credits it meanwhile, and evicts no bystander before and after it is freed.
+    let credited_from = Instant::now();
+    let mut credited_max = 0.0_f64;
+    loop {
+        let m = scrape(&mut node, &agent_ip, "metrics-reclaim.txt").await;
+        let pending = metrics::sum(&m, "node_monitor_disk_reclaim_pending_bytes", &[]);
+        credited_max = credited_max.max(pending);
+        if pending == 0.0 {
+            break;
+        }
+        if credited_from.elapsed() > Duration::from_secs(240) {
+            fail(
+                &node,
+                "the evicted layer-filler's disk still credited after 240 s",
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    eprintln!(
+        "real node: layer-filler's disk credited (at most {:.0} MiB) until {:.1} s after it left the API",
+        credited_max / MI,
+        credited_from.elapsed().as_secs_f64()
+    );
+    assert!(
+        agent_log(&node).lines().any(
+            |l| l.contains("evicted pod's disk credited") && l.contains("default/layer-filler")
+        ),
+        "the layer-filler's disk was not credited at its eviction"
+    );
+
     for name in ["database", "bystander"] {
         let by = evictions_of(&client, name).await;
         assert!(
