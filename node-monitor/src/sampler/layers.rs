@@ -164,7 +164,7 @@ pub(crate) struct LayerCache {
     upper: HashMap<PathBuf, Option<PathBuf>>,
     seen: HashSet<PathBuf>,
     /// Container cgroup (`pod/container`) → one of its pids, from a scan of the proc root; built
-    /// at most once per pass, when some container's processes are hidden from `cgroup.procs`.
+    /// at most once per pass, when some container shows no pid in `cgroup.procs`.
     scan: Option<HashMap<String, u32>>,
 }
 
@@ -227,11 +227,13 @@ impl LayerCache {
     /// `Some(answer)` to cache; `None` when the container has no process to ask yet.
     fn look_up(&mut self, container: &Path) -> Option<Option<PathBuf>> {
         let text = fs::read(container.join("cgroup.procs")).ok()?;
-        let (visible, hidden) = procs(&text);
+        let (visible, _hidden) = procs(&text);
+        // No visible pid: hidden (`0` entries, cgroup v2) or left out altogether (cgroup v1,
+        // which omits processes outside the reader's pid namespace), or no process yet; the
+        // proc root's scan, at most once per pass, tells them apart.
         let pid = match visible.iter().min() {
             Some(&p) => p,
-            None if hidden > 0 => self.scanned_pid(container)?,
-            None => return None,
+            None => self.scanned_pid(container)?,
         };
         let mountinfo = fs::read(self.proc_root.join(pid.to_string()).join("mountinfo")).ok()?;
         match root_layer(&mountinfo) {
@@ -263,7 +265,7 @@ impl LayerCache {
 
     /// A pid of `container` from the proc root's `<pid>/cgroup` files, for an agent whose pid
     /// namespace hides the containers' processes from `cgroup.procs` (the proc root is the
-    /// host's).
+    /// host's): as `0` entries on cgroup v2, left out on cgroup v1.
     fn scanned_pid(&mut self, container: &Path) -> Option<u32> {
         let key = container_key(container)?;
         let proc_root = &self.proc_root;

@@ -115,6 +115,21 @@ fn writable_layers_under_the_allowed_roots_are_added_to_the_pod() {
         format!("0::/../../kubepods/besteffort/pod{UID_A}/c2\n"),
     )
     .expect("write");
+    // Container 5 on cgroup v1: the kernel leaves processes outside the reader's pid namespace
+    // out of cgroup.procs altogether; found by the proc root's <pid>/cgroup (v1 lines).
+    let upper5 = root.join("containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/12/fs");
+    fs::create_dir_all(&upper5).expect("mkdir");
+    fs::write(upper5.join("blob"), vec![7u8; 256 * 1024]).expect("write");
+    container(root, "c5", "", 555, &upper5);
+    fs::write(
+        root.join("proc/555/cgroup"),
+        format!(
+            "12:pids:/kubepods/besteffort/pod{UID_A}/c5
+4:memory:/kubepods/besteffort/pod{UID_A}/c5
+"
+        ),
+    )
+    .expect("write");
     // Container 3 points outside the allowed roots: not walked.
     let elsewhere = root.join("elsewhere");
     fs::create_dir_all(&elsewhere).expect("mkdir");
@@ -136,7 +151,7 @@ fn writable_layers_under_the_allowed_roots_are_added_to_the_pod() {
     assert!(r.error.is_none(), "{:?}", r.error);
     let with_layers = r.usage[UID_A];
     assert!(
-        with_layers >= 64 * 1024 + (1 << 20) + 512 * 1024,
+        with_layers >= 64 * 1024 + (1 << 20) + 512 * 1024 + 256 * 1024,
         "{with_layers}"
     );
     assert!(
