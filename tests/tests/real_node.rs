@@ -35,8 +35,8 @@ use node_monitor_tests::{
     real_node::{
         CgroupDriver, NODE, RealNode, RealNodeOptions,
         scenario::{
-            Installed, NS, agent_log, condition, create_running, fail, guest_step, install, until,
-            workload,
+            Installed, NS, agent_log, condition, create_running, evictions_of, fail,
+            guest_oom_kills, guest_step, install, until, workload,
         },
     },
 };
@@ -80,40 +80,6 @@ async fn scrape(node: &mut RealNode, ip: &str, name: &str) -> String {
         fail(node, &format!("{e:#}"));
     }
     node.read_out(name).expect("metrics")
-}
-
-/// The kernel's OOM kill count in the guest (`oom_kill` in /proc/vmstat).
-async fn guest_oom_kills(node: &mut RealNode) -> u64 {
-    let out = guest_step(
-        node,
-        "oom_kill count",
-        "awk '$1 == \"oom_kill\" { print $2 }' /proc/vmstat",
-        Duration::from_secs(30),
-    )
-    .await;
-    out.trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("oom_kill in /proc/vmstat: {out:?}: {e}"))
-}
-
-/// `Evicted` Events on pod `name`, by the component that reported them.
-async fn evictions_of(client: &Client, name: &str) -> Vec<String> {
-    let events: Api<Event> = Api::namespaced(client.clone(), NS);
-    let list = events
-        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-        .await
-        .expect("list events");
-    list.items
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some("Evicted"))
-        .map(|e| {
-            e.reporting_component
-                .clone()
-                .filter(|c| !c.is_empty())
-                .or_else(|| e.source.as_ref().and_then(|s| s.component.clone()))
-                .unwrap_or_default()
-        })
-        .collect()
 }
 
 fn num(v: &Value, path: &[&str]) -> f64 {

@@ -251,6 +251,9 @@ pub enum Bench {
     Failover,
     /// A fast memory spike in the guest: node-monitor against the kubelet (qemu).
     Spike,
+    /// Memory ramps in a real container on the real node: the kubelet alone, then with
+    /// node-monitor (qemu, the node binaries, the image archives).
+    RealSpike,
 }
 
 /// `cargo xtask bench NAME [-- ARGS]`.
@@ -302,6 +305,15 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             run(Command::new("flock")
                 .arg(VM_LOCK)
                 .arg(debug.join("bench-spike"))
+                .env("KUBEBUILDER_ASSETS", kubebuilder_assets())
+                .args(&args.args))
+        }
+        Bench::RealSpike => {
+            run(cargo().args(BUILD_BINS))?;
+            images()?;
+            run(Command::new("flock")
+                .arg(VM_LOCK)
+                .arg(debug.join("bench-real-spike"))
                 .env("KUBEBUILDER_ASSETS", kubebuilder_assets())
                 .args(&args.args))
         }

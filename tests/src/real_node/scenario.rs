@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
-    core::v1::{Node, Pod},
+    core::v1::{Event, Node, Pod},
 };
 use kube::{
     Api, Client,
@@ -239,4 +239,38 @@ pub async fn install(
         agent,
         agent_ip,
     }
+}
+
+/// `Evicted` Events on pod `name`, by the component that reported them.
+pub async fn evictions_of(client: &Client, name: &str) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    let list = events
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .expect("list events");
+    list.items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Evicted"))
+        .map(|e| {
+            e.reporting_component
+                .clone()
+                .filter(|c| !c.is_empty())
+                .or_else(|| e.source.as_ref().and_then(|s| s.component.clone()))
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The kernel's OOM kill count in the guest (`oom_kill` in /proc/vmstat).
+pub async fn guest_oom_kills(node: &mut RealNode) -> u64 {
+    let out = guest_step(
+        node,
+        "oom_kill count",
+        "awk '$1 == \"oom_kill\" { print $2 }' /proc/vmstat",
+        Duration::from_secs(30),
+    )
+    .await;
+    out.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("oom_kill in /proc/vmstat: {out:?}: {e}"))
 }
