@@ -36,26 +36,29 @@ struct Entry {
     uid: String,
     bytes: i64,
     at: Timestamp,
-    baseline: Vec<(Signal, i64)>,
+    /// Per disk: what it had available at the eviction, and the most it has risen since (what
+    /// the kubelet has freed so far; never lowered, so a disk filling again does not bring the
+    /// freed space back into the credit).
+    disks: Vec<(Signal, i64, i64)>,
 }
 
 impl Entry {
-    /// What is still to be freed on `signal`'s disk: the pod's bytes less the rise in
-    /// available space since the eviction.
-    fn remaining(&self, signal: Signal, observations: &Observations) -> i64 {
-        let Some(base) = self
-            .baseline
+    /// Notes how far each disk has risen since the eviction.
+    fn observe(&mut self, observations: &Observations) {
+        for (signal, baseline, freed) in &mut self.disks {
+            if let Some(now) = observations.signals.get(signal) {
+                *freed = (*freed).max(now.available.saturating_sub(*baseline));
+            }
+        }
+    }
+
+    /// What is still to be freed on `signal`'s disk: the pod's bytes less the most the disk
+    /// rose since the eviction.
+    fn remaining(&self, signal: Signal) -> i64 {
+        self.disks
             .iter()
-            .find(|(s, _)| *s == signal)
-            .map(|b| b.1)
-        else {
-            return 0;
-        };
-        let Some(now) = observations.signals.get(&signal) else {
-            return 0;
-        };
-        let freed = now.available.saturating_sub(base).max(0);
-        self.bytes.saturating_sub(freed).max(0)
+            .find(|(s, _, _)| *s == signal)
+            .map_or(0, |(_, _, freed)| self.bytes.saturating_sub(*freed).max(0))
     }
 }
 
@@ -79,15 +82,15 @@ impl PendingReclaim {
         if bytes == 0 {
             return;
         }
-        let baseline = DISK_BYTES
+        let disks = DISK_BYTES
             .iter()
-            .filter_map(|s| Some((*s, observations.signals.get(s)?.available)))
+            .filter_map(|s| Some((*s, observations.signals.get(s)?.available, 0)))
             .collect();
         self.entries.push(Entry {
             uid: uid.to_owned(),
             bytes,
             at: now,
-            baseline,
+            disks,
         });
     }
 
@@ -95,16 +98,19 @@ impl PendingReclaim {
     /// available bytes (never above its capacity). Entries whose space the disk shows freed, or
     /// older than [`RECLAIM_WINDOW`], are dropped first.
     pub fn credited(&mut self, observations: &Observations, now: Timestamp) -> Observations {
+        for e in &mut self.entries {
+            e.observe(observations);
+        }
         self.entries.retain(|e| {
             now.saturating_since(e.at) < RECLAIM_WINDOW
-                && DISK_BYTES.iter().any(|s| e.remaining(*s, observations) > 0)
+                && DISK_BYTES.iter().any(|s| e.remaining(*s) > 0)
         });
         let mut out = observations.clone();
         for signal in DISK_BYTES {
             let credit: i64 = self
                 .entries
                 .iter()
-                .map(|e| e.remaining(signal, observations))
+                .map(|e| e.remaining(signal))
                 .fold(0, i64::saturating_add);
             if let Some(o) = out.signals.get_mut(&signal)
                 && credit > 0
@@ -117,10 +123,10 @@ impl PendingReclaim {
 
     /// Bytes still credited on the node's disk (`nodefs.available`), as of the last
     /// [`PendingReclaim::credited`].
-    pub fn pending_bytes(&self, observations: &Observations) -> i64 {
+    pub fn pending_bytes(&self) -> i64 {
         self.entries
             .iter()
-            .map(|e| e.remaining(Signal::NodeFsAvailable, observations))
+            .map(|e| e.remaining(Signal::NodeFsAvailable))
             .fold(0, i64::saturating_add)
     }
 
@@ -214,7 +220,7 @@ mod tests {
         assert_eq!(p.len(), 2);
         let o = p.credited(&disk(1_000 * MIB), at(60));
         assert_eq!(nodefs(&o), 1_300 * MIB);
-        assert_eq!(p.pending_bytes(&disk(1_000 * MIB)), 300 * MIB);
+        assert_eq!(p.pending_bytes(), 300 * MIB);
         // "a" ages out of the window; "b" is still held.
         let o = p.credited(&disk(1_000 * MIB), at(95));
         assert_eq!((p.len(), nodefs(&o)), (1, 1_200 * MIB));
@@ -227,5 +233,19 @@ mod tests {
         p.record("d", 100, &Observations::default(), at(100));
         let o = p.credited(&disk(1_000 * MIB), at(101));
         assert_eq!((p.len(), nodefs(&o)), (0, 1_000 * MIB));
+    }
+
+    #[test]
+    fn space_once_freed_is_not_credited_again_when_the_disk_fills_anew() {
+        let mut p = PendingReclaim::new();
+        p.record("filler", 600 * (1 << 20), &disk(1_100 * MIB), at(0));
+        // The kubelet freed 590 MiB of the pod's 600 (the rest was never the pod's alone).
+        let o = p.credited(&disk(1_690 * MIB), at(5));
+        assert_eq!((p.len(), nodefs(&o)), (1, 1_700 * MIB));
+        // Another pod now fills the disk below where it was at the eviction: only the 10 MiB
+        // not yet seen freed are credited, not the 600 again.
+        let o = p.credited(&disk(1_000 * MIB), at(20));
+        assert_eq!(nodefs(&o), 1_010 * MIB);
+        assert_eq!(p.pending_bytes(), 10 * MIB);
     }
 }

@@ -298,7 +298,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         let credited = self.pending_reclaim.credited(observations, now);
         self.metrics
             .disk_reclaim_pending_bytes
-            .set(self.pending_reclaim.pending_bytes(observations));
+            .set(self.pending_reclaim.pending_bytes());
         credited
     }
 
