@@ -195,15 +195,14 @@ pub fn run_guest_in(payload: &Path, opts: &GuestOptions, out: OutDir) -> Result<
     let console_path = out.path().join(".console.log");
     let mut started = Instant::now();
     let mut boots = 1;
-    let mut child = qemu_command(
-        payload,
-        opts,
-        &out,
-        &image,
-        fs::File::create(&console_path)?,
-    )?
-    .spawn()
-    .context("starting qemu")?;
+    // Each boot writes a fresh console.
+    let boot = |out: &OutDir| -> Result<std::process::Child> {
+        let console = fs::File::create(&console_path)?;
+        qemu_command(payload, opts, out, &image, console)?
+            .spawn()
+            .context("starting qemu")
+    };
+    let mut child = boot(&out)?;
     loop {
         if let Some(status) = child.try_wait()? {
             let console = fs::read_to_string(&console_path).unwrap_or_default();
@@ -232,15 +231,7 @@ pub fn run_guest_in(payload: &Path, opts: &GuestOptions, out: OutDir) -> Result<
             eprintln!("guest boot {boots}: a 9p share did not attach; booting again");
             boots += 1;
             started = Instant::now();
-            child = qemu_command(
-                payload,
-                opts,
-                &out,
-                &image,
-                fs::File::create(&console_path)?,
-            )?
-            .spawn()
-            .context("starting qemu")?;
+            child = boot(&out)?;
             continue;
         }
         if started.elapsed() > opts.timeout {
