@@ -245,3 +245,126 @@ async fn condition_transition_time_moves_only_with_the_status() {
     assert!(transition2 > transition1, "a status change is a transition");
     must(cp.stop(), "stop the control plane");
 }
+
+/// API Priority and Fairness throttling, from the real server: a priority level with no seats of
+/// its own and nothing to borrow, whose limit response is `Reject`, and a flow schema that sends
+/// one ServiceAccount's requests to it. The server answers that account's eviction with APF's own
+/// 429 (no DisruptionBudget cause). Under `escalate` and a hard threshold the agent takes it for
+/// throttling: it waits for the Retry-After and never deletes the pod.
+#[tokio::test]
+async fn api_priority_and_fairness_throttling_is_never_escalated() {
+    use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
+    let cp = start().await;
+    let client = cp.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let guarded = running_pod(&pods, "throttled", "throttled").await;
+    let throttled = must(
+        cp.service_account_client("default", "throttled-agent")
+            .await,
+        "a client for the throttled ServiceAccount",
+    );
+    let level: PriorityLevelConfiguration = must(
+        serde_json::from_value(json!({
+            "metadata": { "name": "no-seats" },
+            "spec": { "type": "Limited", "limited": {
+                "nominalConcurrencyShares": 0,
+                "lendablePercent": 0,
+                "borrowingLimitPercent": 0,
+                "limitResponse": { "type": "Reject" },
+            }},
+        })),
+        "the priority level",
+    );
+    let schema: FlowSchema = must(
+        serde_json::from_value(json!({
+            "metadata": { "name": "throttled-agent" },
+            "spec": {
+                "priorityLevelConfiguration": { "name": "no-seats" },
+                "matchingPrecedence": 100,
+                "distinguisherMethod": { "type": "ByUser" },
+                "rules": [{
+                    "subjects": [{ "kind": "ServiceAccount",
+                        "serviceAccount": { "namespace": "default", "name": "throttled-agent" } }],
+                    "resourceRules": [{ "verbs": ["*"], "apiGroups": ["*"],
+                        "resources": ["*"], "namespaces": ["*"] }],
+                }],
+            },
+        })),
+        "the flow schema",
+    );
+    must(
+        Api::<PriorityLevelConfiguration>::all(client.clone())
+            .create(&PostParams::default(), &level)
+            .await,
+        "create the priority level",
+    );
+    must(
+        Api::<FlowSchema>::all(client.clone())
+            .create(&PostParams::default(), &schema)
+            .await,
+        "create the flow schema",
+    );
+    // A level without seats still admits a request while nothing of it executes; the account's
+    // own reads, kept in flight by a few loops, make the eviction wait for a seat that never
+    // comes. The schema takes effect within seconds, so the eviction is tried until the server
+    // throttles it; until then each try is refused by RBAC (the account may not evict).
+    let flood: Vec<_> = (0..6)
+        .map(|_| {
+            let api: Api<Pod> = Api::namespaced(throttled.clone(), "default");
+            tokio::spawn(async move {
+                loop {
+                    let _ = api.list(&Default::default()).await;
+                }
+            })
+        })
+        .collect();
+    let actuator = actuator(throttled, PdbPolicy::Escalate);
+    let mut outcome = None;
+    let mut others = Vec::new();
+    for _ in 0..1200 {
+        match actuator.evict(&hard(&guarded)).await {
+            o @ EvictOutcome::Throttled { .. } => {
+                outcome = Some(o);
+                break;
+            }
+            o => others.push(o),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    flood.iter().for_each(tokio::task::JoinHandle::abort);
+    let Some(outcome) = outcome else {
+        panic!("the server never throttled the eviction; its answers: {others:?}")
+    };
+    assert!(
+        others.iter().all(|o| matches!(
+            o,
+            EvictOutcome::Failed {
+                code: Some(403),
+                ..
+            }
+        )),
+        "before the schema applies, RBAC refuses: {others:?}"
+    );
+    let EvictOutcome::Throttled { retry_after } = outcome else {
+        unreachable!()
+    };
+    assert!(
+        (Duration::from_secs(1)..=Duration::from_secs(30)).contains(&retry_after),
+        "Retry-After clamped to 1–30 s: {retry_after:?}"
+    );
+    eprintln!(
+        "APF throttled the eviction after {} refused tries; Retry-After {retry_after:?}",
+        others.len()
+    );
+    let reaction = react(&outcome);
+    assert!(
+        !reaction.back_off_pod && reaction.hold_evictions.is_some(),
+        "the pod keeps its rank, every eviction waits: {reaction:?}"
+    );
+    assert_eq!(reaction.failure, Some("throttled"));
+    assert!(
+        !terminating(&pods, "throttled").await,
+        "throttling never becomes a delete"
+    );
+    must(cp.stop(), "stop the control plane");
+}
