@@ -40,7 +40,14 @@ pub struct Health {
     blind: Mutex<Option<String>>,
     /// The main loop's heartbeat: when it last made progress, and the longest it may go without.
     progress: Mutex<Option<Progress>>,
+    /// Since when the pod watch has been failing, and its last error.
+    pod_watch: Mutex<Option<(Instant, String)>>,
 }
+
+/// How long the pod watch may fail before the agent reports itself not ready: longer than one
+/// reconnect after a stalled watch (the watch timeout and its margin, then kube's backoff), so a
+/// single stall or an API server's restart does not flap readiness.
+pub const POD_WATCH_UNREADY_AFTER: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Clone, Copy)]
 struct Progress {
@@ -88,6 +95,21 @@ impl Health {
         }
     }
 
+    /// The pod watch failed at `at` with `error`; the first failure of a run starts its clock.
+    pub fn pod_watch_failed(&self, error: String, at: Instant) {
+        if let Ok(mut w) = self.pod_watch.lock() {
+            let since = w.as_ref().map_or(at, |(since, _)| *since);
+            *w = Some((since, error));
+        }
+    }
+
+    /// The pod watch delivers again.
+    pub fn pod_watch_recovered(&self) {
+        if let Ok(mut w) = self.pod_watch.lock() {
+            *w = None;
+        }
+    }
+
     /// (live, explanation) at `now`.
     pub fn liveness_at(&self, now: Instant) -> (bool, String) {
         let progress = self.progress.lock().ok().and_then(|p| *p);
@@ -115,11 +137,28 @@ impl Health {
 
     /// (ready, explanation).
     pub fn readiness(&self) -> (bool, String) {
+        self.readiness_at(Instant::now())
+    }
+
+    /// (ready, explanation) at `now`.
+    pub fn readiness_at(&self, now: Instant) -> (bool, String) {
         let synced = self.pods_synced.load(Ordering::Relaxed);
         let probes = self.probes_loaded.load(Ordering::Relaxed);
         let degraded = self.degraded();
         if let Some(reason) = self.blind.lock().ok().and_then(|b| b.clone()) {
             return (false, reason);
+        }
+        if let Some((since, error)) = self.pod_watch.lock().ok().and_then(|w| w.clone()) {
+            let failing = now.saturating_duration_since(since);
+            if failing >= POD_WATCH_UNREADY_AFTER {
+                return (
+                    false,
+                    format!(
+                        "the pod watch has failed for {:.0?} (last error: {error}); the pod cache may be stale",
+                        failing
+                    ),
+                );
+            }
         }
         match (synced, probes, degraded.is_empty()) {
             (false, _, _) => (false, "pod cache not synced".to_owned()),

@@ -51,7 +51,7 @@ fn rules_pass_promtool_check_and_unit_tests() {
     let dir = tempfile::tempdir().expect("tempdir");
     extract_rules(dir.path());
     let check = promtool(dir.path(), &["check", "rules", "rules.generated.yaml"]);
-    assert!(check.contains("SUCCESS: 7 rules found"), "{check}");
+    assert!(check.contains("SUCCESS: 8 rules found"), "{check}");
     let test = promtool(dir.path(), &["test", "rules", "rules.test.yaml"]);
     assert!(test.contains("SUCCESS"), "{test}");
 }
@@ -80,5 +80,5 @@ fn every_alert_has_a_runbook_section_and_a_firing_case() {
             );
         }
     }
-    assert_eq!(alerts, 7);
+    assert_eq!(alerts, 8);
 }

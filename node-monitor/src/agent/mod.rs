@@ -142,7 +142,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         api_timeout,
     )?;
     let client = clients.api.clone();
-    let (store, reflector_task) = start_pod_reflector(&clients, &args.node_name, &health);
+    let (store, reflector_task) = start_pod_reflector(&clients, &args.node_name, &health, &metrics);
 
     let allocatable = node_allocatable_memory(&client, &args.node_name).await;
     let mut sampler = new_sampler(args, allocatable)?;

@@ -22,16 +22,33 @@ use node_monitor_core::{
     config::EvictionConfig, headroom::HeadroomPolicy, threshold::NodeConditionType,
 };
 
-/// Starts the reflector of this node's pods; /readyz reports the pod cache synced once it is.
+/// Starts the reflector of this node's pods; /readyz reports the pod cache synced once it is, and
+/// a watch that keeps failing (`node_monitor_pod_watch_failing`, readiness after
+/// [`crate::http::POD_WATCH_UNREADY_AFTER`]).
 pub(super) fn start_pod_reflector(
     clients: &kube_adapter::Clients,
     node_name: &str,
     health: &Arc<Health>,
+    metrics: &Arc<Metrics>,
 ) -> (
     kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
     tokio::task::JoinHandle<()>,
 ) {
-    let (store, reflector) = kube_adapter::pod_reflector(clients.watch.clone(), node_name);
+    let observe = {
+        let (health, metrics) = (health.clone(), metrics.clone());
+        move |event: kube_adapter::PodWatchEvent| match event {
+            kube_adapter::PodWatchEvent::Failed(error) => {
+                metrics.pod_watch_errors.inc();
+                metrics.pod_watch_failing.set(1);
+                health.pod_watch_failed(error, std::time::Instant::now());
+            }
+            kube_adapter::PodWatchEvent::Recovered => {
+                metrics.pod_watch_failing.set(0);
+                health.pod_watch_recovered();
+            }
+        }
+    };
+    let (store, reflector) = kube_adapter::pod_reflector(clients.watch.clone(), node_name, observe);
     let reflector_task = tokio::spawn(reflector);
     {
         let (store, health) = (store.clone(), health.clone());

@@ -107,13 +107,24 @@ pub fn watch_client(mut config: Config, connect_timeout: Duration) -> Result<Cli
     Client::try_from(config).map_err(ClientError::Build)
 }
 
+/// What the pod watch went through, for the agent's health and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodWatchEvent {
+    /// The watch failed (error text); it reconnects with backoff. Sent for every error.
+    Failed(String),
+    /// The first item after one or more failures: the cache is current again.
+    Recovered,
+}
+
 /// Starts a reflector of the pods bound to `node_name` (field selector `spec.nodeName`). The
 /// returned task runs until dropped; watch errors are retried with backoff and never end it, so an
-/// unreachable API server degrades to a stale cache that catches up on reconnect. Pass the watch
-/// client of [`clients`], whose reads outlast the watch timeout.
+/// unreachable API server degrades to a stale cache that catches up on reconnect. Each failure
+/// and the recovery are told to `observe`. Pass the watch client of [`clients`], whose reads
+/// outlast the watch timeout.
 pub fn pod_reflector(
     client: Client,
     node_name: &str,
+    mut observe: impl FnMut(PodWatchEvent) + Send + 'static,
 ) -> (
     reflector::Store<Pod>,
     impl Future<Output = ()> + Send + 'static,
@@ -134,6 +145,7 @@ pub fn pod_reflector(
                 Ok(_) if !healthy => {
                     info!("pod watch recovered");
                     healthy = true;
+                    observe(PodWatchEvent::Recovered);
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -141,6 +153,7 @@ pub fn pod_reflector(
                         warn!(error = %e, "pod watch failed; retrying with backoff");
                     }
                     healthy = false;
+                    observe(PodWatchEvent::Failed(e.to_string()));
                 }
             }
         }

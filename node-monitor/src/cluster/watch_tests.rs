@@ -19,7 +19,7 @@ use axum::{
 use futures::StreamExt as _;
 use serde_json::json;
 
-use super::{WATCH_STALL_MARGIN, WATCH_TIMEOUT_SECS, pod_reflector, watch_client};
+use super::{PodWatchEvent, WATCH_STALL_MARGIN, WATCH_TIMEOUT_SECS, pod_reflector, watch_client};
 
 /// How the first watch connection goes silent.
 #[derive(Debug, Clone, Copy)]
@@ -37,6 +37,8 @@ struct Api {
     version: u64,
     watches: usize,
     lists: usize,
+    /// Requests still to be answered 503 before any other answer.
+    refuse: usize,
 }
 
 impl Api {
@@ -74,12 +76,19 @@ async fn serve(api: Arc<Mutex<Api>>, stall: Stall) -> String {
             let api = api.clone();
             async move {
                 let mut a = api.lock().expect("api");
+                if a.refuse > 0 {
+                    a.refuse -= 1;
+                    return axum::response::Response::builder()
+                        .status(503)
+                        .body(Body::from("unavailable"))
+                        .expect("response");
+                }
                 if !uri.query().unwrap_or_default().contains("watch=true") {
                     a.lists += 1;
                     let items: Vec<_> = a.pods.iter().map(|(n, v)| pod(n, *v)).collect();
                     let list = json!({"apiVersion": "v1", "kind": "PodList",
                         "metadata": {"resourceVersion": a.version.to_string()}, "items": items});
-                    return Body::from(list.to_string());
+                    return axum::response::Response::new(Body::from(list.to_string()));
                 }
                 a.watches += 1;
                 let events: Vec<_> = match (a.watches, stall) {
@@ -90,7 +99,9 @@ async fn serve(api: Arc<Mutex<Api>>, stall: Stall) -> String {
                     }
                     _ => a.pods.iter().map(|(n, v)| event(n, *v)).collect(),
                 };
-                Body::from_stream(futures::stream::iter(events).chain(futures::stream::pending()))
+                axum::response::Response::new(Body::from_stream(
+                    futures::stream::iter(events).chain(futures::stream::pending()),
+                ))
             }
         }),
     );
@@ -123,7 +134,11 @@ async fn a_silent_pod_watch_is_dropped_at_its_bound_and_the_store_catches_up() {
         let mut config = kube::Config::new(url.parse().expect("url"));
         config.default_retry = false;
         let client = watch_client(config, Duration::from_secs(30)).expect("client");
-        let (store, reflector) = pod_reflector(client, "node-a");
+        let seen_events = Arc::new(Mutex::new(Vec::new()));
+        let log = seen_events.clone();
+        let (store, reflector) = pod_reflector(client, "node-a", move |e| {
+            log.lock().expect("events").push(e);
+        });
         let task = tokio::spawn(reflector);
         let start = tokio::time::Instant::now();
         store.wait_until_ready().await.expect("synced");
@@ -163,6 +178,44 @@ async fn a_silent_pod_watch_is_dropped_at_its_bound_and_the_store_catches_up() {
             api.lock().expect("api").watches >= 2,
             "{stall:?}: reconnected"
         );
+        // kube ends a silent stream at its idle bound as it ends one the server closed: the
+        // reconnect is not an error, so nothing is told.
+        let events = seen_events.lock().expect("events").clone();
+        assert_eq!(events, [], "{stall:?}");
         task.abort();
     }
+}
+
+/// An API server that refuses (503) before it answers: each failure is told, then the first
+/// delivery as the recovery, and the store syncs.
+#[tokio::test(start_paused = true)]
+async fn a_failing_pod_watch_is_told_and_so_is_its_recovery() {
+    let api = Arc::new(Mutex::new(Api {
+        refuse: 3,
+        ..Api::default()
+    }));
+    api.lock().expect("api").add("first");
+    let url = serve(api.clone(), Stall::Silent).await;
+    let mut config = kube::Config::new(url.parse().expect("url"));
+    config.default_retry = false;
+    let client = watch_client(config, Duration::from_secs(30)).expect("client");
+    let seen_events = Arc::new(Mutex::new(Vec::new()));
+    let log = seen_events.clone();
+    let (store, reflector) = pod_reflector(client, "node-a", move |e| {
+        log.lock().expect("events").push(e);
+    });
+    let task = tokio::spawn(reflector);
+    tokio::time::timeout(Duration::from_secs(120), store.wait_until_ready())
+        .await
+        .expect("synced after the refusals")
+        .expect("store");
+    let events = seen_events.lock().expect("events").clone();
+    let failures = events
+        .iter()
+        .filter(|e| matches!(e, PodWatchEvent::Failed(_)))
+        .count();
+    assert_eq!(failures, 3, "{events:?}");
+    assert_eq!(events.last(), Some(&PodWatchEvent::Recovered), "{events:?}");
+    assert_eq!(names(&store), ["first"]);
+    task.abort();
 }

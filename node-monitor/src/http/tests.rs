@@ -258,3 +258,33 @@ fn blindness_fails_readiness_until_cleared() {
     h.set_blind(None);
     assert_eq!(h.readiness(), (true, "ok".to_owned()));
 }
+
+/// A pod watch that keeps failing makes the agent not ready once it has failed for
+/// [`POD_WATCH_UNREADY_AFTER`]; later failures do not restart the clock, and the first delivery
+/// after them makes it ready again.
+#[test]
+fn a_pod_watch_failing_past_its_bound_makes_the_agent_not_ready() {
+    let health = Health::default();
+    health.pods_synced.store(true, Ordering::Relaxed);
+    health.probes_loaded.store(true, Ordering::Relaxed);
+    let t0 = Instant::now();
+    assert_eq!(health.readiness_at(t0), (true, "ok".to_owned()));
+    health.pod_watch_failed("connection refused".into(), t0);
+    let just_before = t0 + POD_WATCH_UNREADY_AFTER - Duration::from_secs(1);
+    assert!(
+        health.readiness_at(just_before).0,
+        "one stall or restart does not flap readiness"
+    );
+    health.pod_watch_failed("read timed out".into(), t0 + Duration::from_secs(60));
+    let (ready, why) = health.readiness_at(t0 + POD_WATCH_UNREADY_AFTER);
+    assert!(!ready, "{why}");
+    assert!(
+        why.contains("pod watch has failed for 120s") && why.contains("read timed out"),
+        "{why}"
+    );
+    health.pod_watch_recovered();
+    assert_eq!(
+        health.readiness_at(t0 + POD_WATCH_UNREADY_AFTER * 2),
+        (true, "ok".to_owned())
+    );
+}

@@ -132,6 +132,8 @@ pub struct Metrics {
     pub kubepods_layout: Family<KubepodsLabels, Gauge>,
     pub pod_cgroups_missing: Gauge,
     pub disk_reclaim_pending_bytes: Gauge,
+    pub pod_watch_failing: Gauge,
+    pub pod_watch_errors: Counter,
     oom_pods_seen: Mutex<HashSet<(String, String)>>,
     ringbuf_drops_seen: AtomicU64,
 }
@@ -181,6 +183,8 @@ impl Metrics {
             degraded: Gauge::default(),
             kubepods_layout: Family::default(),
             pod_cgroups_missing: Gauge::default(),
+            pod_watch_failing: Gauge::default(),
+            pod_watch_errors: Counter::default(),
             disk_reclaim_pending_bytes: Gauge::default(),
             oom_pods_seen: Mutex::new(HashSet::new()),
             ringbuf_drops_seen: AtomicU64::new(0),
@@ -333,6 +337,16 @@ impl Metrics {
             "pod_cgroups_missing",
             "1 while the API lists pods running on this node and none of their cgroups is found; evictions are held",
             m.pod_cgroups_missing.clone(),
+        );
+        reg.add(
+            "pod_watch_failing",
+            "1 while the watch of this node's pods is failing (the API server unreachable, refusing or silent): the pod cache is not updated meanwhile",
+            m.pod_watch_failing.clone(),
+        );
+        reg.add(
+            "pod_watch_errors",
+            "Errors of the watch of this node's pods, each followed by a reconnect with backoff",
+            m.pod_watch_errors.clone(),
         );
         Self {
             registry: reg.registry,
