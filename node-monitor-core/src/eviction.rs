@@ -29,7 +29,7 @@ use super::{
     config::EvictionConfig,
     pod::PodInfo,
     quantity::Quantity,
-    rank::{RankedPod, rank_pods},
+    rank::{DiskShare, RankedPod, rank_pods_by},
     signals::{Observations, Signal, SignalObservation},
     threshold::{
         NodeConditionType, Resource, Threshold, ThresholdKey, ThresholdSource, signal_condition,
@@ -163,7 +163,8 @@ pub fn synchronize(
     }
 
     // 6. Rank and evict.
-    let ranked = rank_pods(reclaim.resource, pods, &observations.pods);
+    let disk = DiskShare::for_signal(threshold.signal, observations.filesystem);
+    let ranked = rank_pods_by(reclaim.resource, disk, pods, &observations.pods);
     decision.evict = evictions(config, &reclaim, &acting, &ranked, pods, observations);
     decision.ranked = ranked;
     decision

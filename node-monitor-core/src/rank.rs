@@ -17,7 +17,12 @@ use std::{cmp::Ordering, collections::HashMap};
 
 use serde::Serialize;
 
-use super::{kubelet_layout::QosClass, pod::PodInfo, signals::PodUsage, threshold::Resource};
+use super::{
+    kubelet_layout::QosClass,
+    pod::PodInfo,
+    signals::{FsLayout, PodUsage, Signal},
+    threshold::Resource,
+};
 
 const NANO: i128 = 1_000_000_000;
 
@@ -99,10 +104,63 @@ fn processes(a: &Facts<'_>, b: &Facts<'_>) -> Ordering {
     with_stats(a, b, || b.usage.cmp(&a.usage))
 }
 
-fn sample(resource: Resource, u: &PodUsage) -> Option<u64> {
+/// Which part of a pod's disk ranks it for a disk signal (`buildSignalToRankFunc`'s `fsStatsType`
+/// lists).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DiskShare {
+    /// Local volumes, logs and writable layers: every disk signal on a single filesystem, and
+    /// `nodefs`/`containerfs` when writable layers live apart from images.
+    All,
+    /// Local volumes and logs: `nodefs` when images and writable layers share a dedicated
+    /// filesystem.
+    VolumesAndLogs,
+    /// Writable layers: `imagefs` and `containerfs` on that dedicated filesystem.
+    WritableLayers,
+    /// Images, which no pod owns (every pod with a figure counts 0): `imagefs` when writable
+    /// layers live apart from images.
+    Images,
+}
+
+impl DiskShare {
+    /// The share that ranks pods for `signal` on a node whose filesystems are `layout`.
+    pub fn for_signal(signal: Signal, layout: FsLayout) -> DiskShare {
+        use Signal::{
+            ContainerFsAvailable, ContainerFsInodesFree, ImageFsAvailable, ImageFsInodesFree,
+            NodeFsAvailable, NodeFsInodesFree,
+        };
+        match (
+            layout.dedicated_image_fs,
+            layout.split_container_image_fs,
+            signal,
+        ) {
+            (true, false, NodeFsAvailable | NodeFsInodesFree) => DiskShare::VolumesAndLogs,
+            (
+                true,
+                false,
+                ImageFsAvailable | ImageFsInodesFree | ContainerFsAvailable | ContainerFsInodesFree,
+            ) => DiskShare::WritableLayers,
+            (true, true, ImageFsAvailable | ImageFsInodesFree) => DiskShare::Images,
+            _ => DiskShare::All,
+        }
+    }
+
+    fn of(self, u: &PodUsage) -> Option<u64> {
+        let total = u.disk?;
+        let layers = u.writable_layers.unwrap_or(0).min(total);
+        Some(match self {
+            DiskShare::All => total,
+            DiskShare::VolumesAndLogs => total - layers,
+            DiskShare::WritableLayers => layers,
+            DiskShare::Images => 0,
+        })
+    }
+}
+
+fn sample(resource: Resource, disk: DiskShare, u: &PodUsage) -> Option<u64> {
     match resource {
         Resource::Memory => u.memory,
-        Resource::EphemeralStorage => u.disk,
+        Resource::EphemeralStorage => disk.of(u),
         Resource::Inodes => None,
         Resource::Pids => u.processes,
     }
@@ -146,9 +204,21 @@ fn sort_key(resource: Resource, f: &Facts<'_>) -> SortKey {
     }
 }
 
-/// Ranks `pods` for reclaiming `resource`; `usage` is keyed by pod UID.
+/// Ranks `pods` for reclaiming `resource`, with all of a pod's disk for disk signals; `usage` is
+/// keyed by pod UID.
 pub fn rank_pods(
     resource: Resource,
+    pods: &[PodInfo],
+    usage: &HashMap<String, PodUsage>,
+) -> Vec<RankedPod> {
+    rank_pods_by(resource, DiskShare::All, pods, usage)
+}
+
+/// Ranks `pods` for reclaiming `resource`, with the `disk` share of each pod's disk for disk
+/// signals ([`DiskShare::for_signal`]); `usage` is keyed by pod UID.
+pub fn rank_pods_by(
+    resource: Resource,
+    disk: DiskShare,
     pods: &[PodInfo],
     usage: &HashMap<String, PodUsage>,
 ) -> Vec<RankedPod> {
@@ -157,7 +227,7 @@ pub fn rank_pods(
         .map(|p| {
             let u = usage.get(&p.uid);
             let used = u
-                .and_then(|u| sample(resource, u))
+                .and_then(|u| sample(resource, disk, u))
                 .map_or(0, |v| i128::from(v) * NANO);
             // The request compared with usage, and the one subtracted from it: the kubelet's
             // disk comparator subtracts the ephemeral-storage request even for inodes.
@@ -214,7 +284,7 @@ pub fn rank_pods(
                 priority: p.priority,
                 critical: p.critical,
                 stats_found: f.found,
-                usage: u.and_then(|u| sample(resource, u)),
+                usage: u.and_then(|u| sample(resource, disk, u)),
                 request,
                 usage_above_request: (has_request && f.found).then(|| units(f.above)),
                 exceeds_request: has_request.then_some(f.exceeds),
@@ -268,8 +338,7 @@ pub(crate) mod tests {
             format!("uid-{name}"),
             PodUsage {
                 memory: Some(bytes),
-                disk: None,
-                processes: None,
+                ..PodUsage::default()
             },
         )
     }
@@ -395,6 +464,88 @@ pub(crate) mod tests {
         let r = rank_pods(Resource::Inodes, &pods, &usage);
         assert_eq!(names(&r), ["b", "a"]);
         assert_eq!(r[0].exceeds_request, Some(false));
+    }
+
+    /// `buildSignalToRankFunc`: which part of a pod's disk ranks it, per signal and layout.
+    #[test]
+    fn the_disk_share_follows_the_kubelets_rank_functions() {
+        use Signal::*;
+        let single = FsLayout::default();
+        let image = FsLayout {
+            dedicated_image_fs: true,
+            split_container_image_fs: false,
+        };
+        let split = FsLayout {
+            dedicated_image_fs: true,
+            split_container_image_fs: true,
+        };
+        let cases = [
+            (single, NodeFsAvailable, DiskShare::All),
+            (single, ImageFsAvailable, DiskShare::All),
+            (single, ContainerFsInodesFree, DiskShare::All),
+            (image, NodeFsAvailable, DiskShare::VolumesAndLogs),
+            (image, NodeFsInodesFree, DiskShare::VolumesAndLogs),
+            (image, ImageFsAvailable, DiskShare::WritableLayers),
+            (image, ImageFsInodesFree, DiskShare::WritableLayers),
+            (image, ContainerFsAvailable, DiskShare::WritableLayers),
+            (split, NodeFsAvailable, DiskShare::All),
+            (split, ContainerFsAvailable, DiskShare::All),
+            (split, ImageFsAvailable, DiskShare::Images),
+            (split, ImageFsInodesFree, DiskShare::Images),
+            (image, MemoryAvailable, DiskShare::All),
+        ];
+        for (layout, signal, want) in cases {
+            assert_eq!(
+                DiskShare::for_signal(signal, layout),
+                want,
+                "{signal:?} on {layout:?}"
+            );
+        }
+    }
+
+    /// On a dedicated image filesystem the pod with the large volume goes first for nodefs, the
+    /// pod with the large writable layer for imagefs; on one filesystem their totals decide.
+    #[test]
+    fn disk_ranking_uses_the_share_of_the_signals_filesystem() {
+        let pods = vec![pod("volume", 0, ""), pod("layer", 0, "")];
+        let disk = |total: u64, layers: u64| PodUsage {
+            disk: Some(total * MI),
+            writable_layers: Some(layers * MI),
+            ..Default::default()
+        };
+        let usage = HashMap::from([
+            ("uid-volume".to_owned(), disk(600, 10)),
+            ("uid-layer".to_owned(), disk(700, 500)),
+        ]);
+        let rank = |share| {
+            let r = rank_pods_by(Resource::EphemeralStorage, share, &pods, &usage);
+            r.into_iter().map(|p| p.name).collect::<Vec<_>>()
+        };
+        assert_eq!(rank(DiskShare::All), ["layer", "volume"]);
+        assert_eq!(rank(DiskShare::VolumesAndLogs), ["volume", "layer"]);
+        assert_eq!(rank(DiskShare::WritableLayers), ["layer", "volume"]);
+        // Images belong to no pod: every pod counts 0, the input order stays.
+        let r = rank_pods_by(Resource::EphemeralStorage, DiskShare::Images, &pods, &usage);
+        assert_eq!(names(&r), ["volume", "layer"]);
+        assert!(r.iter().all(|p| p.stats_found));
+        // A pod without a layer figure counts its whole disk as volumes and logs.
+        let usage = HashMap::from([
+            (
+                "uid-volume".to_owned(),
+                PodUsage {
+                    disk: Some(600 * MI),
+                    ..Default::default()
+                },
+            ),
+            ("uid-layer".to_owned(), disk(700, 500)),
+        ]);
+        let r = rank_pods_by(
+            Resource::EphemeralStorage,
+            DiskShare::WritableLayers,
+            &pods,
+            &usage,
+        );
+        assert_eq!(names(&r), ["layer", "volume"]);
     }
 
     #[test]

@@ -112,8 +112,23 @@ pub struct PodUsage {
     pub memory: Option<u64>,
     /// Local ephemeral storage in bytes (logs, writable layers, emptyDir).
     pub disk: Option<u64>,
+    /// The part of `disk` in the containers' writable layers, bytes: on a node with a dedicated
+    /// image filesystem the kubelet ranks `nodefs` pressure without it and `imagefs` pressure by
+    /// it alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writable_layers: Option<u64>,
     /// Number of processes (threads count as the kubelet counts them: pids.current).
     pub processes: Option<u64>,
+}
+
+/// The filesystems the container runtime uses, as the kubelet discovers them at run time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FsLayout {
+    /// Images live on a filesystem of their own (`HasDedicatedImageFs`).
+    pub dedicated_image_fs: bool,
+    /// Writable layers live apart from images (`IsContainerFsSeparateFromImageFs`).
+    pub split_container_image_fs: bool,
 }
 
 /// Everything one sampling pass saw. Signals the sampler could not read are absent, never guessed.
@@ -123,6 +138,10 @@ pub struct Observations {
     pub signals: BTreeMap<Signal, SignalObservation>,
     /// Per-pod usage, keyed by pod UID.
     pub pods: HashMap<String, PodUsage>,
+    /// The filesystems the runtime uses, as far as the sampler could tell: they choose which
+    /// part of a pod's disk ranks it for each disk signal.
+    #[serde(default)]
+    pub filesystem: FsLayout,
 }
 
 #[cfg(test)]

@@ -67,6 +67,7 @@ fn usage() -> HashMap<String, PodUsage> {
                     memory: Some(memory),
                     disk: Some(memory / 2),
                     processes: Some(1 + i as u64 % 40),
+                    writable_layers: None,
                 },
             )
         })
@@ -129,6 +130,7 @@ fn observations(memory_available: i64, usage: HashMap<String, PodUsage>) -> Obse
     Observations {
         signals,
         pods: usage,
+        filesystem: Default::default(),
     }
 }
 

@@ -563,6 +563,37 @@ fn explain_evicts_the_best_effort_pod_under_memory_pressure() {
     assert_eq!(pressure["status"], true);
 }
 
+/// The snapshot's `filesystem` and `writableLayers`: on a dedicated image filesystem, nodefs
+/// pressure evicts the pod with the large volume, imagefs pressure the one with the large
+/// writable layer; on one filesystem the larger total goes first.
+#[test]
+fn explain_ranks_disk_pressure_by_the_signals_filesystem() {
+    let explain = |signal: &str, dedicated: bool| {
+        let snapshot = json!({
+            "pods": [
+                pod("volume", "default", "BestEffort", json!({}), 0),
+                pod("layer", "default", "BestEffort", json!({}), 0),
+            ],
+            "usage": {
+                "uid-volume": {"disk": "600Mi", "writableLayers": "10Mi"},
+                "uid-layer": {"disk": "700Mi", "writableLayers": "500Mi"}
+            },
+            "observations": { signal: {"available": "1Mi", "capacity": "100Gi"} },
+            "config": {"evictionHard": {signal: "1Gi"}},
+            "filesystem": {"dedicatedImageFs": dedicated, "splitContainerImageFs": false}
+        });
+        let f = temp_file(&snapshot.to_string());
+        let v = stdout_json(&node_monitor(&["explain", "--input", path(&f)]));
+        names(&v["evict"])
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(explain("nodefs.available", false), ["layer"]);
+    assert_eq!(explain("nodefs.available", true), ["volume"]);
+    assert_eq!(explain("imagefs.available", true), ["layer"]);
+}
+
 #[test]
 fn explain_never_evicts_critical_pods() {
     // The mirror pod (priority 0, the largest user) ranks first; room for every pod in one

@@ -698,6 +698,14 @@ fn nodefs_and_imagefs_from_directories() {
         signal(&o, Signal::ImageFsAvailable).1
     );
     assert_eq!(sampler.has_dedicated_image_fs(), Some(true));
+    // The pass carries the layout, which chooses the disk share each signal ranks pods by.
+    assert_eq!(
+        (
+            o.filesystem.dedicated_image_fs,
+            o.filesystem.split_container_image_fs
+        ),
+        (true, false)
+    );
 
     // An image directory on the same filesystem: imagefs is reported (as the kubelet reports
     // it from CRI) with nodefs' capacity, and it is not dedicated.
@@ -712,6 +720,7 @@ fn nodefs_and_imagefs_from_directories() {
     let o = sampler.sample(SampleKind::Fast);
     assert_eq!(signal(&o, Signal::ImageFsAvailable).1, nc);
     assert_eq!(sampler.has_dedicated_image_fs(), Some(false));
+    assert!(!o.filesystem.dedicated_image_fs);
 }
 
 /// A container as a runtime makes one: a process in a private mount namespace whose root is an

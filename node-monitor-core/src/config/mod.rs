@@ -161,15 +161,7 @@ pub(crate) fn ser_go_duration<S: serde::Serializer>(d: &Duration, s: S) -> Resul
     s.serialize_str(&format_go_duration(*d))
 }
 
-/// The filesystems the container runtime uses, as the kubelet discovers them at run time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct FsLayout {
-    /// Images live on a filesystem of their own (`HasDedicatedImageFs`).
-    pub dedicated_image_fs: bool,
-    /// Writable layers live apart from images (`IsContainerFsSeparateFromImageFs`).
-    pub split_container_image_fs: bool,
-}
+pub use crate::signals::FsLayout;
 
 /// The validated eviction configuration.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,7 +3,7 @@ use crate::{
     config::{ConfigSource, EvictionOverrides, load_sources},
     pod::ContainerUsage,
     rank::tests::{mem, pod},
-    signals::{PodUsage, SignalObservation},
+    signals::{FsLayout, PodUsage, SignalObservation},
 };
 
 const MI: i64 = 1 << 20;
@@ -35,6 +35,7 @@ fn observations(signals: &[(Signal, i64, i64)], pods: &[(String, PodUsage)]) -> 
             })
             .collect(),
         pods: pods.iter().cloned().collect(),
+        filesystem: Default::default(),
     }
 }
 
@@ -568,4 +569,37 @@ fn decision_serializes() {
     assert_eq!(v["ranked"][0]["qos"], "BestEffort");
     assert_eq!(v["evict"][0]["grace_period_seconds"], 1);
     assert!(v["ranked"][0].get("index").is_none());
+}
+
+/// On a node with a dedicated image filesystem, nodefs pressure evicts by volumes and logs and
+/// imagefs pressure by writable layers: the same two pods, opposite choices.
+#[test]
+fn a_dedicated_image_filesystem_splits_disk_ranking_by_signal() {
+    let c = config("evictionHard:\n  nodefs.available: 1Gi\n  imagefs.available: 1Gi\n");
+    let pods = [pod("volume", 0, ""), pod("layer", 0, "")];
+    let usage = |total: i64, layers: i64| PodUsage {
+        disk: Some((total * MI) as u64),
+        writable_layers: Some((layers * MI) as u64),
+        ..PodUsage::default()
+    };
+    let pod_usage = [
+        ("uid-volume".to_owned(), usage(600, 10)),
+        ("uid-layer".to_owned(), usage(700, 500)),
+    ];
+    let dedicated = FsLayout {
+        dedicated_image_fs: true,
+        split_container_image_fs: false,
+    };
+    let cases = [
+        (Signal::NodeFsAvailable, FsLayout::default(), "layer"),
+        (Signal::NodeFsAvailable, dedicated, "volume"),
+        (Signal::ImageFsAvailable, dedicated, "layer"),
+    ];
+    for (signal, layout, want) in cases {
+        let mut obs = observations(&[(signal, 1, 100 * GI)], &pod_usage);
+        obs.filesystem = layout;
+        let d = synchronize(&mut EvictionState::new(), &c, &obs, &pods, at(0));
+        let evicted: Vec<_> = d.evict.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(evicted, [want], "{signal:?} on {layout:?}");
+    }
 }

@@ -62,6 +62,8 @@ struct Snapshot {
 struct UsageIn {
     memory: Option<Quantity>,
     disk: Option<Quantity>,
+    #[serde(default, rename = "writableLayers")]
+    writable_layers: Option<Quantity>,
     processes: Option<Quantity>,
     #[serde(default)]
     containers: BTreeMap<String, ContainerUsageIn>,
@@ -128,7 +130,8 @@ fn explain(
     for warning in &config.warnings {
         tracing::warn!(%warning, "eviction configuration");
     }
-    let (observations, container_usage) = observations(name, &snapshot)?;
+    let (mut observations, container_usage) = observations(name, &snapshot)?;
+    observations.filesystem = snapshot.filesystem.unwrap_or_default();
     let (pods, inactive) = active_pods(name, &snapshot.pods, &container_usage)?;
 
     let mut state = EvictionState::new();
@@ -210,6 +213,10 @@ fn observations<'s>(
             PodUsage {
                 memory: non_negative(u.memory.as_ref(), &field("memory"))?,
                 disk: non_negative(u.disk.as_ref(), &field("disk"))?,
+                writable_layers: non_negative(
+                    u.writable_layers.as_ref(),
+                    &field("writableLayers"),
+                )?,
                 processes: non_negative(u.processes.as_ref(), &field("processes"))?,
             },
         );

@@ -36,11 +36,20 @@ pub(crate) struct DiskPaths {
 /// A pod to measure: its UID and its cgroup directory (whose children are its containers).
 pub(crate) type PodRef = (String, PathBuf);
 
+/// One pod's measured disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PodDisk {
+    /// Local volumes, logs and writable layers, bytes (hard links counted once).
+    pub total: u64,
+    /// The part of `total` in its containers' writable layers.
+    pub layers: u64,
+}
+
 /// One finished measurement.
 #[derive(Debug, Default)]
 pub(crate) struct DiskReport {
-    /// Bytes by pod UID (pods with neither a pod directory nor logs are absent).
-    pub usage: HashMap<String, u64>,
+    /// Figures by pod UID (pods with neither a pod directory nor logs are absent).
+    pub usage: HashMap<String, PodDisk>,
     /// Pods whose figure is a lower bound (a walk hit its budget), by UID.
     pub truncated: Vec<String>,
     /// The first error met, if any (the pods it hit are left out of `usage`).
@@ -57,12 +66,18 @@ pub(crate) fn measure(paths: &DiskPaths, pods: &[PodRef], layers: &mut LayerCach
         inodes.clear();
         walks.clear();
         let mut error = None;
-        let mut trees: Vec<PathBuf> = vec![paths.pods_root.join(uid)];
-        trees.extend(logs.get(uid.as_str()).cloned());
-        trees.extend(layers.upper_dirs(cgroup));
-        for tree in &trees {
+        let mut trees: Vec<(PathBuf, bool)> = vec![(paths.pods_root.join(uid), false)];
+        trees.extend(logs.get(uid.as_str()).map(|l| (l.clone(), false)));
+        trees.extend(layers.upper_dirs(cgroup).into_iter().map(|l| (l, true)));
+        let mut layer_bytes = 0u64;
+        for (tree, is_layer) in &trees {
             match pods::disk_usage(tree, paths.budget, &mut inodes) {
-                Ok(w) => walks.extend(w),
+                Ok(w) => {
+                    if *is_layer {
+                        layer_bytes = w.iter().fold(layer_bytes, |a, w| a.saturating_add(w.bytes));
+                    }
+                    walks.extend(w);
+                }
                 Err(e) => {
                     error.get_or_insert(e);
                 }
@@ -79,7 +94,13 @@ pub(crate) fn measure(paths: &DiskPaths, pods: &[PodRef], layers: &mut LayerCach
         if walks.iter().any(|w: &DiskWalk| !w.complete) {
             report.truncated.push(uid.clone());
         }
-        report.usage.insert(uid.clone(), bytes);
+        report.usage.insert(
+            uid.clone(),
+            PodDisk {
+                total: bytes,
+                layers: layer_bytes.min(bytes),
+            },
+        );
     }
     layers.end_pass();
     report
@@ -94,7 +115,7 @@ struct State {
     stop: bool,
     /// The last finished measurement; its error and truncations are taken once by
     /// [`DiskMeter::take_outcome`].
-    usage: HashMap<String, u64>,
+    usage: HashMap<String, PodDisk>,
     outcome: Option<(Vec<String>, Option<SamplerError>)>,
     passes: u64,
 }
@@ -214,7 +235,7 @@ impl DiskMeter {
     }
 
     /// Calls `f` with the figures of the last finished measurement, by pod UID.
-    pub fn latest<R>(&self, f: impl FnOnce(&HashMap<String, u64>) -> R) -> R {
+    pub fn latest<R>(&self, f: impl FnOnce(&HashMap<String, PodDisk>) -> R) -> R {
         f(&self.shared.lock().usage)
     }
 

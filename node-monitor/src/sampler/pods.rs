@@ -27,7 +27,7 @@ pub(crate) struct PodEntry {
     /// The pod cgroup in the pids hierarchy (v1) or the same directory (v2).
     pub pids_dir: Option<PathBuf>,
     /// Local volumes + logs + writable layers, from the last full sample.
-    pub disk: Option<u64>,
+    pub disk: Option<super::disk::PodDisk>,
     /// Whether this pod's files are kept open (within the descriptor budget).
     pub keep_files: bool,
     pub files: CgroupFiles,

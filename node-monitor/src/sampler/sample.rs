@@ -8,7 +8,7 @@ use std::{
 
 use serde::Serialize;
 
-use node_monitor_core::signals::{Observations, PodUsage, Signal, SignalObservation};
+use node_monitor_core::signals::{FsLayout, Observations, PodUsage, Signal, SignalObservation};
 
 use super::{
     SamplerError,

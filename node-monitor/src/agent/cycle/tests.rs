@@ -396,6 +396,7 @@ impl Rig {
                         memory: Some(*working_set),
                         disk: Some(0),
                         processes: Some(1),
+                        ..PodUsage::default()
                     },
                 );
                 s.cgroups.insert(uid);

@@ -56,16 +56,28 @@ fn volumes_and_logs_are_summed_and_a_budget_gives_a_lower_bound() {
     let uids = pods(dir.path(), &[UID_A, UID_B, "absent"]);
     let r = run_measure(&paths(dir.path(), 20), &uids);
     assert!(r.error.is_none(), "{:?}", r.error);
-    assert!(r.usage[UID_A] >= 384 * 1024, "{}", r.usage[UID_A]);
+    assert!(
+        r.usage[UID_A].total >= 384 * 1024,
+        "{}",
+        r.usage[UID_A].total
+    );
     // Pod B's walk stopped at 20 entries: what it counted is kept, and flagged.
-    assert!(r.usage[UID_B] >= 8 * 1024, "{}", r.usage[UID_B]);
-    assert!(r.usage[UID_B] < 50 * 8 * 1024, "{}", r.usage[UID_B]);
+    assert!(r.usage[UID_B].total >= 8 * 1024, "{}", r.usage[UID_B].total);
+    assert!(
+        r.usage[UID_B].total < 50 * 8 * 1024,
+        "{}",
+        r.usage[UID_B].total
+    );
     assert_eq!(r.truncated, vec![UID_B.to_owned()]);
     assert!(!r.usage.contains_key("absent"));
 
     let full = run_measure(&paths(dir.path(), 1000), &uids);
     assert!(full.truncated.is_empty());
-    assert!(full.usage[UID_B] >= 50 * 8 * 1024, "{}", full.usage[UID_B]);
+    assert!(
+        full.usage[UID_B].total >= 50 * 8 * 1024,
+        "{}",
+        full.usage[UID_B].total
+    );
 }
 
 /// A container cgroup `c` of pod A whose process `pid` sees `upper` as its root's upper
@@ -149,10 +161,17 @@ fn writable_layers_under_the_allowed_roots_are_added_to_the_pod() {
     let mut layers = LayerCache::new(p.proc_root.clone(), &p.layer_roots);
     let r = measure(&p, &pods, &mut layers);
     assert!(r.error.is_none(), "{:?}", r.error);
-    let with_layers = r.usage[UID_A];
+    let with_layers = r.usage[UID_A].total;
     assert!(
         with_layers >= 64 * 1024 + (1 << 20) + 512 * 1024 + 256 * 1024,
         "{with_layers}"
+    );
+    // The writable layers' part is told apart from the volume's: the kubelet ranks nodefs and
+    // imagefs pressure by different parts on a node with a dedicated image filesystem.
+    let layer_part = r.usage[UID_A].layers;
+    assert!(
+        (((1 << 20) + 512 * 1024 + 256 * 1024)..with_layers).contains(&layer_part),
+        "layers {layer_part} of {with_layers}"
     );
     assert!(
         with_layers < 4 << 20,
@@ -165,16 +184,17 @@ fn writable_layers_under_the_allowed_roots_are_added_to_the_pod() {
     fs::write(upper1.join("more"), vec![6u8; 1 << 20]).expect("write");
     let r = measure(&p, &pods, &mut layers);
     assert!(
-        r.usage[UID_A] >= with_layers + (1 << 20),
+        r.usage[UID_A].total >= with_layers + (1 << 20),
         "{}",
-        r.usage[UID_A]
+        r.usage[UID_A].total
     );
 
     // Without allowed roots the pod is volumes only.
     let mut none = p.clone();
     none.layer_roots.clear();
     let r = run_measure(&none, &pods);
-    assert!(r.usage[UID_A] < 1 << 20, "{}", r.usage[UID_A]);
+    assert!(r.usage[UID_A].total < 1 << 20, "{}", r.usage[UID_A].total);
+    assert_eq!(r.usage[UID_A].layers, 0);
 }
 
 #[test]
@@ -192,7 +212,7 @@ fn the_thread_measures_on_request_and_keeps_the_last_figures() {
     let cg = dir.path().join("cgroup");
     m.request([(UID_A, cg.as_path())].into_iter());
     m.wait_passes(1);
-    let first = m.latest(|u| u[UID_A]);
+    let first = m.latest(|u| u[UID_A].total);
     assert!(first >= 64 * 1024, "{first}");
     let (truncated, error) = m.take_outcome().expect("an outcome");
     assert!(truncated.is_empty() && error.is_none());
@@ -200,8 +220,8 @@ fn the_thread_measures_on_request_and_keeps_the_last_figures() {
 
     fs::write(vol.join("blob2"), vec![1u8; 64 * 1024]).expect("write");
     // Until the next pass finishes, the figures are the last ones.
-    assert_eq!(m.latest(|u| u[UID_A]), first);
+    assert_eq!(m.latest(|u| u[UID_A].total), first);
     m.request([(UID_A, cg.as_path())].into_iter());
     m.wait_passes(2);
-    assert!(m.latest(|u| u[UID_A]) >= first + 64 * 1024);
+    assert!(m.latest(|u| u[UID_A].total) >= first + 64 * 1024);
 }

@@ -104,6 +104,7 @@ impl Sampler {
             self.dedicated_image_fs = Some(n.device != i.device);
         }
 
+        let image_device = imagefs.as_ref().map(|i| i.device);
         let containerfs = match (&self.config.container_fs, self.layout.container_fs.as_ref()) {
             // Not split: the kubelet reports the image filesystem as containerfs.
             (None, _) => imagefs,
@@ -112,6 +113,13 @@ impl Sampler {
                 self.note(W_CONTAINERFS, now, r)
             }
             (Some(_), None) => None,
+        };
+        // `HasDedicatedImageFs` and `IsContainerFsSeparateFromImageFs`: they choose which part of
+        // a pod's disk ranks it for each disk signal.
+        out.filesystem = FsLayout {
+            dedicated_image_fs: self.dedicated_image_fs.unwrap_or(false),
+            split_container_image_fs: self.config.container_fs.is_some()
+                && matches!((image_device, containerfs.as_ref()), (Some(i), Some(c)) if i != c.device),
         };
         let (bytes, inodes) = split(containerfs.as_ref());
         put(out, Signal::ContainerFsAvailable, bytes);

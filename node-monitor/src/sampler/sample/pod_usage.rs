@@ -79,7 +79,8 @@ impl Sampler {
             };
             let usage = PodUsage {
                 memory,
-                disk: pod.disk,
+                disk: pod.disk.map(|d| d.total),
+                writable_layers: pod.disk.map(|d| d.layers),
                 processes,
             };
             match out.pods.get_mut(pod.uid.as_str()) {

@@ -163,6 +163,7 @@ fn cgroup_v2_root_follows_the_kubelet_v2_script() {
         PodUsage {
             memory: Some(60 * MIB),
             disk: None,
+            writable_layers: None,
             processes: Some(7)
         }
     );
