@@ -206,3 +206,31 @@ fn both_settings_refuse_a_bad_value_anywhere_in_the_file() {
         assert!(got.starts_with(want), "{got:?} should start with {want:?}");
     }
 }
+
+/// With several documents, each `nodeMonitor` key comes from the last document that sets it, and
+/// its error names that document.
+#[test]
+fn a_merged_key_is_named_with_its_document() {
+    let load = |a: &str, b: &str| {
+        load_sources(
+            &[
+                ConfigSource { name: "a", text: a },
+                ConfigSource { name: "b", text: b },
+            ],
+            &EvictionOverrides::default(),
+        )
+    };
+    let e = load(
+        "nodeMonitor:\n  psiWindow: 20s\n",
+        "nodeMonitor:\n  dryRun: true\n",
+    )
+    .expect_err("psiWindow out of range")
+    .to_string();
+    assert!(e.starts_with("a: nodeMonitor.psiWindow: \"20s\""), "{e}");
+    let c = load(
+        "nodeMonitor:\n  psiWindow: 20s\n",
+        "nodeMonitor:\n  psiWindow: 4s\n",
+    )
+    .expect("the later document replaces the key");
+    assert_eq!(c.node_monitor.psi_window, std::time::Duration::from_secs(4));
+}
