@@ -1,7 +1,8 @@
-//! The agent's configuration file, read once: one parsed document gives both the eviction
-//! settings (the KubeletConfiguration eviction fields and `nodeMonitor`) and the graceful
-//! shutdown settings (`shutdownGracePeriod*` and `nodeMonitor.shutdown`). The kubelet's eviction
-//! flags override the file, as on the kubelet's command line.
+//! The agent's configuration file, read once into the configuration model
+//! ([`config::ConfigFile`]) and validated in one pass: the eviction settings (the
+//! KubeletConfiguration eviction fields and `nodeMonitor`) and the graceful shutdown settings
+//! (`shutdownGracePeriod*` and `nodeMonitor.shutdown`). The kubelet's eviction flags override the
+//! file, as on the kubelet's command line.
 //!
 //! Pure: the caller reads the file and passes its text.
 use crate::{
@@ -22,7 +23,11 @@ pub struct AgentConfig {
 /// value.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentConfigError {
-    /// The document, or its eviction settings, or a flag.
+    /// The document does not read into the configuration model (not YAML, or a value of the
+    /// wrong kind, or an unknown key under `nodeMonitor`).
+    #[error(transparent)]
+    File(config::ConfigError),
+    /// The eviction settings of the document, or a flag.
     #[error(transparent)]
     Eviction(#[from] config::ConfigError),
     /// The shutdown settings of the document.
@@ -36,7 +41,7 @@ pub enum AgentConfigError {
     },
 }
 
-/// Parses the file once (`None`: no file) and reads both configurations from it.
+/// Reads the file once (`None`: no file) and validates both configurations from it.
 pub fn load_agent_config(
     file: Option<ConfigSource<'_>>,
     overrides: &EvictionOverrides,
@@ -47,9 +52,9 @@ pub fn load_agent_config(
             shutdown: ShutdownConfig::default(),
         });
     };
-    let document = config::parse_document(source)?;
+    let document = config::parse_document(source).map_err(AgentConfigError::File)?;
     let eviction = config::load_documents(std::slice::from_ref(&document), overrides)?;
-    let shutdown = shutdown_config::parse_shutdown_document(&document.value).map_err(|source| {
+    let shutdown = shutdown_config::shutdown_config(&document.file).map_err(|source| {
         AgentConfigError::Shutdown {
             name: document.name.clone(),
             source,
@@ -122,6 +127,25 @@ nodeMonitor:
             &EvictionOverrides::default(),
         )
         .expect_err("a number is not a duration");
+        assert!(matches!(e, AgentConfigError::File(_)), "{e:?}");
+        let chain = format!(
+            "{e}: {}",
+            std::error::Error::source(&e)
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        );
+        assert!(chain.contains("node-monitor.yaml"), "{chain}");
+        assert!(chain.contains("shutdownGracePeriod"), "{chain}");
+
+        // A string that is not a duration is refused by the shutdown settings' validation.
+        let e = load_agent_config(
+            Some(source(
+                "shutdownGracePeriod: 30 seconds
+",
+            )),
+            &EvictionOverrides::default(),
+        )
+        .expect_err("not a duration");
         assert!(matches!(e, AgentConfigError::Shutdown { .. }), "{e:?}");
         let chain = format!(
             "{e}: {}",
@@ -131,6 +155,7 @@ nodeMonitor:
         );
         assert!(chain.contains("node-monitor.yaml"), "{chain}");
         assert!(chain.contains("shutdownGracePeriod"), "{chain}");
+        assert!(chain.contains("\"30 seconds\""), "{chain}");
 
         let e = load_agent_config(Some(source("[1, 2]\n")), &EvictionOverrides::default())
             .expect_err("a list is not a configuration");

@@ -8,10 +8,7 @@ pub fn load_documents(
     documents: &[Document],
     flags: &EvictionOverrides,
 ) -> Result<EvictionConfig, ConfigError> {
-    let mut file = FileSettings::default();
-    for document in documents {
-        file.merge(FileSettings::from_document(document)?);
-    }
+    let file = FileSettings::from_documents(documents);
     let mut warnings = Vec::new();
     let thresholds = thresholds(&file, flags, &mut warnings)?;
     let max_pod_grace_period_seconds = max_pod_grace_period(&file, flags, &mut warnings)?;
@@ -248,7 +245,8 @@ pub(super) struct StatementMap {
     pub(super) entries: BTreeMap<String, Entry>,
 }
 
-/// The eviction fields of one or more documents.
+/// The eviction fields of one or more documents, each value with the field name its errors use
+/// (`config.yaml: evictionPressureTransitionPeriod`).
 #[derive(Debug, Default)]
 pub(super) struct FileSettings {
     pub(super) eviction_hard: Option<StatementMap>,
@@ -260,141 +258,86 @@ pub(super) struct FileSettings {
     pub(super) eviction_pressure_transition_period: Option<(String, String)>,
     pub(super) merge_default_eviction_settings: Option<bool>,
     pub(super) enforce_node_allocatable: Option<Vec<String>>,
-    /// key → (field name, value)
-    pub(super) node_monitor: BTreeMap<String, (String, Value)>,
+    pub(super) node_monitor: NodeMonitorFields,
 }
 
 impl FileSettings {
-    fn from_document(document: &Document) -> Result<Self, ConfigError> {
-        let map = match document.value.clone() {
-            Value::Null => return Ok(Self::default()),
-            Value::Mapping(m) => m,
-            other => {
-                return Err(ConfigError::NotAMapping {
-                    source_name: document.name.clone(),
-                    found: describe(&other),
-                });
-            }
-        };
-        let mut out = Self::default();
-        for (k, v) in map {
-            let Value::String(key) = k else { continue };
-            // Any other KubeletConfiguration field: not ours.
-            if !EVICTION_FILE_FIELDS.contains(&key.as_str()) {
-                continue;
-            }
-            let field = format!("{}: {key}", document.name);
-            match key.as_str() {
-                "evictionHard" => out.eviction_hard = string_map(&field, v)?,
-                "evictionSoft" => out.eviction_soft = string_map(&field, v)?,
-                "evictionSoftGracePeriod" => {
-                    out.eviction_soft_grace_period = string_map(&field, v)?
-                }
-                "evictionMinimumReclaim" => out.eviction_minimum_reclaim = string_map(&field, v)?,
-                "evictionMaxPodGracePeriod" => {
-                    out.eviction_max_pod_grace_period = match v {
-                        Value::Null => None,
-                        Value::Number(n) => {
-                            Some(n.as_i64().and_then(|n| i32::try_from(n).ok()).ok_or_else(
-                                || ConfigError::Integer {
-                                    field: field.clone(),
-                                    value: n.to_string(),
-                                },
-                            )?)
-                        }
-                        other => {
-                            return Err(wrong_type(&field, "an integer (seconds)", &other));
-                        }
-                    }
-                }
-                "evictionPressureTransitionPeriod" => {
-                    out.eviction_pressure_transition_period = match v {
-                        Value::Null => None,
-                        Value::String(s) => Some((field, s)),
-                        other => {
-                            return Err(wrong_type(
-                                &field,
-                                "a duration string such as \"5m\"",
-                                &other,
-                            ));
-                        }
-                    }
-                }
-                "mergeDefaultEvictionSettings" => {
-                    out.merge_default_eviction_settings = match v {
-                        Value::Null => None,
-                        Value::Bool(b) => Some(b),
-                        other => return Err(wrong_type(&field, "a boolean", &other)),
-                    }
-                }
-                "enforceNodeAllocatable" => {
-                    out.enforce_node_allocatable = match v {
-                        Value::Null => None,
-                        Value::Sequence(items) => Some(
-                            items
-                                .into_iter()
-                                .map(|item| match item {
-                                    Value::String(s) => Ok(s),
-                                    other => Err(wrong_type(&field, "a list of strings", &other)),
-                                })
-                                .collect::<Result<_, _>>()?,
-                        ),
-                        other => return Err(wrong_type(&field, "a list of strings", &other)),
-                    }
-                }
-                "nodeMonitor" => match v {
-                    Value::Null => {}
-                    Value::Mapping(m) => {
-                        for (k, v) in m {
-                            let Value::String(k) = k else {
-                                return Err(wrong_type(&field, "string keys", &k));
-                            };
-                            let f = format!("{field}.{k}");
-                            out.node_monitor.insert(k, (f, v));
-                        }
-                    }
-                    other => return Err(wrong_type(&field, "a mapping", &other)),
-                },
-                // Not in EVICTION_FILE_FIELDS: skipped above.
-                _ => {}
-            }
-        }
-        Ok(out)
-    }
-
-    fn merge(&mut self, later: FileSettings) {
+    /// Every document in order: each replaces the fields it sets (maps whole, `nodeMonitor`
+    /// key by key).
+    fn from_documents(documents: &[Document]) -> Self {
         fn over<T>(a: &mut Option<T>, b: Option<T>) {
             if b.is_some() {
                 *a = b;
             }
         }
-        over(&mut self.eviction_hard, later.eviction_hard);
-        over(&mut self.eviction_soft, later.eviction_soft);
-        over(
-            &mut self.eviction_soft_grace_period,
-            later.eviction_soft_grace_period,
-        );
-        over(
-            &mut self.eviction_minimum_reclaim,
-            later.eviction_minimum_reclaim,
-        );
-        over(
-            &mut self.eviction_max_pod_grace_period,
-            later.eviction_max_pod_grace_period,
-        );
-        over(
-            &mut self.eviction_pressure_transition_period,
-            later.eviction_pressure_transition_period,
-        );
-        over(
-            &mut self.merge_default_eviction_settings,
-            later.merge_default_eviction_settings,
-        );
-        over(
-            &mut self.enforce_node_allocatable,
-            later.enforce_node_allocatable,
-        );
-        self.node_monitor.extend(later.node_monitor);
+        let mut out = Self::default();
+        for Document { name, file } in documents {
+            let map = |field: &str, m: &Option<SignalMap>| {
+                m.as_ref()
+                    .map(|m| statement_map(&format!("{name}: {field}"), m))
+            };
+            over(
+                &mut out.eviction_hard,
+                map("evictionHard", &file.eviction_hard),
+            );
+            over(
+                &mut out.eviction_soft,
+                map("evictionSoft", &file.eviction_soft),
+            );
+            over(
+                &mut out.eviction_soft_grace_period,
+                map("evictionSoftGracePeriod", &file.eviction_soft_grace_period),
+            );
+            over(
+                &mut out.eviction_minimum_reclaim,
+                map("evictionMinimumReclaim", &file.eviction_minimum_reclaim),
+            );
+            over(
+                &mut out.eviction_max_pod_grace_period,
+                file.eviction_max_pod_grace_period.map(|n| n.0),
+            );
+            over(
+                &mut out.eviction_pressure_transition_period,
+                file.eviction_pressure_transition_period.as_ref().map(|d| {
+                    (
+                        format!("{name}: evictionPressureTransitionPeriod"),
+                        d.0.clone(),
+                    )
+                }),
+            );
+            over(
+                &mut out.merge_default_eviction_settings,
+                file.merge_default_eviction_settings.map(|b| b.0),
+            );
+            over(
+                &mut out.enforce_node_allocatable,
+                file.enforce_node_allocatable.as_ref().map(|l| l.0.clone()),
+            );
+            if let Some(nm) = &file.node_monitor {
+                out.node_monitor.merge(name, nm);
+            }
+        }
+        out
+    }
+}
+
+/// A signal map of a document, each entry named `config.yaml: evictionHard["memory.available"]`.
+fn statement_map(field: &str, m: &SignalMap) -> StatementMap {
+    StatementMap {
+        entries: m
+            .0
+            .iter()
+            .map(|(key, value)| {
+                (
+                    key.clone(),
+                    Entry {
+                        value: value.clone(),
+                        field: format!("{field}[{key:?}]"),
+                        explicit: true,
+                    },
+                )
+            })
+            .collect(),
     }
 }
 
@@ -414,64 +357,4 @@ pub(super) fn default_hard() -> StatementMap {
             })
             .collect(),
     }
-}
-
-/// What a YAML value is, for a wrong-type error ("the string \"5s\"", "a list"). Shared with the
-/// shutdown configuration, so both word their errors alike.
-pub(crate) fn describe(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => format!("the boolean {b}"),
-        Value::Number(n) => format!("the number {n}"),
-        Value::String(s) => format!("the string {s:?}"),
-        Value::Sequence(_) => "a list".into(),
-        Value::Mapping(_) => "a mapping".into(),
-        Value::Tagged(t) => format!("a value tagged {}", t.tag),
-    }
-}
-
-pub(super) fn wrong_type(field: &str, expected: &'static str, found: &Value) -> ConfigError {
-    ConfigError::WrongType {
-        field: field.into(),
-        expected,
-        found: describe(found),
-    }
-}
-
-/// A `map[string]string` field; `null` counts as absent, as in the kubelet's decoder.
-pub(super) fn string_map(field: &str, v: Value) -> Result<Option<StatementMap>, ConfigError> {
-    let m = match v {
-        Value::Null => return Ok(None),
-        Value::Mapping(m) => m,
-        other => {
-            return Err(wrong_type(
-                field,
-                "a mapping of signal names to strings",
-                &other,
-            ));
-        }
-    };
-    let mut entries = BTreeMap::new();
-    for (k, v) in m {
-        let Value::String(key) = k else {
-            return Err(wrong_type(field, "signal names as keys", &k));
-        };
-        let entry_field = format!("{field}[{key:?}]");
-        let Value::String(value) = v else {
-            return Err(wrong_type(
-                &entry_field,
-                "a string (quote numbers: \"0\", \"100Mi\")",
-                &v,
-            ));
-        };
-        entries.insert(
-            key,
-            Entry {
-                value,
-                field: entry_field,
-                explicit: true,
-            },
-        );
-    }
-    Ok(Some(StatementMap { entries }))
 }

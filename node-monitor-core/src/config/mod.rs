@@ -2,8 +2,9 @@
 //! kubelet reads them, plus node-monitor's settings under `nodeMonitor:`.
 //!
 //! Sources, in the kubelet's precedence:
-//! - a KubeletConfiguration document (YAML or JSON). Unknown top-level fields are ignored, so a
-//!   real kubelet config file can be passed; unknown keys under `nodeMonitor` are rejected.
+//! - a KubeletConfiguration document (YAML or JSON), read once into the configuration model
+//!   ([`file::ConfigFile`]). Unknown top-level fields are ignored, so a real kubelet config file
+//!   can be passed; unknown keys under `nodeMonitor` are rejected.
 //! - the kubelet-style flags ([`EvictionOverrides`]). A flag replaces the whole field it names, as
 //!   the kubelet's re-parse of its command line over the config file does
 //!   (`kubeletConfigFlagPrecedence` in `cmd/kubelet/app/server.go`).
@@ -19,7 +20,6 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use serde::Serialize;
-use serde_norway::Value;
 
 use crate::{
     duration::{DurationError, format_go_duration, parse_go_duration},
@@ -41,8 +41,10 @@ pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
 pub const DEFAULT_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
 
 /// The top-level fields of a config document the eviction configuration reads: the
-/// KubeletConfiguration eviction fields and `nodeMonitor`. The parser skips every other field (a
-/// kubelet's own file can be passed as it is), so this list is exactly what it accepts;
+/// KubeletConfiguration eviction fields and `nodeMonitor`. The configuration model
+/// ([`ConfigFile`]) skips every field it does not read (a kubelet's own file can be passed as it
+/// is), so this list and [`crate::shutdown::config::SHUTDOWN_FILE_FIELDS`] are exactly what it
+/// accepts;
 /// docs/configuration.md documents each (checked by `node-monitor/tests/config_doc.rs`).
 pub const EVICTION_FILE_FIELDS: [&str; 9] = [
     "evictionHard",
@@ -256,16 +258,14 @@ pub enum ConfigError {
         /// What the document is instead (`a list`, `the string "x"`).
         found: String,
     },
-    /// A field holds the wrong kind of value (a number where a string is needed, …).
-    #[error("{field}: expected {expected}, found {found}")]
-    WrongType {
-        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`) or the
-        /// flag and key (`--eviction-hard memory.available`).
+    /// A value the configuration model refuses: of the wrong kind (a number where a string is
+    /// needed, …) or not one of the values its type has.
+    #[error("{field}: {message}")]
+    Refused {
+        /// Where: the document and field (`config.yaml: evictionHard["memory.available"]`).
         field: String,
-        /// What the field takes.
-        expected: &'static str,
-        /// What it holds instead.
-        found: String,
+        /// What is wrong, naming the value ("expected a string, found the number 100").
+        message: String,
     },
     /// A key that is not one of the kubelet's eviction signals.
     #[error("{field}: unsupported eviction signal {signal:?}")]
@@ -451,35 +451,60 @@ pub fn load_sources(
     load_documents(&documents, flags)
 }
 
-/// One configuration document, parsed once: the eviction and the shutdown settings are both read
-/// from it ([`crate::agent_config`]).
+/// One configuration document, read once into the configuration model: the eviction and the
+/// shutdown settings are both validated from it ([`crate::agent_config`]).
 #[derive(Debug, Clone)]
 pub struct Document {
     /// The name used for it in error messages (usually its path).
     pub name: String,
-    /// The parsed YAML (or JSON) value.
-    pub value: Value,
+    /// The document as read.
+    pub file: ConfigFile,
 }
 
-/// Parses one document's text (YAML, JSON included); the error names the document.
+/// Reads one document's text (YAML, JSON included) into the model; the error names the
+/// document.
 pub fn parse_document(source: ConfigSource<'_>) -> Result<Document, ConfigError> {
-    let value = serde_norway::from_str(source.text).map_err(|e| ConfigError::Syntax {
-        source_name: source.name.into(),
-        source: e,
-    })?;
+    let file = ConfigFile::read(source.text).map_err(|e| ConfigError::read(source.name, e))?;
     Ok(Document {
         name: source.name.to_owned(),
-        value,
+        file,
     })
 }
 
+impl ConfigError {
+    /// A document's read error, every field prefixed with the document's name.
+    fn read(name: &str, e: ReadError) -> Self {
+        let source_name = name.to_owned();
+        match e {
+            ReadError::Syntax(source) => ConfigError::Syntax {
+                source_name,
+                source,
+            },
+            ReadError::NotAMapping { found } => ConfigError::NotAMapping { source_name, found },
+            ReadError::Value { field, message } => ConfigError::Refused {
+                field: format!("{name}: {field}"),
+                message,
+            },
+            ReadError::UnknownKey { field, key, known } => ConfigError::UnknownKey {
+                field: format!("{name}: {field}"),
+                key,
+                known,
+            },
+        }
+    }
+}
+
+pub mod file;
 mod load;
 mod node_monitor;
 mod statements;
 
-pub(crate) use self::{load::describe, node_monitor::describe_plain};
-pub use self::{load::load_documents, node_monitor::NODE_MONITOR_KEYS};
-use self::{load::*, node_monitor::*, statements::*};
+use self::{file::*, load::*, node_monitor::*, statements::*};
+pub use self::{
+    file::{ConfigFile, ReadError},
+    load::load_documents,
+    node_monitor::NODE_MONITOR_KEYS,
+};
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -1,8 +1,8 @@
-//! node-monitor's own settings (`nodeMonitor:`), every key validated.
+//! node-monitor's own settings (`nodeMonitor:` of the configuration model), every key validated.
 use super::*;
 
 /// The keys accepted under `nodeMonitor`; any other key is rejected with this list in the
-/// message. `shutdown` is read by `shutdown::parse_shutdown_config`.
+/// message. `shutdown` is validated by `shutdown::config::shutdown_config`.
 pub const NODE_MONITOR_KEYS: [&str; 12] = [
     "shutdown",
     "maxPodsPerCycle",
@@ -18,103 +18,207 @@ pub const NODE_MONITOR_KEYS: [&str; 12] = [
     "apiTimeout",
 ];
 
-pub(super) fn parse_node_monitor(
-    entries: &BTreeMap<String, (String, Value)>,
-) -> Result<NodeMonitorSettings, ConfigError> {
-    let mut s = NodeMonitorSettings::default();
-    for (key, (field, v)) in entries {
-        if !NODE_MONITOR_KEYS.contains(&key.as_str()) {
-            return Err(ConfigError::UnknownKey {
-                field: field
-                    .rsplit_once('.')
-                    .map_or(field.as_str(), |(f, _)| f)
-                    .into(),
-                key: key.clone(),
-                known: NODE_MONITOR_KEYS.join(", "),
-            });
-        }
-        set_key(&mut s, key, field, v)?;
-    }
-    check_against_each_other(&s, entries)?;
-    Ok(s)
+/// A `nodeMonitor` value with the field name its errors use (`config.yaml: nodeMonitor.psiWindow`).
+type Named<T> = Option<(String, T)>;
+
+/// The `nodeMonitor` keys of one or more documents, each from the last document that sets it.
+#[derive(Debug, Default)]
+pub(super) struct NodeMonitorFields {
+    max_pods_per_cycle: Named<serde_norway::Number>,
+    housekeeping_interval: Named<String>,
+    fast_sampling_interval: Named<String>,
+    pdb_policy: Named<PdbPolicy>,
+    dry_run: Named<bool>,
+    psi_window: Named<String>,
+    psi_threshold: Named<String>,
+    reclaim_stall_budget: Named<String>,
+    pod_cleanup_timeout: Named<String>,
+    taint_on_pressure: Named<bool>,
+    api_timeout: Named<String>,
 }
 
-/// Validates one key of [`NODE_MONITOR_KEYS`] (written as `field`) and sets it in `s`.
-fn set_key(
-    s: &mut NodeMonitorSettings,
-    key: &str,
-    field: &str,
-    v: &Value,
-) -> Result<(), ConfigError> {
-    match key {
-        "maxPodsPerCycle" => s.max_pods_per_cycle = max_pods_per_cycle(field, v)?,
-        "housekeepingInterval" => {
-            s.housekeeping_interval = duration_where(
-                field,
-                v,
-                |d| d >= Duration::from_millis(100),
-                "must be at least 100ms",
-            )?;
+impl NodeMonitorFields {
+    /// Takes the keys `section` (of the document `doc`) sets.
+    pub(super) fn merge(&mut self, doc: &str, section: &NodeMonitorSection) {
+        fn over<T: Clone, U>(
+            to: &mut Named<U>,
+            from: Option<&T>,
+            get: impl Fn(&T) -> U,
+            doc: &str,
+            key: &str,
+        ) {
+            if let Some(v) = from {
+                *to = Some((format!("{doc}: nodeMonitor.{key}"), get(v)));
+            }
         }
-        "fastSamplingInterval" => {
-            s.fast_sampling_interval = duration_where(
-                field,
-                v,
-                |d| d.is_zero() || d >= Duration::from_millis(10),
-                "must be 0s (off) or at least 10ms",
-            )?;
-        }
-        "pdbPolicy" => s.pdb_policy = pdb_policy(field, v)?,
-        // Graceful shutdown options: read and validated by `shutdown::parse_shutdown_config`.
-        "shutdown" => {}
-        "dryRun" => s.dry_run = boolean(field, v)?,
-        "taintOnPressure" => s.taint_on_pressure = boolean(field, v)?,
-        "psiWindow" => {
-            // The kernel's PSI trigger window limits (kernel/sched/psi.c).
-            s.psi_window = duration_where(
-                field,
-                v,
-                |d| d >= Duration::from_millis(500) && d <= Duration::from_secs(10),
-                "must be between 500ms and 10s",
-            )?;
-        }
-        "psiThreshold" => {
-            s.psi_threshold = duration_where(field, v, |d| !d.is_zero(), "must be positive")?;
-        }
-        "reclaimStallBudget" => {
-            s.reclaim_stall_budget = duration_where(
-                field,
-                v,
-                |d| !d.is_zero() && d <= Duration::from_secs(1),
-                "must be positive and at most 1s",
-            )?;
-        }
-        "podCleanupTimeout" => {
-            s.pod_cleanup_timeout = duration_where(field, v, |d| !d.is_zero(), "must be positive")?;
-        }
-        "apiTimeout" => {
-            s.api_timeout = duration_where(
-                field,
-                v,
-                |d| d >= Duration::from_millis(100) && d <= Duration::from_secs(300),
-                "must be between 100ms and 5m",
-            )?;
-        }
-        // Not in NODE_MONITOR_KEYS: rejected by the caller.
-        _ => {}
+        let s = section;
+        let text = |d: &DurationText| d.0.clone();
+        let flag = |f: &Flag| f.0;
+        let d = doc;
+        over(
+            &mut self.max_pods_per_cycle,
+            s.max_pods_per_cycle.as_ref(),
+            |n| n.0.clone(),
+            d,
+            "maxPodsPerCycle",
+        );
+        over(
+            &mut self.housekeeping_interval,
+            s.housekeeping_interval.as_ref(),
+            text,
+            d,
+            "housekeepingInterval",
+        );
+        over(
+            &mut self.fast_sampling_interval,
+            s.fast_sampling_interval.as_ref(),
+            text,
+            d,
+            "fastSamplingInterval",
+        );
+        over(
+            &mut self.pdb_policy,
+            s.pdb_policy.as_ref(),
+            |p| *p,
+            d,
+            "pdbPolicy",
+        );
+        over(&mut self.dry_run, s.dry_run.as_ref(), flag, d, "dryRun");
+        over(
+            &mut self.psi_window,
+            s.psi_window.as_ref(),
+            text,
+            d,
+            "psiWindow",
+        );
+        over(
+            &mut self.psi_threshold,
+            s.psi_threshold.as_ref(),
+            text,
+            d,
+            "psiThreshold",
+        );
+        over(
+            &mut self.reclaim_stall_budget,
+            s.reclaim_stall_budget.as_ref(),
+            text,
+            d,
+            "reclaimStallBudget",
+        );
+        over(
+            &mut self.pod_cleanup_timeout,
+            s.pod_cleanup_timeout.as_ref(),
+            text,
+            d,
+            "podCleanupTimeout",
+        );
+        over(
+            &mut self.taint_on_pressure,
+            s.taint_on_pressure.as_ref(),
+            flag,
+            d,
+            "taintOnPressure",
+        );
+        over(
+            &mut self.api_timeout,
+            s.api_timeout.as_ref(),
+            text,
+            d,
+            "apiTimeout",
+        );
     }
-    Ok(())
+}
+
+/// A duration setting to fill in: where it goes, the value written (if any), the bound it must
+/// meet and what to say when it does not.
+type DurationSetting<'a> = (
+    &'a mut Duration,
+    &'a Named<String>,
+    fn(Duration) -> bool,
+    &'static str,
+);
+
+/// Validates every key set and fills in the defaults of the others.
+pub(super) fn parse_node_monitor(
+    f: &NodeMonitorFields,
+) -> Result<NodeMonitorSettings, ConfigError> {
+    let mut s = NodeMonitorSettings::default();
+    if let Some((field, n)) = &f.max_pods_per_cycle {
+        s.max_pods_per_cycle = max_pods_per_cycle(field, n)?;
+    }
+    if let Some((_, p)) = f.pdb_policy {
+        s.pdb_policy = p;
+    }
+    if let Some((_, b)) = f.dry_run {
+        s.dry_run = b;
+    }
+    if let Some((_, b)) = f.taint_on_pressure {
+        s.taint_on_pressure = b;
+    }
+    let durations: [DurationSetting<'_>; 7] = [
+        (
+            &mut s.housekeeping_interval,
+            &f.housekeeping_interval,
+            |d| d >= Duration::from_millis(100),
+            "must be at least 100ms",
+        ),
+        (
+            &mut s.fast_sampling_interval,
+            &f.fast_sampling_interval,
+            |d| d.is_zero() || d >= Duration::from_millis(10),
+            "must be 0s (off) or at least 10ms",
+        ),
+        // The kernel's PSI trigger window limits (kernel/sched/psi.c).
+        (
+            &mut s.psi_window,
+            &f.psi_window,
+            |d| d >= Duration::from_millis(500) && d <= Duration::from_secs(10),
+            "must be between 500ms and 10s",
+        ),
+        (
+            &mut s.psi_threshold,
+            &f.psi_threshold,
+            |d| !d.is_zero(),
+            "must be positive",
+        ),
+        (
+            &mut s.reclaim_stall_budget,
+            &f.reclaim_stall_budget,
+            |d| !d.is_zero() && d <= Duration::from_secs(1),
+            "must be positive and at most 1s",
+        ),
+        (
+            &mut s.pod_cleanup_timeout,
+            &f.pod_cleanup_timeout,
+            |d| !d.is_zero(),
+            "must be positive",
+        ),
+        (
+            &mut s.api_timeout,
+            &f.api_timeout,
+            |d| d >= Duration::from_millis(100) && d <= Duration::from_secs(300),
+            "must be between 100ms and 5m",
+        ),
+    ];
+    for (to, from, ok, reason) in durations {
+        if let Some((field, text)) = from {
+            *to = duration_where(field, text, ok, reason)?;
+        }
+    }
+    check_against_each_other(&s, f)?;
+    Ok(s)
 }
 
 /// The settings bounded by another one: the fast sampling interval by the housekeeping
 /// interval, the PSI threshold by the PSI window.
 fn check_against_each_other(
     s: &NodeMonitorSettings,
-    entries: &BTreeMap<String, (String, Value)>,
+    f: &NodeMonitorFields,
 ) -> Result<(), ConfigError> {
     if s.fast_sampling_interval > s.housekeeping_interval {
-        let field = entries
-            .get("fastSamplingInterval")
+        let field = f
+            .fast_sampling_interval
+            .as_ref()
             .map_or("nodeMonitor.fastSamplingInterval", |(f, _)| f.as_str());
         return Err(invalid(
             field,
@@ -126,8 +230,9 @@ fn check_against_each_other(
         ));
     }
     if s.psi_threshold > s.psi_window {
-        let field = entries
-            .get("psiThreshold")
+        let field = f
+            .psi_threshold
+            .as_ref()
             .map_or("nodeMonitor.psiThreshold", |(f, _)| f.as_str());
         return Err(invalid(
             field,
@@ -149,62 +254,23 @@ fn invalid(field: &str, value: &str, reason: &str) -> ConfigError {
     }
 }
 
-/// A non-negative duration string for which `ok` holds; otherwise an error giving `reason`.
+/// A non-negative duration for which `ok` holds; otherwise an error giving `reason`.
 fn duration_where(
     field: &str,
-    v: &Value,
-    ok: impl Fn(Duration) -> bool,
+    text: &str,
+    ok: fn(Duration) -> bool,
     reason: &str,
 ) -> Result<Duration, ConfigError> {
-    let (d, text) = match v {
-        Value::String(text) => (non_negative_duration(field, text)?, text),
-        other => {
-            return Err(wrong_type(
-                field,
-                "a duration string such as \"10s\"",
-                other,
-            ));
-        }
-    };
+    let d = non_negative_duration(field, text)?;
     if !ok(d) {
         return Err(invalid(field, text, reason));
     }
     Ok(d)
 }
 
-fn boolean(field: &str, v: &Value) -> Result<bool, ConfigError> {
-    match v {
-        Value::Bool(b) => Ok(*b),
-        other => Err(wrong_type(field, "a boolean", other)),
-    }
-}
-
-fn max_pods_per_cycle(field: &str, v: &Value) -> Result<u32, ConfigError> {
-    let n = match v {
-        Value::Number(n) => n.as_u64(),
-        other => return Err(wrong_type(field, "a positive integer", other)),
-    };
-    n.and_then(|n| u32::try_from(n).ok())
+fn max_pods_per_cycle(field: &str, n: &serde_norway::Number) -> Result<u32, ConfigError> {
+    n.as_u64()
+        .and_then(|n| u32::try_from(n).ok())
         .filter(|n| (1..=1000).contains(n))
-        .ok_or_else(|| invalid(field, &describe_plain(v), "must be between 1 and 1000"))
-}
-
-fn pdb_policy(field: &str, v: &Value) -> Result<PdbPolicy, ConfigError> {
-    match v {
-        Value::String(p) if p == "respect" => Ok(PdbPolicy::Respect),
-        Value::String(p) if p == "escalate" => Ok(PdbPolicy::Escalate),
-        Value::String(p) => Err(invalid(field, p, "must be \"respect\" or \"escalate\"")),
-        other => Err(wrong_type(field, "\"respect\" or \"escalate\"", other)),
-    }
-}
-
-/// A scalar as written (`5s`, `1000`, `true`), for an invalid-value error; anything else as
-/// [`describe`] says it.
-pub(crate) fn describe_plain(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        Value::Bool(b) => b.to_string(),
-        other => describe(other),
-    }
+        .ok_or_else(|| invalid(field, &n.to_string(), "must be between 1 and 1000"))
 }

@@ -1,4 +1,5 @@
 use proptest::{collection::vec, prelude::*, sample::select};
+use serde_norway::Value;
 
 use super::*;
 

@@ -7,14 +7,17 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use serde_norway::Value;
 
 use super::{
     GoDuration, Group, KubeletInhibitorPolicy, LOGIND_MAX_DELAY, PriorityPeriod,
     ShutdownConfigError, ShutdownSettings,
 };
 use crate::{
-    config::{describe, describe_plain, ser_go_duration},
+    config::{
+        ConfigFile, ReadError,
+        file::{DurationText, PriorityList, ShutdownSection},
+        ser_go_duration,
+    },
     duration::{DurationError, format_go_duration},
 };
 
@@ -121,15 +124,14 @@ pub enum ConfigError {
         /// What the document is instead (`a list`, `the string "x"`).
         found: String,
     },
-    /// A field holds the wrong kind of value.
-    #[error("{field}: expected {expected}, found {found}")]
-    WrongType {
+    /// A value the configuration model refuses: of the wrong kind, or not one of the values its
+    /// type has.
+    #[error("{field}: {message}")]
+    Refused {
         /// The setting's path (`nodeMonitor.shutdown.pollInterval`, `shutdownGracePeriod`).
         field: String,
-        /// What the field takes.
-        expected: &'static str,
-        /// What it holds instead.
-        found: String,
+        /// What is wrong, naming the value ("expected a boolean, found the number 1").
+        message: String,
     },
     /// A value that does not parse as a Go duration.
     #[error("{field}: invalid duration {value:?}")]
@@ -201,63 +203,51 @@ pub fn parse_shutdown_config(
     let Some(text) = config_file_text else {
         return Ok(ShutdownConfig::default());
     };
-    let doc: Value = serde_norway::from_str(text).map_err(ConfigError::Syntax)?;
-    parse_shutdown_document(&doc)
+    let file = ConfigFile::read(text).map_err(ConfigError::from)?;
+    shutdown_config(&file)
 }
 
-/// The shutdown configuration of a document already parsed (the agent parses its file once and
-/// reads both the eviction and the shutdown settings from it, [`crate::agent_config`]).
-pub fn parse_shutdown_document(doc: &Value) -> Result<ShutdownConfig, ConfigError> {
-    let map = match doc.clone() {
-        Value::Null => return Ok(ShutdownConfig::default()),
-        Value::Mapping(m) => m,
-        other => {
-            return Err(ConfigError::NotAMapping {
-                found: describe(&other),
-            });
-        }
-    };
-    let mut settings = ShutdownSettings::default();
-    let mut options_map = None;
-    for (k, v) in &map {
-        let Value::String(key) = k else { continue };
-        if key == "nodeMonitor" {
-            // Anything but a mapping is rejected by the eviction configuration's parser.
-            if let Value::Mapping(nm) = v
-                && let Some(s) = nm.get("shutdown")
-            {
-                options_map = Some(s.clone());
+impl From<ReadError> for ConfigError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Syntax(source) => ConfigError::Syntax(source),
+            ReadError::NotAMapping { found } => ConfigError::NotAMapping { found },
+            ReadError::Value { field, message } => ConfigError::Refused { field, message },
+            ReadError::UnknownKey { field, key, known } => {
+                ConfigError::UnknownKey { field, key, known }
             }
-            continue;
-        }
-        // Any other KubeletConfiguration field: not read here.
-        if !SHUTDOWN_FILE_FIELDS.contains(&key.as_str()) {
-            continue;
-        }
-        match key.as_str() {
-            "shutdownGracePeriod" => settings.shutdown_grace_period = go_duration(key, v)?,
-            "shutdownGracePeriodCriticalPods" => {
-                settings.shutdown_grace_period_critical_pods = go_duration(key, v)?;
-            }
-            "shutdownGracePeriodByPodPriority" => {
-                settings.shutdown_grace_period_by_pod_priority = priority_list(key, v)?;
-            }
-            // Not in SHUTDOWN_FILE_FIELDS: skipped above.
-            _ => {}
         }
     }
+}
+
+/// The shutdown configuration of a document already read (the agent reads its file once and
+/// validates both the eviction and the shutdown settings from it, [`crate::agent_config`]).
+pub fn shutdown_config(file: &ConfigFile) -> Result<ShutdownConfig, ConfigError> {
+    let settings = ShutdownSettings {
+        shutdown_grace_period: go_duration(
+            "shutdownGracePeriod",
+            file.shutdown_grace_period.as_ref(),
+        )?,
+        shutdown_grace_period_critical_pods: go_duration(
+            "shutdownGracePeriodCriticalPods",
+            file.shutdown_grace_period_critical_pods.as_ref(),
+        )?,
+        shutdown_grace_period_by_pod_priority: priority_periods(
+            file.shutdown_grace_period_by_pod_priority.as_ref(),
+        ),
+    };
     let groups = settings.groups()?;
     let mut options = ShutdownOptions {
         enabled: !groups.is_empty(),
         ..ShutdownOptions::default()
     };
     let mut warnings = Vec::new();
-    match options_map {
-        None | Some(Value::Null) => {}
-        Some(Value::Mapping(m)) => parse_options(&m, &mut options)?,
-        Some(other) => {
-            return Err(wrong_type("nodeMonitor.shutdown", "a mapping", &other));
-        }
+    if let Some(section) = file
+        .node_monitor
+        .as_ref()
+        .and_then(|nm| nm.shutdown.as_ref())
+    {
+        parse_options(section, &mut options)?;
     }
     if options.enabled && groups.is_empty() {
         warnings.push(
@@ -308,162 +298,62 @@ pub fn parse_shutdown_document(doc: &Value) -> Result<ShutdownConfig, ConfigErro
     Ok(config)
 }
 
-fn parse_options(m: &serde_norway::Mapping, o: &mut ShutdownOptions) -> Result<(), ConfigError> {
-    for (k, v) in m {
-        let Value::String(key) = k else {
-            return Err(wrong_type("nodeMonitor.shutdown", "string keys", k));
-        };
-        if !SHUTDOWN_OPTION_KEYS.contains(&key.as_str()) {
-            return Err(ConfigError::UnknownKey {
-                field: "nodeMonitor.shutdown".into(),
-                key: key.clone(),
-                known: SHUTDOWN_OPTION_KEYS.join(", "),
-            });
-        }
-        let field = format!("nodeMonitor.shutdown.{key}");
-        match key.as_str() {
-            "enabled" => o.enabled = boolean(&field, v)?,
-            "manageInhibitDelay" => o.manage_inhibit_delay = boolean(&field, v)?,
-            "cordon" => o.cordon = boolean(&field, v)?,
-            "inhibitDelayMargin" => o.inhibit_delay_margin = duration(&field, v, Duration::ZERO)?,
-            "lastGaspTimeout" => {
-                o.last_gasp_timeout = duration(&field, v, Duration::from_millis(100))?;
-            }
-            "pollInterval" => o.poll_interval = duration(&field, v, Duration::from_millis(50))?,
-            "kubeletInhibitorPolicy" => {
-                let s = string(&field, v, "takeOver, cooperate or standAside")?;
-                o.kubelet_inhibitor_policy = KubeletInhibitorPolicy::ALL
-                    .iter()
-                    .find(|(name, _)| *name == s)
-                    .map(|(_, p)| *p)
-                    .ok_or_else(|| ConfigError::Invalid {
-                        field: field.clone(),
-                        value: s.to_owned(),
-                        reason: "must be \"takeOver\", \"cooperate\" or \"standAside\"".into(),
-                    })?;
-            }
-            "lastGasp" => {
-                let s = string(&field, v, "none, condition or annotation")?;
-                o.last_gasp = match s {
-                    "none" => LastGasp::None,
-                    "condition" => LastGasp::Condition,
-                    "annotation" => LastGasp::Annotation,
-                    other => {
-                        return Err(ConfigError::Invalid {
-                            field,
-                            value: other.to_owned(),
-                            reason: "must be \"none\", \"condition\" or \"annotation\"".into(),
-                        });
-                    }
-                };
-            }
-            // Not in SHUTDOWN_OPTION_KEYS: rejected above.
-            _ => {}
-        }
+/// `nodeMonitor.shutdown` over the defaults, each duration bounded.
+fn parse_options(s: &ShutdownSection, o: &mut ShutdownOptions) -> Result<(), ConfigError> {
+    let field = |key: &str| format!("nodeMonitor.shutdown.{key}");
+    if let Some(b) = s.enabled {
+        o.enabled = b.0;
+    }
+    if let Some(b) = s.manage_inhibit_delay {
+        o.manage_inhibit_delay = b.0;
+    }
+    if let Some(b) = s.cordon {
+        o.cordon = b.0;
+    }
+    if let Some(p) = s.kubelet_inhibitor_policy {
+        o.kubelet_inhibitor_policy = p;
+    }
+    if let Some(g) = s.last_gasp {
+        o.last_gasp = g;
+    }
+    if let Some(d) = &s.inhibit_delay_margin {
+        o.inhibit_delay_margin = duration(&field("inhibitDelayMargin"), d, Duration::ZERO)?;
+    }
+    if let Some(d) = &s.last_gasp_timeout {
+        o.last_gasp_timeout = duration(&field("lastGaspTimeout"), d, Duration::from_millis(100))?;
+    }
+    if let Some(d) = &s.poll_interval {
+        o.poll_interval = duration(&field("pollInterval"), d, Duration::from_millis(50))?;
     }
     Ok(())
 }
 
-fn go_duration(field: &str, v: &Value) -> Result<GoDuration, ConfigError> {
-    match v {
-        Value::Null => Ok(GoDuration::ZERO),
-        Value::String(s) => GoDuration::parse(s).map_err(|source| ConfigError::Duration {
-            field: field.into(),
-            value: s.clone(),
-            source,
-        }),
-        other => Err(wrong_type(
-            field,
-            "a duration string such as \"30s\"",
-            other,
-        )),
-    }
-}
-
-fn priority_list(field: &str, v: &Value) -> Result<Vec<PriorityPeriod>, ConfigError> {
-    let items = match v {
-        Value::Null => return Ok(Vec::new()),
-        Value::Sequence(items) => items,
-        other => {
-            return Err(wrong_type(
-                field,
-                "a list of {priority, shutdownGracePeriodSeconds}",
-                other,
-            ));
-        }
+/// A KubeletConfiguration duration; absent (or `null`) is zero.
+fn go_duration(field: &str, v: Option<&DurationText>) -> Result<GoDuration, ConfigError> {
+    let Some(DurationText(text)) = v else {
+        return Ok(GoDuration::ZERO);
     };
-    let mut out = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        let entry = format!("{field}[{i}]");
-        let Value::Mapping(m) = item else {
-            return Err(wrong_type(
-                &entry,
-                "a mapping {priority, shutdownGracePeriodSeconds}",
-                item,
-            ));
-        };
-        // Go's zero values for fields left out.
-        let mut p = PriorityPeriod {
-            priority: 0,
-            shutdown_grace_period_seconds: 0,
-        };
-        for (k, v) in m {
-            let key = k.as_str().unwrap_or_default();
-            if !PRIORITY_ENTRY_KEYS.contains(&key) {
-                return Err(ConfigError::UnknownKey {
-                    field: entry,
-                    key: describe_plain(k),
-                    known: PRIORITY_ENTRY_KEYS.join(", "),
-                });
-            }
-            let f = format!("{entry}.{key}");
-            match key {
-                "priority" => {
-                    p.priority = v
-                        .as_i64()
-                        .and_then(|n| i32::try_from(n).ok())
-                        .ok_or_else(|| invalid_number(&f, v, "is not a 32-bit integer"))?;
-                }
-                "shutdownGracePeriodSeconds" => {
-                    p.shutdown_grace_period_seconds = v
-                        .as_i64()
-                        .ok_or_else(|| invalid_number(&f, v, "is not an integer (seconds)"))?;
-                }
-                // Not in PRIORITY_ENTRY_KEYS: rejected above.
-                _ => {}
-            }
-        }
-        out.push(p);
-    }
-    Ok(out)
-}
-
-fn invalid_number(field: &str, v: &Value, reason: &str) -> ConfigError {
-    ConfigError::Invalid {
+    GoDuration::parse(text).map_err(|source| ConfigError::Duration {
         field: field.into(),
-        value: describe_plain(v),
-        reason: reason.into(),
-    }
+        value: text.clone(),
+        source,
+    })
 }
 
-fn boolean(field: &str, v: &Value) -> Result<bool, ConfigError> {
-    match v {
-        Value::Bool(b) => Ok(*b),
-        other => Err(wrong_type(field, "a boolean", other)),
-    }
+/// The entries as the kubelet reads them: a key left out is Go's zero value.
+fn priority_periods(list: Option<&PriorityList>) -> Vec<PriorityPeriod> {
+    list.map(|l| l.0.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|e| PriorityPeriod {
+            priority: e.priority.map_or(0, |p| p.0),
+            shutdown_grace_period_seconds: e.shutdown_grace_period_seconds.map_or(0, |s| s.0),
+        })
+        .collect()
 }
 
-fn string<'a>(field: &str, v: &'a Value, expected: &'static str) -> Result<&'a str, ConfigError> {
-    match v {
-        Value::String(s) => Ok(s),
-        other => Err(wrong_type(field, expected, other)),
-    }
-}
-
-fn duration(field: &str, v: &Value, min: Duration) -> Result<Duration, ConfigError> {
-    let Value::String(text) = v else {
-        return Err(wrong_type(field, "a duration string such as \"5s\"", v));
-    };
+fn duration(field: &str, v: &DurationText, min: Duration) -> Result<Duration, ConfigError> {
+    let text = &v.0;
     let d = GoDuration::parse(text).map_err(|source| ConfigError::Duration {
         field: field.into(),
         value: text.clone(),
@@ -484,14 +374,6 @@ fn duration(field: &str, v: &Value, min: Duration) -> Result<Duration, ConfigErr
         });
     }
     Ok(d)
-}
-
-fn wrong_type(field: &str, expected: &'static str, found: &Value) -> ConfigError {
-    ConfigError::WrongType {
-        field: field.into(),
-        expected,
-        found: describe(found),
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Property tests of the graceful shutdown configuration parser (docs/testing.md): any document
 //! parses to groups that fit logind's limit, lowest priority first, or fails naming the field.
 use proptest::{collection::vec, prelude::*, sample::select};
+use serde_norway::Value;
 
 use super::*;
 
