@@ -42,9 +42,18 @@ pub fn target_dir() -> PathBuf {
     base.join(std::env::var("NODE_MONITOR_PROFILE").unwrap_or_else(|_| "debug".to_owned()))
 }
 
-/// Path of a workspace binary, or a failure that says how to build it.
+/// Path of a workspace binary, or a failure that says how to build it. The agent alone can come
+/// from another profile (`NODE_MONITOR_AGENT_PROFILE=release`): the footprint benchmarks measure
+/// the release agent with the debug harness.
 pub fn binary(name: &str) -> PathBuf {
-    let p = target_dir().join(name);
+    let agent_profile = std::env::var("NODE_MONITOR_AGENT_PROFILE").ok();
+    let p = match agent_profile {
+        Some(profile) if name == "node-monitor" => target_dir()
+            .parent()
+            .map_or_else(|| PathBuf::from(&profile), |t| t.join(&profile))
+            .join(name),
+        _ => target_dir().join(name),
+    };
     assert!(
         p.is_file(),
         "{} is missing: build the binaries first (`cargo bins`, as scripts/test.sh does)",

@@ -3,6 +3,9 @@
 //!
 //! ```text
 //! cargo bins && target/debug/bench-agent-load --pods 250 --seconds 60
+//! # the release agent, with the debug harness:
+//! cargo build --release -p node-monitor --bin node-monitor
+//! NODE_MONITOR_AGENT_PROFILE=release target/debug/bench-agent-load --pods 250 --seconds 60
 //! ```
 use std::time::{Duration, Instant};
 
@@ -21,6 +24,10 @@ struct Args {
     pods: usize,
     #[arg(long, default_value_t = 60)]
     seconds: u64,
+    /// Run the agent as the DaemonSet does, with its memory locked (`mlockall`): every mapped
+    /// page is then resident, which is what the container's memory limit must hold.
+    #[arg(long)]
+    mlock: bool,
 }
 
 /// (utime + stime in clock ticks, VmRSS KiB, VmHWM KiB).
@@ -84,7 +91,7 @@ async fn run(cluster: &Cluster, args: &Args) -> Result<()> {
     let mut agent = Agent::spawn(
         cluster,
         "evictionHard:\n  memory.available: 100Mi\n",
-        &["--no-mlock"],
+        if args.mlock { &[] } else { &["--no-mlock"] },
     )?;
     agent.wait_log("deciding", Duration::from_secs(60)).await?;
     let pid = agent.pid().context("agent pid")?;
@@ -100,8 +107,9 @@ async fn run(cluster: &Cluster, args: &Args) -> Result<()> {
     let cpu = (t1 - t0) as f64 / hz / wall * 100.0;
     let wakeups = agent.metric_sum("node_monitor_wakeups_total", &[]).await?;
     println!(
-        "pods={} window={wall:.0}s cpu={cpu:.2}% of one core rss={:.1}MiB peak_rss={:.1}MiB wakeups_total={wakeups}",
+        "pods={} mlock={} window={wall:.0}s cpu={cpu:.2}% of one core rss={:.1}MiB peak_rss={:.1}MiB wakeups_total={wakeups}",
         args.pods,
+        args.mlock,
         rss as f64 / 1024.0,
         hwm as f64 / 1024.0
     );
