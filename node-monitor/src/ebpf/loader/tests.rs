@@ -1,4 +1,17 @@
-use super::attach::tracepoint_denied_hint;
+use super::{OBJECT, attach::tracepoint_denied_hint};
+
+#[test]
+fn the_object_reads_kernel_structs_through_core_relocations() {
+    let mut obj = aya_obj::Object::parse(OBJECT).expect("the embedded eBPF object parses");
+    assert!(
+        obj.has_btf_relocations(),
+        "no CO-RE relocation records in the object's .BTF.ext"
+    );
+    // Without kernel BTF the loader relocates against an empty BTF: every record is poisoned,
+    // none is an error (the programs never reach them, see `NM_CORE`).
+    obj.relocate_btf(&aya::Btf::new())
+        .expect("relocating against an empty BTF poisons, never fails");
+}
 
 #[test]
 fn a_refused_tracepoint_names_perf_event_paranoid_only_when_it_is_the_cause() {
