@@ -1,10 +1,9 @@
 //! Records the agent writes into maps after loading and before attaching: tunables
-//! ([`ProbeConfigRaw`]), kernel struct offsets resolved from BTF ([`TaskOffsets`]) and tracepoint
-//! field layouts parsed from tracefs ([`TpLayout`]).
+//! ([`ProbeConfigRaw`]) and tracepoint field layouts parsed from tracefs ([`TpLayout`]).
 //!
-//! Rust eBPF emits no CO-RE relocations, so nothing about kernel layouts is compiled in: the
-//! programs read every kernel field at an offset the agent resolved on the running kernel, and a
-//! program whose layout could not be resolved is not attached.
+//! Kernel structs are read through CO-RE (node-monitor-ebpf/c/task.c): the loader relocates
+//! those reads against the running kernel's BTF and sets [`crate::names::CORE_GLOBAL`]; a
+//! tracepoint whose layout could not be parsed is not attached.
 use crate::plain;
 
 /// Tunables, at index 0 of [`crate::names::CONFIG_MAP`].
@@ -32,57 +31,6 @@ pub struct ProbeConfigRaw {
 pub mod config_flags {
     /// The programs were loaded with a log level above `Off` (informational).
     pub const KERNEL_LOG: u32 = 1 << 0;
-}
-
-/// Offsets of the kernel fields the OOM raw-tracepoint program reads from the victim's
-/// `task_struct` and the reboot program reads from `current`'s, at index 0 of
-/// [`crate::names::TASK_OFFSETS_MAP`]. All in bytes.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TaskOffsets {
-    /// `task_struct.pid`, `.tgid`, `.comm`, `.cgroups`, `.signal`, `.mm`.
-    pub task_pid: u32,
-    pub task_tgid: u32,
-    pub task_comm: u32,
-    pub task_cgroups: u32,
-    pub task_signal: u32,
-    pub task_mm: u32,
-    /// `css_set.dfl_cgrp`: the task's cgroup on the default (v2) hierarchy.
-    pub css_set_dfl_cgrp: u32,
-    /// `cgroup.kn` and `kernfs_node.id` (the cgroup id = the v2 directory's inode).
-    pub cgroup_kn: u32,
-    pub kernfs_node_id: u32,
-    /// `signal_struct.oom_score_adj` (a `short`).
-    pub signal_oom_score_adj: u32,
-    /// `mm_struct.total_vm` (pages), `.pgtables_bytes` (bytes) and `.rss_stat` (array).
-    pub mm_total_vm: u32,
-    pub mm_pgtables_bytes: u32,
-    pub mm_rss_stat: u32,
-    /// Size of one `rss_stat` element, and offset of its 64-bit count inside it
-    /// (`percpu_counter.count` since 6.2, `atomic_long_t.counter` before).
-    pub rss_stride: u32,
-    pub rss_count: u32,
-    /// Indexes of `MM_FILEPAGES`, `MM_ANONPAGES`, `MM_SHMEMPAGES` in `rss_stat`.
-    pub rss_file_idx: u32,
-    pub rss_anon_idx: u32,
-    pub rss_shmem_idx: u32,
-    /// 1 when the memory figures above were resolved (the rest is required).
-    pub memory_valid: u32,
-    /// 1 when the record was filled; the program emits nothing from the task otherwise.
-    pub valid: u32,
-    /// `task_struct.thread_pid` and `pid.level`: the depth of the task's PID namespace.
-    pub task_thread_pid: u32,
-    pub pid_level: u32,
-    /// `task_struct.cred`, `cred.cap_effective` (8 bytes: `u64 val` since 6.3, `u32 cap[2]`
-    /// before, the same little-endian value), `cred.user_ns` and `user_namespace.level`.
-    pub task_cred: u32,
-    pub cred_cap_effective: u32,
-    pub cred_user_ns: u32,
-    pub user_ns_level: u32,
-    /// 1 when the caller fields above were resolved; the reboot program reports calls
-    /// `unverified` otherwise. Independent of `valid`.
-    pub caller_valid: u32,
-    pub _pad: u32,
 }
 
 /// Where a tracepoint field lives in the record the kernel passes to the program.
@@ -198,11 +146,6 @@ pub const TP_SLOTS: u32 = 3;
 
 plain! {
     ProbeConfigRaw { u64, u64, u64, u64, u64, u32, u32 },
-    TaskOffsets {
-        u32, u32, u32, u32, u32, u32, u32, u32, u32, u32,
-        u32, u32, u32, u32, u32, u32, u32, u32, u32, u32,
-        u32, u32, u32, u32, u32, u32, u32, u32,
-    },
     FieldLoc { u16, u8, u8 },
     TpLayout { [FieldLoc; TP_MAX_FIELDS] },
 }

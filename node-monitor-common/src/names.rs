@@ -7,8 +7,9 @@ pub const EVENTS_MAP: &str = "NM_EVENTS";
 pub const COUNTERS_MAP: &str = "NM_COUNTERS";
 /// `Array<ProbeConfigRaw>` with one entry.
 pub const CONFIG_MAP: &str = "NM_CONFIG";
-/// `Array<TaskOffsets>` with one entry.
-pub const TASK_OFFSETS_MAP: &str = "NM_TASK_OFFS";
+/// A read-only `u8` global: 1 when the loader relocated the CO-RE reads of kernel structs
+/// against the running kernel's BTF, 0 when it had none (the programs then skip those reads).
+pub const CORE_GLOBAL: &str = "NM_CORE";
 /// `Array<TpLayout>` indexed by [`crate::config::TpSlot::index`].
 pub const TP_LAYOUT_MAP: &str = "NM_TP_LAYOUT";
 /// `LruHashMap<tid, ReclaimTask>`: reclaim in flight and the last reclaim flavor per task.
@@ -22,7 +23,7 @@ pub const REBOOT_MAP: &str = "NM_REBOOT";
 
 /// Program names (the functions in node-monitor-ebpf).
 pub mod prog {
-    /// raw_tracepoint `mark_victim`: the victim's task, read with BTF-resolved offsets.
+    /// raw_tracepoint `mark_victim`: the victim's task, read through CO-RE.
     pub const OOM_RAW: &str = "oom_victim_raw";
     /// tracepoint `oom/mark_victim`: fallback when the raw program cannot run.
     pub const OOM_TP: &str = "oom_victim_tp";

@@ -1,8 +1,9 @@
 //! node-monitor's kernel probes: tracepoints and raw tracepoints only (no kprobes, no fentry),
 //! one module per probe family. Every probe writes typed records (node-monitor-common's
 //! `Event<T>`) into one ring buffer and counts what it sent and what it dropped in per-CPU
-//! counters. Kernel field offsets come from maps the agent fills at load time (no CO-RE from
-//! Rust); docs/kernel-probes.md describes each program and what it needs.
+//! counters. Kernel structs are read through CO-RE, in C (c/task.c, see `task`); tracepoint
+//! fields at offsets the agent parsed from tracefs. docs/kernel-probes.md describes each
+//! program and what it needs.
 #![no_std]
 #![no_main]
 #![feature(core_intrinsics)]
@@ -17,6 +18,7 @@ mod oom;
 mod reboot;
 mod reclaim;
 mod synthetic;
+mod task;
 mod util;
 
 #[cfg(not(test))]

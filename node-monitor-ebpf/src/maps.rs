@@ -4,7 +4,7 @@ use aya_ebpf::{
     maps::{Array, LruHashMap, PerCpuArray, RingBuf},
 };
 use node_monitor_common::{
-    config::{ProbeConfigRaw, TP_SLOTS, TaskOffsets, TpLayout},
+    config::{ProbeConfigRaw, TP_SLOTS, TpLayout},
     counters,
     logic::{
         KSWAPD_NODES, KswapdSlot, REBOOT_GATES, RebootSlot, ReclaimTask, StallKey, StallWindow,
@@ -20,9 +20,6 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counters::
 
 #[map(name = "NM_CONFIG")]
 pub static CONFIG: Array<ProbeConfigRaw> = Array::with_max_entries(1, 0);
-
-#[map(name = "NM_TASK_OFFS")]
-pub static TASK_OFFSETS: Array<TaskOffsets> = Array::with_max_entries(1, 0);
 
 #[map(name = "NM_TP_LAYOUT")]
 pub static TP_LAYOUT: Array<TpLayout> = Array::with_max_entries(TP_SLOTS, 0);

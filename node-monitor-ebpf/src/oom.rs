@@ -6,7 +6,7 @@
 //! Two programs, one attached:
 //! - `oom_victim_raw` (raw tracepoint, preferred): `TP_PROTO(struct task_struct *task, uid_t
 //!   uid)` gives the victim's task, so the victim's own cgroup v2 id is read from
-//!   `task->cgroups->dfl_cgrp->kn->id`, at offsets the agent resolved from the kernel's BTF.
+//!   `task->cgroups->dfl_cgrp->kn->id`, through CO-RE (c/task.c, see `crate::task`).
 //! - `oom_victim_tp` (tracepoint, fallback without BTF): the stable tracepoint fields (pid, comm,
 //!   RSS figures, uid, oom_score_adj) at offsets parsed from its tracefs format; the victim's
 //!   cgroup is then unknown and only the trigger's is reported.
@@ -22,9 +22,9 @@ use node_monitor_common::{
 };
 
 use crate::{
-    maps::TASK_OFFSETS,
     reclaim::last_reclaim_flavor,
-    util::{config, emit, kread, layout, tp_field, tp_str},
+    task::{self, victim},
+    util::{config, emit, layout, tp_field, tp_str},
 };
 
 const KIB: u64 = 1024;
@@ -33,46 +33,45 @@ const KIB: u64 = 1024;
 pub fn oom_victim_raw(ctx: RawTracePointContext) -> u32 {
     let task: u64 = ctx.arg(0);
     let uid: u64 = ctx.arg(1);
-    let Some(o) = TASK_OFFSETS.get(0) else {
+    let Some(v) = task::victim(task) else {
         return 0;
     };
-    if o.valid == 0 || task == 0 {
-        return 0;
-    }
     let mut ev = empty();
     ev.flags = oom_flags::FROM_TASK | oom_flags::UID;
     ev.uid = uid as u32;
-
-    if let Some(tid) = kread::<i32>(task, o.task_pid) {
-        ev.victim_tid = tid as u32;
-        ev.victim_pid = tid as u32;
+    if v.flags & victim::PID != 0 {
+        ev.victim_tid = v.pid as u32;
+        ev.victim_pid = v.pid as u32;
     }
-    if let Some(tgid) = kread::<i32>(task, o.task_tgid) {
-        ev.victim_pid = tgid as u32;
+    if v.flags & victim::TGID != 0 {
+        ev.victim_pid = v.tgid as u32;
         ev.flags |= oom_flags::VICTIM_TGID;
     }
-    if let Some(comm) = kread::<[u8; TASK_COMM_LEN]>(task, o.task_comm) {
-        ev.victim_comm = comm;
+    if v.flags & victim::COMM != 0 {
+        ev.victim_comm = v.comm;
         ev.flags |= oom_flags::COMM;
     }
-    if let Some(signal) = kread::<u64>(task, o.task_signal)
-        && let Some(adj) = kread::<i16>(signal, o.signal_oom_score_adj)
-    {
-        ev.oom_score_adj = adj as i32;
+    if v.flags & victim::SCORE_ADJ != 0 {
+        ev.oom_score_adj = v.oom_score_adj;
         ev.flags |= oom_flags::SCORE_ADJ;
     }
-    // task->cgroups->dfl_cgrp->kn->id: the id `bpf_get_current_cgroup_id()` would return in the
-    // victim's own context (kernel/bpf/helpers.c, `cgroup_id()` in include/linux/cgroup.h).
-    if let Some(cset) = kread::<u64>(task, o.task_cgroups)
-        && let Some(cgrp) = kread::<u64>(cset, o.css_set_dfl_cgrp)
-        && let Some(kn) = kread::<u64>(cgrp, o.cgroup_kn)
-        && let Some(id) = kread::<u64>(kn, o.kernfs_node_id)
-    {
-        ev.victim_cgroup_id = id;
+    if v.flags & victim::CGROUP != 0 {
+        ev.victim_cgroup_id = v.cgroup_id;
         ev.flags |= oom_flags::VICTIM_CGROUP;
     }
-    if o.memory_valid != 0 {
-        read_task_memory(task, o, &mut ev);
+    if let Some(m) = task::memory(task) {
+        let page = config().map_or(4096, |c| c.page_size);
+        let pages = |n: i64| if n < 0 { 0 } else { n as u64 * page };
+        ev.total_vm_bytes = m.total_vm * page;
+        ev.pgtables_bytes = if m.pgtables_bytes < 0 {
+            0
+        } else {
+            m.pgtables_bytes as u64
+        };
+        ev.anon_rss_bytes = pages(m.anon);
+        ev.file_rss_bytes = pages(m.file);
+        ev.shmem_rss_bytes = pages(m.shmem);
+        ev.flags |= oom_flags::MEMORY;
     }
     ev.trigger_reclaim = last_reclaim_flavor();
     info!(
@@ -84,49 +83,6 @@ pub fn oom_victim_raw(ctx: RawTracePointContext) -> u32 {
     );
     emit(EventKind::OomKill, ev);
     0
-}
-
-/// The same figures the tracepoint prints: `get_mm_counter()` (the counter's global value, as
-/// `percpu_counter_read_positive()` gives it), `mm->total_vm`, `mm_pgtables_bytes()`.
-#[inline(always)]
-fn read_task_memory(task: u64, o: &node_monitor_common::config::TaskOffsets, ev: &mut OomKill) {
-    let page = config().map_or(4096, |c| c.page_size);
-    let Some(mm) = kread::<u64>(task, o.task_mm) else {
-        return;
-    };
-    if mm == 0 {
-        return;
-    }
-    let rss = |idx: u32| -> Option<u64> {
-        let off = o.mm_rss_stat + idx * o.rss_stride + o.rss_count;
-        kread::<i64>(mm, off).map(|v| if v < 0 { 0 } else { v as u64 * page })
-    };
-    // One read after another, leaving at the first failure. Matching all five `Option`s at once
-    // let LLVM merge the failed reads' undefined payloads into one register and test the
-    // discriminants together; the 6.1 verifier cannot prove that path dead and refuses the
-    // program ("R1 !read_ok": a register clobbered by a helper call is read). Newer verifiers
-    // prune it, so only an older kernel shows it (tests/tests/vm_cgroup2.rs).
-    let Some(total_vm) = kread::<u64>(mm, o.mm_total_vm) else {
-        return;
-    };
-    let Some(pgtables) = kread::<i64>(mm, o.mm_pgtables_bytes) else {
-        return;
-    };
-    let Some(anon) = rss(o.rss_anon_idx) else {
-        return;
-    };
-    let Some(file) = rss(o.rss_file_idx) else {
-        return;
-    };
-    let Some(shmem) = rss(o.rss_shmem_idx) else {
-        return;
-    };
-    ev.total_vm_bytes = total_vm * page;
-    ev.pgtables_bytes = if pgtables < 0 { 0 } else { pgtables as u64 };
-    ev.anon_rss_bytes = anon;
-    ev.file_rss_bytes = file;
-    ev.shmem_rss_bytes = shmem;
-    ev.flags |= oom_flags::MEMORY;
 }
 
 #[tracepoint(category = "oom", name = "mark_victim")]

@@ -4,8 +4,7 @@
 //! the caller's PID namespace (a call from a child namespace only ends that namespace's init,
 //! `reboot_pid_ns()` in kernel/pid_namespace.c), its credentials' user namespace and
 //! `CAP_SYS_BOOT`, the magic numbers and the command ([`reboot_gate`]). The caller is read from
-//! `current` at offsets the agent resolved from BTF; without them calls are reported
-//! `unverified`.
+//! `current` through CO-RE (c/task.c); without kernel BTF calls are reported `unverified`.
 //!
 //! Every verdict but `allowed` is rate-limited per verdict: within the configured interval calls
 //! are only counted, and the next event carries how many were withheld. A container calling
@@ -20,8 +19,8 @@ use node_monitor_common::{
 };
 
 use crate::{
-    maps::{REBOOT, TASK_OFFSETS},
-    util::{config, count, emit, kread, layout, now_ns, shared, tp_field},
+    maps::REBOOT,
+    util::{config, count, emit, layout, now_ns, shared, tp_field},
 };
 
 #[tracepoint(category = "syscalls", name = "sys_enter_reboot")]
@@ -95,28 +94,10 @@ pub fn reboot_enter(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// `current`'s PID namespace depth (`task->thread_pid->level`, the namespace
-/// `task_active_pid_ns()` returns), its effective capabilities and its credentials' user
-/// namespace depth (`task->cred`, the credentials `ns_capable()` checks). `None` when the
-/// offsets are not resolved or a read fails. One read after another, leaving at the first
-/// failure (see `read_task_memory` in oom.rs for why).
+/// `current`'s reboot(2) caller checks, read through CO-RE (`crate::task::caller`); `None`
+/// without kernel BTF or when a read fails.
 #[inline(always)]
 fn current_caller() -> Option<RebootCaller> {
-    let o = TASK_OFFSETS.get(0)?;
-    if o.caller_valid == 0 {
-        return None;
-    }
     // SAFETY: no preconditions; the pointer is only passed to `bpf_probe_read_kernel`.
-    let task = unsafe { bpf_get_current_task() };
-    let pid = kread::<u64>(task, o.task_thread_pid)?;
-    let pid_ns_level = kread::<u32>(pid, o.pid_level)?;
-    let cred = kread::<u64>(task, o.task_cred)?;
-    let cap_effective = kread::<u64>(cred, o.cred_cap_effective)?;
-    let user_ns = kread::<u64>(cred, o.cred_user_ns)?;
-    let user_ns_level = kread::<i32>(user_ns, o.user_ns_level)?;
-    Some(RebootCaller {
-        cap_effective,
-        pid_ns_level,
-        user_ns_level: user_ns_level as u32,
-    })
+    crate::task::caller(unsafe { bpf_get_current_task() })
 }

@@ -3,7 +3,7 @@ use aya_ebpf::{
     EbpfContext as _,
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
+        bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes,
     },
     programs::TracePointContext,
 };
@@ -153,22 +153,6 @@ pub fn tp_str(ctx: &TracePointContext, loc: &FieldLoc, out: &mut [u8; TASK_COMM_
         return false;
     }
     true
-}
-
-/// Reads a kernel value at `base + off`; counts and returns `None` on failure.
-#[inline(always)]
-pub fn kread<T>(base: u64, off: u32) -> Option<T> {
-    if base == 0 {
-        return None;
-    }
-    // SAFETY: `bpf_probe_read_kernel` validates the address; a bad one is an error, not a fault.
-    match unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) } {
-        Ok(v) => Some(v),
-        Err(_) => {
-            count(counters::READ_ERRORS);
-            None
-        }
-    }
 }
 
 /// Shared map values. The BPF target is built for the baseline instruction set (`--cpu

@@ -772,7 +772,8 @@ fn ebpf_programs_load_and_report_an_oom_on_the_guest_kernel() {
     assert_eq!(oom["pod_uid"], uid.as_str(), "{oom}");
     assert_eq!(oom["container_id"], cid.as_str(), "{oom}");
     assert_eq!(oom["qos_class"], "Burstable", "{oom}");
-    // Read from the victim's task_struct at offsets resolved from 6.1's BTF.
+    // Read from the victim's task_struct through CO-RE, relocated against 6.1's BTF (its
+    // pre-6.2 `rss_stat`).
     assert_eq!(oom["cgroup_source"], "victim", "{oom}");
     let anon = oom["anon_rss_bytes"].as_f64().unwrap_or_default();
     assert!(

@@ -39,6 +39,11 @@ fn apt_packages(with_vm: bool) -> Vec<String> {
         format!("libpolly-{LLVM_MAJOR}-dev"),
         "zlib1g-dev".into(),
         "libzstd-dev".into(),
+        // the eBPF programs' C part (node-monitor-ebpf/c/task.c) is compiled to LLVM bitcode by
+        // the clang of bpf-linker's LLVM; libbpf-sys, whose headers it includes, builds the
+        // vendored libbpf against libelf and zlib
+        format!("clang-{LLVM_MAJOR}"),
+        "libelf-dev".into(),
         // build tooling
         "clang".into(),
         "pkg-config".into(),
@@ -216,5 +221,20 @@ mod tests {
     fn the_vm_packages_come_only_with_the_vm() {
         assert!(!apt_packages(false).iter().any(|p| p == "mmdebstrap"));
         assert!(apt_packages(true).iter().any(|p| p == "mmdebstrap"));
+    }
+
+    #[test]
+    fn the_ebpf_c_part_is_compiled_by_the_clang_that_setup_installs() {
+        let clang = format!("llvm-{LLVM_MAJOR}/bin/clang");
+        let build_rs = std::fs::read_to_string(workspace_root().join("node-monitor-ebpf/build.rs"))
+            .expect("node-monitor-ebpf/build.rs");
+        assert!(
+            build_rs.contains(&clang),
+            "node-monitor-ebpf/build.rs does not compile with {clang}"
+        );
+        let packages = apt_packages(false);
+        for p in [format!("clang-{LLVM_MAJOR}"), "libelf-dev".to_owned()] {
+            assert!(packages.contains(&p), "setup does not install {p}");
+        }
     }
 }

@@ -24,7 +24,7 @@ use super::{
 
 use self::{
     attach::{attach, unload},
-    maps::{offsets_to_write, write_maps},
+    maps::write_maps,
     probe::probe_capabilities,
 };
 
@@ -181,7 +181,7 @@ impl Probes {
                 reason: e.to_string(),
             });
         }
-        let caps = probe_capabilities(config);
+        let (caps, kernel_btf) = probe_capabilities(config);
         let selection = Selection {
             disabled: config.disable.clone(),
             opt_in: config.synthetic_tgid.is_some(),
@@ -193,21 +193,24 @@ impl Probes {
         } else {
             0
         };
+        // Without kernel BTF the CO-RE reads are relocated against nothing: aya leaves them
+        // poisoned, and the programs, told so by the CORE global, never reach them (the
+        // verifier prunes them as dead code).
+        let empty = aya::Btf::new();
+        let core: u8 = kernel_btf.is_some().into();
         let mut loader = EbpfLoader::new();
         loader
+            .btf(kernel_btf.as_ref().unwrap_or(&empty))
             .map_max_entries(names::EVENTS_MAP, config.ring_buffer_bytes)
-            .override_global(aya_log::LEVEL, &level, false);
+            .override_global(aya_log::LEVEL, &level, false)
+            .override_global(names::CORE_GLOBAL, &core, true);
         let mut ebpf = match loader.load(OBJECT) {
             Ok(e) => e,
             Err(e) => {
                 return Self::unloaded(&plan, format!("loading the eBPF object: {}", chain(&e)));
             }
         };
-        let offsets = offsets_to_write(
-            caps.task_offsets.as_ref().and_then(|r| r.as_ref().ok()),
-            caps.caller_offsets.as_ref().and_then(|r| r.as_ref().ok()),
-        );
-        if let Err(e) = write_maps(&mut ebpf, config, offsets, &plan) {
+        if let Err(e) = write_maps(&mut ebpf, config, &plan) {
             return Self::unloaded(&plan, format!("writing configuration maps: {}", chain(&e)));
         }
         let logger = if config.kernel_log {
@@ -249,7 +252,7 @@ impl Probes {
                 let state = states.remove(spec.name).unwrap_or(ProgramState::Disabled {
                     reason: "not planned".to_owned(),
                 });
-                let state = policy::with_caller_checks(spec.name, state, &caps.caller_offsets);
+                let state = policy::with_caller_checks(spec.name, state, &caps.kernel_btf);
                 let prog_id = match state {
                     ProgramState::Attached
                     | ProgramState::Degraded { .. }

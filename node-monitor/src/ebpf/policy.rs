@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use node_monitor_common::{
-    config::{TaskOffsets, TpLayout, TpSlot, kswapd_tp, oom_tp, reboot_tp},
+    config::{TpLayout, TpSlot, kswapd_tp, oom_tp, reboot_tp},
     names::prog,
 };
 
@@ -35,8 +35,9 @@ impl std::fmt::Display for Attach {
 /// Something a program needs from the running kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {
-    /// Kernel BTF with every `task_struct` offset the program reads.
-    TaskOffsets,
+    /// Kernel BTF, against which the loader relocates the program's CO-RE reads of kernel
+    /// structs.
+    KernelBtf,
     /// The tracepoint exists (tracefs mounted and the event present).
     Tracepoint {
         category: &'static str,
@@ -124,7 +125,7 @@ pub const PROGRAMS: &[ProgramSpec] = &[
             name: "mark_victim",
         },
         needs: &[
-            Need::TaskOffsets,
+            Need::KernelBtf,
             // `TP_PROTO(struct task_struct *task, uid_t uid)`; before it, `(int pid)`.
             Need::RawTracepoint {
                 name: "mark_victim",
@@ -265,22 +266,21 @@ impl ProgramState {
     }
 }
 
-/// The reboot program's state once attached: without the caller offsets it still reports every
-/// reboot(2) call, but cannot tell a container's refused call from a real shutdown, so it marks
-/// them `unverified` and the agent never takes them for a shutdown. Other programs and states
-/// are left as they are.
+/// The reboot program's state once attached: without kernel BTF its CO-RE reads of the caller
+/// cannot be relocated, so it still reports every reboot(2) call but cannot tell a container's
+/// refused call from a real shutdown; it marks them `unverified` and the agent never takes them
+/// for a shutdown. Other programs and states are left as they are.
 pub fn with_caller_checks(
     name: &str,
     state: ProgramState,
-    caller: &Option<Result<TaskOffsets, String>>,
+    kernel_btf: &Option<Result<(), String>>,
 ) -> ProgramState {
     if name != prog::REBOOT || state != ProgramState::Attached {
         return state;
     }
-    let why = match caller {
-        Some(Ok(o)) if o.caller_valid != 0 => return state,
-        Some(Ok(_)) => "caller offsets incomplete".to_owned(),
-        Some(Err(e)) => e.clone(),
+    let why = match kernel_btf {
+        Some(Ok(())) => return state,
+        Some(Err(e)) => format!("no kernel BTF: {e}"),
         None => "kernel BTF not probed".to_owned(),
     };
     ProgramState::Degraded {
@@ -320,11 +320,9 @@ pub fn parse_kernel_release(release: &str) -> Option<KernelVersion> {
 pub struct Capabilities {
     /// `None` when `uname -r` could not be parsed (then no version gate applies).
     pub kernel: Option<KernelVersion>,
-    /// The BTF-resolved task offsets, or why they are unavailable.
-    pub task_offsets: Option<Result<TaskOffsets, String>>,
-    /// The BTF-resolved offsets of the reboot program's caller checks (only the caller fields
-    /// are set), or why they are unavailable.
-    pub caller_offsets: Option<Result<TaskOffsets, String>>,
+    /// Whether the kernel's BTF could be read, against which the loader relocates the programs'
+    /// CO-RE reads of kernel structs, or why not.
+    pub kernel_btf: Option<Result<(), String>>,
     /// Raw tracepoints the kernel's BTF declares, with their argument types (only the ones the
     /// table asks about).
     pub raw_tracepoints: BTreeMap<String, Vec<String>>,
@@ -430,9 +428,9 @@ fn decide(spec: &ProgramSpec, caps: &Capabilities, selection: &Selection) -> Dec
     let mut layout = None;
     for need in spec.needs {
         let met = match need {
-            Need::TaskOffsets => match &caps.task_offsets {
-                Some(Ok(_)) => Ok(()),
-                Some(Err(e)) => Err(format!("kernel BTF offsets unavailable: {e}")),
+            Need::KernelBtf => match &caps.kernel_btf {
+                Some(Ok(())) => Ok(()),
+                Some(Err(e)) => Err(format!("no kernel BTF for CO-RE: {e}")),
                 None => Err("kernel BTF not probed".to_owned()),
             },
             Need::RawTracepoint { name, args } => match caps.raw_tracepoints.get(*name) {

@@ -1,8 +1,6 @@
 //! The BTF format: the header, the type section (each `struct btf_type` followed by its
 //! kind-specific data) and the string section.
-use std::collections::HashMap;
-
-use super::{BTF_MAGIC, Btf, BtfError, Entry, Member, Type};
+use super::{BTF_MAGIC, Btf, BtfError, Entry, Type};
 
 struct Reader<'a> {
     bytes: &'a [u8],
@@ -14,6 +12,14 @@ impl Reader<'_> {
         let v = read_u32(self.bytes, self.at, what)?;
         self.at += 4;
         Ok(v)
+    }
+
+    /// Skips `words` 32-bit words of kind-specific data, which must be there.
+    fn skip(&mut self, words: usize, what: &'static str) -> Result<(), BtfError> {
+        for _ in 0..words {
+            self.u32(what)?;
+        }
+        Ok(())
     }
 }
 
@@ -80,7 +86,6 @@ impl Btf {
                 ty: Type::Other,
             }],
             strings,
-            enumerators: HashMap::new(),
         };
         let mut r = Reader {
             bytes: types_bytes,
@@ -89,48 +94,49 @@ impl Btf {
         while r.at < types_bytes.len() {
             let id = btf.types.len() as u32;
             let name_off = r.u32("btf_type.name_off")?;
-            let ty = btf.read_type(&mut r, id)?;
+            let ty = Self::read_type(&mut r, id)?;
             btf.types.push(Entry { name_off, ty });
         }
         Ok(btf)
     }
 
     /// Type `id`: the rest of its `struct btf_type` (after `name_off`) and its kind-specific
-    /// data. An enum's enumerators go into `self.enumerators`.
-    fn read_type(&mut self, r: &mut Reader<'_>, id: u32) -> Result<Type, BtfError> {
+    /// data, kept only as far as [`Type`] needs it.
+    fn read_type(r: &mut Reader<'_>, id: u32) -> Result<Type, BtfError> {
         let info = r.u32("btf_type.info")?;
         let size_or_type = r.u32("btf_type.size")?;
         let kind = (info >> 24) & 0x1f;
         let vlen = (info & 0xffff) as usize;
-        let kind_flag = info >> 31 == 1;
         Ok(match kind {
             1 => {
                 r.u32("int encoding")?;
-                Type::Int { size: size_or_type }
+                Type::Other
             }
             2 => Type::Ptr { ty: size_or_type },
             3 => {
-                let elem = r.u32("array.type")?;
-                r.u32("array.index_type")?;
-                let nelems = r.u32("array.nelems")?;
-                Type::Array { elem, nelems }
+                r.skip(3, "btf_array")?;
+                Type::Other
             }
-            4 => Type::Struct {
-                size: size_or_type,
-                members: read_members(r, vlen, kind_flag)?,
-            },
-            5 => Type::Union {
-                size: size_or_type,
-                members: read_members(r, vlen, kind_flag)?,
-            },
-            6 | 19 => {
-                self.read_enumerators(r, vlen, kind == 19)?;
-                Type::Enum { size: size_or_type }
+            4 => {
+                r.skip(3 * vlen, "btf_member")?;
+                Type::Struct
+            }
+            5 => {
+                r.skip(3 * vlen, "btf_member")?;
+                Type::Union
+            }
+            6 => {
+                r.skip(2 * vlen, "btf_enum")?;
+                Type::Enum
+            }
+            19 => {
+                r.skip(3 * vlen, "btf_enum64")?;
+                Type::Enum
             }
             7 => Type::Fwd,
             8 => Type::Typedef { ty: size_or_type },
             9 | 10 | 11 | 18 => Type::Modifier { ty: size_or_type },
-            12 => Type::Other,
+            12 | 16 => Type::Other,
             13 => {
                 let mut params = Vec::with_capacity(vlen);
                 for _ in 0..vlen {
@@ -144,14 +150,9 @@ impl Btf {
                 Type::Other
             }
             15 => {
-                for _ in 0..vlen {
-                    r.u32("datasec.type")?;
-                    r.u32("datasec.offset")?;
-                    r.u32("datasec.size")?;
-                }
+                r.skip(3 * vlen, "btf_var_secinfo")?;
                 Type::Other
             }
-            16 => Type::Float { size: size_or_type },
             17 => {
                 r.u32("decl_tag.component_idx")?;
                 Type::Other
@@ -159,51 +160,4 @@ impl Btf {
             kind => return Err(BtfError::UnknownKind { id, kind }),
         })
     }
-
-    /// The `vlen` enumerators of an enum (`struct btf_enum`) or, with `wide`, of an enum64
-    /// (`struct btf_enum64`), into `self.enumerators` (the first of a name wins).
-    fn read_enumerators(
-        &mut self,
-        r: &mut Reader<'_>,
-        vlen: usize,
-        wide: bool,
-    ) -> Result<(), BtfError> {
-        for _ in 0..vlen {
-            let name = r.u32("enum.name_off")?;
-            let lo = r.u32("enum.val")?;
-            let value = if wide {
-                let hi = r.u32("enum64.val_hi32")?;
-                ((u64::from(hi) << 32) | u64::from(lo)) as i64
-            } else {
-                i64::from(lo as i32)
-            };
-            if let Some(n) = self.str_at(name) {
-                self.enumerators.entry(n.to_owned()).or_insert(value);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The `vlen` members of a struct or union (`struct btf_member`).
-fn read_members(r: &mut Reader<'_>, vlen: usize, kind_flag: bool) -> Result<Vec<Member>, BtfError> {
-    let mut members = Vec::with_capacity(vlen);
-    for _ in 0..vlen {
-        let name_off = r.u32("member.name_off")?;
-        let ty = r.u32("member.type")?;
-        let raw = r.u32("member.offset")?;
-        // With kind_flag, the high 8 bits are the bitfield size.
-        let (offset_bits, bitfield) = if kind_flag {
-            (raw & 0x00ff_ffff, raw >> 24 != 0)
-        } else {
-            (raw, false)
-        };
-        members.push(Member {
-            name_off,
-            ty,
-            offset_bits,
-            bitfield,
-        });
-    }
-    Ok(members)
 }

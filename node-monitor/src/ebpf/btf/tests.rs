@@ -1,5 +1,3 @@
-use node_monitor_common::config::TaskOffsets;
-
 use super::*;
 
 /// Builds BTF blobs for tests.
@@ -254,50 +252,17 @@ pub(crate) fn mini_kernel(modern: bool) -> Vec<u8> {
 }
 
 #[test]
-fn resolves_a_6x_layout() {
-    let btf = Btf::parse(&mini_kernel(true)).unwrap();
-    let o = btf.task_offsets().unwrap();
-    assert_eq!(
-        o,
-        TaskOffsets {
-            task_pid: 2480,
-            task_tgid: 2484,
-            task_comm: 3000,
-            task_cgroups: 3400,
-            task_signal: 3100,
-            task_mm: 2352,
-            css_set_dfl_cgrp: 136,
-            cgroup_kn: 264,
-            kernfs_node_id: 96,
-            signal_oom_score_adj: 730,
-            // Inside the anonymous struct at 64.
-            mm_total_vm: 64 + 200,
-            mm_pgtables_bytes: 64 + 96,
-            mm_rss_stat: 64 + 704,
-            rss_stride: 40,
-            rss_count: 8,
-            rss_file_idx: 0,
-            rss_anon_idx: 1,
-            rss_shmem_idx: 3,
-            memory_valid: 1,
-            valid: 1,
-            task_thread_pid: 2600,
-            pid_level: 4,
-            task_cred: 2960,
-            cred_cap_effective: 56,
-            cred_user_ns: 136,
-            user_ns_level: 224,
-            caller_valid: 1,
-            _pad: 0,
-        }
-    );
-    assert!(btf.has_raw_tracepoint("mark_victim"));
-    assert!(!btf.has_raw_tracepoint("mark_victims"));
-    assert_eq!(
-        btf.raw_tracepoint_args("mark_victim"),
-        Some(vec!["struct task_struct *".to_owned(), "uid_t".to_owned()])
-    );
-    assert_eq!(btf.raw_tracepoint_args("mark_victims"), None);
+fn reads_the_prototype_among_kernel_structs() {
+    for modern in [true, false] {
+        let btf = Btf::parse(&mini_kernel(modern)).unwrap();
+        assert!(btf.has_raw_tracepoint("mark_victim"));
+        assert!(!btf.has_raw_tracepoint("mark_victims"));
+        assert_eq!(
+            btf.raw_tracepoint_args("mark_victim"),
+            Some(vec!["struct task_struct *".to_owned(), "uid_t".to_owned()])
+        );
+        assert_eq!(btf.raw_tracepoint_args("mark_victims"), None);
+    }
 }
 
 /// Before `mark_victim` passed the task, its raw tracepoint existed with `TP_PROTO(int pid)`.
@@ -331,136 +296,6 @@ fn raw_tracepoint_prototypes_are_read() {
 }
 
 #[test]
-fn resolves_a_5x_layout() {
-    let btf = Btf::parse(&mini_kernel(false)).unwrap();
-    let o = btf.task_offsets().unwrap();
-    // union kernfs_node_id: its `id` member is at offset 0 of the union at 96.
-    assert_eq!(o.kernfs_node_id, 96);
-    // struct mm_rss_stat { atomic_long_t count[4]; }: stride 8, value at 0.
-    assert_eq!((o.mm_rss_stat, o.rss_stride, o.rss_count), (64 + 704, 8, 0));
-    assert_eq!(o.memory_valid, 1);
-    // kernel_cap_t as `u32 cap[2]`: still 8 bytes at the member's offset.
-    assert_eq!((o.cred_cap_effective, o.caller_valid), (56, 1));
-}
-
-/// Renames a string of the test blob in place (same length), so a lookup misses it.
-fn rename(bytes: &mut [u8], from: &[u8], to: &[u8]) {
-    assert_eq!(from.len(), to.len());
-    let pos = bytes
-        .windows(from.len())
-        .position(|w| w == from)
-        .unwrap_or_else(|| panic!("{from:?} not in the blob"));
-    bytes[pos..pos + to.len()].copy_from_slice(to);
-}
-
-#[test]
-fn caller_offsets_are_optional_and_independent() {
-    // Without `user_namespace.level` the OOM offsets stand, the caller ones are unset.
-    let mut bytes = mini_kernel(true);
-    rename(&mut bytes, b"user_namespace\0", b"user_namespacX\0");
-    let btf = Btf::parse(&bytes).unwrap();
-    let o = btf.task_offsets().unwrap();
-    assert_eq!((o.valid, o.caller_valid), (1, 0));
-    assert_eq!((o.task_cred, o.cred_user_ns), (0, 0));
-    assert_eq!(
-        btf.caller_offsets().unwrap_err(),
-        BtfError::NoStruct {
-            name: "user_namespace".into()
-        }
-    );
-    // Without `task_struct.cgroups` the OOM offsets fail, the caller ones still resolve.
-    let mut bytes = mini_kernel(false);
-    rename(&mut bytes, b"cgroups\0", b"cgroupX\0");
-    let btf = Btf::parse(&bytes).unwrap();
-    assert!(btf.task_offsets().is_err());
-    let c = btf.caller_offsets().unwrap();
-    assert_eq!(c.valid, 0);
-    assert_eq!(
-        (c.task_thread_pid, c.pid_level, c.task_cred, c.caller_valid),
-        (2600, 4, 2960, 1)
-    );
-    let merged = TaskOffsets::default().with_caller(&c);
-    assert_eq!((merged.valid, merged.caller_valid), (0, 1));
-    assert_eq!(merged.user_ns_level, 224);
-}
-
-#[test]
-fn caller_fields_of_the_wrong_size_are_rejected() {
-    let mut b = Builder::new();
-    let i32_ = b.int("int", 4);
-    let i16_ = b.int("short", 2);
-    let void_ptr = b.ptr(0);
-    b.strukt(
-        "task_struct",
-        64,
-        &[("thread_pid", void_ptr, 0), ("cred", void_ptr, 8)],
-    );
-    b.strukt("pid", 16, &[("level", i16_, 4)]);
-    b.strukt(
-        "cred",
-        64,
-        &[("cap_effective", i32_, 8), ("user_ns", void_ptr, 16)],
-    );
-    let btf = Btf::parse(&b.build()).unwrap();
-    assert!(matches!(
-        btf.caller_offsets().unwrap_err(),
-        BtfError::Unexpected { what, .. } if what == "pid.level"
-    ));
-}
-
-#[test]
-fn missing_required_member_is_named() {
-    let mut b = Builder::new();
-    let i32_ = b.int("int", 4);
-    b.strukt("task_struct", 64, &[("tgid", i32_, 4)]);
-    let btf = Btf::parse(&b.build()).unwrap();
-    assert_eq!(
-        btf.task_offsets().unwrap_err(),
-        BtfError::NoMember {
-            strukt: "task_struct".into(),
-            member: "pid".into()
-        }
-    );
-    assert_eq!(
-        btf.member_offset("mm_struct", "rss_stat").unwrap_err(),
-        BtfError::NoStruct {
-            name: "mm_struct".into()
-        }
-    );
-}
-
-#[test]
-fn wrong_member_size_is_rejected() {
-    let mut b = Builder::new();
-    let i64_ = b.int("long", 8);
-    b.strukt("task_struct", 64, &[("pid", i64_, 0)]);
-    let btf = Btf::parse(&b.build()).unwrap();
-    assert!(matches!(
-        btf.task_offsets().unwrap_err(),
-        BtfError::Unexpected { what, .. } if what == "task_struct.pid"
-    ));
-}
-
-#[test]
-fn memory_is_optional() {
-    // A kernel whose mm_struct lacks rss_stat still gives the required offsets.
-    let mut bytes = mini_kernel(true);
-    let btf_full = Btf::parse(&bytes).unwrap();
-    assert!(btf_full.memory_offsets().is_ok());
-    // Rename `rss_stat` in the string table (same length) so it is not found.
-    let pos = bytes.windows(9).position(|w| w == b"rss_stat\0").unwrap();
-    bytes[pos] = b'x';
-    let btf = Btf::parse(&bytes).unwrap();
-    let o = btf.task_offsets().unwrap();
-    assert_eq!(o.memory_valid, 0);
-    assert_eq!(o.valid, 1);
-    assert!(matches!(
-        btf.memory_offsets().unwrap_err(),
-        BtfError::NoMember { member, .. } if member == "rss_stat"
-    ));
-}
-
-#[test]
 fn malformed_blobs_are_errors() {
     let good = mini_kernel(true);
     assert!(matches!(
@@ -485,22 +320,24 @@ fn malformed_blobs_are_errors() {
         Btf::parse(&b.build()).unwrap_err(),
         BtfError::UnknownKind { id: 1, kind: 31 }
     );
-    // A member pointing at a type that does not exist.
+    // A typedef pointing at a type that does not exist.
     let mut b = Builder::new();
-    b.strukt("task_struct", 8, &[("pid", 99, 0)]);
+    b.typedef("btf_trace_x", 99);
+    let btf = Btf::parse(&b.build()).unwrap();
     assert_eq!(
-        Btf::parse(&b.build()).unwrap().task_offsets().unwrap_err(),
-        BtfError::DanglingType { id: 99, target: 99 }
+        btf.resolve(1).unwrap_err(),
+        BtfError::DanglingType { id: 1, target: 99 }
     );
+    assert_eq!(btf.raw_tracepoint_args("x"), None);
 }
 
 #[test]
 fn typedef_cycles_are_bounded() {
     let mut b = Builder::new();
     // typedef 1 -> 2, typedef 2 -> 1
-    b.typedef("a", 2);
+    b.typedef("btf_trace_a", 2);
     b.typedef("b", 1);
-    b.strukt("task_struct", 8, &[("pid", 1, 0)]);
     let btf = Btf::parse(&b.build()).unwrap();
-    assert_eq!(btf.task_offsets().unwrap_err(), BtfError::TooDeep { id: 1 });
+    assert_eq!(btf.resolve(1).unwrap_err(), BtfError::TooDeep { id: 1 });
+    assert_eq!(btf.raw_tracepoint_args("a"), None);
 }

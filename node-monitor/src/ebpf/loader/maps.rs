@@ -3,22 +3,20 @@ use std::time::Duration;
 
 use aya::{Ebpf, maps::Array};
 use node_monitor_common::{
-    config::{ProbeConfigRaw, TaskOffsets, TpLayout, config_flags},
+    config::{ProbeConfigRaw, TpLayout, config_flags},
     names,
 };
 
 use super::ProbeError;
 use crate::ebpf::{
     ProbeConfig,
-    btf::WithCaller as _,
     policy::{Decision, ProgramSpec},
 };
 
-/// Fills the configuration maps: `NM_CONFIG`, `NM_TASK_OFFS` and the planned tracepoint layouts.
+/// Fills the configuration maps: `NM_CONFIG` and the planned tracepoint layouts.
 pub(super) fn write_maps(
     ebpf: &mut Ebpf,
     config: &ProbeConfig,
-    offsets: TaskOffsets,
     plan: &[(&'static ProgramSpec, Decision)],
 ) -> Result<(), ProbeError> {
     let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
@@ -41,7 +39,6 @@ pub(super) fn write_maps(
         },
     };
     set(ebpf, names::CONFIG_MAP, 0, &raw)?;
-    set(ebpf, names::TASK_OFFSETS_MAP, 0, &offsets)?;
     for (_, decision) in plan {
         if let Decision::Attach {
             layout: Some((index, layout)),
@@ -55,22 +52,6 @@ pub(super) fn write_maps(
         }
     }
     Ok(())
-}
-
-/// The offsets record for the map: the OOM program's (when resolved) with the reboot program's
-/// caller fields (when resolved), each independent of the other.
-pub(super) fn offsets_to_write(
-    task: Option<&TaskOffsets>,
-    caller: Option<&TaskOffsets>,
-) -> TaskOffsets {
-    let base = task.copied().unwrap_or_default();
-    match caller {
-        Some(c) => base.with_caller(c),
-        None => TaskOffsets {
-            caller_valid: 0,
-            ..base
-        },
-    }
 }
 
 fn set<V: aya::Pod>(

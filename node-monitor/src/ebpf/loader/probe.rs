@@ -10,9 +10,10 @@ use crate::ebpf::{
     tracefs,
 };
 
-/// What the running kernel offers the programs: its release, BTF (offsets and raw tracepoint
-/// prototypes) and tracefs (tracepoint formats).
-pub(super) fn probe_capabilities(config: &ProbeConfig) -> Capabilities {
+/// What the running kernel offers the programs: its release, BTF (the target of the CO-RE
+/// relocations, parsed by aya, and the raw tracepoint prototypes) and tracefs (tracepoint
+/// formats). The kernel BTF comes back too, for the loader to relocate against.
+pub(super) fn probe_capabilities(config: &ProbeConfig) -> (Capabilities, Option<aya::Btf>) {
     let mut caps = Capabilities {
         kernel: nix::sys::utsname::uname().ok().and_then(|u| {
             std::str::from_utf8(u.release().as_bytes())
@@ -21,32 +22,34 @@ pub(super) fn probe_capabilities(config: &ProbeConfig) -> Capabilities {
         }),
         ..Capabilities::default()
     };
+    let path = config.btf_path.display();
+    let target = match std::fs::read(&config.btf_path) {
+        Err(e) => Err(format!("read {path}: {e}")),
+        Ok(bytes) => aya::Btf::parse(&bytes, aya::Endianness::default())
+            .map_err(|e| format!("parse {path}: {e}"))
+            .inspect(|_| raw_tracepoints(&mut caps, &bytes)),
+    };
+    caps.kernel_btf = Some(target.as_ref().map(|_| ()).map_err(Clone::clone));
+    (tracepoints(caps, config), target.ok())
+}
 
-    caps.task_offsets = Some(match std::fs::read(&config.btf_path) {
-        Err(e) => Err(format!("read {}: {e}", config.btf_path.display())),
-        Ok(bytes) => match Btf::parse(&bytes) {
-            Err(e) => Err(format!("parse {}: {e}", config.btf_path.display())),
-            Ok(btf) => {
-                for spec in PROGRAMS {
-                    if let Attach::RawTracePoint { name } = spec.attach
-                        && let Some(args) = btf.raw_tracepoint_args(name)
-                    {
-                        caps.raw_tracepoints.insert(name.to_owned(), args);
-                    }
-                }
-                caps.caller_offsets = Some(btf.caller_offsets().map_err(|e| e.to_string()));
-                let offsets = btf.task_offsets().map_err(|e| e.to_string());
-                if let Ok(o) = &offsets
-                    && o.memory_valid == 0
-                    && let Err(e) = btf.memory_offsets()
+/// The prototypes of the raw tracepoints the table names, from the kernel's BTF.
+fn raw_tracepoints(caps: &mut Capabilities, bytes: &[u8]) {
+    match Btf::parse(bytes) {
+        Err(e) => warn!(error = %e, "raw tracepoint prototypes unreadable from the kernel BTF"),
+        Ok(btf) => {
+            for spec in PROGRAMS {
+                if let Attach::RawTracePoint { name } = spec.attach
+                    && let Some(args) = btf.raw_tracepoint_args(name)
                 {
-                    warn!(error = %e, "oom victim memory figures unavailable from BTF");
+                    caps.raw_tracepoints.insert(name.to_owned(), args);
                 }
-                offsets
             }
-        },
-    });
+        }
+    }
+}
 
+fn tracepoints(mut caps: Capabilities, config: &ProbeConfig) -> Capabilities {
     let tracefs = match tracefs::find() {
         Some(p) => Ok(p),
         None if config.mount_tracefs => tracefs::mount().map_err(|e| {

@@ -27,14 +27,7 @@ fn all_tracepoints() -> BTreeMap<String, Result<TracepointFormat, String>> {
 fn full() -> Capabilities {
     Capabilities {
         kernel: parse_kernel_release("6.18.44-fc-v669"),
-        task_offsets: Some(Ok(TaskOffsets {
-            valid: 1,
-            ..TaskOffsets::default()
-        })),
-        caller_offsets: Some(Ok(TaskOffsets {
-            caller_valid: 1,
-            ..TaskOffsets::default()
-        })),
+        kernel_btf: Some(Ok(())),
         raw_tracepoints: [(
             "mark_victim".to_owned(),
             vec!["struct task_struct *".to_owned(), "uid_t".to_owned()],
@@ -128,7 +121,7 @@ fn plans_by_scenario() {
         ("everything available", |_, _| {}, vec![]),
         (
             "no kernel BTF",
-            |c, _| c.task_offsets = Some(Err("no /sys/kernel/btf/vmlinux".into())),
+            |c, _| c.kernel_btf = Some(Err("no /sys/kernel/btf/vmlinux".into())),
             vec![(prog::OOM_RAW, "failed")],
         ),
         (
@@ -218,14 +211,14 @@ fn plans_by_scenario() {
 #[test]
 fn reasons_name_what_is_missing() {
     let mut caps = full();
-    caps.task_offsets = Some(Err("struct task_struct has no member cgroups".into()));
+    caps.kernel_btf = Some(Err("read /sys/kernel/btf/vmlinux: No such file".into()));
     caps.tracepoints.insert(
         "vmscan/mm_vmscan_memcg_reclaim_end".into(),
         Err("no such event".into()),
     );
     let d = decisions(&caps, &Selection::default());
     assert!(
-        reason(&d[prog::OOM_RAW]).contains("no member cgroups"),
+        reason(&d[prog::OOM_RAW]).contains("no kernel BTF for CO-RE: read /sys/kernel/btf/vmlinux"),
         "{:?}",
         d[prog::OOM_RAW]
     );
@@ -321,30 +314,20 @@ fn a_group_member_failing_at_attach_detaches_its_partner() {
 }
 
 #[test]
-fn the_reboot_program_degrades_without_caller_offsets() {
-    let ok = TaskOffsets {
-        caller_valid: 1,
-        ..TaskOffsets::default()
-    };
+fn the_reboot_program_degrades_without_kernel_btf() {
     let attached = || ProgramState::Attached;
     type Case = (
         &'static str,
         ProgramState,
-        Option<Result<TaskOffsets, String>>,
+        Option<Result<(), String>>,
         &'static str,
     );
-    let cases: [Case; 7] = [
-        (prog::REBOOT, attached(), Some(Ok(ok)), "attached"),
+    let cases: [Case; 6] = [
+        (prog::REBOOT, attached(), Some(Ok(())), "attached"),
         (
             prog::REBOOT,
             attached(),
-            Some(Err("btf has no struct cred".into())),
-            "degraded",
-        ),
-        (
-            prog::REBOOT,
-            attached(),
-            Some(Ok(TaskOffsets::default())),
+            Some(Err("read /sys/kernel/btf/vmlinux: No such file".into())),
             "degraded",
         ),
         (prog::REBOOT, attached(), None, "degraded"),
