@@ -44,6 +44,7 @@ fn apt_packages(with_vm: bool) -> Vec<String> {
         // vendored libbpf against libelf and zlib
         format!("clang-{LLVM_MAJOR}"),
         "libelf-dev".into(),
+        "make".into(),
         // build tooling
         "clang".into(),
         "pkg-config".into(),
