@@ -162,6 +162,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         stop_rx.clone(),
     )
     .await;
+    release_startup_heap();
     // Graceful node shutdown through a logind inhibitor, when the configuration enables it.
     let shutdown_task = shutdown_config.options.enabled.then(|| {
         tokio::spawn(crate::shutdown::run(
@@ -375,5 +376,17 @@ pub fn pdb_policy_label(p: PdbPolicy) -> &'static str {
     match p {
         PdbPolicy::Respect => "respect",
         PdbPolicy::Escalate => "escalate",
+    }
+}
+
+/// Gives the heap that start-up used and freed (the kernel's BTF, parsed to load and relocate the
+/// probes, is the largest part) back to the kernel. glibc keeps freed memory in its arenas, and
+/// under `mlockall` every such page stays resident and charged to the container.
+fn release_startup_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only returns free memory at the top of glibc's arenas to the kernel;
+    // no live allocation is touched.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
