@@ -169,9 +169,20 @@ async fn only_remediate_writes_fencing_state() {
         .uid
         .expect("uid");
 
-    // remediate starts, advances and reads an operation through its own store.
+    // remediate starts, advances and reads an operation through its own store. A create
+    // interrupted before its status write leaves a NodeFence without an operation: no operation,
+    // and the next create takes it over.
     let store = OpStore::new(remediate.clone());
     let mut op = operation("node-a", &uid);
+    let mut bare = op_object(&op, None).expect("encode");
+    bare.data.as_object_mut().expect("object").remove("status");
+    allowed(
+        "remediate creates a NodeFence",
+        Api::<DynamicObject>::all_with(remediate.clone(), &node_fence_resource())
+            .create(&PostParams::default(), &bare)
+            .await,
+    );
+    assert!(allowed_store("read it", store.get("node-a").await).is_none());
     let stored = allowed_store("remediate creates an operation", store.create(&op).await);
     op.phase = Phase::Fencing {
         step: Step::PowerManagement,
