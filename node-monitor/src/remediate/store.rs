@@ -70,6 +70,11 @@ pub enum StoreError {
         node: String,
         reason: &'static str,
     },
+    #[error(
+        "the API server does not serve NodeFences ({GROUP}/{VERSION}): install the \
+         CustomResourceDefinition {CRD_NAME} (deploy/remediate/crd.yaml)"
+    )]
+    NotInstalled,
     #[error("encode the operation of node {node}")]
     Encode {
         node: String,
@@ -229,6 +234,16 @@ async fn bounded<T>(
     }
 }
 
+/// A 404 on the collection: the CRD is not installed.
+fn not_installed(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Api { source, .. } if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 404) => {
+            StoreError::NotInstalled
+        }
+        e => e,
+    }
+}
+
 impl OpStore {
     pub fn new(client: Client) -> Self {
         Self {
@@ -240,7 +255,9 @@ impl OpStore {
     /// to report (they are left in place for an operator to inspect). A NodeFence without an
     /// operation in its status (its creation interrupted) is no operation.
     pub async fn list(&self) -> Result<Vec<Result<StoredOp, StoreError>>, StoreError> {
-        let list = bounded(self.api.list(&ListParams::default()), "list", "*").await?;
+        let list = bounded(self.api.list(&ListParams::default()), "list", "*")
+            .await
+            .map_err(not_installed)?;
         Ok(list
             .items
             .iter()

@@ -14,9 +14,10 @@ use node_monitor_core::remediation::{
 };
 use node_monitor_tests::{
     control_plane::{ControlPlane, client_from_kubeconfig},
-    manifests,
+    manifests, wait,
 };
 use serde_json::json;
+use std::time::Duration;
 
 use super::{Base, allowed, forbidden, wait_for_denial};
 
@@ -248,6 +249,37 @@ async fn only_remediate_writes_fencing_state() {
         allowed_store("read it back", store.get("node-a").await).is_none(),
         "deleted"
     );
+    deleting_the_node_deletes_its_operation(admin, &store).await;
+}
+
+/// A NodeFence is owned by its Node: the garbage collector deletes it with the Node.
+async fn deleting_the_node_deletes_its_operation(admin: &Client, store: &OpStore) {
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let uid = nodes
+        .get("node-b")
+        .await
+        .expect("node-b")
+        .metadata
+        .uid
+        .expect("uid");
+    allowed_store(
+        "remediate creates an operation for node-b",
+        store.create(&operation("node-b", &uid)).await,
+    );
+    allowed(
+        "delete node-b",
+        nodes.delete("node-b", &DeleteParams::default()).await,
+    );
+    let fences: Api<DynamicObject> = Api::all_with(admin.clone(), &node_fence_resource());
+    wait::eventually(
+        "the garbage collector to delete node-b's NodeFence",
+        Duration::from_secs(120),
+        async || match fences.get_opt("node-b").await {
+            Ok(None) => Some(()),
+            _ => None,
+        },
+    )
+    .await;
 }
 
 fn allowed_store<T>(what: &str, r: Result<T, node_monitor::remediate::store::StoreError>) -> T {

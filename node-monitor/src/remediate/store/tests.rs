@@ -189,3 +189,27 @@ fn the_shipped_crd_matches_the_store() {
         assert!(columns.contains(&c), "{columns:?}");
     }
 }
+
+/// Without the CRD the API server answers a list with 404: the error says what to install.
+#[test]
+fn a_missing_crd_says_what_to_install() {
+    let status = kube::core::Status::failure(
+        "the server could not find the requested resource",
+        "NotFound",
+    )
+    .with_code(404);
+    let err = not_installed(StoreError::Api {
+        action: "list",
+        name: "*".to_owned(),
+        source: Box::new(kube::Error::Api(Box::new(status))),
+    });
+    assert!(matches!(err, StoreError::NotInstalled), "{err}");
+    assert!(
+        err.to_string().contains("deploy/remediate/crd.yaml"),
+        "{err}"
+    );
+    let other = not_installed(StoreError::Conflict {
+        name: "node-a".to_owned(),
+    });
+    assert!(matches!(other, StoreError::Conflict { .. }), "{other}");
+}
