@@ -80,10 +80,6 @@ pub const LAST_GASP_ANNOTATION: &str = "node-monitor.io/last-gasp";
 /// Node annotation that takes a node out of remediation when set to `disabled`.
 pub const OPT_OUT_ANNOTATION: &str = "node-monitor.io/remediation";
 
-/// Annotation on a stored fencing operation naming its node in full (label values are limited
-/// to 63 characters; node names are not).
-pub const FENCE_NODE_ANNOTATION: &str = "node-monitor.io/fence-node";
-
 #[cfg(test)]
 mod tests {
     use super::*;

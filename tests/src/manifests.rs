@@ -386,7 +386,20 @@ pub async fn install_monitoring_crds(client: &Client) -> Result<Vec<String>> {
     for f in CRD_FILES {
         crds.extend(read_objects(&dir.join(f))?);
     }
-    apply(client, &crds).await?;
+    install_crds(client, &crds).await
+}
+
+/// Applies the CustomResourceDefinitions `node-monitor remediate` ships (deploy/remediate/crd.yaml:
+/// NodeFence) and waits until they are served.
+pub async fn install_remediate_crds(client: &Client) -> Result<Vec<String>> {
+    let crds = read_objects(&deploy_dir().join("remediate/crd.yaml"))?;
+    install_crds(client, &crds).await
+}
+
+/// Applies CustomResourceDefinitions and waits until the API server serves them (`Established`);
+/// their names.
+pub async fn install_crds(client: &Client, crds: &[Manifest]) -> Result<Vec<String>> {
+    apply(client, crds).await?;
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let timeout = Duration::from_secs(60);
     let names: Vec<String> = crds.iter().map(|m| m.name().to_owned()).collect();

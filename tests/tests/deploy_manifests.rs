@@ -322,3 +322,77 @@ fn base_daemonset_runs_confined() {
         "only the cgroup tree is writable"
     );
 }
+
+/// Fencing state is held by cluster RBAC on `nodefences/status`, not by namespace ConfigMap
+/// access: remediate's kustomization ships the NodeFence CRD and the policy that keeps its status
+/// to remediate, grants remediate the status subresource, and no longer lets it (or need it to)
+/// write ConfigMaps; the agent's roles, in every kustomization, grant nothing on NodeFences. (When
+/// operations were ConfigMaps, remediate's Role wrote ConfigMaps and no CRD was shipped.)
+#[test]
+fn only_remediate_is_granted_the_fencing_state() {
+    let remediate = render(&node_monitor_tests::manifests::deploy_dir().join("remediate"))
+        .unwrap_or_else(|e| panic!("render deploy/remediate: {e}"));
+    let crd = find(
+        &remediate,
+        "CustomResourceDefinition",
+        "nodefences.node-monitor.io",
+    )
+    .expect("the NodeFence CRD is shipped");
+    assert_eq!(crd.object["spec"]["scope"], "Cluster");
+    let policy = find(
+        &remediate,
+        "ValidatingAdmissionPolicy",
+        "node-monitor-nodefence-status",
+    )
+    .expect("the NodeFence status policy is shipped");
+    assert_eq!(
+        strings(&policy.object["spec"]["matchConstraints"]["resourceRules"][0]["resources"]),
+        ["nodefences/status"]
+    );
+    assert!(
+        find(
+            &remediate,
+            "ValidatingAdmissionPolicyBinding",
+            "node-monitor-nodefence-status"
+        )
+        .is_some(),
+        "the policy is bound"
+    );
+    let grants = |m: &Manifest, resource: &str, verb: &str| {
+        m.object["rules"].as_array().is_some_and(|rules| {
+            rules.iter().any(|r| {
+                let res = strings(&r["resources"]);
+                let verbs = strings(&r["verbs"]);
+                (res.contains(&resource.to_owned()) || res.contains(&"*".to_owned()))
+                    && (verbs.contains(&verb.to_owned()) || verbs.contains(&"*".to_owned()))
+            })
+        })
+    };
+    let cluster_role = find(&remediate, "ClusterRole", "node-monitor-remediate").expect("role");
+    for verb in ["update", "patch"] {
+        assert!(grants(cluster_role, "nodefences/status", verb), "{verb}");
+    }
+    let role = find(&remediate, "Role", "node-monitor-remediate").expect("namespace role");
+    for verb in ["create", "update", "patch", "delete"] {
+        assert!(
+            !grants(role, "configmaps", verb),
+            "remediate may {verb} ConfigMaps"
+        );
+    }
+    for rel in KUSTOMIZATIONS {
+        for m in rendered(rel)
+            .iter()
+            .filter(|m| m.kind() == "ClusterRole" || m.kind() == "Role")
+        {
+            for r in m.object["rules"].as_array().into_iter().flatten() {
+                let groups = strings(&r["apiGroups"]);
+                assert!(
+                    !groups.iter().any(|g| g == "node-monitor.io" || g == "*"),
+                    "{rel}: {} {} grants {groups:?}",
+                    m.kind(),
+                    m.name()
+                );
+            }
+        }
+    }
+}

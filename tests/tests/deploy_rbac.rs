@@ -3,7 +3,8 @@
 //! as in the DaemonSet) the calls the agent makes succeed, while everything else is forbidden:
 //! secrets, pods in other namespaces, deleting pods (unless the escalate or shutdown overlay is
 //! applied, and then only pods on its own node), deleting nodes, and writing any node but its own
-//! (the base's ValidatingAdmissionPolicies).
+//! (the base's ValidatingAdmissionPolicies). [`nodefence`]: only remediate's ServiceAccount writes
+//! fencing state (deploy/remediate).
 use k8s_openapi::{
     api::{
         authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
@@ -31,6 +32,9 @@ use node_monitor_tests::{
     pod::PodBuilder,
 };
 use serde_json::json;
+
+#[path = "deploy_rbac/nodefence.rs"]
+mod nodefence;
 
 /// The base's denial of a pod deletion on another node.
 const OWN_PODS_ONLY: &str = "node-monitor may only delete pods on the node it runs on";

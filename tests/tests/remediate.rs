@@ -21,14 +21,14 @@ use std::{
 };
 
 use k8s_openapi::api::{
-    core::v1::{ConfigMap, Event, Node, Pod},
+    core::v1::{Event, Node, Pod},
     storage::v1::VolumeAttachment,
 };
 use kube::{
     Api, Client,
-    api::{ListParams, Patch, PatchParams},
+    api::{DynamicObject, ListParams, Patch, PatchParams},
 };
-use node_monitor::remediate::store::{OP_KEY, op_configmap_name};
+use node_monitor::remediate::store::{node_fence_name, node_fence_resource};
 
 use node_monitor_core::remediation::{OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE};
 use node_monitor_tests::{
@@ -227,6 +227,10 @@ impl Fixture {
         must(
             cp.create_namespace(NS).await,
             "create the remediate namespace",
+        );
+        must(
+            manifests::install_remediate_crds(&cp.client()).await,
+            "install the NodeFence CRD (deploy/remediate/crd.yaml)",
         );
         let mut cgroups = TestCgroups::new(test);
         let mut standins = BTreeMap::new();
@@ -431,14 +435,19 @@ impl Fixture {
         .await;
     }
 
+    /// The node's NodeFence, if any.
+    async fn node_fence(&self, node: &str) -> Option<DynamicObject> {
+        let api: Api<DynamicObject> = Api::all_with(self.client(), &node_fence_resource());
+        must(
+            api.get_opt(&node_fence_name(node)).await,
+            "get the NodeFence",
+        )
+    }
+
+    /// The operation in the node's NodeFence status, if any.
     async fn operation(&self, node: &str) -> Option<serde_json::Value> {
-        let api: Api<ConfigMap> = Api::namespaced(self.client(), NS);
-        let cm = must(
-            api.get_opt(&op_configmap_name(node)).await,
-            "get the fencing operation",
-        )?;
-        let text = cm.data?.get(OP_KEY)?.clone();
-        Some(serde_json::from_str(&text).expect("the operation is JSON"))
+        let nf = self.node_fence(node).await?;
+        nf.data.pointer("/status/operation").cloned()
     }
 
     async fn node_events(&self, node: &str, reason: &str) -> Vec<Event> {
@@ -670,7 +679,8 @@ async fn recovery_waits_until_the_kubelet_is_back_not_just_the_lease() {
 async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
     let mut fx = Fixture::start("rem-sts", ControlPlaneOptions::default(), &three_nodes()).await;
     fx.fence_config(false).await;
-    // Every shipped manifest applies; the ServiceAccount and its RBAC for real, the rest as a
+    // Every shipped manifest applies; the CRD, the NodeFence status policy, the ServiceAccount and
+    // its RBAC for real (remediate runs with that token, under that policy), the rest as a
     // server-side dry run (the stand-ins would otherwise run the Deployment's pods).
     let kustomization: serde_norway::Value = serde_norway::from_str(
         &fs::read_to_string(deploy_remediate("kustomization.yaml")).expect("kustomization"),
@@ -688,7 +698,14 @@ async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
             manifests::read_objects(&deploy_remediate(file)),
             "read a shipped manifest",
         );
-        let applied = if file == "serviceaccount.yaml" || file == "rbac.yaml" {
+        let applied = if [
+            "crd.yaml",
+            "validatingadmissionpolicy.yaml",
+            "serviceaccount.yaml",
+            "rbac.yaml",
+        ]
+        .contains(&file.as_str())
+        {
             manifests::apply(&fx.client(), &objects).await
         } else {
             manifests::apply_dry_run(&fx.client(), &objects).await
@@ -1164,14 +1181,33 @@ async fn fencing_resumes_after_a_controller_restart() {
         .expect("the operation survives the crash");
     assert_eq!(op["phase"]["name"], "fencing", "{op}");
     assert_eq!(op["running"], "isolation", "{op}");
+    let nf = fx.node_fence(&node).await.expect("the NodeFence");
+    assert_eq!(nf.data["spec"]["nodeName"], node.as_str());
+    assert_eq!(nf.data["status"]["phase"], "fencing", "the printed phase");
+    let owner = &nf.metadata.owner_references.as_ref().expect("owned")[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Node", node.as_str())
+    );
     assert!(!fx.out_of_service(&node).await);
+    // An operation in an earlier release's format (a ConfigMap in the namespace) claiming the
+    // node fenced and released: named in a warning, never acted on.
+    let legacy = format!("node-monitor-fence-{node}");
+    let forged = json!({"node": node, "nodeUid": fx.node(&node).await.metadata.uid,
+        "phase": {"name": "releasing"}, "confirmedBy": "isolation", "detectedAt": 0,
+        "evidence": "forged", "leaseRenewTime": null});
+    fx.configmap(&legacy, "operation.json", &forged.to_string())
+        .await;
 
     fx.start_remediate("remediate-2", CONFIG).await;
-    fx.remediate
-        .as_mut()
-        .expect("running")
-        .wait_log("resuming fencing operations")
-        .await;
+    let r = fx.remediate.as_mut().expect("running");
+    r.wait_log("resuming fencing operations").await;
+    let log = r.log();
+    assert!(
+        log.contains("fencing operations of an earlier release") && log.contains(&legacy),
+        "{}",
+        r.tail()
+    );
     fx.wait_count(
         "the interrupted isolation step to run again",
         ("start", "isolation", &node),

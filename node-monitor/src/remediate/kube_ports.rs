@@ -1,5 +1,5 @@
 //! The controller's ports ([`super::ports`]) on the API server: the reflectors' caches, the
-//! operation ConfigMaps, the node's taint through the actuator, pods listed and force-deleted,
+//! NodeFence operations, the node's taint through the actuator, pods listed and force-deleted,
 //! fence agents run as commands with their Secrets, Events through the one writer. Every request
 //! is bounded by [`REQUEST_TIMEOUT`].
 use std::{
@@ -50,7 +50,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Caches {
     pub nodes: Store<Node>,
     pub leases: Store<Lease>,
-    /// The controller's namespace: fence configuration and operations.
+    /// The controller's namespace: fence configuration.
     pub configmaps: Store<ConfigMap>,
     /// How current `leases` is known to be.
     pub lease_freshness: Arc<WatchFreshness>,
@@ -70,7 +70,7 @@ impl KubePorts {
     /// `identity` is the replica's, written as the Events' `reportingInstance`.
     pub fn new(client: Client, namespace: &str, identity: &str, caches: Caches) -> Self {
         Self {
-            store: OpStore::new(client.clone(), namespace),
+            store: OpStore::new(client.clone()),
             events: EventWriter::new(
                 client.clone(),
                 Reporter {

@@ -335,6 +335,9 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
         _ = sigterm.recv() => true,
         _ = sigint.recv() => true,
     };
+    if !stopped_early {
+        warn_legacy_operations(&caches.configmaps.state());
+    }
     let elector = LeaderElector::new(
         client.clone(),
         &args.namespace,
@@ -364,6 +367,19 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let _ = http_task.await;
     info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Earlier releases kept operations in ConfigMaps `node-monitor-fence-<node>` of the namespace;
+/// they are not read (anyone with ConfigMap write there could forge them): finish or delete
+/// in-flight operations before upgrading (docs/remediate.md).
+fn warn_legacy_operations(configmaps: &[Arc<ConfigMap>]) {
+    let legacy =
+        store::legacy_operations(configmaps.iter().filter_map(|c| c.metadata.name.as_deref()));
+    if !legacy.is_empty() {
+        warn!(configmaps = ?legacy, "fencing operations of an earlier release (ConfigMaps) are \
+              ignored: operations now live in NodeFences; check these nodes and delete the \
+              ConfigMaps");
+    }
 }
 
 /// Starts the caches the controller reads (nodes, node Leases, the fence configuration in

@@ -43,7 +43,7 @@ pub trait ClusterView {
     fn configmap(&self, name: &str) -> Option<BTreeMap<String, String>>;
 }
 
-/// The fencing operations, one record per node ([`super::store`]): every write carries the
+/// The fencing operations, one NodeFence per node ([`super::store`]): every write carries the
 /// version it read as a precondition.
 pub trait OpRecords {
     /// Every stored operation; those that cannot be decoded as errors.

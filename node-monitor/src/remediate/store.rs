@@ -1,63 +1,80 @@
-//! Fencing operations kept in the API: one ConfigMap per node (`node-monitor-fence-<node>`) in the
-//! controller's namespace, holding the operation as JSON. Written before every step starts and
-//! after every step ends, with the resourceVersion as a precondition, so a restarted or newly
-//! elected controller resumes exactly where the previous one stopped. The ConfigMap is owned by
-//! the Node: deleting the Node lets the garbage collector delete the operation.
+//! Fencing operations kept in the API: one cluster-scoped NodeFence (`nodefences.node-monitor.io`,
+//! shipped in `deploy/remediate/crd.yaml`) per node, named after the node and owned by it, so
+//! deleting the Node lets the garbage collector delete the operation. The object's spec names the
+//! node (name and UID, immutable); the operation itself lives in its status, written only through
+//! the status subresource — which only `node-monitor remediate` is granted — before every step
+//! starts and after every step ends, with the resourceVersion as a precondition, so a restarted or
+//! newly elected controller resumes exactly where the previous one stopped.
 use std::{collections::BTreeMap, time::Duration};
 
-use k8s_openapi::{
-    api::core::v1::ConfigMap,
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{
     Api, Client,
-    api::{DeleteParams, ListParams, PostParams},
+    api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams},
 };
+use serde_json::{Value, json};
 
-use node_monitor_core::{names::FENCE_NODE_ANNOTATION, remediation::FenceOp};
+use node_monitor_core::remediation::{FenceOp, Phase};
 
-pub const OP_PREFIX: &str = "node-monitor-fence-";
-pub const OP_KEY: &str = "operation.json";
+/// The API group of NodeFence.
+pub const GROUP: &str = "node-monitor.io";
+/// The served and stored version.
+pub const VERSION: &str = "v1alpha1";
+pub const KIND: &str = "NodeFence";
+pub const PLURAL: &str = "nodefences";
+/// The CustomResourceDefinition's name.
+pub const CRD_NAME: &str = "nodefences.node-monitor.io";
+/// Where earlier releases kept operations: ConfigMaps with this prefix in the controller's
+/// namespace. They are no longer read (see [`legacy_operations`]).
+pub const LEGACY_OP_PREFIX: &str = "node-monitor-fence-";
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "node-monitor-remediate");
-pub const COMPONENT: (&str, &str) = ("app.kubernetes.io/component", "fence-operation");
 /// Every API request of the store is bounded by this.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// NodeFence as a dynamic resource (no derive: the schema is the shipped CRD).
+pub fn node_fence_resource() -> ApiResource {
+    ApiResource {
+        group: GROUP.to_owned(),
+        version: VERSION.to_owned(),
+        api_version: format!("{GROUP}/{VERSION}"),
+        kind: KIND.to_owned(),
+        plural: PLURAL.to_owned(),
+    }
+}
 
 /// Errors reading or writing operations.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("{action} ConfigMap {namespace}/{name}")]
+    #[error("{action} NodeFence {name}")]
     Api {
         action: &'static str,
-        namespace: String,
         name: String,
         #[source]
         source: Box<kube::Error>,
     },
-    #[error("{action} ConfigMap {namespace}/{name}: no answer within {REQUEST_TIMEOUT:?}")]
-    Timeout {
-        action: &'static str,
-        namespace: String,
-        name: String,
-    },
-    #[error("ConfigMap {namespace}/{name} changed meanwhile (resourceVersion conflict)")]
-    Conflict { namespace: String, name: String },
-    #[error("ConfigMap {namespace}/{name} key {OP_KEY}: not a fencing operation")]
+    #[error("{action} NodeFence {name}: no answer within {REQUEST_TIMEOUT:?}")]
+    Timeout { action: &'static str, name: String },
+    #[error("NodeFence {name} changed meanwhile (resourceVersion conflict)")]
+    Conflict { name: String },
+    #[error("NodeFence {name} status.operation: not a fencing operation")]
     Decode {
-        namespace: String,
         name: String,
         #[source]
         source: serde_json::Error,
     },
     #[error(
-        "ConfigMap {namespace}/{name}: not the operation of node {node:?} it claims to be ({reason}); ignored"
+        "NodeFence {name}: not the operation of node {node:?} it claims to be ({reason}); ignored"
     )]
     Mismatch {
-        namespace: String,
         name: String,
         node: String,
         reason: &'static str,
     },
+    #[error(
+        "the API server does not serve NodeFences ({GROUP}/{VERSION}): install the \
+         CustomResourceDefinition {CRD_NAME} (deploy/remediate/crd.yaml)"
+    )]
+    NotInstalled,
     #[error("encode the operation of node {node}")]
     Encode {
         node: String,
@@ -66,104 +83,109 @@ pub enum StoreError {
     },
 }
 
-/// The ConfigMap name for a node's operation: the prefix and the node name, shortened with a
-/// hash when the result would exceed the 253 characters of an object name.
-pub fn op_configmap_name(node: &str) -> String {
-    let full = format!("{OP_PREFIX}{node}");
-    if full.len() <= 253 {
-        return full;
-    }
-    // FNV-1a: stable across releases, no dependency.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in node.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    let keep: String = node.chars().take(253 - OP_PREFIX.len() - 17).collect();
-    format!("{OP_PREFIX}{}-{h:016x}", keep.trim_end_matches(['.', '-']))
+/// The NodeFence name for a node's operation: the node's own name (both are DNS subdomains of at
+/// most 253 characters).
+pub fn node_fence_name(node: &str) -> String {
+    node.to_owned()
 }
 
-/// Decodes one stored operation of `namespace`, verifying it is what it claims to be.
-pub fn decode_op(namespace: &str, cm: &ConfigMap) -> Result<StoredOp, StoreError> {
-    let name = cm.metadata.name.clone().unwrap_or_default();
-    let text = cm
-        .data
-        .as_ref()
-        .and_then(|d| d.get(OP_KEY))
-        .map_or("", String::as_str);
-    let op: FenceOp = serde_json::from_str(text).map_err(|source| StoreError::Decode {
-        namespace: namespace.to_owned(),
-        name: name.clone(),
+/// The names of operation ConfigMaps left by an earlier release among `configmaps` (the
+/// controller namespace's ConfigMap names). They are not read: in-flight operations are finished
+/// or deleted before upgrading (docs/remediate.md).
+pub fn legacy_operations<'a>(configmaps: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    configmaps
+        .into_iter()
+        .filter(|n| n.starts_with(LEGACY_OP_PREFIX))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `status.phase`: the printed phase ([`Phase::label`]); `status.step`: the fencing step, if any.
+fn status_of(op: &FenceOp) -> Result<Value, StoreError> {
+    let operation = serde_json::to_value(op).map_err(|source| StoreError::Encode {
+        node: op.node.clone(),
         source,
     })?;
-    if let Err(reason) = verify_identity(cm, &op) {
+    let mut status = json!({ "phase": op.phase.label(), "operation": operation });
+    if let Phase::Fencing { step } = op.phase {
+        status["step"] = json!(step.as_str());
+    }
+    if let Some(step) = op.confirmed_by {
+        status["confirmedBy"] = json!(step.as_str());
+    }
+    Ok(status)
+}
+
+/// The NodeFence holding `op`: metadata and spec (what a create sets) and status (what the status
+/// subresource sets).
+pub fn op_object(
+    op: &FenceOp,
+    resource_version: Option<String>,
+) -> Result<DynamicObject, StoreError> {
+    let mut obj = DynamicObject::new(&node_fence_name(&op.node), &node_fence_resource());
+    obj.metadata = ObjectMeta {
+        name: Some(node_fence_name(&op.node)),
+        resource_version,
+        labels: Some(BTreeMap::from([(
+            MANAGED_BY.0.to_owned(),
+            MANAGED_BY.1.to_owned(),
+        )])),
+        owner_references: Some(vec![OwnerReference {
+            api_version: "v1".to_owned(),
+            kind: "Node".to_owned(),
+            name: op.node.clone(),
+            uid: op.node_uid.clone(),
+            ..OwnerReference::default()
+        }]),
+        ..ObjectMeta::default()
+    };
+    obj.data = json!({
+        "spec": { "nodeName": op.node, "nodeUID": op.node_uid },
+        "status": status_of(op)?,
+    });
+    Ok(obj)
+}
+
+/// Decodes one stored operation, verifying it is what it claims to be. `None`: a NodeFence whose
+/// status holds no operation yet (created, its status not written).
+pub fn decode_op(obj: &DynamicObject) -> Result<Option<StoredOp>, StoreError> {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let Some(operation) = obj.data.pointer("/status/operation") else {
+        return Ok(None);
+    };
+    let op: FenceOp =
+        serde::Deserialize::deserialize(operation).map_err(|source| StoreError::Decode {
+            name: name.clone(),
+            source,
+        })?;
+    if let Err(reason) = verify_identity(obj, &op) {
         return Err(StoreError::Mismatch {
-            namespace: namespace.to_owned(),
             name,
             node: op.node,
             reason,
         });
     }
-    Ok(StoredOp {
+    Ok(Some(StoredOp {
         op,
-        resource_version: cm.metadata.resource_version.clone(),
-    })
+        resource_version: obj.metadata.resource_version.clone(),
+    }))
 }
 
-/// The ConfigMap holding `op`.
-pub fn op_object(
-    namespace: &str,
-    op: &FenceOp,
-    resource_version: Option<String>,
-) -> Result<ConfigMap, StoreError> {
-    let json = serde_json::to_string_pretty(op).map_err(|source| StoreError::Encode {
-        node: op.node.clone(),
-        source,
-    })?;
-    Ok(ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(op_configmap_name(&op.node)),
-            namespace: Some(namespace.to_owned()),
-            resource_version,
-            labels: Some(BTreeMap::from([
-                (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
-                (COMPONENT.0.to_owned(), COMPONENT.1.to_owned()),
-            ])),
-            annotations: Some(BTreeMap::from([(
-                FENCE_NODE_ANNOTATION.to_owned(),
-                op.node.clone(),
-            )])),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "v1".to_owned(),
-                kind: "Node".to_owned(),
-                name: op.node.clone(),
-                uid: op.node_uid.clone(),
-                ..OwnerReference::default()
-            }]),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([(OP_KEY.to_owned(), json)])),
-        ..ConfigMap::default()
-    })
-}
-
-/// An operation is keyed by its object's name, never by its JSON alone: the ConfigMap must be
-/// the one this controller writes for that node — named [`op_configmap_name`] of the node, with
-/// the node's full name in [`FENCE_NODE_ANNOTATION`] and the Node (by name and UID) as its owner. A
-/// ConfigMap that says otherwise (copied, renamed, or edited to point at another node) is refused.
-pub fn verify_identity(cm: &ConfigMap, op: &FenceOp) -> Result<(), &'static str> {
-    if cm.metadata.name.as_deref() != Some(op_configmap_name(&op.node).as_str()) {
+/// An operation is keyed by its object, never by its status alone: the NodeFence must be the one
+/// this controller writes for that node — named [`node_fence_name`] of the node, with the node's
+/// name and UID in its spec and the Node (by name and UID) as its owner. A NodeFence that says
+/// otherwise (an operation copied onto another node's object) is refused.
+pub fn verify_identity(obj: &DynamicObject, op: &FenceOp) -> Result<(), &'static str> {
+    if obj.metadata.name.as_deref() != Some(node_fence_name(&op.node).as_str()) {
         return Err("its name is not the one for that node");
     }
-    let annotated = cm
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(FENCE_NODE_ANNOTATION));
-    if annotated != Some(&op.node) {
-        return Err("its node annotation names another node");
+    if obj.data.pointer("/spec/nodeName").and_then(Value::as_str) != Some(op.node.as_str()) {
+        return Err("its spec.nodeName names another node");
     }
-    let owned = cm
+    if obj.data.pointer("/spec/nodeUID").and_then(Value::as_str) != Some(op.node_uid.as_str()) {
+        return Err("its spec.nodeUID is another Node's");
+    }
+    let owned = obj
         .metadata
         .owner_references
         .as_deref()
@@ -186,111 +208,131 @@ pub struct StoredOp {
 /// Reads and writes operations.
 #[derive(Clone)]
 pub struct OpStore {
-    api: Api<ConfigMap>,
-    namespace: String,
+    api: Api<DynamicObject>,
 }
 
+/// `fut` within [`REQUEST_TIMEOUT`]; a 409 is a [`StoreError::Conflict`].
 async fn bounded<T>(
     fut: impl Future<Output = Result<T, kube::Error>>,
     action: &'static str,
-    namespace: &str,
     name: &str,
 ) -> Result<T, StoreError> {
     match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(kube::Error::Api(s))) if s.code == 409 => Err(StoreError::Conflict {
-            namespace: namespace.to_owned(),
             name: name.to_owned(),
         }),
         Ok(Err(source)) => Err(StoreError::Api {
             action,
-            namespace: namespace.to_owned(),
             name: name.to_owned(),
             source: Box::new(source),
         }),
         Err(_) => Err(StoreError::Timeout {
             action,
-            namespace: namespace.to_owned(),
             name: name.to_owned(),
         }),
     }
 }
 
+/// A 404 on the collection: the CRD is not installed.
+fn not_installed(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Api { source, .. } if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 404) => {
+            StoreError::NotInstalled
+        }
+        e => e,
+    }
+}
+
 impl OpStore {
-    pub fn new(client: Client, namespace: &str) -> Self {
+    pub fn new(client: Client) -> Self {
         Self {
-            api: Api::namespaced(client, namespace),
-            namespace: namespace.to_owned(),
+            api: Api::all_with(client, &node_fence_resource()),
         }
     }
 
-    fn object(
-        &self,
-        op: &FenceOp,
-        resource_version: Option<String>,
-    ) -> Result<ConfigMap, StoreError> {
-        op_object(&self.namespace, op, resource_version)
-    }
-
-    /// Decodes one stored operation.
-    pub fn decode(&self, cm: &ConfigMap) -> Result<StoredOp, StoreError> {
-        decode_op(&self.namespace, cm)
-    }
-
     /// Every stored operation; ones that cannot be decoded come back as errors, for the caller
-    /// to report (they are left in place for an operator to inspect).
+    /// to report (they are left in place for an operator to inspect). A NodeFence without an
+    /// operation in its status (its creation interrupted) is no operation.
     pub async fn list(&self) -> Result<Vec<Result<StoredOp, StoreError>>, StoreError> {
-        let lp = ListParams::default().labels(&format!("{}={}", COMPONENT.0, COMPONENT.1));
-        let list = bounded(self.api.list(&lp), "list", &self.namespace, "*").await?;
-        Ok(list.items.iter().map(|cm| self.decode(cm)).collect())
+        let list = bounded(self.api.list(&ListParams::default()), "list", "*")
+            .await
+            .map_err(not_installed)?;
+        Ok(list
+            .items
+            .iter()
+            .filter_map(|obj| decode_op(obj).transpose())
+            .collect())
     }
 
     /// The stored operation of `node`, as the API has it now.
     pub async fn get(&self, node: &str) -> Result<Option<StoredOp>, StoreError> {
-        let name = op_configmap_name(node);
-        let cm = bounded(self.api.get_opt(&name), "get", &self.namespace, &name).await?;
-        cm.map(|cm| self.decode(&cm)).transpose()
+        let name = node_fence_name(node);
+        let obj = bounded(self.api.get_opt(&name), "get", &name).await?;
+        Ok(obj.map(|o| decode_op(&o)).transpose()?.flatten())
     }
 
+    /// Creates the NodeFence, then writes the operation into its status. A NodeFence of the same
+    /// Node left without an operation (a create interrupted between the two writes) is taken
+    /// over; any other existing one is a conflict.
     pub async fn create(&self, op: &FenceOp) -> Result<StoredOp, StoreError> {
-        let name = op_configmap_name(&op.node);
-        let obj = self.object(op, None)?;
-        let cm = bounded(
+        let name = node_fence_name(&op.node);
+        let obj = op_object(op, None)?;
+        let created = match bounded(
             self.api.create(&PostParams::default(), &obj),
             "create",
-            &self.namespace,
             &name,
         )
-        .await?;
-        Ok(StoredOp {
+        .await
+        {
+            Ok(created) => created,
+            Err(StoreError::Conflict { .. }) => self.empty_of(op).await?,
+            Err(e) => return Err(e),
+        };
+        let stored = StoredOp {
             op: op.clone(),
-            resource_version: cm.metadata.resource_version,
-        })
+            resource_version: created.metadata.resource_version,
+        };
+        self.update(&stored, op).await
     }
 
-    /// Replaces the stored operation, on the condition that nobody else wrote it since.
+    /// The existing NodeFence of `op`'s node, if it holds no operation and is that Node's.
+    async fn empty_of(&self, op: &FenceOp) -> Result<DynamicObject, StoreError> {
+        let name = node_fence_name(&op.node);
+        let conflict = || StoreError::Conflict { name: name.clone() };
+        let existing = bounded(self.api.get_opt(&name), "get", &name)
+            .await?
+            .ok_or_else(conflict)?;
+        if existing.data.pointer("/status/operation").is_some()
+            || verify_identity(&existing, op).is_err()
+        {
+            return Err(conflict());
+        }
+        Ok(existing)
+    }
+
+    /// Replaces the stored operation through the status subresource, on the condition that
+    /// nobody else wrote the NodeFence since.
     pub async fn update(&self, stored: &StoredOp, op: &FenceOp) -> Result<StoredOp, StoreError> {
-        let name = op_configmap_name(&op.node);
-        let obj = self.object(op, stored.resource_version.clone())?;
-        let cm = bounded(
-            self.api.replace(&name, &PostParams::default(), &obj),
-            "replace",
-            &self.namespace,
+        let name = node_fence_name(&op.node);
+        let obj = op_object(op, stored.resource_version.clone())?;
+        let written = bounded(
+            self.api.replace_status(&name, &PostParams::default(), &obj),
+            "replace the status of",
             &name,
         )
         .await?;
         Ok(StoredOp {
             op: op.clone(),
-            resource_version: cm.metadata.resource_version,
+            resource_version: written.metadata.resource_version,
         })
     }
 
     pub async fn delete(&self, node: &str) -> Result<(), StoreError> {
-        let name = op_configmap_name(node);
+        let name = node_fence_name(node);
         match bounded(
             self.api.delete(&name, &DeleteParams::default()),
             "delete",
-            &self.namespace,
             &name,
         )
         .await
@@ -305,94 +347,4 @@ impl OpStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_fit_an_object_name() {
-        assert_eq!(op_configmap_name("node-a"), "node-monitor-fence-node-a");
-        let long = "n".repeat(300);
-        let name = op_configmap_name(&long);
-        assert!(name.len() <= 253, "{}", name.len());
-        assert_ne!(
-            name,
-            op_configmap_name(&"n".repeat(301)),
-            "distinct nodes, distinct names"
-        );
-        assert_eq!(name, op_configmap_name(&long), "stable");
-    }
-
-    fn op(node: &str) -> FenceOp {
-        let facts = node_monitor_core::remediation::NodeFacts {
-            name: node.to_owned(),
-            zone: node_monitor_core::remediation::ZoneKey::default(),
-            ready: node_monitor_core::remediation::ReadyStatus::Unknown,
-            lease: None,
-            agent_heartbeat: None,
-            last_gasp: None,
-            eligible: true,
-            boot_id: None,
-            ready_heartbeat: None,
-        };
-        FenceOp::new(
-            &facts,
-            "uid-a",
-            &node_monitor_core::remediation::DeathEvidence::LastGasp { at: 1 },
-            0,
-        )
-    }
-
-    #[test]
-    fn operations_are_keyed_by_their_object_not_their_json() {
-        let written = op_object("ns", &op("node-a"), None).expect("encode");
-        assert!(
-            decode_op("ns", &written).is_ok(),
-            "what the store writes reads back"
-        );
-        // (what is changed, the reason)
-        type Edit = fn(&mut ConfigMap);
-        let cases: [(Edit, &str); 5] = [
-            // Renamed to another node's operation.
-            (
-                |cm| cm.metadata.name = Some(op_configmap_name("node-b")),
-                "name",
-            ),
-            // The JSON points at another node than the object.
-            (
-                |cm| {
-                    let d = cm.data.as_mut().expect("data");
-                    let text = d[OP_KEY].replace("\"node\": \"node-a\"", "\"node\": \"node-b\"");
-                    d.insert(OP_KEY.to_owned(), text);
-                },
-                "name",
-            ),
-            (
-                |cm| {
-                    cm.metadata
-                        .annotations
-                        .as_mut()
-                        .expect("annotations")
-                        .insert(FENCE_NODE_ANNOTATION.to_owned(), "node-b".to_owned());
-                },
-                "annotation",
-            ),
-            (|cm| cm.metadata.owner_references = None, "owned"),
-            (
-                |cm| {
-                    cm.metadata.owner_references.as_mut().expect("owner")[0].uid =
-                        "uid-other".to_owned();
-                },
-                "owned",
-            ),
-        ];
-        for (edit, needle) in cases {
-            let mut cm = written.clone();
-            edit(&mut cm);
-            let err = decode_op("ns", &cm).expect_err(needle);
-            assert!(
-                matches!(err, StoreError::Mismatch { .. }) && err.to_string().contains(needle),
-                "{err}"
-            );
-        }
-    }
-}
+mod tests;

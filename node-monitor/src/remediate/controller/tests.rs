@@ -14,11 +14,12 @@ use std::{
 use k8s_openapi::{
     api::{
         coordination::v1::{Lease, LeaseSpec},
-        core::v1::{ConfigMap, Node, NodeCondition, NodeStatus, NodeSystemInfo, Pod, PodSpec},
+        core::v1::{Node, NodeCondition, NodeStatus, NodeSystemInfo, Pod, PodSpec},
     },
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time},
     jiff::Timestamp as Wall,
 };
+use kube::api::DynamicObject;
 use tokio::sync::watch;
 
 use node_monitor_core::{
@@ -36,11 +37,10 @@ use crate::{
         ports::{
             Clock, ClusterView, Events, FenceRunner, NodePods, OpRecords, PodDeletion, Taints,
         },
-        store::{StoreError, StoredOp, decode_op, op_configmap_name, op_object},
+        store::{StoreError, StoredOp, decode_op, node_fence_name, op_object},
     },
 };
 
-const NS: &str = "node-monitor";
 /// The wall clock at the controller's start (Unix ms).
 const UNIX0: i64 = 1_700_000_000_000;
 
@@ -50,8 +50,8 @@ struct World {
     nodes: BTreeMap<String, Node>,
     leases: BTreeMap<String, Lease>,
     configmaps: BTreeMap<String, BTreeMap<String, String>>,
-    /// The operation records, as the ConfigMaps the store writes.
-    ops: BTreeMap<String, ConfigMap>,
+    /// The operation records, as the NodeFences the store writes.
+    ops: BTreeMap<String, DynamicObject>,
     version: u64,
     pods: Vec<Pod>,
     tainted: BTreeSet<String>,
@@ -240,7 +240,8 @@ impl Fake {
         self.w()
             .ops
             .get(node)
-            .map(|cm| decode_op(NS, cm).expect("a valid record").op)
+            .and_then(|o| decode_op(o).expect("a valid record"))
+            .map(|s| s.op)
     }
 }
 
@@ -287,8 +288,7 @@ impl ClusterView for Fake {
 impl Fake {
     fn conflict(node: &str) -> StoreError {
         StoreError::Conflict {
-            namespace: NS.to_owned(),
-            name: op_configmap_name(node),
+            name: node_fence_name(node),
         }
     }
 
@@ -296,8 +296,8 @@ impl Fake {
         let mut w = self.w();
         w.version += 1;
         let version = Some(w.version.to_string());
-        let cm = op_object(NS, op, version.clone())?;
-        w.ops.insert(op.node.clone(), cm);
+        let obj = op_object(op, version.clone())?;
+        w.ops.insert(op.node.clone(), obj);
         Ok(StoredOp {
             op: op.clone(),
             resource_version: version,
@@ -307,15 +307,21 @@ impl Fake {
 
 impl OpRecords for Fake {
     async fn list_ops(&self) -> Result<Vec<Result<StoredOp, StoreError>>, StoreError> {
-        Ok(self.w().ops.values().map(|cm| decode_op(NS, cm)).collect())
+        Ok(self
+            .w()
+            .ops
+            .values()
+            .filter_map(|o| decode_op(o).transpose())
+            .collect())
     }
 
     async fn get_op(&self, node: &str) -> Result<Option<StoredOp>, StoreError> {
         self.w()
             .ops
             .get(node)
-            .map(|cm| decode_op(NS, cm))
+            .map(decode_op)
             .transpose()
+            .map(Option::flatten)
     }
 
     async fn create_op(&self, op: &FenceOp) -> Result<StoredOp, StoreError> {
@@ -330,7 +336,7 @@ impl OpRecords for Fake {
             .w()
             .ops
             .get(&op.node)
-            .and_then(|cm| cm.metadata.resource_version.clone());
+            .and_then(|o| o.metadata.resource_version.clone());
         if current.is_none() || current != stored.resource_version {
             return Err(Self::conflict(&op.node));
         }
