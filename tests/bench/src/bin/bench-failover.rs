@@ -155,6 +155,8 @@ impl Bench {
         }
         let cp = ControlPlane::start(opts).await?;
         cp.create_namespace(NS).await?;
+        // remediate keeps its fencing operations in NodeFence objects.
+        node_monitor_tests::manifests::install_remediate_crds(&cp.client()).await?;
         let mut cgroups = TestCgroups::new("bench-failover");
         let mut standins = BTreeMap::new();
         for (name, zone) in NODES {
