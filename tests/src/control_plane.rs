@@ -780,6 +780,12 @@ impl ControlPlane {
         self.client.clone()
     }
 
+    /// The API server's own `/metrics` (request counts, sizes, latencies, watchers), or `None`
+    /// when it does not answer.
+    pub async fn apiserver_metrics(&self) -> Option<String> {
+        get_text(&self.client, "/metrics").await
+    }
+
     /// The processes' names and pids, in start order.
     pub fn pids(&self) -> Vec<(String, u32)> {
         self.processes
