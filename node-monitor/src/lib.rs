@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod ebpf;
 pub mod http;
 pub mod io;
+pub mod jitter;
 pub mod metrics;
 pub mod remediate;
 pub mod sampler;

@@ -33,6 +33,8 @@ use crate::{
 
 /// Agent-owned conditions are re-published at least this often, as a heartbeat.
 pub(super) const CONDITION_HEARTBEAT: Duration = Duration::from_secs(60);
+/// The heartbeat is lengthened by up to this share of it, drawn at each publish.
+pub(super) const HEARTBEAT_JITTER: f64 = 0.25;
 
 /// How a cycle ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +50,9 @@ pub(super) enum CycleEnd {
 pub(super) struct PublishedConditions {
     values: BTreeMap<NodeConditionType, bool>,
     at: Option<Instant>,
+    /// How long after `at` the unchanged conditions are published again: the heartbeat, jittered
+    /// per publish so that agents started together spread out.
+    heartbeat: Duration,
 }
 
 /// The agent loop's state across cycles, and its ports.
@@ -539,7 +544,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         let stale = self
             .published
             .at
-            .is_none_or(|at| at.elapsed() > CONDITION_HEARTBEAT);
+            .is_none_or(|at| at.elapsed() > self.published.heartbeat);
         if values == self.published.values && !stale {
             return;
         }
@@ -559,6 +564,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                 self.published = PublishedConditions {
                     values: values.clone(),
                     at: Some(Instant::now()),
+                    heartbeat: crate::jitter::jittered(CONDITION_HEARTBEAT, HEARTBEAT_JITTER),
                 };
             }
             Err(e) => {

@@ -32,8 +32,24 @@ pub enum ClientError {
 /// The default bound on one API call (`nodeMonitor.apiTimeout`).
 pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(30);
 /// Watches ask the server to end them after this long (`timeoutSeconds`); a healthy server then
-/// closes the stream, so a longer silence means a stalled one.
+/// closes the stream, so a longer silence means a stalled one. The agent's pod watch lengthens it
+/// by a per-process draw of up to [`WATCH_TIMEOUT_JITTER`] ([`pod_watch_timeout_secs`]).
 pub const WATCH_TIMEOUT_SECS: u32 = 60;
+/// The share by which the pod watch's timeout is lengthened, drawn once per process: agents
+/// started together (a rollout, a reconnect after an API server restart) renew their watches at
+/// different moments instead of all in the same second.
+pub const WATCH_TIMEOUT_JITTER: f64 = 0.25;
+
+/// The pod watch's `timeoutSeconds` in this process: [`WATCH_TIMEOUT_SECS`] lengthened by a draw
+/// of up to [`WATCH_TIMEOUT_JITTER`], the same for every watch of the process.
+pub fn pod_watch_timeout_secs() -> u32 {
+    static SECS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *SECS.get_or_init(|| {
+        let base = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS));
+        u32::try_from(crate::jitter::jittered(base, WATCH_TIMEOUT_JITTER).as_secs())
+            .unwrap_or(WATCH_TIMEOUT_SECS)
+    })
+}
 /// Silence on a watch connection beyond the watch timeout before it counts as stalled and the
 /// watcher reconnects.
 pub const WATCH_STALL_MARGIN: Duration = Duration::from_secs(15);
@@ -102,7 +118,7 @@ pub fn watch_client(mut config: Config, connect_timeout: Duration) -> Result<Cli
     config.connect_timeout = Some(connect_timeout);
     config.write_timeout = Some(connect_timeout);
     config.read_timeout =
-        Some(Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS)) + WATCH_STALL_MARGIN);
+        Some(Duration::from_secs(u64::from(pod_watch_timeout_secs())) + WATCH_STALL_MARGIN);
     config.reset_reader_on_write = true;
     Client::try_from(config).map_err(ClientError::Build)
 }
@@ -135,7 +151,7 @@ pub fn pod_reflector(
     // as stalled and reconnects, instead of after kube's default 295 s.
     let cfg = watcher::Config::default()
         .fields(&format!("spec.nodeName={node_name}"))
-        .timeout(WATCH_TIMEOUT_SECS);
+        .timeout(pod_watch_timeout_secs());
     let stream = reflector(writer, watcher(pods, cfg)).default_backoff();
     let task = async move {
         let mut stream = std::pin::pin!(stream);

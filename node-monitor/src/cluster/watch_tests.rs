@@ -19,7 +19,10 @@ use axum::{
 use futures::StreamExt as _;
 use serde_json::json;
 
-use super::{PodWatchEvent, WATCH_STALL_MARGIN, WATCH_TIMEOUT_SECS, pod_reflector, watch_client};
+use super::{
+    PodWatchEvent, WATCH_STALL_MARGIN, WATCH_TIMEOUT_SECS, pod_reflector, pod_watch_timeout_secs,
+    watch_client,
+};
 
 /// How the first watch connection goes silent.
 #[derive(Debug, Clone, Copy)]
@@ -124,7 +127,7 @@ fn names(store: &kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_pod_watch_is_dropped_at_its_bound_and_the_store_catches_up() {
-    let stall_bound = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS)) + WATCH_STALL_MARGIN;
+    let stall_bound = Duration::from_secs(u64::from(pod_watch_timeout_secs())) + WATCH_STALL_MARGIN;
     // kube's default backoff starts well under this; a reconnect must fit.
     let reconnect = Duration::from_secs(30);
     for stall in [Stall::Silent, Stall::AfterOneEvent] {

@@ -650,7 +650,16 @@ async fn conditions_are_written_on_a_change_and_as_a_heartbeat() {
         2,
         "a change is written at once"
     );
-    tokio::time::advance(CONDITION_HEARTBEAT + Duration::from_secs(1)).await;
+    // Not before the heartbeat's shortest draw; at the latest after its longest.
+    tokio::time::advance(CONDITION_HEARTBEAT - Duration::from_secs(1)).await;
+    rig.cycle().await;
+    assert_eq!(
+        rig.cluster().condition_writes().len(),
+        2,
+        "no heartbeat yet"
+    );
+    tokio::time::advance(CONDITION_HEARTBEAT.mul_f64(HEARTBEAT_JITTER) + Duration::from_secs(2))
+        .await;
     rig.cycle().await;
     assert_eq!(rig.cluster().condition_writes().len(), 3, "the heartbeat");
 }

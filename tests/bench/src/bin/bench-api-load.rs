@@ -61,6 +61,8 @@ struct Window {
     watches: BTreeMap<String, f64>,
     /// p99 of non-watch request latency over the window, seconds.
     p99: f64,
+    /// p99 by verb (GET, PATCH), seconds.
+    p99_by_verb: BTreeMap<&'static str, f64>,
     /// The API server's CPU over the window, % of one core.
     cpu: f64,
 }
@@ -89,17 +91,19 @@ fn delta(
         .collect()
 }
 
-/// Cumulative buckets (le → count) of non-WATCH request durations.
-fn latency_buckets(samples: &[Sample]) -> BTreeMap<u64, f64> {
+/// Cumulative buckets (le → count) of request durations: of `verb`, or of every verb but the
+/// long-running ones.
+fn latency_buckets(samples: &[Sample], verb: Option<&str>) -> BTreeMap<u64, f64> {
     let mut out = BTreeMap::new();
     for s in samples
         .iter()
         .filter(|s| s.name == "apiserver_request_duration_seconds_bucket")
         .filter(|s| {
-            !matches!(
-                s.labels.get("verb").map(String::as_str),
-                Some("WATCH" | "CONNECT")
-            )
+            let v = s.labels.get("verb").map(String::as_str);
+            match verb {
+                Some(want) => v == Some(want),
+                None => !matches!(v, Some("WATCH" | "CONNECT")),
+            }
         })
     {
         let le = match s.labels.get("le").map(String::as_str) {
@@ -181,7 +185,20 @@ async fn measure(cp: &ControlPlane, seconds: u64) -> Result<Window> {
             &by_verb_resource(&before, "apiserver_response_sizes_sum"),
         ),
         watches,
-        p99: p99(&latency_buckets(&after), &latency_buckets(&before)),
+        p99: p99(
+            &latency_buckets(&after, None),
+            &latency_buckets(&before, None),
+        ),
+        p99_by_verb: ["GET", "PATCH"]
+            .into_iter()
+            .map(|v| {
+                let q = p99(
+                    &latency_buckets(&after, Some(v)),
+                    &latency_buckets(&before, Some(v)),
+                );
+                (v, q)
+            })
+            .collect(),
         cpu: (t1 - t0) as f64 / hz / wall * 100.0,
     })
 }
@@ -321,10 +338,12 @@ fn report(n: usize, w: &Window, base: Option<&Window>) {
         }
     };
     println!(
-        "api-load: agents={n} window={:.0}s apiserver_cpu={:.1}% p99={:.0}ms",
+        "api-load: agents={n} window={:.0}s apiserver_cpu={:.1}% p99={:.0}ms p99_get={:.0}ms p99_patch={:.0}ms",
         w.seconds,
         w.cpu,
-        w.p99 * 1e3
+        w.p99 * 1e3,
+        w.p99_by_verb.get("GET").copied().unwrap_or(0.0) * 1e3,
+        w.p99_by_verb.get("PATCH").copied().unwrap_or(0.0) * 1e3
     );
     for ((verb, resource), count) in &w.requests {
         let base_rate = base
