@@ -109,9 +109,10 @@ struct Args {
     /// Fraction of the last zone killed at once (1: the whole zone).
     #[arg(long, default_value_t = 1.0)]
     zone_fraction: f64,
-    /// How long the zone kill is watched (from the moment the Leases stop).
-    #[arg(long, default_value_t = 120)]
-    zone_seconds: u64,
+    /// How long the zone kill is watched (from the moment the Leases stop); default: the
+    /// detection window (3 renewal intervals) plus 90 s.
+    #[arg(long)]
+    zone_seconds: Option<u64>,
     #[arg(long)]
     skip_churn: bool,
     #[arg(long)]
@@ -982,6 +983,9 @@ async fn run(args: &Args) -> Result<bool> {
     // 4. Zone kill.
     let mut verdict = true;
     if !args.skip_zone_kill {
+        let zone_seconds = args
+            .zone_seconds
+            .unwrap_or(3 * interval.as_secs() + 90);
         let z = args.zones - 1;
         let zone = zone_name(z);
         let members: Vec<usize> = (0..n).filter(|i| i % args.zones == z).collect();
@@ -1009,10 +1013,11 @@ async fn run(args: &Args) -> Result<bool> {
         let mut seen_states: BTreeSet<String> = BTreeSet::new();
         let mut max_dead = 0.0f64;
         let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(args.zone_seconds) {
+        while t0.elapsed() < Duration::from_secs(zone_seconds) {
             leader.check_running()?;
             let text = leader.metrics().await?;
-            if let Some(s) = zone_states(&text)?.get(&zone) {
+            // remediate names a zone `<region>:<zone>` (the node lifecycle controller's key).
+            if let Some(s) = zone_states(&text)?.get(&format!("bench:{zone}")) {
                 seen_states.insert(s.clone());
             }
             max_dead = max_dead.max(metrics::try_sum(
@@ -1060,14 +1065,14 @@ async fn run(args: &Args) -> Result<bool> {
             "remediate-scale: zone kill at {n} nodes: {count} of {} nodes of {zone} stopped; zone states {:?}; nodes judged dead at most {max_dead}; fence calls in the zone within {} s: {} (first at {first} s, last at {last} s after the kill), allowed ≤ 2 + {allowed_rate}/s × t; skips {skips:?}: {}",
             members.len(),
             seen_states,
-            args.zone_seconds,
+            zone_seconds,
             calls.len(),
             if pass { "PASS" } else { "FAIL" }
         );
         print_renewer(
             "zone kill",
             &rw,
-            args.zone_seconds as f64,
+            zone_seconds as f64,
             target_rate * (1.0 - count as f64 / n as f64),
         );
     }
