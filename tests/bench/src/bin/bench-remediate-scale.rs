@@ -983,9 +983,7 @@ async fn run(args: &Args) -> Result<bool> {
     // 4. Zone kill.
     let mut verdict = true;
     if !args.skip_zone_kill {
-        let zone_seconds = args
-            .zone_seconds
-            .unwrap_or(3 * interval.as_secs() + 90);
+        let zone_seconds = args.zone_seconds.unwrap_or(3 * interval.as_secs() + 90);
         let z = args.zones - 1;
         let zone = zone_name(z);
         let members: Vec<usize> = (0..n).filter(|i| i % args.zones == z).collect();
