@@ -28,7 +28,9 @@
 //! cluster size").
 //!
 //! ```sh
-//! cargo bins && sudo KUBEBUILDER_ASSETS=... target/debug/bench-remediate-scale --nodes 1000
+//! cargo build --release -p node-monitor -p node-monitor-bench --bin node-monitor --bin bench-remediate-scale
+//! KUBEBUILDER_ASSETS=$HOME/.cache/node-monitor/control-plane/current NODE_MONITOR_PROFILE=release \
+//!   target/release/bench-remediate-scale --nodes 1000
 //! ```
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -969,7 +971,11 @@ async fn run(args: &Args) -> Result<bool> {
             writes,
             u[0].cpu_pct,
             mib(u[0].rss_max_kib),
-            u.get(2).map_or(0.0, |u| u.cpu_pct),
+            cp_pids
+                .iter()
+                .position(|(name, _)| name == "kube-apiserver")
+                .and_then(|k| u.get(k + 1))
+                .map_or(0.0, |u| u.cpu_pct),
             states,
             if new_fences.is_empty() {
                 "none".to_owned()
@@ -1010,21 +1016,25 @@ async fn run(args: &Args) -> Result<bool> {
         let victim_names: BTreeSet<String> = victims.iter().map(|&i| node_name(i)).collect();
         let mut seen_states: BTreeSet<String> = BTreeSet::new();
         let mut max_dead = 0.0f64;
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(zone_seconds) {
-            leader.check_running()?;
-            let text = leader.metrics().await?;
-            // remediate names a zone `<region>:<zone>` (the node lifecycle controller's key).
-            if let Some(s) = zone_states(&text)?.get(&format!("bench:{zone}")) {
-                seen_states.insert(s.clone());
-            }
-            max_dead = max_dead.max(metrics::try_sum(
-                &text,
-                "node_monitor_remediation_nodes",
-                &[("state", "dead")],
-            )?);
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        let usage = observe(
+            &[leader.pid],
+            Duration::from_secs(zone_seconds),
+            async || {
+                leader.check_running()?;
+                let text = leader.metrics().await?;
+                // remediate names a zone `<region>:<zone>` (the node lifecycle controller's key).
+                if let Some(s) = zone_states(&text)?.get(&format!("bench:{zone}")) {
+                    seen_states.insert(s.clone());
+                }
+                max_dead = max_dead.max(metrics::try_sum(
+                    &text,
+                    "node_monitor_remediation_nodes",
+                    &[("state", "dead")],
+                )?);
+                Ok(())
+            },
+        )
+        .await?;
         let rw = renewer.take_window();
         let mut calls: Vec<f64> = first_isolations(&calls_log)
             .into_iter()
@@ -1066,6 +1076,12 @@ async fn run(args: &Args) -> Result<bool> {
             zone_seconds,
             calls.len(),
             if pass { "PASS" } else { "FAIL" }
+        );
+        println!(
+            "remediate-scale: zone kill: leader CPU {:.1} % of a core, RSS {:.1} MiB over the {} s",
+            usage[0].cpu_pct,
+            mib(usage[0].rss_max_kib),
+            zone_seconds
         );
         print_renewer(
             "zone kill",
