@@ -249,6 +249,12 @@ pub enum Bench {
     AgentLoad,
     /// Dead node → replacement pods running, with and without remediate (root).
     Failover,
+    /// API load per agent: N agent processes against one real API server (root, the release
+    /// agent).
+    ApiLoad,
+    /// remediate with thousands of simulated Nodes and Leases: cost, detection, churn, a zone
+    /// killed, failover (the release binaries).
+    RemediateScale,
     /// A fast memory spike in the guest: node-monitor against the kubelet (qemu).
     Spike,
     /// Memory ramps in a real container on the real node: the kubelet alone, then with
@@ -298,6 +304,19 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 _ => "bench-failover",
             };
             run(with_assets(&debug, bin).args(&args.args))
+        }
+        Bench::ApiLoad => {
+            run(cargo().args(BUILD_BINS))?;
+            build_release(&["node-monitor"])?;
+            run(with_assets(&debug, "bench-api-load")
+                .env("NODE_MONITOR_AGENT_PROFILE", "release")
+                .args(&args.args))
+        }
+        Bench::RemediateScale => {
+            build_release(&["node-monitor", "bench-remediate-scale"])?;
+            run(with_assets(&release, "bench-remediate-scale")
+                .env("NODE_MONITOR_PROFILE", "release")
+                .args(&args.args))
         }
         Bench::Spike => {
             run(cargo().args(BUILD_BINS))?;

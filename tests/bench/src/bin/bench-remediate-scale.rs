@@ -741,6 +741,8 @@ async fn run(args: &Args) -> Result<bool> {
         )
         .await
         .context("create the remediate namespace")?;
+    // remediate keeps its fencing operations in NodeFence objects.
+    node_monitor_tests::manifests::install_remediate_crds(&client).await?;
 
     let t = Instant::now();
     create_nodes(&client, args, lease_duration).await?;
