@@ -5,6 +5,7 @@ pub mod e2e;
 pub mod manifests;
 pub mod metrics;
 pub mod pod;
+pub mod procfs;
 pub mod real_node;
 pub mod standin;
 pub mod vm;

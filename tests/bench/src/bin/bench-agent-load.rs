@@ -15,6 +15,7 @@ use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
     e2e::{Agent, Cluster},
     pod::PodBuilder,
+    procfs,
     standin::{StandIn, StandInConfig},
 };
 
@@ -28,25 +29,6 @@ struct Args {
     /// page is then resident, which is what the container's memory limit must hold.
     #[arg(long)]
     mlock: bool,
-}
-
-/// (utime + stime in clock ticks, VmRSS KiB, VmHWM KiB).
-fn proc_stats(pid: u32) -> Result<(u64, u64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat.rsplit_once(')').context("stat")?.1;
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib = |key: &str| -> Result<u64> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .context("status field")?
-            .parse()
-            .map_err(Into::into)
-    };
-    Ok((ticks, kib("VmRSS:")?, kib("VmHWM:")?))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -97,13 +79,12 @@ async fn run(cluster: &Cluster, args: &Args) -> Result<()> {
     let pid = agent.pid().context("agent pid")?;
     // Let start-up (program load, first full sample) pass, then measure a steady window.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let (t0, _, _) = proc_stats(pid)?;
+    let (t0, _, _) = procfs::figures(pid)?;
     let w0 = Instant::now();
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
-    let (t1, rss, hwm) = proc_stats(pid)?;
+    let (t1, rss, hwm) = procfs::figures(pid)?;
     let wall = w0.elapsed().as_secs_f64();
-    // SAFETY: sysconf takes a constant and has no memory effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let hz = procfs::ticks_per_second();
     let cpu = (t1 - t0) as f64 / hz / wall * 100.0;
     let wakeups = agent.metric_sum("node_monitor_wakeups_total", &[]).await?;
     println!(

@@ -30,6 +30,7 @@ use node_monitor_tests::{
     e2e::{binary, free_port},
     metrics::{self, Sample},
     pod::PodBuilder,
+    procfs,
 };
 use serde_json::json;
 
@@ -136,13 +137,6 @@ fn p99(after: &BTreeMap<u64, f64>, before: &BTreeMap<u64, f64>) -> f64 {
         .map_or(f64::INFINITY, |(le, _)| *le as f64 / 1e6)
 }
 
-fn cpu_ticks(pid: u32) -> Result<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat.rsplit_once(')').context("stat")?.1;
-    let f: Vec<&str> = after.split_whitespace().collect();
-    Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
-}
-
 async fn scrape(cp: &ControlPlane) -> Result<Vec<Sample>> {
     let text = cp
         .apiserver_metrics()
@@ -159,14 +153,13 @@ async fn measure(cp: &ControlPlane, seconds: u64) -> Result<Window> {
         .map(|(_, p)| p)
         .context("kube-apiserver pid")?;
     let before = scrape(cp).await?;
-    let t0 = cpu_ticks(apiserver)?;
+    let t0 = procfs::cpu_ticks(apiserver)?;
     let w0 = Instant::now();
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let after = scrape(cp).await?;
-    let t1 = cpu_ticks(apiserver)?;
+    let t1 = procfs::cpu_ticks(apiserver)?;
     let wall = w0.elapsed().as_secs_f64();
-    // SAFETY: sysconf takes a constant and has no memory effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let hz = procfs::ticks_per_second();
     let mut watches = BTreeMap::new();
     for s in after.iter().filter(|s| {
         s.name == "apiserver_longrunning_requests" && s.has_labels(&[("verb", "WATCH")])

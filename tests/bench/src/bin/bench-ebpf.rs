@@ -26,7 +26,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use node_monitor::ebpf::{EventKind, KernelEvent, ProbeConfig, Probes, RunStats};
-use node_monitor_tests::cgroup::{TestCgroups, require_root};
+use node_monitor_tests::{
+    cgroup::{TestCgroups, require_root},
+    procfs,
+};
 
 const MIB: u64 = 1 << 20;
 const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
@@ -430,30 +433,6 @@ struct Idle {
     events: u64,
 }
 
-/// `utime + stime` of a process, in clock ticks (proc(5): fields 14 and 15 of stat).
-fn cpu_ticks(pid: u32) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The command may contain spaces: fields count from after the closing parenthesis.
-    let rest = stat.rsplit_once(')').context("malformed stat")?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = f.get(11).context("no utime")?.parse()?;
-    let stime: u64 = f.get(12).context("no stime")?.parse()?;
-    Ok(utime + stime)
-}
-
-fn status_kib(pid: u32, key: &str) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(key))
-        .with_context(|| format!("no {key} in status"))?;
-    Ok(line
-        .split_whitespace()
-        .nth(1)
-        .context("no value")?
-        .parse()?)
-}
-
 fn idle_agent(args: &Args) -> Result<Idle> {
     let child = Command::new(&args.node_monitor)
         .args([
@@ -470,21 +449,20 @@ fn idle_agent(args: &Args) -> Result<Idle> {
     let pid = child.id();
     // Let it load and settle before measuring.
     std::thread::sleep(Duration::from_secs(3));
-    let t0 = cpu_ticks(pid)?;
+    let t0 = procfs::cpu_ticks(pid)?;
     let start = Instant::now();
     std::thread::sleep(Duration::from_secs(args.idle_secs));
-    let t1 = cpu_ticks(pid)?;
+    let t1 = procfs::cpu_ticks(pid)?;
     let secs = start.elapsed().as_secs_f64();
-    let rss_kib = status_kib(pid, "VmRSS:")?;
-    let hwm_kib = status_kib(pid, "VmHWM:")?;
+    let rss_kib = procfs::status_kib(pid, "VmRSS:")?;
+    let hwm_kib = procfs::status_kib(pid, "VmHWM:")?;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGINT,
     )?;
     let out = child.wait_with_output()?;
     let events = String::from_utf8_lossy(&out.stdout).lines().count() as u64;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let hz = procfs::ticks_per_second();
     let ticks = t1 - t0;
     Ok(Idle {
         cpu_percent: ticks as f64 / hz / secs * 100.0,

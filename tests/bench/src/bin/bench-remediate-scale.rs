@@ -64,7 +64,7 @@ use node_monitor_tests::{
     cgroup::require_root,
     control_plane::{ControlPlane, ControlPlaneOptions},
     e2e::{binary, free_port, http_get},
-    metrics,
+    metrics, procfs,
     workload::ZONE_LABEL,
 };
 use serde_json::json;
@@ -78,8 +78,6 @@ const NODE_FENCE_RATE: f64 = 0.1;
 const SECONDARY_NODE_FENCE_RATE: f64 = 0.01;
 const LARGE_CLUSTER_SIZE_THRESHOLD: usize = 50;
 const UNHEALTHY_ZONE_THRESHOLD: f64 = 0.55;
-/// Linux's USER_HZ: the unit of utime and stime in /proc/<pid>/stat.
-const CLK_TCK: f64 = 100.0;
 
 #[derive(Debug, Parser)]
 #[command(about = "node-monitor remediate watching thousands of Nodes and Leases")]
@@ -149,31 +147,6 @@ fn unix_ms() -> u64 {
 // ---------------------------------------------------------------------------------------------
 // Process figures from /proc.
 
-/// (utime + stime in ticks, VmRSS in KiB, VmHWM in KiB) of a process.
-fn proc_figures(pid: u32) -> Result<(u64, u64, u64)> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("read /proc/{pid}/stat"))?;
-    let after = stat
-        .rsplit_once(')')
-        .context("no ')' in /proc/<pid>/stat")?
-        .1;
-    let f: Vec<&str> = after.split_whitespace().collect();
-    // Field 3 (state) is f[0]; utime is field 14, stime field 15.
-    let ticks =
-        f.get(11).context("utime")?.parse::<u64>()? + f.get(12).context("stime")?.parse::<u64>()?;
-    let status = fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("read /proc/{pid}/status"))?;
-    let kib = |key: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    Ok((ticks, kib("VmRSS:"), kib("VmHWM:")))
-}
-
 /// CPU and RSS of a set of processes over a window.
 struct Usage {
     cpu_pct: f64,
@@ -191,13 +164,13 @@ async fn observe(
     let t0 = Instant::now();
     let start: Vec<u64> = pids
         .iter()
-        .map(|p| proc_figures(*p).map(|f| f.0))
+        .map(|p| procfs::figures(*p).map(|f| f.0))
         .collect::<Result<_>>()?;
     let mut rss_max = vec![0u64; pids.len()];
     while t0.elapsed() < window {
         tokio::time::sleep(Duration::from_secs(1)).await;
         for (i, p) in pids.iter().enumerate() {
-            rss_max[i] = rss_max[i].max(proc_figures(*p)?.1);
+            rss_max[i] = rss_max[i].max(procfs::figures(*p)?.1);
         }
         tick().await?;
     }
@@ -205,9 +178,9 @@ async fn observe(
     pids.iter()
         .enumerate()
         .map(|(i, p)| {
-            let (ticks, rss, hwm) = proc_figures(*p)?;
+            let (ticks, rss, hwm) = procfs::figures(*p)?;
             Ok(Usage {
-                cpu_pct: (ticks - start[i]) as f64 / CLK_TCK / secs * 100.0,
+                cpu_pct: (ticks - start[i]) as f64 / procfs::ticks_per_second() / secs * 100.0,
                 rss_max_kib: rss_max[i].max(rss),
                 hwm_kib: hwm,
             })
