@@ -82,6 +82,16 @@ nodeMonitor:
     cordon: false
 ";
 
+    /// The error and its source, as one line.
+    fn error_chain(e: &AgentConfigError) -> String {
+        format!(
+            "{e}: {}",
+            std::error::Error::source(e)
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        )
+    }
+
     fn source(text: &str) -> ConfigSource<'_> {
         ConfigSource {
             name: "node-monitor.yaml",
@@ -128,12 +138,7 @@ nodeMonitor:
         )
         .expect_err("a number is not a duration");
         assert!(matches!(e, AgentConfigError::File(_)), "{e:?}");
-        let chain = format!(
-            "{e}: {}",
-            std::error::Error::source(&e)
-                .map(ToString::to_string)
-                .unwrap_or_default()
-        );
+        let chain = error_chain(&e);
         assert!(chain.contains("node-monitor.yaml"), "{chain}");
         assert!(chain.contains("shutdownGracePeriod"), "{chain}");
 
@@ -147,12 +152,7 @@ nodeMonitor:
         )
         .expect_err("not a duration");
         assert!(matches!(e, AgentConfigError::Shutdown { .. }), "{e:?}");
-        let chain = format!(
-            "{e}: {}",
-            std::error::Error::source(&e)
-                .map(ToString::to_string)
-                .unwrap_or_default()
-        );
+        let chain = error_chain(&e);
         assert!(chain.contains("node-monitor.yaml"), "{chain}");
         assert!(chain.contains("shutdownGracePeriod"), "{chain}");
         assert!(chain.contains("\"30 seconds\""), "{chain}");
