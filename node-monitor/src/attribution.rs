@@ -195,6 +195,7 @@ impl CgroupPaths {
         let watcher = CreationWatcher::new(self.root.clone(), self.created.clone())?;
         std::thread::Builder::new()
             .name("cgroup-watch".into())
+            .stack_size(crate::SMALL_THREAD_STACK_BYTES)
             .spawn(move || watcher.run())
             .map_err(|source| AttributionError::Read {
                 path: self.root.clone(),

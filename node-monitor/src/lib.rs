@@ -31,3 +31,14 @@ pub(crate) fn proptest_config() -> proptest::test_runner::Config {
         ..proptest::test_runner::Config::default()
     }
 }
+
+/// Stack size of the async runtime's worker threads. The DaemonSet locks the agent's memory
+/// (`mlockall`), which makes every page of every thread stack resident: tokio's default of 2 MiB
+/// per thread would be RAM used by nothing. The deepest stack measured on a worker (start-up,
+/// the pod list of 250 pods decoded, the probes' events; pages touched in `/proc/<pid>/smaps`,
+/// docs/benchmarks.md) is 128 KiB: 512 KiB leaves four times that before the guard page.
+pub const WORKER_STACK_BYTES: usize = 512 * 1024;
+
+/// Stack size of the agent's two plain threads (`pod-disk`, whose walk keeps its own stack of
+/// directories on the heap, and `cgroup-watch`, an inotify loop): neither recurses.
+pub const SMALL_THREAD_STACK_BYTES: usize = 256 * 1024;

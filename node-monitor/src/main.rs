@@ -56,6 +56,7 @@ fn main() -> ExitCode {
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_stack_size(node_monitor::WORKER_STACK_BYTES)
         .enable_all()
         .build()?)
 }

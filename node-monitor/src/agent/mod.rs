@@ -110,6 +110,7 @@ pub struct Args {
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
+    protect::tune_allocator();
     let AgentConfig {
         eviction: mut config,
         shutdown: shutdown_config,
@@ -120,9 +121,9 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     for w in &config.warnings {
         warn!(warning = %w, "configuration");
     }
-    let protection = protect::protect_self(args.oom_score_adj, !args.no_mlock);
+    let oom_score_adj = protect::protect_self(args.oom_score_adj);
     info!(node = %args.node_name, dry_run = config.node_monitor.dry_run, polling_only = args.polling_only,
-          thresholds = config.thresholds.len(), ?protection, "node-monitor starting");
+          thresholds = config.thresholds.len(), ?oom_score_adj, "node-monitor starting");
 
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
@@ -163,6 +164,8 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     )
     .await;
     release_startup_heap();
+    let memory_locked = !args.no_mlock && protect::lock_memory();
+    info!(memory_locked, "start-up done");
     // Graceful node shutdown through a logind inhibitor, when the configuration enables it.
     let shutdown_task = shutdown_config.options.enabled.then(|| {
         tokio::spawn(crate::shutdown::run(

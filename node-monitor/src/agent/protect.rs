@@ -9,17 +9,33 @@ use tracing::{info, warn};
 /// DaemonSet pods get -997 (Guaranteed). The agent sits just above the kubelet.
 pub const DEFAULT_OOM_SCORE_ADJ: i32 = -998;
 
-/// What was achieved, for logs and readiness.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Protection {
-    pub memory_locked: bool,
-    pub oom_score_adj: Option<i32>,
+/// glibc's allocation threshold above which a block gets its own mapping (its default).
+const MMAP_THRESHOLD_BYTES: i32 = 128 * 1024;
+
+/// Keeps large, short-lived buffers (a pod list's body, the kernel's BTF) out of glibc's arenas.
+/// By default glibc raises its mmap threshold each time such a block is freed, so the next ones
+/// come from an arena, which then keeps the pages; under `mlockall` they stay resident and charged
+/// to the container for the agent's life. A fixed threshold gives every large block its own
+/// mapping, returned to the kernel when freed.
+pub fn tune_allocator() {
+    #[cfg(target_env = "gnu")]
+    {
+        // SAFETY: mallopt only sets glibc's allocator parameters; no allocation is touched.
+        let set = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) };
+        // SAFETY: as above.
+        let one_arena = unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+        if set != 1 || one_arena != 1 {
+            warn!(
+                "could not fix the allocator's mmap threshold; freed start-up memory may stay resident"
+            );
+        }
+    }
 }
 
-/// Locks current and future pages and lowers `oom_score_adj`.
-pub fn protect_self(oom_score_adj: i32, lock_memory: bool) -> Protection {
-    let memory_locked = lock_memory && lock_all();
-    let adj = match fs::write("/proc/self/oom_score_adj", oom_score_adj.to_string()) {
+/// Lowers `oom_score_adj` at once, and returns what is achieved. Memory is locked later, by
+/// [`lock_memory`], once start-up has given back what it used.
+pub fn protect_self(oom_score_adj: i32) -> Option<i32> {
+    match fs::write("/proc/self/oom_score_adj", oom_score_adj.to_string()) {
         Ok(()) => {
             info!(oom_score_adj, "oom_score_adj set");
             Some(oom_score_adj)
@@ -28,14 +44,14 @@ pub fn protect_self(oom_score_adj: i32, lock_memory: bool) -> Protection {
             warn!(oom_score_adj, error = %e, "could not lower oom_score_adj (needs CAP_SYS_RESOURCE)");
             None
         }
-    };
-    Protection {
-        memory_locked,
-        oom_score_adj: adj,
     }
 }
 
-fn lock_all() -> bool {
+/// Locks current and future pages (`mlockall`). Called once start-up is over and its heap given
+/// back ([`super::release_startup_heap`]): glibc cannot return memory from a locked mapping, so
+/// locking first would keep every page start-up ever used (the kernel's BTF, parsed and freed)
+/// resident and charged to the container.
+pub fn lock_memory() -> bool {
     // SAFETY: mlockall takes flags only and touches no Rust-managed memory.
     let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
     if rc == 0 {

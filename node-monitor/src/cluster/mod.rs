@@ -152,7 +152,9 @@ pub fn pod_reflector(
     let cfg = watcher::Config::default()
         .fields(&format!("spec.nodeName={node_name}"))
         .timeout(pod_watch_timeout_secs());
-    let stream = reflector(writer, watcher(pods, cfg)).default_backoff();
+    // The cache keeps what the agent reads: `managedFields` and kubectl's last-applied copy
+    // (often larger than the rest of the pod) are dropped before they are stored.
+    let stream = reflector(writer, watcher(pods, cfg).modify(slim_pod)).default_backoff();
     let task = async move {
         let mut stream = std::pin::pin!(stream);
         let mut healthy = true;
@@ -177,6 +179,18 @@ pub fn pod_reflector(
     (store, task)
 }
 
+/// Drops the parts of a pod the agent never reads before it is cached: the server-side apply
+/// bookkeeping and kubectl's last-applied annotation.
+pub fn slim_pod(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    if let Some(annotations) = pod.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED_ANNOTATION);
+    }
+}
+
+/// kubectl's client-side apply record: a full copy of the object as last applied.
+const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 #[cfg(test)]
 mod watch_tests;
 
@@ -184,6 +198,30 @@ mod watch_tests;
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Node;
+
+    #[test]
+    fn slim_pod_drops_apply_bookkeeping_and_keeps_what_the_agent_reads() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "web", "namespace": "shop", "uid": "u1",
+                "annotations": {
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"big\":true}",
+                    "kubernetes.io/config.source": "api",
+                },
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+            },
+            "spec": {"nodeName": "n1", "priorityClassName": "high", "containers": [{"name": "c"}]},
+        }))
+        .expect("pod");
+        let before = pod.clone();
+        slim_pod(&mut pod);
+        assert_eq!(pod.metadata.managed_fields, None);
+        let annotations = pod.metadata.annotations.as_ref().expect("annotations");
+        assert_eq!(annotations.len(), 1);
+        assert_eq!(annotations["kubernetes.io/config.source"], "api");
+        assert_eq!(pod.spec, before.spec);
+        assert_eq!(pod.metadata.uid, before.metadata.uid);
+    }
 
     /// A TCP listener that accepts connections and never answers: a black-holed API server.
     pub(crate) async fn black_hole() -> (Config, tokio::task::JoinHandle<()>) {

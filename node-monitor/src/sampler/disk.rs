@@ -176,6 +176,7 @@ impl DiskMeter {
         let thread_paths = paths.clone();
         let spawned = std::thread::Builder::new()
             .name("pod-disk".into())
+            .stack_size(crate::SMALL_THREAD_STACK_BYTES)
             .spawn(move || run(&for_thread, &thread_paths));
         let inline = match spawned {
             Ok(_) => false,

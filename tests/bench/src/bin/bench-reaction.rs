@@ -37,7 +37,18 @@ struct Args {
     /// Print the agent's log of every push run slower than this (ms), to see where the time went.
     #[arg(long)]
     show_log_over_ms: Option<f64>,
+    /// Idle pods on the node besides the one that ramps (each a process holding 1 MiB): the
+    /// decision ranks them all, and the sampler reads each one's cgroup.
+    #[arg(long, default_value_t = 0)]
+    pods: usize,
+    /// Skip the polling runs (the kubelet's 10 s tick does not depend on the pod count).
+    #[arg(long)]
+    push_only: bool,
 }
+
+/// Node memory per idle pod: its 1 MiB, the workload process and the pod cgroup's overhead,
+/// with room, so the crossing is still the ramp's.
+const NODE_MEMORY_PER_IDLE_POD: u64 = 4 << 20;
 
 const MI: i64 = 1 << 20;
 
@@ -60,11 +71,10 @@ async fn main() -> Result<()> {
     .await?;
     let node = "bench-node";
     let node_cgroup = format!("node-monitor-test/{node}-{}", std::process::id());
-    let standin = StandIn::start(
-        cp.client(),
-        StandInConfig::new(node, &node_cgroup).memory(1 << 30),
-    )
-    .await?;
+    let mut standin_config = StandInConfig::new(node, &node_cgroup)
+        .memory((1 << 30) + NODE_MEMORY_PER_IDLE_POD * u64::try_from(args.pods)?);
+    standin_config.max_pods = u32::try_from(args.pods + 10)?;
+    let standin = StandIn::start(cp.client(), standin_config).await?;
     standin.wait_ready(Duration::from_secs(60)).await?;
     let cluster = Cluster {
         cp,
@@ -72,9 +82,34 @@ async fn main() -> Result<()> {
         node: node.into(),
         node_cgroup: node_cgroup.into(),
     };
-    let result = bench(&cluster, &args, &audit).await;
+    let result = match start_idle_pods(&cluster, args.pods).await {
+        Ok(()) => bench(&cluster, &args, &audit).await,
+        Err(e) => Err(e),
+    };
     cluster.stop().await?;
     result
+}
+
+/// `n` BestEffort pods that each hold 1 MiB: ranked behind the ramp, which uses far more.
+async fn start_idle_pods(cluster: &Cluster, n: usize) -> Result<()> {
+    let started = std::time::Instant::now();
+    for i in 0..n {
+        let pod =
+            PodBuilder::workload(&format!("idle{i:03}"), &cluster.node, &["--hold", "1Mi"]).build();
+        cluster.create_pod(pod).await?;
+    }
+    for i in 0..n {
+        cluster
+            .wait_running("default", &format!("idle{i:03}"), Duration::from_secs(300))
+            .await?;
+    }
+    if n > 0 {
+        println!(
+            "{n} idle pods running after {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }
 
 async fn bench(cluster: &Cluster, args: &Args, audit: &std::path::Path) -> Result<()> {
@@ -99,6 +134,9 @@ async fn bench(cluster: &Cluster, args: &Args, audit: &std::path::Path) -> Resul
                 &mut polling,
             ),
         ] {
+            if mode == "polling" && args.push_only {
+                continue;
+            }
             let mut agent = Agent::spawn(cluster, &config, extra)?;
             agent.wait_log("deciding", Duration::from_secs(30)).await?;
             let name = format!("ramp-{mode}-{run}");
