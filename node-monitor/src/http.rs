@@ -10,11 +10,13 @@
 use std::{
     net::SocketAddr,
     sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, OnceLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
+
+use prometheus_client::metrics::gauge::Gauge;
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
 use hyper_util::{
@@ -40,6 +42,8 @@ pub struct Health {
     blind: Mutex<Option<String>>,
     /// The main loop's heartbeat: when it last made progress, and the longest it may go without.
     progress: Mutex<Option<Progress>>,
+    /// Where the heartbeat is exported, once set ([`Health::export_progress`]).
+    progress_gauges: OnceLock<ProgressGauges>,
     /// Since when the pod watch has been failing, and its last error.
     pod_watch: Mutex<Option<(Instant, String)>>,
 }
@@ -48,6 +52,22 @@ pub struct Health {
 /// reconnect after a stalled watch (the watch timeout and its margin, then kube's backoff), so a
 /// single stall or an API server's restart does not flap readiness.
 pub const POD_WATCH_UNREADY_AFTER: Duration = Duration::from_secs(120);
+
+/// The heartbeat's gauges: the Unix time of the last progress and the bound, in seconds.
+#[derive(Debug)]
+struct ProgressGauges {
+    last: Gauge<f64, AtomicU64>,
+    bound: Gauge<f64, AtomicU64>,
+}
+
+/// The Unix time, in seconds, of the monotonic instant `at` (in the past or now).
+fn unix_seconds(at: Instant) -> f64 {
+    let ago = Instant::now().saturating_duration_since(at);
+    SystemTime::now()
+        .checked_sub(ago)
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0.0, |d| d.as_secs_f64())
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Progress {
@@ -73,12 +93,21 @@ impl Health {
     /// Makes liveness depend on the loop's progress: from now on, `/healthz` fails when
     /// [`Health::progress`] has not been called for longer than `bound`.
     pub fn track_progress(&self, bound: Duration) {
+        let at = Instant::now();
         if let Ok(mut p) = self.progress.lock() {
-            *p = Some(Progress {
-                at: Instant::now(),
-                bound,
-            });
+            *p = Some(Progress { at, bound });
         }
+        if let Some(g) = self.progress_gauges.get() {
+            g.bound.set(bound.as_secs_f64());
+            g.last.set(unix_seconds(at));
+        }
+    }
+
+    /// Exports the heartbeat once tracked: `last` follows the Unix time of the last progress,
+    /// `bound` the bound of [`Health::track_progress`] (both stay 0 until then). Only the first
+    /// call takes effect.
+    pub fn export_progress(&self, last: Gauge<f64, AtomicU64>, bound: Gauge<f64, AtomicU64>) {
+        let _ = self.progress_gauges.set(ProgressGauges { last, bound });
     }
 
     /// The loop made progress now.
@@ -92,6 +121,9 @@ impl Health {
             && let Some(p) = p.as_mut()
         {
             p.at = at;
+            if let Some(g) = self.progress_gauges.get() {
+                g.last.set(unix_seconds(at));
+            }
         }
     }
 

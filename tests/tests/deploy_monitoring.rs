@@ -106,9 +106,9 @@ async fn servicemonitor_and_prometheusrules_apply_server_side() {
         Vec::<String>::new()
     );
     assert_eq!(sm.data["spec"]["endpoints"][0]["port"], "metrics");
-    for (rel, name) in [
-        (MONITORING[1], "node-monitor"),
-        (MONITORING[2], "node-monitor-remediate"),
+    for (rel, name, count) in [
+        (MONITORING[1], "node-monitor", 13),
+        (MONITORING[2], "node-monitor-remediate", 4),
     ] {
         let rule = stored(&client, "PrometheusRule", "node-monitor", name).await;
         let shipped = &objects(rel)[0].object;
@@ -124,7 +124,20 @@ async fn servicemonitor_and_prometheusrules_apply_server_side() {
             .flat_map(|g| g["rules"].as_array().into_iter().flatten())
             .filter_map(|r| r["alert"].as_str())
             .collect();
-        assert!(alerts.len() >= 4, "{rel}: {alerts:?}");
+        assert_eq!(alerts.len(), count, "{rel}: {alerts:?}");
+        // Every stored alert keeps its severity and runbook link (alerts.rs checks the links).
+        for rule in rule.data["spec"]["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+        {
+            assert!(
+                rule["labels"]["severity"].is_string()
+                    && rule["annotations"]["runbook_url"].is_string(),
+                "{rel}: {rule}"
+            );
+        }
     }
 
     // The schema is enforced: a misspelt field and a wrong type are refused, not dropped.

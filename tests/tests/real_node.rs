@@ -105,12 +105,16 @@ struct Pair {
 /// pid.available is `rlimit.maxpid − rlimit.curproc`.
 fn signal_pairs(summary: &Value, metrics: &str) -> Vec<(&'static str, Pair)> {
     let n = &summary["node"];
+    // One family per unit: inodes and PIDs have their own.
     let agent = |s: &str| {
-        metrics::sum(
-            metrics,
-            "node_monitor_signal_available",
-            &[("eviction_signal", s)],
-        )
+        let family = if s.ends_with(".inodesFree") {
+            "node_monitor_signal_available_inodes"
+        } else if s == "pid.available" {
+            "node_monitor_signal_available_pids"
+        } else {
+            "node_monitor_signal_available_bytes"
+        };
+        metrics::sum(metrics, family, &[("eviction_signal", s)])
     };
     let maxpid = num(n, &["rlimit", "maxpid"]);
     vec![

@@ -474,12 +474,15 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
     let ma = [("eviction_signal", "memory.available")];
     // The signal comes from the cgroup v2 files: capacity is the node cgroup's memory.max.
     assert_eq!(
-        metrics::sum(&m, "node_monitor_signal_capacity", &ma),
+        metrics::sum(&m, "node_monitor_signal_capacity_bytes", &ma),
         (NODE_MEMORY_MI << 20) as f64,
         "memory.available capacity from memory.max"
     );
-    assert!(has_series(&m, "node_monitor_signal_available", &ma), "{m}");
-    let available = metrics::sum(&m, "node_monitor_signal_available", &ma);
+    assert!(
+        has_series(&m, "node_monitor_signal_available_bytes", &ma),
+        "{m}"
+    );
+    let available = metrics::sum(&m, "node_monitor_signal_available_bytes", &ma);
     assert!(
         available > 0.0 && available < (NODE_MEMORY_MI << 20) as f64,
         "memory.available {available}"

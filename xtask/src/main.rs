@@ -7,9 +7,11 @@
 //! - `test`: the test tiers (all of them by default, as CI runs them).
 //! - `demo`: the main job.
 //! - `bench`: the benchmarks of docs/benchmarks.md.
+//! - `alerts`: the agent's alert rules rendered from their template and a thresholds file.
 //!
 //! `scripts/` holds the thin entry points a fresh machine starts from (they check for rustup and a
 //! C linker, which compiling this crate needs, then call it).
+mod alert_rules;
 mod gobuild;
 mod guest;
 mod image;
@@ -46,6 +48,61 @@ enum Cmd {
     Demo,
     /// Run a benchmark (docs/benchmarks.md).
     Bench(tiers::BenchArgs),
+    /// Render the agent's alert rules (deploy/prometheus/node-monitor-rules.template.yaml) with a
+    /// thresholds file: by default the shipped one into the shipped rules file.
+    Alerts(AlertsArgs),
+}
+
+#[derive(clap::Args)]
+struct AlertsArgs {
+    /// The thresholds file (default: deploy/prometheus/thresholds.yaml).
+    #[arg(long)]
+    thresholds: Option<std::path::PathBuf>,
+    /// Where to write the rules (default: deploy/prometheus/node-monitor-rules.yaml; `-` for stdout).
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+    /// Do not write: fail when the output file differs from what would be written.
+    #[arg(long)]
+    check: bool,
+}
+
+fn alerts(args: &AlertsArgs) -> Result<()> {
+    use anyhow::{Context as _, bail};
+    let dir = sh::workspace_root().join("deploy/prometheus");
+    let thresholds = args
+        .thresholds
+        .clone()
+        .unwrap_or_else(|| dir.join("thresholds.yaml"));
+    let template_path = dir.join("node-monitor-rules.template.yaml");
+    let template = std::fs::read_to_string(&template_path)
+        .with_context(|| format!("reading {}", template_path.display()))?;
+    let values = std::fs::read_to_string(&thresholds)
+        .with_context(|| format!("reading {}", thresholds.display()))?;
+    let values = alert_rules::parse_thresholds(&values)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", thresholds.display()))?;
+    let rules = alert_rules::render(&template, &values)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", template_path.display()))?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| dir.join("node-monitor-rules.yaml"));
+    if out.as_os_str() == "-" {
+        print!("{rules}");
+    } else if args.check {
+        let current =
+            std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
+        if current != rules {
+            bail!(
+                "{} is not the template rendered with {}: run `cargo xtask alerts`",
+                out.display(),
+                thresholds.display()
+            );
+        }
+    } else {
+        std::fs::write(&out, rules).with_context(|| format!("writing {}", out.display()))?;
+        eprintln!("wrote {}", out.display());
+    }
+    Ok(())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -74,5 +131,6 @@ fn main() -> Result<()> {
         Cmd::Test(args) => tiers::test(&args),
         Cmd::Demo => tiers::demo(),
         Cmd::Bench(args) => tiers::bench(&args),
+        Cmd::Alerts(args) => alerts(&args),
     }
 }

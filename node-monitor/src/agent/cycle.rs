@@ -15,8 +15,8 @@ use node_monitor_core::{
     headroom::{Headroom, HeadroomPolicy},
     pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
     reclaim::PendingReclaim,
-    signals::Observations,
-    threshold::NodeConditionType,
+    signals::{Observations, Signal},
+    threshold::{NodeConditionType, Resource, signal_resource},
 };
 
 use super::{
@@ -26,7 +26,9 @@ use super::{
 use crate::{
     cluster::actuator::{EvictOutcome, EvictionRequest, NodeConditionUpdate},
     http::Health,
-    metrics::{ConditionLabels, EvictionLabels, Metrics, SignalLabels, ThresholdLabels},
+    metrics::{
+        ConditionLabels, EvictionLabels, Metrics, SignalLabels, SignalUnit, ThresholdLabels,
+    },
     sampler::{SampleKind, TimedObservations},
     wakeup::Wakeup,
 };
@@ -493,12 +495,15 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             let l = SignalLabels {
                 eviction_signal: signal.as_str().to_owned(),
             };
+            let unit = signal_unit(*signal);
             self.metrics
                 .signal_available
+                .unit(unit)
                 .get_or_create(&l)
                 .set(o.available);
             self.metrics
                 .signal_capacity
+                .unit(unit)
                 .get_or_create(&l)
                 .set(o.capacity);
         }
@@ -512,6 +517,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             };
             self.metrics
                 .eviction_threshold
+                .unit(signal_unit(t.signal))
                 .get_or_create(&l)
                 .set(t.quantity(o.capacity).value());
             let met = decision
@@ -625,6 +631,15 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// The unit of `signal`'s amounts, which picks its metric families.
+pub(super) fn signal_unit(signal: Signal) -> SignalUnit {
+    match signal_resource(signal) {
+        Resource::Memory | Resource::EphemeralStorage => SignalUnit::Bytes,
+        Resource::Inodes => SignalUnit::Inodes,
+        Resource::Pids => SignalUnit::Pids,
     }
 }
 

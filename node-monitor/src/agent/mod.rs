@@ -204,6 +204,10 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     info!("deciding");
     // From here on /healthz fails when the loop stops making progress.
     let bound = liveness_bound(&agent.config.node_monitor);
+    health.export_progress(
+        metrics.loop_last_progress_timestamp_seconds.clone(),
+        metrics.loop_liveness_bound_seconds.clone(),
+    );
     health.track_progress(bound);
     info!(?bound, ?api_timeout, "liveness follows the decision loop");
     // A first pass at once: it arms the memcg thresholds and catches pressure that predates the agent.

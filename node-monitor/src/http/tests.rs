@@ -63,6 +63,45 @@ fn liveness_follows_the_loop_heartbeat() {
     assert!(h.liveness_at(t0 + s(120)).0);
 }
 
+/// The heartbeat is exported for the stalled-loop alert: the bound, and the Unix time of the last
+/// progress, which stays where a wedged loop left it.
+#[test]
+fn the_heartbeat_is_exported_as_gauges() {
+    let m = Metrics::new();
+    let h = Health::default();
+    h.export_progress(
+        m.loop_last_progress_timestamp_seconds.clone(),
+        m.loop_liveness_bound_seconds.clone(),
+    );
+    h.progress();
+    assert_eq!(
+        m.loop_last_progress_timestamp_seconds.get(),
+        0.0,
+        "untracked (remediate, start-up): nothing exported"
+    );
+    h.track_progress(Duration::from_secs(90));
+    assert_eq!(m.loop_liveness_bound_seconds.get(), 90.0);
+    let unix_now = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs_f64()
+    };
+    // Within a few seconds of the wall clock: conversion slack, not a speed goal.
+    assert!((unix_now() - m.loop_last_progress_timestamp_seconds.get()).abs() < 5.0);
+    let stale = Instant::now()
+        .checked_sub(Duration::from_secs(600))
+        .expect("the clock runs for 10 minutes");
+    h.progress_at(stale);
+    let age = unix_now() - m.loop_last_progress_timestamp_seconds.get();
+    assert!((595.0..605.0).contains(&age), "{age}");
+    let text = m.encode();
+    assert!(
+        text.contains("node_monitor_loop_liveness_bound_seconds 90.0"),
+        "{text}"
+    );
+}
+
 /// Waits until the server accepts connections (a liveness bound, not a speed goal).
 async fn wait_listening(addr: SocketAddr) {
     for _ in 0..200 {

@@ -97,14 +97,84 @@ pub struct OperationLabels {
     pub operation: String,
 }
 
+/// The base unit of an eviction signal's amounts. Each unit has its own families
+/// (`node_monitor_signal_available_bytes`, `_inodes`, `_pids`): one family never mixes units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalUnit {
+    /// Memory and filesystem space.
+    Bytes,
+    /// Filesystem inodes.
+    Inodes,
+    /// Process IDs.
+    Pids,
+}
+
+impl SignalUnit {
+    /// Every unit, in the order the families are registered.
+    pub const ALL: [SignalUnit; 3] = [SignalUnit::Bytes, SignalUnit::Inodes, SignalUnit::Pids];
+
+    /// The family name's unit suffix, as Prometheus conventions spell it.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Self::Bytes => "bytes",
+            Self::Inodes => "inodes",
+            Self::Pids => "pids",
+        }
+    }
+}
+
+/// One gauge family per [`SignalUnit`], for an amount that every signal has in its own unit.
+#[derive(Clone)]
+pub struct PerUnit<L> {
+    pub bytes: Family<L, Gauge>,
+    pub inodes: Family<L, Gauge>,
+    pub pids: Family<L, Gauge>,
+}
+
+impl<L: Clone + std::hash::Hash + Eq> Default for PerUnit<L> {
+    fn default() -> Self {
+        Self {
+            bytes: Family::default(),
+            inodes: Family::default(),
+            pids: Family::default(),
+        }
+    }
+}
+
+impl<L> PerUnit<L>
+where
+    L: EncodeLabelSet + Clone + std::hash::Hash + Eq + std::fmt::Debug + Send + Sync + 'static,
+{
+    /// The family of `unit`.
+    pub fn unit(&self, unit: SignalUnit) -> &Family<L, Gauge> {
+        match unit {
+            SignalUnit::Bytes => &self.bytes,
+            SignalUnit::Inodes => &self.inodes,
+            SignalUnit::Pids => &self.pids,
+        }
+    }
+
+    /// Registers `<name>_bytes`, `<name>_inodes` and `<name>_pids`.
+    fn register(&self, reg: &mut Reg, name: &str, help: &str) {
+        for unit in SignalUnit::ALL {
+            let suffix = unit.suffix();
+            reg.add(
+                &format!("{name}_{suffix}"),
+                &format!("{help}, in {suffix}"),
+                self.unit(unit).clone(),
+            );
+        }
+    }
+}
+
 /// Every metric the agent exports: its own registry, served on the agent's `/metrics`; the
 /// families of `node-monitor remediate` are not among them ([`super::RemediateMetrics`]).
 pub struct Metrics {
     registry: Registry,
     families: Vec<Family_>,
-    pub signal_available: Family<SignalLabels, Gauge>,
-    pub signal_capacity: Family<SignalLabels, Gauge>,
-    pub eviction_threshold: Family<ThresholdLabels, Gauge>,
+    pub signal_available: PerUnit<SignalLabels>,
+    pub signal_capacity: PerUnit<SignalLabels>,
+    pub eviction_threshold: PerUnit<ThresholdLabels>,
     pub threshold_met: Family<ThresholdLabels, Gauge>,
     pub node_condition: Family<ConditionLabels, Gauge>,
     pub evictions: Family<EvictionLabels, Counter>,
@@ -134,6 +204,8 @@ pub struct Metrics {
     pub disk_reclaim_pending_bytes: Gauge,
     pub pod_watch_failing: Gauge,
     pub pod_watch_errors: Counter,
+    pub loop_last_progress_timestamp_seconds: Gauge<f64, AtomicU64>,
+    pub loop_liveness_bound_seconds: Gauge<f64, AtomicU64>,
     oom_pods_seen: Mutex<HashSet<(String, String)>>,
     ringbuf_drops_seen: AtomicU64,
 }
@@ -152,9 +224,9 @@ impl Metrics {
     pub fn new() -> Self {
         let mut reg = Reg::new();
         let m = Self {
-            signal_available: Family::default(),
-            signal_capacity: Family::default(),
-            eviction_threshold: Family::default(),
+            signal_available: PerUnit::default(),
+            signal_capacity: PerUnit::default(),
+            eviction_threshold: PerUnit::default(),
             threshold_met: Family::default(),
             node_condition: Family::default(),
             evictions: Family::default(),
@@ -186,26 +258,28 @@ impl Metrics {
             pod_watch_failing: Gauge::default(),
             pod_watch_errors: Counter::default(),
             disk_reclaim_pending_bytes: Gauge::default(),
+            loop_last_progress_timestamp_seconds: Gauge::default(),
+            loop_liveness_bound_seconds: Gauge::default(),
             oom_pods_seen: Mutex::new(HashSet::new()),
             ringbuf_drops_seen: AtomicU64::new(0),
             registry: Registry::default(),
             families: Vec::new(),
         };
         reg.add_build_info("Build information of the running agent");
-        reg.add(
+        m.signal_available.register(
+            &mut reg,
             "signal_available",
-            "Observed available amount per eviction signal, in base units (bytes, inodes, pids)",
-            m.signal_available.clone(),
+            "Observed available amount per eviction signal",
         );
-        reg.add(
+        m.signal_capacity.register(
+            &mut reg,
             "signal_capacity",
-            "Capacity per eviction signal, in base units",
-            m.signal_capacity.clone(),
+            "Capacity per eviction signal (the base of percentage thresholds)",
         );
-        reg.add(
+        m.eviction_threshold.register(
+            &mut reg,
             "eviction_threshold",
-            "Configured eviction threshold per signal resolved to base units (percentages against capacity)",
-            m.eviction_threshold.clone(),
+            "Configured eviction threshold per signal resolved against capacity",
         );
         reg.add(
             "threshold_met",
@@ -347,6 +421,16 @@ impl Metrics {
             "pod_watch_errors",
             "Errors of the watch of this node's pods, each followed by a reconnect with backoff",
             m.pod_watch_errors.clone(),
+        );
+        reg.add(
+            "loop_last_progress_timestamp_seconds",
+            "Unix time at which the decision loop last made progress (a wake-up, a decision, an API answer); 0 until the loop runs",
+            m.loop_last_progress_timestamp_seconds.clone(),
+        );
+        reg.add(
+            "loop_liveness_bound_seconds",
+            "The longest the decision loop may go without progress before /healthz fails; 0 until the loop runs",
+            m.loop_liveness_bound_seconds.clone(),
         );
         Self {
             registry: reg.registry,

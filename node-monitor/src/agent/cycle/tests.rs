@@ -882,3 +882,58 @@ async fn an_evicted_pods_disk_is_not_blamed_on_a_bystander_until_the_kubelet_col
     rig.cycle().await;
     assert_eq!(rig.cluster().evicted(), ["filler", "bystander"]);
 }
+
+/// Each signal's amounts go to the families of its unit: bytes, inodes and PIDs never share a
+/// family, and the thresholds follow their signal.
+#[tokio::test(start_paused = true)]
+async fn signal_amounts_are_exported_in_one_family_per_unit() {
+    let config = "evictionHard:\n  memory.available: 1Gi\n  nodefs.inodesFree: 5%\n  pid.available: \"1000\"\n";
+    let mut rig = Rig::new(config, 5 * GI, &three_pods());
+    {
+        let mut s = rig.state.borrow_mut();
+        s.observations.signals.insert(
+            Signal::NodeFsInodesFree,
+            SignalObservation {
+                available: 900_000,
+                capacity: 1_000_000,
+            },
+        );
+        s.observations.signals.insert(
+            Signal::PidAvailable,
+            SignalObservation {
+                available: 30_000,
+                capacity: 32_768,
+            },
+        );
+    }
+    assert_eq!(rig.cycle().await, CycleEnd::Done);
+    let text = rig.agent.metrics.encode();
+    for want in [
+        format!("node_monitor_signal_available_bytes{{eviction_signal=\"memory.available\"}} {}", 5 * GI),
+        format!("node_monitor_signal_capacity_bytes{{eviction_signal=\"memory.available\"}} {}", 10 * GI),
+        "node_monitor_signal_available_inodes{eviction_signal=\"nodefs.inodesFree\"} 900000".to_owned(),
+        "node_monitor_signal_capacity_inodes{eviction_signal=\"nodefs.inodesFree\"} 1000000".to_owned(),
+        "node_monitor_signal_available_pids{eviction_signal=\"pid.available\"} 30000".to_owned(),
+        "node_monitor_signal_capacity_pids{eviction_signal=\"pid.available\"} 32768".to_owned(),
+        format!("node_monitor_eviction_threshold_bytes{{eviction_signal=\"memory.available\",kind=\"hard\"}} {GI}"),
+        "node_monitor_eviction_threshold_inodes{eviction_signal=\"nodefs.inodesFree\",kind=\"hard\"} 50000".to_owned(),
+        "node_monitor_eviction_threshold_pids{eviction_signal=\"pid.available\",kind=\"hard\"} 1000".to_owned(),
+    ] {
+        assert!(text.contains(&want), "{want} missing from:\n{text}");
+    }
+    // No signal shows in another unit's family.
+    for line in text.lines().filter(|l| l.starts_with("node_monitor_")) {
+        let memory = line.contains("\"memory.available\"");
+        let inodes = line.contains("\"nodefs.inodesFree\"");
+        let pids = line.contains("\"pid.available\"");
+        if line.contains("_bytes{") {
+            assert!(!inodes && !pids, "{line}");
+        }
+        if line.contains("_inodes{") {
+            assert!(!memory && !pids, "{line}");
+        }
+        if line.contains("_pids{") {
+            assert!(!memory && !inodes, "{line}");
+        }
+    }
+}
