@@ -132,6 +132,7 @@ async fn status(agents: &Agents, args: &StatusArgs) -> anyhow::Result<ExitCode> 
             Ok(v) => answers.push(v),
             Err(e) => {
                 failed = true;
+                eprintln!("kubectl-node_monitor: {e:#}");
                 answers.push(serde_json::json!({"node": pod.node, "error": format!("{e:#}")}));
             }
         }
