@@ -335,11 +335,27 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
         .map(str::to_owned)
         .expect("an oom_kill line");
     let event: Value = serde_json::from_str(&line).expect("a JSON line");
-    eprintln!("traced: {event}");
     assert_eq!(event["node"], NODE, "{event}");
+    assert_eq!(event["pod_namespace"], "default", "{event}");
+    assert_eq!(event["pod_name"], "oomer", "{event}");
+    assert_eq!(event["container_name"], "main", "{event}");
+    assert_eq!(event["comm"], "nm-workload", "{event}");
+    // The filters: namespace, pod, container and kind all match; another pod matches nothing.
     let columns = plugin(
         &viewer_kc,
-        &["trace", "--kind", "oom_kill", "-o", "columns"],
+        &[
+            "trace",
+            "-n",
+            "default",
+            "--pod",
+            "oomer",
+            "--container",
+            "main",
+            "--kind",
+            "oom_kill",
+            "-o",
+            "columns",
+        ],
     );
     let shown = text(&columns.stdout);
     assert!(shown.starts_with("TIME"), "{shown}");
@@ -347,8 +363,23 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
         shown
             .lines()
             .skip(1)
-            .any(|l| l.contains("oom_kill") && l.contains(NODE)),
+            .any(|l| l.contains("oom_kill") && l.contains(NODE) && l.contains("default/oomer")),
         "{shown}"
+    );
+    let text_out = text(&plugin(&viewer_kc, &["trace", "--pod", "oomer"]).stdout);
+    assert!(
+        text_out.contains("oom_kill")
+            && text_out.contains("pod=default/oomer container=main oom=memcg"),
+        "{text_out}"
+    );
+    let none = plugin(&viewer_kc, &["trace", "-n", "default", "--pod", "hog"]);
+    assert!(none.status.success(), "{}", text(&none.stderr));
+    assert_eq!(text(&none.stdout), "", "no event of the hog");
+    let elsewhere = plugin(&viewer_kc, &["trace", "--node", "no-such-node"]);
+    assert!(
+        text(&elsewhere.stderr).contains("no running agent pod on node \"no-such-node\""),
+        "{}",
+        text(&elsewhere.stderr)
     );
     let stranger_trace = plugin(&stranger_kc, &["trace"]);
     assert!(!stranger_trace.status.success());
