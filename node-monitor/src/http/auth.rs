@@ -329,13 +329,27 @@ impl Authorizer {
         let user = match self.reviews.authenticate(&token).await {
             Ok(Ok(user)) => user,
             Ok(Err(why)) => return Err(Denied::Unauthenticated(format!("token rejected: {why}"))),
-            Err(e) => return Err(Denied::Unavailable(format!("cannot authenticate: {e}"))),
+            Err(e) => {
+                // The details (the agent's own RBAC, the API server's address) are for the log,
+                // not for a caller not yet authenticated.
+                tracing::warn!(error = %e, "node API: cannot authenticate a caller");
+                return Err(Denied::Unavailable(
+                    "the agent cannot authenticate callers now (TokenReview failed; see its log)"
+                        .to_owned(),
+                ));
+            }
         };
         let (allowed, reason) = self
             .reviews
             .authorize(&user, &self.node)
             .await
-            .map_err(|e| Denied::Unavailable(format!("cannot authorize: {e}")))?;
+            .map_err(|e| {
+                tracing::warn!(error = %e, user = %user.username, "node API: cannot authorize a caller");
+                Denied::Unavailable(
+                    "the agent cannot authorize callers now (SubjectAccessReview failed; see its log)"
+                        .to_owned(),
+                )
+            })?;
         if !allowed {
             let why = if reason.is_empty() {
                 String::new()

@@ -177,5 +177,9 @@ async fn an_unreachable_api_server_fails_closed() {
         .await
         .expect_err("refused");
     assert_eq!(d.status(), 503);
-    assert!(d.message().contains("connection refused"), "{d:?}");
+    assert!(d.message().contains("TokenReview failed"), "{d:?}");
+    assert!(
+        !d.message().contains("connection refused"),
+        "the details go to the log, not to an unauthenticated caller: {d:?}"
+    );
 }
