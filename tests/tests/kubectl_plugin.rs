@@ -69,6 +69,50 @@ async fn plugin_until(
     }
 }
 
+/// A `trace --follow` process, its output lines read on a thread; killed when dropped.
+struct Follow {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Follow {
+    fn start(kubeconfig: &Path, args: &[&str]) -> Follow {
+        let mut child = Command::new(e2e::binary("kubectl-node_monitor"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .env_remove("NODE_MONITOR_TOKEN")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting kubectl-node_monitor trace --follow");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Follow { child, lines }
+    }
+
+    fn line_within(&self, timeout: Duration) -> Option<String> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+}
+
+impl Drop for Follow {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The bearer token of a kubeconfig written by the control-plane harness.
 fn kubeconfig_token(path: &Path) -> String {
     let yaml = std::fs::read_to_string(path).expect("kubeconfig");
@@ -305,7 +349,12 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
         "a dry run evicts nobody"
     );
 
-    // Trace: a container OOM-killed by its limit shows up in the agent's buffer.
+    // Trace: a container OOM-killed by its limit shows up in the agent's buffer, and to a
+    // `trace --follow` started before it.
+    let follow = Follow::start(
+        &viewer_kc,
+        &["trace", "--follow", "-o", "json", "--pod", "oomer"],
+    );
     cluster
         .create_pod(
             PodBuilder::workload("oomer", NODE, &["--hold", "64Mi"])
@@ -329,6 +378,12 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
             agent.log()
         )
     });
+    let followed = follow
+        .line_within(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("trace --follow printed nothing:\n{}", agent.log()));
+    assert!(followed.contains(r#""kind":"oom_kill""#), "{followed}");
+    assert!(followed.contains(r#""pod_name":"oomer""#), "{followed}");
+    drop(follow);
     let line = text(&traced.stdout)
         .lines()
         .find(|l| l.contains(r#""kind":"oom_kill""#))

@@ -21,6 +21,8 @@ use format::{Output, TraceFilter};
 
 /// How long one agent may take to answer.
 const AGENT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How often `trace --follow` asks the agents for new events.
+const FOLLOW_INTERVAL: Duration = Duration::from_secs(2);
 /// The largest answer read from an agent.
 const MAX_ANSWER_BYTES: usize = 8 << 20;
 
@@ -107,6 +109,9 @@ pub struct TraceArgs {
     /// `text`, `json` (one object per line) or `columns`.
     #[arg(short, long, default_value = "text", value_parser = parse_output)]
     pub output: Output,
+    /// Keep asking the agents for new events (every 2 s) until interrupted.
+    #[arg(short, long)]
+    pub follow: bool,
 }
 
 fn parse_output(s: &str) -> Result<Output, String> {
@@ -172,27 +177,56 @@ async fn explain(agents: &Agents, args: &ExplainArgs) -> anyhow::Result<ExitCode
 
 async fn trace(agents: &Agents, args: &TraceArgs) -> anyhow::Result<ExitCode> {
     let pods = agents.pods(args.filter.node.as_deref()).await?;
-    let mut events = Vec::new();
-    let mut failed = false;
-    for pod in &pods {
-        match agents.get(pod, TRACE_PATH).await {
-            Ok(answer) => events.extend(format::node_events(&answer, &pod.node)),
-            Err(e) => {
-                failed = true;
-                eprintln!("kubectl-node_monitor: node {}: {e:#}", pod.node);
+    // Per agent, the number of the next event to ask for.
+    let mut since = vec![0u64; pods.len()];
+    let mut first = true;
+    loop {
+        let mut events = Vec::new();
+        let mut failed = false;
+        for (pod, next) in pods.iter().zip(since.iter_mut()) {
+            match agents.get(pod, &format!("{TRACE_PATH}?since={next}")).await {
+                Ok(answer) => {
+                    let missed = answer.get("missed").and_then(Value::as_u64).unwrap_or(0);
+                    if missed > 0 && !first {
+                        eprintln!(
+                            "kubectl-node_monitor: node {}: {missed} events went out of the agent's buffer before they were read",
+                            pod.node
+                        );
+                    }
+                    *next = answer.get("next").and_then(Value::as_u64).unwrap_or(*next);
+                    events.extend(format::node_events(&answer, &pod.node));
+                }
+                Err(e) => {
+                    failed = true;
+                    eprintln!("kubectl-node_monitor: {e:#}");
+                }
             }
         }
+        let events = args.filter.apply(events);
+        let mut text = format::trace_output(&events, args.output);
+        if !first && args.output == Output::Columns {
+            // The header once, at the top.
+            text = text
+                .split_once('\n')
+                .map(|(_, rows)| rows.to_owned())
+                .unwrap_or_default();
+        }
+        if !text.is_empty() {
+            crate::io::print_line(&text)?;
+        }
+        if !args.follow {
+            return Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            });
+        }
+        first = false;
+        tokio::select! {
+            () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+        }
     }
-    let events = args.filter.apply(events);
-    let text = format::trace_output(&events, args.output);
-    if !text.is_empty() {
-        crate::io::print_line(&text)?;
-    }
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
 }
 
 /// An agent pod: its name, node and port.
