@@ -1,4 +1,6 @@
-//! `/metrics`, `/healthz` and `/readyz`.
+//! `/metrics`, `/healthz` and `/readyz`; and, on the agent, its node API under
+//! `/node-monitor/v1/` (status, the live explain, recent kernel events), every request of which
+//! is authorized ([`auth`], docs/security.md).
 //!
 //! Ready means the pod cache is synced and the probes are loaded, or the agent runs in an
 //! explicitly reported degraded state (some probes or wake-up sources unavailable): a degraded
@@ -18,11 +20,18 @@ use std::{
 
 use prometheus_client::metrics::gauge::Gauge;
 
-use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
+use axum::{
+    Router,
+    extract::State,
+    http::{HeaderMap, StatusCode, Uri},
+    response::{IntoResponse, Response},
+    routing::get,
+};
 use hyper_util::{
     rt::{TokioIo, TokioTimer},
     service::TowerToHyperService,
 };
+use serde_json::{Value, json};
 use tokio::{
     net::TcpListener,
     sync::{Semaphore, watch},
@@ -30,7 +39,9 @@ use tokio::{
 };
 use tracing::{debug, error, info};
 
-use crate::metrics::Exposition;
+use crate::{live::LiveView, metrics::Exposition};
+
+pub mod auth;
 
 /// What readiness depends on.
 #[derive(Debug, Default)]
@@ -205,7 +216,20 @@ impl Health {
 struct AppState {
     metrics: Arc<dyn Exposition>,
     health: Arc<Health>,
+    node_api: Option<NodeApi>,
 }
+
+/// The agent's node API: what it shows, and who may see it.
+#[derive(Clone)]
+pub struct NodeApi {
+    pub live: Arc<LiveView>,
+    pub auth: Arc<auth::AuthSlot>,
+}
+
+/// The node API's paths.
+pub const STATUS_PATH: &str = "/node-monitor/v1/status";
+pub const EXPLAIN_PATH: &str = "/node-monitor/v1/explain";
+pub const TRACE_PATH: &str = "/node-monitor/v1/trace";
 
 /// What the endpoint allows a client. It is reachable by anything that reaches the node's port,
 /// tenants included: a client cannot hold more than one of `max_connections` slots, nor hold one
@@ -240,11 +264,20 @@ pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<dyn Exposition>,
     health: Arc<Health>,
+    node_api: Option<NodeApi>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
-    info!(addr = %listener.local_addr()?, "serving /metrics, /healthz, /readyz");
-    serve_on(listener, metrics, health, ServeLimits::default(), shutdown).await
+    info!(addr = %listener.local_addr()?, node_api = node_api.is_some(), "serving /metrics, /healthz, /readyz");
+    serve_with(
+        listener,
+        metrics,
+        health,
+        node_api,
+        ServeLimits::default(),
+        shutdown,
+    )
+    .await
 }
 
 /// Serves on a bound listener until `shutdown` resolves, within `limits`.
@@ -255,11 +288,33 @@ pub async fn serve_on(
     limits: ServeLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = Router::new()
+    serve_with(listener, metrics, health, None, limits, shutdown).await
+}
+
+/// [`serve_on`], with the node API when `node_api` is given.
+pub async fn serve_with(
+    listener: TcpListener,
+    metrics: Arc<dyn Exposition>,
+    health: Arc<Health>,
+    node_api: Option<NodeApi>,
+    limits: ServeLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let mut app = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(health_handler))
-        .route("/readyz", get(ready_handler))
-        .with_state(AppState { metrics, health });
+        .route("/readyz", get(ready_handler));
+    if node_api.is_some() {
+        app = app
+            .route(STATUS_PATH, get(status_handler))
+            .route(EXPLAIN_PATH, get(explain_handler))
+            .route(TRACE_PATH, get(trace_handler));
+    }
+    let app = app.with_state(AppState {
+        metrics,
+        health,
+        node_api,
+    });
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let (drain_tx, drain_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
@@ -335,13 +390,14 @@ pub fn spawn(
     addr: SocketAddr,
     metrics: Arc<dyn Exposition>,
     health: Arc<Health>,
+    node_api: Option<NodeApi>,
     mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let stopped = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
-        if let Err(e) = serve(addr, metrics, health, stopped).await {
+        if let Err(e) = serve(addr, metrics, health, node_api, stopped).await {
             error!(error = %e, %addr, "metrics endpoint failed");
         }
     })
@@ -375,6 +431,128 @@ async fn ready_handler(State(s): State<AppState>) -> impl IntoResponse {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (code, why)
+}
+
+/// A JSON answer.
+fn json_response(code: StatusCode, body: &Value) -> Response {
+    (
+        code,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The node API's refusal: a JSON error, and the scheme to use on a 401.
+fn denied_response(d: &auth::Denied) -> Response {
+    let code = StatusCode::from_u16(d.status()).unwrap_or(StatusCode::FORBIDDEN);
+    let mut r = json_response(code, &json!({"error": d.message(), "code": d.status()}));
+    if code == StatusCode::UNAUTHORIZED {
+        r.headers_mut().insert(
+            "www-authenticate",
+            axum::http::HeaderValue::from_static("Bearer realm=\"node-monitor\""),
+        );
+    }
+    r
+}
+
+/// The node API and the caller's identity, or the answer that refuses it.
+async fn authorized(
+    s: &AppState,
+    headers: &HeaderMap,
+    path: &str,
+) -> Result<Arc<LiveView>, Box<Response>> {
+    let Some(api) = &s.node_api else {
+        return Err(Box::new(StatusCode::NOT_FOUND.into_response()));
+    };
+    let Some(authorizer) = api.auth.get() else {
+        return Err(Box::new(denied_response(&auth::Denied::Unavailable(
+            "the agent is starting: no API client to authorize requests yet".to_owned(),
+        ))));
+    };
+    match authorizer.check(headers).await {
+        Ok(user) => {
+            debug!(%user, path, "node API request authorized");
+            Ok(api.live.clone())
+        }
+        Err(d) => {
+            debug!(
+                path,
+                code = d.status(),
+                reason = d.message(),
+                "node API request refused"
+            );
+            Err(Box::new(denied_response(&d)))
+        }
+    }
+}
+
+async fn status_handler(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    let live = match authorized(&s, &headers, STATUS_PATH).await {
+        Ok(l) => l,
+        Err(r) => return *r,
+    };
+    let (ready, why) = s.health.readiness();
+    json_response(
+        StatusCode::OK,
+        &live.status(ready, &why, &s.health.degraded()),
+    )
+}
+
+async fn explain_handler(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    let live = match authorized(&s, &headers, EXPLAIN_PATH).await {
+        Ok(l) => l,
+        Err(r) => return *r,
+    };
+    match live.explain() {
+        Some(v) => json_response(StatusCode::OK, &v),
+        None => json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"error": "the agent has not decided yet", "code": 503}),
+        ),
+    }
+}
+
+async fn trace_handler(State(s): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
+    let live = match authorized(&s, &headers, TRACE_PATH).await {
+        Ok(l) => l,
+        Err(r) => return *r,
+    };
+    match parse_trace_query(uri.query().unwrap_or_default()) {
+        Ok((since, limit)) => json_response(StatusCode::OK, &live.trace(since, limit)),
+        Err(e) => json_response(StatusCode::BAD_REQUEST, &json!({"error": e, "code": 400})),
+    }
+}
+
+/// `since=<number>&limit=<number>` of a trace request, both optional. Pure.
+pub fn parse_trace_query(query: &str) -> Result<(u64, usize), String> {
+    let mut since = 0u64;
+    let mut limit = crate::live::TRACE_PAGE_MAX;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "since" => {
+                since = value.parse().map_err(|_| {
+                    format!("query parameter since: {value:?} is not a non-negative integer")
+                })?;
+            }
+            "limit" => {
+                limit = value
+                    .parse()
+                    .ok()
+                    .filter(|l: &usize| *l > 0)
+                    .ok_or_else(|| {
+                        format!("query parameter limit: {value:?} is not a positive integer")
+                    })?;
+            }
+            other => {
+                return Err(format!(
+                    "unknown query parameter {other:?} (expected since, limit)"
+                ));
+            }
+        }
+    }
+    Ok((since, limit))
 }
 
 #[cfg(test)]

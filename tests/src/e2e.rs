@@ -74,10 +74,20 @@ pub struct Cluster {
 impl Cluster {
     /// Starts the control plane and a stand-in node with `memory` bytes (the node cgroup's limit).
     pub async fn start(node: &str, memory: u64) -> Result<Cluster> {
+        Self::start_with(node, memory, |cfg| cfg).await
+    }
+
+    /// [`Cluster::start`], with the stand-in's configuration adjusted by `adjust` (its node IP,
+    /// which is also every pod's IP, for instance).
+    pub async fn start_with(
+        node: &str,
+        memory: u64,
+        adjust: impl FnOnce(StandInConfig) -> StandInConfig,
+    ) -> Result<Cluster> {
         crate::cgroup::require_root("the end-to-end tier");
         let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
         let node_cgroup = PathBuf::from(format!("node-monitor-test/{node}-{}", std::process::id()));
-        let cfg = StandInConfig::new(node, &node_cgroup).memory(memory);
+        let cfg = adjust(StandInConfig::new(node, &node_cgroup).memory(memory));
         let standin = StandIn::start(cp.client(), cfg).await?;
         standin.wait_ready(Duration::from_secs(60)).await?;
         Ok(Cluster {
@@ -303,6 +313,16 @@ impl Agent {
     /// Starts `node-monitor run` for the cluster's node with `config_yaml` and `extra` arguments.
     /// The agent's node cgroup is the stand-in's, so memory.available is the simulated node's.
     pub fn spawn(cluster: &Cluster, config_yaml: &str, extra: &[&str]) -> Result<Agent> {
+        Self::spawn_on(cluster, config_yaml, extra, "127.0.0.1")
+    }
+
+    /// [`Agent::spawn`], its endpoint listening on `listen` (an IP address) rather than loopback.
+    pub fn spawn_on(
+        cluster: &Cluster,
+        config_yaml: &str,
+        extra: &[&str],
+        listen: &str,
+    ) -> Result<Agent> {
         let dir = tempfile::Builder::new().prefix("nm-agent").tempdir()?;
         let config = dir.path().join("config.yaml");
         fs::write(&config, config_yaml)?;
@@ -318,7 +338,7 @@ impl Agent {
             .args(["--node-name", &cluster.node])
             .arg("--node-cgroup")
             .arg(&cluster.node_cgroup)
-            .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
+            .args(["--metrics-addr", &format!("{listen}:{metrics_port}")])
             .args(extra)
             .env("RUST_LOG", "info,node_monitor=debug")
             .env("NO_COLOR", "1")
@@ -434,6 +454,24 @@ pub async fn http_get(port: u16, path: &str) -> Result<String> {
         bail!("GET {path}: {}", head.lines().next().unwrap_or_default());
     }
     Ok(body.to_owned())
+}
+
+/// The host's first IPv4 address outside loopback (from /proc/net/fib_trie's local addresses):
+/// the API server proxies to no loopback address, so a pod it must reach has this one.
+pub fn host_ipv4() -> Result<std::net::Ipv4Addr> {
+    let trie = fs::read_to_string("/proc/net/fib_trie").context("/proc/net/fib_trie")?;
+    let lines: Vec<&str> = trie.lines().collect();
+    lines
+        .windows(2)
+        .filter(|w| w[1].trim() == "/32 host LOCAL")
+        .filter_map(|w| {
+            w[0].trim()
+                .trim_start_matches(['|', '+', '-', ' '])
+                .parse()
+                .ok()
+        })
+        .find(|ip: &std::net::Ipv4Addr| !ip.is_loopback() && !ip.is_link_local())
+        .context("this host has no IPv4 address outside loopback for the API server to proxy to")
 }
 
 /// A free loopback TCP port.

@@ -1020,3 +1020,116 @@ async fn agent_token_writes_only_its_own_fields_of_its_node() {
         "the agent's condition is Unknown"
     );
 }
+
+/// The node API's model with the shipped roles: the agent's own token may review callers
+/// (TokenReview, SubjectAccessReview); a ServiceAccount bound to the shipped `node-monitor-viewer`
+/// ClusterRole and Role is authorized by the agent and may find the agents' pods in node-monitor,
+/// not elsewhere; one without the ClusterRole is refused by the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewers_are_authorized_by_the_agents_own_token() {
+    use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding, RoleRef, Subject};
+    use node_monitor::http::auth::{Authorizer, Denied, KubeReviews, TOKEN_HEADER};
+
+    let base = Base::start().await;
+    let (admin, agent) = (&base.admin, &base.agent);
+    let token = |path: &std::path::Path| -> String {
+        let yaml = std::fs::read_to_string(path).expect("kubeconfig");
+        let v: serde_json::Value = serde_norway::from_str(&yaml).expect("YAML");
+        v["users"][0]["user"]["token"]
+            .as_str()
+            .expect("token")
+            .to_owned()
+    };
+    let viewer_kc = base
+        .cp
+        .service_account_kubeconfig("default", "viewer")
+        .await
+        .expect("viewer");
+    let stranger_kc = base
+        .cp
+        .service_account_kubeconfig("default", "stranger")
+        .await
+        .expect("stranger");
+    let role_ref = |kind: &str| RoleRef {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: kind.into(),
+        name: "node-monitor-viewer".into(),
+    };
+    let viewer = Subject {
+        kind: "ServiceAccount".into(),
+        name: "viewer".into(),
+        namespace: Some("default".into()),
+        ..Subject::default()
+    };
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &ClusterRoleBinding {
+                metadata: ObjectMeta {
+                    name: Some("viewer".into()),
+                    ..Default::default()
+                },
+                role_ref: role_ref("ClusterRole"),
+                subjects: Some(vec![viewer.clone()]),
+            },
+        )
+        .await
+        .expect("ClusterRoleBinding");
+    Api::<RoleBinding>::namespaced(admin.clone(), "node-monitor")
+        .create(
+            &PostParams::default(),
+            &RoleBinding {
+                metadata: ObjectMeta {
+                    name: Some("viewer".into()),
+                    ..Default::default()
+                },
+                role_ref: role_ref("Role"),
+                subjects: Some(vec![viewer]),
+            },
+        )
+        .await
+        .expect("RoleBinding");
+
+    let authorizer = Authorizer::new(
+        std::sync::Arc::new(KubeReviews::new(agent.clone(), Vec::new())),
+        "node-a",
+    );
+    let headers = |t: &str| {
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            TOKEN_HEADER,
+            http::HeaderValue::from_str(&format!("Bearer {t}")).expect("header"),
+        );
+        h
+    };
+    assert_eq!(
+        authorizer.check(&headers(&token(&viewer_kc))).await,
+        Ok("system:serviceaccount:default:viewer".to_owned()),
+        "the agent's own token reviews and authorizes the viewer"
+    );
+    match authorizer.check(&headers(&token(&stranger_kc))).await {
+        Err(Denied::Forbidden(m)) => assert!(m.contains("nodes/node-monitor"), "{m}"),
+        other => panic!("the stranger must be forbidden, got {other:?}"),
+    }
+    assert!(matches!(
+        authorizer.check(&headers("not-a-token")).await,
+        Err(Denied::Unauthenticated(_))
+    ));
+
+    let viewer_client = node_monitor_tests::control_plane::client_from_kubeconfig(&viewer_kc)
+        .await
+        .expect("viewer client");
+    allowed(
+        "list the agents' pods",
+        Api::<Pod>::namespaced(viewer_client.clone(), "node-monitor")
+            .list(&ListParams::default())
+            .await,
+    );
+    forbidden(
+        "list pods outside node-monitor",
+        Api::<Pod>::namespaced(viewer_client, "default")
+            .list(&ListParams::default())
+            .await,
+    );
+    base.cp.stop().expect("stop");
+}

@@ -59,7 +59,7 @@ impl Tier {
                 "alerts",
                 "dashboard",
             ],
-            Tier::E2e => &["e2e"],
+            Tier::E2e => &["e2e", "kubectl_plugin"],
             Tier::Vm => &["vm_guest", "vm_shutdown", "vm_cgroup2"],
             Tier::RealNode => &["real_node", "real_node_shutdown"],
         }

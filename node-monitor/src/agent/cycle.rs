@@ -26,6 +26,7 @@ use super::{
 use crate::{
     cluster::actuator::{EvictOutcome, EvictionRequest, NodeConditionUpdate},
     http::Health,
+    live::{EvictionRecord, LiveView},
     metrics::{
         ConditionLabels, EvictionLabels, Metrics, SignalLabels, SignalUnit, ThresholdLabels,
     },
@@ -86,6 +87,8 @@ pub(super) struct Loop<C, P> {
     /// Disk that pods evicted for disk pressure still hold until the kubelet's container
     /// garbage collection frees it, credited back to the disk signals meanwhile.
     pub(super) pending_reclaim: PendingReclaim,
+    /// What the node API shows: the last decision, the recent evictions.
+    pub(super) live: Arc<LiveView>,
 }
 
 /// How often the agent checks that it sees the cgroups of the pods the API lists.
@@ -126,7 +129,14 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             blind: None,
             sight_checked: None,
             kubepods_reported: None,
+            live: Arc::new(LiveView::new("")),
         }
+    }
+
+    /// Shows the loop's decisions and evictions in `live`.
+    pub(super) fn with_live(mut self, live: Arc<LiveView>) -> Self {
+        self.live = live;
+        self
     }
 
     pub(super) fn now(&self) -> Timestamp {
@@ -207,6 +217,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             "decision"
         );
         self.record_observations(&timed.observations, &decision);
+        self.live
+            .record_cycle(&self.config, &timed.observations, &decision);
 
         // Eviction requests first: the node conditions, the Events and the wait for cleanup
         // follow, so no API round trip of theirs delays an eviction (the kubelet too updates the
@@ -389,6 +401,15 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             if !report {
                 continue;
             }
+            self.live.record_eviction(EvictionRecord {
+                at_ms: crate::live::unix_ms(),
+                namespace: req.namespace.clone(),
+                name: req.name.clone(),
+                signal: req.signal.clone(),
+                hard: req.hard,
+                outcome: outcome.label().to_owned(),
+                message: req.message.clone(),
+            });
             let reaction = self.take_answer(&req, &outcome, reaction_time);
             if reaction.next_candidate_now {
                 end = CycleEnd::Refused;

@@ -7,9 +7,10 @@ use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
 use crate::{
-    attribution::{Attributor, CgroupPaths, PodDirectory, PodRef},
+    attribution::{Attribution, Attributor, CgroupPaths, PodDirectory, PodRef},
     ebpf::{KernelEvent, ProbeConfig, Probes},
     http::Health,
+    live::LiveView,
     metrics::{KindLabels, Metrics},
     wakeup::{KernelSender, KernelWakeKind},
 };
@@ -22,12 +23,17 @@ const COUNTER_PERIOD: Duration = Duration::from_secs(5);
 
 /// Loads the probes (never fatal: failures degrade the agent with a warning and a metric) and
 /// spawns the task that consumes their events. Returns the probes so they stay attached.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the start-up wiring: each argument is one of the agent's shared parts"
+)]
 pub async fn start(
     config: ProbeConfig,
     pods: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     wake: KernelSender,
+    live: Arc<LiveView>,
     reboots: mpsc::Sender<RebootSeen>,
     stop: watch::Receiver<bool>,
 ) -> Option<Probes> {
@@ -63,25 +69,48 @@ pub async fn start(
             if let Err(e) = paths.watch() {
                 warn!(error = %e, "not watching cgroup creation: short-lived containers may go unattributed");
             }
-            Some(Attributor::new(paths, Box::new(StorePods(pods))))
+            Some(Attributor::new(paths, Box::new(StorePods(pods.clone()))))
         }
         Err(e) => {
             warn!(error = %e, "no cgroup2 hierarchy for attributing kernel events to pods");
             None
         }
     };
-    tokio::spawn(consume(events, attributor, metrics, wake, reboots, stop));
+    let sinks = Sinks {
+        pods: pods.clone(),
+        metrics,
+        live,
+        wake,
+        reboots,
+    };
+    tokio::spawn(consume(events, attributor, sinks, stop));
     Some(probes)
+}
+
+/// Where the kernel events go.
+struct Sinks {
+    /// This node's pods, for the container names of the trace buffer's events.
+    pods: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
+    metrics: Arc<Metrics>,
+    /// The node API's trace buffer.
+    live: Arc<LiveView>,
+    wake: KernelSender,
+    reboots: mpsc::Sender<RebootSeen>,
 }
 
 async fn consume(
     mut events: crate::ebpf::EventStream,
     mut attributor: Option<Attributor>,
-    metrics: Arc<Metrics>,
-    wake: KernelSender,
-    reboots: mpsc::Sender<RebootSeen>,
+    sinks: Sinks,
     mut stop: watch::Receiver<bool>,
 ) {
+    let Sinks {
+        pods,
+        metrics,
+        live,
+        wake,
+        reboots,
+    } = sinks;
     loop {
         let ev = tokio::select! {
             ev = events.next() => ev,
@@ -124,6 +153,7 @@ async fn consume(
             Some(a) => Some(a.attribute(ev.cgroup_id()).await),
             None => None,
         };
+        live.record_event(buffered_event(&ev, attribution.as_ref(), &pods));
         let pod_uid = attribution
             .as_ref()
             .and_then(|a| a.pod.as_ref())
@@ -166,6 +196,53 @@ async fn consume(
     }
 }
 
+/// An event as the node API's trace buffer keeps it: `node-monitor trace`'s JSON object, with the
+/// container's name when this node's pods know its id.
+fn buffered_event(
+    ev: &KernelEvent,
+    attribution: Option<&Attribution>,
+    pods: &kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
+) -> serde_json::Value {
+    let unknown = Attribution {
+        cgroup_id: ev.cgroup_id(),
+        cgroup_path: None,
+        pod: None,
+        pod_ref: None,
+    };
+    let mut event = crate::trace::event_json(ev, attribution.unwrap_or(&unknown), None);
+    let name = attribution.and_then(|a| a.pod.as_ref()).and_then(|p| {
+        let id = p.container_id.as_deref()?;
+        pods.state()
+            .iter()
+            .find(|pod| pod.metadata.uid.as_deref() == Some(p.pod_uid.as_str()))
+            .and_then(|pod| container_name(pod, id))
+    });
+    if let serde_json::Value::Object(m) = &mut event {
+        m.insert("container_name".into(), serde_json::json!(name));
+    }
+    event
+}
+
+/// The name of the container whose runtime id is `container_id`, from the pod's statuses.
+pub fn container_name(pod: &k8s_openapi::api::core::v1::Pod, container_id: &str) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    [
+        &status.container_statuses,
+        &status.init_container_statuses,
+        &status.ephemeral_container_statuses,
+    ]
+    .into_iter()
+    .flatten()
+    .flatten()
+    .find(|c| {
+        c.container_id.as_deref().is_some_and(|full| {
+            let bare = full.split_once("://").map_or(full, |(_, id)| id);
+            !container_id.is_empty() && bare == container_id
+        })
+    })
+    .map(|c| c.name.clone())
+}
+
 /// Namespace and name from the agent's own reflector of this node's pods: no extra API calls.
 struct StorePods(kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>);
 
@@ -203,5 +280,26 @@ pub async fn mirror_counters(
             Ok(c) => metrics.observe_ringbuf_drops(c.total_drops()),
             Err(e) => warn!(error = %e, "reading the in-kernel counters failed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_names_come_from_the_pod_statuses() {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "status": {
+                "containerStatuses": [{"name": "app", "containerID": "containerd://abc", "image": "", "imageID": "", "ready": true, "restartCount": 0}],
+                "initContainerStatuses": [{"name": "init", "containerID": "cri-o://def", "image": "", "imageID": "", "ready": false, "restartCount": 0}]
+            }
+        }))
+        .expect("pod");
+        assert_eq!(container_name(&pod, "abc").as_deref(), Some("app"));
+        assert_eq!(container_name(&pod, "def").as_deref(), Some("init"));
+        assert_eq!(container_name(&pod, "ab"), None, "whole ids only");
+        assert_eq!(container_name(&pod, ""), None);
     }
 }

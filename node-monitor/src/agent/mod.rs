@@ -28,7 +28,11 @@ use crate::{
         self as kube_adapter,
         actuator::{Actuator, ActuatorConfig},
     },
-    http::{self, Health},
+    http::{
+        self, Health, NodeApi,
+        auth::{AuthSlot, Authorizer, KubeReviews},
+    },
+    live::LiveView,
     metrics::Metrics,
     wakeup::{WakeSource, Wakeup},
 };
@@ -106,6 +110,10 @@ pub struct Args {
     /// Do not lock the agent's memory.
     #[arg(long)]
     pub no_mlock: bool,
+    /// The audiences a caller's token must be valid for on the node API (`/node-monitor/v1/`),
+    /// comma-separated; default: the API server's own (docs/security.md).
+    #[arg(long, value_delimiter = ',', value_name = "AUDIENCE")]
+    pub api_token_audience: Vec<String>,
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -130,12 +138,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
     // Metrics and health first, so a stuck start-up is visible.
-    let http_task = http::spawn(
-        args.metrics_addr,
-        metrics.clone(),
-        health.clone(),
-        stop_rx.clone(),
-    );
+    let (http_task, live, auth) = start_http(args, &config, &metrics, &health, &stop_rx);
 
     let api_timeout = config.node_monitor.api_timeout;
     let clients = kube_adapter::clients(
@@ -143,6 +146,13 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         api_timeout,
     )?;
     let client = clients.api.clone();
+    auth.set(Arc::new(Authorizer::new(
+        Arc::new(KubeReviews::new(
+            client.clone(),
+            args.api_token_audience.clone(),
+        )),
+        args.node_name.clone(),
+    )));
     let (store, reflector_task) = start_pod_reflector(&clients, &args.node_name, &health, &metrics);
 
     let allocatable = node_allocatable_memory(&client, &args.node_name).await;
@@ -159,6 +169,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         &metrics,
         &health,
         &wakeups,
+        &live,
         reboot_tx.clone(),
         stop_rx.clone(),
     )
@@ -200,7 +211,8 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         store,
         health.clone(),
         headroom_policy,
-    );
+    )
+    .with_live(live);
     info!("deciding");
     // From here on /healthz fails when the loop stops making progress.
     let bound = liveness_bound(&agent.config.node_monitor);
@@ -223,6 +235,31 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     stop_cleanly(&agent.actuator, http_task, shutdown_task).await;
     info!("stopped");
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The HTTP endpoint, with the node API (which answers 503 until the API client exists to
+/// authorize its callers); the live view it shows and the slot of its authorizer.
+fn start_http(
+    args: &Args,
+    config: &config::EvictionConfig,
+    metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
+    stop_rx: &tokio::sync::watch::Receiver<bool>,
+) -> (tokio::task::JoinHandle<()>, Arc<LiveView>, Arc<AuthSlot>) {
+    let live = Arc::new(LiveView::new(&args.node_name));
+    live.set_config(config);
+    let auth = Arc::new(AuthSlot::default());
+    let task = http::spawn(
+        args.metrics_addr,
+        metrics.clone(),
+        health.clone(),
+        Some(NodeApi {
+            live: live.clone(),
+            auth: auth.clone(),
+        }),
+        stop_rx.clone(),
+    );
+    (task, live, auth)
 }
 
 /// The decision loop: a cycle for each wake-up, grace-period timer or adaptive-sampling timer,

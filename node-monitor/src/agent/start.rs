@@ -110,6 +110,7 @@ pub(super) async fn start_probes(
     metrics: &Arc<Metrics>,
     health: &Arc<Health>,
     wakeups: &Wakeups,
+    live: &Arc<crate::live::LiveView>,
     reboot_tx: tokio::sync::mpsc::Sender<kernel::RebootSeen>,
     stop_rx: tokio::sync::watch::Receiver<bool>,
 ) -> Option<Arc<crate::ebpf::Probes>> {
@@ -127,6 +128,7 @@ pub(super) async fn start_probes(
             metrics.clone(),
             health.clone(),
             wakeups.kernel_sender(),
+            live.clone(),
             reboot_tx,
             stop_rx.clone(),
         )

@@ -19,7 +19,7 @@ use node_monitor_core::{
     clock::Timestamp,
     config::{ConfigSource, EvictionConfig, FsLayout},
     duration::parse_go_duration,
-    eviction::{EvictionState, synchronize},
+    eviction::{Decision, EvictionState, synchronize},
     pod::{ContainerUsage, PodInfo, pod_is_active},
     quantity::Quantity,
     signals::{Observations, PodUsage, Signal, SignalObservation},
@@ -146,7 +146,19 @@ fn explain(
         );
     }
 
-    let mut out = serde_json::to_value(&decision)?;
+    decision_json(&decision, held_for, &inactive, &config.warnings)
+}
+
+/// A decision as `explain` prints it: the core's report with the reclaimed signal first and its
+/// details apart, how long the thresholds were taken as held, the pods left out as inactive and
+/// the configuration's warnings. The agent's live explain (docs/cli.md) answers with the same.
+pub fn decision_json(
+    decision: &Decision,
+    held_for: Duration,
+    inactive: &[String],
+    warnings: &[String],
+) -> anyhow::Result<Value> {
+    let mut out = serde_json::to_value(decision)?;
     if let Value::Object(map) = &mut out {
         let details = map.remove("reclaim").unwrap_or(Value::Null);
         map.insert(
@@ -156,7 +168,7 @@ fn explain(
         map.insert("reclaim_details".into(), details);
         map.insert("held_for_seconds".into(), json!(held_for.as_secs_f64()));
         map.insert("inactive_pods".into(), json!(inactive));
-        map.insert("warnings".into(), json!(config.warnings));
+        map.insert("warnings".into(), json!(warnings));
     }
     Ok(out)
 }

@@ -316,6 +316,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
         args.metrics_addr,
         metrics.clone(),
         health.clone(),
+        None,
         stop_rx.clone(),
     );
 

@@ -1,0 +1,333 @@
+//! What the agent shows of itself on its authorized endpoints (docs/cli.md): the last decision
+//! with the observations it was made on, the recent evictions, and a bounded buffer of recent
+//! attributed kernel events. The decision loop and the kernel-event task write here; the HTTP
+//! handlers read. Every buffer is bounded; a poisoned lock loses the view, never the agent.
+use std::{
+    collections::VecDeque,
+    sync::Mutex,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use serde_json::{Value, json};
+
+use node_monitor_core::{
+    config::EvictionConfig, eviction::Decision, signals::Observations, threshold::Threshold,
+};
+
+/// Recent evictions kept for `status`.
+pub const EVICTIONS_KEPT: usize = 32;
+/// Recent kernel events kept for `trace`.
+pub const TRACE_EVENTS_KEPT: usize = 1024;
+/// The most events one `trace` answer carries.
+pub const TRACE_PAGE_MAX: usize = 1024;
+
+/// Milliseconds since the Unix epoch, now.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// One threshold with the signal it watches, as last observed.
+#[derive(Debug, Clone, PartialEq)]
+struct ThresholdSeen {
+    signal: String,
+    hard: bool,
+    value: String,
+    grace_period_seconds: f64,
+    /// `None`: the signal was not observed.
+    observed: Option<(i64, i64, i64, bool)>,
+}
+
+/// The last cycle, as the endpoints show it.
+#[derive(Debug, Clone)]
+struct LastCycle {
+    at_ms: u64,
+    thresholds: Vec<ThresholdSeen>,
+    decision: Decision,
+}
+
+/// One eviction request and its answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvictionRecord {
+    pub at_ms: u64,
+    pub namespace: String,
+    pub name: String,
+    pub signal: String,
+    pub hard: bool,
+    /// The answer, as in `node_monitor_evictions_total{outcome}`.
+    pub outcome: String,
+    pub message: String,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    last: Option<LastCycle>,
+    warnings: Vec<String>,
+    dry_run: bool,
+    evictions: VecDeque<EvictionRecord>,
+    trace: TraceBuffer,
+}
+
+/// The agent's live view; shared between the loop and the HTTP handlers.
+#[derive(Debug)]
+pub struct LiveView {
+    node: String,
+    inner: Mutex<Inner>,
+}
+
+/// A bounded ring of kernel events, each numbered in arrival order.
+#[derive(Debug)]
+pub struct TraceBuffer {
+    events: VecDeque<(u64, Value)>,
+    next: u64,
+    capacity: usize,
+}
+
+impl Default for TraceBuffer {
+    fn default() -> Self {
+        Self::with_capacity(TRACE_EVENTS_KEPT)
+    }
+}
+
+/// A page of the trace buffer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracePage {
+    /// The events numbered `since` and after, oldest first, at most the page size.
+    pub events: Vec<Value>,
+    /// The number to ask from next time.
+    pub next: u64,
+    /// Events after `since` that the buffer no longer holds (overwritten before this read).
+    pub missed: u64,
+}
+
+impl TraceBuffer {
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            events: VecDeque::with_capacity(capacity.min(64)),
+            next: 0,
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Adds an event (the oldest goes when full); returns its number.
+    pub fn push(&mut self, event: Value) -> u64 {
+        if self.events.len() >= self.capacity {
+            self.events.pop_front();
+        }
+        let seq = self.next;
+        self.events.push_back((seq, event));
+        self.next += 1;
+        seq
+    }
+
+    /// The events numbered `since` and after, at most `limit` of them.
+    pub fn page(&self, since: u64, limit: usize) -> TracePage {
+        let oldest = self.events.front().map_or(self.next, |(s, _)| *s);
+        // A number beyond the buffer's (a reader of an earlier run of the agent) missed nothing.
+        let missed = if since > self.next {
+            0
+        } else {
+            oldest.saturating_sub(since)
+        };
+        let events: Vec<Value> = self
+            .events
+            .iter()
+            .filter(|(s, _)| *s >= since)
+            .take(limit)
+            .map(|(s, e)| {
+                let mut e = e.clone();
+                if let Value::Object(m) = &mut e {
+                    m.insert("seq".into(), json!(s));
+                }
+                e
+            })
+            .collect();
+        let next = events
+            .last()
+            .and_then(|e| e.get("seq"))
+            .and_then(Value::as_u64)
+            .map_or(self.next, |s| s + 1);
+        TracePage {
+            events,
+            next,
+            missed,
+        }
+    }
+}
+
+impl LiveView {
+    pub fn new(node: impl Into<String>) -> Self {
+        Self {
+            node: node.into(),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The configuration's warnings and mode, once at start.
+    pub fn set_config(&self, config: &EvictionConfig) {
+        if let Ok(mut i) = self.inner.lock() {
+            i.warnings.clone_from(&config.warnings);
+            i.dry_run = config.node_monitor.dry_run;
+        }
+    }
+
+    /// A cycle's observations and decision.
+    pub fn record_cycle(&self, config: &EvictionConfig, obs: &Observations, decision: &Decision) {
+        let thresholds = config
+            .thresholds
+            .iter()
+            .map(|t| threshold_seen(t, obs))
+            .collect();
+        let last = LastCycle {
+            at_ms: unix_ms(),
+            thresholds,
+            decision: decision.clone(),
+        };
+        if let Ok(mut i) = self.inner.lock() {
+            i.last = Some(last);
+        }
+    }
+
+    /// An eviction request and its answer.
+    pub fn record_eviction(&self, record: EvictionRecord) {
+        if let Ok(mut i) = self.inner.lock() {
+            if i.evictions.len() >= EVICTIONS_KEPT {
+                i.evictions.pop_front();
+            }
+            i.evictions.push_back(record);
+        }
+    }
+
+    /// An attributed kernel event (a `node-monitor trace` JSON object).
+    pub fn record_event(&self, mut event: Value) {
+        if let Value::Object(m) = &mut event {
+            m.insert("received_at_ms".into(), json!(unix_ms()));
+        }
+        if let Ok(mut i) = self.inner.lock() {
+            i.trace.push(event);
+        }
+    }
+
+    /// The trace buffer's events from `since`, at most `limit` (capped at [`TRACE_PAGE_MAX`]).
+    pub fn trace(&self, since: u64, limit: usize) -> Value {
+        let page = self
+            .inner
+            .lock()
+            .map(|i| i.trace.page(since, limit.min(TRACE_PAGE_MAX)))
+            .unwrap_or(TracePage {
+                events: Vec::new(),
+                next: since,
+                missed: 0,
+            });
+        json!({
+            "node": self.node,
+            "next": page.next,
+            "missed": page.missed,
+            "capacity": TRACE_EVENTS_KEPT,
+            "events": page.events,
+        })
+    }
+
+    /// The `status` answer; `ready`, `readiness` and `degraded` come from the health state.
+    pub fn status(&self, ready: bool, readiness: &str, degraded: &[String]) -> Value {
+        let Ok(i) = self.inner.lock() else {
+            return json!({"node": self.node, "error": "the agent's view is unavailable"});
+        };
+        let (observed_at, thresholds, conditions) = match &i.last {
+            Some(last) => (
+                json!(last.at_ms),
+                last.thresholds.iter().map(threshold_json).collect(),
+                serde_json::to_value(&last.decision.conditions).unwrap_or(Value::Null),
+            ),
+            None => (Value::Null, Vec::new(), json!([])),
+        };
+        let evictions: Vec<Value> = i.evictions.iter().rev().map(eviction_json).collect();
+        json!({
+            "node": self.node,
+            "dry_run": i.dry_run,
+            "ready": ready,
+            "readiness": readiness,
+            "degraded": degraded,
+            "observed_at_ms": observed_at,
+            "thresholds": thresholds,
+            "conditions": conditions,
+            "recent_evictions": evictions,
+            "warnings": i.warnings,
+        })
+    }
+
+    /// The `explain` answer: the last decision, worded as `node-monitor explain` words it, with
+    /// the node and when it was observed; `None` before the first cycle.
+    pub fn explain(&self) -> Option<Value> {
+        let i = self.inner.lock().ok()?;
+        let last = i.last.as_ref()?;
+        let mut out = crate::cli::explain::decision_json(
+            &last.decision,
+            std::time::Duration::ZERO,
+            &[],
+            &i.warnings,
+        )
+        .ok()?;
+        if let Value::Object(m) = &mut out {
+            m.insert("node".into(), json!(self.node));
+            m.insert("observed_at_ms".into(), json!(last.at_ms));
+            m.insert("dry_run".into(), json!(i.dry_run));
+        }
+        Some(out)
+    }
+}
+
+fn threshold_seen(t: &Threshold, obs: &Observations) -> ThresholdSeen {
+    ThresholdSeen {
+        signal: t.signal.as_str().to_owned(),
+        hard: t.is_hard(),
+        value: t.value.to_string(),
+        grace_period_seconds: t.grace_period.as_secs_f64(),
+        observed: obs.signals.get(&t.signal).map(|o| {
+            let quantity = t.quantity(o.capacity).value();
+            (o.available, o.capacity, quantity, t.is_met(o, false))
+        }),
+    }
+}
+
+fn threshold_json(t: &ThresholdSeen) -> Value {
+    let mut v = json!({
+        "signal": t.signal,
+        "kind": if t.hard { "hard" } else { "soft" },
+        "value": t.value,
+        "grace_period_seconds": t.grace_period_seconds,
+        "available": null,
+        "capacity": null,
+        "threshold": null,
+        "headroom": null,
+        "met": null,
+    });
+    if let (Some((available, capacity, quantity, met)), Value::Object(m)) = (t.observed, &mut v) {
+        m.insert("available".into(), json!(available));
+        m.insert("capacity".into(), json!(capacity));
+        m.insert("threshold".into(), json!(quantity));
+        m.insert("headroom".into(), json!(available.saturating_sub(quantity)));
+        m.insert("met".into(), json!(met));
+    }
+    v
+}
+
+fn eviction_json(e: &EvictionRecord) -> Value {
+    json!({
+        "at_ms": e.at_ms,
+        "namespace": e.namespace,
+        "name": e.name,
+        "signal": e.signal,
+        "kind": if e.hard { "hard" } else { "soft" },
+        "outcome": e.outcome,
+        "message": e.message,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,193 @@
+use super::*;
+
+use k8s_openapi::api::core::v1::Pod;
+use node_monitor_core::{
+    clock::Timestamp,
+    config::ConfigSource,
+    eviction::{EvictionState, synchronize},
+    pod::PodInfo,
+    signals::{PodUsage, Signal, SignalObservation},
+};
+
+use crate::settings::EvictionFlags;
+
+const MI: i64 = 1 << 20;
+
+fn config(yaml: &str) -> EvictionConfig {
+    crate::cli::check_config::load(
+        None,
+        &[ConfigSource {
+            name: "test",
+            text: yaml,
+        }],
+        &EvictionFlags::default(),
+    )
+    .expect("config")
+}
+
+fn pod(name: &str, uid: &str) -> PodInfo {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": {"containers": [{"name": "app"}]}
+    }))
+    .expect("pod");
+    PodInfo::from_pod(&pod).expect("pod info")
+}
+
+/// 1 GiB of memory with `available` MiB left, and a pod using 600 MiB.
+fn observations(available: i64) -> Observations {
+    let mut obs = Observations::default();
+    obs.signals.insert(
+        Signal::MemoryAvailable,
+        SignalObservation {
+            available: available * MI,
+            capacity: 1024 * MI,
+        },
+    );
+    obs.pods.insert(
+        "u-hog".into(),
+        PodUsage {
+            memory: Some(600 << 20),
+            ..PodUsage::default()
+        },
+    );
+    obs
+}
+
+#[test]
+fn status_reports_thresholds_with_their_headroom() {
+    let live = LiveView::new("n1");
+    let config = config("evictionHard:\n  memory.available: 300Mi\n");
+    let obs = observations(400);
+    let decision = synchronize(
+        &mut EvictionState::new(),
+        &config,
+        &obs,
+        &[pod("hog", "u-hog")],
+        Timestamp::ZERO,
+    );
+    live.record_cycle(&config, &obs, &decision);
+    let v = live.status(true, "ok", &["eBPF program x failed".to_owned()]);
+    assert_eq!(v["node"], "n1");
+    let t = &v["thresholds"][0];
+    assert_eq!(t["signal"], "memory.available");
+    assert_eq!(t["kind"], "hard");
+    assert_eq!(t["value"], "300Mi");
+    assert_eq!(t["available"], 400 * MI);
+    assert_eq!(t["threshold"], 300 * MI);
+    assert_eq!(t["headroom"], 100 * MI);
+    assert_eq!(t["met"], false);
+    assert_eq!(v["degraded"][0], "eBPF program x failed");
+    assert!(v["observed_at_ms"].as_u64().is_some(), "{v}");
+}
+
+#[test]
+fn an_unobserved_signal_has_no_headroom() {
+    let live = LiveView::new("n1");
+    let config = config("evictionHard:\n  nodefs.available: 10%\n");
+    let obs = observations(400);
+    let decision = synchronize(
+        &mut EvictionState::new(),
+        &config,
+        &obs,
+        &[],
+        Timestamp::ZERO,
+    );
+    live.record_cycle(&config, &obs, &decision);
+    let v = live.status(true, "ok", &[]);
+    assert_eq!(v["thresholds"][0]["signal"], "nodefs.available");
+    assert_eq!(v["thresholds"][0]["headroom"], Value::Null);
+    assert_eq!(v["thresholds"][0]["met"], Value::Null);
+}
+
+/// The live explain is the decision as `node-monitor explain` words it, plus where and when.
+#[test]
+fn explain_words_the_decision_as_the_cli_does() {
+    let live = LiveView::new("n1");
+    assert_eq!(live.explain(), None, "nothing decided yet");
+    let config = config("evictionHard:\n  memory.available: 500Mi\n");
+    let obs = observations(400);
+    let decision = synchronize(
+        &mut EvictionState::new(),
+        &config,
+        &obs,
+        &[pod("hog", "u-hog")],
+        Timestamp::ZERO,
+    );
+    live.record_cycle(&config, &obs, &decision);
+    let v = live.explain().expect("explain");
+    assert_eq!(v["evict"][0]["name"], "hog");
+    assert_eq!(v["reclaim"], "memory.available");
+    assert_eq!(v["node"], "n1");
+    let mut cli = crate::cli::explain::decision_json(
+        &decision,
+        std::time::Duration::ZERO,
+        &[],
+        &config.warnings,
+    )
+    .expect("json");
+    if let Value::Object(m) = &mut cli {
+        m.insert("node".into(), json!("n1"));
+        m.insert("observed_at_ms".into(), v["observed_at_ms"].clone());
+        m.insert("dry_run".into(), json!(false));
+    }
+    assert_eq!(v, cli);
+}
+
+#[test]
+fn evictions_are_bounded_newest_first() {
+    let live = LiveView::new("n1");
+    for i in 0..EVICTIONS_KEPT + 5 {
+        live.record_eviction(EvictionRecord {
+            at_ms: i as u64,
+            namespace: "default".into(),
+            name: format!("p{i}"),
+            signal: "memory.available".into(),
+            hard: true,
+            outcome: "evicted".into(),
+            message: String::new(),
+        });
+    }
+    let v = live.status(true, "ok", &[]);
+    let e = v["recent_evictions"].as_array().expect("array");
+    assert_eq!(e.len(), EVICTIONS_KEPT);
+    assert_eq!(e[0]["name"], format!("p{}", EVICTIONS_KEPT + 4));
+    assert_eq!(e[EVICTIONS_KEPT - 1]["name"], "p5");
+}
+
+#[test]
+fn the_trace_buffer_is_a_bounded_ring_read_in_pages() {
+    let mut b = TraceBuffer::with_capacity(3);
+    for i in 0..5 {
+        b.push(json!({"i": i}));
+    }
+    // Holds 2, 3, 4; a reader from 0 missed 0 and 1.
+    let p = b.page(0, 10);
+    assert_eq!(p.missed, 2);
+    assert_eq!(
+        p.events.iter().map(|e| e["i"].clone()).collect::<Vec<_>>(),
+        vec![json!(2), json!(3), json!(4)]
+    );
+    assert_eq!(p.events[0]["seq"], 2);
+    assert_eq!(p.next, 5);
+    // Pages of one, then nothing new.
+    let p = b.page(3, 1);
+    assert_eq!((p.events.len(), p.next, p.missed), (1, 4, 0));
+    let p = b.page(5, 10);
+    assert_eq!((p.events.len(), p.next, p.missed), (0, 5, 0));
+    // A reader of an earlier run of the agent (a number beyond the buffer's) starts again.
+    let p = b.page(99, 10);
+    assert_eq!((p.events.len(), p.next, p.missed), (0, 5, 0));
+}
+
+#[test]
+fn recorded_events_carry_their_arrival_and_are_capped_per_answer() {
+    let live = LiveView::new("n1");
+    for _ in 0..TRACE_EVENTS_KEPT + 10 {
+        live.record_event(json!({"kind": "oom_kill"}));
+    }
+    let v = live.trace(0, usize::MAX);
+    assert_eq!(v["events"].as_array().map(Vec::len), Some(TRACE_PAGE_MAX));
+    assert_eq!(v["missed"], 10);
+    assert!(v["events"][0]["received_at_ms"].as_u64().is_some(), "{v}");
+}

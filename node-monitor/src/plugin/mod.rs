@@ -1,0 +1,377 @@
+//! `kubectl node-monitor`: the agents' status, live explain and recent kernel events, read through
+//! the API server's pod proxy. The caller's bearer token goes along in the node API's token header
+//! (the proxy drops `Authorization`), and each agent authorizes it (docs/security.md). Usage and
+//! output are in docs/cli.md.
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, Client,
+    api::ListParams,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use serde_json::Value;
+
+use crate::http::{EXPLAIN_PATH, STATUS_PATH, TRACE_PATH, auth::TOKEN_HEADER};
+
+pub mod format;
+
+use format::{Output, TraceFilter};
+
+/// How long one agent may take to answer.
+const AGENT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How often `trace --follow` asks the agents for new events.
+const FOLLOW_INTERVAL: Duration = Duration::from_secs(2);
+/// The largest answer read from an agent.
+const MAX_ANSWER_BYTES: usize = 8 << 20;
+
+/// `kubectl node-monitor`: read node-monitor agents through the API server.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "kubectl-node_monitor",
+    bin_name = "kubectl node-monitor",
+    version
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub conn: Connection,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the agents are and who asks.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Connection {
+    /// Kubeconfig (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context (default: its current context).
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// The namespace of the agents' pods.
+    #[arg(long, global = true, default_value = "node-monitor")]
+    pub agent_namespace: String,
+    /// The label selector of the agents' pods.
+    #[arg(
+        long,
+        global = true,
+        default_value = "app.kubernetes.io/name=node-monitor"
+    )]
+    pub agent_selector: String,
+    /// The agents' port (default: the pod's port named `metrics`, else 9101).
+    #[arg(long, global = true)]
+    pub port: Option<u16>,
+    /// A bearer token to send instead of the kubeconfig's.
+    #[arg(
+        long,
+        global = true,
+        env = "NODE_MONITOR_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// A file holding the bearer token to send instead of the kubeconfig's.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Thresholds, signals and headroom, node conditions, degraded sources, recent evictions.
+    Status(StatusArgs),
+    /// The agent's live decision: what it would evict now, in what order and why.
+    Explain(ExplainArgs),
+    /// Recent kernel events (OOM kills, reclaim stalls, kswapd wake-ups, reboots) of the agents.
+    Trace(TraceArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// One node (default: every node with an agent).
+    pub node: Option<String>,
+    /// `text` or `json`.
+    #[arg(short, long, default_value = "text", value_parser = parse_output)]
+    pub output: Output,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    pub node: String,
+    /// `json` (as `node-monitor explain` prints it) or `text`.
+    #[arg(short, long, default_value = "json", value_parser = parse_output)]
+    pub output: Output,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TraceArgs {
+    #[command(flatten)]
+    pub filter: TraceFilter,
+    /// `text`, `json` (one object per line) or `columns`.
+    #[arg(short, long, default_value = "text", value_parser = parse_output)]
+    pub output: Output,
+    /// Keep asking the agents for new events (every 2 s) until interrupted.
+    #[arg(short, long)]
+    pub follow: bool,
+}
+
+fn parse_output(s: &str) -> Result<Output, String> {
+    s.parse()
+}
+
+/// Runs the plugin.
+pub async fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
+    let agents = Agents::connect(&cli.conn).await?;
+    match &cli.command {
+        Command::Status(a) => status(&agents, a).await,
+        Command::Explain(a) => explain(&agents, a).await,
+        Command::Trace(a) => trace(&agents, a).await,
+    }
+}
+
+async fn status(agents: &Agents, args: &StatusArgs) -> anyhow::Result<ExitCode> {
+    let pods = agents.pods(args.node.as_deref()).await?;
+    let mut answers = Vec::new();
+    let mut failed = false;
+    for pod in &pods {
+        match agents.get(pod, STATUS_PATH).await {
+            Ok(v) => answers.push(v),
+            Err(e) => {
+                failed = true;
+                eprintln!("kubectl-node_monitor: {e:#}");
+                answers.push(serde_json::json!({"node": pod.node, "error": format!("{e:#}")}));
+            }
+        }
+    }
+    let text = match args.output {
+        Output::Json if args.node.is_some() => {
+            serde_json::to_string_pretty(answers.first().unwrap_or(&Value::Null))?
+        }
+        Output::Json => serde_json::to_string_pretty(&answers)?,
+        _ => answers
+            .iter()
+            .map(format::status_text)
+            .collect::<Vec<_>>()
+            .join("\n"),
+    };
+    crate::io::print_line(&text)?;
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+async fn explain(agents: &Agents, args: &ExplainArgs) -> anyhow::Result<ExitCode> {
+    let pods = agents.pods(Some(&args.node)).await?;
+    let pod = pods
+        .first()
+        .with_context(|| format!("no agent pod on node {:?}", args.node))?;
+    let answer = agents.get(pod, EXPLAIN_PATH).await?;
+    let text = match args.output {
+        Output::Text | Output::Columns => format::explain_text(&answer),
+        Output::Json => serde_json::to_string_pretty(&answer)?,
+    };
+    crate::io::print_line(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn trace(agents: &Agents, args: &TraceArgs) -> anyhow::Result<ExitCode> {
+    let pods = agents.pods(args.filter.node.as_deref()).await?;
+    // Per agent, the number of the next event to ask for.
+    let mut since = vec![0u64; pods.len()];
+    let mut first = true;
+    loop {
+        let mut events = Vec::new();
+        let mut failed = false;
+        for (pod, next) in pods.iter().zip(since.iter_mut()) {
+            match agents.get(pod, &format!("{TRACE_PATH}?since={next}")).await {
+                Ok(answer) => {
+                    let missed = answer.get("missed").and_then(Value::as_u64).unwrap_or(0);
+                    if missed > 0 && !first {
+                        eprintln!(
+                            "kubectl-node_monitor: node {}: {missed} events went out of the agent's buffer before they were read",
+                            pod.node
+                        );
+                    }
+                    *next = answer.get("next").and_then(Value::as_u64).unwrap_or(*next);
+                    events.extend(format::node_events(&answer, &pod.node));
+                }
+                Err(e) => {
+                    failed = true;
+                    eprintln!("kubectl-node_monitor: {e:#}");
+                }
+            }
+        }
+        let events = args.filter.apply(events);
+        let mut text = format::trace_output(&events, args.output);
+        if !first && args.output == Output::Columns {
+            // The header once, at the top.
+            text = text
+                .split_once('\n')
+                .map(|(_, rows)| rows.to_owned())
+                .unwrap_or_default();
+        }
+        if !text.is_empty() {
+            crate::io::print_line(&text)?;
+        }
+        if !args.follow {
+            return Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            });
+        }
+        first = false;
+        tokio::select! {
+            () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+        }
+    }
+}
+
+/// An agent pod: its name, node and port.
+#[derive(Debug, Clone)]
+pub struct AgentPod {
+    pub name: String,
+    pub node: String,
+    pub port: u16,
+}
+
+/// The API client, the token and where the agents are.
+struct Agents {
+    client: Client,
+    token: String,
+    namespace: String,
+    selector: String,
+    port: Option<u16>,
+}
+
+impl Agents {
+    async fn connect(conn: &Connection) -> anyhow::Result<Agents> {
+        let kubeconfig = match &conn.kubeconfig {
+            Some(p) => {
+                Kubeconfig::read_from(p).with_context(|| format!("--kubeconfig {}", p.display()))?
+            }
+            None => Kubeconfig::read()
+                .context("reading the kubeconfig ($KUBECONFIG or ~/.kube/config)")?,
+        };
+        let options = KubeConfigOptions {
+            context: conn.context.clone(),
+            ..KubeConfigOptions::default()
+        };
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .context("loading the kubeconfig")?;
+        let token = token(conn, &config)?;
+        let client = Client::try_from(config).context("building the API client")?;
+        Ok(Agents {
+            client,
+            token,
+            namespace: conn.agent_namespace.clone(),
+            selector: conn.agent_selector.clone(),
+            port: conn.port,
+        })
+    }
+
+    /// The running agent pods, of one node or all, sorted by node.
+    async fn pods(&self, node: Option<&str>) -> anyhow::Result<Vec<AgentPod>> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let mut params = ListParams::default().labels(&self.selector);
+        if let Some(node) = node {
+            node_monitor_core::node_name::parse_node_name(node)
+                .map_err(|e| anyhow::anyhow!("node {node:?}: {e}"))?;
+            params = params.fields(&format!("spec.nodeName={node}"));
+        }
+        let list = api.list(&params).await.with_context(|| {
+            format!(
+                "listing the agent pods in namespace {} ({})",
+                self.namespace, self.selector
+            )
+        })?;
+        let mut pods: Vec<AgentPod> = list
+            .items
+            .iter()
+            .filter_map(|p| format::agent_pod(p, self.port))
+            .collect();
+        pods.sort_by(|a, b| a.node.cmp(&b.node));
+        if pods.is_empty() {
+            match node {
+                Some(n) => bail!(
+                    "no running agent pod on node {n:?} in namespace {} ({})",
+                    self.namespace,
+                    self.selector
+                ),
+                None => bail!(
+                    "no running agent pod in namespace {} ({})",
+                    self.namespace,
+                    self.selector
+                ),
+            }
+        }
+        Ok(pods)
+    }
+
+    /// GET `path` of an agent through the pod proxy; its JSON answer, or its error.
+    async fn get(&self, pod: &AgentPod, path: &str) -> anyhow::Result<Value> {
+        let uri = format!(
+            "/api/v1/namespaces/{}/pods/{}:{}/proxy{path}",
+            self.namespace, pod.name, pod.port
+        );
+        let request = axum::http::Request::get(&uri)
+            .header(TOKEN_HEADER, format!("Bearer {}", self.token))
+            .header("accept", "application/json")
+            .body(kube::client::Body::empty())
+            .context("building the request")?;
+        let answer = tokio::time::timeout(AGENT_TIMEOUT, async {
+            let response = self.client.send(request).await?;
+            let status = response.status();
+            let body = response.into_body().collect_bytes().await?;
+            Ok::<_, kube::Error>((status, body))
+        })
+        .await
+        .with_context(|| format!("node {}: no answer within {AGENT_TIMEOUT:?}", pod.node))?
+        .with_context(|| format!("node {}: GET {uri}", pod.node))?;
+        let (status, body) = answer;
+        if body.len() > MAX_ANSWER_BYTES {
+            bail!(
+                "node {}: answer of {} bytes, more than {MAX_ANSWER_BYTES}",
+                pod.node,
+                body.len()
+            );
+        }
+        format::agent_answer(status.as_u16(), &body)
+            .with_context(|| format!("node {} ({}/{})", pod.node, self.namespace, pod.name))
+    }
+}
+
+/// The bearer token to send: `--token`, `--token-file`, else the kubeconfig user's.
+fn token(conn: &Connection, config: &kube::Config) -> anyhow::Result<String> {
+    if let Some(t) = &conn.token {
+        return Ok(t.trim().to_owned());
+    }
+    if let Some(p) = &conn.token_file {
+        return Ok(
+            crate::io::read_file_bounded(p, "the token file", 64 * 1024)?
+                .trim()
+                .to_owned(),
+        );
+    }
+    use secrecy::ExposeSecret as _;
+    if let Some(t) = &config.auth_info.token {
+        return Ok(t.expose_secret().trim().to_owned());
+    }
+    if let Some(p) = &config.auth_info.token_file {
+        return Ok(crate::io::read_file_bounded(
+            std::path::Path::new(p),
+            "the kubeconfig's tokenFile",
+            64 * 1024,
+        )?
+        .trim()
+        .to_owned());
+    }
+    bail!(
+        "the kubeconfig user has no bearer token (client certificates and exec plugins cannot be \
+         forwarded to the agent): pass --token or --token-file, e.g. a token from \
+         `kubectl create token <service-account>`"
+    )
+}

@@ -1,0 +1,448 @@
+//! End to end: `kubectl node-monitor` (the real `kubectl-node_monitor` binary, run as a process with
+//! a kubeconfig) reads the real agent of a stand-in node through a real kube-apiserver's pod
+//! proxy, and the agent authorizes each caller with TokenReview and SubjectAccessReview.
+//!
+//! The agent runs as a host process, not in a pod; the stand-in kubelet runs a pod object for it
+//! in `node-monitor` (labelled like the DaemonSet's pods, its port named `metrics` being the
+//! agent's). The API server proxies to no loopback address, so the stand-in gives its pods the
+//! host's own IPv4 address and the agent listens on every address: `pods/<pod>:<port>/proxy/`
+//! reaches the agent. Root only; fails loudly when it cannot run.
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::{
+    core::v1::ContainerPort,
+    rbac::v1::{ClusterRoleBinding, RoleBinding, RoleRef, Subject},
+};
+use kube::{
+    Api, Client,
+    api::{ObjectMeta, PostParams},
+    client::Body,
+};
+use node_monitor::http::{STATUS_PATH, auth::TOKEN_HEADER};
+use node_monitor_tests::{
+    e2e::{self, Agent, Cluster},
+    manifests,
+    pod::PodBuilder,
+};
+use serde_json::Value;
+
+const MI: u64 = 1 << 20;
+const NODE: &str = "e2e-plugin";
+const AGENT_NS: &str = "node-monitor";
+const AGENT_POD: &str = "node-monitor-agent";
+
+/// The plugin binary with `kubeconfig`.
+fn plugin(kubeconfig: &Path, args: &[&str]) -> Output {
+    Command::new(e2e::binary("kubectl-node_monitor"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .env_remove("NODE_MONITOR_TOKEN")
+        .output()
+        .expect("running kubectl-node_monitor")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs the plugin until `done` accepts its output (up to 60 s); the last output otherwise.
+async fn plugin_until(
+    kubeconfig: &Path,
+    args: &[&str],
+    done: impl Fn(&Output) -> bool,
+) -> Result<Output, Output> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = plugin(kubeconfig, args);
+        if done(&out) {
+            return Ok(out);
+        }
+        if Instant::now() > deadline {
+            return Err(out);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A `trace --follow` process, its output lines read on a thread; killed when dropped.
+struct Follow {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Follow {
+    fn start(kubeconfig: &Path, args: &[&str]) -> Follow {
+        let mut child = Command::new(e2e::binary("kubectl-node_monitor"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .env_remove("NODE_MONITOR_TOKEN")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting kubectl-node_monitor trace --follow");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Follow { child, lines }
+    }
+
+    fn line_within(&self, timeout: Duration) -> Option<String> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+}
+
+impl Drop for Follow {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The bearer token of a kubeconfig written by the control-plane harness.
+fn kubeconfig_token(path: &Path) -> String {
+    let yaml = std::fs::read_to_string(path).expect("kubeconfig");
+    let v: Value = serde_norway::from_str(&yaml).expect("kubeconfig YAML");
+    v["users"][0]["user"]["token"]
+        .as_str()
+        .expect("a token user")
+        .to_owned()
+}
+
+/// GET through the pod proxy to the agent, with `token` in the node API's header when given:
+/// (status, body).
+async fn proxied(client: &Client, port: u16, path: &str, token: Option<&str>) -> (u16, String) {
+    let uri = format!("/api/v1/namespaces/{AGENT_NS}/pods/{AGENT_POD}:{port}/proxy{path}");
+    let mut request = http::Request::get(&uri);
+    if let Some(t) = token {
+        request = request.header(TOKEN_HEADER, format!("Bearer {t}"));
+    }
+    let request = request.body(Body::empty()).expect("request");
+    let response = client.send(request).await.expect("the API server answers");
+    let status = response.status().as_u16();
+    let body = response.into_body().collect_bytes().await.expect("body");
+    (status, text(&body))
+}
+
+/// The shipped viewer roles, bound to `viewer`; `stranger` gets only the namespaced Role (it may
+/// reach the pod proxy, not read the agent).
+async fn grant_roles(client: &Client) {
+    let viewer = manifests::read_objects(&manifests::kustomize_dir("base").join("viewer.yaml"))
+        .expect("deploy/kustomize/base/viewer.yaml");
+    manifests::apply(client, &viewer)
+        .await
+        .expect("applying the viewer roles");
+    let subject = |name: &str| Subject {
+        kind: "ServiceAccount".into(),
+        name: name.into(),
+        namespace: Some("default".into()),
+        ..Subject::default()
+    };
+    let role_ref = |kind: &str| RoleRef {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: kind.into(),
+        name: "node-monitor-viewer".into(),
+    };
+    let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
+    crbs.create(
+        &PostParams::default(),
+        &ClusterRoleBinding {
+            metadata: ObjectMeta {
+                name: Some("viewer-node-monitor-viewer".into()),
+                ..ObjectMeta::default()
+            },
+            role_ref: role_ref("ClusterRole"),
+            subjects: Some(vec![subject("viewer")]),
+        },
+    )
+    .await
+    .expect("ClusterRoleBinding");
+    let rbs: Api<RoleBinding> = Api::namespaced(client.clone(), AGENT_NS);
+    rbs.create(
+        &PostParams::default(),
+        &RoleBinding {
+            metadata: ObjectMeta {
+                name: Some("node-monitor-viewer".into()),
+                namespace: Some(AGENT_NS.into()),
+                ..ObjectMeta::default()
+            },
+            role_ref: role_ref("Role"),
+            subjects: Some(vec![subject("viewer"), subject("stranger")]),
+        },
+    )
+    .await
+    .expect("RoleBinding");
+}
+
+/// The stand-in node (its pods on the host's address), the agent (dry run, a hard threshold the
+/// node is below, so it decides to evict on every cycle and evicts nothing), its pod object, and
+/// a BestEffort pod holding 300 MiB.
+async fn setup() -> (Cluster, Agent, u16) {
+    let ip = e2e::host_ipv4().expect("a host address for the pod proxy");
+    let cluster = Cluster::start_with(NODE, 1024 * MI, |mut cfg| {
+        cfg.node_ip = ip.to_string();
+        cfg
+    })
+    .await
+    .expect("cluster");
+    let mut agent = Agent::spawn_on(
+        &cluster,
+        "evictionHard:\n  memory.available: 900Mi\n",
+        &["--no-mlock", "--dry-run"],
+        "0.0.0.0",
+    )
+    .expect("agent");
+    agent
+        .wait_log("deciding", Duration::from_secs(30))
+        .await
+        .expect("agent up");
+    let port = agent.metrics_port;
+    cluster
+        .cp
+        .create_namespace(AGENT_NS)
+        .await
+        .expect("namespace");
+    let mut pod = PodBuilder::workload(AGENT_POD, NODE, &["--hold", "1Mi"])
+        .namespace(AGENT_NS)
+        .label("app.kubernetes.io/name", "node-monitor")
+        .memory("64Mi", Some("64Mi"))
+        .build();
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.containers[0].ports = Some(vec![ContainerPort {
+            name: Some("metrics".into()),
+            container_port: i32::from(port),
+            ..ContainerPort::default()
+        }]);
+    }
+    cluster.create_pod(pod).await.expect("agent pod");
+    let running = cluster
+        .wait_running(AGENT_NS, AGENT_POD, Duration::from_secs(30))
+        .await
+        .expect("agent pod running");
+    assert_eq!(
+        running.status.and_then(|s| s.pod_ip),
+        Some(ip.to_string()),
+        "the stand-in gives its pods the host's address"
+    );
+    cluster
+        .run_pod(PodBuilder::workload("hog", NODE, &["--hold", "300Mi"]))
+        .await
+        .expect("hog running");
+    grant_roles(&cluster.client()).await;
+    (cluster, agent, port)
+}
+
+/// (a) an identity without the viewer ClusterRole gets 403 from the agent; (b) the viewer gets
+/// the status and the live explain, which names the pod the agent would evict; (c) a request
+/// without a token gets 401, including one whose bearer token went in `Authorization` (the API
+/// server drops it); (d) the plugin prints status, explain and trace through the pod proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only() {
+    let (cluster, agent, port) = setup().await;
+    let cp = &cluster.cp;
+    let viewer_kc: PathBuf = cp
+        .service_account_kubeconfig("default", "viewer")
+        .await
+        .expect("viewer kubeconfig");
+    let stranger_kc: PathBuf = cp
+        .service_account_kubeconfig("default", "stranger")
+        .await
+        .expect("stranger kubeconfig");
+
+    // (c) Unauthenticated: no token at all, and the viewer's own token in Authorization only.
+    let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, None).await;
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains(TOKEN_HEADER), "{body}");
+    let viewer_client = cp
+        .service_account_client("default", "viewer")
+        .await
+        .expect("viewer client");
+    let (code, body) = proxied(&viewer_client, port, STATUS_PATH, None).await;
+    assert_eq!(
+        code, 401,
+        "the API server does not pass Authorization through its proxy: {body}"
+    );
+    let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, Some("not-a-token")).await;
+    assert_eq!(code, 401, "{body}");
+
+    // (a) Forbidden: the stranger reaches the proxy but may not read the agent.
+    let stranger_token = kubeconfig_token(&stranger_kc);
+    let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, Some(&stranger_token)).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains("system:serviceaccount:default:stranger")
+            && body.contains("nodes/node-monitor"),
+        "{body}"
+    );
+    let out = plugin(&stranger_kc, &["status", NODE]);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("403 Forbidden by the agent"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // (b) and (d): the viewer, with the plugin.
+    let viewer_token = kubeconfig_token(&viewer_kc);
+    let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, Some(&viewer_token)).await;
+    assert_eq!(code, 200, "{body}");
+    let status = plugin_until(&viewer_kc, &["status", NODE], |o| {
+        o.status.success() && text(&o.stdout).contains("memory.available")
+    })
+    .await
+    .unwrap_or_else(|o| {
+        panic!(
+            "status: {}\n{}\n{}",
+            text(&o.stdout),
+            text(&o.stderr),
+            agent.log()
+        )
+    });
+    let shown = text(&status.stdout);
+    assert!(shown.contains(&format!("node {NODE} (dry run)")), "{shown}");
+    assert!(shown.contains("900Mi"), "{shown}");
+    let all = plugin(&viewer_kc, &["status", "-o", "json"]);
+    assert!(all.status.success(), "{}", text(&all.stderr));
+    let all: Value = serde_json::from_slice(&all.stdout).expect("status JSON");
+    assert_eq!(all[0]["node"], NODE, "{all}");
+    assert_eq!(all[0]["thresholds"][0]["met"], true, "{all}");
+
+    let explained = plugin_until(&viewer_kc, &["explain", NODE], |o| {
+        serde_json::from_slice::<Value>(&o.stdout).is_ok_and(|v| v["evict"][0]["name"] == "hog")
+    })
+    .await
+    .unwrap_or_else(|o| {
+        panic!(
+            "the live explain never named the hog: {}\n{}\n{}",
+            text(&o.stdout),
+            text(&o.stderr),
+            agent.log()
+        )
+    });
+    let v: Value = serde_json::from_slice(&explained.stdout).expect("explain JSON");
+    assert_eq!(v["reclaim"], "memory.available", "{v}");
+    assert_eq!(v["evict"][0]["namespace"], "default", "{v}");
+    assert_eq!(v["ranked"][0]["name"], "hog", "{v}");
+    assert_eq!(v["node"], NODE, "{v}");
+    let as_text = plugin(&viewer_kc, &["explain", NODE, "-o", "text"]);
+    assert!(
+        text(&as_text.stdout).contains("would evict #1: default/hog (memory.available hard)"),
+        "{}",
+        text(&as_text.stdout)
+    );
+    assert!(
+        cluster.is_live("default", "hog").await.expect("get"),
+        "a dry run evicts nobody"
+    );
+
+    // Trace: a container OOM-killed by its limit shows up in the agent's buffer, and to a
+    // `trace --follow` started before it.
+    let follow = Follow::start(
+        &viewer_kc,
+        &["trace", "--follow", "-o", "json", "--pod", "oomer"],
+    );
+    cluster
+        .create_pod(
+            PodBuilder::workload("oomer", NODE, &["--hold", "64Mi"])
+                .memory("16Mi", Some("16Mi"))
+                .restart_policy("Never")
+                .build(),
+        )
+        .await
+        .expect("oomer");
+    let traced = plugin_until(&viewer_kc, &["trace", "--node", NODE, "-o", "json"], |o| {
+        text(&o.stdout)
+            .lines()
+            .any(|l| l.contains(r#""kind":"oom_kill""#))
+    })
+    .await
+    .unwrap_or_else(|o| {
+        panic!(
+            "no oom_kill in the agent's trace: {}\n{}\n{}",
+            text(&o.stdout),
+            text(&o.stderr),
+            agent.log()
+        )
+    });
+    let followed = follow
+        .line_within(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("trace --follow printed nothing:\n{}", agent.log()));
+    assert!(followed.contains(r#""kind":"oom_kill""#), "{followed}");
+    assert!(followed.contains(r#""pod_name":"oomer""#), "{followed}");
+    drop(follow);
+    let line = text(&traced.stdout)
+        .lines()
+        .find(|l| l.contains(r#""kind":"oom_kill""#))
+        .map(str::to_owned)
+        .expect("an oom_kill line");
+    let event: Value = serde_json::from_str(&line).expect("a JSON line");
+    assert_eq!(event["node"], NODE, "{event}");
+    assert_eq!(event["pod_namespace"], "default", "{event}");
+    assert_eq!(event["pod_name"], "oomer", "{event}");
+    assert_eq!(event["container_name"], "main", "{event}");
+    assert_eq!(event["comm"], "nm-workload", "{event}");
+    // The filters: namespace, pod, container and kind all match; another pod matches nothing.
+    let columns = plugin(
+        &viewer_kc,
+        &[
+            "trace",
+            "-n",
+            "default",
+            "--pod",
+            "oomer",
+            "--container",
+            "main",
+            "--kind",
+            "oom_kill",
+            "-o",
+            "columns",
+        ],
+    );
+    let shown = text(&columns.stdout);
+    assert!(shown.starts_with("TIME"), "{shown}");
+    assert!(
+        shown
+            .lines()
+            .skip(1)
+            .any(|l| l.contains("oom_kill") && l.contains(NODE) && l.contains("default/oomer")),
+        "{shown}"
+    );
+    let text_out = text(&plugin(&viewer_kc, &["trace", "--pod", "oomer"]).stdout);
+    assert!(
+        text_out.contains("oom_kill")
+            && text_out.contains("pod=default/oomer container=main oom=memcg"),
+        "{text_out}"
+    );
+    let none = plugin(&viewer_kc, &["trace", "-n", "default", "--pod", "hog"]);
+    assert!(none.status.success(), "{}", text(&none.stderr));
+    assert_eq!(text(&none.stdout), "", "no event of the hog");
+    let elsewhere = plugin(&viewer_kc, &["trace", "--node", "no-such-node"]);
+    assert!(
+        text(&elsewhere.stderr).contains("no running agent pod on node \"no-such-node\""),
+        "{}",
+        text(&elsewhere.stderr)
+    );
+    let stranger_trace = plugin(&stranger_kc, &["trace"]);
+    assert!(!stranger_trace.status.success());
+    assert!(
+        text(&stranger_trace.stderr).contains("403"),
+        "{}",
+        text(&stranger_trace.stderr)
+    );
+    drop(agent);
+    cluster.stop().await.expect("stop");
+}
