@@ -202,7 +202,7 @@ pub async fn install(
     if let Some(config) = agent_config {
         let cm = objects
             .iter_mut()
-            .find(|m| m.kind() == "ConfigMap")
+            .find(|m| m.kind() == "ConfigMap" && m.name() == "node-monitor-config")
             .expect("the kustomization has the agent's ConfigMap");
         cm.object["data"]["config.yaml"] = Value::String(config.to_owned());
     }
