@@ -56,6 +56,8 @@ enum Part {
     Node,
     /// The Debian guest image of the VM tiers.
     GuestImage,
+    /// helm (v3, from its Go module), for the chart's tests.
+    Helm,
 }
 
 fn main() -> Result<()> {
@@ -66,6 +68,7 @@ fn main() -> Result<()> {
                 Part::ControlPlane => gobuild::control_plane()?,
                 Part::Node => gobuild::node()?,
                 Part::GuestImage => guest::image()?,
+                Part::Helm => gobuild::helm()?,
             };
             println!("{}", dir.display());
             Ok(())
