@@ -101,17 +101,24 @@ pub fn config_files(path: &std::path::Path) -> anyhow::Result<Vec<std::path::Pat
     if !meta.is_dir() {
         return Ok(vec![path.to_owned()]);
     }
-    let mut out = Vec::new();
+    let mut entries = Vec::new();
     for entry in
         std::fs::read_dir(path).with_context(|| format!("--config {}: list", path.display()))?
     {
         let entry = entry.with_context(|| format!("--config {}: list", path.display()))?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
+        entries.push((
+            entry.file_name().to_string_lossy().into_owned(),
+            entry.path(),
+        ));
+    }
+    // Name order, so that both the documents and the first refused entry are the same on every
+    // file system.
+    entries.sort();
+    let mut out = Vec::new();
+    for (name, p) in entries {
         if name.starts_with('.') {
             continue;
         }
-        let p = entry.path();
         if !(name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json")) {
             anyhow::bail!(
                 "--config {}: {name:?} is not a configuration file (*.yaml, *.yml or *.json); \
@@ -121,7 +128,6 @@ pub fn config_files(path: &std::path::Path) -> anyhow::Result<Vec<std::path::Pat
         }
         out.push(p);
     }
-    out.sort();
     Ok(out)
 }
 
