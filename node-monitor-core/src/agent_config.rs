@@ -46,21 +46,84 @@ pub fn load_agent_config(
     file: Option<ConfigSource<'_>>,
     overrides: &EvictionOverrides,
 ) -> Result<AgentConfig, AgentConfigError> {
-    let Some(source) = file else {
+    load_agent_config_sources(file.as_slice(), overrides)
+}
+
+/// Reads several documents once each, in order, and validates both configurations from them:
+/// a later document replaces each field an earlier one set (a `nodeMonitor` or
+/// `nodeMonitor.shutdown` key one by one; a map such as `evictionHard` whole), then the flags
+/// override them all. No document: the kubelet's defaults and no shutdown handling.
+pub fn load_agent_config_sources(
+    files: &[ConfigSource<'_>],
+    overrides: &EvictionOverrides,
+) -> Result<AgentConfig, AgentConfigError> {
+    let documents = files
+        .iter()
+        .map(|s| config::parse_document(*s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(AgentConfigError::File)?;
+    let eviction = config::load_documents(&documents, overrides)?;
+    if documents.is_empty() {
         return Ok(AgentConfig {
-            eviction: config::load_documents(&[], overrides)?,
+            eviction,
             shutdown: ShutdownConfig::default(),
         });
-    };
-    let document = config::parse_document(source).map_err(AgentConfigError::File)?;
-    let eviction = config::load_documents(std::slice::from_ref(&document), overrides)?;
-    let shutdown = shutdown_config::shutdown_config(&document.file).map_err(|source| {
-        AgentConfigError::Shutdown {
-            name: document.name.clone(),
+    }
+    let (merged, names) = shutdown_fields(&documents);
+    let shutdown =
+        shutdown_config::shutdown_config(&merged).map_err(|source| AgentConfigError::Shutdown {
+            name: names.join(", "),
             source,
-        }
-    })?;
+        })?;
     Ok(AgentConfig { eviction, shutdown })
+}
+
+/// The shutdown fields of every document, later ones over earlier ones, and the names of the
+/// documents that set any (the first document's when none does): a shutdown error names them.
+fn shutdown_fields(documents: &[config::Document]) -> (config::ConfigFile, Vec<String>) {
+    let mut merged = config::ConfigFile::default();
+    let mut names = Vec::new();
+    for config::Document { name, file } in documents {
+        let section = file
+            .node_monitor
+            .as_ref()
+            .and_then(|nm| nm.shutdown.as_ref());
+        let sets_any = file.shutdown_grace_period.is_some()
+            || file.shutdown_grace_period_critical_pods.is_some()
+            || file.shutdown_grace_period_by_pod_priority.is_some()
+            || section.is_some();
+        if !sets_any {
+            continue;
+        }
+        names.push(name.clone());
+        if file.shutdown_grace_period.is_some() {
+            merged
+                .shutdown_grace_period
+                .clone_from(&file.shutdown_grace_period);
+        }
+        if file.shutdown_grace_period_critical_pods.is_some() {
+            merged
+                .shutdown_grace_period_critical_pods
+                .clone_from(&file.shutdown_grace_period_critical_pods);
+        }
+        if file.shutdown_grace_period_by_pod_priority.is_some() {
+            merged
+                .shutdown_grace_period_by_pod_priority
+                .clone_from(&file.shutdown_grace_period_by_pod_priority);
+        }
+        if let Some(section) = section {
+            merged
+                .node_monitor
+                .get_or_insert_with(Default::default)
+                .shutdown
+                .get_or_insert_with(Default::default)
+                .overlay(section);
+        }
+    }
+    if names.is_empty() {
+        names.extend(documents.first().map(|d| d.name.clone()));
+    }
+    (merged, names)
 }
 
 #[cfg(test)]
@@ -160,5 +223,79 @@ nodeMonitor:
         let e = load_agent_config(Some(source("[1, 2]\n")), &EvictionOverrides::default())
             .expect_err("a list is not a configuration");
         assert!(e.to_string().contains("node-monitor.yaml"), "{e}");
+    }
+
+    /// Several documents (a base and drop-ins): each field comes from the last document that
+    /// sets it, the shutdown keys one by one, and an error names the document.
+    #[test]
+    fn drop_ins_add_their_keys_to_the_base() {
+        let base = ConfigSource {
+            name: "config.yaml",
+            text: "evictionHard:\n  memory.available: 100Mi\nnodeMonitor:\n  pdbPolicy: respect\n  dryRun: true\n",
+        };
+        let escalate = ConfigSource {
+            name: "config.d/escalate.yaml",
+            text: "nodeMonitor:\n  pdbPolicy: escalate\n",
+        };
+        let shutdown = ConfigSource {
+            name: "config.d/shutdown.yaml",
+            text: "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\nnodeMonitor:\n  shutdown:\n    enabled: true\n    cordon: false\n",
+        };
+        let later = ConfigSource {
+            name: "config.d/zz-local.yaml",
+            text: "nodeMonitor:\n  shutdown:\n    cordon: true\n",
+        };
+        let c = load_agent_config_sources(
+            &[base, escalate, shutdown, later],
+            &EvictionOverrides::default(),
+        )
+        .expect("valid documents");
+        assert_eq!(
+            c.eviction.node_monitor.pdb_policy,
+            config::PdbPolicy::Escalate
+        );
+        assert!(c.eviction.node_monitor.dry_run, "the base's key stays");
+        assert!(!c.eviction.thresholds.is_empty());
+        let groups: Vec<u64> = c
+            .shutdown
+            .groups
+            .iter()
+            .map(|g| g.period.as_secs())
+            .collect();
+        assert_eq!(groups, [20, 10]);
+        assert!(c.shutdown.options.enabled);
+        assert!(c.shutdown.options.cordon, "the later document's key wins");
+
+        // One document alone is what it was.
+        let alone =
+            load_agent_config_sources(&[base], &EvictionOverrides::default()).expect("base alone");
+        assert_eq!(
+            alone.eviction.node_monitor.pdb_policy,
+            config::PdbPolicy::Respect
+        );
+        assert!(!alone.shutdown.options.enabled);
+
+        // Errors name the document, the field and the value.
+        let bad = ConfigSource {
+            name: "config.d/bad.yaml",
+            text: "nodeMonitor:\n  pdbPolicy: sometimes\n",
+        };
+        let e = load_agent_config_sources(&[base, bad], &EvictionOverrides::default())
+            .expect_err("bad policy");
+        let chain = error_chain(&e);
+        assert!(chain.contains("config.d/bad.yaml"), "{chain}");
+        assert!(chain.contains("sometimes"), "{chain}");
+        let bad = ConfigSource {
+            name: "config.d/bad-shutdown.yaml",
+            text: "shutdownGracePeriod: 30 seconds\n",
+        };
+        let e = load_agent_config_sources(&[base, escalate, bad], &EvictionOverrides::default())
+            .expect_err("bad duration");
+        let chain = error_chain(&e);
+        assert!(
+            chain.starts_with("--config config.d/bad-shutdown.yaml"),
+            "{chain}"
+        );
+        assert!(chain.contains("\"30 seconds\""), "{chain}");
     }
 }

@@ -690,6 +690,16 @@ fn inputs_that_are_not_regular_files_are_refused() {
     assert!(status.success());
     let fifo = fifo.to_str().expect("utf-8");
     let dir_path = dir.path().to_str().expect("utf-8");
+    // A conf.d whose `*.yaml` entry is a FIFO: refused as the file itself would be, not read.
+    let conf_d_dir = tempfile::tempdir().expect("tempdir");
+    let conf_d = conf_d_dir.path().join("conf.d");
+    std::fs::create_dir(&conf_d).expect("mkdir");
+    let status = Command::new("mkfifo")
+        .arg(conf_d.join("10-fifo.yaml"))
+        .status()
+        .expect("mkfifo");
+    assert!(status.success());
+    let conf_d = conf_d.to_str().expect("utf-8");
     for (args, want) in [
         (
             vec!["check-config", "--config", "/dev/zero"],
@@ -699,9 +709,15 @@ fn inputs_that_are_not_regular_files_are_refused() {
             vec!["check-config", "--config", fifo],
             "is not a regular file (a FIFO)",
         ),
+        // A directory stands for its configuration files (a conf.d): one that holds anything
+        // else is refused, naming the entry.
         (
             vec!["check-config", "--config", dir_path],
-            "is not a regular file (a directory)",
+            "\"fifo\" is not a configuration file (*.yaml, *.yml or *.json)",
+        ),
+        (
+            vec!["check-config", "--config", conf_d],
+            "10-fifo.yaml is not a regular file (a FIFO)",
         ),
         (
             vec!["explain", "--input", "/dev/zero"],

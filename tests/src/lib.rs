@@ -2,6 +2,7 @@
 pub mod cgroup;
 pub mod control_plane;
 pub mod e2e;
+pub mod helm;
 pub mod manifests;
 pub mod metrics;
 pub mod pod;

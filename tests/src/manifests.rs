@@ -1,6 +1,6 @@
 //! The shipped manifests as a real API server sees them: a kustomization rendered the way
-//! `kubectl kustomize` renders the subset deploy/ uses (resources, bases, inline JSON 6902
-//! patches with a kind/name target), server-side apply of the result with strict field
+//! `kubectl kustomize` renders the subset deploy/ uses (resources, bases, components, inline JSON
+//! 6902 patches with a kind/name target), server-side apply of the result with strict field
 //! validation, and the prometheus-operator CRDs the monitoring manifests need.
 //!
 //! ```no_run
@@ -42,7 +42,8 @@ pub const CRD_FILES: [&str; 2] = [
 /// Field manager of every apply.
 pub const FIELD_MANAGER: &str = "node-monitor-tests";
 
-const KUSTOMIZATION_FIELDS: [&str; 4] = ["apiVersion", "kind", "resources", "patches"];
+const KUSTOMIZATION_FIELDS: [&str; 5] =
+    ["apiVersion", "kind", "resources", "components", "patches"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -59,8 +60,8 @@ pub enum Error {
         source: serde_norway::Error,
     },
     #[error(
-        "{path}: unsupported kustomization field {field:?}; supported: resources, and patches \
-         with an inline JSON 6902 patch and a kind/name target"
+        "{path}: unsupported kustomization field {field:?}; supported: resources, components, \
+         and patches with an inline JSON 6902 patch and a kind/name target"
     )]
     Unsupported { path: PathBuf, field: String },
     #[error("{path}: {what}")]
@@ -169,8 +170,25 @@ pub fn read_objects(path: &Path) -> Result<Vec<Manifest>> {
 }
 
 /// Renders the kustomization in `dir`: its resources in order (a directory is a base, rendered
-/// first where it is listed), then its patches on the result.
+/// first where it is listed), then its components in order (each adds its resources and patches
+/// everything rendered so far), then its own patches on the result.
 pub fn render(dir: &Path) -> Result<Vec<Manifest>> {
+    let mut out = Vec::new();
+    render_into(dir, Kind::Kustomization, &mut out)?;
+    Ok(out)
+}
+
+/// What a kustomization directory must declare itself as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `kind: Kustomization` (or no kind): a base or an overlay; renders on its own.
+    Kustomization,
+    /// `kind: Component` (kustomize.config.k8s.io/v1alpha1): listed under `components:`,
+    /// patches what the kustomization that lists it has rendered.
+    Component,
+}
+
+fn render_into(dir: &Path, want: Kind, out: &mut Vec<Manifest>) -> Result<()> {
     let path = dir.join("kustomization.yaml");
     let text = fs::read_to_string(&path).map_err(|source| Error::Read {
         path: path.clone(),
@@ -196,29 +214,58 @@ pub fn render(dir: &Path) -> Result<Vec<Manifest>> {
             field: field.clone(),
         });
     }
-    let mut out = Vec::new();
-    for res in map
-        .get("resources")
-        .and_then(Value::as_array)
-        .map_or(&[][..], Vec::as_slice)
+    let kind = map
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("Kustomization");
+    let (found, api_version) = match kind {
+        "Kustomization" => (Kind::Kustomization, "kustomize.config.k8s.io/v1beta1"),
+        "Component" => (Kind::Component, "kustomize.config.k8s.io/v1alpha1"),
+        other => {
+            return Err(invalid(format!(
+                "kind {other:?} is neither Kustomization nor Component"
+            )));
+        }
+    };
+    if found != want {
+        return Err(invalid(format!(
+            "kind {kind:?} listed where a {want:?} belongs (a Component goes under \
+             `components:`, a base under `resources:`)"
+        )));
+    }
+    if let Some(v) = map.get("apiVersion").and_then(Value::as_str)
+        && v != api_version
     {
+        return Err(invalid(format!(
+            "apiVersion {v:?} for kind {kind}; expected {api_version:?}"
+        )));
+    }
+    let list = |field: &str| {
+        map.get(field)
+            .and_then(Value::as_array)
+            .map_or(&[][..], Vec::as_slice)
+    };
+    for res in list("resources") {
         let rel = res
             .as_str()
             .ok_or_else(|| invalid(format!("resource {res} is not a path")))?;
         let p = dir.join(rel);
         if p.is_dir() {
-            out.extend(render(&p)?);
+            // A base renders on its own; its objects join the rest.
+            let mut base = Vec::new();
+            render_into(&p, Kind::Kustomization, &mut base)?;
+            out.extend(base);
         } else {
             out.extend(read_objects(&p)?);
         }
     }
-    for (index, entry) in map
-        .get("patches")
-        .and_then(Value::as_array)
-        .map_or(&[][..], Vec::as_slice)
-        .iter()
-        .enumerate()
-    {
+    for c in list("components") {
+        let rel = c
+            .as_str()
+            .ok_or_else(|| invalid(format!("component {c} is not a path")))?;
+        render_into(&dir.join(rel), Kind::Component, out)?;
+    }
+    for (index, entry) in list("patches").iter().enumerate() {
         let entry = entry
             .as_object()
             .ok_or_else(|| invalid(format!("patch {index} is not a mapping")))?;
@@ -272,7 +319,7 @@ pub fn render(dir: &Path) -> Result<Vec<Manifest>> {
             });
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The first rendered object of this kind and name.
@@ -479,6 +526,48 @@ mod tests {
             objects[1].object["spec"]["template"]["spec"]["volumes"],
             serde_json::json!([{"name": "x"}, {"name": "y"}])
         );
+
+        // A component adds its resources and patches what the kustomization rendered so far.
+        let component = root.path().join("component");
+        fs::create_dir_all(&component).expect("mkdir");
+        write(
+            &component,
+            "kustomization.yaml",
+            "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\nresources:\n  - role.yaml\npatches:\n  - target: {kind: ConfigMap, name: c}\n    patch: |-\n      - op: add\n        path: /data/b\n        value: \"3\"\n",
+        );
+        write(
+            &component,
+            "role.yaml",
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: r}\n",
+        );
+        let with = root.path().join("with");
+        fs::create_dir_all(&with).expect("mkdir");
+        write(
+            &with,
+            "kustomization.yaml",
+            "resources:\n  - ../overlay\ncomponents:\n  - ../component\n",
+        );
+        let objects = render(&with).expect("renders with a component");
+        let kinds: Vec<&str> = objects.iter().map(Manifest::kind).collect();
+        assert_eq!(
+            kinds,
+            ["ConfigMap", "DaemonSet", "ServiceAccount", "ClusterRole"]
+        );
+        assert_eq!(
+            objects[0].object["data"],
+            serde_json::json!({"a": "2", "b": "3"})
+        );
+        // A component is not a base, nor a base a component.
+        write(
+            &with,
+            "kustomization.yaml",
+            "resources:\n  - ../component\n",
+        );
+        let err = render(&with).expect_err("component as a base").to_string();
+        assert!(err.contains("\"Component\""), "{err}");
+        write(&with, "kustomization.yaml", "components:\n  - ../base\n");
+        let err = render(&with).expect_err("base as a component").to_string();
+        assert!(err.contains("\"Kustomization\""), "{err}");
 
         // What it does not understand, or a patch that hits nothing, is an error.
         write(

@@ -5,23 +5,58 @@
 //! RBAC and admission are checked against a real API server in deploy_rbac.rs.
 use std::process::Command;
 
-use node_monitor::shutdown::{logind::DROPIN_DIR, parse_shutdown_config};
+use node_monitor::shutdown::logind::DROPIN_DIR;
 
-use node_monitor_core::config::{ConfigSource, EvictionOverrides, load_sources};
+use node_monitor_core::{
+    agent_config::{AgentConfig, load_agent_config_sources},
+    config::{ConfigSource, EvictionOverrides, PdbPolicy},
+};
 use node_monitor_tests::manifests::{Manifest, find, kustomize_dir, render};
 use serde_json::Value;
 
-const KUSTOMIZATIONS: [&str; 3] = ["base", "overlays/escalate", "overlays/shutdown"];
+const KUSTOMIZATIONS: [&str; 5] = [
+    "base",
+    "overlays/escalate",
+    "overlays/shutdown",
+    "overlays/shutdown-escalate",
+    "overlays/crio",
+];
 
 fn rendered(rel: &str) -> Vec<Manifest> {
     render(&kustomize_dir(rel)).unwrap_or_else(|e| panic!("render {rel}: {e}"))
 }
 
-fn config_yaml(objects: &[Manifest]) -> String {
-    find(objects, "ConfigMap", "node-monitor-config")
+/// The agent's configuration documents as the DaemonSet passes them: config.yaml of
+/// node-monitor-config, then the drop-ins of node-monitor-config-d in name order.
+fn config_documents(objects: &[Manifest]) -> Vec<(String, String)> {
+    let base = find(objects, "ConfigMap", "node-monitor-config")
         .and_then(|m| m.object["data"]["config.yaml"].as_str())
         .expect("ConfigMap node-monitor-config with data.config.yaml")
-        .to_owned()
+        .to_owned();
+    let mut out = vec![("config.yaml".to_owned(), base)];
+    let drop_ins = find(objects, "ConfigMap", "node-monitor-config-d")
+        .and_then(|m| m.object["data"].as_object())
+        .expect("ConfigMap node-monitor-config-d with data");
+    let mut keys: Vec<&String> = drop_ins.keys().collect();
+    keys.sort();
+    for k in keys {
+        out.push((
+            format!("node-monitor.d/{k}"),
+            drop_ins[k].as_str().expect("a text value").to_owned(),
+        ));
+    }
+    out
+}
+
+/// The configuration the agent loads from a rendered kustomization.
+fn agent_config(rel: &str, objects: &[Manifest]) -> AgentConfig {
+    let docs = config_documents(objects);
+    let sources: Vec<ConfigSource<'_>> = docs
+        .iter()
+        .map(|(name, text)| ConfigSource { name, text })
+        .collect();
+    load_agent_config_sources(&sources, &EvictionOverrides::default())
+        .unwrap_or_else(|e| panic!("{rel}: the configuration is rejected: {e}"))
 }
 
 fn container(objects: &[Manifest]) -> Value {
@@ -69,33 +104,133 @@ fn dropin_mount(objects: &[Manifest]) -> Option<(bool, String)> {
 #[test]
 fn every_shipped_configuration_is_accepted_by_the_agent() {
     for rel in KUSTOMIZATIONS {
-        let text = config_yaml(&rendered(rel));
-        let eviction = load_sources(
-            &[ConfigSource {
-                name: rel,
-                text: &text,
-            }],
-            &EvictionOverrides::default(),
-        )
-        .unwrap_or_else(|e| panic!("{rel}: the eviction configuration is rejected: {e}"));
+        let AgentConfig { eviction, shutdown } = agent_config(rel, &rendered(rel));
         assert!(!eviction.thresholds.is_empty(), "{rel}: no thresholds");
-        let shutdown = parse_shutdown_config(Some(&text))
-            .unwrap_or_else(|e| panic!("{rel}: the shutdown configuration is rejected: {e}"));
         assert!(
             shutdown.warnings.is_empty(),
             "{rel}: {:?}",
             shutdown.warnings
         );
-        let escalate = rel == "overlays/escalate";
+        let escalate = rel.contains("escalate");
         assert_eq!(
-            eviction.node_monitor.pdb_policy == node_monitor_core::config::PdbPolicy::Escalate,
+            eviction.node_monitor.pdb_policy == PdbPolicy::Escalate,
             escalate,
             "{rel}"
         );
-        // Only the shutdown overlay turns the shutdown manager on.
-        let shutdown_on = rel == "overlays/shutdown";
+        // Only the shutdown component turns the shutdown manager on.
+        let shutdown_on = rel.contains("shutdown");
         assert_eq!(shutdown.options.enabled, shutdown_on, "{rel}");
         assert_eq!(!shutdown.groups.is_empty(), shutdown_on, "{rel}");
+    }
+}
+
+/// The components compose: each adds its own drop-in and leaves config.yaml as the base ships
+/// it, so the shutdown and escalate components together carry both features' configuration and
+/// the base's thresholds, with no hand-merged file.
+#[test]
+fn components_compose_without_merging_the_configuration() {
+    let base = rendered("base");
+    let both = rendered("overlays/shutdown-escalate");
+    let docs = config_documents(&both);
+    let names: Vec<&str> = docs.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "config.yaml",
+            "node-monitor.d/escalate.yaml",
+            "node-monitor.d/shutdown.yaml"
+        ]
+    );
+    assert_eq!(
+        docs[0],
+        config_documents(&base)[0],
+        "config.yaml is the base's"
+    );
+    let c = agent_config("overlays/shutdown-escalate", &both);
+    assert_eq!(c.eviction.node_monitor.pdb_policy, PdbPolicy::Escalate);
+    assert!(c.shutdown.options.enabled);
+    assert_eq!(
+        c.eviction.thresholds,
+        agent_config("base", &base).eviction.thresholds,
+        "the base's thresholds stay"
+    );
+    // Both components' roles, the shutdown mounts and capabilities.
+    for role in ["node-monitor-shutdown", "node-monitor-escalate"] {
+        assert!(find(&both, "ClusterRole", role).is_some(), "{role}");
+        assert!(find(&both, "ClusterRoleBinding", role).is_some(), "{role}");
+    }
+    assert_eq!(dropin_mount(&both), Some((false, DROPIN_DIR.to_owned())));
+    // Applied in either order, the components give the same objects.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let k = kustomize_dir("");
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!(
+            "resources:\n  - {k}/base\ncomponents:\n  - {k}/components/escalate\n  - {k}/components/shutdown\n",
+            k = k.display()
+        ),
+    )
+    .expect("write kustomization");
+    let swapped = render(dir.path()).expect("render swapped");
+    let sorted = |objects: &[Manifest]| {
+        let mut v: Vec<String> = objects.iter().map(|m| m.object.to_string()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(sorted(&swapped), sorted(&both));
+}
+
+/// The DaemonSet runs on Linux nodes only, and mounts the container runtime's state read-only
+/// from a host path that must exist: containerd's in the base, CRI-O's with the crio component,
+/// never both, and never created on a host that lacks it (a created empty directory would be
+/// taken for the runtime's image filesystem).
+#[test]
+fn daemonset_selects_linux_and_mounts_one_existing_runtime_directory() {
+    let host_paths = |objects: &[Manifest]| -> Vec<(String, String, String)> {
+        let spec = pod_spec(objects);
+        let mounts = container(objects)["volumeMounts"].clone();
+        spec["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .filter_map(|v| {
+                let hp = v.get("hostPath")?;
+                let mount = mounts.as_array()?.iter().find(|m| m["name"] == v["name"])?;
+                Some((
+                    hp["path"].as_str()?.to_owned(),
+                    hp["type"].as_str().unwrap_or_default().to_owned(),
+                    mount["mountPath"].as_str()?.to_owned(),
+                ))
+            })
+            .collect()
+    };
+    for rel in KUSTOMIZATIONS {
+        let objects = rendered(rel);
+        assert_eq!(
+            pod_spec(&objects)["nodeSelector"],
+            serde_json::json!({"kubernetes.io/os": "linux"}),
+            "{rel}"
+        );
+        let paths = host_paths(&objects);
+        let runtime: Vec<&(String, String, String)> = paths
+            .iter()
+            .filter(|(p, _, _)| p.starts_with("/var/lib/container"))
+            .collect();
+        let want = if rel.contains("crio") {
+            "/var/lib/containers"
+        } else {
+            "/var/lib/containerd"
+        };
+        assert_eq!(
+            runtime,
+            [&(want.to_owned(), "Directory".to_owned(), want.to_owned())],
+            "{rel}: one runtime state directory, which must exist"
+        );
+        // The system bus only where shutdown is on.
+        let bus = paths
+            .iter()
+            .any(|(p, _, _)| p == "/run/dbus/system_bus_socket");
+        assert_eq!(bus, rel.contains("shutdown"), "{rel}");
     }
 }
 
@@ -105,7 +240,7 @@ fn shutdown_overlay_adds_what_the_shutdown_manager_needs() {
     let overlay = rendered("overlays/shutdown");
 
     // The configuration: the kubelet's two-group form and the drop-in managed.
-    let shutdown = parse_shutdown_config(Some(&config_yaml(&overlay))).expect("valid");
+    let shutdown = agent_config("overlays/shutdown", &overlay).shutdown;
     let groups: Vec<(i32, u64)> = shutdown
         .groups
         .iter()
@@ -222,9 +357,11 @@ fn every_kustomization_limits_pod_deletion_to_the_agents_own_node() {
             ["Deny"],
             "{rel}"
         );
-        // The base itself grants no deletion; each overlay grants it once.
+        // The base itself grants no deletion; each of the shutdown and escalate components
+        // grants it once.
         let grants = objects.iter().filter(|m| grants_delete(m)).count();
-        assert_eq!(grants, usize::from(rel != "base"), "{rel}");
+        let want = usize::from(rel.contains("shutdown")) + usize::from(rel.contains("escalate"));
+        assert_eq!(grants, want, "{rel}");
     }
 }
 
@@ -236,14 +373,22 @@ fn daemonset_command_line_starts_the_agent() {
     let dir = tempfile::tempdir().expect("tempdir");
     for rel in KUSTOMIZATIONS {
         let objects = rendered(rel);
-        let config = dir.path().join(format!("{}.yaml", rel.replace('/', "-")));
-        std::fs::write(&config, config_yaml(&objects)).expect("write config");
+        // The two ConfigMaps as the kubelet projects them: config.yaml, and the drop-ins'
+        // directory.
+        let root = dir.path().join(rel.replace('/', "-"));
+        let drop_ins = root.join("node-monitor.d");
+        std::fs::create_dir_all(&drop_ins).expect("mkdir");
+        for (name, text) in config_documents(&objects) {
+            std::fs::write(root.join(&name), text).expect("write config");
+        }
         let c = container(&objects);
         let args: Vec<String> = strings(&c["args"])
             .into_iter()
             .map(|a| {
-                if a.starts_with("--config=") {
-                    format!("--config={}", config.display())
+                if a == "--config=/etc/node-monitor/config.yaml" {
+                    format!("--config={}", root.join("config.yaml").display())
+                } else if a == "--config=/etc/node-monitor.d" {
+                    format!("--config={}", drop_ins.display())
                 } else if a.starts_with("--metrics-addr=") {
                     // Any free port: the test must not collide with an agent on this host.
                     "--metrics-addr=127.0.0.1:0".to_owned()
@@ -253,6 +398,10 @@ fn daemonset_command_line_starts_the_agent() {
                 }
             })
             .collect();
+        assert!(
+            !args.iter().any(|a| a.contains("/etc/node-monitor")),
+            "{rel}: a --config this test does not map: {args:?}"
+        );
         assert_eq!(args.first().map(String::as_str), Some("run"), "{rel}");
         let out = Command::new(&bin)
             .args(&args)

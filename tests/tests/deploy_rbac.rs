@@ -1133,3 +1133,73 @@ async fn viewers_are_authorized_by_the_agents_own_token() {
     );
     base.cp.stop().expect("stop");
 }
+
+/// The shutdown and escalate components composed on the base (overlays/shutdown-escalate) apply
+/// server-side with strict field validation, and the API server stores both features'
+/// configuration (each its own drop-in next to the base's config.yaml) and both roles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn composed_components_apply_with_both_configurations() {
+    node_monitor_tests::cgroup::require_root("the control-plane tier");
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        controller_manager: false,
+        ..ControlPlaneOptions::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("control plane: {}", error_chain(&e)));
+    let admin = cp.client();
+    let applied = apply_kustomization(&admin, "overlays/shutdown-escalate").await;
+    assert_eq!(
+        applied,
+        apply_count("base") + 4,
+        "the base and two roles with bindings"
+    );
+
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(admin.clone(), "node-monitor");
+    let drop_ins = cms
+        .get("node-monitor-config-d")
+        .await
+        .expect("node-monitor-config-d stored")
+        .data
+        .unwrap_or_default();
+    let keys: Vec<&str> = drop_ins.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["escalate.yaml", "shutdown.yaml"]);
+    assert!(drop_ins["escalate.yaml"].contains("pdbPolicy: escalate"));
+    assert!(drop_ins["shutdown.yaml"].contains("shutdownGracePeriod: 30s"));
+    let base = cms
+        .get("node-monitor-config")
+        .await
+        .expect("node-monitor-config stored")
+        .data
+        .unwrap_or_default();
+    assert!(
+        !base["config.yaml"].contains("escalate") && !base["config.yaml"].contains("shutdown"),
+        "config.yaml stays the base's"
+    );
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(admin.clone());
+    for role in ["node-monitor-shutdown", "node-monitor-escalate"] {
+        allowed(role, roles.get(role).await);
+    }
+    let ds: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+        Api::namespaced(admin.clone(), "node-monitor");
+    let spec = ds
+        .get("node-monitor")
+        .await
+        .expect("DaemonSet stored")
+        .spec
+        .and_then(|s| s.template.spec)
+        .expect("pod spec");
+    assert_eq!(
+        spec.node_selector
+            .unwrap_or_default()
+            .get("kubernetes.io/os"),
+        Some(&"linux".to_owned())
+    );
+}
+
+/// The number of objects a kustomization renders.
+fn apply_count(rel: &str) -> usize {
+    manifests::render(&manifests::kustomize_dir(rel))
+        .unwrap_or_else(|e| panic!("render {rel}: {}", error_chain(&e)))
+        .len()
+}

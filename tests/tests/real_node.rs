@@ -35,8 +35,8 @@ use node_monitor_tests::{
     real_node::{
         CgroupDriver, NODE, RealNode, RealNodeOptions,
         scenario::{
-            Installed, NS, agent_log, condition, create_running, evictions_of, fail,
-            guest_oom_kills, guest_step, install, until, workload,
+            Installed, Manifests, NS, agent_log, condition, create_running, evictions_of, fail,
+            guest_oom_kills, guest_step, install, install_from, until, workload,
         },
     },
 };
@@ -661,16 +661,19 @@ async fn events_with_reason(client: &Client, reason: &str) -> Vec<(String, Strin
 /// chain, not on usage alone: a low-priority BestEffort pod holding 200 MiB and a Burstable pod
 /// climbing far past its request both exceed their requests; priority ranks the BestEffort pod
 /// first although the climber uses more (pkg/kubelet/eviction/helpers.go `rankMemoryPressure`).
+/// node-monitor is installed from the Helm chart here (`helm template`, applied), with the
+/// cgroup driver named (`cgroupDriver=systemd`: `--kubepods-cgroup=kubepods.slice`) rather than
+/// detected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
     let Installed {
         cp: _cp,
         client,
         node,
-        agent: _,
+        agent,
         agent_ip: _,
-    } = install(
-        "base",
+    } = install_from(
+        Manifests::Helm(&["createNamespace=true", "cgroupDriver=systemd"]),
         Some(&agent_config(true)),
         &RealNodeOptions {
             kubelet_config_extra: KUBELET_SAME_THRESHOLDS.to_owned(),
@@ -678,6 +681,16 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
         },
     )
     .await;
+    let args = agent
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.args.clone())
+        .unwrap_or_default();
+    assert!(
+        args.contains(&"--kubepods-cgroup=kubepods.slice".to_owned()),
+        "the chart's agent: {args:?}"
+    );
     let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(client.clone());
     classes
         .create(

@@ -1,6 +1,7 @@
 //! The Go-built parts, each built once and cached by version: the control plane (etcd,
 //! kube-apiserver, kube-controller-manager) the integration tiers run, and the real node's kubelet,
-//! kube-scheduler, containerd (with ctr and the runc shim) and pause.
+//! kube-scheduler, containerd (with ctr and the runc shim) and pause; and helm, which the deploy
+//! tier lints, renders and tests the chart with.
 use std::{
     env, fs,
     path::{Path, PathBuf},
@@ -17,6 +18,9 @@ pub const K8S_VERSION: &str = "v1.36.3";
 pub const ETCD_VERSION: &str = "v3.6.16";
 /// containerd's release (2.x, from its Go module).
 pub const CONTAINERD_VERSION: &str = "v2.2.9";
+
+/// helm's release (v3, from its Go module helm.sh/helm/v3).
+pub const HELM_VERSION: &str = "v3.22.0";
 
 /// `$name` from the environment, else `default` (the versions can be overridden for a trial).
 fn version(name: &str, default: &str) -> String {
@@ -98,6 +102,66 @@ pub fn control_plane() -> Result<PathBuf> {
             .args(["build", "-trimpath", "-ldflags", "-s -w", "-o"])
             .arg(tmp.join("etcd"))
             .arg("go.etcd.io/etcd/server/v3"),
+    ))?;
+    replace_dir(&tmp, &out)?;
+    Ok(out)
+}
+
+/// Builds helm (`helm.sh/helm/v3/cmd/helm`) once; returns the directory that holds it.
+pub fn helm() -> Result<PathBuf> {
+    let helm = version("HELM_VERSION", HELM_VERSION);
+    let out = cache_dir().join(format!("helm/{helm}"));
+    if is_executable(&out.join("helm")) {
+        return Ok(out);
+    }
+    let work = cache_dir().join(format!("helm/build-{helm}"));
+    let tmp = with_suffix(&out, ".tmp");
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp)?;
+    tools_module(
+        &work,
+        "node-monitor.local/helm",
+        &["helm.sh/helm/v3/cmd/helm"],
+    )?;
+    run(go()?
+        .current_dir(&work)
+        .args(["mod", "edit"])
+        .arg(format!("-require=helm.sh/helm/v3@{helm}")))?;
+    tidy(&work)?;
+    // As helm's Makefile stamps it: the Kubernetes version `helm template` and `helm lint`
+    // assume (v1.20 otherwise) is the one of the client-go it is built with (v0.X.Y ↔ v1.X).
+    let client_go = sh::output(go()?.current_dir(&work).args([
+        "list",
+        "-m",
+        "-f",
+        "{{.Version}}",
+        "k8s.io/client-go",
+    ]))?;
+    let minor = client_go
+        .trim()
+        .strip_prefix("v0.")
+        .and_then(|r| r.split('.').next())
+        .with_context(|| format!("k8s.io/client-go version {client_go:?} is not v0.X.Y"))?
+        .to_owned();
+    let stamp = |pkg: &str| {
+        format!(
+            " -X helm.sh/helm/v3/pkg/{pkg}.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/{pkg}.k8sVersionMinor={minor}"
+        )
+    };
+    log("build helm", format!("building helm {helm}"));
+    run(quiet_stdout(
+        go()?
+            .current_dir(&work)
+            .env("CGO_ENABLED", "0")
+            .args(["build", "-trimpath", "-ldflags"])
+            .arg(format!(
+                "-s -w -X helm.sh/helm/v3/internal/version.version={helm}{}{}",
+                stamp("lint/rules"),
+                stamp("chartutil")
+            ))
+            .arg("-o")
+            .arg(tmp.join("helm"))
+            .arg("helm.sh/helm/v3/cmd/helm"),
     ))?;
     replace_dir(&tmp, &out)?;
     Ok(out)

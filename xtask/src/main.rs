@@ -113,6 +113,8 @@ enum Part {
     Node,
     /// The Debian guest image of the VM tiers.
     GuestImage,
+    /// helm (v3, from its Go module), for the chart's tests.
+    Helm,
 }
 
 fn main() -> Result<()> {
@@ -123,6 +125,7 @@ fn main() -> Result<()> {
                 Part::ControlPlane => gobuild::control_plane()?,
                 Part::Node => gobuild::node()?,
                 Part::GuestImage => guest::image()?,
+                Part::Helm => gobuild::helm()?,
             };
             println!("{}", dir.display());
             Ok(())

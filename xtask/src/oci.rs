@@ -179,8 +179,21 @@ pub struct Built {
     pub manifest_digest: String,
 }
 
+/// The OCI architecture of a Rust target architecture: the image holds the build host's own
+/// binaries and libraries, so it is the build host's architecture.
+pub fn oci_arch(rust_arch: &str) -> Result<&'static str> {
+    Ok(match rust_arch {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => {
+            bail!("no OCI architecture for the build host's {other:?}: build on x86_64 or aarch64")
+        }
+    })
+}
+
 pub fn build(image: &Image) -> Result<Built> {
     let tag = tag_of(&image.name)?;
+    let arch = oci_arch(std::env::consts::ARCH)?;
     let tar = layer_tar(image)?;
     let diff_id = digest(&tar);
     let layer = gzip(&tar)?;
@@ -188,7 +201,7 @@ pub fn build(image: &Image) -> Result<Built> {
     let created = rfc3339(image.mtime);
     let config = json!({
         "created": created,
-        "architecture": "amd64",
+        "architecture": arch,
         "os": "linux",
         "config": {
             "Entrypoint": image.entrypoint,
@@ -216,7 +229,7 @@ pub fn build(image: &Image) -> Result<Built> {
             "mediaType": MANIFEST_TYPE,
             "digest": manifest_digest,
             "size": manifest.len(),
-            "platform": { "architecture": "amd64", "os": "linux" },
+            "platform": { "architecture": arch, "os": "linux" },
             "annotations": {
                 "io.containerd.image.name": image.name,
                 "org.opencontainers.image.ref.name": tag,
@@ -313,6 +326,18 @@ mod tests {
             dirs: BTreeMap::from([(PathBuf::from("/tmp"), 0o1777)]),
             mtime: 0,
         }
+    }
+
+    #[test]
+    fn the_architecture_is_the_build_hosts() {
+        assert_eq!(oci_arch("x86_64").unwrap(), "amd64");
+        assert_eq!(oci_arch("aarch64").unwrap(), "arm64");
+        assert!(
+            oci_arch("riscv64")
+                .unwrap_err()
+                .to_string()
+                .contains("riscv64")
+        );
     }
 
     #[test]

@@ -23,8 +23,8 @@ pub const PROMETHEUS_OPERATOR_VERSION: &str = "v0.85.0";
 /// What to set up beyond the toolchains.
 #[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct SetupArgs {
-    /// Also build the control plane (etcd, kube-apiserver, kube-controller-manager) and fetch the
-    /// prometheus-operator CRDs.
+    /// Also build the control plane (etcd, kube-apiserver, kube-controller-manager) and helm,
+    /// and fetch the prometheus-operator CRDs.
     #[arg(long)]
     pub with_control_plane: bool,
     /// Also install qemu and mmdebstrap, build the guest image and the real node's binaries.
@@ -72,6 +72,8 @@ pub fn setup(args: SetupArgs) -> Result<()> {
         symlink_force(&assets, &cache_dir().join("control-plane/current"))?;
         let crds = gobuild::prometheus_operator_crds(PROMETHEUS_OPERATOR_VERSION)?;
         symlink_force(&crds, &cache_dir().join("prometheus-operator/current"))?;
+        let helm = gobuild::helm()?;
+        symlink_force(&helm, &cache_dir().join("helm/current"))?;
     }
     if args.with_vm {
         guest::image()?;

@@ -56,6 +56,7 @@ impl Tier {
                 "deploy_manifests",
                 "deploy_rbac",
                 "deploy_monitoring",
+                "deploy_helm",
                 "alerts",
                 "dashboard",
             ],

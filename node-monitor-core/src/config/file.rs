@@ -136,6 +136,28 @@ pub struct ShutdownSection {
     unknown: BTreeMap<String, IgnoredAny>,
 }
 
+impl ShutdownSection {
+    /// Each key `later` sets replaces this section's (documents read in order).
+    pub(crate) fn overlay(&mut self, later: &Self) {
+        fn over<T: Clone>(a: &mut Option<T>, b: &Option<T>) {
+            if b.is_some() {
+                a.clone_from(b);
+            }
+        }
+        over(&mut self.enabled, &later.enabled);
+        over(&mut self.manage_inhibit_delay, &later.manage_inhibit_delay);
+        over(&mut self.inhibit_delay_margin, &later.inhibit_delay_margin);
+        over(
+            &mut self.kubelet_inhibitor_policy,
+            &later.kubelet_inhibitor_policy,
+        );
+        over(&mut self.cordon, &later.cordon);
+        over(&mut self.last_gasp, &later.last_gasp);
+        over(&mut self.last_gasp_timeout, &later.last_gasp_timeout);
+        over(&mut self.poll_interval, &later.poll_interval);
+    }
+}
+
 impl Section for ShutdownSection {
     const EXPECTED: &'static str = "a mapping";
 }

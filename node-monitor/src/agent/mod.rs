@@ -56,8 +56,10 @@ use self::{
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Configuration file: KubeletConfiguration eviction fields plus `nodeMonitor:` settings.
+    /// Repeatable; later files replace the fields they set. A directory stands for its `*.yaml`,
+    /// `*.yml` and `*.json` files in name order (a `conf.d` of drop-ins).
     #[arg(long)]
-    pub config: Option<PathBuf>,
+    pub config: Vec<PathBuf>,
     #[command(flatten)]
     pub eviction: EvictionFlags,
     /// Kubeconfig; default: in-cluster config, then $KUBECONFIG.
@@ -122,7 +124,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     let AgentConfig {
         eviction: mut config,
         shutdown: shutdown_config,
-    } = load_config(args.config.as_deref(), &args.eviction)?;
+    } = load_config(&args.config, &args.eviction)?;
     if args.dry_run {
         config.node_monitor.dry_run = true;
     }

@@ -21,9 +21,10 @@ use node_monitor_core::{
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A KubeletConfiguration file (YAML or JSON); node-monitor's own settings go under
-    /// `nodeMonitor:`. Other kubelet fields are ignored.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    /// `nodeMonitor:`. Other kubelet fields are ignored. Repeatable, read in order as `run`
+    /// reads them; a directory stands for its `*.yaml`, `*.yml` and `*.json` files in name order.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub config: Vec<PathBuf>,
     #[command(flatten)]
     pub eviction: EvictionFlags,
     /// Print the validated graceful-shutdown configuration (groups, budget, options) instead of
@@ -37,7 +38,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let node_monitor_core::agent_config::AgentConfig {
         eviction: config,
         shutdown,
-    } = crate::settings::load_config(args.config.as_deref(), &args.eviction)?;
+    } = crate::settings::load_config(&args.config, &args.eviction)?;
     for warning in &config.warnings {
         tracing::warn!(%warning, "eviction configuration");
     }

@@ -156,12 +156,31 @@ pub struct Installed {
     pub agent_ip: String,
 }
 
+/// Where node-monitor's objects come from.
+#[derive(Debug, Clone, Copy)]
+pub enum Manifests<'a> {
+    /// `deploy/kustomize/<dir>` (`base`, `overlays/shutdown`), rendered.
+    Kustomize(&'a str),
+    /// `helm template` of deploy/helm/node-monitor with these `--set` values, without the hooks
+    /// and test pods (`helm install` creates them only on uninstall and for `helm test`).
+    Helm(&'a [&'a str]),
+}
+
 /// Boots the node as `options` say, starts the control plane
 /// (NodeRestriction, kube-scheduler), joins the node, and installs the kustomization
 /// `deploy/kustomize/<kustomization>` (`base`, `overlays/shutdown`), with `agent_config` as the
 /// ConfigMap's configuration, or the kustomization's own when `None`.
 pub async fn install(
     kustomization: &str,
+    agent_config: Option<&str>,
+    options: &RealNodeOptions,
+) -> Installed {
+    install_from(Manifests::Kustomize(kustomization), agent_config, options).await
+}
+
+/// As [`install`], from the Kustomize manifests or the Helm chart.
+pub async fn install_from(
+    manifests_source: Manifests<'_>,
     agent_config: Option<&str>,
     options: &RealNodeOptions,
 ) -> Installed {
@@ -197,18 +216,31 @@ pub async fn install(
         t0.elapsed().as_secs_f64()
     );
 
-    let mut objects = manifests::render(&manifests::kustomize_dir(kustomization))
-        .unwrap_or_else(|e| panic!("render {kustomization}: {e:#}"));
+    let mut objects = match manifests_source {
+        Manifests::Kustomize(kustomization) => {
+            manifests::render(&manifests::kustomize_dir(kustomization))
+                .unwrap_or_else(|e| panic!("render {kustomization}: {e:#}"))
+        }
+        Manifests::Helm(set) => crate::helm::template(set)
+            .unwrap_or_else(|e| panic!("helm template {set:?}: {e:#}"))
+            .into_iter()
+            .filter(|m| {
+                m.object["metadata"]["annotations"]
+                    .get("helm.sh/hook")
+                    .is_none()
+            })
+            .collect(),
+    };
     if let Some(config) = agent_config {
         let cm = objects
             .iter_mut()
-            .find(|m| m.kind() == "ConfigMap")
+            .find(|m| m.kind() == "ConfigMap" && m.name() == "node-monitor-config")
             .expect("the kustomization has the agent's ConfigMap");
         cm.object["data"]["config.yaml"] = Value::String(config.to_owned());
     }
     manifests::apply(&client, &objects)
         .await
-        .unwrap_or_else(|e| panic!("apply deploy/kustomize/{kustomization}: {e:#}"));
+        .unwrap_or_else(|e| panic!("apply {manifests_source:?}: {e:#}"));
     let agent = until(
         &node,
         "node-monitor's DaemonSet pod Ready on the node",

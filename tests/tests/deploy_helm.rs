@@ -1,0 +1,529 @@
+//! The Helm chart deploy/helm/node-monitor, with helm itself (built by `cargo xtask setup
+//! --with-control-plane`): `helm lint`, `helm template` with the defaults and with every toggle
+//! on, the same objects as deploy/kustomize for the same choices (so the two ways to install
+//! cannot drift), the alerts and the dashboard straight from deploy/prometheus and
+//! deploy/grafana, what each toggle changes, and the rendered objects applied server-side to a
+//! real API server, where the post-delete hook's own ServiceAccount cleans every node with
+//! `node-monitor cleanup --all-nodes`.
+use std::{collections::BTreeMap, process::Command};
+
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::{
+    Api,
+    api::{ObjectMeta, Patch, PatchParams, PostParams},
+};
+use node_monitor_tests::{
+    control_plane::{ControlPlane, ControlPlaneOptions, error_chain},
+    helm,
+    manifests::{self, Manifest, find, kustomize_dir, render},
+};
+use serde_json::{Value, json};
+
+/// Every toggle on, and the non-default choices.
+const ALL_ON: [&str; 9] = [
+    "createNamespace=true",
+    "shutdown.enabled=true",
+    "escalate.enabled=true",
+    "remediate.enabled=true",
+    "serviceMonitor.enabled=true",
+    "prometheusRule.enabled=true",
+    "dashboard.enabled=true",
+    "runtime=crio",
+    "cgroupDriver=systemd",
+];
+
+fn template(set: &[&str]) -> Vec<Manifest> {
+    helm::template(set).unwrap_or_else(|e| panic!("helm template {set:?}: {}", error_chain(&e)))
+}
+
+fn kustomized(rel: &str) -> Vec<Manifest> {
+    render(&kustomize_dir(rel)).unwrap_or_else(|e| panic!("render {rel}: {}", error_chain(&e)))
+}
+
+fn is_hook(m: &Manifest) -> bool {
+    m.object["metadata"]["annotations"]
+        .get("helm.sh/hook")
+        .is_some()
+}
+
+fn daemonset(objects: &[Manifest]) -> &Value {
+    &find(objects, "DaemonSet", "node-monitor")
+        .expect("the DaemonSet")
+        .object
+}
+
+fn container(objects: &[Manifest]) -> &Value {
+    &daemonset(objects)["spec"]["template"]["spec"]["containers"][0]
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// An object without what only Helm adds (its release labels, the config checksum, the default
+/// pull policy), with ConfigMap data parsed, so that formatting does not count.
+fn normalized(m: &Manifest) -> Value {
+    let mut o = m.object.clone();
+    if let Some(labels) = o["metadata"]
+        .get_mut("labels")
+        .and_then(Value::as_object_mut)
+    {
+        for k in [
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/managed-by",
+            "app.kubernetes.io/part-of",
+            "helm.sh/chart",
+        ] {
+            labels.remove(k);
+        }
+        if labels.is_empty() {
+            o["metadata"]
+                .as_object_mut()
+                .map(|meta| meta.remove("labels"));
+        }
+    }
+    if let Some(tmpl) = o.pointer_mut("/spec/template/metadata")
+        && let Some(ann) = tmpl.get_mut("annotations").and_then(Value::as_object_mut)
+    {
+        ann.remove("checksum/config");
+        if ann.is_empty() {
+            tmpl.as_object_mut().map(|t| t.remove("annotations"));
+        }
+    }
+    if let Some(containers) = o
+        .pointer_mut("/spec/template/spec/containers")
+        .and_then(Value::as_array_mut)
+    {
+        for c in containers {
+            c.as_object_mut().map(|c| c.remove("imagePullPolicy"));
+        }
+    }
+    if m.kind() == "ConfigMap"
+        && let Some(data) = o.get_mut("data").and_then(Value::as_object_mut)
+    {
+        for v in data.values_mut() {
+            let text = v.as_str().unwrap_or_default().to_owned();
+            *v = serde_norway::from_str(&text).unwrap_or(Value::String(text));
+        }
+    }
+    o
+}
+
+fn by_name(objects: &[Manifest]) -> BTreeMap<(String, String), Value> {
+    objects
+        .iter()
+        .filter(|m| !is_hook(m) && m.kind() != "Namespace")
+        .map(|m| ((m.kind().to_owned(), m.name().to_owned()), normalized(m)))
+        .collect()
+}
+
+#[test]
+fn helm_lint_passes_with_defaults_and_every_toggle() {
+    let chart = helm::chart_dir();
+    let chart = chart.to_string_lossy();
+    let (out, _) =
+        helm::run(&["lint", "--strict", &chart]).unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    assert!(
+        out.contains("1 chart(s) linted, 0 chart(s) failed"),
+        "{out}"
+    );
+    let mut args = vec!["lint", "--strict", &*chart];
+    for s in ALL_ON {
+        args.extend(["--set", s]);
+    }
+    let (out, _) = helm::run(&args).unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    assert!(out.contains("0 chart(s) failed"), "{out}");
+}
+
+/// For each Kustomize variant, the chart with the matching values renders the same objects, field
+/// for field (ConfigMap data compared as parsed YAML): one set of manifests, two ways to install.
+#[test]
+fn chart_renders_what_kustomize_renders() {
+    let cases: [(&str, &[&str]); 5] = [
+        ("base", &[]),
+        ("overlays/shutdown", &["shutdown.enabled=true"]),
+        ("overlays/escalate", &["escalate.enabled=true"]),
+        (
+            "overlays/shutdown-escalate",
+            &["shutdown.enabled=true", "escalate.enabled=true"],
+        ),
+        ("overlays/crio", &["runtime=crio"]),
+    ];
+    for (rel, set) in cases {
+        let chart = by_name(&template(set));
+        let kustomize = by_name(&kustomized(rel));
+        let chart_keys: Vec<_> = chart.keys().collect();
+        let kustomize_keys: Vec<_> = kustomize.keys().collect();
+        assert_eq!(chart_keys, kustomize_keys, "{rel} vs {set:?}: the objects");
+        for (key, want) in &kustomize {
+            assert_eq!(&chart[key], want, "{rel} vs {set:?}: {key:?} differs");
+        }
+    }
+}
+
+/// The chart's alerts and dashboard are deploy/'s files themselves (links under files/ that helm
+/// follows), so they cannot drift from the ones promtool and the dashboard tests check.
+#[test]
+fn alerts_and_dashboard_come_from_the_shipped_files() {
+    let deploy = manifests::deploy_dir();
+    let files = helm::chart_dir().join("files");
+    for (link, target) in [
+        (
+            "node-monitor-rules.yaml",
+            "prometheus/node-monitor-rules.yaml",
+        ),
+        (
+            "node-monitor-dashboard.json",
+            "grafana/node-monitor-dashboard.json",
+        ),
+        ("kustomize", "kustomize"),
+        ("remediate", "remediate"),
+    ] {
+        let p = files.join(link);
+        assert!(
+            std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()),
+            "{} must be a link into deploy/, not a copy",
+            p.display()
+        );
+        assert_eq!(
+            std::fs::canonicalize(&p).expect("resolve link"),
+            std::fs::canonicalize(deploy.join(target)).expect("resolve target"),
+            "{link}"
+        );
+    }
+    let objects = template(&["prometheusRule.enabled=true", "dashboard.enabled=true"]);
+    let shipped = manifests::read_objects(&deploy.join("prometheus/node-monitor-rules.yaml"))
+        .expect("rules file");
+    let rule = find(&objects, "PrometheusRule", "node-monitor").expect("PrometheusRule");
+    assert_eq!(rule.object["spec"], shipped[0].object["spec"]);
+    let dashboard = find(&objects, "ConfigMap", "node-monitor-dashboard").expect("dashboard");
+    assert_eq!(
+        dashboard.object["metadata"]["labels"]["grafana_dashboard"],
+        "1"
+    );
+    let json_text = std::fs::read_to_string(deploy.join("grafana/node-monitor-dashboard.json"))
+        .expect("dashboard file");
+    assert_eq!(
+        dashboard.object["data"]["node-monitor-dashboard.json"],
+        Value::String(json_text)
+    );
+}
+
+/// What each toggle adds, and that the defaults add none of it.
+#[test]
+fn toggles_change_what_they_name() {
+    let default = template(&[]);
+    let all = template(&ALL_ON);
+    let has = |objects: &[Manifest], kind: &str, name: &str| find(objects, kind, name).is_some();
+    for (kind, name) in [
+        ("Namespace", "node-monitor"),
+        ("ServiceMonitor", "node-monitor"),
+        ("PrometheusRule", "node-monitor"),
+        ("PrometheusRule", "node-monitor-remediate"),
+        ("ConfigMap", "node-monitor-dashboard"),
+        ("Deployment", "node-monitor-remediate"),
+        ("CustomResourceDefinition", "nodefences.node-monitor.io"),
+        ("ClusterRole", "node-monitor-shutdown"),
+        ("ClusterRole", "node-monitor-escalate"),
+    ] {
+        assert!(!has(&default, kind, name), "default renders {kind} {name}");
+        assert!(has(&all, kind, name), "all toggles: no {kind} {name}");
+    }
+    // The NodeFence CRD survives an uninstall (its objects are the fencing state).
+    assert_eq!(
+        find(
+            &all,
+            "CustomResourceDefinition",
+            "nodefences.node-monitor.io"
+        )
+        .expect("crd")
+        .object["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    // Shutdown: the capabilities, the bus and the drop-in directory.
+    let caps = |o: &[Manifest]| strings(&container(o)["securityContext"]["capabilities"]["add"]);
+    assert!(!caps(&default).contains(&"SYS_BOOT".to_owned()));
+    assert!(caps(&all).contains(&"SYS_BOOT".to_owned()) && caps(&all).contains(&"KILL".to_owned()));
+    let mounts = |o: &[Manifest]| -> Vec<String> {
+        container(o)["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .filter_map(|m| m["mountPath"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert!(!mounts(&default).contains(&"/run/dbus/system_bus_socket".to_owned()));
+    assert!(mounts(&all).contains(&"/run/dbus/system_bus_socket".to_owned()));
+    // Runtime and cgroup driver.
+    assert!(mounts(&default).contains(&"/var/lib/containerd".to_owned()));
+    assert!(mounts(&all).contains(&"/var/lib/containers".to_owned()));
+    assert!(!mounts(&all).contains(&"/var/lib/containerd".to_owned()));
+    let args = |o: &[Manifest]| strings(&container(o)["args"]);
+    assert!(
+        !args(&default)
+            .iter()
+            .any(|a| a.starts_with("--kubepods-cgroup"))
+    );
+    assert!(args(&all).contains(&"--kubepods-cgroup=kubepods.slice".to_owned()));
+    assert!(
+        args(&template(&["cgroupDriver=cgroupfs"]))
+            .contains(&"--kubepods-cgroup=kubepods".to_owned())
+    );
+    // Host paths: the kubelet root is mounted where it is and named to the agent.
+    let custom = template(&[
+        "hostPaths.kubeletRoot=/data/kubelet",
+        "hostPaths.podLogs=/data/pod-logs",
+    ]);
+    assert!(args(&custom).contains(&"--kubelet-root=/data/kubelet".to_owned()));
+    let volumes = &daemonset(&custom)["spec"]["template"]["spec"]["volumes"];
+    let host = |name: &str| {
+        volumes
+            .as_array()
+            .and_then(|v| v.iter().find(|v| v["name"] == name))
+            .map(|v| v["hostPath"]["path"].clone())
+    };
+    assert_eq!(host("kubelet"), Some(json!("/data/kubelet")));
+    assert_eq!(host("pod-logs"), Some(json!("/data/pod-logs")));
+    assert!(mounts(&custom).contains(&"/data/kubelet".to_owned()));
+    // The config checksum follows the configuration and nothing else.
+    let checksum = |o: &[Manifest]| {
+        daemonset(o)["spec"]["template"]["metadata"]["annotations"]["checksum/config"].clone()
+    };
+    assert!(checksum(&default).is_string());
+    assert_eq!(checksum(&default), checksum(&template(&["logFormat=text"])));
+    assert_ne!(
+        checksum(&default),
+        checksum(&template(&["config.nodeMonitor.dryRun=true"]))
+    );
+    assert_ne!(
+        checksum(&default),
+        checksum(&template(&["escalate.enabled=true"]))
+    );
+    // A pinned digest wins over the tag, in the DaemonSet and the hook.
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let pinned = template(&[&format!("image.digest={digest}")]);
+    let want = format!("ghcr.io/node-monitor/node-monitor@{digest}");
+    assert_eq!(container(&pinned)["image"], want.as_str());
+    let job = find(&pinned, "Job", "node-monitor-cleanup").expect("cleanup job");
+    assert_eq!(
+        job.object["spec"]["template"]["spec"]["containers"][0]["image"],
+        want.as_str()
+    );
+    // The test hook checks the release's configuration with the release's image.
+    let test_pod = find(&default, "Pod", "node-monitor-test-config").expect("helm test pod");
+    assert_eq!(
+        test_pod.object["metadata"]["annotations"]["helm.sh/hook"],
+        "test"
+    );
+    assert_eq!(
+        strings(&test_pod.object["spec"]["containers"][0]["args"])[..3],
+        [
+            "check-config",
+            "--config=/etc/node-monitor/config.yaml",
+            "--config=/etc/node-monitor.d"
+        ]
+    );
+    // No cleanup hook when it is turned off.
+    assert!(
+        find(
+            &template(&["cleanup.enabled=false"]),
+            "Job",
+            "node-monitor-cleanup"
+        )
+        .is_none()
+    );
+}
+
+/// The schema refuses a value the chart cannot honour, naming it.
+#[test]
+fn schema_refuses_unknown_choices() {
+    for (set, field) in [
+        ("runtime=docker", "/runtime"),
+        ("cgroupDriver=v1", "/cgroupDriver"),
+        ("shutdown.enable=true", "enable"),
+        ("image.digest=latest", "/image/digest"),
+    ] {
+        let e = helm::template(&[set]).expect_err(set);
+        let shown = error_chain(&e);
+        assert!(shown.contains(field), "{set}: {shown}");
+    }
+}
+
+/// Every toggle on, applied server-side with strict field validation (the prometheus-operator
+/// CRDs installed first), hooks and test pod included; then the post-delete hook's own
+/// ServiceAccount runs `node-monitor cleanup --all-nodes` and every node loses node-monitor's
+/// marks, while the account may do nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_applies_server_side_and_its_cleanup_hook_cleans_every_node() {
+    node_monitor_tests::cgroup::require_root("the control-plane tier");
+    let node_monitor = node_monitor_tests::e2e::binary("node-monitor");
+    let objects = template(&ALL_ON);
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        controller_manager: false,
+        ..ControlPlaneOptions::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("control plane: {}", error_chain(&e)));
+    let admin = cp.client();
+    manifests::install_monitoring_crds(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("CRDs: {}", error_chain(&e)));
+    // The chart's own CRD first, as helm installs CRDs before what uses them.
+    let (crds, rest): (Vec<Manifest>, Vec<Manifest>) = objects
+        .into_iter()
+        .partition(|m| m.kind() == "CustomResourceDefinition");
+    manifests::install_crds(&admin, &crds)
+        .await
+        .unwrap_or_else(|e| panic!("chart CRDs: {}", error_chain(&e)));
+    // The `helm test` pod runs as the namespace's `default` ServiceAccount, which the
+    // controller manager (not started here) creates in a real cluster.
+    let (pods, rest): (Vec<Manifest>, Vec<Manifest>) =
+        rest.into_iter().partition(|m| m.kind() == "Pod");
+    let applied = manifests::apply(&admin, &rest)
+        .await
+        .unwrap_or_else(|e| panic!("apply the chart: {}", error_chain(&e)));
+    assert_eq!(applied.len(), rest.len());
+    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(admin.clone(), helm::NAMESPACE)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "default"}})).expect("sa"),
+        )
+        .await
+        .expect("the default ServiceAccount");
+    manifests::apply(&admin, &pods)
+        .await
+        .unwrap_or_else(|e| panic!("apply the helm test pod: {}", error_chain(&e)));
+
+    // Two nodes an agent left marked.
+    let nodes: Api<Node> = Api::all(admin.clone());
+    for name in ["worker-1", "worker-2"] {
+        let mut annotations = BTreeMap::new();
+        annotations.insert("node-monitor.io/last-gasp".to_owned(), "{}".to_owned());
+        annotations.insert("operator/keep".to_owned(), "yes".to_owned());
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                annotations: Some(annotations),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+                taints: Some(vec![
+                    k8s_openapi::api::core::v1::Taint {
+                        key: "node-monitor.io/memory-pressure".into(),
+                        effect: "NoSchedule".into(),
+                        ..Default::default()
+                    },
+                    k8s_openapi::api::core::v1::Taint {
+                        key: "operator/dedicated".into(),
+                        effect: "NoSchedule".into(),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .unwrap_or_else(|e| panic!("create node {name}: {e}"));
+        nodes
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"status": {"conditions": [
+                    {"type": "NodeMonitorMemoryPressure", "status": "True", "reason": "Test", "message": "left"}
+                ]}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("condition on {name}: {e}"));
+    }
+
+    // The hook's account: it may clean nodes and nothing else.
+    let kubeconfig = cp
+        .service_account_kubeconfig(helm::NAMESPACE, "node-monitor-cleanup")
+        .await
+        .unwrap_or_else(|e| panic!("cleanup account: {}", error_chain(&e)));
+    let hook = cp
+        .service_account_client(helm::NAMESPACE, "node-monitor-cleanup")
+        .await
+        .unwrap_or_else(|e| panic!("cleanup client: {}", error_chain(&e)));
+    assert!(
+        Api::<Secret>::namespaced(hook.clone(), helm::NAMESPACE)
+            .list(&Default::default())
+            .await
+            .is_err(),
+        "the cleanup account reads secrets"
+    );
+    assert!(
+        Api::<Node>::all(hook.clone())
+            .delete("worker-1", &Default::default())
+            .await
+            .is_err(),
+        "the cleanup account deletes nodes"
+    );
+
+    let job = find(&rest, "Job", "node-monitor-cleanup").expect("the post-delete Job");
+    assert_eq!(
+        job.object["metadata"]["annotations"]["helm.sh/hook"],
+        "post-delete"
+    );
+    let mut args = strings(&job.object["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert_eq!(args.first().map(String::as_str), Some("cleanup"));
+    args.push(format!("--kubeconfig={}", kubeconfig.display()));
+    let out = Command::new(&node_monitor)
+        .args(&args)
+        .output()
+        .expect("run node-monitor cleanup");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{args:?}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in ["worker-1", "worker-2"] {
+        assert!(
+            stdout.contains(&format!(
+                "node {name}: remove taint node-monitor.io/memory-pressure"
+            )),
+            "{stdout}"
+        );
+        let n = nodes.get(name).await.expect("node");
+        let taints: Vec<String> = n
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| t.key)
+            .collect();
+        assert!(
+            taints.contains(&"operator/dedicated".to_owned())
+                && !taints.iter().any(|t| t.starts_with("node-monitor.io/")),
+            "{name}: {taints:?}"
+        );
+        let conditions: Vec<String> = n
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.type_)
+            .filter(|t| t.starts_with("NodeMonitor"))
+            .collect();
+        assert!(conditions.is_empty(), "{name}: {conditions:?}");
+        let annotations = n.metadata.annotations.unwrap_or_default();
+        assert!(
+            !annotations.contains_key("node-monitor.io/last-gasp"),
+            "{name}"
+        );
+        assert_eq!(
+            annotations.get("operator/keep").map(String::as_str),
+            Some("yes")
+        );
+    }
+}
