@@ -34,12 +34,19 @@ pub(crate) fn proptest_config() -> proptest::test_runner::Config {
     }
 }
 
-/// Stack size of the async runtime's worker threads. The DaemonSet locks the agent's memory
-/// (`mlockall`), which makes every page of every thread stack resident: tokio's default of 2 MiB
-/// per thread would be RAM used by nothing. The deepest stack measured on a worker (start-up,
-/// the pod list of 250 pods decoded, the probes' events; pages touched in `/proc/<pid>/smaps`,
-/// docs/benchmarks.md) is 128 KiB: 512 KiB leaves four times that before the guard page.
-pub const WORKER_STACK_BYTES: usize = 512 * 1024;
+/// Stack size of the async runtime's threads (its workers, the threads that stand in for a
+/// worker while the sampler blocks, and the blocking thread that loads the probes). The DaemonSet
+/// locks the agent's memory (`mlockall`), which makes every page of every thread stack resident:
+/// tokio's default of 2 MiB per thread would be RAM used by nothing. The deepest stack measured on
+/// a worker of the release build (start-up with the kernel's BTF, a pod list of 250 pods decoded,
+/// the probes' events; pages touched in `/proc/<pid>/smaps`, docs/benchmarks.md) is 128 KiB:
+/// 1 MiB leaves eight times that before the guard page. Debug builds, whose frames are several
+/// times larger, keep tokio's default.
+pub const WORKER_STACK_BYTES: usize = if cfg!(debug_assertions) {
+    2 * 1024 * 1024
+} else {
+    1024 * 1024
+};
 
 /// Stack size of the agent's two plain threads (`pod-disk`, whose walk keeps its own stack of
 /// directories on the heap, and `cgroup-watch`, an inotify loop): neither recurses.
