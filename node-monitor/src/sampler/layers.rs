@@ -251,7 +251,9 @@ impl LayerCache {
                 }
             }
             Ok(other) => {
-                tracing::debug!(container = %container.display(), root = ?other,
+                // Once per container and agent start; at trace level, as a node of hundreds of
+                // such containers would otherwise log hundreds of lines at once.
+                tracing::trace!(container = %container.display(), root = ?other,
                     "sampler: container root is not an overlay with an upper directory");
                 Some(None)
             }
