@@ -8,6 +8,7 @@ use tracing::{info, warn};
 
 use crate::{
     attribution::{Attribution, Attributor, CgroupPaths, PodDirectory, PodRef},
+    cluster::oom_events::{OomKill, OomNotice},
     ebpf::{KernelEvent, ProbeConfig, Probes},
     http::Health,
     live::LiveView,
@@ -35,6 +36,7 @@ pub async fn start(
     wake: KernelSender,
     live: Arc<LiveView>,
     reboots: mpsc::Sender<RebootSeen>,
+    oom_events: Option<mpsc::Sender<OomNotice>>,
     stop: watch::Receiver<bool>,
 ) -> Option<Probes> {
     let mut probes = match tokio::task::spawn_blocking(move || Probes::load(&config)).await {
@@ -82,6 +84,7 @@ pub async fn start(
         live,
         wake,
         reboots,
+        oom_events,
     };
     tokio::spawn(consume(events, attributor, sinks, stop));
     Some(probes)
@@ -96,6 +99,8 @@ struct Sinks {
     live: Arc<LiveView>,
     wake: KernelSender,
     reboots: mpsc::Sender<RebootSeen>,
+    /// The `OOMKilling` Event writer ([`crate::cluster::oom_events`]).
+    oom_events: Option<mpsc::Sender<OomNotice>>,
 }
 
 async fn consume(
@@ -110,6 +115,7 @@ async fn consume(
         live,
         wake,
         reboots,
+        oom_events,
     } = sinks;
     loop {
         let ev = tokio::select! {
@@ -182,6 +188,9 @@ async fn consume(
                     rss_bytes = o.memory.as_ref().map(|m| m.rss_bytes()),
                     "kernel event: OOM kill"
                 );
+                if let Some(tx) = &oom_events {
+                    notify_oom(tx, o, attribution.as_ref(), &pods, &metrics);
+                }
             }
             KernelEvent::Reboot(r) => {
                 warn!(kind = "reboot", cmd = r.cmd.as_str(), pid = r.task.pid, comm = %r.task.comm, "kernel event: reboot requested");
@@ -193,6 +202,42 @@ async fn consume(
                 "kernel event"
             ),
         }
+    }
+}
+
+/// Hands an attributed OOM kill to the Event writer, with the pod from this node's own cache:
+/// a kill attributed to no pod of this node gets no Event.
+fn notify_oom(
+    tx: &mpsc::Sender<OomNotice>,
+    o: &crate::ebpf::OomKillEvent,
+    attribution: Option<&Attribution>,
+    pods: &kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
+    metrics: &Metrics,
+) {
+    let Some(cg) = attribution.and_then(|a| a.pod.as_ref()) else {
+        return;
+    };
+    let Some(pod) = pods
+        .state()
+        .iter()
+        .find(|p| p.metadata.uid.as_deref() == Some(cg.pod_uid.as_str()))
+        .map(|p| (**p).clone())
+    else {
+        return;
+    };
+    let notice = OomNotice {
+        kill: OomKill {
+            victim_pid: o.victim_pid,
+            victim_comm: o.victim_comm.clone(),
+            global: o.global(),
+            memory: o.memory,
+            pod_uid: cg.pod_uid.clone(),
+            container_id: cg.container_id.clone(),
+        },
+        pod,
+    };
+    if tx.try_send(notice).is_err() {
+        metrics.record_event_dropped(crate::cluster::oom_events::REASON);
     }
 }
 
