@@ -332,6 +332,76 @@ pub async fn mirror_counters(
 mod tests {
     use super::*;
 
+    fn oom(cgroup_id: u64) -> crate::ebpf::OomKillEvent {
+        crate::ebpf::OomKillEvent {
+            ts_ns: 0,
+            trigger: crate::ebpf::TaskInfo {
+                pid: 7,
+                tid: 7,
+                comm: "hog".to_owned(),
+                cgroup_id,
+            },
+            victim_pid: 7,
+            victim_tid: 7,
+            victim_comm: Some("hog".to_owned()),
+            victim_cgroup_id: Some(cgroup_id),
+            memory: None,
+            uid: None,
+            oom_score_adj: None,
+            scope: node_monitor_common::logic::OomScope::Memcg,
+            trigger_reclaim: None,
+        }
+    }
+
+    fn attributed(pod_uid: &str) -> Attribution {
+        let path = format!("/kubepods/burstable/pod{pod_uid}/abc");
+        Attribution {
+            cgroup_id: 1,
+            pod: node_monitor_core::kubelet_layout::parse_cgroup_path(&path),
+            cgroup_path: Some(path),
+            pod_ref: None,
+        }
+    }
+
+    /// A kill gets an `OOMKilling` notice only when its pod is in the agent's own cache (this
+    /// node's pods), and the notice carries that cached pod.
+    #[test]
+    fn only_pods_of_this_nodes_cache_get_an_oom_event() {
+        let uid = "0f8e1a2b-3c4d-5e6f-7a8b-9c0d1e2f3a4b";
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-0", "namespace": "apps", "uid": uid},
+            "spec": {"nodeName": "n1", "containers": [{"name": "app"}]},
+        }))
+        .expect("pod");
+        let (reader, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod));
+        let metrics = Metrics::new();
+        let (tx, mut rx) = mpsc::channel(4);
+
+        let elsewhere = attributed("11111111-2222-3333-4444-555555555555");
+        assert!(elsewhere.pod.is_some(), "a pod cgroup path");
+        notify_oom(&tx, &oom(1), Some(&elsewhere), &reader, &metrics);
+        notify_oom(&tx, &oom(1), None, &reader, &metrics);
+        let not_a_pod = Attribution {
+            cgroup_id: 1,
+            cgroup_path: Some("/system.slice/sshd.service".to_owned()),
+            pod: None,
+            pod_ref: None,
+        };
+        notify_oom(&tx, &oom(1), Some(&not_a_pod), &reader, &metrics);
+        assert!(
+            rx.try_recv().is_err(),
+            "no notice for a pod not in the cache"
+        );
+
+        notify_oom(&tx, &oom(1), Some(&attributed(uid)), &reader, &metrics);
+        let notice = rx.try_recv().expect("a notice for this node's pod");
+        assert_eq!(notice.kill.pod_uid, uid);
+        assert_eq!(notice.kill.container_id.as_deref(), Some("abc"));
+        assert_eq!(notice.kill.global, Some(false));
+        assert_eq!(notice.pod.metadata.name.as_deref(), Some("web-0"));
+    }
+
     #[test]
     fn container_names_come_from_the_pod_statuses() {
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
