@@ -516,3 +516,69 @@ async fn api_server_outage_mid_pressure_is_survived() {
     );
     cluster.stop().await.expect("stop");
 }
+
+/// A capped container OOM-killed twice (killed, restarted at once, killed again; the next
+/// restart waits out a long back-off): exactly one `OOMKilling` Warning Event on the pod, naming
+/// the container and its limit, whose count is 2 after the second kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_oom_kills_make_one_oomkilling_event_with_a_count() {
+    let long = Duration::from_secs(600);
+    let cluster = Cluster::start_with("e2e-oom", NODE_MEMORY, |c| c.restart_backoff(long, long))
+        .await
+        .expect("cluster");
+    let agent = Agent::start(
+        &cluster,
+        "evictionHard:\n  memory.available: 100Mi\n",
+        &["--no-mlock"],
+    )
+    .await
+    .expect("agent up");
+    let node = cluster.node.clone();
+    let pod = cluster
+        .create_pod(
+            PodBuilder::workload("capped", &node, &["--hold", "64Mi"])
+                .memory("32Mi", Some("32Mi"))
+                .build(),
+        )
+        .await
+        .expect("capped pod");
+    let uid = pod.metadata.uid.clone().expect("uid");
+    let event = node_monitor_tests::wait::eventually(
+        "an OOMKilling Event with count 2",
+        Duration::from_secs(60),
+        async || {
+            let events = cluster
+                .events(NS, "capped", "OOMKilling")
+                .await
+                .expect("list events");
+            events.iter().find(|e| e.count == Some(2)).cloned()
+        },
+    )
+    .await;
+    let all = cluster
+        .events(NS, "capped", "OOMKilling")
+        .await
+        .expect("list events");
+    assert_eq!(
+        all.len(),
+        1,
+        "one Event for the series: {all:#?}\n{}",
+        agent.log()
+    );
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.involved_object.uid.as_deref(), Some(uid.as_str()));
+    assert_eq!(event.involved_object.kind.as_deref(), Some("Pod"));
+    assert_eq!(
+        event.involved_object.field_path.as_deref(),
+        Some("spec.containers{main}")
+    );
+    assert_eq!(event.reporting_component.as_deref(), Some("node-monitor"));
+    assert_eq!(event.reporting_instance.as_deref(), Some(node.as_str()));
+    let message = event.message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with("Memory cgroup out of memory: Killed process ")
+            && message.contains(" in container main: limit 32Mi, RSS "),
+        "{message}"
+    );
+    assert!(event.last_timestamp >= event.first_timestamp, "{event:#?}");
+}

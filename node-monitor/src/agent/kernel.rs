@@ -8,6 +8,7 @@ use tracing::{info, warn};
 
 use crate::{
     attribution::{Attribution, Attributor, CgroupPaths, PodDirectory, PodRef},
+    cluster::oom_events::{OomKill, OomNotice},
     ebpf::{KernelEvent, ProbeConfig, Probes},
     http::Health,
     live::LiveView,
@@ -35,6 +36,7 @@ pub async fn start(
     wake: KernelSender,
     live: Arc<LiveView>,
     reboots: mpsc::Sender<RebootSeen>,
+    oom_events: Option<mpsc::Sender<OomNotice>>,
     stop: watch::Receiver<bool>,
 ) -> Option<Probes> {
     let mut probes = match tokio::task::spawn_blocking(move || Probes::load(&config)).await {
@@ -82,6 +84,7 @@ pub async fn start(
         live,
         wake,
         reboots,
+        oom_events,
     };
     tokio::spawn(consume(events, attributor, sinks, stop));
     Some(probes)
@@ -96,6 +99,8 @@ struct Sinks {
     live: Arc<LiveView>,
     wake: KernelSender,
     reboots: mpsc::Sender<RebootSeen>,
+    /// The `OOMKilling` Event writer ([`crate::cluster::oom_events`]).
+    oom_events: Option<mpsc::Sender<OomNotice>>,
 }
 
 async fn consume(
@@ -110,6 +115,7 @@ async fn consume(
         live,
         wake,
         reboots,
+        oom_events,
     } = sinks;
     loop {
         let ev = tokio::select! {
@@ -182,6 +188,9 @@ async fn consume(
                     rss_bytes = o.memory.as_ref().map(|m| m.rss_bytes()),
                     "kernel event: OOM kill"
                 );
+                if let Some(tx) = &oom_events {
+                    notify_oom(tx, o, attribution.as_ref(), &pods, &metrics);
+                }
             }
             KernelEvent::Reboot(r) => {
                 warn!(kind = "reboot", cmd = r.cmd.as_str(), pid = r.task.pid, comm = %r.task.comm, "kernel event: reboot requested");
@@ -193,6 +202,42 @@ async fn consume(
                 "kernel event"
             ),
         }
+    }
+}
+
+/// Hands an attributed OOM kill to the Event writer, with the pod from this node's own cache:
+/// a kill attributed to no pod of this node gets no Event.
+fn notify_oom(
+    tx: &mpsc::Sender<OomNotice>,
+    o: &crate::ebpf::OomKillEvent,
+    attribution: Option<&Attribution>,
+    pods: &kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
+    metrics: &Metrics,
+) {
+    let Some(cg) = attribution.and_then(|a| a.pod.as_ref()) else {
+        return;
+    };
+    let Some(pod) = pods
+        .state()
+        .iter()
+        .find(|p| p.metadata.uid.as_deref() == Some(cg.pod_uid.as_str()))
+        .map(|p| (**p).clone())
+    else {
+        return;
+    };
+    let notice = OomNotice {
+        kill: OomKill {
+            victim_pid: o.victim_pid,
+            victim_comm: o.victim_comm.clone(),
+            global: o.global(),
+            memory: o.memory,
+            pod_uid: cg.pod_uid.clone(),
+            container_id: cg.container_id.clone(),
+        },
+        pod,
+    };
+    if tx.try_send(notice).is_err() {
+        metrics.record_event_dropped(crate::cluster::oom_events::REASON);
     }
 }
 
@@ -286,6 +331,76 @@ pub async fn mirror_counters(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn oom(cgroup_id: u64) -> crate::ebpf::OomKillEvent {
+        crate::ebpf::OomKillEvent {
+            ts_ns: 0,
+            trigger: crate::ebpf::TaskInfo {
+                pid: 7,
+                tid: 7,
+                comm: "hog".to_owned(),
+                cgroup_id,
+            },
+            victim_pid: 7,
+            victim_tid: 7,
+            victim_comm: Some("hog".to_owned()),
+            victim_cgroup_id: Some(cgroup_id),
+            memory: None,
+            uid: None,
+            oom_score_adj: None,
+            scope: node_monitor_common::logic::OomScope::Memcg,
+            trigger_reclaim: None,
+        }
+    }
+
+    fn attributed(pod_uid: &str) -> Attribution {
+        let path = format!("/kubepods/burstable/pod{pod_uid}/abc");
+        Attribution {
+            cgroup_id: 1,
+            pod: node_monitor_core::kubelet_layout::parse_cgroup_path(&path),
+            cgroup_path: Some(path),
+            pod_ref: None,
+        }
+    }
+
+    /// A kill gets an `OOMKilling` notice only when its pod is in the agent's own cache (this
+    /// node's pods), and the notice carries that cached pod.
+    #[test]
+    fn only_pods_of_this_nodes_cache_get_an_oom_event() {
+        let uid = "0f8e1a2b-3c4d-5e6f-7a8b-9c0d1e2f3a4b";
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-0", "namespace": "apps", "uid": uid},
+            "spec": {"nodeName": "n1", "containers": [{"name": "app"}]},
+        }))
+        .expect("pod");
+        let (reader, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod));
+        let metrics = Metrics::new();
+        let (tx, mut rx) = mpsc::channel(4);
+
+        let elsewhere = attributed("11111111-2222-3333-4444-555555555555");
+        assert!(elsewhere.pod.is_some(), "a pod cgroup path");
+        notify_oom(&tx, &oom(1), Some(&elsewhere), &reader, &metrics);
+        notify_oom(&tx, &oom(1), None, &reader, &metrics);
+        let not_a_pod = Attribution {
+            cgroup_id: 1,
+            cgroup_path: Some("/system.slice/sshd.service".to_owned()),
+            pod: None,
+            pod_ref: None,
+        };
+        notify_oom(&tx, &oom(1), Some(&not_a_pod), &reader, &metrics);
+        assert!(
+            rx.try_recv().is_err(),
+            "no notice for a pod not in the cache"
+        );
+
+        notify_oom(&tx, &oom(1), Some(&attributed(uid)), &reader, &metrics);
+        let notice = rx.try_recv().expect("a notice for this node's pod");
+        assert_eq!(notice.kill.pod_uid, uid);
+        assert_eq!(notice.kill.container_id.as_deref(), Some("abc"));
+        assert_eq!(notice.kill.global, Some(false));
+        assert_eq!(notice.pod.metadata.name.as_deref(), Some("web-0"));
+    }
 
     #[test]
     fn container_names_come_from_the_pod_statuses() {

@@ -97,6 +97,9 @@ pub(super) fn headroom_policy(args: &Args, config: &EvictionConfig) -> Option<He
     )
 }
 
+/// OOM kills waiting for the Event writer; more are dropped (and counted).
+const OOM_EVENT_QUEUE: usize = 64;
+
 /// Loads and attaches the eBPF programs (not in `--no-ebpf` or polling-only mode); a program
 /// that cannot load degrades the agent. Their counters are mirrored into the metrics.
 #[expect(
@@ -112,6 +115,7 @@ pub(super) async fn start_probes(
     wakeups: &Wakeups,
     live: &Arc<crate::live::LiveView>,
     reboot_tx: tokio::sync::mpsc::Sender<kernel::RebootSeen>,
+    client: &kube::Client,
     stop_rx: tokio::sync::watch::Receiver<bool>,
 ) -> Option<Arc<crate::ebpf::Probes>> {
     let probes = if args.no_ebpf || args.polling_only {
@@ -122,6 +126,19 @@ pub(super) async fn start_probes(
             stall_budget: config.node_monitor.reclaim_stall_budget,
             ..crate::ebpf::ProbeConfig::default()
         };
+        // OOMKilling Events on the pods: one writer task, fed without waiting.
+        let (oom_tx, oom_rx) = tokio::sync::mpsc::channel(OOM_EVENT_QUEUE);
+        tokio::spawn(crate::cluster::oom_events::run(
+            client.clone(),
+            crate::cluster::events::Reporter {
+                component: crate::cluster::actuator::COMPONENT,
+                instance: args.node_name.clone(),
+                host: Some(args.node_name.clone()),
+            },
+            config.node_monitor.api_timeout,
+            metrics.clone(),
+            oom_rx,
+        ));
         kernel::start(
             probe_config,
             store.clone(),
@@ -130,6 +147,7 @@ pub(super) async fn start_probes(
             wakeups.kernel_sender(),
             live.clone(),
             reboot_tx,
+            Some(oom_tx),
             stop_rx.clone(),
         )
         .await

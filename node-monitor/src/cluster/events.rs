@@ -5,6 +5,8 @@
 //! Every Event is a core/v1 Event, one per occurrence, as the kubelet's recorder writes one
 //! before it aggregates: `count: 1`, `firstTimestamp` = `lastTimestamp` = `eventTime`, the
 //! component in both `source.component` and `reportingComponent`.
+//! The `OOMKilling` Events ([`super::oom_events`]) start from the same object and aggregate
+//! their repeats into its `count`.
 //!
 //! Not kube-runtime's `Recorder` (`kube::runtime::events`, kube 5), because it cannot write
 //! these Events as they are promised:

@@ -198,6 +198,7 @@ pub struct Metrics {
     pub shutdown_budget_seconds: Gauge<f64, AtomicU64>,
     pub shutdown_inhibit_delay_max_seconds: Gauge<f64, AtomicU64>,
     pub api_errors: Family<OperationLabels, Counter>,
+    pub events_dropped: Family<ReasonLabels, Counter>,
     pub degraded: Gauge,
     pub kubepods_layout: Family<KubepodsLabels, Gauge>,
     pub pod_cgroups_missing: Gauge,
@@ -252,6 +253,7 @@ impl Metrics {
             shutdown_budget_seconds: Gauge::default(),
             shutdown_inhibit_delay_max_seconds: Gauge::default(),
             api_errors: Family::default(),
+            events_dropped: Family::default(),
             degraded: Gauge::default(),
             kubepods_layout: Family::default(),
             pod_cgroups_missing: Gauge::default(),
@@ -393,6 +395,11 @@ impl Metrics {
             m.api_errors.clone(),
         );
         reg.add(
+            "events_dropped",
+            "Kubernetes Events not written because the node's Event rate limit was spent, by reason",
+            m.events_dropped.clone(),
+        );
+        reg.add(
             "degraded",
             "1 when the agent runs without some of its sources (see ebpf_program_state, wakeup_source_state)",
             m.degraded.clone(),
@@ -442,6 +449,16 @@ impl Metrics {
     /// The text exposition format.
     pub fn encode(&self) -> String {
         encode_registry(&self.registry)
+    }
+
+    /// One Event of `reason` not written: the node's Event rate limit was spent or the writer
+    /// was busy.
+    pub fn record_event_dropped(&self, reason: &str) {
+        self.events_dropped
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts an OOM kill. Pod labels are kept for at most [`OOM_POD_LABEL_LIMIT`] distinct pods;
