@@ -19,7 +19,10 @@ use node_monitor_core::{
     threshold::Threshold,
 };
 
-use crate::metrics::{Metrics, ThresholdLabels};
+use crate::{
+    io::{InputError, MAX_INPUT_BYTES, read_file_bounded},
+    metrics::{Metrics, ThresholdLabels},
+};
 
 /// How often the kubelet's configuration file is read again.
 pub(super) const REREAD_INTERVAL: Duration = Duration::from_secs(60);
@@ -103,8 +106,12 @@ impl KubeletThresholds {
     /// Reads and parses the file; logs a change of outcome once.
     fn read(&mut self, metrics: &Metrics) {
         let name = self.path.display().to_string();
-        let (status, kubelet, warnings) = match std::fs::read_to_string(&self.path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Status::NotFound, None, vec![]),
+        // Bounded, and never opened unless a regular file: a FIFO there cannot block the loop.
+        let read = read_file_bounded(&self.path, "the kubelet config file", MAX_INPUT_BYTES);
+        let (status, kubelet, warnings) = match read {
+            Err(InputError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                (Status::NotFound, None, vec![])
+            }
             Err(e) => (Status::Unreadable(e.to_string()), None, vec![]),
             Ok(text) => match parse_kubelet_config(&name, &text) {
                 Ok(k) => (Status::Read, Some(k.thresholds), k.warnings),
@@ -192,6 +199,22 @@ mod tests {
 
     fn read_gauge(m: &Metrics) -> i64 {
         m.kubelet_config_read.get()
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.yaml");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRUSR).expect("mkfifo");
+        let m = Metrics::new();
+        let mut k = KubeletThresholds::new(&path.display().to_string()).expect("on");
+        k.check(Instant::now(), &[], &BTreeMap::new(), &m);
+        assert_eq!(read_gauge(&m), 0);
+        assert!(
+            matches!(&k.status, Some(Status::Unreadable(e)) if e.contains("not a regular file")),
+            "{:?}",
+            k.status
+        );
     }
 
     #[test]
