@@ -154,7 +154,7 @@ impl KubeletThresholds {
 
 /// A verdict that changed, logged once.
 fn report(c: &Comparison) {
-    let kubelet = c.kubelet.as_deref().unwrap_or("none");
+    let kubelet = c.kubelet.as_deref().unwrap_or_default();
     match c.precedence {
         Precedence::KubeletFirst => warn!(
             signal = %c.signal, kind = c.kind.as_str(), kubelet, node_monitor = %c.node_monitor,
@@ -162,10 +162,13 @@ fn report(c: &Comparison) {
              so node-monitor adds nothing for this signal; raise node-monitor's threshold above \
              the kubelet's"
         ),
-        Precedence::NodeMonitorFirst | Precedence::KubeletUnset => info!(
+        Precedence::NodeMonitorFirst => info!(
             signal = %c.signal, kind = c.kind.as_str(), kubelet, node_monitor = %c.node_monitor,
-            verdict = %c.precedence,
             "node-monitor acts before the kubelet for this signal"
+        ),
+        Precedence::KubeletUnset => info!(
+            signal = %c.signal, kind = c.kind.as_str(), node_monitor = %c.node_monitor,
+            "the kubelet has no eviction threshold for this signal"
         ),
     }
 }
