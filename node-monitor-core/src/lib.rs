@@ -18,6 +18,7 @@ pub mod duration;
 pub mod eviction;
 pub mod headroom;
 pub mod kubelet_layout;
+pub mod kubelet_thresholds;
 pub mod names;
 pub mod node_name;
 pub mod pod;

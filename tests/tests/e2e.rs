@@ -582,3 +582,119 @@ async fn repeated_oom_kills_make_one_oomkilling_event_with_a_count() {
     );
     assert!(event.last_timestamp >= event.first_timestamp, "{event:#?}");
 }
+
+/// Scenario 6: coexisting with the kubelet. The kubelet's own configuration file (under the
+/// agent's `--kubelet-root`) sets `memory.available<500Mi`, above the agent's 300Mi, and
+/// `nodefs.available<5%`, below the agent's 10%: the agent warns that the kubelet acts first for
+/// `memory.available` and exports it. A second agent finds the file malformed: it warns naming
+/// the file, the field and the value, and keeps deciding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_thresholds_above_the_agents_are_reported() {
+    let kubelet_root = tempfile::tempdir().expect("tempdir");
+    let kubelet_config = kubelet_root.path().join("config.yaml");
+    std::fs::write(
+        &kubelet_config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         cgroupDriver: cgroupfs\nevictionHard:\n  memory.available: 500Mi\n  nodefs.available: 5%\n",
+    )
+    .expect("kubelet config");
+    let root_arg = kubelet_root.path().display().to_string();
+    let config = format!(
+        "evictionHard:\n  memory.available: 300Mi\n  nodefs.available: 10%\n\
+         nodeMonitor:\n  kubeletConfigPath: {}\n",
+        kubelet_config.display()
+    );
+    let (cluster, mut agent) = with_agent(
+        "e2e-kubelet-cfg",
+        &config,
+        &["--no-mlock", "--kubelet-root", &root_arg],
+    )
+    .await;
+    agent
+        .wait_log("the kubelet acts first", Duration::from_secs(30))
+        .await
+        .expect("the kubelet-first warning");
+    let log = agent.log();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("the kubelet acts first"))
+        .expect("warning line");
+    assert!(
+        warning.contains("WARN") && warning.contains("signal=memory.available"),
+        "{warning}"
+    );
+    assert_eq!(
+        log.matches("the kubelet acts first").count(),
+        1,
+        "warned once, not per cycle:\n{log}"
+    );
+    assert_eq!(
+        agent
+            .metric_sum("node_monitor_kubelet_config_read", &[])
+            .await
+            .expect("metrics"),
+        1.0
+    );
+    let preempts = "node_monitor_kubelet_threshold_preempts";
+    let text = agent.metrics().await.expect("metrics");
+    for (signal, want) in [("memory.available", 1.0), ("nodefs.available", 0.0)] {
+        let labels = [("eviction_signal", signal), ("kind", "hard")];
+        assert!(
+            node_monitor_tests::metrics::has_series(&text, preempts, &labels),
+            "{signal}: no series:\n{text}"
+        );
+        assert_eq!(
+            node_monitor_tests::metrics::sum(&text, preempts, &labels),
+            want,
+            "{signal}"
+        );
+    }
+    assert!(agent.terminate().expect("SIGTERM").success());
+
+    std::fs::write(
+        &kubelet_config,
+        "kind: KubeletConfiguration\nevictionHard:\n  memory.available: lots\n",
+    )
+    .expect("kubelet config");
+    let mut agent = Agent::start(
+        &cluster,
+        &config,
+        &["--no-mlock", "--kubelet-root", &root_arg],
+    )
+    .await
+    .expect("agent up with a malformed kubelet config");
+    agent
+        .wait_log("malformed eviction setting", Duration::from_secs(30))
+        .await
+        .expect("the malformed-file warning");
+    let log = agent.log();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("malformed eviction setting"))
+        .expect("warning line");
+    for needle in [
+        "WARN",
+        kubelet_config.to_str().expect("utf-8 path"),
+        "evictionHard",
+        "lots",
+    ] {
+        assert!(warning.contains(needle), "{needle:?} missing: {warning}");
+    }
+    assert_eq!(
+        agent
+            .metric_sum("node_monitor_kubelet_config_read", &[])
+            .await
+            .expect("metrics"),
+        0.0
+    );
+    assert!(
+        !node_monitor_tests::metrics::has_series(
+            &agent.metrics().await.expect("metrics"),
+            preempts,
+            &[]
+        ),
+        "no verdicts without the kubelet's thresholds"
+    );
+    assert!(agent.terminate().expect("SIGTERM").success());
+    cluster.stop().await.expect("stop");
+}

@@ -91,6 +91,9 @@ pub struct NodeMonitorSection {
     /// `apiTimeout`.
     #[serde(default, deserialize_with = "present")]
     pub api_timeout: Option<DurationText>,
+    /// `kubeletConfigPath` (`null` reads as empty: off).
+    #[serde(default, deserialize_with = "present")]
+    pub kubelet_config_path: Option<PathText>,
     /// `shutdown:` (validated by [`crate::shutdown::config`]).
     #[serde(default, deserialize_with = "de::optional_section")]
     pub shutdown: Option<ShutdownSection>,
@@ -257,6 +260,20 @@ impl<'de> Deserialize<'de> for DurationText {
                 "a duration string such as \"30s\"",
                 &describe(&other),
             )),
+        })
+    }
+}
+
+/// A file path as written; `null` is the empty path (the setting is off).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathText(pub String);
+
+impl<'de> Deserialize<'de> for PathText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        leaf(d, |v| match v {
+            Value::String(s) => Ok(Self(s)),
+            Value::Null => Ok(Self(String::new())),
+            other => Err(wrong_type("a path string", &describe(&other))),
         })
     }
 }

@@ -37,6 +37,10 @@ pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
     (Signal::ImageFsInodesFree, "5%"),
 ];
 
+/// Where kubeadm and most distributions write the kubelet's KubeletConfiguration: the default
+/// of `nodeMonitor.kubeletConfigPath`.
+pub const DEFAULT_KUBELET_CONFIG_PATH: &str = "/var/lib/kubelet/config.yaml";
+
 /// `evictionPressureTransitionPeriod` default (`SetDefaults_KubeletConfiguration`).
 pub const DEFAULT_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
 
@@ -137,6 +141,9 @@ pub struct NodeMonitorSettings {
     /// own stall detection).
     #[serde(serialize_with = "ser_go_duration")]
     pub api_timeout: Duration,
+    /// The kubelet's own configuration file, read for its eviction thresholds to tell which
+    /// signals the kubelet acts on first (`kubelet_thresholds`); empty: not read.
+    pub kubelet_config_path: String,
 }
 
 impl Default for NodeMonitorSettings {
@@ -153,6 +160,7 @@ impl Default for NodeMonitorSettings {
             pod_cleanup_timeout: Duration::from_secs(30),
             taint_on_pressure: false,
             api_timeout: Duration::from_secs(30),
+            kubelet_config_path: DEFAULT_KUBELET_CONFIG_PATH.to_owned(),
         }
     }
 }

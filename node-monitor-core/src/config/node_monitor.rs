@@ -3,7 +3,7 @@ use super::*;
 
 /// The keys accepted under `nodeMonitor`; any other key is rejected with this list in the
 /// message. `shutdown` is validated by `shutdown::config::shutdown_config`.
-pub const NODE_MONITOR_KEYS: [&str; 12] = [
+pub const NODE_MONITOR_KEYS: [&str; 13] = [
     "shutdown",
     "maxPodsPerCycle",
     "housekeepingInterval",
@@ -16,6 +16,7 @@ pub const NODE_MONITOR_KEYS: [&str; 12] = [
     "podCleanupTimeout",
     "taintOnPressure",
     "apiTimeout",
+    "kubeletConfigPath",
 ];
 
 /// A `nodeMonitor` value with the field name its errors use (`config.yaml: nodeMonitor.psiWindow`).
@@ -35,6 +36,7 @@ pub(super) struct NodeMonitorFields {
     pod_cleanup_timeout: Named<String>,
     taint_on_pressure: Named<bool>,
     api_timeout: Named<String>,
+    kubelet_config_path: Named<String>,
 }
 
 impl NodeMonitorFields {
@@ -126,6 +128,13 @@ impl NodeMonitorFields {
             d,
             "apiTimeout",
         );
+        over(
+            &mut self.kubelet_config_path,
+            s.kubelet_config_path.as_ref(),
+            |p: &PathText| p.0.clone(),
+            d,
+            "kubeletConfigPath",
+        );
     }
 }
 
@@ -154,6 +163,16 @@ pub(super) fn parse_node_monitor(
     }
     if let Some((_, b)) = f.taint_on_pressure {
         s.taint_on_pressure = b;
+    }
+    if let Some((field, path)) = &f.kubelet_config_path {
+        if !path.is_empty() && !path.starts_with('/') {
+            return Err(invalid(
+                field,
+                path,
+                "must be an absolute path, or empty (off)",
+            ));
+        }
+        s.kubelet_config_path.clone_from(path);
     }
     let durations: [DurationSetting<'_>; 7] = [
         (

@@ -591,7 +591,7 @@ fn kubelet_quirks_are_kept_and_reported() {
 
 #[test]
 fn node_monitor_settings_parse() {
-    let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n  apiTimeout: 3s\n";
+    let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n  apiTimeout: 3s\n  kubeletConfigPath: /etc/kubernetes/kubelet.yaml\n";
     let c = load_yaml(yaml, &flags()).expect("settings");
     assert_eq!(
         c.node_monitor,
@@ -607,6 +607,7 @@ fn node_monitor_settings_parse() {
             pod_cleanup_timeout: Duration::from_secs(60),
             taint_on_pressure: true,
             api_timeout: Duration::from_secs(3),
+            kubelet_config_path: "/etc/kubernetes/kubelet.yaml".into(),
         }
     );
     let json = serde_json::to_value(&c.node_monitor).expect("json");
@@ -654,4 +655,37 @@ fn container_fs_thresholds_follow_the_layout() {
         split_container_image_fs: true,
     });
     assert_eq!(find(&odd), [("50%".to_owned(), None)]);
+}
+
+#[test]
+fn kubelet_config_path_defaults_turns_off_and_must_be_absolute() {
+    let c = load_yaml("{}", &flags()).expect("default");
+    assert_eq!(
+        c.node_monitor.kubelet_config_path,
+        "/var/lib/kubelet/config.yaml"
+    );
+    for off in [
+        "nodeMonitor:\n  kubeletConfigPath: \"\"\n",
+        "nodeMonitor:\n  kubeletConfigPath: null\n",
+    ] {
+        let c = load_yaml(off, &flags()).expect(off);
+        assert_eq!(c.node_monitor.kubelet_config_path, "", "{off}");
+    }
+    let err = load_yaml(
+        "nodeMonitor:\n  kubeletConfigPath: kubelet.yaml\n",
+        &flags(),
+    )
+    .expect_err("relative")
+    .to_string();
+    assert!(
+        err.contains("nodeMonitor.kubeletConfigPath") && err.contains("kubelet.yaml"),
+        "{err}"
+    );
+    let err = load_yaml("nodeMonitor:\n  kubeletConfigPath: 3\n", &flags())
+        .expect_err("number")
+        .to_string();
+    assert!(
+        err.contains("kubeletConfigPath") && err.contains("the number 3"),
+        "{err}"
+    );
 }

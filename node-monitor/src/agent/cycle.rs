@@ -89,6 +89,8 @@ pub(super) struct Loop<C, P> {
     pub(super) pending_reclaim: PendingReclaim,
     /// What the node API shows: the last decision, the recent evictions.
     pub(super) live: Arc<LiveView>,
+    /// The kubelet's own thresholds, to tell which signals it acts on first; `None`: not read.
+    pub(super) kubelet: Option<super::kubelet_config::KubeletThresholds>,
 }
 
 /// How often the agent checks that it sees the cgroups of the pods the API lists.
@@ -130,7 +132,15 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             sight_checked: None,
             kubepods_reported: None,
             live: Arc::new(LiveView::new("")),
+            kubelet: None,
         }
+    }
+
+    /// Reads the kubelet's configuration file at `path` (empty: off) and compares its
+    /// thresholds with the agent's on each cycle.
+    pub(super) fn with_kubelet_config(mut self, path: &str) -> Self {
+        self.kubelet = super::kubelet_config::KubeletThresholds::new(path);
+        self
     }
 
     /// Shows the loop's decisions and evictions in `live`.
@@ -227,6 +237,16 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         self.note_disk_evictions(&decision, &answered, &timed.observations, now);
         self.publish_conditions(&decision).await;
         self.health.progress();
+        // After the evictions: the kubelet's file is read at most once a minute, never ahead of
+        // an eviction request.
+        if let Some(k) = &mut self.kubelet {
+            k.check(
+                Instant::now(),
+                &self.config.thresholds,
+                &timed.observations.signals,
+                &self.metrics,
+            );
+        }
         for (req, outcome) in &answered {
             self.actuator.record_eviction_events(req, outcome).await;
             self.health.progress();

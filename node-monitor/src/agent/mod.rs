@@ -8,6 +8,7 @@
 pub mod backoff;
 mod cycle;
 pub mod kernel;
+mod kubelet_config;
 pub mod memcg;
 pub mod ports;
 pub mod protect;
@@ -208,18 +209,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         },
     )
     .with_timeout(api_timeout);
-    init_metrics(&metrics, &config);
-
-    let headroom_policy = headroom_policy(args, &config);
-    let mut agent = Loop::new(
-        config,
-        metrics.clone(),
-        actuator,
-        store,
-        health.clone(),
-        headroom_policy,
-    )
-    .with_live(live);
+    let mut agent = decision_loop(args, config, &metrics, actuator, store, &health, live);
     info!("deciding");
     // From here on /healthz fails when the loop stops making progress.
     let bound = liveness_bound(&agent.config.node_monitor);
@@ -242,6 +232,32 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     stop_cleanly(&agent.actuator, http_task, shutdown_task).await;
     info!("stopped");
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The decision loop over `actuator` and `store`, its metrics initialised, reading the
+/// kubelet's configuration file as `nodeMonitor.kubeletConfigPath` says.
+fn decision_loop<C: ports::ClusterWrites, P: ports::PodSource>(
+    args: &Args,
+    config: config::EvictionConfig,
+    metrics: &Arc<Metrics>,
+    actuator: C,
+    store: P,
+    health: &Arc<Health>,
+    live: Arc<LiveView>,
+) -> Loop<C, P> {
+    init_metrics(metrics, &config);
+    let headroom_policy = headroom_policy(args, &config);
+    let kubelet_config_path = config.node_monitor.kubelet_config_path.clone();
+    Loop::new(
+        config,
+        metrics.clone(),
+        actuator,
+        store,
+        health.clone(),
+        headroom_policy,
+    )
+    .with_live(live)
+    .with_kubelet_config(&kubelet_config_path)
 }
 
 /// The HTTP endpoint, with the node API (which answers 503 until the API client exists to

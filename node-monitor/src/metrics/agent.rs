@@ -207,6 +207,8 @@ pub struct Metrics {
     pub pod_watch_errors: Counter,
     pub loop_last_progress_timestamp_seconds: Gauge<f64, AtomicU64>,
     pub loop_liveness_bound_seconds: Gauge<f64, AtomicU64>,
+    pub kubelet_config_read: Gauge,
+    pub kubelet_threshold_preempts: Family<ThresholdLabels, Gauge>,
     oom_pods_seen: Mutex<HashSet<(String, String)>>,
     ringbuf_drops_seen: AtomicU64,
 }
@@ -262,6 +264,8 @@ impl Metrics {
             disk_reclaim_pending_bytes: Gauge::default(),
             loop_last_progress_timestamp_seconds: Gauge::default(),
             loop_liveness_bound_seconds: Gauge::default(),
+            kubelet_config_read: Gauge::default(),
+            kubelet_threshold_preempts: Family::default(),
             oom_pods_seen: Mutex::new(HashSet::new()),
             ringbuf_drops_seen: AtomicU64::new(0),
             registry: Registry::default(),
@@ -438,6 +442,16 @@ impl Metrics {
             "loop_liveness_bound_seconds",
             "The longest the decision loop may go without progress before /healthz fails; 0 until the loop runs",
             m.loop_liveness_bound_seconds.clone(),
+        );
+        reg.add(
+            "kubelet_config_read",
+            "1 when the kubelet's configuration file (nodeMonitor.kubeletConfigPath) was read and parsed at the last look, 0 when it is missing, unreadable or malformed or the setting is off",
+            m.kubelet_config_read.clone(),
+        );
+        reg.add(
+            "kubelet_threshold_preempts",
+            "1 when the kubelet's own eviction threshold for the signal is at or above node-monitor's threshold of this kind, so the kubelet acts at or before node-monitor; 0 when node-monitor acts first or the kubelet has none for the signal",
+            m.kubelet_threshold_preempts.clone(),
         );
         Self {
             registry: reg.registry,

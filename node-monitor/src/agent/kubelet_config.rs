@@ -1,0 +1,266 @@
+//! Coexisting with the kubelet: its own eviction thresholds, read from its configuration file
+//! (`nodeMonitor.kubeletConfigPath`), set against node-monitor's by
+//! [`node_monitor_core::kubelet_thresholds`].
+//!
+//! The file is read on the decision loop's first cycle and again on the first cycle after each
+//! [`REREAD_INTERVAL`] (a few kilobytes, once a minute); the comparison runs on every cycle with
+//! that cycle's capacities, and what it finds is logged once per change and exported as
+//! `node_monitor_kubelet_config_read` and `node_monitor_kubelet_threshold_preempts`. A missing,
+//! unreadable or malformed file is logged once (naming the file and, when malformed, the field
+//! and value) and counted; it never stops the agent.
+use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use node_monitor_core::{
+    kubelet_thresholds::{Comparison, Kind, Precedence, compare, parse_kubelet_config},
+    signals::{Signal, SignalObservation},
+    threshold::Threshold,
+};
+
+use crate::{
+    io::{InputError, MAX_INPUT_BYTES, read_file_bounded},
+    metrics::{Metrics, ThresholdLabels},
+};
+
+/// How often the kubelet's configuration file is read again.
+pub(super) const REREAD_INTERVAL: Duration = Duration::from_secs(60);
+
+/// What the last read of the file found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Status {
+    Read,
+    NotFound,
+    Unreadable(String),
+    Malformed(String),
+}
+
+/// The kubelet's thresholds as last read, and what was last reported about them.
+#[derive(Debug)]
+pub(super) struct KubeletThresholds {
+    path: PathBuf,
+    read_at: Option<Instant>,
+    kubelet: Option<Vec<Threshold>>,
+    status: Option<Status>,
+    verdicts: Option<BTreeMap<(Signal, Kind), Precedence>>,
+}
+
+impl KubeletThresholds {
+    /// Watches the file at `path`; `None` when the setting is off (empty).
+    pub(super) fn new(path: &str) -> Option<Self> {
+        (!path.is_empty()).then(|| Self {
+            path: path.into(),
+            read_at: None,
+            kubelet: None,
+            status: None,
+            verdicts: None,
+        })
+    }
+
+    /// Reads the file when due, compares its thresholds with `ours` at the capacities of
+    /// `observed`, and reports what changed.
+    pub(super) fn check(
+        &mut self,
+        now: Instant,
+        ours: &[Threshold],
+        observed: &BTreeMap<Signal, SignalObservation>,
+        metrics: &Metrics,
+    ) {
+        if self
+            .read_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= REREAD_INTERVAL)
+        {
+            self.read_at = Some(now);
+            self.read(metrics);
+        }
+        let comparisons = self
+            .kubelet
+            .as_ref()
+            .map(|k| compare(k, ours, observed))
+            .unwrap_or_default();
+        let verdicts: BTreeMap<(Signal, Kind), Precedence> = comparisons
+            .iter()
+            .map(|c| ((c.signal, c.kind), c.precedence))
+            .collect();
+        if self.verdicts.as_ref() == Some(&verdicts) {
+            return;
+        }
+        let before = self.verdicts.take().unwrap_or_default();
+        metrics.kubelet_threshold_preempts.clear();
+        for c in &comparisons {
+            metrics
+                .kubelet_threshold_preempts
+                .get_or_create(&ThresholdLabels {
+                    eviction_signal: c.signal.as_str().to_owned(),
+                    kind: c.kind.as_str().to_owned(),
+                })
+                .set(i64::from(c.precedence == Precedence::KubeletFirst));
+            if before.get(&(c.signal, c.kind)) != Some(&c.precedence) {
+                report(c);
+            }
+        }
+        self.verdicts = Some(verdicts);
+    }
+
+    /// Reads and parses the file; logs a change of outcome once.
+    fn read(&mut self, metrics: &Metrics) {
+        let name = self.path.display().to_string();
+        // Bounded, and never opened unless a regular file: a FIFO there cannot block the loop.
+        let read = read_file_bounded(&self.path, "the kubelet config file", MAX_INPUT_BYTES);
+        let (status, kubelet, warnings) = match read {
+            Err(InputError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                (Status::NotFound, None, vec![])
+            }
+            Err(e) => (Status::Unreadable(e.to_string()), None, vec![]),
+            Ok(text) => match parse_kubelet_config(&name, &text) {
+                Ok(k) => (Status::Read, Some(k.thresholds), k.warnings),
+                Err(e) => (Status::Malformed(error_chain(&e)), None, vec![]),
+            },
+        };
+        metrics
+            .kubelet_config_read
+            .set(i64::from(status == Status::Read));
+        if self.status.as_ref() != Some(&status) {
+            match &status {
+                Status::Read => info!(
+                    file = %name,
+                    thresholds = kubelet.as_ref().map_or(0, Vec::len),
+                    "read the kubelet's eviction thresholds"
+                ),
+                Status::NotFound => info!(
+                    file = %name,
+                    "the kubelet's configuration file is not there: cannot tell which signals \
+                     the kubelet acts on first (nodeMonitor.kubeletConfigPath)"
+                ),
+                Status::Unreadable(e) => warn!(
+                    file = %name, error = %e,
+                    "cannot read the kubelet's configuration file (nodeMonitor.kubeletConfigPath)"
+                ),
+                Status::Malformed(e) => warn!(
+                    file = %name, error = %e,
+                    "the kubelet's configuration file has a malformed eviction setting; its \
+                     thresholds are not compared"
+                ),
+            }
+            for w in &warnings {
+                info!(file = %name, warning = %w, "kubelet configuration");
+            }
+        }
+        self.status = Some(status);
+        self.kubelet = kubelet;
+    }
+}
+
+/// A verdict that changed, logged once.
+fn report(c: &Comparison) {
+    let kubelet = c.kubelet.as_deref().unwrap_or_default();
+    match c.precedence {
+        Precedence::KubeletFirst => warn!(
+            signal = %c.signal, kind = c.kind.as_str(), kubelet, node_monitor = %c.node_monitor,
+            "the kubelet acts first: its own eviction threshold is at or above node-monitor's, \
+             so node-monitor adds nothing for this signal; raise node-monitor's threshold above \
+             the kubelet's"
+        ),
+        Precedence::NodeMonitorFirst => info!(
+            signal = %c.signal, kind = c.kind.as_str(), kubelet, node_monitor = %c.node_monitor,
+            "node-monitor acts before the kubelet for this signal"
+        ),
+        Precedence::KubeletUnset => info!(
+            signal = %c.signal, kind = c.kind.as_str(), node_monitor = %c.node_monitor,
+            "the kubelet has no eviction threshold for this signal"
+        ),
+    }
+}
+
+/// An error and its sources, one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use node_monitor_core::config;
+
+    fn gauge(m: &Metrics, signal: &str, kind: &str) -> Option<i64> {
+        let text = m.encode();
+        let needle = format!(
+            "node_monitor_kubelet_threshold_preempts{{eviction_signal=\"{signal}\",kind=\"{kind}\"}} "
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(&needle))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    fn read_gauge(m: &Metrics) -> i64 {
+        m.kubelet_config_read.get()
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.yaml");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRUSR).expect("mkfifo");
+        let m = Metrics::new();
+        let mut k = KubeletThresholds::new(&path.display().to_string()).expect("on");
+        k.check(Instant::now(), &[], &BTreeMap::new(), &m);
+        assert_eq!(read_gauge(&m), 0);
+        assert!(
+            matches!(&k.status, Some(Status::Unreadable(e)) if e.contains("not a regular file")),
+            "{:?}",
+            k.status
+        );
+    }
+
+    #[test]
+    fn off_when_empty() {
+        assert!(KubeletThresholds::new("").is_none());
+    }
+
+    #[test]
+    fn reads_compares_and_rereads_after_the_interval() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.yaml");
+        let ours = config::load(
+            Some("evictionHard:\n  memory.available: 300Mi\n"),
+            &config::EvictionOverrides::default(),
+        )
+        .expect("config")
+        .thresholds;
+        let observed = BTreeMap::new();
+        let m = Metrics::new();
+        let mut k = KubeletThresholds::new(&path.display().to_string()).expect("on");
+        let t0 = Instant::now();
+
+        k.check(t0, &ours, &observed, &m);
+        assert_eq!(read_gauge(&m), 0, "missing file");
+        assert_eq!(gauge(&m, "memory.available", "hard"), None);
+
+        std::fs::write(&path, "evictionHard:\n  memory.available: 500Mi\n").expect("write");
+        k.check(t0 + Duration::from_secs(1), &ours, &observed, &m);
+        assert_eq!(read_gauge(&m), 0, "not read again before the interval");
+
+        k.check(t0 + REREAD_INTERVAL, &ours, &observed, &m);
+        assert_eq!(read_gauge(&m), 1);
+        assert_eq!(gauge(&m, "memory.available", "hard"), Some(1));
+
+        std::fs::write(&path, "evictionHard:\n  memory.available: 100Mi\n").expect("write");
+        k.check(t0 + 2 * REREAD_INTERVAL, &ours, &observed, &m);
+        assert_eq!(gauge(&m, "memory.available", "hard"), Some(0));
+
+        std::fs::write(&path, "evictionHard:\n  memory.available: lots\n").expect("write");
+        k.check(t0 + 3 * REREAD_INTERVAL, &ours, &observed, &m);
+        assert_eq!(read_gauge(&m), 0, "malformed");
+        assert_eq!(gauge(&m, "memory.available", "hard"), None);
+        assert!(matches!(&k.status, Some(Status::Malformed(e))
+            if e.contains("config.yaml") && e.contains("evictionHard") && e.contains("lots")));
+    }
+}
