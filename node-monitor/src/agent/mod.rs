@@ -120,10 +120,6 @@ pub struct Args {
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
-#[expect(
-    clippy::too_many_lines,
-    reason = "the agent's start-up, loop and shutdown wiring, read top to bottom"
-)]
 pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     protect::tune_allocator();
     let AgentConfig {
