@@ -6,6 +6,8 @@
 //!
 //! ```text
 //! cargo bins && target/debug/bench-reaction --runs 20
+//! # with 250 idle pods beside the ramp, push mode only:
+//! target/debug/bench-reaction --runs 10 --pods 250 --push-only
 //! ```
 use std::{
     fs,
