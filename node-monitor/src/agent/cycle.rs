@@ -226,14 +226,14 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             sampling_us = timed.sampling.as_micros() as u64,
             "decision"
         );
+        // Eviction requests first: the metrics and the live view of this cycle, the node
+        // conditions, the Events and the wait for cleanup follow, so neither their work nor an
+        // API round trip of theirs delays an eviction (the kubelet too updates the node status
+        // apart from its eviction loop).
+        let (end, answered) = self.send_evictions(&decision, wakeup, label, now).await;
         self.record_observations(&timed.observations, &decision);
         self.live
             .record_cycle(&self.config, &timed.observations, &decision);
-
-        // Eviction requests first: the node conditions, the Events and the wait for cleanup
-        // follow, so no API round trip of theirs delays an eviction (the kubelet too updates the
-        // node status apart from its eviction loop).
-        let (end, answered) = self.send_evictions(&decision, wakeup, label, now).await;
         self.note_disk_evictions(&decision, &answered, &timed.observations, now);
         self.publish_conditions(&decision).await;
         self.health.progress();
