@@ -115,7 +115,11 @@ impl KubeletThresholds {
             Err(e) => (Status::Unreadable(e.to_string()), None, vec![]),
             Ok(text) => match parse_kubelet_config(&name, &text) {
                 Ok(k) => (Status::Read, Some(k.thresholds), k.warnings),
-                Err(e) => (Status::Malformed(error_chain(&e)), None, vec![]),
+                Err(e) => (
+                    Status::Malformed(crate::telemetry::error_chain(&e)),
+                    None,
+                    vec![],
+                ),
             },
         };
         metrics
@@ -171,18 +175,6 @@ fn report(c: &Comparison) {
             "the kubelet has no eviction threshold for this signal"
         ),
     }
-}
-
-/// An error and its sources, one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        src = s.source();
-    }
-    out
 }
 
 #[cfg(test)]
