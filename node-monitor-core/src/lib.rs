@@ -22,6 +22,7 @@ pub mod kubelet_thresholds;
 pub mod names;
 pub mod node_name;
 pub mod pod;
+pub mod pod_figures;
 pub mod quantity;
 pub mod rank;
 pub mod reclaim;

@@ -1,7 +1,11 @@
 //! One agent cycle: observe, decide, act, wait for cleanup, through the ports of
 //! [`super::ports`] (the node, the pods, the cluster writes, the memcg thresholds), so it runs the
 //! same against the sampler and the API as against the fakes of its unit tests.
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
@@ -14,8 +18,9 @@ use node_monitor_core::{
     eviction::{DRY_RUN_REPORT_INTERVAL, Decision, EvictionState, ReportLimiter, synchronize},
     headroom::{Headroom, HeadroomPolicy},
     pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
+    pod_figures::{NEAR_REFRESH, RANK_MAX_AGE, RankFigures, rank_figures, refresh_due},
     reclaim::PendingReclaim,
-    signals::{Observations, Signal},
+    signals::{Observations, PodUsage, Signal},
     threshold::{NodeConditionType, Resource, signal_resource},
 };
 
@@ -91,6 +96,9 @@ pub(super) struct Loop<C, P> {
     pub(super) live: Arc<LiveView>,
     /// The kubelet's own thresholds, to tell which signals it acts on first; `None`: not read.
     pub(super) kubelet: Option<super::kubelet_config::KubeletThresholds>,
+    /// The per-pod figures of the last pass that read them, and when: a ranking at a crossing
+    /// uses them if they are recent enough (see [`node_monitor_core::pod_figures`]).
+    pub(super) pod_figures: Option<(Timestamp, HashMap<String, PodUsage>)>,
 }
 
 /// How often the agent checks that it sees the cgroups of the pods the API lists.
@@ -133,6 +141,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             kubepods_reported: None,
             live: Arc::new(LiveView::new("")),
             kubelet: None,
+            pod_figures: None,
         }
     }
 
@@ -211,9 +220,10 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         // A wake-up that arrived while the previous cycle was still running (acting, waiting for
         // an evicted pod to go) has queued since; reported apart from this cycle's own work.
         let started = std::time::Instant::now();
-        let mut timed = self.observe(sampler, wakeups, wakeup);
+        let pods = self.candidate_pods(self.now());
+        let (mut timed, figures) = self.observe(sampler, wakeups, wakeup, &pods);
         let now = self.now();
-        let decision = self.decide(sampler, &mut timed, now);
+        let decision = self.decide(sampler, &mut timed, &pods, now);
         let decided = wakeup.at.elapsed();
         self.metrics
             .wakeup_to_decision_seconds
@@ -224,6 +234,10 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             queued_us = started.saturating_duration_since(wakeup.at).as_micros() as u64,
             processing_us = started.elapsed().as_micros() as u64,
             sampling_us = timed.sampling.as_micros() as u64,
+            pod_figures_age_ms = match figures {
+                Some(RankFigures::Earlier { age }) => age.as_millis() as u64,
+                _ => 0,
+            },
             "decision"
         );
         // Eviction requests first: the metrics and the live view of this cycle, the node
@@ -231,6 +245,11 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         // API round trip of theirs delays an eviction (the kubelet too updates the node status
         // apart from its eviction loop).
         let (end, answered) = self.send_evictions(&decision, wakeup, label, now).await;
+        if let Some(RankFigures::Earlier { .. }) = figures {
+            // The ranking used an earlier pass's pod figures: the pass that refreshes them comes
+            // now, after the requests, for the next ranking, the metrics and the live view.
+            self.read_pods(sampler, &mut timed.observations);
+        }
         self.record_observations(&timed.observations, &decision);
         self.live
             .record_cycle(&self.config, &timed.observations, &decision);
@@ -261,13 +280,17 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
 
     /// The signals first (tens of µs whatever the pod count); per-pod usage only when a
     /// threshold is met or a condition still holds, since ranking is the only thing that needs
-    /// it. Then the memcg thresholds are re-armed at the fresh readings.
+    /// it: from the last pass that read the pods if it is recent enough, from a pass made now
+    /// otherwise. While a threshold is near, a look refreshes the pod figures too, so that they
+    /// are recent at the crossing. Then the memcg thresholds are re-armed at the fresh readings.
+    /// Returns where the ranking's pod figures come from (`None`: no ranking needed).
     fn observe<N: NodeView, A: Arming>(
         &mut self,
         sampler: &mut N,
         wakeups: &mut A,
         wakeup: Wakeup,
-    ) -> TimedObservations<Wakeup> {
+        pods: &[PodInfo],
+    ) -> (TimedObservations<Wakeup>, Option<RankFigures>) {
         let mut timed = sampler.observe(wakeup, SampleKind::Signals);
         let pressure = !self.state.conditions().is_empty()
             || self.config.thresholds.iter().any(|t| {
@@ -277,11 +300,42 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                     .get(&t.signal)
                     .is_some_and(|o| t.is_met(o, true))
             });
-        if pressure {
-            sampler.sample_into(SampleKind::Fast, &mut timed.observations);
-        }
+        let now = self.now();
+        let taken = self.pod_figures.as_ref().map(|(t, _)| *t);
+        let figures = if pressure {
+            let cover = self
+                .pod_figures
+                .as_ref()
+                .is_some_and(|(_, figures)| pods.iter().all(|p| figures.contains_key(&p.uid)));
+            let figures = rank_figures(taken, now, RANK_MAX_AGE, cover);
+            match (figures, &self.pod_figures) {
+                (RankFigures::Earlier { .. }, Some((_, pods))) => {
+                    timed.observations.pods = pods.clone();
+                }
+                _ => self.read_pods(sampler, &mut timed.observations),
+            }
+            self.metrics
+                .rank_pod_figures_age_seconds
+                .observe(match figures {
+                    RankFigures::Earlier { age } => age.as_secs_f64(),
+                    RankFigures::ReadNow => 0.0,
+                });
+            Some(figures)
+        } else {
+            if refresh_due(taken, now, self.next_sample_at, NEAR_REFRESH) {
+                self.read_pods(sampler, &mut timed.observations);
+            }
+            None
+        };
         self.rearm(sampler, wakeups);
-        timed
+        (timed, figures)
+    }
+
+    /// A pass that reads every pod (and every signal again) into `out`, kept as the latest pod
+    /// figures.
+    fn read_pods<N: NodeView>(&mut self, sampler: &mut N, out: &mut Observations) {
+        sampler.sample_into(SampleKind::Fast, out);
+        self.pod_figures = Some((self.now(), out.pods.clone()));
     }
 
     /// The core's decision on this instant's observations and the pods that may be ranked, with
@@ -290,6 +344,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         &mut self,
         sampler: &mut N,
         timed: &mut TimedObservations<Wakeup>,
+        pods: &[PodInfo],
         now: Timestamp,
     ) -> Decision {
         if let Some(policy) = self.headroom_policy {
@@ -300,9 +355,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         }
         self.backoff.prune(now);
         self.check_pod_sight(sampler);
-        let pods = self.candidate_pods(now);
         let credited = self.credit_pending_reclaim(&timed.observations, now);
-        let mut decision = synchronize(&mut self.state, &self.config, &credited, &pods, now);
+        let mut decision = synchronize(&mut self.state, &self.config, &credited, pods, now);
         // Pod disk usage comes from a meter that walks the pods' directories off the critical
         // path, so its figures can predate the pressure (a pod that filled the disk since the
         // last walk ranks as small). Before a disk-ranked eviction, measure now and decide again
@@ -313,9 +367,9 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             .any(|e| node_monitor_core::threshold::ranks_by_disk(e.signal))
         {
             sampler.measure_pod_disk_now();
-            sampler.sample_into(SampleKind::Fast, &mut timed.observations);
+            self.read_pods(sampler, &mut timed.observations);
             let credited = self.credit_pending_reclaim(&timed.observations, now);
-            decision = synchronize(&mut self.state, &self.config, &credited, &pods, now);
+            decision = synchronize(&mut self.state, &self.config, &credited, pods, now);
         }
         if self.blind.is_some() && !decision.evict.is_empty() {
             warn!(

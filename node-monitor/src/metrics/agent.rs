@@ -186,6 +186,7 @@ pub struct Metrics {
     pub wakeups: Family<SourceLabels, Counter>,
     pub wakeup_to_decision_seconds: Histogram,
     pub detection_to_eviction_seconds: Histogram,
+    pub rank_pod_figures_age_seconds: Histogram,
     pub ebpf_program_state: Family<ProgramLabels, Gauge>,
     pub wakeup_source_state: Family<SourceStateLabels, Gauge>,
     pub shutdown_inhibitor_held: Gauge,
@@ -243,6 +244,8 @@ impl Metrics {
             wakeup_to_decision_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 20)),
             // 1 ms … ~33 s.
             detection_to_eviction_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            // 0 (read now) and 1 ms … ~1 s.
+            rank_pod_figures_age_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 11)),
             ebpf_program_state: Family::default(),
             wakeup_source_state: Family::default(),
             shutdown_inhibitor_held: Gauge::default(),
@@ -332,6 +335,11 @@ impl Metrics {
             "wakeup_to_decision_seconds",
             "Time from a wake-up to the decision it led to",
             m.wakeup_to_decision_seconds.clone(),
+        );
+        reg.add(
+            "rank_pod_figures_age_seconds",
+            "Age of the per-pod figures each ranking under pressure used (0: read before ranking)",
+            m.rank_pod_figures_age_seconds.clone(),
         );
         reg.add(
             "detection_to_eviction_seconds",

@@ -37,22 +37,32 @@ const GI: u64 = 1 << 30;
 struct NodeState {
     observations: Observations,
     cgroups: BTreeSet<String>,
+    /// The passes that read the pods and the eviction requests, in order.
+    log: Vec<String>,
 }
 
 struct FakeNode(Rc<RefCell<NodeState>>);
 
 impl NodeView for FakeNode {
     fn observe(&mut self, wakeup: Wakeup, kind: SampleKind) -> TimedObservations<Wakeup> {
+        let mut observations = self.0.borrow().observations.clone();
+        if kind == SampleKind::Signals {
+            // As the sampler's signals pass: the node's signals, no pod read.
+            observations.pods.clear();
+        } else {
+            self.0.borrow_mut().log.push("read pods".into());
+        }
         TimedObservations {
             wakeup,
             kind,
-            observations: self.0.borrow().observations.clone(),
+            observations,
             sampling: Duration::ZERO,
             since_wakeup: Duration::ZERO,
         }
     }
     fn sample_into(&mut self, _kind: SampleKind, out: &mut Observations) {
         out.pods = self.0.borrow().observations.pods.clone();
+        self.0.borrow_mut().log.push("read pods".into());
     }
     fn sample(&mut self, _kind: SampleKind) -> Observations {
         self.0.borrow().observations.clone()
@@ -174,6 +184,10 @@ impl ClusterWrites for FakeCluster {
     async fn evict(&self, req: &EvictionRequest) -> EvictOutcome {
         let _call = InFlight::new(&self.in_flight);
         let answered = self.evicted().len();
+        self.node
+            .borrow_mut()
+            .log
+            .push(format!("evict {}", req.name));
         self.writes.borrow_mut().push(Write::Evict {
             name: req.name.clone(),
             hard: req.hard,
@@ -936,4 +950,106 @@ async fn signal_amounts_are_exported_in_one_family_per_unit() {
             assert!(!memory && !inodes, "{line}");
         }
     }
+}
+
+/// The rig with adaptive sampling on, at its defaults (a look every 100 ms near a threshold).
+fn with_headroom(mut rig: Rig) -> Rig {
+    rig.agent.headroom_policy = Some(HeadroomPolicy {
+        fast: Duration::from_millis(100),
+        slow: Duration::from_secs(10),
+    });
+    rig
+}
+
+fn take_log(rig: &Rig) -> Vec<String> {
+    std::mem::take(&mut rig.state.borrow_mut().log)
+}
+
+#[tokio::test(start_paused = true)]
+async fn near_a_threshold_the_crossing_ranks_from_the_last_looks_pod_figures_and_reads_after() {
+    // 1.05 GiB available against a 1 GiB threshold: within the near band.
+    let mut rig = with_headroom(Rig::new(HARD_1GI, GI + 50 * MI, &three_pods()));
+    rig.cycle().await;
+    assert_eq!(
+        take_log(&rig),
+        Vec::<String>::new(),
+        "a first look, with no next look scheduled yet, reads no pod"
+    );
+    tokio::time::advance(Duration::from_millis(100)).await;
+    rig.cycle().await;
+    assert_eq!(
+        take_log(&rig),
+        ["read pods"],
+        "a look while a threshold is near refreshes the pod figures"
+    );
+    tokio::time::advance(Duration::from_millis(100)).await;
+    rig.cycle().await;
+    assert_eq!(
+        take_log(&rig),
+        Vec::<String>::new(),
+        "at most one refresh per 250 ms"
+    );
+    // The crossing, 100 ms later: ranked from the figures of 200 ms ago, read again after.
+    tokio::time::advance(Duration::from_millis(100)).await;
+    rig.set_available(500 * MI);
+    rig.cycle().await;
+    assert_eq!(
+        take_log(&rig),
+        ["evict besteffort", "read pods"],
+        "the eviction request goes before any pod read"
+    );
+    let metrics = rig.agent.metrics.encode();
+    assert!(
+        metrics.contains("node_monitor_rank_pod_figures_age_seconds_count 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("node_monitor_rank_pod_figures_age_seconds_bucket{le=\"0.256\"} 1")
+            && metrics.contains("node_monitor_rank_pod_figures_age_seconds_bucket{le=\"0.128\"} 0"),
+        "the figures were 200 ms old: {metrics}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn pod_figures_older_than_a_second_are_read_again_before_ranking() {
+    let mut rig = with_headroom(Rig::new(HARD_1GI, GI + 50 * MI, &three_pods()));
+    rig.cycle().await;
+    tokio::time::advance(Duration::from_millis(100)).await;
+    rig.cycle().await;
+    assert_eq!(take_log(&rig), ["read pods"]);
+    tokio::time::advance(Duration::from_millis(1_001)).await;
+    rig.set_available(500 * MI);
+    rig.cycle().await;
+    assert_eq!(take_log(&rig), ["read pods", "evict besteffort"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn far_from_every_threshold_no_look_reads_the_pods() {
+    // 8 GiB available against 1 GiB: the next look is the housekeeping tick's.
+    let mut rig = with_headroom(Rig::new(HARD_1GI, 8 * GI, &three_pods()));
+    for _ in 0..5 {
+        rig.cycle().await;
+        tokio::time::advance(Duration::from_secs(1)).await;
+    }
+    assert_eq!(take_log(&rig), Vec::<String>::new());
+}
+
+#[tokio::test(start_paused = true)]
+async fn earlier_figures_that_miss_a_pod_to_rank_are_read_again_before_ranking() {
+    let mut rig = with_headroom(Rig::new(HARD_1GI, GI + 50 * MI, &three_pods()));
+    // The pods' cgroups appear only after the near look: its figures hold none of them.
+    let pods = std::mem::take(&mut rig.state.borrow_mut().observations.pods);
+    rig.cycle().await;
+    tokio::time::advance(Duration::from_millis(100)).await;
+    rig.cycle().await;
+    assert_eq!(take_log(&rig), ["read pods"]);
+    rig.state.borrow_mut().observations.pods = pods;
+    tokio::time::advance(Duration::from_millis(100)).await;
+    rig.set_available(500 * MI);
+    rig.cycle().await;
+    assert_eq!(
+        take_log(&rig),
+        ["read pods", "evict besteffort"],
+        "a pod without a figure would rank first, as the kubelet ranks a pod without stats"
+    );
 }
