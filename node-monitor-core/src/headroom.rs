@@ -36,6 +36,12 @@ pub struct HeadroomPolicy {
     pub slow: Duration,
 }
 
+/// How far above a threshold its signal is near it: the larger of the threshold itself and a
+/// tenth of the capacity (in the signal's unit).
+pub fn near_band(threshold: i128, capacity: i128) -> i128 {
+    threshold.max(capacity / 10)
+}
+
 /// A fraction of the time left before a crossing: sample four times before it at a steady rate.
 const ETA_DIVISOR: u32 = 4;
 
@@ -77,7 +83,7 @@ impl Headroom {
                 continue;
             }
             let mut delay = policy.slow;
-            let near_band = threshold.max(i128::from(obs.capacity) / 10);
+            let near_band = near_band(threshold, i128::from(obs.capacity));
             if headroom <= near_band {
                 delay = delay.min(policy.fast);
             }

@@ -245,10 +245,21 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         // API round trip of theirs delays an eviction (the kubelet too updates the node status
         // apart from its eviction loop).
         let (end, answered) = self.send_evictions(&decision, wakeup, label, now).await;
-        if let Some(RankFigures::Earlier { .. }) = figures {
+        match figures {
             // The ranking used an earlier pass's pod figures: the pass that refreshes them comes
             // now, after the requests, for the next ranking, the metrics and the live view.
-            self.read_pods(sampler, &mut timed.observations);
+            Some(RankFigures::Earlier { .. }) => self.read_pods(sampler, &mut timed.observations),
+            // No ranking now, but a threshold is near: read the pods for the crossing's ranking.
+            None if refresh_due(
+                self.pod_figures.as_ref().map(|(t, _)| *t),
+                now,
+                self.next_sample_at,
+                NEAR_REFRESH,
+            ) =>
+            {
+                self.read_pods(sampler, &mut timed.observations);
+            }
+            _ => {}
         }
         self.record_observations(&timed.observations, &decision);
         self.live
@@ -281,8 +292,9 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
     /// The signals first (tens of µs whatever the pod count); per-pod usage only when a
     /// threshold is met or a condition still holds, since ranking is the only thing that needs
     /// it: from the last pass that read the pods if it is recent enough, from a pass made now
-    /// otherwise. While a threshold is near, a look refreshes the pod figures too, so that they
-    /// are recent at the crossing. Then the memcg thresholds are re-armed at the fresh readings.
+    /// otherwise (while a threshold is near, the cycle reads them after its decision, so that
+    /// they are recent at the crossing). Then the memcg thresholds are re-armed at the fresh
+    /// readings.
     /// Returns where the ranking's pod figures come from (`None`: no ranking needed).
     fn observe<N: NodeView, A: Arming>(
         &mut self,
@@ -322,9 +334,6 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                 });
             Some(figures)
         } else {
-            if refresh_due(taken, now, self.next_sample_at, NEAR_REFRESH) {
-                self.read_pods(sampler, &mut timed.observations);
-            }
             None
         };
         self.rearm(sampler, wakeups);

@@ -1,6 +1,8 @@
 //! Which cgroup v1 memcg thresholds to arm after a pass, like the kubelet's
 //! `memoryThresholdNotifier`s: one per `memory.available` threshold on the node cgroup, one per
-//! `allocatableMemory.available` threshold on the kubepods cgroup (capacity = allocatable).
+//! `allocatableMemory.available` threshold on the kubepods cgroup (capacity = allocatable). Each
+//! threshold has a second level where its near band begins, the edge at which adaptive sampling
+//! takes over and the pods are read ahead of the crossing.
 
 use node_monitor_core::{signals::Signal, threshold::Threshold};
 
@@ -43,6 +45,8 @@ pub fn memcg_arming(
             .iter()
             .filter(|t| t.signal == signal)
             .filter_map(|t| u64::try_from(t.quantity(capacity).value()).ok())
+            .flat_map(|level| [Some(level), approach_level(level, m.capacity)])
+            .flatten()
             .collect();
         levels.sort_unstable();
         levels.dedup();
@@ -54,6 +58,17 @@ pub fn memcg_arming(
         })
     })
     .collect()
+}
+
+/// The level at which `available` enters a threshold's near band (see
+/// [`node_monitor_core::headroom::near_band`]): crossing it wakes the agent, whose adaptive
+/// sampling then looks every `fastSamplingInterval` and reads the pods ahead of the crossing
+/// ([`node_monitor_core::pod_figures`]). `None` when the band reaches the capacity.
+fn approach_level(level: u64, capacity: u64) -> Option<u64> {
+    let band = node_monitor_core::headroom::near_band(i128::from(level), i128::from(capacity));
+    u64::try_from(i128::from(level) + band)
+        .ok()
+        .filter(|l| *l < capacity)
 }
 
 /// Arms (or re-arms at the fresh `inactive_file`) the memcg thresholds [`memcg_arming`] picks,
@@ -145,13 +160,21 @@ mod tests {
             vec![
                 MemcgArming {
                     target: MemcgTarget::Node,
-                    levels: vec![100 * MIB, 300 * MIB],
+                    // 100 and 300 MiB, and where their near bands (a tenth of the capacity,
+                    // 409.6 MiB, larger than either threshold) begin.
+                    levels: vec![
+                        100 * MIB,
+                        300 * MIB,
+                        100 * MIB + 4096 * MIB / 10,
+                        300 * MIB + 4096 * MIB / 10
+                    ],
                     capacity: 4096 * MIB,
                     inactive_file: 50 * MIB,
                 },
                 MemcgArming {
                     target: MemcgTarget::Allocatable,
-                    levels: vec![100 * MIB],
+                    // 100 MiB, and 300 MiB (a tenth of 3000 MiB) above it.
+                    levels: vec![100 * MIB, 400 * MIB],
                     capacity: 3000 * MIB,
                     inactive_file: 20 * MIB,
                 },
@@ -176,6 +199,18 @@ mod tests {
         // 10 % of 1000 MiB, with the kubelet's float32 rounding.
         let level = arming[0].levels[0];
         assert!(level.abs_diff(100 * MIB) < MIB, "{level}");
+    }
+
+    #[test]
+    fn a_near_band_that_reaches_the_capacity_arms_no_approach_level() {
+        // 600 MiB of 1000: its band (600 MiB, the threshold itself) would end above the capacity.
+        let t = [threshold(
+            Signal::MemoryAvailable,
+            600 * MIB,
+            ThresholdSource::EvictionHard,
+        )];
+        let arming = memcg_arming(&t, Some(reading(1000 * MIB, 0)), None);
+        assert_eq!(arming[0].levels, [600 * MIB]);
     }
 
     #[test]

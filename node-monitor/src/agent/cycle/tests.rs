@@ -972,25 +972,21 @@ async fn near_a_threshold_the_crossing_ranks_from_the_last_looks_pod_figures_and
     rig.cycle().await;
     assert_eq!(
         take_log(&rig),
-        Vec::<String>::new(),
-        "a first look, with no next look scheduled yet, reads no pod"
-    );
-    tokio::time::advance(Duration::from_millis(100)).await;
-    rig.cycle().await;
-    assert_eq!(
-        take_log(&rig),
         ["read pods"],
-        "a look while a threshold is near refreshes the pod figures"
+        "the look that finds a threshold near reads the pods after its decision"
     );
     tokio::time::advance(Duration::from_millis(100)).await;
     rig.cycle().await;
     assert_eq!(
         take_log(&rig),
         Vec::<String>::new(),
-        "at most one refresh per 250 ms"
+        "at most one read per 250 ms"
     );
-    // The crossing, 100 ms later: ranked from the figures of 200 ms ago, read again after.
-    tokio::time::advance(Duration::from_millis(100)).await;
+    tokio::time::advance(Duration::from_millis(200)).await;
+    rig.cycle().await;
+    assert_eq!(take_log(&rig), ["read pods"], "300 ms later: read again");
+    // The crossing, 200 ms later: ranked from the figures of 200 ms ago, read again after.
+    tokio::time::advance(Duration::from_millis(200)).await;
     rig.set_available(500 * MI);
     rig.cycle().await;
     assert_eq!(
@@ -1013,8 +1009,6 @@ async fn near_a_threshold_the_crossing_ranks_from_the_last_looks_pod_figures_and
 #[tokio::test(start_paused = true)]
 async fn pod_figures_older_than_a_second_are_read_again_before_ranking() {
     let mut rig = with_headroom(Rig::new(HARD_1GI, GI + 50 * MI, &three_pods()));
-    rig.cycle().await;
-    tokio::time::advance(Duration::from_millis(100)).await;
     rig.cycle().await;
     assert_eq!(take_log(&rig), ["read pods"]);
     tokio::time::advance(Duration::from_millis(1_001)).await;
@@ -1039,8 +1033,6 @@ async fn earlier_figures_that_miss_a_pod_to_rank_are_read_again_before_ranking()
     let mut rig = with_headroom(Rig::new(HARD_1GI, GI + 50 * MI, &three_pods()));
     // The pods' cgroups appear only after the near look: its figures hold none of them.
     let pods = std::mem::take(&mut rig.state.borrow_mut().observations.pods);
-    rig.cycle().await;
-    tokio::time::advance(Duration::from_millis(100)).await;
     rig.cycle().await;
     assert_eq!(take_log(&rig), ["read pods"]);
     rig.state.borrow_mut().observations.pods = pods;
