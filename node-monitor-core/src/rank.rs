@@ -149,7 +149,7 @@ impl DiskShare {
 
     /// The share of a pod's figure whose writable-layer part is `layers` (a pod without a
     /// layer figure counts it all as volumes and logs).
-    fn of(self, total: Option<u64>, layers: Option<u64>) -> Option<u64> {
+    pub(crate) fn of(self, total: Option<u64>, layers: Option<u64>) -> Option<u64> {
         let total = total?;
         let layers = layers.unwrap_or(0).min(total);
         Some(match self {
