@@ -8,10 +8,11 @@
 //! which no stats were found". The kubelet sorts with Go's unstable `sort.Sort`, so its order
 //! among complete ties is unspecified; here ties keep the input order (a stable sort).
 //!
-//! Per-pod inode counts are not sampled: for inode signals every pod with a sample counts zero
-//! inodes, which is what the kubelet computes when its summary carries no inode figures, and the
-//! ranking falls through to priority and then (a kubelet quirk, kept) the ephemeral-storage
-//! request.
+//! For inode signals a pod's usage is the inodes of the same share of its disk (`podDiskUsage`
+//! with the `inodes` resource). No pod requests inodes, so every pod that uses one "exceeds its
+//! request" and the order is priority, then the inode count less (a kubelet quirk, kept) the
+//! pod's ephemeral-storage request in bytes. A pod whose inodes were not measured counts 0, as
+//! the kubelet counts a summary without inode figures.
 
 use std::{cmp::Ordering, collections::HashMap};
 
@@ -43,7 +44,8 @@ pub struct RankedPod {
     pub critical: bool,
     /// The sampler had a usage sample for this pod.
     pub stats_found: bool,
-    /// The sampled usage of the ranked resource (bytes, or processes); `None` when not sampled.
+    /// The sampled usage of the ranked resource (bytes, inodes or processes); `None` when not
+    /// sampled.
     pub usage: Option<u64>,
     /// The request compared with usage (bytes; 0 for inodes and PIDs, which have no requests).
     pub request: i64,
@@ -145,9 +147,11 @@ impl DiskShare {
         }
     }
 
-    fn of(self, u: &PodUsage) -> Option<u64> {
-        let total = u.disk?;
-        let layers = u.writable_layers.unwrap_or(0).min(total);
+    /// The share of a pod's figure whose writable-layer part is `layers` (a pod without a
+    /// layer figure counts it all as volumes and logs).
+    pub(crate) fn of(self, total: Option<u64>, layers: Option<u64>) -> Option<u64> {
+        let total = total?;
+        let layers = layers.unwrap_or(0).min(total);
         Some(match self {
             DiskShare::All => total,
             DiskShare::VolumesAndLogs => total - layers,
@@ -160,8 +164,8 @@ impl DiskShare {
 fn sample(resource: Resource, disk: DiskShare, u: &PodUsage) -> Option<u64> {
     match resource {
         Resource::Memory => u.memory,
-        Resource::EphemeralStorage => disk.of(u),
-        Resource::Inodes => None,
+        Resource::EphemeralStorage => disk.of(u.disk, u.writable_layers),
+        Resource::Inodes => disk.of(u.inodes, u.writable_layer_inodes),
         Resource::Pids => u.processes,
     }
 }
@@ -460,7 +464,8 @@ pub(crate) mod tests {
         ]);
         let r = rank_pods(Resource::EphemeralStorage, &pods, &usage);
         assert_eq!(names(&r), ["b", "a"], "b exceeds its zero request");
-        // Inodes: no per-pod counts, so priority and then the ephemeral-storage request decide.
+        // Inodes not measured: every pod counts 0, so priority and then the ephemeral-storage
+        // request decide.
         let r = rank_pods(Resource::Inodes, &pods, &usage);
         assert_eq!(names(&r), ["b", "a"]);
         assert_eq!(r[0].exceeds_request, Some(false));
@@ -573,5 +578,270 @@ pub(crate) mod tests {
         let r = rank_pods(Resource::Memory, &pods, &usage);
         assert_eq!(names(&r), ["x", "y", "z"]);
         assert_eq!(r.iter().map(|p| p.index).collect::<Vec<_>>(), [0, 1, 2]);
+    }
+
+    /// A pod as the kubelet's `newPod` makes it, with a priority and an ephemeral-storage
+    /// request.
+    fn disk_pod(name: &str, priority: i32, ephemeral_request: &str) -> PodInfo {
+        let mut p = pod(name, priority, "");
+        if !ephemeral_request.is_empty() {
+            let q = Quantity::parse(ephemeral_request).expect("request");
+            p.ephemeral_storage_request = q.clone();
+            p.containers[0].ephemeral_storage_request = q;
+        }
+        p
+    }
+
+    /// `newPodDiskStats(pod, rootFsUsed, logsUsed, perLocalVolumeUsed)`, in MiB: one container
+    /// and one emptyDir volume.
+    fn disk_stats(name: &str, rootfs: u64, logs: u64, volume: u64) -> (String, PodUsage) {
+        (
+            format!("uid-{name}"),
+            PodUsage {
+                disk: Some((rootfs + logs + volume) * MI),
+                writable_layers: Some(rootfs * MI),
+                ..PodUsage::default()
+            },
+        )
+    }
+
+    /// `newPodInodeStats(pod, rootFsInodesUsed, logsInodesUsed, perLocalVolumeInodesUsed)`.
+    fn inode_stats(name: &str, rootfs: u64, logs: u64, volume: u64) -> (String, PodUsage) {
+        (
+            format!("uid-{name}"),
+            PodUsage {
+                inodes: Some(rootfs + logs + volume),
+                writable_layer_inodes: Some(rootfs),
+                ..PodUsage::default()
+            },
+        )
+    }
+
+    /// The kubelet's `TestOrderedbyInodes`: the greediest inode consumer first.
+    #[test]
+    fn kubelet_ordered_by_inodes() {
+        let pods = vec![
+            disk_pod("low", 0, ""),
+            disk_pod("medium", 0, ""),
+            disk_pod("high", 0, ""),
+        ];
+        let usage = HashMap::from([
+            inode_stats("low", 50_000, 100_000, 50_000),     // 200000
+            inode_stats("medium", 100_000, 150_000, 50_000), // 300000
+            inode_stats("high", 200_000, 150_000, 50_000),   // 400000
+        ]);
+        let r = rank_pods(Resource::Inodes, &pods, &usage);
+        assert_eq!(names(&r), ["high", "medium", "low"]);
+        assert_eq!(r[0].usage, Some(400_000));
+        // No pod requests inodes: every pod that uses one exceeds its (zero) request.
+        assert!(r.iter().all(|p| p.exceeds_request == Some(true)));
+    }
+
+    /// The kubelet's `TestOrderedByPriorityInodes`: priority, then inodes.
+    #[test]
+    fn kubelet_ordered_by_priority_inodes() {
+        let (low, high) = (-134, 12534);
+        let pods = vec![
+            disk_pod("high-priority-low-usage", high, ""),
+            disk_pod("high-priority-high-usage", high, ""),
+            disk_pod("low-priority-low-usage", low, ""),
+            disk_pod("low-priority-high-usage", low, ""),
+        ];
+        let usage = HashMap::from([
+            inode_stats("low-priority-high-usage", 50_000, 100_000, 250_000),
+            inode_stats("low-priority-low-usage", 60_000, 30_000, 10_000),
+            inode_stats("high-priority-high-usage", 150_000, 150_000, 50_000),
+            inode_stats("high-priority-low-usage", 10_000, 40_000, 100_000),
+        ]);
+        assert_eq!(
+            names(&rank_pods(Resource::Inodes, &pods, &usage)),
+            [
+                "low-priority-high-usage",
+                "low-priority-low-usage",
+                "high-priority-high-usage",
+                "high-priority-low-usage",
+            ]
+        );
+    }
+
+    /// `TestOrderedbyInodes`' pods on each layout and inode signal: the inodes of the share of
+    /// the signal's filesystem rank them (`buildSignalToRankFunc` with `resourceInodes`).
+    #[test]
+    fn kubelet_ordered_by_inodes_per_filesystem() {
+        use Signal::*;
+        let pods = vec![
+            disk_pod("layers", 0, ""),
+            disk_pod("logs", 0, ""),
+            disk_pod("volume", 0, ""),
+        ];
+        let usage = HashMap::from([
+            inode_stats("layers", 300_000, 10_000, 10_000), // 320000, 20000 without layers
+            inode_stats("logs", 10_000, 200_000, 10_000),   // 220000, 210000
+            inode_stats("volume", 10_000, 10_000, 250_000), // 270000, 260000
+        ]);
+        let image = FsLayout {
+            dedicated_image_fs: true,
+            split_container_image_fs: false,
+        };
+        let split = FsLayout {
+            dedicated_image_fs: true,
+            split_container_image_fs: true,
+        };
+        let cases: [(FsLayout, Signal, [&str; 3]); 7] = [
+            (
+                FsLayout::default(),
+                NodeFsInodesFree,
+                ["layers", "volume", "logs"],
+            ),
+            (
+                FsLayout::default(),
+                ImageFsInodesFree,
+                ["layers", "volume", "logs"],
+            ),
+            (image, NodeFsInodesFree, ["volume", "logs", "layers"]),
+            (image, ImageFsInodesFree, ["layers", "logs", "volume"]),
+            (image, ContainerFsInodesFree, ["layers", "logs", "volume"]),
+            (split, ContainerFsInodesFree, ["layers", "volume", "logs"]),
+            // Images belong to no pod: all count 0 and the input order stays.
+            (split, ImageFsInodesFree, ["layers", "logs", "volume"]),
+        ];
+        for (layout, signal, want) in cases {
+            let share = DiskShare::for_signal(signal, layout);
+            let r = rank_pods_by(Resource::Inodes, share, &pods, &usage);
+            assert_eq!(names(&r), want, "{signal:?} on {layout:?}");
+        }
+    }
+
+    /// The kubelet's `TestOrderedbyDisk` (usage above the ephemeral-storage request), through
+    /// the whole `rankDiskPressureFunc` chain.
+    #[test]
+    fn kubelet_ordered_by_disk() {
+        let pods = vec![
+            disk_pod("best-effort-high", 0, ""),
+            disk_pod("best-effort-low", 0, ""),
+            disk_pod("burstable-high", 0, "100Mi"),
+            disk_pod("burstable-low", 0, "100Mi"),
+            disk_pod("guaranteed-high", 0, "400Mi"),
+            disk_pod("guaranteed-low", 0, "400Mi"),
+        ];
+        let usage = HashMap::from([
+            disk_stats("best-effort-high", 50, 100, 150), // 300Mi - 0 = 300Mi
+            disk_stats("best-effort-low", 25, 25, 50),    // 100Mi - 0 = 100Mi
+            disk_stats("burstable-high", 150, 150, 50),   // 350Mi - 100Mi = 250Mi
+            disk_stats("burstable-low", 25, 35, 50),      // 110Mi - 100Mi = 10Mi
+            disk_stats("guaranteed-high", 225, 100, 50),  // 375Mi - 400Mi = -25Mi
+            disk_stats("guaranteed-low", 25, 45, 50),     // 120Mi - 400Mi = -280Mi
+        ]);
+        let r = rank_pods(Resource::EphemeralStorage, &pods, &usage);
+        assert_eq!(
+            names(&r),
+            [
+                "best-effort-high",
+                "burstable-high",
+                "best-effort-low",
+                "burstable-low",
+                "guaranteed-high",
+                "guaranteed-low",
+            ]
+        );
+        assert_eq!(r[4].usage_above_request, Some(-25 * MI as i64));
+    }
+
+    /// `TestOrderedbyDisk`'s pods with a dedicated imagefs: nodefs ranks by logs and volumes
+    /// (`fsStatsLogs, fsStatsLocalVolumeSource`), imagefs and containerfs by the writable layer
+    /// (`fsStatsRoot, fsStatsImages`); with a split containerfs, nodefs and containerfs rank by
+    /// all three and imagefs by images alone.
+    #[test]
+    fn kubelet_ordered_by_disk_per_filesystem() {
+        use Signal::*;
+        let pods = vec![
+            disk_pod("best-effort-high", 0, ""),
+            disk_pod("best-effort-low", 0, ""),
+            disk_pod("burstable-high", 0, "100Mi"),
+            disk_pod("burstable-low", 0, "100Mi"),
+            disk_pod("guaranteed-high", 0, "400Mi"),
+            disk_pod("guaranteed-low", 0, "400Mi"),
+        ];
+        let usage = HashMap::from([
+            disk_stats("best-effort-high", 50, 100, 150), // logs+volume 250, root 50
+            disk_stats("best-effort-low", 25, 25, 50),    // 75, 25
+            disk_stats("burstable-high", 150, 150, 50),   // 200-100 = 100, 150-100 = 50
+            disk_stats("burstable-low", 25, 35, 50),      // 85-100 = -15, 25-100 = -75
+            disk_stats("guaranteed-high", 225, 100, 50),  // 150-400 = -250, 225-400 = -175
+            disk_stats("guaranteed-low", 25, 45, 50),     // 95-400 = -305, 25-400 = -375
+        ]);
+        let image = FsLayout {
+            dedicated_image_fs: true,
+            split_container_image_fs: false,
+        };
+        let split = FsLayout {
+            dedicated_image_fs: true,
+            split_container_image_fs: true,
+        };
+        let all = [
+            "best-effort-high",
+            "burstable-high",
+            "best-effort-low",
+            "burstable-low",
+            "guaranteed-high",
+            "guaranteed-low",
+        ];
+        let logs_and_volumes = [
+            "best-effort-high",
+            "burstable-high",
+            "best-effort-low",
+            "burstable-low",
+            "guaranteed-high",
+            "guaranteed-low",
+        ];
+        // Writable layers: the best-effort pods and burstable-high exceed their requests, by
+        // 50, 25 and 50 MiB (a tie the kubelet's unstable sort leaves open; input order here).
+        let layers = [
+            "best-effort-high",
+            "burstable-high",
+            "best-effort-low",
+            "burstable-low",
+            "guaranteed-high",
+            "guaranteed-low",
+        ];
+        // Images: every pod uses 0, none exceeds its request; usage less request decides.
+        let images = [
+            "best-effort-high",
+            "best-effort-low",
+            "burstable-high",
+            "burstable-low",
+            "guaranteed-high",
+            "guaranteed-low",
+        ];
+        let cases: [(FsLayout, Signal, [&str; 6]); 7] = [
+            (FsLayout::default(), NodeFsAvailable, all),
+            (FsLayout::default(), ImageFsAvailable, all),
+            (image, NodeFsAvailable, logs_and_volumes),
+            (image, ImageFsAvailable, layers),
+            (image, ContainerFsAvailable, layers),
+            (split, ContainerFsAvailable, all),
+            (split, ImageFsAvailable, images),
+        ];
+        for (layout, signal, want) in cases {
+            let share = DiskShare::for_signal(signal, layout);
+            let r = rank_pods_by(Resource::EphemeralStorage, share, &pods, &usage);
+            assert_eq!(names(&r), want, "{signal:?} on {layout:?}");
+        }
+        // The shares themselves, for the pod that tells them apart.
+        let burstable = |signal, layout| {
+            let share = DiskShare::for_signal(signal, layout);
+            let r = rank_pods_by(Resource::EphemeralStorage, share, &pods, &usage);
+            r.into_iter()
+                .find(|p| p.name == "burstable-high")
+                .and_then(|p| p.usage)
+        };
+        assert_eq!(
+            burstable(NodeFsAvailable, FsLayout::default()),
+            Some(350 * MI)
+        );
+        assert_eq!(burstable(NodeFsAvailable, image), Some(200 * MI));
+        assert_eq!(burstable(ImageFsAvailable, image), Some(150 * MI));
+        assert_eq!(burstable(NodeFsAvailable, split), Some(350 * MI));
+        assert_eq!(burstable(ImageFsAvailable, split), Some(0));
     }
 }

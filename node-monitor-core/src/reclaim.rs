@@ -9,6 +9,12 @@
 //! window after a disk eviction, the evicted pod's measured usage is credited back to the disk
 //! signals, until the disk shows it freed or the window ends.
 //!
+//! Each disk is credited with the part of the pod that lives on it, by the layout the
+//! observations carry (the shares of [`DiskShare::for_signal`]): with a dedicated image
+//! filesystem, the volumes and logs go back to nodefs and the writable layers to imagefs and
+//! containerfs, rather than the whole pod to each (which would hide real nodefs pressure for the
+//! window behind a pod whose bytes were all in its layer).
+//!
 //! Pure: [`PendingReclaim::record`] at an eviction, [`PendingReclaim::credited`] before each
 //! decision, both with the observations and `now`.
 
@@ -16,6 +22,7 @@ use std::time::Duration;
 
 use super::{
     clock::Timestamp,
+    rank::DiskShare,
     signals::{Observations, Signal},
 };
 
@@ -30,35 +37,44 @@ const DISK_BYTES: [Signal; 3] = [
     Signal::ContainerFsAvailable,
 ];
 
-/// One evicted pod's disk, and what each disk had available when it was evicted.
+/// One disk as an evicted pod left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Disk {
+    signal: Signal,
+    /// The pod's bytes on this disk.
+    bytes: i64,
+    /// What the disk had available at the eviction.
+    baseline: i64,
+    /// The most the disk has risen since (what the kubelet has freed so far; never lowered, so
+    /// a disk filling again does not bring the freed space back into the credit).
+    freed: i64,
+}
+
+/// One evicted pod's disk, per disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
     uid: String,
-    bytes: i64,
     at: Timestamp,
-    /// Per disk: what it had available at the eviction, and the most it has risen since (what
-    /// the kubelet has freed so far; never lowered, so a disk filling again does not bring the
-    /// freed space back into the credit).
-    disks: Vec<(Signal, i64, i64)>,
+    disks: Vec<Disk>,
 }
 
 impl Entry {
     /// Notes how far each disk has risen since the eviction.
     fn observe(&mut self, observations: &Observations) {
-        for (signal, baseline, freed) in &mut self.disks {
-            if let Some(now) = observations.signals.get(signal) {
-                *freed = (*freed).max(now.available.saturating_sub(*baseline));
+        for d in &mut self.disks {
+            if let Some(now) = observations.signals.get(&d.signal) {
+                d.freed = d.freed.max(now.available.saturating_sub(d.baseline));
             }
         }
     }
 
-    /// What is still to be freed on `signal`'s disk: the pod's bytes less the most the disk
-    /// rose since the eviction.
+    /// What is still to be freed on `signal`'s disk: the pod's bytes there less the most the
+    /// disk rose since the eviction.
     fn remaining(&self, signal: Signal) -> i64 {
         self.disks
             .iter()
-            .find(|(s, _, _)| *s == signal)
-            .map_or(0, |(_, _, freed)| self.bytes.saturating_sub(*freed).max(0))
+            .find(|d| d.signal == signal)
+            .map_or(0, |d| d.bytes.saturating_sub(d.freed).max(0))
     }
 }
 
@@ -75,20 +91,33 @@ impl PendingReclaim {
     }
 
     /// Notes that pod `uid`, whose ephemeral storage measured `bytes`, was evicted at `now`,
-    /// when the disks showed `observations`. A pod recorded again replaces its entry.
+    /// when the disks showed `observations`. Each disk is credited with the pod's share on it,
+    /// by `observations.filesystem` and the pod's writable-layer figure in
+    /// `observations.pods` (without one, the whole `bytes` on every disk). A pod recorded again
+    /// replaces its entry.
     pub fn record(&mut self, uid: &str, bytes: u64, observations: &Observations, now: Timestamp) {
         self.entries.retain(|e| e.uid != uid);
-        let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
-        if bytes == 0 {
+        let layers = observations.pods.get(uid).and_then(|u| u.writable_layers);
+        let disks: Vec<Disk> = DISK_BYTES
+            .iter()
+            .filter_map(|s| {
+                let share = DiskShare::for_signal(*s, observations.filesystem);
+                let on_disk = share.of(Some(bytes), layers).unwrap_or(0);
+                Some(Disk {
+                    signal: *s,
+                    bytes: i64::try_from(on_disk).unwrap_or(i64::MAX),
+                    baseline: observations.signals.get(s)?.available,
+                    freed: 0,
+                })
+            })
+            .filter(|d| d.bytes > 0)
+            .collect();
+        // Nothing on any observed disk: nothing to credit.
+        if disks.is_empty() {
             return;
         }
-        let disks = DISK_BYTES
-            .iter()
-            .filter_map(|s| Some((*s, observations.signals.get(s)?.available, 0)))
-            .collect();
         self.entries.push(Entry {
             uid: uid.to_owned(),
-            bytes,
             at: now,
             disks,
         });
@@ -233,6 +262,66 @@ mod tests {
         p.record("d", 100, &Observations::default(), at(100));
         let o = p.credited(&disk(1_000 * MIB), at(101));
         assert_eq!((p.len(), nodefs(&o)), (0, 1_000 * MIB));
+    }
+
+    /// With a dedicated image filesystem the pod's volumes and logs go back to nodefs and its
+    /// writable layer to imagefs and containerfs; on one filesystem the whole pod to each; with
+    /// a split containerfs, nothing to imagefs (images are no pod's).
+    #[test]
+    fn each_disk_is_credited_with_the_pods_share_on_it() {
+        use crate::signals::{FsLayout, PodUsage, SignalObservation};
+        let obs = |layout: FsLayout, available: i64| {
+            let mut o = Observations::default();
+            for s in DISK_BYTES {
+                o.signals.insert(
+                    s,
+                    SignalObservation {
+                        available: available * MIB,
+                        capacity: 10_000 * MIB,
+                    },
+                );
+            }
+            o.pods.insert(
+                "uid-1".into(),
+                PodUsage {
+                    disk: Some(600 << 20),
+                    writable_layers: Some(500 << 20),
+                    ..PodUsage::default()
+                },
+            );
+            o.filesystem = layout;
+            o
+        };
+        let image = FsLayout {
+            dedicated_image_fs: true,
+            split_container_image_fs: false,
+        };
+        let split = FsLayout {
+            dedicated_image_fs: true,
+            split_container_image_fs: true,
+        };
+        // (layout, credited nodefs, imagefs, containerfs) over 1 000 MiB available.
+        let cases = [
+            (FsLayout::default(), 1_600, 1_600, 1_600),
+            (image, 1_100, 1_500, 1_500),
+            (split, 1_600, 1_000, 1_600),
+        ];
+        for (layout, nodefs, imagefs, containerfs) in cases {
+            let mut p = PendingReclaim::new();
+            p.record("uid-1", 600 << 20, &obs(layout, 1_000), at(0));
+            let o = p.credited(&obs(layout, 1_000), at(5));
+            let got = |s: Signal| o.signals[&s].available / MIB;
+            assert_eq!(
+                (
+                    got(Signal::NodeFsAvailable),
+                    got(Signal::ImageFsAvailable),
+                    got(Signal::ContainerFsAvailable)
+                ),
+                (nodefs, imagefs, containerfs),
+                "{layout:?}"
+            );
+            assert_eq!(p.pending_bytes(), (nodefs - 1_000) * MIB, "{layout:?}");
+        }
     }
 
     #[test]

@@ -117,6 +117,14 @@ pub struct PodUsage {
     /// it alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writable_layers: Option<u64>,
+    /// Inodes used by the same local volumes, logs and writable layers (every file, directory
+    /// and symlink once, hard links once), as the kubelet's stats provider counts them; `None`
+    /// when not measured, which ranks like 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inodes: Option<u64>,
+    /// The part of `inodes` in the containers' writable layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writable_layer_inodes: Option<u64>,
     /// Number of processes (threads count as the kubelet counts them: pids.current).
     pub processes: Option<u64>,
 }
@@ -129,6 +137,24 @@ pub struct FsLayout {
     pub dedicated_image_fs: bool,
     /// Writable layers live apart from images (`IsContainerFsSeparateFromImageFs`).
     pub split_container_image_fs: bool,
+}
+
+impl FsLayout {
+    /// The layout the kubelet derives from the filesystems (their device numbers) of its root
+    /// directory (nodefs), the runtime's image store (imagefs) and, when the runtime reports one
+    /// apart, its writable layers (containerfs).
+    ///
+    /// - `IsContainerFsSeparateFromImageFs`: containerfs is reported and is not imagefs.
+    /// - `HasDedicatedImageFs` (KEP-4191): imagefs is not nodefs, or imagefs is nodefs but
+    ///   containerfs is elsewhere. So a split writable-layer filesystem always comes with a
+    ///   "dedicated" image filesystem, even when images stay on nodefs.
+    pub fn detect(nodefs: u64, imagefs: u64, containerfs: Option<u64>) -> FsLayout {
+        let split = containerfs.is_some_and(|c| c != imagefs);
+        FsLayout {
+            dedicated_image_fs: imagefs != nodefs || split,
+            split_container_image_fs: split,
+        }
+    }
 }
 
 /// Everything one sampling pass saw. Signals the sampler could not read are absent, never guessed.
@@ -147,6 +173,37 @@ pub struct Observations {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `HasDedicatedImageFs` and `IsContainerFsSeparateFromImageFs` for every placement of the
+    /// three filesystems (devices 1, 2, 3).
+    #[test]
+    fn the_layout_follows_the_kubelets_filesystem_detection() {
+        let layout = |dedicated_image_fs, split_container_image_fs| FsLayout {
+            dedicated_image_fs,
+            split_container_image_fs,
+        };
+        let cases = [
+            // One filesystem for everything; the runtime reports no containerfs, or the same.
+            ((1, 1, None), layout(false, false)),
+            ((1, 1, Some(1)), layout(false, false)),
+            // Images and writable layers together on a dedicated filesystem.
+            ((1, 2, None), layout(true, false)),
+            ((1, 2, Some(2)), layout(true, false)),
+            // Images apart, writable layers on nodefs (KEP-4191's split layout).
+            ((1, 2, Some(1)), layout(true, true)),
+            // Three filesystems.
+            ((1, 2, Some(3)), layout(true, true)),
+            // Images on nodefs, writable layers apart: the kubelet still calls imagefs dedicated.
+            ((1, 1, Some(3)), layout(true, true)),
+        ];
+        for ((node, image, container), want) in cases {
+            assert_eq!(
+                FsLayout::detect(node, image, container),
+                want,
+                "nodefs {node}, imagefs {image}, containerfs {container:?}"
+            );
+        }
+    }
 
     #[test]
     fn names_round_trip() {

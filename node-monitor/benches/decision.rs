@@ -69,6 +69,8 @@ fn usage(count: usize) -> HashMap<String, PodUsage> {
                     disk: Some(memory / 2),
                     processes: Some(1 + i as u64 % 40),
                     writable_layers: None,
+                    inodes: None,
+                    writable_layer_inodes: None,
                 },
             )
         })

@@ -810,6 +810,120 @@ fn pod_disk_usage_counts_a_real_overlay_writable_layer() {
     drop(container);
 }
 
+/// Inodes under `root` on its filesystem, counted by `find -xdev` (every entry and the root
+/// itself; there are no hard links here): the count the kubelet's `fs.DiskUsage` makes.
+fn find_inodes(root: &Path) -> u64 {
+    let out = Command::new("find")
+        .arg(root)
+        .arg("-xdev")
+        .output()
+        .expect("run find");
+    assert!(out.status.success(), "find {}: {:?}", root.display(), out);
+    out.stdout.iter().filter(|b| **b == b'\n').count() as u64
+}
+
+/// Per-pod inodes on a real kernel: a container's overlay writable layer, its log directory and
+/// an emptyDir with many small files, each counted as `find` counts it; the writable layer's
+/// part apart; a file the container creates shows up on the next measurement.
+#[test]
+fn pod_inodes_count_a_real_writable_layer_logs_and_empty_dir() {
+    let mut cg = TestCgroups::new("sampler-inodes");
+    let rel = format!("node/kubepods/pod{UID_A}/{CID}");
+    cg.create(&rel).expect("create the container cgroup");
+    let scratch = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
+    let store = scratch.path().join("containerd");
+    let mut container = overlay_container(&cg, &rel, &store, 1);
+    // An emptyDir of 40 directories of 25 files each, and two log files.
+    let pod_dir = scratch.path().join("kubelet/pods").join(UID_A);
+    let volume = pod_dir.join("volumes/kubernetes.io~empty-dir/cache");
+    for d in 0..40 {
+        let dir = volume.join(format!("d{d}"));
+        fs::create_dir_all(&dir).expect("mkdir");
+        for f in 0..25 {
+            fs::write(dir.join(format!("f{f}")), b"x").expect("write");
+        }
+    }
+    let logs = scratch
+        .path()
+        .join(format!("logs/default_web-0_{UID_A}/web"));
+    fs::create_dir_all(&logs).expect("mkdir");
+    fs::write(logs.join("0.log"), b"line\n").expect("write");
+    fs::write(logs.join("1.log"), b"line\n").expect("write");
+
+    let mut sampler = Sampler::new(SamplerConfig {
+        kubelet_root: scratch.path().join("kubelet"),
+        pod_log_root: scratch.path().join("logs"),
+        writable_layer_roots: vec![store.clone()],
+        full_sample_interval: Duration::from_secs(3600),
+        ..node_config(&cg, "node", "kubepods")
+    })
+    .expect("sampler");
+    // The first pass lists the pod cgroups the measurement walks.
+    let _ = sampler.sample(SampleKind::Fast);
+    let upper = store.join("u/fs");
+    let expected_layer = || find_inodes(&upper);
+    let expected_total = || {
+        find_inodes(&pod_dir)
+            + find_inodes(&scratch.path().join(format!("logs/default_web-0_{UID_A}")))
+            + find_inodes(&upper)
+    };
+    sampler.measure_pod_disk_now();
+    let o = sampler.sample(SampleKind::Fast);
+    let u = o.pods.get(UID_A).copied().expect("pod A sampled");
+    assert_eq!(u.inodes, Some(expected_total()), "{u:?}");
+    assert_eq!(u.writable_layer_inodes, Some(expected_layer()), "{u:?}");
+    // The emptyDir alone holds 1 040 inodes: the figure is the pod's, not a constant.
+    assert!(u.inodes.unwrap_or(0) > 1040, "{u:?}");
+
+    // The container writes /blob: one more inode in its writable layer.
+    let layer_before = u.writable_layer_inodes.unwrap_or(0);
+    writeln!(container.stdin, "go").expect("container input");
+    container.expect_line("written");
+    sampler.measure_pod_disk_now();
+    let o = sampler.sample(SampleKind::Fast);
+    let u = o.pods.get(UID_A).copied().expect("pod A sampled");
+    assert_eq!(u.writable_layer_inodes, Some(expected_layer()), "{u:?}");
+    assert_eq!(u.writable_layer_inodes, Some(layer_before + 1), "{u:?}");
+    assert_eq!(u.inodes, Some(expected_total()), "{u:?}");
+    drop(container);
+}
+
+/// KEP-4191's split layout on real filesystems: images in a directory on nodefs' disk and the
+/// writable layers on a tmpfs. The kubelet then calls the image filesystem dedicated
+/// (`HasDedicatedImageFs` compares the image and container filesystems too) and the container
+/// filesystem separate; `containerfs.*` are the tmpfs'.
+#[test]
+fn a_split_writable_layer_filesystem_is_told_as_the_kubelet_tells_it() {
+    require_root("the kernel tier");
+    let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let kubelet = dir.path().join("kubelet");
+    let images = dir.path().join("images");
+    for d in [&kubelet, &images] {
+        fs::create_dir(d).expect("mkdir");
+    }
+    let containers = Path::new("/dev/shm");
+    let mut sampler = Sampler::new(SamplerConfig {
+        kubelet_root: kubelet.clone(),
+        image_fs: Some(images),
+        container_fs: Some(containers.to_path_buf()),
+        ..SamplerConfig::default()
+    })
+    .expect("sampler");
+    let o = sampler.sample(SampleKind::Fast);
+    let (_, nodefs_capacity, _, _) = statvfs_pair(&kubelet);
+    let (_, shm_capacity, _, _) = statvfs_pair(containers);
+    assert_eq!(signal(&o, Signal::ImageFsAvailable).1, nodefs_capacity);
+    assert_eq!(signal(&o, Signal::ContainerFsAvailable).1, shm_capacity);
+    assert_eq!(
+        (
+            o.filesystem.dedicated_image_fs,
+            o.filesystem.split_container_image_fs
+        ),
+        (true, true)
+    );
+    assert_eq!(sampler.has_dedicated_image_fs(), Some(true));
+}
+
 #[test]
 fn pid_available_is_sane() {
     require_root("the kernel tier");

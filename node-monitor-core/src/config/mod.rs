@@ -246,6 +246,36 @@ impl EvictionConfig {
     }
 }
 
+/// The configuration as loaded and its copy for the filesystem layout last seen
+/// ([`EvictionConfig::with_fs_layout`]): the kubelet derives its `containerfs.*` thresholds
+/// once it knows the layout, and so does the agent, from each sample's layout. The copy is
+/// rebuilt only when the layout changes (a filesystem mounted or found after start).
+#[derive(Debug, Clone)]
+pub struct LayoutConfig {
+    configured: EvictionConfig,
+    layout: Option<FsLayout>,
+}
+
+impl LayoutConfig {
+    /// The configuration as loaded; no layout seen yet.
+    pub fn new(configured: EvictionConfig) -> Self {
+        Self {
+            configured,
+            layout: None,
+        }
+    }
+
+    /// The configuration for `layout` if it is not the layout of the last call (always on the
+    /// first call); `None` when the configuration in use stays right.
+    pub fn update(&mut self, layout: FsLayout) -> Option<EvictionConfig> {
+        if self.layout == Some(layout) {
+            return None;
+        }
+        self.layout = Some(layout);
+        Some(self.configured.with_fs_layout(layout))
+    }
+}
+
 /// A configuration that cannot be used; every message names the field and the value.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

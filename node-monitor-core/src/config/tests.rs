@@ -657,6 +657,32 @@ fn container_fs_thresholds_follow_the_layout() {
     assert_eq!(find(&odd), [("50%".to_owned(), None)]);
 }
 
+/// The agent's copy follows each layout change once: the first layout, a change, and back.
+#[test]
+fn the_layout_config_is_rebuilt_only_when_the_layout_changes() {
+    let yaml = "evictionHard:\n  nodefs.available: 10%\n  imagefs.available: 15%\n";
+    let mut lc = LayoutConfig::new(load_yaml(yaml, &flags()).expect("config"));
+    let containerfs = |c: &EvictionConfig| {
+        c.thresholds
+            .iter()
+            .filter(|t| t.signal == Signal::ContainerFsAvailable)
+            .map(|t| t.value.to_string())
+            .collect::<Vec<_>>()
+    };
+    let image = FsLayout {
+        dedicated_image_fs: true,
+        split_container_image_fs: false,
+    };
+    let first = lc.update(FsLayout::default()).expect("first layout");
+    assert_eq!(containerfs(&first), ["10%"]);
+    assert!(lc.update(FsLayout::default()).is_none());
+    let changed = lc.update(image).expect("changed layout");
+    assert_eq!(containerfs(&changed), ["15%"]);
+    assert!(lc.update(image).is_none());
+    let back = lc.update(FsLayout::default()).expect("back");
+    assert_eq!(containerfs(&back), ["10%"]);
+}
+
 #[test]
 fn kubelet_config_path_defaults_turns_off_and_must_be_absolute() {
     let c = load_yaml("{}", &flags()).expect("default");

@@ -603,3 +603,179 @@ fn a_dedicated_image_filesystem_splits_disk_ranking_by_signal() {
         assert_eq!(evicted, [want], "{signal:?} on {layout:?}");
     }
 }
+
+/// `TestDiskPressureNodeFs`' pods: (rootfs, logs, local volume) in MiB.
+fn kubelet_disk_pods() -> (Vec<PodInfo>, Vec<(String, PodUsage)>) {
+    let (low, high) = (-1, 1);
+    let pods = vec![
+        pod("low-priority-high-usage", low, "1Gi"),
+        pod("below-requests", 0, "100Mi"),
+        pod("above-requests", 0, "100Mi"),
+        pod("high-priority-high-usage", high, ""),
+        pod("low-priority-low-usage", low, ""),
+    ];
+    let usage = |name: &str, root: i64, logs: i64, volume: i64| {
+        (
+            format!("uid-{name}"),
+            PodUsage {
+                disk: Some(((root + logs + volume) * MI) as u64),
+                writable_layers: Some((root * MI) as u64),
+                ..PodUsage::default()
+            },
+        )
+    };
+    let pod_usage = vec![
+        usage("low-priority-high-usage", 900, 0, 0),
+        usage("below-requests", 0, 50, 0),
+        usage("above-requests", 400, 0, 0),
+        usage("high-priority-high-usage", 0, 0, 400),
+        usage("low-priority-low-usage", 100, 0, 0),
+    ];
+    (pods, pod_usage)
+}
+
+/// `makeDiskStats`: every filesystem with 16Gi available of 32Gi but `pressured`, which has
+/// `available` when given.
+fn kubelet_disk_obs(
+    pod_usage: &[(String, PodUsage)],
+    layout: FsLayout,
+    pressured: Signal,
+    available: Option<i64>,
+) -> Observations {
+    let fs = |s: Signal| {
+        let a = match available {
+            Some(a) if s == pressured => a,
+            _ => 16 * GI,
+        };
+        (s, a, 32 * GI)
+    };
+    let mut o = observations(
+        &[
+            fs(Signal::NodeFsAvailable),
+            fs(Signal::ImageFsAvailable),
+            fs(Signal::ContainerFsAvailable),
+        ],
+        pod_usage,
+    );
+    o.filesystem = layout;
+    o
+}
+
+/// The kubelet's `TestDiskPressureNodeFs`, each case: no image filesystem (nodefs pressure),
+/// a dedicated image filesystem (imagefs pressure) and a split containerfs (containerfs
+/// pressure, with the thresholds the kubelet derives from the nodefs ones). Soft pressure
+/// raises the condition at once and evicts after the grace period with the maximum pod grace
+/// period; hard pressure evicts at once with 1 s; the condition outlives the pressure by the
+/// transition period. The evicted pod is the low-priority one with the large writable layer.
+#[test]
+fn kubelet_disk_pressure_nodefs_imagefs_containerfs() {
+    let thresholds = |signal: &str| {
+        config(&format!(
+            "evictionHard:\n  {signal}: 1Gi\nevictionSoft:\n  {signal}: 2Gi\n\
+             evictionSoftGracePeriod:\n  {signal}: 2m\nevictionMaxPodGracePeriod: 5\n\
+             evictionPressureTransitionPeriod: 5m\n"
+        ))
+    };
+    let (pods, pod_usage) = kubelet_disk_pods();
+    let image = FsLayout {
+        dedicated_image_fs: true,
+        split_container_image_fs: false,
+    };
+    let split = FsLayout {
+        dedicated_image_fs: true,
+        split_container_image_fs: true,
+    };
+    let cases = [
+        (
+            "no image fs",
+            "nodefs.available",
+            FsLayout::default(),
+            Signal::NodeFsAvailable,
+        ),
+        (
+            "image fs",
+            "imagefs.available",
+            image,
+            Signal::ImageFsAvailable,
+        ),
+        (
+            "container fs",
+            "nodefs.available",
+            split,
+            Signal::ContainerFsAvailable,
+        ),
+    ];
+    for (name, configured, layout, pressured) in cases {
+        let c = thresholds(configured).with_fs_layout(layout);
+        let obs = |available| kubelet_disk_obs(&pod_usage, layout, pressured, available);
+        let disk_pressure = |d: &Decision| condition(d, NodeConditionType::DiskPressure);
+        let evicted = |d: &Decision| d.evict.iter().map(|e| e.name.clone()).collect::<Vec<_>>();
+        let mut s = EvictionState::new();
+        let mut t = 0;
+        let d = synchronize(&mut s, &c, &obs(None), &pods, at(t));
+        assert!(!disk_pressure(&d), "{name}: no pressure at start");
+        // Soft threshold (1.5Gi < 2Gi): condition, no eviction within the grace period.
+        t += 60;
+        let soft = obs(Some(3 * GI / 2));
+        let d = synchronize(&mut s, &c, &soft, &pods, at(t));
+        assert!(disk_pressure(&d), "{name}: soft pressure");
+        assert!(d.evict.is_empty(), "{name}: within the grace period");
+        t += 180;
+        let d = synchronize(&mut s, &c, &soft, &pods, at(t));
+        assert!(disk_pressure(&d), "{name}: soft pressure held");
+        assert_eq!(evicted(&d), ["low-priority-high-usage"], "{name}: soft");
+        assert_eq!(d.evict[0].grace_period_seconds, 5, "{name}: max pod grace");
+        assert_eq!(d.evict[0].signal, pressured, "{name}: soft signal");
+        // Relieved, past the transition period.
+        t += 1200;
+        let d = synchronize(&mut s, &c, &obs(None), &pods, at(t));
+        assert!(!disk_pressure(&d), "{name}: relieved");
+        // Hard threshold (750Mi < 1Gi): evicts at once.
+        t += 60;
+        let d = synchronize(&mut s, &c, &obs(Some(750 * MI)), &pods, at(t));
+        assert!(disk_pressure(&d), "{name}: hard pressure");
+        assert_eq!(evicted(&d), ["low-priority-high-usage"], "{name}: hard");
+        assert_eq!(d.evict[0].grace_period_seconds, 1, "{name}: hard grace");
+        // Relieved: the condition stays for the transition period, then goes.
+        t += 60;
+        let d = synchronize(&mut s, &c, &obs(None), &pods, at(t));
+        assert!(
+            disk_pressure(&d) && d.evict.is_empty(),
+            "{name}: transition"
+        );
+        t += 300;
+        let d = synchronize(&mut s, &c, &obs(None), &pods, at(t));
+        assert!(!disk_pressure(&d) && d.evict.is_empty(), "{name}: cleared");
+    }
+}
+
+/// Inode pressure ranks by the inodes each pod uses (`rankDiskPressureFunc` with inodes): the
+/// pod with many small files goes first, not the pod with the large request-free volume.
+#[test]
+fn inode_pressure_evicts_the_pod_with_the_most_inodes() {
+    let c = config("evictionHard:\n  nodefs.inodesFree: 5%\n");
+    let pods = [pod("big-file", 0, ""), pod("many-files", 0, "")];
+    let pod_usage = [
+        (
+            "uid-big-file".to_owned(),
+            PodUsage {
+                disk: Some((10 * GI) as u64),
+                inodes: Some(12),
+                ..PodUsage::default()
+            },
+        ),
+        (
+            "uid-many-files".to_owned(),
+            PodUsage {
+                disk: Some((100 * MI) as u64),
+                inodes: Some(400_000),
+                ..PodUsage::default()
+            },
+        ),
+    ];
+    let obs = observations(&[(Signal::NodeFsInodesFree, 1_000, 1_000_000)], &pod_usage);
+    let d = synchronize(&mut EvictionState::new(), &c, &obs, &pods, at(0));
+    let evicted: Vec<_> = d.evict.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(evicted, ["many-files"]);
+    assert_eq!(d.ranked[0].usage, Some(400_000));
+}

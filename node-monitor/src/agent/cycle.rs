@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 use node_monitor_core::{
     clock::Timestamp,
     conditions::{pressure_taints, published_conditions},
-    config::EvictionConfig,
+    config::{EvictionConfig, FsLayout, LayoutConfig},
     eviction::{DRY_RUN_REPORT_INTERVAL, Decision, EvictionState, ReportLimiter, synchronize},
     headroom::{Headroom, HeadroomPolicy},
     pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
@@ -66,7 +66,10 @@ pub(super) struct PublishedConditions {
 /// The agent loop's state across cycles, and its ports.
 pub(super) struct Loop<C, P> {
     pub(super) start: Instant,
+    /// The configuration for the filesystem layout last sampled (its `containerfs.*`
+    /// thresholds derived as the kubelet derives them), rebuilt from `layout_config`.
     pub(super) config: EvictionConfig,
+    pub(super) layout_config: LayoutConfig,
     pub(super) state: EvictionState,
     pub(super) metrics: Arc<Metrics>,
     pub(super) actuator: C,
@@ -120,6 +123,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
     ) -> Self {
         Loop {
             start: Instant::now(),
+            layout_config: LayoutConfig::new(config.clone()),
             config,
             state: EvictionState::new(),
             metrics,
@@ -304,6 +308,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         pods: &[PodInfo],
     ) -> (TimedObservations<Wakeup>, Option<RankFigures>) {
         let mut timed = sampler.observe(wakeup, SampleKind::Signals);
+        self.follow_fs_layout(timed.observations.filesystem);
         let pressure = !self.state.conditions().is_empty()
             || self.config.thresholds.iter().any(|t| {
                 timed
@@ -345,6 +350,20 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
     fn read_pods<N: NodeView>(&mut self, sampler: &mut N, out: &mut Observations) {
         sampler.sample_into(SampleKind::Fast, out);
         self.pod_figures = Some((self.now(), out.pods.clone()));
+    }
+
+    /// The `containerfs.*` thresholds for the filesystems the sampler found (the kubelet's
+    /// `UpdateContainerFsThresholds` once it knows them), rebuilt when that layout changes.
+    fn follow_fs_layout(&mut self, layout: FsLayout) {
+        if let Some(config) = self.layout_config.update(layout) {
+            info!(
+                dedicated_image_fs = layout.dedicated_image_fs,
+                split_container_image_fs = layout.split_container_image_fs,
+                thresholds = config.thresholds.len(),
+                "filesystem layout: containerfs thresholds follow it"
+            );
+            self.config = config;
+        }
     }
 
     /// The core's decision on this instant's observations and the pods that may be ranked, with

@@ -97,6 +97,11 @@ pub struct Args {
     /// The image filesystem (default: discovered for containerd and CRI-O).
     #[arg(long)]
     pub image_fs: Option<PathBuf>,
+    /// The containers' writable-layer filesystem when the runtime keeps it apart from images
+    /// (KEP-4191; CRI-O with an `imagestore`: `--image-fs` the image store,
+    /// `--container-fs /var/lib/containers/storage`). Default: the image filesystem.
+    #[arg(long)]
+    pub container_fs: Option<PathBuf>,
     /// Decide and report, but evict nothing (overrides the configuration).
     #[arg(long)]
     pub dry_run: bool,

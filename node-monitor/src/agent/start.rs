@@ -72,6 +72,7 @@ pub(super) fn new_sampler(args: &Args, allocatable_memory: Option<u64>) -> anyho
         proc_root: args.proc_root.clone(),
         kubelet_root: args.kubelet_root.clone(),
         image_fs: args.image_fs.clone(),
+        container_fs: args.container_fs.clone(),
         allocatable_memory,
         ..SamplerConfig::default()
     };

@@ -64,6 +64,10 @@ struct UsageIn {
     disk: Option<Quantity>,
     #[serde(default, rename = "writableLayers")]
     writable_layers: Option<Quantity>,
+    #[serde(default)]
+    inodes: Option<Quantity>,
+    #[serde(default, rename = "writableLayerInodes")]
+    writable_layer_inodes: Option<Quantity>,
     processes: Option<Quantity>,
     #[serde(default)]
     containers: BTreeMap<String, ContainerUsageIn>,
@@ -228,6 +232,11 @@ fn observations<'s>(
                 writable_layers: non_negative(
                     u.writable_layers.as_ref(),
                     &field("writableLayers"),
+                )?,
+                inodes: non_negative(u.inodes.as_ref(), &field("inodes"))?,
+                writable_layer_inodes: non_negative(
+                    u.writable_layer_inodes.as_ref(),
+                    &field("writableLayerInodes"),
                 )?,
                 processes: non_negative(u.processes.as_ref(), &field("processes"))?,
             },

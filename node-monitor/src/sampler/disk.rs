@@ -1,5 +1,5 @@
 //! Per-pod disk usage (local volumes on nodefs, container logs under `/var/log/pods` and the
-//! containers' writable layers), measured on a thread of its own.
+//! containers' writable layers), in bytes and inodes, measured on a thread of its own.
 //!
 //! A directory walk waits on the disk, and a pod may hold up to the walk budget in entries: on
 //! the sampling path it would delay every memory decision that happens to fall on a full pass.
@@ -43,6 +43,10 @@ pub(crate) struct PodDisk {
     pub total: u64,
     /// The part of `total` in its containers' writable layers.
     pub layers: u64,
+    /// Inodes used by the same trees (hard links once).
+    pub inodes: u64,
+    /// The part of `inodes` in its containers' writable layers.
+    pub layer_inodes: u64,
 }
 
 /// One finished measurement.
@@ -70,11 +74,13 @@ pub(crate) fn measure(paths: &DiskPaths, pods: &[PodRef], layers: &mut LayerCach
         trees.extend(logs.get(uid.as_str()).map(|l| (l.clone(), false)));
         trees.extend(layers.upper_dirs(cgroup).into_iter().map(|l| (l, true)));
         let mut layer_bytes = 0u64;
+        let mut layer_inodes = 0u64;
         for (tree, is_layer) in &trees {
             match pods::disk_usage(tree, paths.budget, &mut inodes) {
                 Ok(w) => {
-                    if *is_layer {
-                        layer_bytes = w.iter().fold(layer_bytes, |a, w| a.saturating_add(w.bytes));
+                    if let (true, Some(w)) = (*is_layer, &w) {
+                        layer_bytes = layer_bytes.saturating_add(w.bytes);
+                        layer_inodes = layer_inodes.saturating_add(w.inodes);
                     }
                     walks.extend(w);
                 }
@@ -91,6 +97,7 @@ pub(crate) fn measure(paths: &DiskPaths, pods: &[PodRef], layers: &mut LayerCach
             continue;
         }
         let bytes = walks.iter().fold(0u64, |a, w| a.saturating_add(w.bytes));
+        let inode_count = walks.iter().fold(0u64, |a, w| a.saturating_add(w.inodes));
         if walks.iter().any(|w: &DiskWalk| !w.complete) {
             report.truncated.push(uid.clone());
         }
@@ -99,6 +106,8 @@ pub(crate) fn measure(paths: &DiskPaths, pods: &[PodRef], layers: &mut LayerCach
             PodDisk {
                 total: bytes,
                 layers: layer_bytes.min(bytes),
+                inodes: inode_count,
+                layer_inodes: layer_inodes.min(inode_count),
             },
         );
     }

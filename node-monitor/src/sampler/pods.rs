@@ -264,12 +264,15 @@ pub(crate) fn pod_log_dirs(root: &Path) -> HashMap<String, PathBuf> {
 pub(crate) struct DiskWalk {
     /// Allocated bytes of what was walked.
     pub bytes: u64,
+    /// Inodes of what was walked: the root, and every file, directory and symlink below it on
+    /// its filesystem, hard links once (the kubelet's `fs.DiskUsage` count).
+    pub inodes: u64,
     /// `false` when the walk stopped at its entry budget: `bytes` is then a lower bound.
     pub complete: bool,
 }
 
 /// Disk usage of `root` in bytes (allocated blocks, as `du` and the kubelet's volume metrics
-/// count them), without crossing into other filesystems: memory-backed volumes (tmpfs
+/// count them) and in inodes (counted on the same pass: no extra system call), without crossing into other filesystems: memory-backed volumes (tmpfs
 /// emptyDir, secrets) and mounted persistent volumes are not local ephemeral storage on nodefs.
 /// Hard links are counted once. `Ok(None)` when `root` does not exist. The walk stops after
 /// `budget` entries, so one pod with millions of files cannot stall the meter; what it counted
@@ -291,6 +294,7 @@ pub(crate) fn disk_usage(
     };
     let dev = meta.dev();
     let mut total = meta.blocks().saturating_mul(512);
+    let mut counted = 1u64;
     let mut walked = 0u64;
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -301,6 +305,7 @@ pub(crate) fn disk_usage(
             if walked > budget {
                 return Ok(Some(DiskWalk {
                     bytes: total,
+                    inodes: counted,
                     complete: false,
                 }));
             }
@@ -314,10 +319,12 @@ pub(crate) fn disk_usage(
                 continue;
             }
             total = total.saturating_add(m.blocks().saturating_mul(512));
+            counted += 1;
         }
     }
     Ok(Some(DiskWalk {
         bytes: total,
+        inodes: counted,
         complete: true,
     }))
 }

@@ -110,7 +110,7 @@ pub struct Sampler {
     last_full: Option<Instant>,
     last_node_memory: Option<MemoryReading>,
     last_kubepods_memory: Option<MemoryReading>,
-    dedicated_image_fs: Option<bool>,
+    fs_layout: Option<FsLayout>,
     /// The last full pass found no capacity for allocatableMemory.available.
     allocatable_missing: bool,
     /// The memory hierarchy's root: the machine, read in place of a node cgroup whose limit does
@@ -171,7 +171,7 @@ impl Sampler {
             last_full: None,
             last_node_memory: None,
             last_kubepods_memory: None,
-            dedicated_image_fs: None,
+            fs_layout: None,
             allocatable_missing: false,
             machine_memory,
             node_unbounded: None,
@@ -200,7 +200,7 @@ impl Sampler {
     /// `HasDedicatedImageFs`, which chooses the disk ranking and reclaim functions). `None`
     /// until both were read.
     pub fn has_dedicated_image_fs(&self) -> Option<bool> {
-        self.dedicated_image_fs
+        self.fs_layout.map(|l| l.dedicated_image_fs)
     }
 
     /// One pass. See [`Sampler::sample_into`].

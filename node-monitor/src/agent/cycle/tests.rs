@@ -1045,3 +1045,52 @@ async fn earlier_figures_that_miss_a_pod_to_rank_are_read_again_before_ranking()
         "a pod without a figure would rank first, as the kubelet ranks a pod without stats"
     );
 }
+
+/// The agent derives the `containerfs.*` thresholds from the layout the sampler found, as the
+/// kubelet does (`UpdateContainerFsThresholds`): with writable layers on a filesystem of their
+/// own, a full containerfs evicts under the nodefs thresholds, ranked by the whole pod (the
+/// kubelet's nodefs ranking in that layout), while nodefs itself is fine.
+#[tokio::test(start_paused = true)]
+async fn a_split_container_filesystem_gets_the_nodefs_thresholds() {
+    let config = "evictionHard:\n  nodefs.available: 1Gi\n";
+    let pods = [(pod("small", 0, None), MI), (pod("layer", 0, None), MI)];
+    let mut rig = Rig::new(config, 5 * GI, &pods);
+    {
+        let mut s = rig.state.borrow_mut();
+        let fs = |available: u64| SignalObservation {
+            available: available as i64,
+            capacity: (100 * GI) as i64,
+        };
+        s.observations
+            .signals
+            .insert(Signal::NodeFsAvailable, fs(50 * GI));
+        s.observations
+            .signals
+            .insert(Signal::ImageFsAvailable, fs(50 * GI));
+        s.observations
+            .signals
+            .insert(Signal::ContainerFsAvailable, fs(500 * MI));
+        s.observations.filesystem = FsLayout {
+            dedicated_image_fs: true,
+            split_container_image_fs: true,
+        };
+        for (name, disk, layers) in [("small", 10 * MI, 0), ("layer", 3 * GI, 3 * GI)] {
+            if let Some(u) = s.observations.pods.get_mut(&format!("uid-{name}")) {
+                u.disk = Some(disk);
+                u.writable_layers = Some(layers);
+            }
+        }
+    }
+    assert_eq!(rig.cycle().await, CycleEnd::Done);
+    assert_eq!(rig.cluster().evicted(), ["layer"]);
+    assert!(
+        rig.agent
+            .config
+            .thresholds
+            .iter()
+            .any(|t| t.signal == Signal::ContainerFsAvailable
+                && t.derived_from == Some(Signal::NodeFsAvailable)),
+        "{:?}",
+        rig.agent.config.thresholds
+    );
+}

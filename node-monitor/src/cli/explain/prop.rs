@@ -64,16 +64,24 @@ fn snapshot() -> impl Strategy<Value = String> {
         "imagefs.inodesFree",
         "pid.available",
         "containerfs.available",
+        "containerfs.inodesFree",
     ]);
-    let usage = (0_u8..6, quantity(), quantity(), quantity(), quantity()).prop_map(
-        |(id, memory, disk, processes, container)| {
+    let usage = (
+        0_u8..6,
+        quantity(),
+        quantity(),
+        quantity(),
+        quantity(),
+        quantity(),
+    )
+        .prop_map(|(id, memory, disk, processes, container, inodes)| {
             (
                 format!("u{id}"),
                 json!({"memory": memory, "disk": disk, "processes": processes,
+                           "inodes": inodes, "writableLayerInodes": inodes,
                            "containers": {"app": {"memory": container, "disk": container}}}),
             )
-        },
-    );
+        });
     let config = prop_oneof![
         Just(Value::Null),
         (signal.clone(), quantity()).prop_map(|(s, q)| json!({

@@ -92,6 +92,17 @@ fn bad_snapshots_name_the_field() {
             "usage.ua.memory",
         ),
         (
+            snapshot(json!({}), json!({"usage": {"ua": {"inodes": -3}}})),
+            "usage.ua.inodes: -3 is negative",
+        ),
+        (
+            snapshot(
+                json!({}),
+                json!({"usage": {"ua": {"writableLayerInodes": "-1k"}}}),
+            ),
+            "usage.ua.writableLayerInodes",
+        ),
+        (
             snapshot(
                 json!({}),
                 json!({"config": {"evictionHard": {"memory.available": "1Gb"}}}),
@@ -105,4 +116,46 @@ fn bad_snapshots_name_the_field() {
         let msg = format!("{err:#}");
         assert!(msg.contains(want), "{msg:?} should contain {want:?}");
     }
+}
+
+/// A snapshot's per-pod `inodes` rank inode pressure: the pod with many files goes first; on a
+/// dedicated image filesystem nodefs counts them without the writable layer's.
+#[test]
+fn inode_pressure_ranks_by_the_snapshots_inodes() {
+    let pods = json!({"pods": [
+        {"metadata": {"name": "few", "namespace": "default", "uid": "u-few"},
+         "spec": {"containers": [{"name": "app"}]}},
+        {"metadata": {"name": "many", "namespace": "default", "uid": "u-many"},
+         "spec": {"containers": [{"name": "app"}]}}
+    ]});
+    let run = |dedicated: bool| {
+        let mut extra = pods.clone();
+        if let Value::Object(m) = &mut extra {
+            m.insert(
+                "usage".into(),
+                json!({
+                    "u-few": {"disk": "5Gi", "inodes": 900, "writableLayerInodes": 100},
+                    "u-many": {"disk": "10Mi", "inodes": 250000, "writableLayerInodes": 249000}
+                }),
+            );
+            m.insert(
+                "filesystem".into(),
+                json!({"dedicatedImageFs": dedicated, "splitContainerImageFs": false}),
+            );
+        }
+        let text = snapshot(
+            json!({"nodefs.inodesFree": {"available": 1000, "capacity": 1000000}}),
+            extra,
+        );
+        explain("s", &text, None, &EvictionFlags::default(), Duration::ZERO).expect("explain")
+    };
+    let out = run(false);
+    assert_eq!(out["reclaim"], "nodefs.inodesFree");
+    assert_eq!(out["evict"][0]["name"], "many");
+    assert_eq!(out["ranked"][0]["usage"], 250_000);
+    // Dedicated imagefs: nodefs counts 800 for "few" and 1000 for "many"'s logs and volumes.
+    let out = run(true);
+    assert_eq!(out["evict"][0]["name"], "many");
+    assert_eq!(out["ranked"][0]["usage"], 1000);
+    assert_eq!(out["ranked"][1]["usage"], 800);
 }

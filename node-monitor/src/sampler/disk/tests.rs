@@ -70,6 +70,12 @@ fn volumes_and_logs_are_summed_and_a_budget_gives_a_lower_bound() {
     );
     assert_eq!(r.truncated, vec![UID_B.to_owned()]);
     assert!(!r.usage.contains_key("absent"));
+    // Inodes of pod A: its pod directory, volumes, the plugin directory, the volume and the
+    // blob; its log directory, the container's directory and the log file.
+    assert_eq!(r.usage[UID_A].inodes, 5 + 3);
+    assert_eq!(r.usage[UID_A].layer_inodes, 0);
+    // Pod B stopped at the budget: a lower bound.
+    assert!(r.usage[UID_B].inodes <= 21, "{}", r.usage[UID_B].inodes);
 
     let full = run_measure(&paths(dir.path(), 1000), &uids);
     assert!(full.truncated.is_empty());
@@ -78,6 +84,8 @@ fn volumes_and_logs_are_summed_and_a_budget_gives_a_lower_bound() {
         "{}",
         full.usage[UID_B].total
     );
+    // Four directories and the 50 files.
+    assert_eq!(full.usage[UID_B].inodes, 4 + 50);
 }
 
 /// A container cgroup `c` of pod A whose process `pid` sees `upper` as its root's upper
@@ -177,6 +185,11 @@ fn writable_layers_under_the_allowed_roots_are_added_to_the_pod() {
         with_layers < 4 << 20,
         "a layer outside the roots was walked: {with_layers}"
     );
+    // Inodes: the volume's 5 (pod directory, volumes, plugin directory, volume, blob) and the
+    // layers' 8 (container 1: fs, var, cache, blob; container 2: diff, blob; container 5: fs,
+    // blob); the layer outside the roots adds none.
+    assert_eq!(r.usage[UID_A].inodes, 5 + 8);
+    assert_eq!(r.usage[UID_A].layer_inodes, 8);
 
     // The mapping is cached: the processes exit (their proc entries vanish) and the
     // layers still count, including what was written since.
@@ -187,6 +200,10 @@ fn writable_layers_under_the_allowed_roots_are_added_to_the_pod() {
         r.usage[UID_A].total >= with_layers + (1 << 20),
         "{}",
         r.usage[UID_A].total
+    );
+    assert_eq!(
+        r.usage[UID_A].layer_inodes, 9,
+        "the new file in container 1's layer"
     );
 
     // Without allowed roots the pod is volumes only.

@@ -114,6 +114,9 @@ fn disk_usage_counts_blocks_once_and_respects_the_budget() {
     // The file's blocks once, plus directories (a few KiB each at most).
     assert!(got >= 256 * 1024, "{got}");
     assert!(got < 256 * 1024 + 64 * 1024, "{got}");
+    // Inodes: pod, volumes, kubernetes.io~empty-dir, cache and the file (its second name is
+    // the same inode).
+    assert_eq!(walk.inodes, 5);
     seen.clear();
     // Past the budget the walk stops, and what it counted stays as a lower bound: a pod
     // cannot hide its usage behind many entries.
@@ -122,6 +125,7 @@ fn disk_usage_counts_blocks_once_and_respects_the_budget() {
         .expect("exists");
     assert!(!part.complete);
     assert!(part.bytes > 0 && part.bytes <= got, "{part:?} vs {got}");
+    assert!(part.inodes >= 1 && part.inodes < 5, "{part:?}");
     assert_eq!(
         disk_usage(&dir.path().join("absent"), 10, &mut seen).expect("ok"),
         None

@@ -100,11 +100,7 @@ impl Sampler {
         let (bytes, inodes) = split(imagefs.as_ref());
         put(out, Signal::ImageFsAvailable, bytes);
         put(out, Signal::ImageFsInodesFree, inodes);
-        if let (Some(n), Some(i)) = (nodefs.as_ref(), imagefs.as_ref()) {
-            self.dedicated_image_fs = Some(n.device != i.device);
-        }
 
-        let image_device = imagefs.as_ref().map(|i| i.device);
         let containerfs = match (&self.config.container_fs, self.layout.container_fs.as_ref()) {
             // Not split: the kubelet reports the image filesystem as containerfs.
             (None, _) => imagefs,
@@ -114,13 +110,18 @@ impl Sampler {
             }
             (Some(_), None) => None,
         };
-        // `HasDedicatedImageFs` and `IsContainerFsSeparateFromImageFs`: they choose which part of
-        // a pod's disk ranks it for each disk signal.
-        out.filesystem = FsLayout {
-            dedicated_image_fs: self.dedicated_image_fs.unwrap_or(false),
-            split_container_image_fs: self.config.container_fs.is_some()
-                && matches!((image_device, containerfs.as_ref()), (Some(i), Some(c)) if i != c.device),
+        // `HasDedicatedImageFs` and `IsContainerFsSeparateFromImageFs`, from the devices (the
+        // rule is the core's): they choose the `containerfs.*` thresholds and which part of a
+        // pod's disk ranks it for each disk signal. Told once all the filesystems were read;
+        // the last layout stays while one of them cannot be.
+        let container_device = match &self.config.container_fs {
+            None => Some(None),
+            Some(_) => containerfs.as_ref().map(|c| Some(c.device)),
         };
+        if let (Some(n), Some(i), Some(c)) = (nodefs.as_ref(), imagefs.as_ref(), container_device) {
+            self.fs_layout = Some(FsLayout::detect(n.device, i.device, c));
+        }
+        out.filesystem = self.fs_layout.unwrap_or_default();
         let (bytes, inodes) = split(containerfs.as_ref());
         put(out, Signal::ContainerFsAvailable, bytes);
         put(out, Signal::ContainerFsInodesFree, inodes);

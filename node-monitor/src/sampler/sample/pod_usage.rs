@@ -81,6 +81,8 @@ impl Sampler {
                 memory,
                 disk: pod.disk.map(|d| d.total),
                 writable_layers: pod.disk.map(|d| d.layers),
+                inodes: pod.disk.map(|d| d.inodes),
+                writable_layer_inodes: pod.disk.map(|d| d.layer_inodes),
                 processes,
             };
             match out.pods.get_mut(pod.uid.as_str()) {

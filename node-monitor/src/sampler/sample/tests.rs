@@ -164,7 +164,8 @@ fn cgroup_v2_root_follows_the_kubelet_v2_script() {
             memory: Some(60 * MIB),
             disk: None,
             writable_layers: None,
-            processes: Some(7)
+            processes: Some(7),
+            ..PodUsage::default()
         }
     );
     // Inactive file above usage clamps the working set at 0.

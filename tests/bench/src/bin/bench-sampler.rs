@@ -3,10 +3,12 @@
 //! 1. the cost of one sampling pass with N simulated pod cgroups under a test node cgroup
 //!    (time and heap allocations per pass);
 //! 2. memcg threshold crossing → `Wakeup` delivered, and wake-up → observations ready;
-//! 3. PSI trigger latency under a real memory stall.
+//! 3. PSI trigger latency under a real memory stall;
+//! 4. with `--disk-files N`: one measurement of per-pod disk usage (bytes and inodes) with an
+//!    emptyDir of N files in every pod, as the `pod-disk` thread runs it.
 //!
 //! `cargo run --release -p node-monitor-tests --bin bench-sampler -- [--pods 250]
-//! [--passes 500] [--crossings 30] [--psi-rounds 5] [--json]`
+//! [--passes 500] [--crossings 30] [--psi-rounds 5] [--disk-files 0] [--json]`
 //!
 //! Results go to docs/benchmarks.md ("Sampler and wake-ups").
 
@@ -219,6 +221,7 @@ struct Args {
     passes: usize,
     crossings: usize,
     psi_rounds: usize,
+    disk_files: usize,
     json: bool,
 }
 
@@ -228,6 +231,7 @@ fn parse_args() -> Result<Args> {
         passes: 500,
         crossings: 30,
         psi_rounds: 5,
+        disk_files: 0,
         json: false,
     };
     let mut it = std::env::args().skip(1);
@@ -242,6 +246,7 @@ fn parse_args() -> Result<Args> {
             "--passes" => a.passes = num("--passes")?,
             "--crossings" => a.crossings = num("--crossings")?,
             "--psi-rounds" => a.psi_rounds = num("--psi-rounds")?,
+            "--disk-files" => a.disk_files = num("--disk-files")?,
             "--json" => a.json = true,
             other => bail!("unknown argument {other:?}"),
         }
@@ -305,6 +310,69 @@ fn bench_passes(sampler: &mut Sampler, passes: usize) -> PassResult {
         fast_cpu: stats(fast_cpu),
         full: stats(full),
     }
+}
+
+#[derive(Debug, serde::Serialize)]
+struct DiskResult {
+    files_per_pod: usize,
+    /// Inodes the measurement counted over all pods (checked against what was created).
+    inodes: u64,
+    wall: Stats,
+    cpu: Stats,
+    /// CPU per inode walked, nanoseconds (p50 of the measurements).
+    cpu_ns_per_inode: f64,
+}
+
+/// Gives every pod an emptyDir of `files` one-byte files (100 per directory) under the
+/// kubelet root, then times whole measurements of per-pod disk usage on this thread.
+fn bench_disk(
+    sampler: &mut Sampler,
+    kubelet_root: &std::path::Path,
+    pods: usize,
+    files: usize,
+) -> Result<DiskResult> {
+    let mut expected = 0u64;
+    for i in 0..pods {
+        let pod = kubelet_root.join("pods").join(uid(i));
+        let volume = pod.join("volumes/kubernetes.io~empty-dir/data");
+        std::fs::create_dir_all(&volume)?;
+        // The pod directory, volumes, the plugin directory and the volume.
+        expected += 4;
+        for d in 0..files.div_ceil(100) {
+            let dir = volume.join(format!("d{d}"));
+            std::fs::create_dir(&dir)?;
+            expected += 1;
+            for f in (d * 100)..((d + 1) * 100).min(files) {
+                std::fs::write(dir.join(format!("f{f}")), b"x")?;
+                expected += 1;
+            }
+        }
+    }
+    let mut out = Observations::default();
+    sampler.sample_into(SampleKind::Fast, &mut out);
+    sampler.measure_pod_disk_now();
+    let mut wall = Vec::new();
+    let mut cpu = Vec::new();
+    for _ in 0..10 {
+        let c0 = thread_cpu_ns();
+        let t0 = Instant::now();
+        sampler.measure_pod_disk_now();
+        wall.push(us(t0.elapsed()));
+        cpu.push(thread_cpu_ns().saturating_sub(c0) as f64 / 1e3);
+    }
+    sampler.sample_into(SampleKind::Fast, &mut out);
+    let inodes: u64 = out.pods.values().filter_map(|u| u.inodes).sum();
+    if inodes != expected {
+        bail!("the measurement counted {inodes} inodes, {expected} were created");
+    }
+    let cpu = stats(cpu);
+    Ok(DiskResult {
+        files_per_pod: files,
+        inodes,
+        cpu_ns_per_inode: cpu.p50_us * 1e3 / inodes as f64,
+        wall: stats(wall),
+        cpu,
+    })
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -533,6 +601,17 @@ fn main() -> Result<()> {
         );
     }
 
+    let disk = if args.disk_files > 0 {
+        Some(bench_disk(
+            &mut sampler,
+            fsdir.path(),
+            args.pods,
+            args.disk_files,
+        )?)
+    } else {
+        None
+    };
+
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -553,6 +632,7 @@ fn main() -> Result<()> {
             "pods": args.pods,
             "nofile": nofile,
             "passes": passes,
+            "disk": disk,
             "memcg": memcg,
             "psi": psi,
         });
@@ -571,6 +651,15 @@ fn main() -> Result<()> {
         passes.fast_allocations_per_pass
     );
     println!("  full, wall: {}", fmt_stats(&passes.full));
+    if let Some(d) = &disk {
+        println!(
+            "pod disk measurement, {} files per pod ({} inodes counted):",
+            d.files_per_pod, d.inodes
+        );
+        println!("  wall: {}", fmt_stats(&d.wall));
+        println!("  CPU:  {}", fmt_stats(&d.cpu));
+        println!("  CPU per inode walked: {:.0} ns", d.cpu_ns_per_inode);
+    }
     println!("memcg threshold, {} crossings:", args.crossings);
     println!(
         "  start of the crossing allocation → Wakeup delivered: {}",
