@@ -49,6 +49,7 @@ const UNIX0: i64 = 1_700_000_000_000;
 struct World {
     nodes: BTreeMap<String, Node>,
     leases: BTreeMap<String, Lease>,
+    agent_leases: BTreeMap<String, Lease>,
     configmaps: BTreeMap<String, BTreeMap<String, String>>,
     /// The operation records, as the NodeFences the store writes.
     ops: BTreeMap<String, DynamicObject>,
@@ -266,6 +267,15 @@ impl ClusterView for Fake {
             return leases.values().cloned().map(Arc::new).collect();
         }
         self.w().leases.values().cloned().map(Arc::new).collect()
+    }
+
+    fn agent_leases(&self) -> Vec<Arc<Lease>> {
+        self.w()
+            .agent_leases
+            .values()
+            .cloned()
+            .map(Arc::new)
+            .collect()
     }
 
     fn lease_view_age(&self) -> Option<Duration> {
