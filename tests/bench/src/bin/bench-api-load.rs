@@ -277,6 +277,8 @@ async fn run(n: usize, args: &Args) -> Result<Window> {
     })
     .await?;
     let client = cp.client();
+    // The agents' namespace: each keeps its liveness Lease there.
+    cp.create_namespace("node-monitor").await?;
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     // Without the controller manager nobody makes the namespace's default ServiceAccount, which
