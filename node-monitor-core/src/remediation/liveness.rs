@@ -207,15 +207,17 @@ pub fn renew_interval(cfg: &DetectionConfig, lease: &LeaseFacts) -> Duration {
 }
 
 /// Whether a last gasp at `gasp` is the latest thing the node said: neither its Lease nor its
-/// agent's heartbeat or liveness Lease is newer (all written by the node's clock, like the gasp).
+/// agent's heartbeat is newer (both written by the node's clock, like the gasp). The agent's
+/// liveness Lease is not asked: it renews every few seconds, and a renewal in the moments
+/// between the gasp and the power going must not void the gasp; a node that really came back
+/// renews its kubelet's Lease.
 pub fn last_gasp_stands(gasp: WallMicros, facts: &NodeFacts) -> bool {
     let lease_older = facts
         .lease
         .and_then(|l| l.renew_time)
         .is_none_or(|r| r <= gasp);
     let agent_older = facts.agent_heartbeat.is_none_or(|h| h <= gasp);
-    let agent_lease_older = agent_lease_renewal(facts).is_none_or(|r| r <= gasp);
-    lease_older && agent_older && agent_lease_older
+    lease_older && agent_older
 }
 
 /// The agent's liveness Lease, when it is the node's own: held by the node's name. A record held
@@ -727,19 +729,23 @@ mod tests {
             true,
         );
         assert_eq!(got["n"], Liveness::Alive(AliveBecause::NoLease));
-        // A last gasp older than the agent Lease's renewal: the agent came back since.
+        // A liveness Lease renewed after the gasp (in the moments before the power went) does not
+        // void it; the kubelet's renewal after it does.
         let mut g = facts("n", Some(100));
         g.agent_lease = Some(agent(700));
         g.last_gasp = Some(600);
-        assert!(!last_gasp_stands(600, &g));
-        g.agent_lease = Some(agent(600));
         assert!(last_gasp_stands(600, &g));
-        // A forged record's renewal does not hide a last gasp.
-        g.agent_lease = Some(AgentLeaseFacts {
-            renew_time: Some(900),
-            holder: Some("tenant".to_owned()),
+        let mut t = LivenessTracker::new();
+        let got = t.observe(std::slice::from_ref(&g), Timestamp::ZERO, &cfg, true);
+        assert_eq!(
+            got["n"],
+            Liveness::Dead(DeathEvidence::LastGasp { at: 600 })
+        );
+        g.lease = Some(LeaseFacts {
+            renew_time: Some(700),
+            duration_seconds: Some(40),
         });
-        assert!(last_gasp_stands(600, &g));
+        assert!(!last_gasp_stands(600, &g));
         assert!(
             DeathEvidence::AgentSilent {
                 agent_silent: Duration::from_secs(8),
