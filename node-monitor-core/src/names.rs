@@ -80,6 +80,16 @@ pub const LAST_GASP_ANNOTATION: &str = "node-monitor.io/last-gasp";
 /// Node annotation that takes a node out of remediation when set to `disabled`.
 pub const OPT_OUT_ANNOTATION: &str = "node-monitor.io/remediation";
 
+/// The node agent's liveness Lease is `<AGENT_LEASE_PREFIX><node name>`, in the agent's
+/// namespace (coordination.k8s.io/v1, `holderIdentity` the node's name). The agent renews it every
+/// few seconds; `node-monitor remediate` finds a silent node running the agent dead from it.
+pub const AGENT_LEASE_PREFIX: &str = "node-monitor-agent-";
+
+/// The name of `node`'s agent liveness Lease.
+pub fn agent_lease_name(node: &str) -> String {
+    format!("{AGENT_LEASE_PREFIX}{node}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 //! secrets, pods in other namespaces, deleting pods (unless the escalate or shutdown overlay is
 //! applied, and then only pods on its own node), deleting nodes, and writing any node but its own
 //! (the base's ValidatingAdmissionPolicies). [`nodefence`]: only remediate's ServiceAccount writes
-//! fencing state (deploy/remediate).
+//! fencing state (deploy/remediate). [`liveness`]: only the agent writes its node's liveness Lease.
 use k8s_openapi::{
     api::{
         authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
@@ -33,6 +33,8 @@ use node_monitor_tests::{
 };
 use serde_json::json;
 
+#[path = "deploy_rbac/liveness.rs"]
+mod liveness;
 #[path = "deploy_rbac/nodefence.rs"]
 mod nodefence;
 

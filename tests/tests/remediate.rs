@@ -1287,3 +1287,99 @@ fn shipped_configuration_is_the_default_one() {
     node_monitor_core::remediation::parse_config("CONFIG", CONFIG)
         .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
 }
+
+/// The agent's liveness Lease of `node`, renewed every second (as the agent does at its
+/// `nodeMonitor.livenessLeaseInterval`) until the returned sender says stop.
+fn run_agent_lease(fx: &Fixture, node: &str) -> tokio::sync::watch::Sender<bool> {
+    use node_monitor::cluster::liveness_lease::{LivenessLease, renew_until_stopped};
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(renew_until_stopped(
+        LivenessLease::new(fx.client(), NS, node),
+        Duration::from_secs(1),
+        stopped,
+    ));
+    stop
+}
+
+/// Nodes running the agent: a node that goes silent is found dead from its agent's liveness Lease
+/// once its kubelet's Lease corroborates, long before the kubelet Lease's own window (here 600
+/// renewals, far beyond any wait of this test), then fenced before anything is released. A node
+/// whose agent alone stops (its kubelet renews) stays alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_running_the_agent_is_found_dead_by_its_liveness_lease() {
+    let mut fx = Fixture::start("rem-agent", ControlPlaneOptions::default(), &three_nodes()).await;
+    fx.fence_config(true).await;
+    fs::write(fx.hold_file(), "").expect("hold");
+    let agents: BTreeMap<String, tokio::sync::watch::Sender<bool>> = three_nodes()
+        .iter()
+        .map(|(n, _)| ((*n).to_owned(), run_agent_lease(&fx, n)))
+        .collect();
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(fx.client(), NS);
+    eventually("every agent's liveness Lease", async || {
+        let list = leases.list(&ListParams::default()).await.ok()?;
+        let agents = list
+            .items
+            .iter()
+            .filter(|l| {
+                l.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("node-monitor-agent-"))
+            })
+            .count();
+        (agents == 3).then_some(())
+    })
+    .await;
+    let config = format!(
+        "{}agentLeaseTimeout: 3s\nagentKubeletCorroboration: 1.5\n",
+        CONFIG.replace("missedRenewals: 4", "missedRenewals: 600")
+    );
+    fx.start_remediate("remediate-1", &config).await;
+    create_deployment(&fx.client(), "web", 1).await;
+    let (_, _, node) = fx.running_pod("web", None).await;
+    let crashed = three_nodes()
+        .iter()
+        .map(|(n, _)| (*n).to_owned())
+        .find(|n| *n != node)
+        .expect("another node");
+
+    // The agent of another node stops (a crash, a rollout); its kubelet keeps renewing.
+    agents[&crashed].send_replace(true);
+    // The pod's machine dies: its kubelet and its agent fall silent together.
+    agents[&node].send_replace(true);
+    let (killed, uid) = kill_and_check_the_fence_comes_first(&fx, "web").await;
+    assert_eq!(killed, node);
+    let started = fx.node_events(&node, "FencingStarted").await;
+    assert!(
+        mentions(&started, "liveness Lease not renewed"),
+        "found dead from its agent's liveness Lease, not the kubelet's 600-renewal window: {started:?}"
+    );
+    let (_, _, new_node) = fx.running_pod("web", Some(&uid)).await;
+    assert_ne!(new_node, node, "the replacement runs on another node");
+
+    // The node whose agent alone stopped: its liveness Lease has long been silent, and it is
+    // alive, never fenced.
+    let name = node_monitor_core::names::agent_lease_name(&crashed);
+    eventually("the stopped agent's Lease to be 6 s old", async || {
+        let renew = leases.get(&name).await.ok()?.spec?.renew_time?.0;
+        let age = k8s_openapi::jiff::Timestamp::now().duration_since(renew);
+        (age.as_secs() >= 6).then_some(())
+    })
+    .await;
+    let r = fx.remediate();
+    assert_eq!(
+        r.metric("node_monitor_remediation_nodes", &[("state", "dead")])
+            .await,
+        1.0,
+        "only the silent node is dead:\n{}",
+        r.tail()
+    );
+    for reason in ["FencingStarted", "FencingSkipped"] {
+        assert!(
+            fx.node_events(&crashed, reason).await.is_empty(),
+            "no {reason} on {crashed}, whose kubelet renews"
+        );
+    }
+    assert!(!fx.out_of_service(&crashed).await);
+    assert!(fx.operation(&crashed).await.is_none());
+}

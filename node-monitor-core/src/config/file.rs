@@ -91,6 +91,9 @@ pub struct NodeMonitorSection {
     /// `apiTimeout`.
     #[serde(default, deserialize_with = "present")]
     pub api_timeout: Option<DurationText>,
+    /// `livenessLeaseInterval`.
+    #[serde(default, deserialize_with = "present")]
+    pub liveness_lease_interval: Option<DurationText>,
     /// `kubeletConfigPath` (`null` reads as empty: off).
     #[serde(default, deserialize_with = "present")]
     pub kubelet_config_path: Option<PathText>,

@@ -144,6 +144,10 @@ pub struct NodeMonitorSettings {
     /// The kubelet's own configuration file, read for its eviction thresholds to tell which
     /// signals the kubelet acts on first (`kubelet_thresholds`); empty: not read.
     pub kubelet_config_path: String,
+    /// How often the agent renews its liveness Lease (`node-monitor-agent-<node>`), which lets
+    /// `node-monitor remediate` find the node dead in seconds; zero: no liveness Lease.
+    #[serde(serialize_with = "ser_go_duration")]
+    pub liveness_lease_interval: Duration,
 }
 
 impl Default for NodeMonitorSettings {
@@ -161,6 +165,7 @@ impl Default for NodeMonitorSettings {
             taint_on_pressure: false,
             api_timeout: Duration::from_secs(30),
             kubelet_config_path: DEFAULT_KUBELET_CONFIG_PATH.to_owned(),
+            liveness_lease_interval: Duration::from_secs(5),
         }
     }
 }

@@ -3,7 +3,7 @@ use super::*;
 
 /// The keys accepted under `nodeMonitor`; any other key is rejected with this list in the
 /// message. `shutdown` is validated by `shutdown::config::shutdown_config`.
-pub const NODE_MONITOR_KEYS: [&str; 13] = [
+pub const NODE_MONITOR_KEYS: [&str; 14] = [
     "shutdown",
     "maxPodsPerCycle",
     "housekeepingInterval",
@@ -17,6 +17,7 @@ pub const NODE_MONITOR_KEYS: [&str; 13] = [
     "taintOnPressure",
     "apiTimeout",
     "kubeletConfigPath",
+    "livenessLeaseInterval",
 ];
 
 /// A `nodeMonitor` value with the field name its errors use (`config.yaml: nodeMonitor.psiWindow`).
@@ -37,6 +38,7 @@ pub(super) struct NodeMonitorFields {
     taint_on_pressure: Named<bool>,
     api_timeout: Named<String>,
     kubelet_config_path: Named<String>,
+    liveness_lease_interval: Named<String>,
 }
 
 impl NodeMonitorFields {
@@ -129,6 +131,13 @@ impl NodeMonitorFields {
             "apiTimeout",
         );
         over(
+            &mut self.liveness_lease_interval,
+            s.liveness_lease_interval.as_ref(),
+            text,
+            d,
+            "livenessLeaseInterval",
+        );
+        over(
             &mut self.kubelet_config_path,
             s.kubelet_config_path.as_ref(),
             |p: &PathText| p.0.clone(),
@@ -174,7 +183,7 @@ pub(super) fn parse_node_monitor(
         }
         s.kubelet_config_path.clone_from(path);
     }
-    let durations: [DurationSetting<'_>; 7] = [
+    let durations: [DurationSetting<'_>; 8] = [
         (
             &mut s.housekeeping_interval,
             &f.housekeeping_interval,
@@ -217,6 +226,12 @@ pub(super) fn parse_node_monitor(
             &f.api_timeout,
             |d| d >= Duration::from_millis(100) && d <= Duration::from_secs(300),
             "must be between 100ms and 5m",
+        ),
+        (
+            &mut s.liveness_lease_interval,
+            &f.liveness_lease_interval,
+            |d| d.is_zero() || (d >= Duration::from_secs(1) && d <= Duration::from_secs(60)),
+            "must be 0s (off) or between 1s and 1m",
         ),
     ];
     for (to, from, ok, reason) in durations {

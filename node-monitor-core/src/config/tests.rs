@@ -410,6 +410,18 @@ const KUBELET_REJECTIONS: &[(&str, &[&str])] = &[
         &["nodeMonitor.pdbPolicy", "\"ignore\""],
     ),
     (
+        "nodeMonitor:\n  livenessLeaseInterval: 500ms\n",
+        &[
+            "nodeMonitor.livenessLeaseInterval",
+            "\"500ms\"",
+            "0s (off) or between 1s and 1m",
+        ],
+    ),
+    (
+        "nodeMonitor:\n  livenessLeaseInterval: 2m\n",
+        &["nodeMonitor.livenessLeaseInterval", "\"2m\""],
+    ),
+    (
         "nodeMonitor:\n  psiWindow: 20s\n",
         &["nodeMonitor.psiWindow", "\"20s\"", "between 500ms and 10s"],
     ),
@@ -591,7 +603,7 @@ fn kubelet_quirks_are_kept_and_reported() {
 
 #[test]
 fn node_monitor_settings_parse() {
-    let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n  apiTimeout: 3s\n  kubeletConfigPath: /etc/kubernetes/kubelet.yaml\n";
+    let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n  apiTimeout: 3s\n  kubeletConfigPath: /etc/kubernetes/kubelet.yaml\n  livenessLeaseInterval: 7s\n";
     let c = load_yaml(yaml, &flags()).expect("settings");
     assert_eq!(
         c.node_monitor,
@@ -608,6 +620,7 @@ fn node_monitor_settings_parse() {
             taint_on_pressure: true,
             api_timeout: Duration::from_secs(3),
             kubelet_config_path: "/etc/kubernetes/kubelet.yaml".into(),
+            liveness_lease_interval: Duration::from_secs(7),
         }
     );
     let json = serde_json::to_value(&c.node_monitor).expect("json");

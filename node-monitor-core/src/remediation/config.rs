@@ -18,6 +18,12 @@ pub struct DetectionConfig {
     pub suspect_after_renewals: f64,
     /// A node agent whose heartbeat changed within this window is reporting: its node is alive.
     pub agent_heartbeat_timeout: Duration,
+    /// A node agent's liveness Lease unchanged for this long is silent (`agentLeaseTimeout`).
+    pub agent_lease_timeout: Duration,
+    /// A silent agent Lease makes its node dead only once the kubelet's Lease has been silent
+    /// for this many of its renewal intervals too (`agentKubeletCorroboration`): more than one,
+    /// so that a live kubelet between two renewals never corroborates.
+    pub agent_kubelet_corroboration: f64,
 }
 
 /// Storm protection: the node lifecycle controller's zone logic plus the fencing proposal's
@@ -98,6 +104,8 @@ impl Default for RemediationConfig {
                 renew_interval: None,
                 suspect_after_renewals: 1.5,
                 agent_heartbeat_timeout: Duration::from_secs(90),
+                agent_lease_timeout: Duration::from_secs(8),
+                agent_kubelet_corroboration: 1.2,
             },
             storm: StormConfig {
                 unhealthy_zone_threshold: 0.55,
@@ -170,6 +178,8 @@ struct RawConfig {
     renew_interval: Option<String>,
     suspect_after_renewals: Option<f64>,
     agent_heartbeat_timeout: Option<String>,
+    agent_lease_timeout: Option<String>,
+    agent_kubelet_corroboration: Option<f64>,
     unhealthy_zone_threshold: Option<f64>,
     large_cluster_size_threshold: Option<u32>,
     node_fence_rate: Option<f64>,
@@ -298,14 +308,7 @@ pub fn parse_config(
             .unwrap_or_default()
     };
     let d = RemediationConfig::default();
-    let missed_renewals = raw.missed_renewals.unwrap_or(d.detection.missed_renewals);
-    if missed_renewals == 0 || missed_renewals > MAX_MISSED_RENEWALS {
-        return Err(RemediationConfigError::Invalid {
-            field: "missedRenewals",
-            value: missed_renewals.to_string(),
-            reason: "must be between 1 and 1000",
-        });
-    }
+    let detection = parse_detection(&mut raw, &d.detection)?;
     let step_retries = raw.step_retries.unwrap_or(d.fencing.step_retries);
     if step_retries > MAX_STEP_RETRIES {
         return Err(RemediationConfigError::Invalid {
@@ -314,30 +317,6 @@ pub fn parse_config(
             reason: "must be at most 100",
         });
     }
-    let suspect_after_renewals = raw
-        .suspect_after_renewals
-        .unwrap_or(d.detection.suspect_after_renewals);
-    if !(suspect_after_renewals > 0.0 && suspect_after_renewals < f64::from(missed_renewals)) {
-        return Err(RemediationConfigError::Invalid {
-            field: "suspectAfterRenewals",
-            value: suspect_after_renewals.to_string(),
-            reason: "must be positive and below missedRenewals",
-        });
-    }
-    let renew_interval = match raw.renew_interval.take() {
-        None => None,
-        Some(v) => {
-            let d = duration_field("renewInterval", Some(v.clone()), Duration::ZERO)?;
-            if d.saturating_mul(missed_renewals) > MAX_DETECTION_WINDOW {
-                return Err(RemediationConfigError::Invalid {
-                    field: "renewInterval",
-                    value: v,
-                    reason: "× missedRenewals must be at most 24h",
-                });
-            }
-            Some(d)
-        }
-    };
     let power_management_after_isolation = match raw.power_management_after_isolation.take() {
         Some(v) if v == "never" => None,
         Some(v) => Some(duration_field(
@@ -350,16 +329,7 @@ pub fn parse_config(
     let leader = parse_leader(raw.leader_election.take().unwrap_or_default(), d.leader)?;
     Ok(RemediationConfig {
         tick_interval: duration_field("tickInterval", raw.tick_interval.take(), d.tick_interval)?,
-        detection: DetectionConfig {
-            missed_renewals,
-            renew_interval,
-            suspect_after_renewals,
-            agent_heartbeat_timeout: duration_field(
-                "agentHeartbeatTimeout",
-                raw.agent_heartbeat_timeout.take(),
-                d.detection.agent_heartbeat_timeout,
-            )?,
-        },
+        detection,
         storm: parse_storm(&mut raw, &d.storm)?,
         fencing: FencingPolicy {
             method_timeout: duration_field(
@@ -384,6 +354,74 @@ pub fn parse_config(
         force_delete_pods: raw.force_delete_pods.unwrap_or(d.force_delete_pods),
         node_selector: raw.node_selector.unwrap_or_default(),
         dry_run: raw.dry_run.unwrap_or(d.dry_run),
+    })
+}
+
+/// The detection settings, with their rules between them.
+fn parse_detection(
+    raw: &mut RawConfig,
+    d: &DetectionConfig,
+) -> Result<DetectionConfig, RemediationConfigError> {
+    let missed_renewals = raw.missed_renewals.unwrap_or(d.missed_renewals);
+    if missed_renewals == 0 || missed_renewals > MAX_MISSED_RENEWALS {
+        return Err(RemediationConfigError::Invalid {
+            field: "missedRenewals",
+            value: missed_renewals.to_string(),
+            reason: "must be between 1 and 1000",
+        });
+    }
+    let suspect_after_renewals = raw
+        .suspect_after_renewals
+        .unwrap_or(d.suspect_after_renewals);
+    if !(suspect_after_renewals > 0.0 && suspect_after_renewals < f64::from(missed_renewals)) {
+        return Err(RemediationConfigError::Invalid {
+            field: "suspectAfterRenewals",
+            value: suspect_after_renewals.to_string(),
+            reason: "must be positive and below missedRenewals",
+        });
+    }
+    let renew_interval = match raw.renew_interval.take() {
+        None => None,
+        Some(v) => {
+            let d = duration_field("renewInterval", Some(v.clone()), Duration::ZERO)?;
+            if d.saturating_mul(missed_renewals) > MAX_DETECTION_WINDOW {
+                return Err(RemediationConfigError::Invalid {
+                    field: "renewInterval",
+                    value: v,
+                    reason: "× missedRenewals must be at most 24h",
+                });
+            }
+            Some(d)
+        }
+    };
+    let agent_kubelet_corroboration = raw
+        .agent_kubelet_corroboration
+        .unwrap_or(d.agent_kubelet_corroboration);
+    if !(agent_kubelet_corroboration > 1.0
+        && agent_kubelet_corroboration < f64::from(missed_renewals))
+    {
+        return Err(RemediationConfigError::Invalid {
+            field: "agentKubeletCorroboration",
+            value: agent_kubelet_corroboration.to_string(),
+            reason: "must be above 1 (a live kubelet between two renewals must never corroborate) and below missedRenewals",
+        });
+    }
+    let agent_lease_timeout = duration_field(
+        "agentLeaseTimeout",
+        raw.agent_lease_timeout.take(),
+        d.agent_lease_timeout,
+    )?;
+    Ok(DetectionConfig {
+        missed_renewals,
+        renew_interval,
+        suspect_after_renewals,
+        agent_heartbeat_timeout: duration_field(
+            "agentHeartbeatTimeout",
+            raw.agent_heartbeat_timeout.take(),
+            d.agent_heartbeat_timeout,
+        )?,
+        agent_lease_timeout,
+        agent_kubelet_corroboration,
     })
 }
 
@@ -487,6 +525,13 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(c.detection.missed_renewals, 4);
+        let a = parse_config(
+            "test",
+            "agentLeaseTimeout: 12s\nagentKubeletCorroboration: 1.5\n",
+        )
+        .expect("valid");
+        assert_eq!(a.detection.agent_lease_timeout, Duration::from_secs(12));
+        assert_eq!(a.detection.agent_kubelet_corroboration, 1.5);
         assert_eq!(c.detection.renew_interval, Some(Duration::from_secs(1)));
         assert_eq!(c.fencing.power_management_after_isolation, None);
         assert_eq!(c.leader.retry_period, Duration::from_secs(1));
@@ -539,6 +584,23 @@ mod tests {
             ("suspectAfterRenewals: .nan", "suspectAfterRenewals"),
             ("suspectAfterRenewals: .inf", "suspectAfterRenewals"),
             ("nodeFenceRate: .inf", "nodeFenceRate"),
+            ("agentLeaseTimeout: 0s", "agentLeaseTimeout: \"0s\""),
+            (
+                "agentLeaseTimeout: 8",
+                "agentLeaseTimeout: invalid duration \"8\"",
+            ),
+            (
+                "agentKubeletCorroboration: 1",
+                "agentKubeletCorroboration: \"1\"",
+            ),
+            (
+                "agentKubeletCorroboration: 3",
+                "agentKubeletCorroboration: \"3\"",
+            ),
+            (
+                "agentKubeletCorroboration: .nan",
+                "agentKubeletCorroboration: \"NaN\"",
+            ),
         ];
         for (text, field) in cases {
             let err = parse_config("remediate.yaml", text).expect_err(text);

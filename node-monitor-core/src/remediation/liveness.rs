@@ -33,6 +33,17 @@ pub struct LeaseFacts {
     pub duration_seconds: Option<i32>,
 }
 
+/// The node agent's liveness Lease (`node-monitor-agent-<node>` in the agent's namespace, written
+/// only by the agent's ServiceAccount for its own node): renewed every few seconds, so that a
+/// node running the agent that goes silent is found dead in seconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentLeaseFacts {
+    /// `spec.renewTime`, on the node's clock.
+    pub renew_time: Option<WallMicros>,
+    /// `spec.holderIdentity`: must name the node, or the record is ignored.
+    pub holder: Option<String>,
+}
+
 /// What the controller knows about one node at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeFacts {
@@ -46,6 +57,8 @@ pub struct NodeFacts {
     pub lease: Option<LeaseFacts>,
     /// The newest `lastHeartbeatTime` of the node agent's `NodeMonitor*` conditions.
     pub agent_heartbeat: Option<WallMicros>,
+    /// The node agent's liveness Lease, when there is one.
+    pub agent_lease: Option<AgentLeaseFacts>,
     /// The agent's last gasp: [`LAST_GASP_ANNOTATION`], or [`SHUTTING_DOWN_CONDITION`] True with
     /// reason [`NON_GRACEFUL_SHUTDOWN_REASON`].
     pub last_gasp: Option<WallMicros>,
@@ -63,7 +76,8 @@ pub struct NodeFacts {
 pub enum AliveBecause {
     /// The Lease was renewed within the detection window.
     LeaseRenewing,
-    /// The node agent's heartbeat changed within `agentHeartbeatTimeout`.
+    /// The node agent's heartbeat changed within `agentHeartbeatTimeout`, or its liveness Lease
+    /// within `agentLeaseTimeout`.
     AgentReporting,
     /// No Lease: nothing to judge by, so never dead.
     NoLease,
@@ -80,6 +94,15 @@ pub enum DeathEvidence {
         renew_interval: Duration,
         /// The renewals missed (`missedRenewals`).
         missed: u32,
+    },
+    /// The node agent's liveness Lease stopped changing for `agentLeaseTimeout` and the
+    /// kubelet's Lease corroborates: it missed a renewal too (silent for
+    /// `agentKubeletCorroboration` of its intervals).
+    AgentSilent {
+        /// How long the agent's Lease has not changed, on the controller's clock.
+        agent_silent: Duration,
+        /// How long the kubelet's Lease has not changed.
+        lease_silent: Duration,
     },
     /// The node agent announced an inhibitor-bypassing power-off at `at`, and neither the
     /// kubelet nor the agent has written since.
@@ -101,6 +124,14 @@ impl DeathEvidence {
                 "lease not renewed for {:.1}s ({missed} renewals of {:.1}s missed)",
                 silent.as_secs_f64(),
                 renew_interval.as_secs_f64()
+            ),
+            Self::AgentSilent {
+                agent_silent,
+                lease_silent,
+            } => format!(
+                "node agent's liveness Lease not renewed for {:.1}s, and the kubelet's Lease not for {:.1}s",
+                agent_silent.as_secs_f64(),
+                lease_silent.as_secs_f64()
             ),
             Self::LastGasp { at } => {
                 format!("last gasp from its node agent at {at} µs since the epoch (node clock)")
@@ -150,6 +181,8 @@ struct Seen {
     lease_changed: Timestamp,
     heartbeat: Option<WallMicros>,
     heartbeat_changed: Timestamp,
+    agent_lease: Option<WallMicros>,
+    agent_lease_changed: Timestamp,
 }
 
 /// Remembers when each node's Lease and agent heartbeat last changed, on the controller's own
@@ -174,7 +207,10 @@ pub fn renew_interval(cfg: &DetectionConfig, lease: &LeaseFacts) -> Duration {
 }
 
 /// Whether a last gasp at `gasp` is the latest thing the node said: neither its Lease nor its
-/// agent's heartbeat is newer (both written by the node's clock, like the gasp).
+/// agent's heartbeat is newer (both written by the node's clock, like the gasp). The agent's
+/// liveness Lease is not asked: it renews every few seconds, and a renewal in the moments
+/// between the gasp and the power going must not void the gasp; a node that really came back
+/// renews its kubelet's Lease.
 pub fn last_gasp_stands(gasp: WallMicros, facts: &NodeFacts) -> bool {
     let lease_older = facts
         .lease
@@ -182,6 +218,19 @@ pub fn last_gasp_stands(gasp: WallMicros, facts: &NodeFacts) -> bool {
         .is_none_or(|r| r <= gasp);
     let agent_older = facts.agent_heartbeat.is_none_or(|h| h <= gasp);
     lease_older && agent_older
+}
+
+/// The agent's liveness Lease, when it is the node's own: held by the node's name. A record held
+/// by anything else (a forgery, or a copy left by another node) is ignored.
+pub fn own_agent_lease(facts: &NodeFacts) -> Option<&AgentLeaseFacts> {
+    facts
+        .agent_lease
+        .as_ref()
+        .filter(|a| a.holder.as_deref() == Some(facts.name.as_str()))
+}
+
+fn agent_lease_renewal(facts: &NodeFacts) -> Option<WallMicros> {
+    own_agent_lease(facts).and_then(|a| a.renew_time)
 }
 
 impl LivenessTracker {
@@ -206,12 +255,19 @@ impl LivenessTracker {
         let mut out = BTreeMap::new();
         for n in nodes {
             let lease_value = n.lease.and_then(|l| l.renew_time);
+            let agent_lease_value = agent_lease_renewal(n);
             let seen = self.seen.entry(n.name.clone()).or_insert_with(|| Seen {
                 lease: lease_value,
                 lease_changed: now,
                 heartbeat: n.agent_heartbeat,
                 heartbeat_changed: now,
+                agent_lease: agent_lease_value,
+                agent_lease_changed: now,
             });
+            if seen.agent_lease != agent_lease_value {
+                seen.agent_lease = agent_lease_value;
+                seen.agent_lease_changed = now;
+            }
             if seen.lease != lease_value {
                 seen.lease = lease_value;
                 seen.lease_changed = now;
@@ -255,6 +311,9 @@ fn judge(n: &NodeFacts, seen: &Seen, now: Timestamp, cfg: &DetectionConfig) -> L
     {
         return Liveness::Dead(DeathEvidence::LastGasp { at: gasp });
     }
+    if let Some(judged) = judge_by_agent_lease(n, seen, now, cfg) {
+        return judged;
+    }
     if n.agent_heartbeat.is_some()
         && now.saturating_since(seen.heartbeat_changed) < cfg.agent_heartbeat_timeout
     {
@@ -276,6 +335,33 @@ fn judge(n: &NodeFacts, seen: &Seen, now: Timestamp, cfg: &DetectionConfig) -> L
     } else {
         Liveness::Alive(AliveBecause::LeaseRenewing)
     }
+}
+
+/// The fast rule for nodes running the agent: its liveness Lease, renewed every few seconds,
+/// keeps the node alive while it changes; once it has been silent for `agentLeaseTimeout` the
+/// node is dead only if the kubelet's Lease corroborates (silent for more than one of its
+/// renewal intervals: a live kubelet renews within one). An agent that stopped while its kubelet
+/// renews (an agent crash, a rollout, a broken agent connection) decides nothing: the node is
+/// judged by the other rules. `None`: no rule of the agent Lease applies.
+fn judge_by_agent_lease(
+    n: &NodeFacts,
+    seen: &Seen,
+    now: Timestamp,
+    cfg: &DetectionConfig,
+) -> Option<Liveness> {
+    own_agent_lease(n)?;
+    let agent_silent = now.saturating_since(seen.agent_lease_changed);
+    if agent_silent < cfg.agent_lease_timeout {
+        return Some(Liveness::Alive(AliveBecause::AgentReporting));
+    }
+    let lease = n.lease?;
+    let lease_silent = now.saturating_since(seen.lease_changed);
+    let corroborated = lease_silent
+        >= mul_f64_saturating(renew_interval(cfg, &lease), cfg.agent_kubelet_corroboration);
+    corroborated.then_some(Liveness::Dead(DeathEvidence::AgentSilent {
+        agent_silent,
+        lease_silent,
+    }))
 }
 
 /// The node is back after a fencing decision: its kubelet renewed the Lease after the renewal
@@ -395,6 +481,281 @@ mod tests {
         }
     }
 
+    /// What the node writes, second by second, in the agent Lease tables.
+    #[derive(Clone, Copy)]
+    struct Node {
+        /// The kubelet renews at 2 s, 12 s, 22 s… up to and including this second.
+        kubelet_until: Option<u64>,
+        /// The agent renews every 5 s (0, 5, 10…) up to and including this second.
+        agent_until: Option<u64>,
+        /// The agent Lease's holderIdentity.
+        holder: &'static str,
+        /// Added to every agent renewTime (the node clock's skew, in seconds).
+        agent_skew: i64,
+    }
+
+    const SECOND: i64 = 1_000_000;
+
+    /// Feeds the tracker one observation a second up to `until` and returns the last judgement.
+    fn agent_lease_run(node: Node, until: u64, fresh_from: u64) -> Liveness {
+        let cfg = detection(); // agent Lease 8 s; kubelet corroborates after 1.2 × 10 s = 12 s
+        let mut t = LivenessTracker::new();
+        let mut kubelet = 0i64;
+        let mut agent = None;
+        let mut last = Liveness::Alive(AliveBecause::NoLease);
+        for secs in 0..=until {
+            let s = i64::try_from(secs).expect("small");
+            if secs % 10 == 2 && node.kubelet_until.is_none_or(|u| secs <= u) {
+                kubelet = s * SECOND;
+            }
+            if secs % 5 == 0 && node.agent_until.is_none_or(|u| secs <= u) {
+                agent = Some((s + node.agent_skew) * SECOND);
+            }
+            let mut f = facts("n", Some(kubelet));
+            f.agent_lease = Some(AgentLeaseFacts {
+                renew_time: agent,
+                holder: Some(node.holder.to_owned()),
+            });
+            last = t.observe(&[f], Timestamp::from_secs(secs), &cfg, secs >= fresh_from)["n"];
+        }
+        last
+    }
+
+    #[test]
+    #[expect(clippy::too_many_lines, reason = "one table of cases")]
+    fn agent_lease_makes_a_silent_node_dead_in_seconds_only_when_the_kubelet_corroborates() {
+        let node = |kubelet_until, agent_until| Node {
+            kubelet_until,
+            agent_until,
+            holder: "n",
+            agent_skew: 0,
+        };
+        let dead_agent = |a: u64, k: u64| {
+            Liveness::Dead(DeathEvidence::AgentSilent {
+                agent_silent: Duration::from_secs(a),
+                lease_silent: Duration::from_secs(k),
+            })
+        };
+        let alive = |why| Liveness::Alive(why);
+        // (what, node, at second, the Lease view confirmed from second, expected)
+        let cases: [(&str, Node, u64, u64, Liveness); 16] = [
+            // The node dies at 22 s, just after both renewed: the agent's silence alone is not
+            // enough while the kubelet's could still be a gap between renewals...
+            (
+                "both renewing",
+                node(None, None),
+                60,
+                0,
+                alive(AliveBecause::AgentReporting),
+            ),
+            (
+                "died at 22 s: agent 7 s silent",
+                node(Some(22), Some(20)),
+                27,
+                0,
+                alive(AliveBecause::AgentReporting),
+            ),
+            (
+                "died at 22 s: agent 8 s, kubelet 6 s",
+                node(Some(22), Some(20)),
+                28,
+                0,
+                alive(AliveBecause::LeaseRenewing),
+            ),
+            (
+                "died at 22 s: kubelet 11 s",
+                node(Some(22), Some(20)),
+                33,
+                0,
+                alive(AliveBecause::LeaseRenewing),
+            ),
+            // ...until the kubelet missed its renewal too: dead 12 s after its last one.
+            (
+                "died at 22 s: kubelet 12 s",
+                node(Some(22), Some(20)),
+                34,
+                0,
+                dead_agent(14, 12),
+            ),
+            // Dies at 30 s, the kubelet 8 s after its renewal: dead when the agent is 8 s silent.
+            (
+                "died at 30 s",
+                node(Some(22), Some(30)),
+                38,
+                0,
+                dead_agent(8, 16),
+            ),
+            (
+                "died at 30 s, a second earlier",
+                node(Some(22), Some(30)),
+                37,
+                0,
+                alive(AliveBecause::AgentReporting),
+            ),
+            // Partition of the agent alone (crashed, rolled out, cut from the API): the kubelet
+            // renews, the node is alive whatever the agent's silence.
+            (
+                "agent stopped, kubelet renewing",
+                node(None, Some(20)),
+                200,
+                0,
+                alive(AliveBecause::LeaseRenewing),
+            ),
+            // The kubelet is down, the agent renews: alive.
+            (
+                "kubelet stopped, agent renewing",
+                node(Some(22), None),
+                200,
+                0,
+                alive(AliveBecause::AgentReporting),
+            ),
+            // Both silent long enough: the fast rule gives the evidence.
+            (
+                "both silent for long",
+                node(Some(22), Some(20)),
+                200,
+                0,
+                dead_agent(180, 178),
+            ),
+            // A Lease view not confirmed current judges nothing dead.
+            (
+                "stale Lease view",
+                node(Some(22), Some(30)),
+                38,
+                39,
+                Liveness::Suspect {
+                    silent: Duration::from_secs(16),
+                },
+            ),
+            // A skewed node clock: only changes count. Decades behind and renewing: alive.
+            (
+                "agent clock far behind",
+                Node {
+                    agent_skew: -1_000_000_000,
+                    ..node(None, None)
+                },
+                60,
+                0,
+                alive(AliveBecause::AgentReporting),
+            ),
+            // Far ahead and stopped: a future renewTime keeps nothing alive.
+            (
+                "agent clock far ahead, stopped",
+                Node {
+                    agent_skew: 1_000_000_000,
+                    ..node(Some(22), Some(30))
+                },
+                38,
+                0,
+                dead_agent(8, 16),
+            ),
+            // A record held by another name is ignored: it keeps no node alive...
+            (
+                "forged record renewing on a dead node",
+                Node {
+                    holder: "other",
+                    ..node(Some(22), None)
+                },
+                52,
+                0,
+                Liveness::Dead(DeathEvidence::LeaseExpired {
+                    silent: Duration::from_secs(30),
+                    renew_interval: Duration::from_secs(10),
+                    missed: 3,
+                }),
+            ),
+            // ...and makes no node dead early.
+            (
+                "forged record stopped",
+                Node {
+                    holder: "other",
+                    ..node(Some(22), Some(20))
+                },
+                40,
+                0,
+                Liveness::Suspect {
+                    silent: Duration::from_secs(18),
+                },
+            ),
+            (
+                "forged record, no holder",
+                Node {
+                    holder: "",
+                    ..node(Some(22), Some(20))
+                },
+                34,
+                0,
+                alive(AliveBecause::LeaseRenewing),
+            ),
+        ];
+        for (what, n, at, fresh_from, want) in cases {
+            assert_eq!(agent_lease_run(n, at, fresh_from), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn agent_lease_rules_at_their_edges() {
+        let cfg = detection();
+        let agent = |r| AgentLeaseFacts {
+            renew_time: Some(r),
+            holder: Some("n".to_owned()),
+        };
+        // A restarted controller counts the silent agent Lease as just renewed.
+        let mut f = facts("n", Some(5));
+        f.agent_lease = Some(agent(7));
+        let mut t = LivenessTracker::new();
+        let first = t.observe(
+            std::slice::from_ref(&f),
+            Timestamp::from_secs(1_000),
+            &cfg,
+            true,
+        );
+        assert_eq!(first["n"], Liveness::Alive(AliveBecause::AgentReporting));
+        let later = t.observe(
+            std::slice::from_ref(&f),
+            Timestamp::from_secs(1_012),
+            &cfg,
+            true,
+        );
+        assert!(later["n"].is_dead(), "{later:?}");
+        // No kubelet Lease: nothing corroborates, never dead by the agent Lease.
+        f.lease = None;
+        let mut t = LivenessTracker::new();
+        t.observe(std::slice::from_ref(&f), Timestamp::ZERO, &cfg, true);
+        let got = t.observe(
+            std::slice::from_ref(&f),
+            Timestamp::from_secs(500),
+            &cfg,
+            true,
+        );
+        assert_eq!(got["n"], Liveness::Alive(AliveBecause::NoLease));
+        // A liveness Lease renewed after the gasp (in the moments before the power went) does not
+        // void it; the kubelet's renewal after it does.
+        let mut g = facts("n", Some(100));
+        g.agent_lease = Some(agent(700));
+        g.last_gasp = Some(600);
+        assert!(last_gasp_stands(600, &g));
+        let mut t = LivenessTracker::new();
+        let got = t.observe(std::slice::from_ref(&g), Timestamp::ZERO, &cfg, true);
+        assert_eq!(
+            got["n"],
+            Liveness::Dead(DeathEvidence::LastGasp { at: 600 })
+        );
+        g.lease = Some(LeaseFacts {
+            renew_time: Some(700),
+            duration_seconds: Some(40),
+        });
+        assert!(!last_gasp_stands(600, &g));
+        assert!(
+            DeathEvidence::AgentSilent {
+                agent_silent: Duration::from_secs(8),
+                lease_silent: Duration::from_secs(12),
+            }
+            .describe()
+            .contains("8.0s")
+        );
+    }
+
     #[test]
     fn node_is_back_only_after_a_newer_renewal() {
         let l = |r| LeaseFacts {
@@ -431,18 +792,24 @@ mod tests {
                 renew_interval: Some(Duration::from_secs(u64::MAX / 2)),
                 suspect_after_renewals: 1e300,
                 agent_heartbeat_timeout: Duration::MAX,
+                agent_lease_timeout: Duration::MAX,
+                agent_kubelet_corroboration: 1e300,
             },
             DetectionConfig {
                 missed_renewals: u32::MAX,
                 renew_interval: None,
                 suspect_after_renewals: f64::MAX,
                 agent_heartbeat_timeout: Duration::ZERO,
+                agent_lease_timeout: Duration::ZERO,
+                agent_kubelet_corroboration: f64::NAN,
             },
             DetectionConfig {
                 missed_renewals: 1,
                 renew_interval: Some(Duration::MAX),
                 suspect_after_renewals: 0.5,
                 agent_heartbeat_timeout: Duration::ZERO,
+                agent_lease_timeout: Duration::from_secs(1),
+                agent_kubelet_corroboration: f64::INFINITY,
             },
         ];
         for cfg in cfgs {
@@ -450,6 +817,10 @@ mod tests {
                 let mut t = LivenessTracker::new();
                 let mut f = facts("n", Some(1));
                 f.lease = Some(lease(secs));
+                f.agent_lease = Some(AgentLeaseFacts {
+                    renew_time: Some(1),
+                    holder: Some("n".to_owned()),
+                });
                 for at in [0, 1, u64::MAX / 4] {
                     let got = t.observe(
                         std::slice::from_ref(&f),

@@ -10,6 +10,8 @@ pub(super) fn detection() -> DetectionConfig {
         renew_interval: None,
         suspect_after_renewals: 1.5,
         agent_heartbeat_timeout: Duration::from_secs(90),
+        agent_lease_timeout: Duration::from_secs(8),
+        agent_kubelet_corroboration: 1.2,
     }
 }
 
@@ -23,6 +25,7 @@ pub(super) fn facts(name: &str, renew: Option<i64>) -> NodeFacts {
             duration_seconds: Some(40),
         }),
         agent_heartbeat: None,
+        agent_lease: None,
         last_gasp: None,
         eligible: true,
         boot_id: None,

@@ -122,6 +122,10 @@ pub struct Args {
     /// comma-separated; default: the API server's own (docs/security.md).
     #[arg(long, value_delimiter = ',', value_name = "AUDIENCE")]
     pub api_token_audience: Vec<String>,
+    /// The agent's namespace, where it keeps its liveness Lease (the DaemonSet passes
+    /// metadata.namespace through the downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "node-monitor")]
+    pub namespace: String,
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -162,6 +166,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         args.node_name.clone(),
     )));
     let (store, reflector_task) = start_pod_reflector(&clients, &args.node_name, &health, &metrics);
+    let liveness_task = start_liveness_lease(args, &config, &client, &stop_rx);
 
     let allocatable = node_allocatable_memory(&client, &args.node_name).await;
     let mut sampler = new_sampler(args, allocatable)?;
@@ -230,9 +235,29 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     decide_until_stopped(&mut agent, &mut sampler, &mut wakeups, first, &mut stop).await;
     let _ = stop_tx.send(true);
     reflector_task.abort();
+    liveness_task.abort();
     stop_cleanly(&agent.actuator, http_task, shutdown_task).await;
     info!("stopped");
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Renews the agent's liveness Lease in the background (a task that ends at once when
+/// `nodeMonitor.livenessLeaseInterval` is `0s`).
+fn start_liveness_lease(
+    args: &Args,
+    config: &config::EvictionConfig,
+    client: &kube::Client,
+    stop_rx: &tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(crate::cluster::liveness_lease::renew_until_stopped(
+        crate::cluster::liveness_lease::LivenessLease::new(
+            client.clone(),
+            &args.namespace,
+            &args.node_name,
+        ),
+        config.node_monitor.liveness_lease_interval,
+        stop_rx.clone(),
+    ))
 }
 
 /// The decision loop over `actuator` and `store`, its metrics initialised, reading the

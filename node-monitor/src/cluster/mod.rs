@@ -2,6 +2,7 @@
 //! [`actuator::Actuator`] that carries out decisions.
 pub mod actuator;
 pub mod events;
+pub mod liveness_lease;
 pub mod oom_events;
 
 use std::{path::Path, time::Duration};

@@ -14,7 +14,7 @@ use node_monitor_core::{
         CONDITION_PREFIX, LAST_GASP_ANNOTATION, NON_GRACEFUL_SHUTDOWN_REASON, OPT_OUT_ANNOTATION,
         SHUTTING_DOWN_CONDITION,
     },
-    remediation::{LeaseFacts, NodeFacts, ReadyStatus, WallMicros, ZoneKey},
+    remediation::{AgentLeaseFacts, LeaseFacts, NodeFacts, ReadyStatus, WallMicros, ZoneKey},
 };
 
 /// A malformed last gasp: the annotation's value names what is wrong.
@@ -73,6 +73,7 @@ pub fn eligible(node: &Node, selector: &BTreeMap<String, String>) -> bool {
 pub fn node_facts(
     node: &Node,
     lease: Option<&Lease>,
+    agent_lease: Option<&Lease>,
     selector: &BTreeMap<String, String>,
 ) -> NodeFacts {
     let name = node.metadata.name.clone().unwrap_or_default();
@@ -136,7 +137,17 @@ pub fn node_facts(
             duration_seconds: spec.and_then(|s| s.lease_duration_seconds),
         }
     });
+    let agent_lease = agent_lease.map(|l| {
+        let spec = l.spec.as_ref();
+        AgentLeaseFacts {
+            renew_time: spec
+                .and_then(|s| s.renew_time.as_ref())
+                .map(|t| t.0.as_microsecond()),
+            holder: spec.and_then(|s| s.holder_identity.clone()),
+        }
+    });
     NodeFacts {
+        agent_lease,
         zone: ZoneKey::from_labels(&labels(node)),
         ready,
         lease,
@@ -246,7 +257,22 @@ mod tests {
             }),
             ..Lease::default()
         };
-        let f = node_facts(&n, Some(&lease), &BTreeMap::new());
+        let agent = Lease {
+            spec: Some(LeaseSpec {
+                renew_time: Some(MicroTime(ts(58))),
+                holder_identity: Some("n1".to_owned()),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        };
+        let f = node_facts(&n, Some(&lease), Some(&agent), &BTreeMap::new());
+        assert_eq!(
+            f.agent_lease,
+            Some(AgentLeaseFacts {
+                renew_time: Some(58_000_000),
+                holder: Some("n1".to_owned()),
+            })
+        );
         assert_eq!(f.name, "n1");
         assert_eq!(f.zone.zone, "a");
         assert_eq!(f.ready, ReadyStatus::True);
@@ -269,7 +295,8 @@ mod tests {
             )],
             &[],
         );
-        let f = node_facts(&n, None, &BTreeMap::new());
+        let f = node_facts(&n, None, None, &BTreeMap::new());
+        assert_eq!(f.agent_lease, None);
         assert_eq!(f.last_gasp, None);
         assert_eq!(f.ready, ReadyStatus::Unknown);
         assert_eq!(f.lease, None);

@@ -50,6 +50,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Caches {
     pub nodes: Store<Node>,
     pub leases: Store<Lease>,
+    /// The controller's namespace: the node agents' liveness Leases.
+    pub agent_leases: Store<Lease>,
     /// The controller's namespace: fence configuration.
     pub configmaps: Store<ConfigMap>,
     /// How current `leases` is known to be.
@@ -116,6 +118,10 @@ impl ClusterView for KubePorts {
 
     fn leases(&self) -> Vec<Arc<Lease>> {
         self.caches.leases.state()
+    }
+
+    fn agent_leases(&self) -> Vec<Arc<Lease>> {
+        self.caches.agent_leases.state()
     }
 
     fn lease_view_age(&self) -> Option<Duration> {

@@ -383,14 +383,14 @@ fn warn_legacy_operations(configmaps: &[Arc<ConfigMap>]) {
     }
 }
 
-/// Starts the caches the controller reads (nodes, node Leases, the fence configuration in
-/// `namespace`) and the check that the Lease watch is current.
+/// Starts the caches the controller reads (nodes, node Leases, the fence configuration and the
+/// agents' liveness Leases in `namespace`) and the check that the Lease watch is current.
 fn start_caches(
     client: &Client,
     namespace: &str,
     cfg: &RemediationConfig,
     api_health: &Arc<ApiHealth>,
-) -> (kube_ports::Caches, [tokio::task::JoinHandle<()>; 4]) {
+) -> (kube_ports::Caches, [tokio::task::JoinHandle<()>; 5]) {
     let (nodes, nodes_task) = reflect(
         Api::<Node>::all(client.clone()),
         watcher::Config::default(),
@@ -409,8 +409,18 @@ fn start_caches(
         api_health.clone(),
         "fence configuration",
     );
+    // The agents' liveness Leases: no freshness check of their own. A stalled watch only makes
+    // agents look silent, and a silent agent makes its node dead only once the kubelet's Lease,
+    // whose view is confirmed current, corroborates.
+    let (agent_leases, agent_leases_task) = reflect(
+        Api::<Lease>::namespaced(client.clone(), namespace),
+        watcher::Config::default(),
+        api_health.clone(),
+        "agent liveness leases",
+    );
     let lease_freshness = Arc::new(WatchFreshness::default());
     let tasks = [
+        tokio::spawn(agent_leases_task),
         tokio::spawn(nodes_task),
         tokio::spawn(leases_task),
         tokio::spawn(configmaps_task),
@@ -424,6 +434,7 @@ fn start_caches(
     let caches = kube_ports::Caches {
         nodes,
         leases,
+        agent_leases,
         configmaps,
         lease_freshness,
     };

@@ -35,6 +35,9 @@ pub trait ClusterView {
     fn nodes(&self) -> Vec<Arc<Node>>;
     /// The node Leases (`kube-node-lease`).
     fn leases(&self) -> Vec<Arc<Lease>>;
+    /// The node agents' liveness Leases (`node-monitor-agent-<node>` in the controller's
+    /// namespace, which is the agent's); other Leases of the namespace may be listed too.
+    fn agent_leases(&self) -> Vec<Arc<Lease>>;
     /// How long ago the Lease view was last confirmed current; `None`: never.
     fn lease_view_age(&self) -> Option<Duration>;
     /// The controller namespace's ConfigMaps (fence configuration and methods), by name.

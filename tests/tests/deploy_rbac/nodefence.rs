@@ -33,6 +33,7 @@ fn operation(node: &str, uid: &str) -> FenceOp {
         ready: ReadyStatus::Unknown,
         lease: None,
         agent_heartbeat: None,
+        agent_lease: None,
         last_gasp: None,
         eligible: true,
         boot_id: None,

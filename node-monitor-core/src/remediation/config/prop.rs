@@ -7,12 +7,14 @@ use serde_norway::Value;
 use super::*;
 
 /// Every key the parser knows, at the top level.
-const KEYS: [&str; 20] = [
+const KEYS: [&str; 22] = [
     "tickInterval",
     "missedRenewals",
     "renewInterval",
     "suspectAfterRenewals",
     "agentHeartbeatTimeout",
+    "agentLeaseTimeout",
+    "agentKubeletCorroboration",
     "unhealthyZoneThreshold",
     "largeClusterSizeThreshold",
     "nodeFenceRate",

@@ -24,6 +24,7 @@ pub use crate::telemetry::error_chain as chain;
 
 use node_monitor_core::{
     clock::Timestamp,
+    names::AGENT_LEASE_PREFIX,
     remediation::{
         Assessment, DeathEvidence, FenceOp, Liveness, LivenessTracker, NodeFacts, OpEvent,
         ReadyStatus, RemediationConfig, SkipReason, Step, ZoneLimiters, assess, node_is_back,
@@ -217,6 +218,19 @@ impl<P: Ports> Controller<P> {
             .into_iter()
             .filter_map(|l| l.metadata.name.clone().map(|n| (n, l)))
             .collect();
+        let agent_leases: HashMap<String, Arc<Lease>> = self
+            .ports
+            .agent_leases()
+            .into_iter()
+            .filter_map(|l| {
+                let node = l
+                    .metadata
+                    .name
+                    .as_deref()?
+                    .strip_prefix(AGENT_LEASE_PREFIX)?;
+                Some((node.to_owned(), l))
+            })
+            .collect();
         let mut facts = BTreeMap::new();
         let mut uids = BTreeMap::new();
         for n in self.ports.nodes() {
@@ -226,6 +240,7 @@ impl<P: Ports> Controller<P> {
             let f = node_facts(
                 &n,
                 leases.get(&name).map(AsRef::as_ref),
+                agent_leases.get(&name).map(AsRef::as_ref),
                 &self.cfg.node_selector,
             );
             uids.insert(name.clone(), n.metadata.uid.clone().unwrap_or_default());

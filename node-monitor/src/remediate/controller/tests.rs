@@ -24,6 +24,7 @@ use tokio::sync::watch;
 
 use node_monitor_core::{
     clock::Timestamp,
+    names::agent_lease_name,
     remediation::{FenceOp, RemediationConfig, Step},
 };
 
@@ -49,6 +50,7 @@ const UNIX0: i64 = 1_700_000_000_000;
 struct World {
     nodes: BTreeMap<String, Node>,
     leases: BTreeMap<String, Lease>,
+    agent_leases: BTreeMap<String, Lease>,
     configmaps: BTreeMap<String, BTreeMap<String, String>>,
     /// The operation records, as the NodeFences the store writes.
     ops: BTreeMap<String, DynamicObject>,
@@ -193,6 +195,26 @@ impl Fake {
         );
     }
 
+    /// The node's agent renews its liveness Lease now.
+    fn renew_agent_lease(&self, name: &str) {
+        let now = self.wall();
+        let lease = agent_lease_name(name);
+        self.w().agent_leases.insert(
+            lease.clone(),
+            Lease {
+                metadata: ObjectMeta {
+                    name: Some(lease),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(name.to_owned()),
+                    renew_time: Some(MicroTime(now)),
+                    ..LeaseSpec::default()
+                }),
+            },
+        );
+    }
+
     /// A pod bound to `node`, owned by `owner_kind`.
     fn add_pod(&self, name: &str, node: &str, owner_kind: &str) {
         self.w().pods.push(Pod {
@@ -266,6 +288,15 @@ impl ClusterView for Fake {
             return leases.values().cloned().map(Arc::new).collect();
         }
         self.w().leases.values().cloned().map(Arc::new).collect()
+    }
+
+    fn agent_leases(&self) -> Vec<Arc<Lease>> {
+        self.w()
+            .agent_leases
+            .values()
+            .cloned()
+            .map(Arc::new)
+            .collect()
     }
 
     fn lease_view_age(&self) -> Option<Duration> {
@@ -430,6 +461,8 @@ struct Harness {
     api_health: Arc<ApiHealth>,
     /// Nodes that renew their Lease on every pass.
     live: BTreeSet<String>,
+    /// Nodes whose agent renews its liveness Lease on every pass.
+    agents: BTreeSet<String>,
 }
 
 impl Harness {
@@ -444,6 +477,7 @@ impl Harness {
             metrics,
             api_health,
             live,
+            agents: BTreeSet::new(),
         }
     }
 
@@ -453,6 +487,9 @@ impl Harness {
         self.fake.millis.fetch_add(1000, Ordering::SeqCst);
         for n in &self.live {
             self.fake.renew(n);
+        }
+        for n in &self.agents {
+            self.fake.renew_agent_lease(n);
         }
         self.ctl.tick(true).await;
         for _ in 0..20 {
@@ -576,6 +613,45 @@ async fn a_dead_node_is_fenced_then_tainted_out_of_service() {
     assert_eq!(fake.events("web-1", "DeletedAfterFencing"), 1);
     assert_eq!(h.metrics.releases.get(), 1);
     assert_eq!(h.metrics.pods_deleted.get(), 1);
+}
+
+/// Nodes running the agent: a node whose kubelet and agent fall silent together is fenced from
+/// the agent's liveness Lease once the kubelet's Lease corroborates (1.2 of its 10 s intervals),
+/// long before the kubelet Lease's own 30 s; a node whose agent alone stops is never fenced.
+#[tokio::test]
+async fn a_silent_node_running_the_agent_is_fenced_from_its_liveness_lease() {
+    let fake = cluster();
+    let mut h = Harness::new(&fake, RemediationConfig::default());
+    h.agents = ["n1", "n2", "n3"].map(str::to_owned).into();
+    h.passes(5).await;
+    // n1 dies (kubelet and agent); n2's agent alone stops.
+    h.kill("n1");
+    h.agents.remove("n1");
+    h.agents.remove("n2");
+    assert!(
+        h.until(15, |f| f
+            .log()
+            .iter()
+            .any(|l| l.starts_with("run n1 isolation")))
+            .await,
+        "fenced before the kubelet Lease's 30 s: {:?}",
+        fake.log()
+    );
+    let op = fake.stored_op("n1").expect("recorded");
+    assert!(
+        op.evidence.contains("liveness Lease not renewed"),
+        "{}",
+        op.evidence
+    );
+    // Long after: n2, whose kubelet renews, is untouched.
+    h.passes(60).await;
+    assert!(fake.stored_op("n2").is_none());
+    assert!(
+        !fake.log().iter().any(|l| l.contains("n2")),
+        "{:?}",
+        fake.log()
+    );
+    assert_eq!(fake.events("n2", "FencingSkipped"), 0);
 }
 
 /// Three of a zone's four nodes die at once (the other zone stays healthy): a partial

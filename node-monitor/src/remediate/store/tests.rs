@@ -9,6 +9,7 @@ fn op(node: &str) -> FenceOp {
         ready: ReadyStatus::Unknown,
         lease: None,
         agent_heartbeat: None,
+        agent_lease: None,
         last_gasp: None,
         eligible: true,
         boot_id: None,

@@ -20,7 +20,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
-use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use kube::{
     Api,
     api::{Patch, PatchParams, PostParams},
@@ -277,6 +277,14 @@ async fn run(n: usize, args: &Args) -> Result<Window> {
     })
     .await?;
     let client = cp.client();
+    // The agents' namespace: each keeps its liveness Lease there. (Created directly: without
+    // the controller manager, nothing would make its default ServiceAccount.)
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": "node-monitor" } }))?,
+        )
+        .await?;
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     // Without the controller manager nobody makes the namespace's default ServiceAccount, which

@@ -8,6 +8,12 @@
 //! 10 s) and under scaled ones (10 s grace, 10 s tolerations, 4 s Leases renewed every second).
 //! A run that does not recover within the cap is reported as such.
 //!
+//! `--agent lease` runs the node agent's liveness Lease on every node (the agent's own renewer,
+//! at its default `nodeMonitor.livenessLeaseInterval`), which stops when the node dies;
+//! `--agent last-gasp` also writes the agent's last gasp as the node dies; `--agent both` runs
+//! both. Each run prints the seconds from the death to remediate's `node is dead`, to the fence
+//! call, to the out-of-service taint and to the replacement Running elsewhere.
+//!
 //! Root and the control-plane binaries are required. See docs/benchmarks.md ("Failover").
 //!
 //! ```sh
@@ -29,6 +35,8 @@ use kube::{
     Api, Client,
     api::{Patch, PatchParams},
 };
+use node_monitor::cluster::liveness_lease::{LivenessLease, renew_until_stopped};
+use node_monitor_core::config::NodeMonitorSettings;
 use node_monitor_tests::{
     cgroup::{TestCgroups, require_root},
     control_plane::{ControlPlane, ControlPlaneOptions},
@@ -62,6 +70,26 @@ enum Timeouts {
     Both,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum AgentArg {
+    /// No agent on the nodes (the stand-ins alone).
+    None,
+    /// The agent's liveness Lease on every node.
+    Lease,
+    /// The liveness Lease, and a last gasp as the node dies.
+    LastGasp,
+    /// Both of the above, one after the other.
+    Both,
+}
+
+/// What the agent does on the nodes of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Agent {
+    None,
+    Lease,
+    LastGasp,
+}
+
 #[derive(Debug, Parser)]
 #[command(about = "Time from a node's death to a replacement pod Running on another node")]
 struct Args {
@@ -81,6 +109,9 @@ struct Args {
     /// one each).
     #[arg(long, default_value_t = 3)]
     runs: u32,
+    /// The node agent on the nodes: its liveness Lease, and its last gasp.
+    #[arg(long, value_enum, default_value = "none")]
+    agent: AgentArg,
 }
 
 /// The `node-monitor` binary under test, copied once at start so a rebuild during a long run
@@ -92,12 +123,13 @@ struct Setup {
     scenario: Scenario,
     remediate: bool,
     scaled: bool,
+    agent: Agent,
 }
 
 impl Setup {
     fn label(&self) -> String {
         format!(
-            "{:<15} {:<13} {:<7}",
+            "{:<15} {:<13} {:<7} {:<14}",
             match self.scenario {
                 Scenario::Deployment => "deployment",
                 Scenario::Statefulset => "statefulset",
@@ -110,11 +142,19 @@ impl Setup {
                 "no remediate"
             },
             if self.scaled { "scaled" } else { "stock" },
+            match self.agent {
+                Agent::None => "no agent",
+                Agent::Lease => "agent",
+                Agent::LastGasp => "agent+gasp",
+            },
         )
     }
 }
 
-const FENCE_AGENT: &str = "#!/bin/sh\ncat > /dev/null\nexit 0\n";
+/// The fence agent: succeeds at once, recording the time of each call (Unix seconds) in the
+/// file named by its `log` parameter.
+const FENCE_AGENT: &str =
+    "#!/bin/sh\nlog=$(sed -n 's/^log=//p')\n[ -n \"$log\" ] && date +%s.%N >> \"$log\"\nexit 0\n";
 
 /// remediate's defaults (3 missed renewals of the Lease's interval: 10 s stock, 1 s scaled),
 /// with a shorter leader lease so a run starts sooner.
@@ -131,6 +171,8 @@ impl Drop for Remediate {
 
 struct Bench {
     remediate: Option<Remediate>,
+    /// The agents' liveness Lease renewers, by node: sending `true` stops one.
+    agents: BTreeMap<String, tokio::sync::watch::Sender<bool>>,
     standins: BTreeMap<String, StandIn>,
     _cgroups: TestCgroups,
     cp: ControlPlane,
@@ -186,8 +228,22 @@ impl Bench {
         let agent = dir.path().join("fence-agent");
         fs::write(&agent, FENCE_AGENT)?;
         fs::set_permissions(&agent, fs::Permissions::from_mode(0o755))?;
+        let mut agents = BTreeMap::new();
+        if setup.agent != Agent::None {
+            let interval = NodeMonitorSettings::default().liveness_lease_interval;
+            for (name, _) in NODES {
+                let (stop, stopped) = tokio::sync::watch::channel(false);
+                tokio::spawn(renew_until_stopped(
+                    LivenessLease::new(cp.client(), NS, name),
+                    interval,
+                    stopped,
+                ));
+                agents.insert(name.to_owned(), stop);
+            }
+        }
         let mut bench = Bench {
             remediate: None,
+            agents,
             standins,
             _cgroups: cgroups,
             cp,
@@ -209,7 +265,11 @@ impl Bench {
             (
                 "fence-method-template-bench",
                 "template.properties",
-                format!("agent_name={}\n", agent.display()),
+                format!(
+                    "agent_name={}\nlog={}\n",
+                    agent.display(),
+                    self.fence_log().display()
+                ),
             ),
             (
                 "fence-method-isolate",
@@ -228,10 +288,45 @@ impl Bench {
         Ok(())
     }
 
+    fn fence_log(&self) -> std::path::PathBuf {
+        self.dir.path().join("fence-calls")
+    }
+
+    fn remediate_log(&self) -> std::path::PathBuf {
+        self.dir.path().join("remediate.log")
+    }
+
+    /// Seconds from `t0` (Unix seconds) to the first fence call.
+    fn fenced_after(&self, t0: f64) -> Option<f64> {
+        let text = fs::read_to_string(self.fence_log()).ok()?;
+        let first: f64 = text.lines().next()?.trim().parse().ok()?;
+        Some(first - t0)
+    }
+
+    /// Seconds from `t0` (Unix seconds) to remediate's `node is dead` for `node` (its log's
+    /// timestamp).
+    fn dead_after(&self, node: &str, t0: f64) -> Option<f64> {
+        let text = fs::read_to_string(self.remediate_log()).ok()?;
+        let line = text
+            .lines()
+            .find(|l| l.contains("node is dead") && l.contains(node))?;
+        let stamp: k8s_openapi::jiff::Timestamp = line.split_whitespace().next()?.parse().ok()?;
+        Some(stamp.as_microsecond() as f64 / 1e6 - t0)
+    }
+
+    async fn out_of_service(&self, node: &str) -> Result<bool> {
+        let n = Api::<Node>::all(self.client()).get(node).await?;
+        Ok(n.spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == "node.kubernetes.io/out-of-service"))
+    }
+
     async fn spawn_remediate(&mut self) -> Result<()> {
         let cfg = self.dir.path().join("remediate.yaml");
         fs::write(&cfg, REMEDIATE_CONFIG)?;
-        let log = self.dir.path().join("remediate.log");
+        let log = self.remediate_log();
         let out = fs::File::create(&log)?;
         let program = NODE_MONITOR.get().context("the node-monitor copy")?;
         let child = Command::new(program)
@@ -296,9 +391,24 @@ async fn create_volume(client: &Client) -> Result<String> {
     Ok(workload::create_bound_volume(client, "data").await?)
 }
 
-/// One run: the seconds until the replacement runs (and, with a volume, has it attached), or
-/// `None` when the cap passed first.
-async fn run_once(setup: Setup, cap: Duration) -> Result<Option<f64>> {
+/// Seconds from the death to each step; `None`: not seen within the cap.
+#[derive(Debug, Default)]
+struct Times {
+    dead: Option<f64>,
+    fenced: Option<f64>,
+    tainted: Option<f64>,
+    /// The replacement runs elsewhere (and, with a volume, has it attached).
+    running: Option<f64>,
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// One run: the seconds until each step.
+async fn run_once(setup: Setup, cap: Duration) -> Result<Times> {
     let bench = Bench::start(setup).await?;
     let client = bench.client();
     let volume = if setup.scenario == Scenario::StatefulsetVa {
@@ -351,9 +461,31 @@ async fn run_once(setup: Setup, cap: Duration) -> Result<Option<f64>> {
         .standins
         .get(&node)
         .with_context(|| format!("no stand-in {node}"))?;
+    if setup.agent == Agent::LastGasp {
+        // What the agent writes when it sees the machine go down past the inhibitor (the
+        // `annotation` form of nodeMonitor.shutdown.lastGasp), just before the power goes.
+        let gasp = format!("{{\"time\":{:.3},\"cmd\":\"POWER_OFF\"}}", unix_now());
+        Api::<Node>::all(client.clone())
+            .patch(
+                &node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    "node-monitor.io/last-gasp": gasp}}})),
+            )
+            .await?;
+    }
     let t0 = Instant::now();
+    let t0_unix = unix_now();
+    // The machine dies: its kubelet, its pods and its agent.
     workload::power_off(standin, &uid);
-    let result = loop {
+    if let Some(agent) = bench.agents.get(&node) {
+        agent.send_replace(true);
+    }
+    let mut times = Times::default();
+    loop {
+        if times.tainted.is_none() && setup.remediate && bench.out_of_service(&node).await? {
+            times.tainted = Some(t0.elapsed().as_secs_f64());
+        }
         if let Some((_, new_node)) = bench.running(app, Some(&uid)).await?
             && new_node != node
             && match &volume {
@@ -361,18 +493,23 @@ async fn run_once(setup: Setup, cap: Duration) -> Result<Option<f64>> {
                 None => true,
             }
         {
-            break Some(t0.elapsed().as_secs_f64());
+            times.running = Some(t0.elapsed().as_secs_f64());
+            break;
         }
         if t0.elapsed() > cap {
-            break None;
+            break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    }
+    if setup.remediate {
+        times.dead = bench.dead_after(&node, t0_unix);
+        times.fenced = bench.fenced_after(t0_unix);
+    }
     if let Some((_, attacher)) = volume {
         attacher.abort();
     }
     drop(bench);
-    Ok(result)
+    Ok(times)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -410,15 +547,27 @@ async fn main() -> Result<()> {
         Timeouts::Scaled => vec![true],
         Timeouts::Both => vec![true, false],
     };
-    println!("scenario        controller    timeouts  seconds to a replacement Running elsewhere");
+    let agents: Vec<Agent> = match args.agent {
+        AgentArg::None => vec![Agent::None],
+        AgentArg::Lease => vec![Agent::Lease],
+        AgentArg::LastGasp => vec![Agent::LastGasp],
+        AgentArg::Both => vec![Agent::Lease, Agent::LastGasp],
+    };
+    println!(
+        "scenario        controller    timeouts agent          seconds to a replacement Running elsewhere (dead / fenced / tainted)"
+    );
     let mut summary = Vec::new();
     for &scaled in &timeouts {
         for &remediate in &modes {
-            for &scenario in &scenarios {
+            for (&scenario, &agent) in scenarios
+                .iter()
+                .flat_map(|s| agents.iter().map(move |a| (s, a)))
+            {
                 let setup = Setup {
                     scenario,
                     remediate,
                     scaled,
+                    agent,
                 };
                 let cap = Duration::from_secs(if scaled {
                     args.scaled_cap_secs
@@ -428,11 +577,23 @@ async fn main() -> Result<()> {
                 let runs = if remediate { args.runs.max(1) } else { 1 };
                 let mut results = Vec::new();
                 for _ in 0..runs {
-                    let r = run_once(setup, cap).await?;
-                    let text = r.map_or_else(
+                    let t = run_once(setup, cap).await?;
+                    let secs =
+                        |s: Option<f64>| s.map_or_else(|| "–".to_owned(), |s| format!("{s:.1}"));
+                    let text = t.running.map_or_else(
                         || format!("not within {} s", cap.as_secs()),
                         |s| format!("{s:.1}"),
                     );
+                    let text = if remediate {
+                        format!(
+                            "{text} ({} / {} / {})",
+                            secs(t.dead),
+                            secs(t.fenced),
+                            secs(t.tainted)
+                        )
+                    } else {
+                        text
+                    };
                     println!("{}   {text}", setup.label());
                     results.push(text);
                 }
