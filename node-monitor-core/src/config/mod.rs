@@ -144,6 +144,9 @@ pub struct NodeMonitorSettings {
     /// The kubelet's own configuration file, read for its eviction thresholds to tell which
     /// signals the kubelet acts on first (`kubelet_thresholds`); empty: not read.
     pub kubelet_config_path: String,
+    /// How `memory.available` and `allocatableMemory.available` count the working set:
+    /// the kubelet's formula, or with reclaimable active page cache left out.
+    pub memory_working_set: MemoryWorkingSet,
 }
 
 impl Default for NodeMonitorSettings {
@@ -161,6 +164,7 @@ impl Default for NodeMonitorSettings {
             taint_on_pressure: false,
             api_timeout: Duration::from_secs(30),
             kubelet_config_path: DEFAULT_KUBELET_CONFIG_PATH.to_owned(),
+            memory_working_set: MemoryWorkingSet::Kubelet,
         }
     }
 }
@@ -171,7 +175,7 @@ pub(crate) fn ser_go_duration<S: serde::Serializer>(d: &Duration, s: S) -> Resul
     s.serialize_str(&format_go_duration(*d))
 }
 
-pub use crate::signals::FsLayout;
+pub use crate::signals::{FsLayout, MemoryWorkingSet};
 
 /// The validated eviction configuration.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,7 +3,7 @@ use super::*;
 
 /// The keys accepted under `nodeMonitor`; any other key is rejected with this list in the
 /// message. `shutdown` is validated by `shutdown::config::shutdown_config`.
-pub const NODE_MONITOR_KEYS: [&str; 13] = [
+pub const NODE_MONITOR_KEYS: [&str; 14] = [
     "shutdown",
     "maxPodsPerCycle",
     "housekeepingInterval",
@@ -17,6 +17,7 @@ pub const NODE_MONITOR_KEYS: [&str; 13] = [
     "taintOnPressure",
     "apiTimeout",
     "kubeletConfigPath",
+    "memoryWorkingSet",
 ];
 
 /// A `nodeMonitor` value with the field name its errors use (`config.yaml: nodeMonitor.psiWindow`).
@@ -37,6 +38,7 @@ pub(super) struct NodeMonitorFields {
     taint_on_pressure: Named<bool>,
     api_timeout: Named<String>,
     kubelet_config_path: Named<String>,
+    memory_working_set: Named<MemoryWorkingSet>,
 }
 
 impl NodeMonitorFields {
@@ -135,6 +137,13 @@ impl NodeMonitorFields {
             d,
             "kubeletConfigPath",
         );
+        over(
+            &mut self.memory_working_set,
+            s.memory_working_set.as_ref(),
+            |m| *m,
+            d,
+            "memoryWorkingSet",
+        );
     }
 }
 
@@ -160,6 +169,9 @@ pub(super) fn parse_node_monitor(
     }
     if let Some((_, b)) = f.dry_run {
         s.dry_run = b;
+    }
+    if let Some((_, m)) = f.memory_working_set {
+        s.memory_working_set = m;
     }
     if let Some((_, b)) = f.taint_on_pressure {
         s.taint_on_pressure = b;
