@@ -378,8 +378,14 @@ fn summary(rows: &[Row]) {
             if rs.is_empty() {
                 continue;
             }
-            let mut evicted: Vec<String> = rs.iter().flat_map(|r| r.evicted.clone()).collect();
-            evicted.sort();
+            let mut evicted = std::collections::BTreeMap::<&str, usize>::new();
+            for name in rs.iter().flat_map(|r| r.evicted.iter()) {
+                *evicted.entry(name).or_default() += 1;
+            }
+            let evicted: Vec<String> = evicted
+                .into_iter()
+                .map(|(name, n)| format!("{name} ×{n}"))
+                .collect();
             let min = |f: fn(&Minima) -> i64| rs.iter().map(|r| f(&r.min)).min().unwrap_or(0) / MI;
             println!(
                 "| {} | `{setting}` | {} | {} | {} | {} / {} | {} | {} / {} |",
