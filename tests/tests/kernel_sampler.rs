@@ -689,6 +689,91 @@ async fn allocatable_memcg_threshold_armed_by_the_agent_wakes_on_kubepods_pressu
     );
 }
 
+/// With `memoryWorkingSet: reclaimable` the node's memcg threshold sits above usage by the
+/// page cache the formula leaves out, active cache included: it fires when the reclaimable
+/// working set reaches the threshold. The kubelet's level (`+ inactive_file` only) would sit
+/// below the current usage, met already although the signal is 48 MiB away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaimable_memcg_threshold_follows_the_reclaimable_working_set() {
+    use node_monitor_core::signals::MemoryWorkingSet;
+    let mut cg = TestCgroups::new("sampler-pagecache-memcg");
+    cg.create("node/system").expect("create");
+    cg.create("node/kubepods/pod").expect("create");
+    cg.set_memory_limit("node", 1024 * MIB).expect("limit");
+    let scratch = tempfile::tempdir_in("/var/tmp").expect("scratch dir on a disk filesystem");
+    let file = scratch.path().join("data");
+    let script = format!(
+        "dd if=/dev/zero of={f} bs=1M count=128 conv=fsync status=none && \
+         cat {f} > /dev/null && cat {f} > /dev/null",
+        f = file.display()
+    );
+    let status = cg
+        .spawn_in(
+            "node/kubepods/pod",
+            Command::new("/bin/sh").arg("-c").arg(&script),
+        )
+        .expect("spawn the reader")
+        .wait()
+        .expect("wait for the reader");
+    assert!(status.success(), "{script}: {status}");
+    let mut hog = Hog::spawn(&cg, "node/system");
+    hog.alloc(16);
+
+    let mut cfg = node_config(&cg, "node", "kubepods");
+    cfg.memory_working_set = MemoryWorkingSet::Reclaimable;
+    let mut sampler = Sampler::new(cfg).expect("sampler");
+    let mut wakeups = Wakeups::start(quiet_config(&sampler)).expect("wake-ups");
+    sampler.sample(SampleKind::Signals);
+    let m = sampler.last_node_memory().expect("node memory");
+    assert!(
+        m.reclaimable_active_file >= 120 * MIB,
+        "file read twice: reclaimable active {}",
+        m.reclaimable_active_file
+    );
+    let threshold = m.capacity - (m.working_set + 48 * MIB);
+    let flags = EvictionOverrides {
+        eviction_hard: vec![format!("memory.available<{threshold}")],
+        ..EvictionOverrides::default()
+    };
+    let config = load_eviction_config(None, &flags).expect("eviction config");
+    memcg::rearm(&mut wakeups, &config.thresholds, Some(m), None);
+    let level = memcg_usage_threshold(m.capacity, threshold, m.file_outside_working_set());
+    let on_node: Vec<_> = wakeups
+        .armed_thresholds()
+        .into_iter()
+        .filter(|a| a.target == MemcgTarget::Node && a.available_threshold == threshold)
+        .collect();
+    assert_eq!(on_node.len(), 1, "{:?}", wakeups.armed_thresholds());
+    assert_eq!(on_node[0].usage_bytes, level);
+    let kubelet_level = memcg_usage_threshold(m.capacity, threshold, m.inactive_file);
+    assert!(
+        kubelet_level < m.usage && level > m.usage,
+        "usage {}: the kubelet's level {kubelet_level} is met already, the reclaimable one \
+         {level} is not",
+        m.usage
+    );
+
+    hog.alloc(96);
+    let w = wait_for(&mut wakeups, "node memcg threshold", |s| {
+        matches!(
+            s,
+            WakeSource::MemcgThreshold {
+                target: MemcgTarget::Node,
+                usage_bytes
+            } if *usage_bytes == level
+        )
+    })
+    .await;
+    let timed = sampler.observe(w);
+    let (avail, _) = signal(&timed.observations, Signal::MemoryAvailable);
+    assert!(
+        avail < i(threshold),
+        "memory.available (reclaimable) {avail} not below {threshold} at the notification"
+    );
+    drop(hog);
+    let _ = fs::remove_file(&file);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memcg_oom_control_wakes_on_a_node_oom() {
     let mut cg = TestCgroups::new("sampler-oom");
