@@ -96,6 +96,103 @@ impl FromStr for Signal {
     }
 }
 
+/// How `memory.available` and `allocatableMemory.available` count a cgroup's working set
+/// (`nodeMonitor.memoryWorkingSet`). Pods are ranked by their working set as the kubelet
+/// computes it whichever is chosen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MemoryWorkingSet {
+    /// The kubelet's (cadvisor's): `usage − inactive_file`. Active page cache counts as used.
+    #[default]
+    Kubelet,
+    /// Also leaves out the active file pages the kernel can reclaim: clean, not shmem/tmpfs,
+    /// not under writeback. See [`memory_working_set`].
+    Reclaimable,
+}
+
+impl MemoryWorkingSet {
+    /// Both choices, with their names in the configuration.
+    pub const ALL: [(&'static str, MemoryWorkingSet); 2] = [
+        ("kubelet", MemoryWorkingSet::Kubelet),
+        ("reclaimable", MemoryWorkingSet::Reclaimable),
+    ];
+
+    /// The name in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Kubelet => "kubelet",
+            Self::Reclaimable => "reclaimable",
+        }
+    }
+
+    /// The formula, as `explain` and the documentation print it.
+    pub fn formula(self) -> &'static str {
+        match self {
+            Self::Kubelet => "working_set = usage - inactive_file",
+            Self::Reclaimable => {
+                "working_set = usage - inactive_file - reclaimable_active_file; \
+                 reclaimable_active_file = min(active_file, file - shmem - inactive_file) \
+                 - (dirty + writeback)"
+            }
+        }
+    }
+}
+
+/// The `memory.stat` figures of one cgroup that the working-set formulas read, in bytes. On
+/// cgroup v1 the hierarchical `total_*` fields (`total_cache` is `file`, `total_dirty` is
+/// `dirty`), on cgroup v2 the fields of the same names (`file_dirty`, `file_writeback`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MemoryStatFigures {
+    /// `memory.usage_in_bytes` (v1), `memory.current` (v2), `anon + file` (v2 root).
+    pub usage: u64,
+    /// File pages on the inactive LRU list.
+    pub inactive_file: u64,
+    /// File pages on the active LRU list.
+    pub active_file: u64,
+    /// Every page-cache page, shmem/tmpfs included (v1 `total_cache`, v2 `file`).
+    pub file: u64,
+    /// shmem and tmpfs pages: counted in `file`, reclaimable only by swapping.
+    pub shmem: u64,
+    /// Dirty file pages: they must be written back before they can be dropped.
+    pub dirty: u64,
+    /// File pages under writeback.
+    pub writeback: u64,
+}
+
+/// The active file pages the kernel can drop without writing anything: the active file pages,
+/// at most the page cache that is neither shmem nor inactive (shmem sits on the anon lists on
+/// current kernels; the bound keeps the formula safe where it would not), less every dirty
+/// and writeback page (which list they are on is not reported, so all are assumed active).
+pub fn reclaimable_active_file(m: &MemoryStatFigures) -> u64 {
+    let not_shmem_nor_inactive = m
+        .file
+        .saturating_sub(m.shmem)
+        .saturating_sub(m.inactive_file);
+    m.active_file
+        .min(not_shmem_nor_inactive)
+        .saturating_sub(m.dirty.saturating_add(m.writeback))
+}
+
+/// A cgroup's working set under `mode`, clamped at 0 as cadvisor clamps it.
+///
+/// - [`MemoryWorkingSet::Kubelet`]: `usage − inactive_file`.
+/// - [`MemoryWorkingSet::Reclaimable`]: `usage − inactive_file − reclaimable_active_file`
+///   ([`reclaimable_active_file`]).
+pub fn memory_working_set(mode: MemoryWorkingSet, m: &MemoryStatFigures) -> u64 {
+    m.usage.saturating_sub(file_outside_working_set(mode, m))
+}
+
+/// The page cache `mode` leaves out of the working set: `inactive_file`, plus
+/// [`reclaimable_active_file`] with [`MemoryWorkingSet::Reclaimable`]. A cgroup v1 memcg
+/// threshold must sit this far above `capacity − threshold` on `memory.usage_in_bytes` to fire
+/// when the working set reaches it.
+pub fn file_outside_working_set(mode: MemoryWorkingSet, m: &MemoryStatFigures) -> u64 {
+    match mode {
+        MemoryWorkingSet::Kubelet => m.inactive_file,
+        MemoryWorkingSet::Reclaimable => m.inactive_file.saturating_add(reclaimable_active_file(m)),
+    }
+}
+
 /// One signal's observed value: what is available and the capacity it is a share of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SignalObservation {
@@ -203,6 +300,120 @@ mod tests {
                 "nodefs {node}, imagefs {image}, containerfs {container:?}"
             );
         }
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    fn stat(
+        usage: u64,
+        inactive_file: u64,
+        active_file: u64,
+        file: u64,
+        shmem: u64,
+        dirty: u64,
+        writeback: u64,
+    ) -> MemoryStatFigures {
+        MemoryStatFigures {
+            usage: usage * MIB,
+            inactive_file: inactive_file * MIB,
+            active_file: active_file * MIB,
+            file: file * MIB,
+            shmem: shmem * MIB,
+            dirty: dirty * MIB,
+            writeback: writeback * MIB,
+        }
+    }
+
+    /// Working sets, in MiB, under both formulas.
+    #[test]
+    fn the_working_set_leaves_out_only_reclaimable_cache_when_asked() {
+        let cases = [
+            // (name, figures, kubelet, reclaimable)
+            (
+                "anonymous memory only",
+                stat(500, 0, 0, 0, 0, 0, 0),
+                500,
+                500,
+            ),
+            (
+                "clean cache: inactive and active both left out",
+                stat(1000, 200, 300, 500, 0, 0, 0),
+                800,
+                500,
+            ),
+            (
+                "dirty and writeback pages stay in",
+                stat(1000, 200, 300, 500, 0, 50, 30),
+                800,
+                580,
+            ),
+            (
+                "more dirty than active: nothing more is left out",
+                stat(1000, 200, 100, 300, 0, 150, 0),
+                800,
+                800,
+            ),
+            (
+                "tmpfs on the anon lists: counted in file, never left out",
+                stat(1000, 100, 200, 700, 400, 0, 0),
+                900,
+                700,
+            ),
+            (
+                "tmpfs that would sit on the file lists is bounded out",
+                stat(1000, 100, 500, 600, 400, 0, 0),
+                900,
+                800,
+            ),
+            (
+                "all cache is shmem",
+                stat(1000, 0, 300, 300, 300, 0, 0),
+                1000,
+                1000,
+            ),
+            (
+                "clamped at zero as cadvisor clamps",
+                stat(100, 80, 50, 130, 0, 0, 0),
+                20,
+                0,
+            ),
+        ];
+        for (name, m, kubelet, reclaimable) in cases {
+            assert_eq!(
+                memory_working_set(MemoryWorkingSet::Kubelet, &m),
+                kubelet * MIB,
+                "kubelet: {name}"
+            );
+            assert_eq!(
+                memory_working_set(MemoryWorkingSet::Reclaimable, &m),
+                reclaimable * MIB,
+                "reclaimable: {name}"
+            );
+            // The memcg threshold offset agrees with the working set wherever it is not
+            // clamped.
+            for mode in [MemoryWorkingSet::Kubelet, MemoryWorkingSet::Reclaimable] {
+                let out = file_outside_working_set(mode, &m);
+                if out <= m.usage {
+                    assert_eq!(m.usage - out, memory_working_set(mode, &m), "{name}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_settings_names_and_formulas() {
+        for (name, mode) in MemoryWorkingSet::ALL {
+            assert_eq!(mode.as_str(), name);
+            assert_eq!(
+                serde_json::to_string(&mode).expect("serialize"),
+                format!("\"{name}\"")
+            );
+            assert!(
+                mode.formula()
+                    .starts_with("working_set = usage - inactive_file")
+            );
+        }
+        assert_eq!(MemoryWorkingSet::default(), MemoryWorkingSet::Kubelet);
     }
 
     #[test]

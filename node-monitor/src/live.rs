@@ -64,6 +64,7 @@ pub struct EvictionRecord {
 struct Inner {
     last: Option<LastCycle>,
     warnings: Vec<String>,
+    memory_working_set: node_monitor_core::signals::MemoryWorkingSet,
     dry_run: bool,
     evictions: VecDeque<EvictionRecord>,
     trace: TraceBuffer,
@@ -173,6 +174,7 @@ impl LiveView {
         if let Ok(mut i) = self.inner.lock() {
             i.warnings.clone_from(&config.warnings);
             i.dry_run = config.node_monitor.dry_run;
+            i.memory_working_set = config.node_monitor.memory_working_set;
         }
     }
 
@@ -271,6 +273,7 @@ impl LiveView {
             std::time::Duration::ZERO,
             &[],
             &i.warnings,
+            i.memory_working_set,
         )
         .ok()?;
         if let Value::Object(m) = &mut out {

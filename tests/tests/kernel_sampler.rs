@@ -211,6 +211,125 @@ fn memory_available_of_a_limited_node_cgroup_follows_its_files() {
     );
 }
 
+/// `memoryWorkingSet`: a pod writes a file (synced), reads it twice so its page cache goes
+/// active, and puts data on tmpfs. With the default the active cache counts as used; with
+/// `reclaimable` it counts as available, the tmpfs data (shmem) never does. Both signals are
+/// checked against the node cgroup's own `memory.stat` figures, read before and after.
+#[test]
+fn reclaimable_working_set_counts_active_page_cache_of_a_file_read_twice_as_available() {
+    use node_monitor_core::signals::MemoryWorkingSet;
+    let mut cg = TestCgroups::new("sampler-pagecache");
+    cg.create("node/kubepods/pod")
+        .expect("create node/kubepods/pod");
+    let limit = 1024 * MIB;
+    cg.set_memory_limit("node", limit).expect("limit");
+    let scratch = tempfile::tempdir_in("/var/tmp").expect("scratch dir on a disk filesystem");
+    let file = scratch.path().join("data");
+    let shm = Path::new("/dev/shm").join(format!("nm-pagecache-{}", std::process::id()));
+    // Write 128 MiB and sync it (clean pages), read it twice (active), and 48 MiB on tmpfs.
+    let script = format!(
+        "dd if=/dev/zero of={f} bs=1M count=128 conv=fsync status=none && \
+         cat {f} > /dev/null && cat {f} > /dev/null && \
+         dd if=/dev/zero of={shm} bs=1M count=48 status=none",
+        f = file.display(),
+        shm = shm.display()
+    );
+    let status = cg
+        .spawn_in(
+            "node/kubepods/pod",
+            Command::new("/bin/sh").arg("-c").arg(&script),
+        )
+        .expect("spawn the reader")
+        .wait()
+        .expect("wait for the reader");
+    assert!(status.success(), "{script}: {status}");
+
+    let dir = cg.memory("node");
+    let figures = || {
+        let stat = dir.join("memory.stat");
+        let f = |k| stat_field(&stat, k);
+        let usage = read_u64(&dir.join("memory.usage_in_bytes"));
+        let (inactive, active, cache, shmem) = (
+            f("total_inactive_file"),
+            f("total_active_file"),
+            f("total_cache"),
+            f("total_shmem"),
+        );
+        let unwritten = f("total_dirty") + f("total_writeback");
+        let reclaimable_active = active
+            .min(cache.saturating_sub(shmem).saturating_sub(inactive))
+            .saturating_sub(unwritten);
+        (usage, inactive, active, shmem, reclaimable_active)
+    };
+    let mut kubelet = Sampler::new(node_config(&cg, "node", "kubepods")).expect("sampler");
+    let mut cfg = node_config(&cg, "node", "kubepods");
+    cfg.memory_working_set = MemoryWorkingSet::Reclaimable;
+    let mut reclaimable = Sampler::new(cfg).expect("sampler");
+
+    let before = figures();
+    let k = kubelet.sample(SampleKind::Signals);
+    let r = reclaimable.sample(SampleKind::Signals);
+    let after = figures();
+    let _ = fs::remove_file(&shm);
+    let (_, _, active, shmem, reclaimable_active) = before;
+    // The setting is tested, not the kernel: the cache must have gone active, the tmpfs data
+    // must be shmem.
+    assert!(active >= 120 * MIB, "file read twice: active_file {active}");
+    assert!(shmem >= 44 * MIB, "tmpfs data: total_shmem {shmem}");
+
+    let kubelet_available = |(usage, inactive, ..): (u64, u64, u64, u64, u64)| {
+        i(limit) - i(usage.saturating_sub(inactive))
+    };
+    let reclaimable_available = |(usage, inactive, _, _, ra): (u64, u64, u64, u64, u64)| {
+        i(limit) - i(usage.saturating_sub(inactive + ra))
+    };
+    let (ka, kc) = signal(&k, Signal::MemoryAvailable);
+    let (ra, rc) = signal(&r, Signal::MemoryAvailable);
+    assert_eq!((kc, rc), (i(limit), i(limit)));
+    let slack = i(4 * MIB);
+    assert_bracketed(
+        "memory.available (kubelet)",
+        ka,
+        kubelet_available(before),
+        kubelet_available(after),
+        slack,
+    );
+    assert_bracketed(
+        "memory.available (reclaimable)",
+        ra,
+        reclaimable_available(before),
+        reclaimable_available(after),
+        slack,
+    );
+    // The difference is the reclaimable active cache: the file's 128 MiB, not the tmpfs data.
+    let gained = ra - ka;
+    assert!(
+        (i(reclaimable_active) - slack..=i(reclaimable_active) + slack).contains(&gained),
+        "reclaimable counts {gained} more available; reclaimable active file {reclaimable_active}"
+    );
+    assert!(
+        (i(120 * MIB)..=i(136 * MIB)).contains(&gained),
+        "the 128 MiB read twice should count available, tmpfs not: gained {gained}"
+    );
+    // The reading the memcg thresholds are armed with leaves the same cache out.
+    let m = reclaimable.last_node_memory().expect("node memory read");
+    assert_eq!(
+        m.file_outside_working_set(),
+        m.inactive_file + m.reclaimable_active_file
+    );
+    assert_eq!(
+        m.working_set,
+        m.usage.saturating_sub(m.file_outside_working_set())
+    );
+    assert_eq!(
+        kubelet
+            .last_node_memory()
+            .expect("node memory read")
+            .reclaimable_active_file,
+        0
+    );
+}
+
 #[test]
 fn memory_available_at_the_host_root_matches_the_kubelet_script() {
     require_root("reading the host's root memory cgroup");
@@ -568,6 +687,91 @@ async fn allocatable_memcg_threshold_armed_by_the_agent_wakes_on_kubepods_pressu
         avail < i(threshold),
         "allocatable available {avail} not below {threshold}"
     );
+}
+
+/// With `memoryWorkingSet: reclaimable` the node's memcg threshold sits above usage by the
+/// page cache the formula leaves out, active cache included: it fires when the reclaimable
+/// working set reaches the threshold. The kubelet's level (`+ inactive_file` only) would sit
+/// below the current usage, met already although the signal is 48 MiB away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaimable_memcg_threshold_follows_the_reclaimable_working_set() {
+    use node_monitor_core::signals::MemoryWorkingSet;
+    let mut cg = TestCgroups::new("sampler-pagecache-memcg");
+    cg.create("node/system").expect("create");
+    cg.create("node/kubepods/pod").expect("create");
+    cg.set_memory_limit("node", 1024 * MIB).expect("limit");
+    let scratch = tempfile::tempdir_in("/var/tmp").expect("scratch dir on a disk filesystem");
+    let file = scratch.path().join("data");
+    let script = format!(
+        "dd if=/dev/zero of={f} bs=1M count=128 conv=fsync status=none && \
+         cat {f} > /dev/null && cat {f} > /dev/null",
+        f = file.display()
+    );
+    let status = cg
+        .spawn_in(
+            "node/kubepods/pod",
+            Command::new("/bin/sh").arg("-c").arg(&script),
+        )
+        .expect("spawn the reader")
+        .wait()
+        .expect("wait for the reader");
+    assert!(status.success(), "{script}: {status}");
+    let mut hog = Hog::spawn(&cg, "node/system");
+    hog.alloc(16);
+
+    let mut cfg = node_config(&cg, "node", "kubepods");
+    cfg.memory_working_set = MemoryWorkingSet::Reclaimable;
+    let mut sampler = Sampler::new(cfg).expect("sampler");
+    let mut wakeups = Wakeups::start(quiet_config(&sampler)).expect("wake-ups");
+    sampler.sample(SampleKind::Signals);
+    let m = sampler.last_node_memory().expect("node memory");
+    assert!(
+        m.reclaimable_active_file >= 120 * MIB,
+        "file read twice: reclaimable active {}",
+        m.reclaimable_active_file
+    );
+    let threshold = m.capacity - (m.working_set + 48 * MIB);
+    let flags = EvictionOverrides {
+        eviction_hard: vec![format!("memory.available<{threshold}")],
+        ..EvictionOverrides::default()
+    };
+    let config = load_eviction_config(None, &flags).expect("eviction config");
+    memcg::rearm(&mut wakeups, &config.thresholds, Some(m), None);
+    let level = memcg_usage_threshold(m.capacity, threshold, m.file_outside_working_set());
+    let on_node: Vec<_> = wakeups
+        .armed_thresholds()
+        .into_iter()
+        .filter(|a| a.target == MemcgTarget::Node && a.available_threshold == threshold)
+        .collect();
+    assert_eq!(on_node.len(), 1, "{:?}", wakeups.armed_thresholds());
+    assert_eq!(on_node[0].usage_bytes, level);
+    let kubelet_level = memcg_usage_threshold(m.capacity, threshold, m.inactive_file);
+    assert!(
+        kubelet_level < m.usage && level > m.usage,
+        "usage {}: the kubelet's level {kubelet_level} is met already, the reclaimable one \
+         {level} is not",
+        m.usage
+    );
+
+    hog.alloc(96);
+    let w = wait_for(&mut wakeups, "node memcg threshold", |s| {
+        matches!(
+            s,
+            WakeSource::MemcgThreshold {
+                target: MemcgTarget::Node,
+                usage_bytes
+            } if *usage_bytes == level
+        )
+    })
+    .await;
+    let timed = sampler.observe(w);
+    let (avail, _) = signal(&timed.observations, Signal::MemoryAvailable);
+    assert!(
+        avail < i(threshold),
+        "memory.available (reclaimable) {avail} not below {threshold} at the notification"
+    );
+    drop(hog);
+    let _ = fs::remove_file(&file);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

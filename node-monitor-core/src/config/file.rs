@@ -15,7 +15,7 @@ use serde::{Deserialize, Deserializer, de::IgnoredAny};
 use serde_norway::Value;
 
 use self::de::{Section, describe, describe_plain, leaf, present, wrong_type};
-use super::{NODE_MONITOR_KEYS, PdbPolicy};
+use super::{MemoryWorkingSet, NODE_MONITOR_KEYS, PdbPolicy};
 use crate::shutdown::{
     KubeletInhibitorPolicy,
     config::{LastGasp, PRIORITY_ENTRY_KEYS, SHUTDOWN_OPTION_KEYS},
@@ -97,6 +97,9 @@ pub struct NodeMonitorSection {
     /// `kubeletConfigPath` (`null` reads as empty: off).
     #[serde(default, deserialize_with = "present")]
     pub kubelet_config_path: Option<PathText>,
+    /// `memoryWorkingSet`.
+    #[serde(default, deserialize_with = "present")]
+    pub memory_working_set: Option<MemoryWorkingSet>,
     /// `shutdown:` (validated by [`crate::shutdown::config`]).
     #[serde(default, deserialize_with = "de::optional_section")]
     pub shutdown: Option<ShutdownSection>,
@@ -378,6 +381,17 @@ impl<'de> Deserialize<'de> for PdbPolicy {
             &[("respect", Self::Respect), ("escalate", Self::Escalate)],
             "\"respect\" or \"escalate\"",
             "must be \"respect\" or \"escalate\"",
+        )
+    }
+}
+
+impl<'de> Deserialize<'de> for MemoryWorkingSet {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        choice(
+            d,
+            &Self::ALL,
+            "\"kubelet\" or \"reclaimable\"",
+            "must be \"kubelet\" or \"reclaimable\"",
         )
     }
 }

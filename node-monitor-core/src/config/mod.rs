@@ -148,6 +148,9 @@ pub struct NodeMonitorSettings {
     /// `node-monitor remediate` find the node dead in seconds; zero: no liveness Lease.
     #[serde(serialize_with = "ser_go_duration")]
     pub liveness_lease_interval: Duration,
+    /// How `memory.available` and `allocatableMemory.available` count the working set:
+    /// the kubelet's formula, or with reclaimable active page cache left out.
+    pub memory_working_set: MemoryWorkingSet,
 }
 
 impl Default for NodeMonitorSettings {
@@ -166,6 +169,7 @@ impl Default for NodeMonitorSettings {
             api_timeout: Duration::from_secs(30),
             kubelet_config_path: DEFAULT_KUBELET_CONFIG_PATH.to_owned(),
             liveness_lease_interval: Duration::from_secs(5),
+            memory_working_set: MemoryWorkingSet::Kubelet,
         }
     }
 }
@@ -176,7 +180,7 @@ pub(crate) fn ser_go_duration<S: serde::Serializer>(d: &Duration, s: S) -> Resul
     s.serialize_str(&format_go_duration(*d))
 }
 
-pub use crate::signals::FsLayout;
+pub use crate::signals::{FsLayout, MemoryWorkingSet};
 
 /// The validated eviction configuration.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,7 +3,7 @@ use super::*;
 
 /// The keys accepted under `nodeMonitor`; any other key is rejected with this list in the
 /// message. `shutdown` is validated by `shutdown::config::shutdown_config`.
-pub const NODE_MONITOR_KEYS: [&str; 14] = [
+pub const NODE_MONITOR_KEYS: [&str; 15] = [
     "shutdown",
     "maxPodsPerCycle",
     "housekeepingInterval",
@@ -18,6 +18,7 @@ pub const NODE_MONITOR_KEYS: [&str; 14] = [
     "apiTimeout",
     "kubeletConfigPath",
     "livenessLeaseInterval",
+    "memoryWorkingSet",
 ];
 
 /// A `nodeMonitor` value with the field name its errors use (`config.yaml: nodeMonitor.psiWindow`).
@@ -39,6 +40,7 @@ pub(super) struct NodeMonitorFields {
     api_timeout: Named<String>,
     kubelet_config_path: Named<String>,
     liveness_lease_interval: Named<String>,
+    memory_working_set: Named<MemoryWorkingSet>,
 }
 
 impl NodeMonitorFields {
@@ -144,6 +146,13 @@ impl NodeMonitorFields {
             d,
             "kubeletConfigPath",
         );
+        over(
+            &mut self.memory_working_set,
+            s.memory_working_set.as_ref(),
+            |m| *m,
+            d,
+            "memoryWorkingSet",
+        );
     }
 }
 
@@ -169,6 +178,9 @@ pub(super) fn parse_node_monitor(
     }
     if let Some((_, b)) = f.dry_run {
         s.dry_run = b;
+    }
+    if let Some((_, m)) = f.memory_working_set {
+        s.memory_working_set = m;
     }
     if let Some((_, b)) = f.taint_on_pressure {
         s.taint_on_pressure = b;

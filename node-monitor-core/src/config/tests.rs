@@ -422,6 +422,18 @@ const KUBELET_REJECTIONS: &[(&str, &[&str])] = &[
         &["nodeMonitor.livenessLeaseInterval", "\"2m\""],
     ),
     (
+        "nodeMonitor:\n  memoryWorkingSet: cache\n",
+        &[
+            "nodeMonitor.memoryWorkingSet",
+            "\"cache\"",
+            "\"kubelet\" or \"reclaimable\"",
+        ],
+    ),
+    (
+        "nodeMonitor:\n  memoryWorkingSet: true\n",
+        &["nodeMonitor.memoryWorkingSet", "found the boolean true"],
+    ),
+    (
         "nodeMonitor:\n  psiWindow: 20s\n",
         &["nodeMonitor.psiWindow", "\"20s\"", "between 500ms and 10s"],
     ),
@@ -603,7 +615,7 @@ fn kubelet_quirks_are_kept_and_reported() {
 
 #[test]
 fn node_monitor_settings_parse() {
-    let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n  apiTimeout: 3s\n  kubeletConfigPath: /etc/kubernetes/kubelet.yaml\n  livenessLeaseInterval: 7s\n";
+    let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n  apiTimeout: 3s\n  kubeletConfigPath: /etc/kubernetes/kubelet.yaml\n  livenessLeaseInterval: 7s\n  memoryWorkingSet: reclaimable\n";
     let c = load_yaml(yaml, &flags()).expect("settings");
     assert_eq!(
         c.node_monitor,
@@ -621,11 +633,16 @@ fn node_monitor_settings_parse() {
             api_timeout: Duration::from_secs(3),
             kubelet_config_path: "/etc/kubernetes/kubelet.yaml".into(),
             liveness_lease_interval: Duration::from_secs(7),
+            memory_working_set: MemoryWorkingSet::Reclaimable,
         }
     );
     let json = serde_json::to_value(&c.node_monitor).expect("json");
     assert_eq!(json["housekeepingInterval"], "5s");
     assert_eq!(json["pdbPolicy"], "escalate");
+    assert_eq!(json["memoryWorkingSet"], "reclaimable");
+    // Unset: the kubelet's formula.
+    let c = load_yaml("nodeMonitor:\n  dryRun: true\n", &flags()).expect("default");
+    assert_eq!(c.node_monitor.memory_working_set, MemoryWorkingSet::Kubelet);
 }
 
 #[test]

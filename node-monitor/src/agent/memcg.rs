@@ -11,14 +11,17 @@ use crate::{
     wakeup::{MemcgTarget, Wakeups},
 };
 
-/// The thresholds to arm on one cgroup: levels on `available` in bytes, with the capacity and
-/// `inactive_file` of that cgroup from the last pass.
+/// The thresholds to arm on one cgroup: levels on `available` in bytes, with the capacity of
+/// that cgroup from the last pass and the page cache its working set left out
+/// ([`MemoryReading::file_outside_working_set`]: `inactive_file`, plus the reclaimable active
+/// file pages with `memoryWorkingSet: reclaimable`), so the level on `memory.usage_in_bytes`
+/// follows the same formula as the signal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemcgArming {
     pub target: MemcgTarget,
     pub levels: Vec<u64>,
     pub capacity: u64,
-    pub inactive_file: u64,
+    pub file_outside_working_set: u64,
 }
 
 /// What to arm given the configured thresholds and the last readings of the node and kubepods
@@ -54,7 +57,7 @@ pub fn memcg_arming(
             target,
             levels,
             capacity: m.capacity,
-            inactive_file: m.inactive_file,
+            file_outside_working_set: m.file_outside_working_set(),
         })
     })
     .collect()
@@ -71,7 +74,7 @@ fn approach_level(level: u64, capacity: u64) -> Option<u64> {
         .filter(|l| *l < capacity)
 }
 
-/// Arms (or re-arms at the fresh `inactive_file`) the memcg thresholds [`memcg_arming`] picks,
+/// Arms (or re-arms at the fresh page-cache figures) the memcg thresholds [`memcg_arming`] picks,
 /// as the kubelet does on each synchronize. The agent calls it after every pass with the
 /// sampler's last readings (`Sampler::last_node_memory`, `Sampler::last_kubepods_memory`).
 pub fn rearm(
@@ -83,10 +86,14 @@ pub fn rearm(
     for a in memcg_arming(thresholds, node, kubepods) {
         match a.target {
             MemcgTarget::Node => {
-                wakeups.arm_memory_thresholds(&a.levels, a.capacity, a.inactive_file);
+                wakeups.arm_memory_thresholds(&a.levels, a.capacity, a.file_outside_working_set);
             }
             MemcgTarget::Allocatable => {
-                wakeups.arm_allocatable_thresholds(&a.levels, a.capacity, a.inactive_file);
+                wakeups.arm_allocatable_thresholds(
+                    &a.levels,
+                    a.capacity,
+                    a.file_outside_working_set,
+                );
             }
         }
     }
@@ -125,6 +132,7 @@ mod tests {
             capacity,
             usage: capacity / 2,
             inactive_file,
+            reclaimable_active_file: 0,
             working_set: capacity / 2 - inactive_file,
         }
     }
@@ -169,17 +177,64 @@ mod tests {
                         300 * MIB + 4096 * MIB / 10
                     ],
                     capacity: 4096 * MIB,
-                    inactive_file: 50 * MIB,
+                    file_outside_working_set: 50 * MIB,
                 },
                 MemcgArming {
                     target: MemcgTarget::Allocatable,
                     // 100 MiB, and 300 MiB (a tenth of 3000 MiB) above it.
                     levels: vec![100 * MIB, 400 * MIB],
                     capacity: 3000 * MIB,
-                    inactive_file: 20 * MIB,
+                    file_outside_working_set: 20 * MIB,
                 },
             ]
         );
+    }
+
+    /// With `memoryWorkingSet: reclaimable` the sampler leaves reclaimable active page cache
+    /// out of the working set; the armed usage level must sit that much higher, or the kernel
+    /// notifies while the signal is still far above its threshold.
+    #[test]
+    fn the_armed_level_follows_the_working_set_formula() {
+        use node_monitor_core::signals::{
+            MemoryStatFigures, MemoryWorkingSet, file_outside_working_set, memory_working_set,
+        };
+        let t = [threshold(
+            Signal::MemoryAvailable,
+            100 * MIB,
+            ThresholdSource::EvictionHard,
+        )];
+        let capacity = 1000 * MIB;
+        // 600 MiB used: 100 MiB anonymous, 500 MiB page cache (100 inactive, 400 active of
+        // which 50 dirty and 30 shmem on the anon lists).
+        let m = MemoryStatFigures {
+            usage: 600 * MIB,
+            inactive_file: 100 * MIB,
+            active_file: 400 * MIB,
+            file: 530 * MIB,
+            shmem: 30 * MIB,
+            dirty: 50 * MIB,
+            writeback: 0,
+        };
+        for (mode, outside) in [
+            (MemoryWorkingSet::Kubelet, 100 * MIB),
+            (MemoryWorkingSet::Reclaimable, (100 + 350) * MIB),
+        ] {
+            let ws = memory_working_set(mode, &m);
+            let reading = MemoryReading {
+                capacity,
+                usage: m.usage,
+                inactive_file: m.inactive_file,
+                reclaimable_active_file: file_outside_working_set(mode, &m) - m.inactive_file,
+                working_set: ws,
+            };
+            let arming = memcg_arming(&t, Some(reading), None);
+            assert_eq!(arming[0].file_outside_working_set, outside, "{mode:?}");
+            // The kernel fires when usage reaches the level; at that usage (page cache
+            // unchanged) the signal sits exactly at the threshold.
+            let level = crate::sampler::memcg_usage_threshold(capacity, 100 * MIB, outside);
+            let ws_at_level = memory_working_set(mode, &MemoryStatFigures { usage: level, ..m });
+            assert_eq!(capacity - ws_at_level, 100 * MIB, "{mode:?}");
+        }
     }
 
     #[test]

@@ -169,7 +169,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     let liveness_task = start_liveness_lease(args, &config, &client, &stop_rx);
 
     let allocatable = node_allocatable_memory(&client, &args.node_name).await;
-    let mut sampler = new_sampler(args, allocatable)?;
+    let mut sampler = new_sampler(args, allocatable, config.node_monitor.memory_working_set)?;
     let mut wakeups = start_wakeups(args, &config, &sampler, &metrics, &health)?;
     // Kernel probes: each event wakes the sampler at once. Reboot requests go to the shutdown
     // manager (`reboot_rx`). Polling-only mode runs without them, like the kubelet.

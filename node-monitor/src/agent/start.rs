@@ -63,7 +63,11 @@ pub(super) fn start_pod_reflector(
 }
 
 /// The sampler for the paths `args` name, with the open-file limit raised for its per-pod files.
-pub(super) fn new_sampler(args: &Args, allocatable_memory: Option<u64>) -> anyhow::Result<Sampler> {
+pub(super) fn new_sampler(
+    args: &Args,
+    allocatable_memory: Option<u64>,
+    memory_working_set: node_monitor_core::signals::MemoryWorkingSet,
+) -> anyhow::Result<Sampler> {
     let sampler_config = SamplerConfig {
         cgroup_root: args.cgroup_root.clone(),
         node_cgroup: args.node_cgroup.clone(),
@@ -74,6 +78,7 @@ pub(super) fn new_sampler(args: &Args, allocatable_memory: Option<u64>) -> anyho
         image_fs: args.image_fs.clone(),
         container_fs: args.container_fs.clone(),
         allocatable_memory,
+        memory_working_set,
         ..SamplerConfig::default()
     };
     match crate::sampler::raise_nofile_limit() {

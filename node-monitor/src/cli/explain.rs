@@ -17,7 +17,7 @@ use super::check_config;
 use crate::settings::EvictionFlags;
 use node_monitor_core::{
     clock::Timestamp,
-    config::{ConfigSource, EvictionConfig, FsLayout},
+    config::{ConfigSource, EvictionConfig, FsLayout, MemoryWorkingSet},
     duration::parse_go_duration,
     eviction::{Decision, EvictionState, synchronize},
     pod::{ContainerUsage, PodInfo, pod_is_active},
@@ -150,17 +150,25 @@ fn explain(
         );
     }
 
-    decision_json(&decision, held_for, &inactive, &config.warnings)
+    decision_json(
+        &decision,
+        held_for,
+        &inactive,
+        &config.warnings,
+        config.node_monitor.memory_working_set,
+    )
 }
 
 /// A decision as `explain` prints it: the core's report with the reclaimed signal first and its
-/// details apart, how long the thresholds were taken as held, the pods left out as inactive and
-/// the configuration's warnings. The agent's live explain (docs/cli.md) answers with the same.
+/// details apart, how long the thresholds were taken as held, the pods left out as inactive,
+/// the configuration's warnings and the working-set formula of the memory signals. The agent's
+/// live explain (docs/cli.md) answers with the same.
 pub fn decision_json(
     decision: &Decision,
     held_for: Duration,
     inactive: &[String],
     warnings: &[String],
+    memory_working_set: MemoryWorkingSet,
 ) -> anyhow::Result<Value> {
     let mut out = serde_json::to_value(decision)?;
     if let Value::Object(map) = &mut out {
@@ -173,6 +181,13 @@ pub fn decision_json(
         map.insert("held_for_seconds".into(), json!(held_for.as_secs_f64()));
         map.insert("inactive_pods".into(), json!(inactive));
         map.insert("warnings".into(), json!(warnings));
+        map.insert(
+            "memory_working_set".into(),
+            json!({
+                "setting": memory_working_set.as_str(),
+                "formula": memory_working_set.formula(),
+            }),
+        );
     }
     Ok(out)
 }

@@ -124,6 +124,7 @@ fn explain_words_the_decision_as_the_cli_does() {
         std::time::Duration::ZERO,
         &[],
         &config.warnings,
+        config.node_monitor.memory_working_set,
     )
     .expect("json");
     if let Value::Object(m) = &mut cli {

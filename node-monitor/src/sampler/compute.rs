@@ -94,12 +94,15 @@ pub fn pid_observation(
 }
 
 /// Where a memory threshold must sit on `memory.usage_in_bytes` so the kernel notifies when the
-/// working set reaches `capacity − threshold`: `capacity − threshold + inactive_file`
-/// (pkg/kubelet/eviction/memory_threshold_notifier.go `UpdateThreshold`).
-pub fn memcg_usage_threshold(capacity: u64, available_threshold: u64, inactive_file: u64) -> u64 {
+/// working set reaches `capacity − threshold`: `capacity − threshold + outside`, where `outside`
+/// is the page cache the working-set formula leaves out
+/// ([`node_monitor_core::signals::file_outside_working_set`]): `inactive_file` with the
+/// kubelet's formula (pkg/kubelet/eviction/memory_threshold_notifier.go `UpdateThreshold`),
+/// plus the reclaimable active file pages with `memoryWorkingSet: reclaimable`.
+pub fn memcg_usage_threshold(capacity: u64, available_threshold: u64, outside: u64) -> u64 {
     capacity
         .saturating_sub(available_threshold)
-        .saturating_add(inactive_file)
+        .saturating_add(outside)
 }
 
 pub(crate) fn to_i64(v: u64) -> i64 {

@@ -8,7 +8,10 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use node_monitor_core::kubelet_layout::{CgroupDriver, DriverEvidence, detect_driver};
+use node_monitor_core::{
+    kubelet_layout::{CgroupDriver, DriverEvidence, detect_driver},
+    signals::MemoryWorkingSet,
+};
 
 pub const DEFAULT_CGROUP_ROOT: &str = "/sys/fs/cgroup";
 pub const DEFAULT_PROC_ROOT: &str = "/proc";
@@ -93,6 +96,9 @@ pub struct SamplerConfig {
     /// Allocatable memory in bytes (the Node's `status.allocatable.memory`). `None` uses the
     /// kubepods cgroup's memory limit, which is what the kubelet's own stats report.
     pub allocatable_memory: Option<u64>,
+    /// How the node and kubepods working sets count page cache
+    /// (`nodeMonitor.memoryWorkingSet`); per-pod working sets are always the kubelet's.
+    pub memory_working_set: MemoryWorkingSet,
     /// A full sample (per-pod disk usage) runs at least this often, whatever woke the sampler.
     pub full_sample_interval: Duration,
     /// Measure per-pod disk usage (local volumes, logs and writable layers) on full samples.
@@ -123,6 +129,7 @@ impl Default for SamplerConfig {
             image_fs: None,
             container_fs: None,
             allocatable_memory: None,
+            memory_working_set: MemoryWorkingSet::Kubelet,
             full_sample_interval: DEFAULT_FULL_SAMPLE_INTERVAL,
             pod_disk_usage: true,
             pod_disk_budget: DEFAULT_POD_DISK_BUDGET,

@@ -82,8 +82,66 @@ pub struct MemoryStat {
     pub inactive_file: Option<u64>,
     /// cgroup v2: anonymous memory (used for the root, which has no `memory.current`).
     pub anon: Option<u64>,
-    /// cgroup v2: file-backed memory (used for the root).
+    /// cgroup v2: file-backed memory (used for the root and the reclaimable working set).
     pub file: Option<u64>,
+    /// The page-cache fields of the reclaimable working set
+    /// (`nodeMonitor.memoryWorkingSet: reclaimable`), read by [`MemoryStat::page_cache`].
+    /// cgroup v1: hierarchical active file pages.
+    pub total_active_file: Option<u64>,
+    /// cgroup v1: hierarchical page cache, shmem included.
+    pub total_cache: Option<u64>,
+    /// cgroup v1: hierarchical shmem/tmpfs pages.
+    pub total_shmem: Option<u64>,
+    /// cgroup v1: hierarchical dirty file pages.
+    pub total_dirty: Option<u64>,
+    /// cgroup v1: hierarchical file pages under writeback.
+    pub total_writeback: Option<u64>,
+    /// cgroup v2: active file pages.
+    pub active_file: Option<u64>,
+    /// cgroup v2: shmem/tmpfs pages.
+    pub shmem: Option<u64>,
+    /// cgroup v2: dirty file pages.
+    pub file_dirty: Option<u64>,
+    /// cgroup v2: file pages under writeback.
+    pub file_writeback: Option<u64>,
+}
+
+/// The page-cache figures of one cgroup beyond `inactive_file`, hierarchical on both versions:
+/// what the reclaimable working set reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageCache {
+    pub active_file: u64,
+    /// Every page-cache page, shmem included.
+    pub file: u64,
+    pub shmem: u64,
+    pub dirty: u64,
+    pub writeback: u64,
+}
+
+impl MemoryStat {
+    /// The page-cache figures: the `total_*` fields on cgroup v1 (`total_cache` for `file`),
+    /// the fields of cgroup v2 (`file_dirty`, `file_writeback`). A missing one is an error
+    /// naming it.
+    pub fn page_cache(&self, v1: bool) -> Result<PageCache, ParseError> {
+        let need = |v: Option<u64>, field: &'static str| v.ok_or(ParseError::Missing { field });
+        Ok(if v1 {
+            PageCache {
+                active_file: need(self.total_active_file, "total_active_file")?,
+                file: need(self.total_cache, "total_cache")?,
+                shmem: need(self.total_shmem, "total_shmem")?,
+                dirty: need(self.total_dirty, "total_dirty")?,
+                writeback: need(self.total_writeback, "total_writeback")?,
+            }
+        } else {
+            PageCache {
+                active_file: need(self.active_file, "active_file")?,
+                file: need(self.file, "file")?,
+                shmem: need(self.shmem, "shmem")?,
+                dirty: need(self.file_dirty, "file_dirty")?,
+                writeback: need(self.file_writeback, "file_writeback")?,
+            }
+        })
+    }
 }
 
 /// Parses `memory.stat` (`<key> <value>` lines). Only the keys of [`MemoryStat`] are checked; a
@@ -100,6 +158,15 @@ pub fn parse_memory_stat(text: &str) -> Result<MemoryStat, ParseError> {
             "inactive_file" => ("inactive_file", &mut out.inactive_file),
             "anon" => ("anon", &mut out.anon),
             "file" => ("file", &mut out.file),
+            "total_active_file" => ("total_active_file", &mut out.total_active_file),
+            "total_cache" => ("total_cache", &mut out.total_cache),
+            "total_shmem" => ("total_shmem", &mut out.total_shmem),
+            "total_dirty" => ("total_dirty", &mut out.total_dirty),
+            "total_writeback" => ("total_writeback", &mut out.total_writeback),
+            "active_file" => ("active_file", &mut out.active_file),
+            "shmem" => ("shmem", &mut out.shmem),
+            "file_dirty" => ("file_dirty", &mut out.file_dirty),
+            "file_writeback" => ("file_writeback", &mut out.file_writeback),
             _ => continue,
         };
         let value = value.ok_or(ParseError::Missing { field })?;

@@ -8,7 +8,9 @@ use std::{
 
 use serde::Serialize;
 
-use node_monitor_core::signals::{FsLayout, Observations, PodUsage, Signal, SignalObservation};
+use node_monitor_core::signals::{
+    FsLayout, MemoryWorkingSet, Observations, PodUsage, Signal, SignalObservation,
+};
 
 use super::{
     SamplerError,
@@ -52,8 +54,22 @@ pub struct MemoryReading {
     pub usage: u64,
     /// `total_inactive_file` (v1) or `inactive_file` (v2) from `memory.stat`.
     pub inactive_file: u64,
-    /// `usage − inactive_file`, clamped at 0.
+    /// The active file pages the kernel can drop
+    /// ([`node_monitor_core::signals::reclaimable_active_file`]) when the working set leaves
+    /// them out (`memoryWorkingSet: reclaimable`); 0 with the kubelet's formula.
+    pub reclaimable_active_file: u64,
+    /// `usage − inactive_file − reclaimable_active_file`, clamped at 0
+    /// ([`node_monitor_core::signals::memory_working_set`]).
     pub working_set: u64,
+}
+
+impl MemoryReading {
+    /// The page cache the working set leaves out: where a memcg threshold sits above
+    /// `capacity − threshold` on `memory.usage_in_bytes`.
+    pub fn file_outside_working_set(&self) -> u64 {
+        self.inactive_file
+            .saturating_add(self.reclaimable_active_file)
+    }
 }
 
 /// What started a pass, as far as the sampler cares: when it happened (the start of the time

@@ -22,7 +22,7 @@
 //!     let timed = sampler.observe(wakeup);
 //!     // core decides on timed.observations; record timed.since_wakeup.
 //!     if let Some(m) = sampler.last_node_memory() {
-//!         wakeups.arm_memory_thresholds(&[100 << 20], m.capacity, m.inactive_file);
+//!         wakeups.arm_memory_thresholds(&[100 << 20], m.capacity, m.file_outside_working_set());
 //!     }
 //! }
 //! # Ok(())

@@ -156,21 +156,22 @@ impl Wakeups {
 
     /// Arms cgroup v1 memory thresholds on the node cgroup for `memory.available` eviction
     /// thresholds (in bytes), like the kubelet's memoryThresholdNotifier: each at
-    /// `capacity − threshold + inactive_file` on `memory.usage_in_bytes`, so the kernel
-    /// notifies when the working set reaches `capacity − threshold`. Call it after every pass
-    /// with the fresh `inactive_file` (the kubelet re-arms on each synchronize): thresholds
-    /// that moved by more than the re-arm tolerance are re-registered, the others are kept.
+    /// `capacity − threshold + file_outside_working_set` on `memory.usage_in_bytes` (the page
+    /// cache the working-set formula leaves out: `inactive_file` for the kubelet's), so the
+    /// kernel notifies when the working set reaches `capacity − threshold`. Call it after every
+    /// pass with fresh figures (the kubelet re-arms on each synchronize): thresholds that moved
+    /// by more than the re-arm tolerance are re-registered, the others are kept.
     pub fn arm_memory_thresholds(
         &mut self,
         available_thresholds_bytes: &[u64],
         capacity: u64,
-        inactive_file: u64,
+        file_outside_working_set: u64,
     ) {
         self.arm(
             MemcgTarget::Node,
             available_thresholds_bytes,
             capacity,
-            inactive_file,
+            file_outside_working_set,
         );
     }
 
@@ -180,20 +181,20 @@ impl Wakeups {
         &mut self,
         available_thresholds_bytes: &[u64],
         capacity: u64,
-        inactive_file: u64,
+        file_outside_working_set: u64,
     ) {
         self.arm(
             MemcgTarget::Allocatable,
             available_thresholds_bytes,
             capacity,
-            inactive_file,
+            file_outside_working_set,
         );
     }
 
-    fn arm(&mut self, target: MemcgTarget, thresholds: &[u64], capacity: u64, inactive: u64) {
+    fn arm(&mut self, target: MemcgTarget, thresholds: &[u64], capacity: u64, outside: u64) {
         let _enter = self.handle.enter();
         self.thresholds
-            .arm(&self.sink, target, thresholds, capacity, inactive);
+            .arm(&self.sink, target, thresholds, capacity, outside);
     }
 
     fn start_housekeeping(&mut self) {

@@ -1,5 +1,7 @@
 //! cgroup v1 memcg thresholds: eventfds on `memory.usage_in_bytes` of the node and kubepods
-//! cgroups, re-armed as `inactive_file` moves (the kubelet's `memoryThresholdNotifier`).
+//! cgroups, re-armed as the page cache outside the working set moves (`inactive_file`, as the
+//! kubelet's `memoryThresholdNotifier`; plus reclaimable active file pages with
+//! `memoryWorkingSet: reclaimable`).
 
 use std::{collections::BTreeMap, path::Path, time::Instant};
 
@@ -79,7 +81,7 @@ impl MemcgThresholds {
         target: MemcgTarget,
         thresholds: &[u64],
         capacity: u64,
-        inactive: u64,
+        outside: u64,
     ) {
         let setting = match target {
             MemcgTarget::Node => &self.node,
@@ -89,7 +91,7 @@ impl MemcgThresholds {
             return;
         };
         let tolerance = self.tolerance;
-        let level = |t: u64| memcg_usage_threshold(capacity, t, inactive);
+        let level = |t: u64| memcg_usage_threshold(capacity, t, outside);
         // The common case on every pass: nothing moved. Checked without allocating.
         let mine = || self.armed.iter().filter(|a| a.view.target == target);
         let unchanged = !self.arm_errors.contains_key(&target)

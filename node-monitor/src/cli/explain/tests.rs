@@ -34,6 +34,39 @@ fn explains_a_hard_eviction() {
     );
 }
 
+/// The output names the working-set formula the memory signals use: the kubelet's unless the
+/// configuration opts into leaving reclaimable active page cache out.
+#[test]
+fn the_memory_working_set_formula_is_shown() {
+    let obs = json!({"memory.available": {"available": "500Mi", "capacity": "4Gi"}});
+    let out = explain(
+        "s",
+        &snapshot(obs.clone(), json!({})),
+        None,
+        &EvictionFlags::default(),
+        Duration::ZERO,
+    )
+    .expect("explain");
+    assert_eq!(out["memory_working_set"]["setting"], "kubelet");
+    assert_eq!(
+        out["memory_working_set"]["formula"],
+        "working_set = usage - inactive_file"
+    );
+    let text = snapshot(
+        obs,
+        json!({"config": {"nodeMonitor": {"memoryWorkingSet": "reclaimable"}}}),
+    );
+    let out =
+        explain("s", &text, None, &EvictionFlags::default(), Duration::ZERO).expect("explain");
+    assert_eq!(out["memory_working_set"]["setting"], "reclaimable");
+    assert_eq!(
+        out["memory_working_set"]["formula"],
+        "working_set = usage - inactive_file - reclaimable_active_file; \
+         reclaimable_active_file = min(active_file, file - shmem - inactive_file) - (dirty + \
+         writeback)"
+    );
+}
+
 #[test]
 fn soft_thresholds_wait_unless_held() {
     let text = snapshot(

@@ -46,8 +46,10 @@ fn memory_stat_v1_and_v2() {
         Ok(MemoryStat {
             total_inactive_file: Some(700),
             inactive_file: Some(10),
-            anon: None,
-            file: None,
+            total_active_file: Some(300),
+            total_cache: Some(9000),
+            active_file: Some(5),
+            ..MemoryStat::default()
         })
     );
     let v2 = "anon 4096\nfile 8192\nkernel 100\ninactive_anon 0\ninactive_file 4000\n\
@@ -55,10 +57,10 @@ fn memory_stat_v1_and_v2() {
     assert_eq!(
         parse_memory_stat(v2),
         Ok(MemoryStat {
-            total_inactive_file: None,
             inactive_file: Some(4000),
             anon: Some(4096),
             file: Some(8192),
+            ..MemoryStat::default()
         })
     );
     // Unknown or odd lines for fields we do not use are skipped.
@@ -67,6 +69,66 @@ fn memory_stat_v1_and_v2() {
         Ok(MemoryStat {
             inactive_file: Some(1),
             ..MemoryStat::default()
+        })
+    );
+}
+
+/// The page-cache fields of the reclaimable working set, from real files' layouts: v1 reads the
+/// hierarchical `total_*` fields, not the cgroup's own; v2 its `file_dirty`/`file_writeback`.
+#[test]
+fn page_cache_fields_v1_and_v2() {
+    let v1 = "cache 11\nshmem 12\nactive_file 13\ndirty 14\nwriteback 15\n\
+              total_cache 9000\ntotal_rss 5\ntotal_shmem 1000\ntotal_mapped_file 7\n\
+              total_dirty 40\ntotal_writeback 20\ntotal_inactive_file 3000\n\
+              total_active_file 5000\ntotal_unevictable 0\n";
+    let stat = parse_memory_stat(v1).expect("v1");
+    assert_eq!(
+        stat.page_cache(true),
+        Ok(PageCache {
+            active_file: 5000,
+            file: 9000,
+            shmem: 1000,
+            dirty: 40,
+            writeback: 20,
+        })
+    );
+    let v2 = "anon 100\nfile 9000\nkernel 8\nshmem 1000\nfile_mapped 7\nfile_dirty 40\n\
+              file_writeback 20\nswapcached 0\ninactive_anon 1\nactive_anon 2\n\
+              inactive_file 3000\nactive_file 5000\nunevictable 0\n";
+    let stat = parse_memory_stat(v2).expect("v2");
+    assert_eq!(
+        stat.page_cache(false),
+        Ok(PageCache {
+            active_file: 5000,
+            file: 9000,
+            shmem: 1000,
+            dirty: 40,
+            writeback: 20,
+        })
+    );
+    // A field the formula needs that the kernel does not report is named.
+    let no_shmem = "total_cache 1\ntotal_dirty 0\ntotal_writeback 0\ntotal_active_file 1\n";
+    assert_eq!(
+        parse_memory_stat(no_shmem).expect("parse").page_cache(true),
+        Err(ParseError::Missing {
+            field: "total_shmem"
+        })
+    );
+    assert_eq!(
+        parse_memory_stat("file 1\nshmem 0\nactive_file 1\nfile_dirty 0\n")
+            .expect("parse")
+            .page_cache(false),
+        Err(ParseError::Missing {
+            field: "file_writeback"
+        })
+    );
+    // v1's own (non-hierarchical) fields never stand in for the totals.
+    assert_eq!(
+        parse_memory_stat("cache 1\nshmem 0\nactive_file 1\ndirty 0\nwriteback 0\n")
+            .expect("parse")
+            .page_cache(true),
+        Err(ParseError::Missing {
+            field: "total_active_file"
         })
     );
 }
@@ -90,6 +152,14 @@ fn memory_stat_malformed() {
         ),
         ("anon 1 2\n", ParseError::invalid("anon", "anon 1 2")),
         ("file 1.5\n", ParseError::invalid("file", "1.5")),
+        (
+            "total_dirty lots\n",
+            ParseError::invalid("total_dirty", "lots"),
+        ),
+        (
+            "file_writeback -1\n",
+            ParseError::invalid("file_writeback", "-1"),
+        ),
     ];
     for (text, want) in cases {
         assert_eq!(&parse_memory_stat(text), &Err(want.clone()), "{text:?}");

@@ -1,4 +1,6 @@
 //! The node's signals: memory (node and kubepods cgroups), the filesystems, PIDs.
+use node_monitor_core::signals::{self, MemoryStatFigures};
+
 use super::*;
 
 impl Sampler {
@@ -18,7 +20,8 @@ impl Sampler {
                 !compute::limit_binds(limit, mem_total),
             )
         };
-        let (usage, inactive) = if unbounded {
+        let mode = self.config.memory_working_set;
+        let figures = if unbounded {
             // Memory outside the node cgroup is not available to its pods: the machine's working
             // set, as the kubelet reads it for the root.
             read_usage(
@@ -27,6 +30,7 @@ impl Sampler {
                 l.version,
                 &self.machine_memory,
                 true,
+                mode,
             )?
         } else {
             read_usage(
@@ -35,6 +39,7 @@ impl Sampler {
                 l.version,
                 &l.node_memory,
                 l.node_is_root,
+                mode,
             )?
         };
         if self.node_unbounded != Some(unbounded) && !l.node_is_root {
@@ -48,19 +53,15 @@ impl Sampler {
             );
         }
         self.node_unbounded = Some(unbounded);
-        Ok(MemoryReading {
-            capacity,
-            usage,
-            inactive_file: inactive,
-            working_set: compute::working_set(usage, inactive),
-        })
+        Ok(reading(capacity, mode, &figures))
     }
 
     pub(super) fn read_kubepods_memory(&mut self) -> Result<MemoryReading, SamplerError> {
         let l = &self.layout;
         let dir = &l.kubepods_memory;
         let files = &mut self.files.kubepods;
-        let (usage, inactive) = read_usage(&mut self.reader, files, l.version, dir, false)?;
+        let mode = self.config.memory_working_set;
+        let figures = read_usage(&mut self.reader, files, l.version, dir, false, mode)?;
         // The kubelet's capacity for allocatableMemory.available is the pods cgroup's limit
         // (cadvisor `AvailableBytes = limit − workingSet` for the "pods" system container);
         // a configured allocatable (the Node's status.allocatable) takes precedence.
@@ -73,12 +74,7 @@ impl Sampler {
                 }
             },
         };
-        Ok(MemoryReading {
-            capacity,
-            usage,
-            inactive_file: inactive,
-            working_set: compute::working_set(usage, inactive),
-        })
+        Ok(reading(capacity, mode, &figures))
     }
 
     pub(super) fn sample_filesystems(&mut self, now: Instant, out: &mut Observations) {
@@ -166,14 +162,60 @@ impl Sampler {
     }
 }
 
-/// Usage and inactive_file of a memory cgroup.
+/// A cgroup's memory reading under the working-set formula `mode` (the core's).
+fn reading(capacity: u64, mode: MemoryWorkingSet, m: &MemoryStatFigures) -> MemoryReading {
+    let outside = signals::file_outside_working_set(mode, m);
+    MemoryReading {
+        capacity,
+        usage: m.usage,
+        inactive_file: m.inactive_file,
+        reclaimable_active_file: outside.saturating_sub(m.inactive_file),
+        working_set: signals::memory_working_set(mode, m),
+    }
+}
+
+/// The `memory.stat` figures of a memory cgroup that `mode` needs: usage and inactive_file
+/// always; the page-cache fields (active, shmem, dirty, writeback) only for
+/// [`MemoryWorkingSet::Reclaimable`], so a kernel that lacks one never fails the kubelet's
+/// formula.
 pub(super) fn read_usage(
     reader: &mut Reader,
     files: &mut CgroupFiles,
     version: CgroupVersion,
     dir: &Path,
     is_root: bool,
-) -> Result<(u64, u64), SamplerError> {
+    mode: MemoryWorkingSet,
+) -> Result<MemoryStatFigures, SamplerError> {
+    let (usage, inactive_file, stat) = usage_and_stat(reader, files, version, dir, is_root)?;
+    let mut out = MemoryStatFigures {
+        usage,
+        inactive_file,
+        ..MemoryStatFigures::default()
+    };
+    if mode == MemoryWorkingSet::Reclaimable {
+        let cache = stat
+            .page_cache(version == CgroupVersion::V1)
+            .map_err(|source| SamplerError::Parse {
+                path: dir.join("memory.stat"),
+                source,
+            })?;
+        out.active_file = cache.active_file;
+        out.file = cache.file;
+        out.shmem = cache.shmem;
+        out.dirty = cache.dirty;
+        out.writeback = cache.writeback;
+    }
+    Ok(out)
+}
+
+/// Usage, inactive_file and the whole `memory.stat` of a memory cgroup.
+fn usage_and_stat(
+    reader: &mut Reader,
+    files: &mut CgroupFiles,
+    version: CgroupVersion,
+    dir: &Path,
+    is_root: bool,
+) -> Result<(u64, u64, parse::MemoryStat), SamplerError> {
     match version {
         CgroupVersion::V1 => {
             let usage =
@@ -189,7 +231,7 @@ pub(super) fn read_usage(
             let inactive = stat
                 .total_inactive_file
                 .ok_or_else(|| missing(reader, "total_inactive_file"))?;
-            Ok((usage, inactive))
+            Ok((usage, inactive, stat))
         }
         CgroupVersion::V2 => {
             let stat = reader.parse(
@@ -212,7 +254,7 @@ pub(super) fn read_usage(
                     parse::parse_single_u64("memory.current", t)
                 })?
             };
-            Ok((usage, inactive))
+            Ok((usage, inactive, stat))
         }
     }
 }

@@ -135,6 +135,7 @@ fn cgroup_v2_root_follows_the_kubelet_v2_script() {
             capacity: 1024 * MIB,
             usage: 150 * MIB,
             inactive_file: 30 * MIB,
+            reclaimable_active_file: 0,
             working_set: 120 * MIB
         })
     );
@@ -440,4 +441,154 @@ fn a_full_pass_never_walks_pod_directories_itself() {
     s.measure_pod_disk_now();
     s.sample_into(SampleKind::Fast, &mut o);
     assert!(o.pods[UID_A].disk.expect("measured") >= 64 * 1024);
+}
+
+/// `memoryWorkingSet: reclaimable` on cgroup v1: the node and kubepods working sets leave out
+/// the active page cache that is neither dirty, under writeback nor shmem; a pod's working set
+/// stays the kubelet's; the kubelet's formula never needs the extra fields.
+#[test]
+fn reclaimable_working_set_on_cgroup_v1() {
+    let f = Fixture::new();
+    let node = "cg/memory/sim/node";
+    f.write(
+        &format!("{node}/memory.usage_in_bytes"),
+        &format!("{}\n", 400 * MIB),
+    );
+    f.write(
+        &format!("{node}/memory.limit_in_bytes"),
+        &format!("{}\n", 512 * MIB),
+    );
+    // 300 MiB of page cache: 50 inactive, 230 active (20 dirty, 10 under writeback) and
+    // 20 shmem on the anon lists.
+    let stat = |usage_scale: u64| {
+        format!(
+            "cache 1\nactive_file 2\ntotal_cache {}\ntotal_shmem {}\ntotal_dirty {}\n\
+             total_writeback {}\ntotal_inactive_file {}\ntotal_active_file {}\n",
+            300 * MIB / usage_scale,
+            20 * MIB / usage_scale,
+            20 * MIB / usage_scale,
+            10 * MIB / usage_scale,
+            50 * MIB / usage_scale,
+            230 * MIB / usage_scale,
+        )
+    };
+    f.write(&format!("{node}/memory.stat"), &stat(1));
+    let kp = format!("{node}/kubepods");
+    f.write(
+        &format!("{kp}/memory.usage_in_bytes"),
+        &format!("{}\n", 200 * MIB),
+    );
+    f.write(
+        &format!("{kp}/memory.limit_in_bytes"),
+        &format!("{}\n", 256 * MIB),
+    );
+    f.write(&format!("{kp}/memory.stat"), &stat(2));
+    let pod = format!("{kp}/burstable/pod{UID_A}");
+    f.write(
+        &format!("{pod}/memory.usage_in_bytes"),
+        &format!("{}\n", 100 * MIB),
+    );
+    f.write(&format!("{pod}/memory.stat"), &stat(4));
+
+    let mut kubelet = Sampler::new(f.config(CgroupVersion::V1, "sim/node")).expect("sampler");
+    let mut cfg = f.config(CgroupVersion::V1, "sim/node");
+    cfg.memory_working_set = MemoryWorkingSet::Reclaimable;
+    let mut reclaimable = Sampler::new(cfg).expect("sampler");
+    let k = kubelet.sample(SampleKind::Fast);
+    let r = reclaimable.sample(SampleKind::Fast);
+    // Kubelet: 400 − 50. Reclaimable: also 230 − 20 − 10 = 200 MiB of active cache.
+    assert_eq!(
+        obs(&k, Signal::MemoryAvailable),
+        Some((i(512 * MIB - 350 * MIB), i(512 * MIB)))
+    );
+    assert_eq!(
+        obs(&r, Signal::MemoryAvailable),
+        Some((i(512 * MIB - 150 * MIB), i(512 * MIB)))
+    );
+    assert_eq!(
+        obs(&k, Signal::AllocatableMemoryAvailable),
+        Some((i(256 * MIB - 175 * MIB), i(256 * MIB)))
+    );
+    assert_eq!(
+        obs(&r, Signal::AllocatableMemoryAvailable),
+        Some((i(256 * MIB - 75 * MIB), i(256 * MIB)))
+    );
+    let node_reading = reclaimable.last_node_memory().expect("node");
+    assert_eq!(node_reading.reclaimable_active_file, 200 * MIB);
+    assert_eq!(node_reading.file_outside_working_set(), 250 * MIB);
+    assert_eq!(
+        kubelet
+            .last_node_memory()
+            .expect("node")
+            .file_outside_working_set(),
+        50 * MIB
+    );
+    // Pods rank by the kubelet's working set either way: 100 − 12.5 MiB.
+    for o in [&k, &r] {
+        assert_eq!(o.pods[UID_A].memory, Some(100 * MIB - 50 * MIB / 4));
+    }
+
+    // A kernel without total_shmem: the reclaimable formula names the field and the file;
+    // the kubelet's does not need it.
+    f.write(
+        &format!("{node}/memory.stat"),
+        &format!(
+            "total_cache {}\ntotal_dirty 0\ntotal_writeback 0\ntotal_inactive_file {}\n\
+             total_active_file {}\n",
+            300 * MIB,
+            50 * MIB,
+            230 * MIB
+        ),
+    );
+    let r = reclaimable.sample(SampleKind::Fast);
+    assert_eq!(obs(&r, Signal::MemoryAvailable), None);
+    let err = reclaimable
+        .read_node_memory(1024 * MIB)
+        .expect_err("missing total_shmem");
+    let msg = crate::sampler::ErrorChain(&err).to_string();
+    assert!(
+        msg.contains("total_shmem") && msg.contains("sim/node/memory.stat"),
+        "{msg}"
+    );
+    let k = kubelet.sample(SampleKind::Fast);
+    assert_eq!(
+        obs(&k, Signal::MemoryAvailable),
+        Some((i(512 * MIB - 350 * MIB), i(512 * MIB)))
+    );
+}
+
+/// `memoryWorkingSet: reclaimable` on cgroup v2, root node (usage = anon + file): `active_file`,
+/// `shmem`, `file_dirty` and `file_writeback`.
+#[test]
+fn reclaimable_working_set_on_cgroup_v2() {
+    let f = Fixture::new();
+    f.write(
+        "cg/memory.stat",
+        &format!(
+            "anon {}\nfile {}\nshmem {}\nfile_dirty {}\nfile_writeback {}\n\
+             inactive_file {}\nactive_file {}\n",
+            100 * MIB,
+            400 * MIB,
+            100 * MIB,
+            30 * MIB,
+            0,
+            60 * MIB,
+            240 * MIB
+        ),
+    );
+    let mut cfg = f.config(CgroupVersion::V2, "/");
+    cfg.memory_working_set = MemoryWorkingSet::Reclaimable;
+    let mut s = Sampler::new(cfg).expect("sampler");
+    let o = s.sample(SampleKind::Signals);
+    // usage 500; out: 60 inactive + min(240, 400 − 100 − 60) − 30 = 270.
+    assert_eq!(
+        obs(&o, Signal::MemoryAvailable),
+        Some((i(1024 * MIB - 230 * MIB), i(1024 * MIB)))
+    );
+    let mut k = Sampler::new(f.config(CgroupVersion::V2, "/")).expect("sampler");
+    let o = k.sample(SampleKind::Signals);
+    assert_eq!(
+        obs(&o, Signal::MemoryAvailable),
+        Some((i(1024 * MIB - 440 * MIB), i(1024 * MIB)))
+    );
 }
