@@ -58,29 +58,46 @@ impl NodeMonitorFields {
             }
         }
         let s = section;
-        let text = |d: &DurationText| d.0.clone();
         let flag = |f: &Flag| f.0;
         let d = doc;
+        for (to, from, key) in [
+            (
+                &mut self.housekeeping_interval,
+                &s.housekeeping_interval,
+                "housekeepingInterval",
+            ),
+            (
+                &mut self.fast_sampling_interval,
+                &s.fast_sampling_interval,
+                "fastSamplingInterval",
+            ),
+            (&mut self.psi_window, &s.psi_window, "psiWindow"),
+            (&mut self.psi_threshold, &s.psi_threshold, "psiThreshold"),
+            (
+                &mut self.reclaim_stall_budget,
+                &s.reclaim_stall_budget,
+                "reclaimStallBudget",
+            ),
+            (
+                &mut self.pod_cleanup_timeout,
+                &s.pod_cleanup_timeout,
+                "podCleanupTimeout",
+            ),
+            (&mut self.api_timeout, &s.api_timeout, "apiTimeout"),
+            (
+                &mut self.liveness_lease_interval,
+                &s.liveness_lease_interval,
+                "livenessLeaseInterval",
+            ),
+        ] {
+            over(to, from.as_ref(), |t: &DurationText| t.0.clone(), d, key);
+        }
         over(
             &mut self.max_pods_per_cycle,
             s.max_pods_per_cycle.as_ref(),
             |n| n.0.clone(),
             d,
             "maxPodsPerCycle",
-        );
-        over(
-            &mut self.housekeeping_interval,
-            s.housekeeping_interval.as_ref(),
-            text,
-            d,
-            "housekeepingInterval",
-        );
-        over(
-            &mut self.fast_sampling_interval,
-            s.fast_sampling_interval.as_ref(),
-            text,
-            d,
-            "fastSamplingInterval",
         );
         over(
             &mut self.pdb_policy,
@@ -91,53 +108,11 @@ impl NodeMonitorFields {
         );
         over(&mut self.dry_run, s.dry_run.as_ref(), flag, d, "dryRun");
         over(
-            &mut self.psi_window,
-            s.psi_window.as_ref(),
-            text,
-            d,
-            "psiWindow",
-        );
-        over(
-            &mut self.psi_threshold,
-            s.psi_threshold.as_ref(),
-            text,
-            d,
-            "psiThreshold",
-        );
-        over(
-            &mut self.reclaim_stall_budget,
-            s.reclaim_stall_budget.as_ref(),
-            text,
-            d,
-            "reclaimStallBudget",
-        );
-        over(
-            &mut self.pod_cleanup_timeout,
-            s.pod_cleanup_timeout.as_ref(),
-            text,
-            d,
-            "podCleanupTimeout",
-        );
-        over(
             &mut self.taint_on_pressure,
             s.taint_on_pressure.as_ref(),
             flag,
             d,
             "taintOnPressure",
-        );
-        over(
-            &mut self.api_timeout,
-            s.api_timeout.as_ref(),
-            text,
-            d,
-            "apiTimeout",
-        );
-        over(
-            &mut self.liveness_lease_interval,
-            s.liveness_lease_interval.as_ref(),
-            text,
-            d,
-            "livenessLeaseInterval",
         );
         over(
             &mut self.kubelet_config_path,
