@@ -698,3 +698,80 @@ async fn kubelet_thresholds_above_the_agents_are_reported() {
     assert!(agent.terminate().expect("SIGTERM").success());
     cluster.stop().await.expect("stop");
 }
+
+/// The agent as the DaemonSet runs it, with its memory locked: its own executable (code and
+/// read-only data) locked and resident in full, so that no code path waits on a disk read under
+/// pressure; everything else locked only as touched (`MCL_ONFAULT`), so that untouched thread
+/// stacks and library pages are not made resident.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_locks_its_executable_in_full_and_the_rest_as_touched() {
+    let (_cluster, mut agent) = with_agent(
+        "e2e-mlock",
+        "evictionHard:\n  memory.available: 100Mi\n",
+        &[],
+    )
+    .await;
+    agent
+        .wait_log("start-up done", Duration::from_secs(30))
+        .await
+        .expect("start-up");
+    let log = agent.log();
+    assert!(
+        log.contains("memory locked (mlockall)") && log.contains("on_fault=true"),
+        "{log}"
+    );
+    let pid = agent.pid().expect("running");
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).expect("exe");
+    let exe = exe.to_string_lossy().into_owned();
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).expect("smaps");
+    // (header, size kB, locked kB) per mapping.
+    let mut mappings: Vec<(String, u64, u64)> = Vec::new();
+    for line in smaps.lines() {
+        let field = |name: &str| {
+            line.strip_prefix(name)
+                .and_then(|v| v.trim().strip_suffix(" kB"))
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        if let Some(size) = field("Size:") {
+            if let Some(m) = mappings.last_mut() {
+                m.1 = size;
+            }
+        } else if let Some(locked) = field("Locked:") {
+            if let Some(m) = mappings.last_mut() {
+                m.2 = locked;
+            }
+        } else if line.split_whitespace().next().is_some_and(|r| {
+            r.contains('-') && r.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+        }) {
+            mappings.push((line.to_owned(), 0, 0));
+        }
+    }
+    let own: Vec<_> = mappings
+        .iter()
+        .filter(|(h, _, _)| {
+            h.ends_with(&exe)
+                && h.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|p| !p.contains('w'))
+        })
+        .collect();
+    assert!(
+        own.iter()
+            .any(|(h, _, _)| h.split_whitespace().nth(1) == Some("r-xp")),
+        "no code mapping of {exe}: {own:?}"
+    );
+    for (header, size, locked) in &own {
+        // In full: every page the file backs. A few pages of a segment may have no file page
+        // behind them (the end of the file, a hole), and cannot be populated.
+        assert!(
+            *locked + 64 >= *size,
+            "the executable's mapping is not locked in full ({locked} of {size} kB): {header}"
+        );
+    }
+    assert!(
+        mappings
+            .iter()
+            .any(|(_, size, locked)| *locked > 0 && locked < size),
+        "no mapping locked only in part: everything was populated, not locked as touched"
+    );
+}
