@@ -222,7 +222,7 @@ impl FlightRecorder {
     pub fn sample(&mut self, mut sample: Sample) {
         sample
             .top_pods
-            .sort_by(|a, b| b.working_set.cmp(&a.working_set));
+            .sort_by_key(|p| std::cmp::Reverse(p.working_set));
         sample.top_pods.truncate(TOP_PODS);
         let at = sample.at_ms;
         let crossed: Vec<FlightEvent> = sample
