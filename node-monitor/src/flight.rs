@@ -93,6 +93,41 @@ pub fn sample_of(
     }
 }
 
+/// An OOM kill, reclaim stall or kswapd wake-up as the flight recorder keeps it, at `at_ms`,
+/// with its pod (`namespace/name`, else its UID); other events are not kept. Pure.
+pub fn kernel_event(
+    ev: &crate::ebpf::KernelEvent,
+    attribution: Option<&crate::attribution::Attribution>,
+    at_ms: u64,
+) -> Option<FlightEvent> {
+    use crate::ebpf::KernelEvent;
+    let pod = attribution
+        .and_then(|a| {
+            a.pod_ref
+                .as_ref()
+                .map(|r| format!("{}/{}", r.namespace, r.name))
+                .or_else(|| a.pod.as_ref().map(|p| p.pod_uid.clone()))
+        })
+        .unwrap_or_default();
+    let kind = match ev {
+        KernelEvent::OomKill(o) => EventKind::OomKill {
+            pod,
+            comm: o.victim_comm.clone().unwrap_or_default(),
+            pid: o.victim_pid,
+            global: o.global(),
+        },
+        KernelEvent::ReclaimStall(r) => EventKind::ReclaimStall {
+            pod,
+            stall_ns: r.stall_ns,
+        },
+        KernelEvent::KswapdWake(k) => EventKind::KswapdWake {
+            suppressed: k.suppressed,
+        },
+        KernelEvent::Reboot(_) | KernelEvent::Synthetic(_) => return None,
+    };
+    Some(FlightEvent { at_ms, kind })
+}
+
 /// `memory.available hard`.
 pub fn threshold_name(signal: &str, hard: bool) -> String {
     format!("{signal} {}", if hard { "hard" } else { "soft" })

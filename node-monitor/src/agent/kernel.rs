@@ -160,7 +160,9 @@ async fn consume(
             None => None,
         };
         live.record_event(buffered_event(&ev, attribution.as_ref(), &pods));
-        if let Some(e) = flight_event(&ev, attribution.as_ref()) {
+        if let Some(e) =
+            crate::flight::kernel_event(&ev, attribution.as_ref(), crate::live::unix_ms())
+        {
             live.flight_event(e);
         }
         let pod_uid = attribution
@@ -206,43 +208,6 @@ async fn consume(
             ),
         }
     }
-}
-
-/// An OOM kill, reclaim stall or kswapd wake-up as the flight recorder keeps it, with its pod
-/// (`namespace/name`, else its UID).
-fn flight_event(
-    ev: &KernelEvent,
-    attribution: Option<&Attribution>,
-) -> Option<crate::flight::FlightEvent> {
-    use crate::flight::EventKind;
-    let pod = attribution
-        .and_then(|a| {
-            a.pod_ref
-                .as_ref()
-                .map(|r| format!("{}/{}", r.namespace, r.name))
-                .or_else(|| a.pod.as_ref().map(|p| p.pod_uid.clone()))
-        })
-        .unwrap_or_default();
-    let kind = match ev {
-        KernelEvent::OomKill(o) => EventKind::OomKill {
-            pod,
-            comm: o.victim_comm.clone().unwrap_or_default(),
-            pid: o.victim_pid,
-            global: o.global(),
-        },
-        KernelEvent::ReclaimStall(r) => EventKind::ReclaimStall {
-            pod,
-            stall_ns: r.stall_ns,
-        },
-        KernelEvent::KswapdWake(k) => EventKind::KswapdWake {
-            suppressed: k.suppressed,
-        },
-        KernelEvent::Reboot(_) | KernelEvent::Synthetic(_) => return None,
-    };
-    Some(crate::flight::FlightEvent {
-        at_ms: crate::live::unix_ms(),
-        kind,
-    })
 }
 
 /// Hands an attributed OOM kill to the Event writer, with the pod from this node's own cache:
