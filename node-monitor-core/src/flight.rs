@@ -8,7 +8,9 @@
 //! an OOM kill or an eviction freezes the window into a [`FlightRecord`], which keeps taking
 //! samples and events for [`TAIL`] after its trigger (how the node recovered, what the agent
 //! did next). A trigger while a record is still open joins that record. Everything is bounded:
-//! [`SAMPLES_KEPT`] samples and [`EVENTS_KEPT`] events in the window, [`RECORDS_KEPT`] records.
+//! [`SAMPLES_KEPT`] samples and [`EVENTS_KEPT`] events in the window, [`RECORDS_KEPT`] records of
+//! at most [`RECORD_SAMPLES_BEFORE`] + [`RECORD_SAMPLES_AFTER`] samples and [`RECORD_EVENTS`]
+//! events.
 //!
 //! Pure: time comes in as milliseconds since the Unix epoch, with each sample and event.
 use std::collections::VecDeque;
@@ -30,6 +32,14 @@ pub const SAMPLES_KEPT: usize = 300;
 pub const EVENTS_KEPT: usize = 256;
 /// Records kept; the oldest goes first.
 pub const RECORDS_KEPT: usize = 16;
+/// Samples a record keeps from before its trigger: the newest half of them as sampled, the
+/// older ones thinned evenly over the rest of the window (see [`thin`]).
+pub const RECORD_SAMPLES_BEFORE: usize = 120;
+/// Samples a record takes in its tail: at least this many, and no more than bring it to
+/// [`RECORD_SAMPLES_BEFORE`] + [`RECORD_SAMPLES_AFTER`].
+pub const RECORD_SAMPLES_AFTER: usize = 50;
+/// Events a record keeps, at most (those of the window, then those of the tail).
+pub const RECORD_EVENTS: usize = EVENTS_KEPT + 64;
 /// Pods kept per sample, largest working set first.
 pub const TOP_PODS: usize = 5;
 
@@ -249,7 +259,7 @@ impl FlightRecorder {
             self.event(e);
         }
         for r in self.records.iter_mut().filter(|r| at <= r.until_ms) {
-            if r.samples.len() < SAMPLES_KEPT + SAMPLES_KEPT / 4 {
+            if r.samples.len() < RECORD_SAMPLES_BEFORE + RECORD_SAMPLES_AFTER {
                 r.samples.push(sample.clone());
             }
         }
@@ -267,7 +277,7 @@ impl FlightRecorder {
         let open = self.records.iter_mut().rev().find(|r| at <= r.until_ms);
         match open {
             Some(r) => {
-                if r.events.len() < EVENTS_KEPT + EVENTS_KEPT / 4 {
+                if r.events.len() < RECORD_EVENTS {
                     r.events.push(event.clone());
                 }
             }
@@ -284,12 +294,10 @@ impl FlightRecorder {
                     id: self.next_id,
                     trigger: event.clone(),
                     until_ms: at + TAIL_MS,
-                    samples: self
-                        .samples
-                        .iter()
-                        .filter(|s| s.at_ms >= from)
-                        .cloned()
-                        .collect(),
+                    samples: thin(
+                        self.samples.iter().filter(|s| s.at_ms >= from).collect(),
+                        RECORD_SAMPLES_BEFORE,
+                    ),
                     events,
                     dry_run: self.dry_run,
                 };
@@ -360,6 +368,23 @@ impl FlightRecorder {
             self.events.pop_front();
         }
     }
+}
+
+/// At most `max` of `samples` (oldest first): the newest `max / 2` as they are, and the older
+/// ones thinned evenly (the oldest kept), so that a record covers its whole window at a bounded
+/// size whatever the sampling pace. Pure.
+pub fn thin(samples: Vec<&Sample>, max: usize) -> Vec<Sample> {
+    if samples.len() <= max {
+        return samples.into_iter().cloned().collect();
+    }
+    let recent = max / 2;
+    let (older, newest) = samples.split_at(samples.len() - recent);
+    let picks = max - recent;
+    (0..picks)
+        .map(|i| older[i * older.len() / picks])
+        .chain(newest.iter().copied())
+        .cloned()
+        .collect()
 }
 
 /// Why the agent did or did not act before the record's trigger.

@@ -52,28 +52,30 @@ pub fn sample_of(
             }
         })
         .collect();
-    let names: HashMap<&str, &PodInfo> = pods.iter().map(|p| (p.uid.as_str(), p)).collect();
-    let mut top_pods: Vec<PodPoint> = figures
+    // The largest working sets first (by UID, no allocation), then the names of those alone.
+    let mut top: Vec<(&String, u64)> = figures
         .map(|(_, f)| {
             f.iter()
-                .filter_map(|(uid, u)| {
-                    let pod = names
-                        .get(uid.as_str())
-                        .map_or_else(|| uid.clone(), |p| format!("{}/{}", p.namespace, p.name));
-                    Some(PodPoint {
-                        pod,
-                        working_set: u.memory?,
-                    })
-                })
+                .filter_map(|(uid, u)| Some((uid, u.memory?)))
                 .collect()
         })
         .unwrap_or_default();
-    top_pods.sort_by(|a, b| {
-        b.working_set
-            .cmp(&a.working_set)
-            .then_with(|| a.pod.cmp(&b.pod))
-    });
-    top_pods.truncate(TOP_PODS);
+    let order = |a: &(&String, u64), b: &(&String, u64)| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0));
+    if top.len() > TOP_PODS {
+        top.select_nth_unstable_by(TOP_PODS - 1, order);
+        top.truncate(TOP_PODS);
+    }
+    top.sort_by(order);
+    let top_pods: Vec<PodPoint> = top
+        .into_iter()
+        .map(|(uid, working_set)| PodPoint {
+            pod: pods
+                .iter()
+                .find(|p| &p.uid == uid)
+                .map_or_else(|| uid.clone(), |p| format!("{}/{}", p.namespace, p.name)),
+            working_set,
+        })
+        .collect();
     Sample {
         at_ms,
         signals,

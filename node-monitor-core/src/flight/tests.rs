@@ -175,8 +175,8 @@ fn everything_is_bounded() {
     let ids: Vec<u64> = r.records().map(|x| x.id).collect();
     assert_eq!(ids.first(), Some(&(RECORDS_KEPT as u64)));
     for rec in r.records() {
-        assert!(rec.samples.len() <= SAMPLES_KEPT + SAMPLES_KEPT / 4);
-        assert!(rec.events.len() <= EVENTS_KEPT + EVENTS_KEPT / 4);
+        assert!(rec.samples.len() <= RECORD_SAMPLES_BEFORE + RECORD_SAMPLES_AFTER);
+        assert!(rec.events.len() <= RECORD_EVENTS);
     }
     assert!(r.approx_bytes() > 0);
 }
@@ -294,4 +294,36 @@ fn a_record_round_trips_through_json() {
     assert!(json.contains("\"kind\":\"oom_kill\""), "{json}");
     let back: FlightRecord = serde_json::from_str(&json).expect("parse");
     assert_eq!(back, rec);
+}
+
+/// A window sampled faster than a record keeps is thinned: the newest half as sampled, the
+/// older part evenly, the oldest kept, in order.
+#[test]
+fn a_fast_window_is_thinned_into_the_record() {
+    let mut r = FlightRecorder::new();
+    for i in 0..SAMPLES_KEPT as u64 {
+        r.sample(sample(100_000 + i * 100, 500 * MI, &[]));
+    }
+    let last = 100_000 + (SAMPLES_KEPT as u64 - 1) * 100;
+    r.event(oom(last + 50, Some(true)));
+    let rec = r.records().next().expect("a record");
+    let times: Vec<u64> = rec.samples.iter().map(|s| s.at_ms).collect();
+    assert_eq!(times.len(), RECORD_SAMPLES_BEFORE);
+    assert_eq!(times[0], 100_000, "the oldest is kept");
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    let newest: Vec<u64> = (0..RECORD_SAMPLES_BEFORE as u64 / 2)
+        .rev()
+        .map(|i| last - i * 100)
+        .collect();
+    assert_eq!(times[RECORD_SAMPLES_BEFORE / 2..], newest[..]);
+    // The tail takes at most RECORD_SAMPLES_AFTER samples.
+    for i in 0..(RECORD_SAMPLES_AFTER as u64 * 2) {
+        r.sample(sample(last + 60 + i * 10, 500 * MI, &[]));
+    }
+    let rec = r.records().next().expect("a record");
+    assert_eq!(
+        rec.samples.len(),
+        RECORD_SAMPLES_BEFORE + RECORD_SAMPLES_AFTER
+    );
+    assert_eq!(thin(Vec::new(), 4), Vec::<Sample>::new());
 }
