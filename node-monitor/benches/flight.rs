@@ -180,10 +180,11 @@ fn main() {
     let (per_sample, samples) = if quick { (2, 5) } else { (1000, 101) };
 
     let (mut r, mut at) = full_recorder();
+    let held = RECORDS_KEPT * node_monitor_core::flight::RECORD_SAMPLES_BEFORE + SAMPLES_KEPT;
     println!(
-        "recorder at its bounds ({RECORDS_KEPT} records of {SAMPLES_KEPT} samples, a full window): {} bytes, {} bytes per record",
+        "recorder at its bounds ({RECORDS_KEPT} records, a full window of {SAMPLES_KEPT} samples; {held} samples held): {} bytes, {} bytes per sample held",
         r.approx_bytes(),
-        r.approx_bytes() / (RECORDS_KEPT + 1)
+        r.approx_bytes() / held
     );
     report(
         "FlightRecorder::sample, full window",
