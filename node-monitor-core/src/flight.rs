@@ -13,7 +13,7 @@
 //! events.
 //!
 //! Pure: time comes in as milliseconds since the Unix epoch, with each sample and event.
-use std::collections::VecDeque;
+use std::{collections::VecDeque, sync::Arc};
 
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +32,14 @@ pub const SAMPLES_KEPT: usize = 300;
 pub const EVENTS_KEPT: usize = 256;
 /// Records kept; the oldest goes first.
 pub const RECORDS_KEPT: usize = 16;
+/// Passes within the same slot of this many milliseconds (since the epoch) share one sample:
+/// the latest stands for the slot, so the window spans [`WINDOW_MS`] whatever the loop's pace
+/// (at most [`SAMPLES_KEPT`] samples).
+pub const MIN_SPACING_MS: u64 = 100;
+
+fn same_slot(a_ms: u64, b_ms: u64) -> bool {
+    a_ms / MIN_SPACING_MS == b_ms / MIN_SPACING_MS
+}
 /// Samples a record keeps from before its trigger: the newest half of them as sampled, the
 /// older ones thinned evenly over the rest of the window (see [`thin`]).
 pub const RECORD_SAMPLES_BEFORE: usize = 120;
@@ -209,7 +217,9 @@ impl FlightRecord {
 pub struct FlightRecorder {
     samples: VecDeque<Sample>,
     events: VecDeque<FlightEvent>,
-    records: VecDeque<FlightRecord>,
+    /// Shared with readers ([`FlightRecorder::shared_records`]): a record still in its tail is
+    /// copied on write only while a reader holds it.
+    records: VecDeque<Arc<FlightRecord>>,
     next_id: u64,
     /// The thresholds met in the last sample, to record their crossings.
     met: Vec<String>,
@@ -259,14 +269,31 @@ impl FlightRecorder {
             self.event(e);
         }
         for r in self.records.iter_mut().filter(|r| at <= r.until_ms) {
-            if r.samples.len() < RECORD_SAMPLES_BEFORE + RECORD_SAMPLES_AFTER {
-                r.samples.push(sample.clone());
+            let r = Arc::make_mut(r);
+            let (trigger, room) = (
+                r.trigger.at_ms,
+                r.samples.len() < RECORD_SAMPLES_BEFORE + RECORD_SAMPLES_AFTER,
+            );
+            match r.samples.last_mut() {
+                // Within the spacing of a tail sample: the latest stands (one before the
+                // trigger is kept as it was frozen).
+                Some(last) if same_slot(last.at_ms, at) && last.at_ms > trigger => {
+                    *last = sample.clone();
+                }
+                _ if room => r.samples.push(sample.clone()),
+                _ => {}
             }
         }
-        if self.samples.len() >= SAMPLES_KEPT {
-            self.samples.pop_front();
+        match self.samples.back_mut() {
+            // Faster than the spacing: the latest pass stands for the interval.
+            Some(last) if same_slot(last.at_ms, at) => *last = sample,
+            _ => {
+                if self.samples.len() >= SAMPLES_KEPT {
+                    self.samples.pop_front();
+                }
+                self.samples.push_back(sample);
+            }
         }
-        self.samples.push_back(sample);
         self.forget_before(at);
     }
 
@@ -278,7 +305,7 @@ impl FlightRecorder {
         match open {
             Some(r) => {
                 if r.events.len() < RECORD_EVENTS {
-                    r.events.push(event.clone());
+                    Arc::make_mut(r).events.push(event.clone());
                 }
             }
             None if event.triggers() => {
@@ -305,7 +332,7 @@ impl FlightRecorder {
                 if self.records.len() >= RECORDS_KEPT {
                     self.records.pop_front();
                 }
-                self.records.push_back(record);
+                self.records.push_back(Arc::new(record));
             }
             None => {}
         }
@@ -318,7 +345,13 @@ impl FlightRecorder {
 
     /// The records, oldest first.
     pub fn records(&self) -> impl DoubleEndedIterator<Item = &FlightRecord> {
-        self.records.iter()
+        self.records.iter().map(|r| &**r)
+    }
+
+    /// The records, oldest first, shared: a reader that serializes them holds no lock of the
+    /// recorder's owner meanwhile, and copies nothing.
+    pub fn shared_records(&self) -> Vec<Arc<FlightRecord>> {
+        self.records.iter().cloned().collect()
     }
 
     /// How many records are kept.

@@ -261,17 +261,18 @@ impl LiveView {
 
     /// The `flight` answer: the records, newest first, each with its verdict.
     pub fn flight(&self) -> Value {
-        let records: Vec<Value> = self
+        // Shared, not copied, and serialized after the lock is released: the loop's next
+        // eviction record never waits on a reader.
+        let shared = self
             .inner
             .lock()
-            .map(|i| {
-                i.flight
-                    .records()
-                    .rev()
-                    .map(|r| crate::flight::record_json(r, &self.node))
-                    .collect()
-            })
+            .map(|i| i.flight.shared_records())
             .unwrap_or_default();
+        let records: Vec<Value> = shared
+            .iter()
+            .rev()
+            .map(|r| crate::flight::record_json(r, &self.node))
+            .collect();
         json!({
             "node": self.node,
             "window_seconds": node_monitor_core::flight::WINDOW_MS / 1000,

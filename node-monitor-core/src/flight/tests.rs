@@ -318,7 +318,7 @@ fn a_fast_window_is_thinned_into_the_record() {
     assert_eq!(times[RECORD_SAMPLES_BEFORE / 2..], newest[..]);
     // The tail takes at most RECORD_SAMPLES_AFTER samples.
     for i in 0..(RECORD_SAMPLES_AFTER as u64 * 2) {
-        r.sample(sample(last + 60 + i * 10, 500 * MI, &[]));
+        r.sample(sample(last + 100 + i * 100, 500 * MI, &[]));
     }
     let rec = r.records().next().expect("a record");
     assert_eq!(
@@ -326,4 +326,38 @@ fn a_fast_window_is_thinned_into_the_record() {
         RECORD_SAMPLES_BEFORE + RECORD_SAMPLES_AFTER
     );
     assert_eq!(thin(Vec::new(), 4), Vec::<Sample>::new());
+}
+
+/// Passes closer than the spacing share a sample (the latest stands), so a window at any pace
+/// spans its 30 s; a reader's shared record is not changed under it by the tail.
+#[test]
+fn fast_passes_share_a_sample_and_readers_keep_their_copy() {
+    let mut r = FlightRecorder::new();
+    // 40 s of passes every 10 ms.
+    for i in 0..4000u64 {
+        r.sample(sample(100_000 + i * 10, 500 * MI, &[]));
+    }
+    assert!(r.samples.len() <= SAMPLES_KEPT);
+    let first = r.samples.front().map(|s| s.at_ms).expect("samples");
+    let last = r.samples.back().map(|s| s.at_ms).expect("samples");
+    assert_eq!(last, 100_000 + 3999 * 10, "the latest pass stands");
+    assert!(
+        last - first >= WINDOW_MS - 2 * MIN_SPACING_MS,
+        "{first}..{last}"
+    );
+    r.event(oom(last + 1, Some(true)));
+    let shared = r.shared_records();
+    let before = shared[0].samples.len();
+    for i in 1..=20u64 {
+        r.sample(sample(last + i * 10, 500 * MI, &[]));
+    }
+    assert_eq!(
+        shared[0].samples.len(),
+        before,
+        "the reader's copy is unchanged"
+    );
+    let now = r.records().next().expect("record");
+    // 200 ms of tail at 10 ms: two or three spaced samples, not twenty.
+    let tail = now.samples.len() - before;
+    assert!((1..=3).contains(&tail), "{tail}");
 }
