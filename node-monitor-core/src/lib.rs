@@ -16,6 +16,7 @@ pub mod conditions;
 pub mod config;
 pub mod duration;
 pub mod eviction;
+pub mod flight;
 pub mod headroom;
 pub mod kubelet_layout;
 pub mod kubelet_thresholds;

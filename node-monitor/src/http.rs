@@ -230,6 +230,8 @@ pub struct NodeApi {
 pub const STATUS_PATH: &str = "/node-monitor/v1/status";
 pub const EXPLAIN_PATH: &str = "/node-monitor/v1/explain";
 pub const TRACE_PATH: &str = "/node-monitor/v1/trace";
+/// The OOM flight recorder's records (docs/runbook.md).
+pub const FLIGHT_PATH: &str = "/node-monitor/v1/flight";
 
 /// What the endpoint allows a client. It is reachable by anything that reaches the node's port,
 /// tenants included: a client cannot hold more than one of `max_connections` slots, nor hold one
@@ -308,7 +310,8 @@ pub async fn serve_with(
         app = app
             .route(STATUS_PATH, get(status_handler))
             .route(EXPLAIN_PATH, get(explain_handler))
-            .route(TRACE_PATH, get(trace_handler));
+            .route(TRACE_PATH, get(trace_handler))
+            .route(FLIGHT_PATH, get(flight_handler));
     }
     let app = app.with_state(AppState {
         metrics,
@@ -521,6 +524,13 @@ async fn trace_handler(State(s): State<AppState>, headers: HeaderMap, uri: Uri) 
     match parse_trace_query(uri.query().unwrap_or_default()) {
         Ok((since, limit)) => json_response(StatusCode::OK, &live.trace(since, limit)),
         Err(e) => json_response(StatusCode::BAD_REQUEST, &json!({"error": e, "code": 400})),
+    }
+}
+
+async fn flight_handler(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    match authorized(&s, &headers, FLIGHT_PATH).await {
+        Ok(live) => json_response(StatusCode::OK, &live.flight()),
+        Err(r) => *r,
     }
 }
 

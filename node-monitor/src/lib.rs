@@ -9,6 +9,7 @@ pub mod attribution;
 pub mod cli;
 pub mod cluster;
 pub mod ebpf;
+pub mod flight;
 pub mod http;
 pub mod io;
 pub mod jitter;

@@ -4,6 +4,7 @@
 //! handlers read. Every buffer is bounded; a poisoned lock loses the view, never the agent.
 use std::{
     collections::VecDeque,
+    path::PathBuf,
     sync::Mutex,
     time::{SystemTime, UNIX_EPOCH},
 };
@@ -11,7 +12,11 @@ use std::{
 use serde_json::{Value, json};
 
 use node_monitor_core::{
-    config::EvictionConfig, eviction::Decision, signals::Observations, threshold::Threshold,
+    config::EvictionConfig,
+    eviction::Decision,
+    flight::{EventKind, FlightEvent, FlightRecorder, Sample},
+    signals::Observations,
+    threshold::Threshold,
 };
 
 /// Recent evictions kept for `status`.
@@ -68,6 +73,10 @@ struct Inner {
     dry_run: bool,
     evictions: VecDeque<EvictionRecord>,
     trace: TraceBuffer,
+    /// The OOM flight recorder: the trajectory before each OOM kill and eviction.
+    flight: FlightRecorder,
+    /// The PSI file the flight recorder's samples read.
+    psi_path: Option<PathBuf>,
 }
 
 /// The agent's live view; shared between the loop and the HTTP handlers.
@@ -175,6 +184,7 @@ impl LiveView {
             i.warnings.clone_from(&config.warnings);
             i.dry_run = config.node_monitor.dry_run;
             i.memory_working_set = config.node_monitor.memory_working_set;
+            i.flight.set_dry_run(config.node_monitor.dry_run);
         }
     }
 
@@ -198,6 +208,14 @@ impl LiveView {
     /// An eviction request and its answer.
     pub fn record_eviction(&self, record: EvictionRecord) {
         if let Ok(mut i) = self.inner.lock() {
+            i.flight.event(FlightEvent {
+                at_ms: record.at_ms,
+                kind: EventKind::Eviction {
+                    pod: format!("{}/{}", record.namespace, record.name),
+                    signal: record.signal.clone(),
+                    outcome: record.outcome.clone(),
+                },
+            });
             if i.evictions.len() >= EVICTIONS_KEPT {
                 i.evictions.pop_front();
             }
@@ -213,6 +231,57 @@ impl LiveView {
         if let Ok(mut i) = self.inner.lock() {
             i.trace.push(event);
         }
+    }
+
+    /// The PSI file the flight recorder's samples read (`None`: none).
+    pub fn set_psi_path(&self, path: Option<PathBuf>) {
+        if let Ok(mut i) = self.inner.lock() {
+            i.psi_path = path;
+        }
+    }
+
+    /// The PSI file the flight recorder's samples read.
+    pub fn psi_path(&self) -> Option<PathBuf> {
+        self.inner.lock().ok().and_then(|i| i.psi_path.clone())
+    }
+
+    /// One pass of the loop for the flight recorder; returns the records kept and the bytes the
+    /// recorder holds.
+    pub fn flight_sample(&self, sample: Sample) -> (usize, usize) {
+        self.inner.lock().map_or((0, 0), |mut i| {
+            i.flight.sample(sample);
+            (i.flight.record_count(), i.flight.approx_bytes())
+        })
+    }
+
+    /// A kernel event for the flight recorder (an OOM kill freezes a record).
+    pub fn flight_event(&self, event: FlightEvent) {
+        if let Ok(mut i) = self.inner.lock() {
+            i.flight.event(event);
+        }
+    }
+
+    /// The `flight` answer: the records, newest first, each with its verdict.
+    pub fn flight(&self) -> Value {
+        // Shared, not copied, and serialized after the lock is released: the loop's next
+        // eviction record never waits on a reader.
+        let shared = self
+            .inner
+            .lock()
+            .map(|i| i.flight.shared_records())
+            .unwrap_or_default();
+        let records: Vec<Value> = shared
+            .iter()
+            .rev()
+            .map(|r| crate::flight::record_json(r, &self.node))
+            .collect();
+        json!({
+            "node": self.node,
+            "window_seconds": node_monitor_core::flight::WINDOW_MS / 1000,
+            "tail_seconds": node_monitor_core::flight::TAIL_MS / 1000,
+            "capacity": node_monitor_core::flight::RECORDS_KEPT,
+            "records": records,
+        })
     }
 
     /// The trace buffer's events from `since`, at most `limit` (capped at [`TRACE_PAGE_MAX`]).

@@ -16,6 +16,8 @@ use crate::{
     ebpf::{EventKind, KernelEvent, ProbeConfig, Probes, StreamError},
 };
 
+mod flight;
+
 /// Arguments of `node-monitor trace`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -52,6 +54,18 @@ pub struct Args {
     /// Node name for the API lookup (default: $NODE_NAME; unset lists pods of every node).
     #[arg(long, env = "NODE_NAME", value_parser = node_monitor_core::node_name::parse_node_name)]
     pub node_name: Option<String>,
+    /// Also print an OOM flight record of each OOM kill, 5 s after it: PSI (and with
+    /// --flight-cgroup that cgroup's memory.available) sampled every second, the reclaim stalls
+    /// and kswapd wake-ups of the 30 s before the kill. Every kind is recorded, whatever --kind.
+    #[arg(long)]
+    pub flight: bool,
+    /// The memory cgroup (a cgroup2 directory, or a v1 memory hierarchy's) whose memory.available
+    /// the flight records sample, as the kubelet computes it for the node cgroup.
+    #[arg(long, value_name = "DIR", requires = "flight")]
+    pub flight_cgroup: Option<PathBuf>,
+    /// Write each flight record's SVG timeline into this directory (flight-<id>.svg).
+    #[arg(long, value_name = "DIR", requires = "flight")]
+    pub flight_svg: Option<PathBuf>,
 }
 
 const KINDS: [EventKind; 4] = [
@@ -94,7 +108,8 @@ impl Args {
             kernel_log: self.kernel_log,
             ..ProbeConfig::default()
         };
-        if !self.kind.is_empty() {
+        // A flight record keeps every kind of event.
+        if !self.kind.is_empty() && !self.flight {
             for (kind, family) in [
                 (EventKind::OomKill, "oom"),
                 (EventKind::KswapdWake, "kswapd"),
@@ -151,21 +166,39 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
 
+    let mut flight = flight::TraceFlight::for_args(args)?;
     eprintln!(
         "node-monitor trace: {} kernel programs attached, listening",
         probes.attached()
     );
     let mut out = std::io::stdout().lock();
     let mut totals = Totals::default();
+    let mut flight_tick = tokio::time::interval(flight::SAMPLE_INTERVAL);
     loop {
         let event = tokio::select! {
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
             () = sleep_until(deadline) => break,
+            _ = flight_tick.tick(), if flight.is_some() => {
+                match flight::tick(flight.as_mut(), args.json, &mut out) {
+                    Err(e) if crate::io::is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
+                    r => r?,
+                }
+                continue;
+            }
             r = stream.next() => r,
         };
         match event {
-            Ok(ev) => match emit(args, &mut attributor, &mut out, &mut totals, &ev).await {
+            Ok(ev) => match emit(
+                args,
+                &mut attributor,
+                &mut out,
+                &mut totals,
+                &ev,
+                flight.as_mut(),
+            )
+            .await
+            {
                 // The reader went away (`trace | head`): stop as on SIGINT, quietly.
                 Err(e) if crate::io::is_broken_pipe(&e) => return Ok(ExitCode::SUCCESS),
                 r => r?,
@@ -176,13 +209,36 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     // What arrived before the stop is still reported.
     for ev in stream.try_drain().into_iter().flatten() {
-        emit(args, &mut attributor, &mut out, &mut totals, &ev).await?;
+        emit(
+            args,
+            &mut attributor,
+            &mut out,
+            &mut totals,
+            &ev,
+            flight.as_mut(),
+        )
+        .await?;
+    }
+    if let Some(f) = flight.as_mut() {
+        f.flush(None, args.json, &mut out)?;
     }
     drop(out);
     if let Some(task) = log_task {
         task.abort();
     }
 
+    print_totals(args, &probes, &stream, &totals)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The totals at exit: what the trace received and printed, what the kernel counted as sent
+/// and dropped; a JSON object on stderr with `--json`, text otherwise.
+fn print_totals(
+    args: &Args,
+    probes: &Probes,
+    stream: &crate::ebpf::EventStream,
+    totals: &Totals,
+) -> anyhow::Result<()> {
     let counters = match probes.counters() {
         Ok(c) => Some(c),
         Err(e) => {
@@ -214,7 +270,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
     } else {
         crate::io::print_line(&totals_text(&summary))?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
@@ -253,12 +309,21 @@ async fn emit(
     out: &mut impl std::io::Write,
     totals: &mut Totals,
     ev: &KernelEvent,
+    flight: Option<&mut flight::TraceFlight>,
 ) -> anyhow::Result<()> {
-    if !args.wants(ev.event_kind()) {
+    let wanted = args.wants(ev.event_kind());
+    if !wanted && flight.is_none() {
         totals.filtered += 1;
         return Ok(());
     }
     let at = attributor.attribute(ev.cgroup_id()).await;
+    if let Some(f) = flight {
+        f.event(ev, &at, crate::live::unix_ms());
+    }
+    if !wanted {
+        totals.filtered += 1;
+        return Ok(());
+    }
     let trigger = match ev {
         KernelEvent::OomKill(e) if e.trigger.cgroup_id != at.cgroup_id => {
             Some(attributor.attribute(e.trigger.cgroup_id).await)

@@ -407,6 +407,45 @@ impl Agent {
         crate::metrics::try_sum(&self.metrics().await?, family, labels)
     }
 
+    /// GET `path` of the agent's node API (`/node-monitor/v1/...`) as a ServiceAccount bound to
+    /// `cluster-admin` (created on first use): the agent authorizes its token as it would a
+    /// `kubectl node-monitor` caller's.
+    pub async fn node_api_get(&self, cluster: &Cluster, path: &str) -> Result<String> {
+        let client = cluster.client();
+        let crbs: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client);
+        let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "node-api-reader"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "cluster-admin"},
+                "subjects": [{"kind": "ServiceAccount", "name": "node-api-reader",
+                              "namespace": "default"}],
+            }))?;
+        match crbs.create(&PostParams::default(), &binding).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e).context("binding node-api-reader to cluster-admin"),
+        }
+        let kubeconfig = cluster
+            .cp
+            .service_account_kubeconfig("default", "node-api-reader")
+            .await?;
+        let yaml = fs::read_to_string(&kubeconfig)?;
+        let v: serde_json::Value = serde_norway::from_str(&yaml)?;
+        let token = v["users"][0]["user"]["token"]
+            .as_str()
+            .context("a token in the ServiceAccount's kubeconfig")?;
+        http_get_with(
+            self.metrics_port,
+            path,
+            &format!(
+                "{}: Bearer {token}\r\n",
+                node_monitor::http::auth::TOKEN_HEADER
+            ),
+        )
+        .await
+    }
+
     /// SIGTERM, then waits for a clean exit.
     pub fn terminate(&mut self) -> Result<std::process::ExitStatus> {
         let mut child = self.child.take().context("agent already stopped")?;
@@ -442,9 +481,14 @@ impl Drop for Agent {
 
 /// A minimal HTTP/1.0 GET on loopback (no client dependency for one line of protocol).
 pub async fn http_get(port: u16, path: &str) -> Result<String> {
+    http_get_with(port, path, "").await
+}
+
+/// [`http_get`] with extra header lines (each ending in CRLF).
+pub async fn http_get_with(port: u16, path: &str, headers: &str) -> Result<String> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{headers}\r\n").as_bytes())
         .await?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await?;

@@ -581,6 +581,54 @@ async fn repeated_oom_kills_make_one_oomkilling_event_with_a_count() {
         "{message}"
     );
     assert!(event.last_timestamp >= event.first_timestamp, "{event:#?}");
+    flight_record_holds_the_kill(&cluster, &agent).await;
+}
+
+/// The agent's flight recorder kept the kill (`/node-monitor/v1/flight`): a record triggered by
+/// the OOM kill of the capped pod's process, the samples of the seconds before it (the agent's
+/// own passes, with the node's memory signal and its threshold), the verdict that the kill was
+/// in the pod's own limit, and its SVG timeline with the kill's marker.
+async fn flight_record_holds_the_kill(cluster: &Cluster, agent: &Agent) {
+    let body = agent
+        .node_api_get(cluster, node_monitor::http::FLIGHT_PATH)
+        .await
+        .unwrap_or_else(|e| panic!("GET flight: {e:#}\n{}", agent.log()));
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("flight JSON");
+    let records = node_monitor::flight::records_of(&answer).expect("flight records");
+    let kill = records
+        .iter()
+        .find(|r| {
+            matches!(&r.trigger.kind, node_monitor::flight::EventKind::OomKill { pod, .. }
+                     if pod == "default/capped")
+        })
+        .unwrap_or_else(|| panic!("a record of the kill: {body}\n{}", agent.log()));
+    let before: Vec<_> = kill
+        .samples
+        .iter()
+        .filter(|s| s.at_ms <= kill.trigger.at_ms)
+        .collect();
+    assert!(!before.is_empty(), "samples before the kill: {body}");
+    assert!(
+        before
+            .iter()
+            .all(|s| kill.trigger.at_ms - s.at_ms <= node_monitor_core::flight::WINDOW_MS),
+        "{body}"
+    );
+    let signal = before[0]
+        .signals
+        .iter()
+        .find(|p| p.signal == "memory.available")
+        .unwrap_or_else(|| panic!("memory.available sampled: {body}"));
+    assert_eq!(signal.hard, Some(100 << 20), "{body}");
+    assert!(signal.available > 0 && signal.capacity > 0, "{body}");
+    assert!(
+        kill.verdict().contains("in a cgroup's own limit"),
+        "{}",
+        kill.verdict()
+    );
+    let svg = node_monitor::flight::svg::render(kill, &cluster.node).expect("SVG");
+    assert!(svg.contains("OOM kill: cgroup OOM kill of"), "{svg}");
+    assert!(svg.contains("memory.available available"), "{svg}");
 }
 
 /// Scenario 6: coexisting with the kubelet. The kubelet's own configuration file (under the

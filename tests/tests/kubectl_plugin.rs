@@ -443,6 +443,63 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
         "{}",
         text(&stranger_trace.stderr)
     );
+    flight_shows_the_kill_and_the_dry_run(&viewer_kc, &stranger_kc, &agent).await;
     drop(agent);
     cluster.stop().await.expect("stop");
+}
+
+/// `kubectl node-monitor flight NODE --svg`: the agent's flight records of the oomer's kill (in
+/// its own limit) and of the dry-run eviction of the hog, with their verdicts, and the newest
+/// drawn; the stranger is refused.
+async fn flight_shows_the_kill_and_the_dry_run(
+    viewer_kc: &Path,
+    stranger_kc: &Path,
+    agent: &Agent,
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svg = dir.path().join("flight.svg");
+    let svg_arg = svg.display().to_string();
+    let out = plugin_until(viewer_kc, &["flight", NODE, "--svg", &svg_arg], |o| {
+        o.status.success() && text(&o.stdout).contains("OOM kill of nm-workload")
+    })
+    .await
+    .unwrap_or_else(|o| {
+        panic!(
+            "flight never showed the kill: {}\n{}\n{}",
+            text(&o.stdout),
+            text(&o.stderr),
+            agent.log()
+        )
+    });
+    let shown = text(&out.stdout);
+    assert!(shown.contains(&format!("{NODE} record ")), "{shown}");
+    assert!(
+        shown.contains("OOM kill of nm-workload") && shown.contains("of default/oomer"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("verdict: dry run: node-monitor would have evicted default/hog"),
+        "{shown}"
+    );
+    let drawn = std::fs::read_to_string(&svg).expect("the SVG written");
+    assert!(
+        drawn.starts_with("<svg") && drawn.contains("memory.available available"),
+        "{drawn}"
+    );
+    let json = plugin(viewer_kc, &["flight", NODE, "-o", "json"]);
+    let v: Value = serde_json::from_slice(&json.stdout).expect("flight JSON");
+    assert_eq!(v["node"], NODE, "{v}");
+    assert!(
+        v["records"][0]["samples"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty()),
+        "{v}"
+    );
+    let refused = plugin(stranger_kc, &["flight", NODE]);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("403"),
+        "{}",
+        text(&refused.stderr)
+    );
 }

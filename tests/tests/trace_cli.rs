@@ -221,6 +221,82 @@ fn trace_json_reports_a_real_oom_kill_with_its_pod() {
     }
 }
 
+/// `trace --flight`: a real memcg OOM kill gets a flight record on stdout after its tail: the
+/// kill attributed to its pod, the samples of the seconds before it (the pod cgroup's
+/// memory.available against its 64 MiB limit, PSI), and an SVG timeline with the kill's marker.
+#[test]
+fn trace_flight_records_a_real_oom_kill() {
+    require_root("node-monitor trace");
+    let mut cg = TestCgroups::new("trace-flight");
+    let uid = format!("{:08x}-0000-4000-8000-{:012x}", std::process::id(), 0xf1a);
+    let cid = format!("{:064x}", u128::from(std::process::id()) << 64 | 0xf1a);
+    let pod = format!("kubepods/burstable/pod{uid}");
+    let rel = format!("{pod}/{cid}");
+    cg.create(&rel).unwrap();
+    cg.set_memory_limit(&pod, 64 * MIB).unwrap();
+    cg.set_memory_limit(&rel, 32 * MIB).unwrap();
+    let svg_dir = tempfile::tempdir().unwrap();
+    // The memory hierarchy's directory (v1 on a hybrid host, the unified one otherwise).
+    let pod_dir = if cg.memory(&pod).is_dir() {
+        cg.memory(&pod)
+    } else {
+        cg.unified(&pod)
+    };
+    let trace = Trace::start(&[
+        "--flight".as_ref(),
+        "--flight-cgroup".as_ref(),
+        pod_dir.as_os_str(),
+        "--flight-svg".as_ref(),
+        svg_dir.path().as_os_str(),
+    ]);
+    // The recorder samples every second: let a few samples precede the kill.
+    std::thread::sleep(Duration::from_millis(2500));
+    let (line, mut seen) = trace.oom_kill_line(&cg, &rel);
+    let kill: Value = serde_json::from_str(&line).unwrap();
+    let record = wait_line(
+        &trace.stdout,
+        Duration::from_secs(30),
+        "flight_record line",
+        &mut seen,
+        |l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["kind"] == "flight_record"),
+    );
+    let r: Value = serde_json::from_str(&record).unwrap();
+    assert_eq!(r["trigger"]["kind"], "oom_kill", "{r}");
+    assert_eq!(r["trigger"]["pid"], kill["pid"], "{r}");
+    assert_eq!(r["trigger"]["pod"], uid, "{r}");
+    assert_eq!(r["trigger"]["global"], false, "{r}");
+    let at = r["trigger"]["at_ms"].as_u64().expect("at_ms");
+    let samples = r["samples"].as_array().expect("samples");
+    let before: Vec<&Value> = samples
+        .iter()
+        .filter(|s| s["at_ms"].as_u64().is_some_and(|t| t <= at))
+        .collect();
+    assert!(!before.is_empty(), "samples before the kill: {r}");
+    let signal = &before[0]["signals"][0];
+    assert_eq!(signal["signal"], "memory.available", "{r}");
+    assert_eq!(signal["capacity"], 64 * MIB, "{r}");
+    assert!(
+        signal["available"]
+            .as_i64()
+            .is_some_and(|a| a > 0 && a <= 64 * MIB as i64),
+        "{r}"
+    );
+    assert!(before[0]["psi"]["some_avg10"].is_number(), "{r}");
+    assert!(
+        r["verdict"]
+            .as_str()
+            .is_some_and(|v| v.contains("in a cgroup's own limit")),
+        "{r}"
+    );
+    let svg = std::fs::read_to_string(svg_dir.path().join(format!("flight-{}.svg", r["id"])))
+        .expect("the record's SVG");
+    assert!(
+        svg.contains("OOM kill: cgroup OOM kill of nm-memhog"),
+        "{svg}"
+    );
+    assert!(svg.contains("memory.available available"), "{svg}");
+}
+
 #[test]
 fn trace_names_the_pod_through_the_api() {
     use k8s_openapi::api::core::v1::Pod;

@@ -577,6 +577,16 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
         1.0,
         "one OOM program attached"
     );
+    // The flight recorder kept the climber's eviction and the kill (one record, or two when the
+    // kill came more than 5 s after the eviction), and reports what it holds.
+    assert!(
+        metrics::sum(&m, "node_monitor_flight_records", &[]) >= 1.0,
+        "no flight record of the eviction and the kill\n{m}"
+    );
+    assert!(
+        metrics::sum(&m, "node_monitor_flight_recorder_bytes", &[]) > 0.0,
+        "{m}"
+    );
     let agent_log = run.read_out("agent.log").unwrap_or_default();
     let oom_line = agent_log
         .lines()

@@ -268,6 +268,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         self.record_observations(&timed.observations, &decision);
         self.live
             .record_cycle(&self.config, &timed.observations, &decision);
+        self.record_flight(&pods, &timed.observations, &decision, now);
         self.note_disk_evictions(&decision, &answered, &timed.observations, now);
         self.publish_conditions(&decision).await;
         self.health.progress();

@@ -160,6 +160,11 @@ async fn consume(
             None => None,
         };
         live.record_event(buffered_event(&ev, attribution.as_ref(), &pods));
+        if let Some(e) =
+            crate::flight::kernel_event(&ev, attribution.as_ref(), crate::live::unix_ms())
+        {
+            live.flight_event(e);
+        }
         let pod_uid = attribution
             .as_ref()
             .and_then(|a| a.pod.as_ref())

@@ -7,6 +7,7 @@
 //! API answers can end the loop; only SIGTERM/SIGINT do.
 pub mod backoff;
 mod cycle;
+mod flight;
 pub mod kernel;
 mod kubelet_config;
 pub mod memcg;
@@ -171,6 +172,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     let allocatable = node_allocatable_memory(&client, &args.node_name).await;
     let mut sampler = new_sampler(args, allocatable, config.node_monitor.memory_working_set)?;
     let mut wakeups = start_wakeups(args, &config, &sampler, &metrics, &health)?;
+    live.set_psi_path(flight::psi_path(sampler.layout()));
     // Kernel probes: each event wakes the sampler at once. Reboot requests go to the shutdown
     // manager (`reboot_rx`). Polling-only mode runs without them, like the kubelet.
     let (reboot_tx, reboot_rx) = tokio::sync::mpsc::channel::<kernel::RebootSeen>(16);

@@ -409,7 +409,7 @@ async fn the_node_api_authorizes_every_request() {
     let starting = get_with(addr, STATUS_PATH, &token("viewer")).await;
     assert!(starting.starts_with("HTTP/1.1 503"), "{starting}");
     slot.set(Arc::new(auth::Authorizer::new(Arc::new(AllowViewer), "n1")));
-    for path in [STATUS_PATH, EXPLAIN_PATH, TRACE_PATH] {
+    for path in [STATUS_PATH, EXPLAIN_PATH, TRACE_PATH, FLIGHT_PATH] {
         let none = get_with(addr, path, "").await;
         assert!(none.starts_with("HTTP/1.1 401"), "{path}: {none}");
         assert!(none.contains("www-authenticate: Bearer"), "{none}");
@@ -435,6 +435,21 @@ async fn the_node_api_authorizes_every_request() {
     .await;
     assert!(trace.starts_with("HTTP/1.1 200"), "{trace}");
     assert!(trace.contains(r#""kind":"oom_kill""#), "{trace}");
+    live.record_eviction(crate::live::EvictionRecord {
+        at_ms: 1_000,
+        namespace: "default".into(),
+        name: "hog".into(),
+        signal: "memory.available".into(),
+        hard: true,
+        outcome: "evicted".into(),
+        message: String::new(),
+    });
+    let flight = get_with(addr, FLIGHT_PATH, &token("viewer")).await;
+    assert!(flight.starts_with("HTTP/1.1 200"), "{flight}");
+    assert!(
+        flight.contains(r#""verdict":"node-monitor evicted default/hog""#),
+        "{flight}"
+    );
     let bad = get_with(addr, &format!("{TRACE_PATH}?since=-1"), &token("viewer")).await;
     assert!(bad.starts_with("HTTP/1.1 400"), "{bad}");
     assert!(bad.contains("since"), "{bad}");

@@ -192,3 +192,50 @@ fn recorded_events_carry_their_arrival_and_are_capped_per_answer() {
     assert_eq!(v["missed"], 10);
     assert!(v["events"][0]["received_at_ms"].as_u64().is_some(), "{v}");
 }
+
+/// The flight recorder in the live view: the loop's samples before an OOM kill the kernel task
+/// reports are in the `flight` answer's record, with its verdict; the dry run is noted.
+#[test]
+fn flight_records_a_kill_with_the_samples_before_it() {
+    use node_monitor_core::flight::{EventKind, FlightEvent, Sample};
+    let live = LiveView::new("n1");
+    live.set_config(&config(
+        "evictionHard:\n  memory.available: 300Mi\nnodeMonitor:\n  dryRun: true\n",
+    ));
+    let now = unix_ms();
+    for i in 0..3u64 {
+        let (records, bytes) = live.flight_sample(Sample {
+            at_ms: now + i * 100,
+            signals: Vec::new(),
+            top_pods: Vec::new(),
+            pod_figures_age_ms: None,
+            psi: None,
+            thresholds_met: Vec::new(),
+            evict: Vec::new(),
+        });
+        assert_eq!(records, 0);
+        assert!(bytes > 0);
+    }
+    live.flight_event(FlightEvent {
+        at_ms: now + 250,
+        kind: EventKind::OomKill {
+            pod: "default/hog".into(),
+            comm: "hog".into(),
+            pid: 1,
+            global: Some(false),
+        },
+    });
+    let v = live.flight();
+    assert_eq!(v["node"], "n1");
+    let records = v["records"].as_array().expect("records");
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["samples"].as_array().map(Vec::len), Some(3));
+    assert_eq!(records[0]["trigger"]["kind"], "oom_kill");
+    assert_eq!(records[0]["dry_run"], true);
+    assert!(
+        records[0]["verdict"]
+            .as_str()
+            .is_some_and(|s| s.contains("cgroup's own limit")),
+        "{v}"
+    );
+}

@@ -204,6 +204,8 @@ pub struct Metrics {
     pub kubepods_layout: Family<KubepodsLabels, Gauge>,
     pub pod_cgroups_missing: Gauge,
     pub disk_reclaim_pending_bytes: Gauge,
+    pub flight_records: Gauge,
+    pub flight_recorder_bytes: Gauge,
     pub pod_watch_failing: Gauge,
     pub pod_watch_errors: Counter,
     pub loop_last_progress_timestamp_seconds: Gauge<f64, AtomicU64>,
@@ -265,6 +267,8 @@ impl Metrics {
             pod_watch_failing: Gauge::default(),
             pod_watch_errors: Counter::default(),
             disk_reclaim_pending_bytes: Gauge::default(),
+            flight_records: Gauge::default(),
+            flight_recorder_bytes: Gauge::default(),
             loop_last_progress_timestamp_seconds: Gauge::default(),
             loop_liveness_bound_seconds: Gauge::default(),
             kubelet_config_read: Gauge::default(),
@@ -425,6 +429,16 @@ impl Metrics {
             "disk_reclaim_pending_bytes",
             "Bytes of the node's disk that pods evicted for disk pressure still hold until the kubelet's container garbage collection frees them; credited back to the disk signals meanwhile",
             m.disk_reclaim_pending_bytes.clone(),
+        );
+        reg.add(
+            "flight_records",
+            "OOM flight records kept (one per OOM kill or eviction, with the trajectory of the seconds before it; at most 16)",
+            m.flight_records.clone(),
+        );
+        reg.add(
+            "flight_recorder_bytes",
+            "Approximate heap the OOM flight recorder holds: its window of samples and events and its records",
+            m.flight_recorder_bytes.clone(),
         );
         reg.add(
             "pod_cgroups_missing",

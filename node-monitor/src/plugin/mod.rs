@@ -13,7 +13,7 @@ use kube::{
 };
 use serde_json::Value;
 
-use crate::http::{EXPLAIN_PATH, STATUS_PATH, TRACE_PATH, auth::TOKEN_HEADER};
+use crate::http::{EXPLAIN_PATH, FLIGHT_PATH, STATUS_PATH, TRACE_PATH, auth::TOKEN_HEADER};
 
 pub mod format;
 
@@ -83,6 +83,23 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Recent kernel events (OOM kills, reclaim stalls, kswapd wake-ups, reboots) of the agents.
     Trace(TraceArgs),
+    /// The OOM flight records of a node: the trajectory of the seconds before each OOM kill and
+    /// eviction, as text, JSON or an SVG timeline.
+    Flight(FlightArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct FlightArgs {
+    pub node: String,
+    /// `text` or `json` (the agent's answer).
+    #[arg(short, long, default_value = "text", value_parser = parse_output)]
+    pub output: Output,
+    /// Also write the SVG timeline of the record (default: the newest) to this file.
+    #[arg(long, value_name = "PATH")]
+    pub svg: Option<PathBuf>,
+    /// The record to draw (its id, as the text output shows it).
+    #[arg(long, value_name = "ID")]
+    pub record: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -125,7 +142,55 @@ pub async fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Status(a) => status(&agents, a).await,
         Command::Explain(a) => explain(&agents, a).await,
         Command::Trace(a) => trace(&agents, a).await,
+        Command::Flight(a) => flight(&agents, a).await,
     }
+}
+
+async fn flight(agents: &Agents, args: &FlightArgs) -> anyhow::Result<ExitCode> {
+    let pods = agents.pods(Some(&args.node)).await?;
+    let pod = pods
+        .first()
+        .with_context(|| format!("no agent pod on node {:?}", args.node))?;
+    let answer = agents.get(pod, FLIGHT_PATH).await?;
+    let (text, svg) = flight_output(&answer, &args.node, args)?;
+    if let (Some(path), Some(svg)) = (&args.svg, svg) {
+        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+    }
+    crate::io::print_line(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `flight` command's output and, with `--svg`, the picture of the chosen record. Pure.
+pub fn flight_output(
+    answer: &Value,
+    node: &str,
+    args: &FlightArgs,
+) -> anyhow::Result<(String, Option<String>)> {
+    let records = crate::flight::records_of(answer)?;
+    let text = match args.output {
+        Output::Json => serde_json::to_string_pretty(answer)?,
+        _ if records.is_empty() => format!("{node}: no OOM kill or eviction recorded"),
+        _ => records
+            .iter()
+            .map(|r| crate::flight::record_text(r, node))
+            .collect::<Vec<_>>()
+            .join("\n\n"),
+    };
+    let svg = match (&args.svg, args.record) {
+        (None, _) => None,
+        (Some(_), id) => {
+            let record = match id {
+                Some(id) => records.iter().find(|r| r.id == id).with_context(|| {
+                    format!("--record {id}: node {node} keeps no record with that id")
+                })?,
+                None => records
+                    .first()
+                    .with_context(|| format!("--svg: node {node} has no record to draw"))?,
+            };
+            Some(crate::flight::svg::render(record, node)?)
+        }
+    };
+    Ok((text, svg))
 }
 
 async fn status(agents: &Agents, args: &StatusArgs) -> anyhow::Result<ExitCode> {

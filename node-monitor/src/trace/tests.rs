@@ -184,3 +184,98 @@ fn oom_without_victim_cgroup_says_so() {
     assert_eq!(v["cgroup_source"], "trigger");
     assert_eq!(v["cgroup_id"], 7);
 }
+
+/// `--flight` keeps every probe family loaded whatever `--kind`, and its options need it.
+#[test]
+fn flight_keeps_every_kind_and_its_options_need_it() {
+    let a = parse(&["--kind", "oom_kill", "--flight"]).unwrap();
+    assert!(
+        a.probe_config().disable.is_empty(),
+        "{:?}",
+        a.probe_config().disable
+    );
+    assert!(parse(&["--flight-cgroup", "/x"]).is_err());
+    assert!(parse(&["--flight-svg", "/x"]).is_err());
+}
+
+/// The trace's flight record: the cgroup's memory.available sampled, the kill attributed to its
+/// pod, printed as a JSON line once the tail has passed (not before), with its SVG file; the rest
+/// at exit. A directory that is no memory cgroup is refused, naming it.
+#[test]
+fn the_trace_prints_a_flight_record_after_the_tail() {
+    let cg = tempfile::tempdir().unwrap();
+    for (f, v) in [
+        ("memory.current", "300000000\n"),
+        ("memory.stat", "anon 1\nfile 2\ninactive_file 100000000\n"),
+        ("memory.max", "1073741824\n"),
+    ] {
+        std::fs::write(cg.path().join(f), v).unwrap();
+    }
+    let svg = tempfile::tempdir().unwrap();
+    let mut f =
+        flight::TraceFlight::new(Some(cg.path().to_owned()), Some(svg.path().join("out"))).unwrap();
+    f.sample(10_000);
+    f.sample(11_000);
+    f.event(&oom(Some(9)), &pod_attribution(9), 11_500);
+    let mut out = Vec::new();
+    f.flush(Some(12_000), true, &mut out).unwrap();
+    assert!(out.is_empty(), "printed before its tail");
+    f.flush(
+        Some(11_500 + node_monitor_core::flight::TAIL_MS + 1),
+        true,
+        &mut out,
+    )
+    .unwrap();
+    let text = String::from_utf8(out.clone()).unwrap();
+    let v: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v["kind"], "flight_record", "{v}");
+    assert_eq!(v["trigger"]["kind"], "oom_kill", "{v}");
+    assert_eq!(v["trigger"]["pod"], UID, "{v}");
+    assert_eq!(v["samples"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!(
+        v["samples"][0]["signals"][0]["signal"], "memory.available",
+        "{v}"
+    );
+    assert_eq!(
+        v["samples"][0]["signals"][0]["available"],
+        1_073_741_824 - 200_000_000,
+        "{v}"
+    );
+    let drawn = std::fs::read_to_string(svg.path().join("out/flight-0.svg")).unwrap();
+    assert!(drawn.contains("OOM kill"), "{drawn}");
+    // Printed once; a kill whose tail has not passed is printed at exit.
+    f.event(&oom(Some(9)), &pod_attribution(9), 30_000);
+    out.clear();
+    f.flush(Some(30_001), true, &mut out).unwrap();
+    assert!(out.is_empty());
+    f.flush(None, false, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.starts_with("node record 1"), "{text}");
+    // A v1 memory hierarchy's cgroup: usage_in_bytes, total_inactive_file, limit_in_bytes.
+    let v1 = tempfile::tempdir().unwrap();
+    for (name, v) in [
+        ("memory.usage_in_bytes", "300000000\n"),
+        (
+            "memory.stat",
+            "inactive_file 1\ntotal_inactive_file 200000000\n",
+        ),
+        ("memory.limit_in_bytes", "1073741824\n"),
+    ] {
+        std::fs::write(v1.path().join(name), v).unwrap();
+    }
+    let mut f = flight::TraceFlight::new(Some(v1.path().to_owned()), None).unwrap();
+    f.sample(1_000);
+    f.event(&oom(Some(9)), &pod_attribution(9), 1_500);
+    let mut out = Vec::new();
+    f.flush(None, true, &mut out).unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        v["samples"][0]["signals"][0]["available"],
+        1_073_741_824 - 100_000_000,
+        "{v}"
+    );
+    let e = flight::TraceFlight::new(Some(svg.path().to_owned()), None)
+        .err()
+        .expect("not a cgroup");
+    assert!(e.to_string().contains("--flight-cgroup"), "{e}");
+}

@@ -1,0 +1,55 @@
+//! The loop's flight-recorder hook: after a pass's eviction requests, one sample of what it
+//! observed and decided (the pod figures it already holds, no extra pod read; PSI from one
+//! file) goes to the recorder in the live view, and its gauges are updated.
+use node_monitor_core::{
+    clock::Timestamp, eviction::Decision, pod::PodInfo, signals::Observations,
+};
+
+use super::{
+    cycle::Loop,
+    ports::{ClusterWrites, PodSource},
+};
+
+impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
+    /// Records the pass in the flight recorder.
+    pub(super) fn record_flight(
+        &self,
+        pods: &[PodInfo],
+        observations: &Observations,
+        decision: &Decision,
+        now: Timestamp,
+    ) {
+        let psi = self
+            .live
+            .psi_path()
+            .and_then(|p| crate::flight::read_psi(&p));
+        let figures = self.pod_figures.as_ref().map(|(t, f)| {
+            let age = now.saturating_since(*t).as_millis();
+            (u64::try_from(age).unwrap_or(u64::MAX), f)
+        });
+        let sample = crate::flight::sample_of(
+            crate::live::unix_ms(),
+            &self.config.thresholds,
+            observations,
+            decision,
+            pods,
+            figures,
+            psi,
+        );
+        let (records, bytes) = self.live.flight_sample(sample);
+        self.metrics
+            .flight_records
+            .set(i64::try_from(records).unwrap_or(i64::MAX));
+        self.metrics
+            .flight_recorder_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+}
+
+/// The PSI file the recorder reads: the one the PSI wake-up source watches on this host.
+pub(super) fn psi_path(layout: &crate::sampler::Layout) -> Option<std::path::PathBuf> {
+    match crate::wakeup::WakeupConfig::for_layout(layout).psi {
+        crate::wakeup::SourceSetting::Path(p) => Some(p),
+        _ => None,
+    }
+}
