@@ -821,3 +821,99 @@ fn ebpf_programs_load_and_report_an_oom_on_the_guest_kernel() {
     eprintln!("trace stderr:\n{stderr}");
     eprintln!("guest run total: {:.1?}", run.elapsed);
 }
+
+/// The guest part of `bench-v2-crossing`, with fewer climbs.
+const CROSSING_SCRIPT: &str = r#"
+/mnt/host/bench-v2-crossing guest --runs 3 > /mnt/out/results 2> /mnt/out/guest.stderr
+log "bench-v2-crossing rc=$?; uptime $(uptime_s)"
+sync
+systemctl poweroff -ff
+"#;
+
+/// `key=value` fields of the result lines starting with `prefix`.
+fn fields<'a>(results: &'a str, prefix: &str) -> Vec<BTreeMap<&'a str, &'a str>> {
+    results
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .collect()
+        })
+        .collect()
+}
+
+fn num(row: &BTreeMap<&str, &str>, key: &str) -> i64 {
+    row.get(key)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{key} is not a number in {row:?}"))
+}
+
+/// What cgroup v2 offers to learn that a node cgroup's `memory.available` crossed a threshold,
+/// and `memory.available` on a cgroup v2 root against `/proc/meminfo` and the kubelet's formula
+/// (`bench-v2-crossing guest`, docs/benchmarks.md "cgroup v2 crossing"). Facts, not speeds:
+///
+/// - the agent's figure on the v2 root is the kubelet's (`MemTotal − (anon + file −
+///   inactive_file)` of the root's `memory.stat`), unmoved by 128 MiB of page cache and moved by
+///   256 MiB of anonymous memory by about 256 MiB (the ground truth);
+/// - without a throttle, neither a PSI trigger nor `memory.low` reports a crossing that reclaim
+///   does not accompany; the sampling thread sees every one;
+/// - `memory.high` at the crossing level reports it (`memory.events` `high`), and throttles: the
+///   working set stays at the level, where without it the climb goes on.
+#[test]
+fn cgroup_v2_crossing_signals_and_available_against_ground_truth() {
+    let payload = Payload::new("nm-vm-crossing").expect("payload dir");
+    payload
+        .link_binaries(&["bench-v2-crossing"])
+        .expect("binaries (cargo build -p node-monitor-bench --bin bench-v2-crossing)");
+    payload
+        .entry(&format!("{ENTRY_PRELUDE}{COMMON}{CROSSING_SCRIPT}"))
+        .expect("entry script");
+    let opts = GuestOptions {
+        timeout: Duration::from_secs(900),
+        ..GuestOptions::default()
+    };
+    let run = run_guest(payload.path(), &opts).unwrap_or_else(|e| panic!("guest run: {e:#}"));
+    let results = run.read_out("results").unwrap_or_default();
+    let why = || report(&run, &["entry.log", "guest.stderr", "results"]);
+    eprintln!("{results}");
+
+    // --- memory.available on the v2 root.
+    let avail = fields(&results, "available ");
+    assert_eq!(avail.len(), 3, "{}", why());
+    for row in &avail {
+        assert_eq!(num(row, "agent_mi"), num(row, "kubelet_mi"), "{row:?}");
+    }
+    let cache_moved = (num(&avail[1], "agent_mi") - num(&avail[0], "agent_mi")).abs();
+    assert!(
+        cache_moved <= 8,
+        "page cache moved available by {cache_moved} MiB: {avail:?}"
+    );
+    let anon_moved = num(&avail[1], "agent_mi") - num(&avail[2], "agent_mi");
+    assert!(
+        (240..=272).contains(&anon_moved),
+        "256 MiB of anon moved available by {anon_moved} MiB: {avail:?}"
+    );
+
+    // --- The candidates, three climbs each.
+    let rows = fields(&results, "result ");
+    let observe: Vec<_> = rows.iter().filter(|r| r["trial"] == "Observe").collect();
+    let high: Vec<_> = rows.iter().filter(|r| r["trial"] == "High").collect();
+    assert_eq!((observe.len(), high.len()), (3, 3), "{}", why());
+    let level = 512 - 160;
+    for r in &observe {
+        assert_ne!(r["sampling_ms"], "-", "sampling missed a crossing: {r:?}");
+        assert_eq!(r["low_ms"], "-", "memory.low reported a crossing: {r:?}");
+        assert_eq!(r["psi_ms"], "-", "PSI fired without a throttle: {r:?}");
+        assert_eq!(r["high_ms"], "-", "no memory.high was set: {r:?}");
+        assert!(num(r, "ws_plus_1s_mi") > level, "the climb stopped: {r:?}");
+    }
+    for r in &high {
+        assert_ne!(r["high_ms"], "-", "memory.high did not report: {r:?}");
+        assert!(
+            num(r, "ws_plus_1s_mi") <= level + 16,
+            "memory.high did not hold the working set at {level} MiB: {r:?}"
+        );
+    }
+    eprintln!("guest run total: {:.1?}", run.elapsed);
+}
