@@ -86,6 +86,17 @@ enum Mode {
         #[command(flatten)]
         run: RunArgs,
     },
+    /// Ground truth for a reaction measurement: reads `node`'s `memory.max`, `memory.current`
+    /// and `memory.stat` every `interval_us` and prints `crossing <RFC 3339 time>` each time its
+    /// `memory.available` falls below `threshold_mi` (again only after it rose 32 MiB above).
+    Truth {
+        #[arg(long)]
+        node: PathBuf,
+        #[arg(long)]
+        threshold_mi: u64,
+        #[arg(long, default_value_t = 200)]
+        interval_us: u64,
+    },
     /// Inside the guest: join `cgroup`, touch `mi` MiB at `rate` MiB/s, hold until killed.
     Climb {
         #[arg(long)]
@@ -106,6 +117,11 @@ fn main() -> Result<()> {
             rate_mib_s,
         }) => climb(&cgroup, mi, rate_mib_s),
         Some(Mode::Guest { run }) => guest(&run),
+        Some(Mode::Truth {
+            node,
+            threshold_mi,
+            interval_us,
+        }) => truth(&node, threshold_mi * MI, Duration::from_micros(interval_us)),
         None => host(&args.run),
     }
 }
@@ -603,6 +619,35 @@ fn agent_available() -> Result<i64> {
         .last_node_memory()
         .context("the sampler read no node memory")?;
     Ok(m.capacity as i64 - m.working_set as i64)
+}
+
+// ---------------------------------------------------------------- ground truth
+
+fn truth(node: &Path, threshold: u64, interval: Duration) -> Result<()> {
+    let max = read(&node.join("memory.max"))?;
+    let capacity: i64 = max.trim().parse().with_context(|| {
+        format!(
+            "memory.max of {} is {max:?}, expected bytes",
+            node.display()
+        )
+    })?;
+    let threshold = i64::try_from(threshold).context("--threshold-mi")?;
+    let rearm = threshold + 32 * MI as i64;
+    let mut armed = true;
+    let mut out = std::io::stdout().lock();
+    loop {
+        let ws = i64::try_from(working_set(node)?).unwrap_or(i64::MAX);
+        let available = capacity - ws;
+        if armed && available < threshold {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            writeln!(out, "crossing {now} available_mi={}", available / MI as i64)?;
+            out.flush()?;
+            armed = false;
+        } else if !armed && available > rearm {
+            armed = true;
+        }
+        thread::sleep(interval);
+    }
 }
 
 // ---------------------------------------------------------------- climber
