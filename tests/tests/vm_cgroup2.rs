@@ -936,6 +936,9 @@ fn ebpf_programs_load_and_report_an_oom_on_the_guest_kernel() {
 
 /// The guest part of `bench-v2-crossing`, with fewer climbs.
 const CROSSING_SCRIPT: &str = r#"
+# The charge-path functions a push at the crossing could hook (docs/benchmarks.md).
+grep -oE '^(page_counter_try_charge|try_charge_memcg|memcg_check_events)\b' \
+  /sys/kernel/tracing/available_filter_functions > /mnt/out/hooks 2>&1
 /mnt/host/bench-v2-crossing guest --runs 3 > /mnt/out/results 2> /mnt/out/guest.stderr
 log "bench-v2-crossing rc=$?; uptime $(uptime_s)"
 sync
@@ -989,6 +992,10 @@ fn cgroup_v2_crossing_signals_and_available_against_ground_truth() {
     let results = run.read_out("results").unwrap_or_default();
     let why = || report(&run, &["entry.log", "guest.stderr", "results"]);
     eprintln!("{results}");
+    eprintln!(
+        "traceable charge-path functions: {}",
+        run.read_out("hooks").unwrap_or_default().replace('\n', " ")
+    );
 
     // --- memory.available on the v2 root.
     let avail = fields(&results, "available ");
