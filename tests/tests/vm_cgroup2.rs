@@ -993,6 +993,13 @@ fn cgroup_v2_crossing_signals_and_available_against_ground_truth() {
     let why = || report(&run, &["entry.log", "guest.stderr", "results"]);
     eprintln!("{results}");
     eprintln!(
+        "charge-path calls: {}",
+        results
+            .lines()
+            .find(|l| l.starts_with("charge_calls "))
+            .unwrap_or("none reported")
+    );
+    eprintln!(
         "traceable charge-path functions: {}",
         run.read_out("hooks").unwrap_or_default().replace('\n', " ")
     );

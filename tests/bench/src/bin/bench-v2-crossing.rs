@@ -506,6 +506,9 @@ fn guest(run: &RunArgs) -> Result<()> {
     }
     compare_root_formulas()?;
     let cg = setup_cgroups(run.capacity_mi * MI)?;
+    if let Err(e) = profile_charge_calls(&cg) {
+        println!("charge_calls error={e:#}");
+    }
     let mut rows: Vec<(Trial, Firsts)> = Vec::new();
     for trial in [Trial::Observe, Trial::High] {
         for i in 0..run.runs {
@@ -607,6 +610,53 @@ fn compare_root_formulas() -> Result<()> {
     let _ = climber.wait();
     let _ = fs::remove_file(cache);
     let _ = fs::remove_dir("/sys/fs/cgroup/nm-crossing-anon");
+    Ok(())
+}
+
+/// How often the charge path calls `page_counter_try_charge` (the hook a push at the crossing
+/// would use) while 256 MiB of anonymous memory is charged: a kprobe event's hit count
+/// (`kprobe_profile`), the event itself left disabled.
+fn profile_charge_calls(cg: &Cgroups) -> Result<()> {
+    let tracing = Path::new("/sys/kernel/tracing");
+    let events = tracing.join("kprobe_events");
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&events)
+        .and_then(|mut f| f.write_all(b"p:nm_crossing/charge page_counter_try_charge\n"))
+        .with_context(|| format!("adding a kprobe to {}", events.display()))?;
+    let enable = tracing.join("events/nm_crossing/charge/enable");
+    write(&enable, "1")?;
+    let hits = || -> Result<u64> {
+        Ok(read(&tracing.join("kprobe_profile"))?
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some("charge"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0))
+    };
+    let before = hits()?;
+    let mut climber = Command::new(std::env::current_exe()?)
+        .args(["climb", "--cgroup"])
+        .arg(&cg.pod)
+        .args(["--mi", "256", "--rate-mib-s", "256"])
+        .spawn()?;
+    let start = Instant::now();
+    while working_set(&cg.node)? < 250 * MI && start.elapsed() < Duration::from_secs(30) {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let ws = working_set(&cg.node)?;
+    let calls = hits()? - before;
+    let _ = climber.kill();
+    let _ = climber.wait();
+    write(&enable, "0")?;
+    let _ = fs::OpenOptions::new()
+        .append(true)
+        .open(&events)
+        .and_then(|mut f| f.write_all(b"-:nm_crossing/charge\n"));
+    let mi = (ws / MI).max(1);
+    println!(
+        "charge_calls function=page_counter_try_charge hits={calls} charged_mi={mi} per_mi={:.1}",
+        calls as f64 / mi as f64
+    );
     Ok(())
 }
 
