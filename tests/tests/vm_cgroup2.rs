@@ -83,6 +83,9 @@ RUST_LOG=info,node_monitor=debug NO_COLOR=1 /mnt/host/node-monitor run \
   --metrics-addr 127.0.0.1:9101 --no-mlock > /mnt/out/agent.log 2>&1 &
 until ready; do sleep 0.5; done
 log "agent ready; uptime $(uptime_s)"
+# Ground truth for the reaction time: every fall of the node's memory.available below the threshold.
+/mnt/host/bench-v2-crossing truth --node $NODE_CG --threshold-mi @THRESHOLD@ \
+  > /mnt/out/crossings 2> /mnt/out/truth.stderr &
 ( while true; do dump_metrics metrics.txt; sleep 1; done ) &
 
 wait_for /mnt/host/go-finish
@@ -271,13 +274,16 @@ fn agent_condition(n: &Node) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
-    let script = PRESSURE_SCRIPT.replace("@NODE_MEMORY@", &NODE_MEMORY_MI.to_string());
+    let script = PRESSURE_SCRIPT
+        .replace("@NODE_MEMORY@", &NODE_MEMORY_MI.to_string())
+        .replace("@THRESHOLD@", &THRESHOLD_MI.to_string());
     let payload = payload(
         &[
             "node-monitor",
             "nm-kubelet-standin",
             "nm-workload",
             "nm-memhog",
+            "bench-v2-crossing",
         ],
         &pressure_config(),
         &script,
@@ -389,6 +395,11 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let evicted_after = climb_started.elapsed();
+    // More climbs, one at a time, for the reaction time (crossing → eviction) on cgroup v2.
+    let mut guest = guest;
+    for i in 2..=CLIMBS {
+        guest = climb_until_evicted(&client, &format!("climber-{i}"), guest, &payload).await;
+    }
     let guaranteed_live = is_live(&client, "guaranteed").await;
     let oom_pod_live = is_live(&client, "oom-victim").await;
     let events: Api<Event> = Api::namespaced(client.clone(), NS);
@@ -600,6 +611,23 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
         "{oom_line}"
     );
 
+    // --- Reaction time on cgroup v2: the ground truth's crossings against the agent's
+    // `evicting` lines, both on the guest's clock (printed, not asserted).
+    let reaction = reaction_times(&run.read_out("crossings").unwrap_or_default(), &agent_log);
+    assert_eq!(
+        reaction.len(),
+        CLIMBS,
+        "one crossing and one eviction per climber: {reaction:?}\n{report}"
+    );
+    let mut ms: Vec<f64> = reaction.iter().map(|(ms, _)| *ms).collect();
+    ms.sort_by(f64::total_cmp);
+    eprintln!(
+        "vm_cgroup2 reaction (crossing → `evicting`), {} climbs: p50 {:.1} ms, max {:.1} ms; each: {reaction:?}",
+        ms.len(),
+        ms[ms.len() / 2],
+        ms[ms.len() - 1]
+    );
+
     let entry = run.read_out("entry.log").unwrap_or_default();
     let evict_line = agent_log
         .lines()
@@ -633,6 +661,90 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
     eprintln!("  entry log:\n{entry}");
     eprintln!("  guest run total: {:.1?}", run.elapsed);
     cp.stop().expect("stop control plane");
+}
+
+/// Climbers in the pressure scenario: the first, then `CLIMBS − 1` more for the reaction time.
+const CLIMBS: usize = 5;
+
+/// Creates a BestEffort climber `name` (the first climber's ramp) and waits until it is gone from
+/// the API.
+async fn climb_until_evicted(
+    client: &Client,
+    name: &str,
+    guest: Guest,
+    payload: &Payload,
+) -> Guest {
+    let command = [
+        "/mnt/host/nm-workload",
+        "--ramp-to",
+        "900Mi",
+        "--step",
+        "8Mi",
+        "--interval",
+        "500ms",
+    ];
+    let (_, guest) = create_running(client, pod(name, &command, None), guest).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        if pods.get_opt(name).await.expect("get climber").is_none() {
+            return guest;
+        }
+        if !guest.running() {
+            fail_with_guest(guest, &format!("the guest ended before {name} was evicted")).await;
+        }
+        if Instant::now() > deadline {
+            payload.signal("go-finish").expect("flag file");
+            let run = finish(guest).await;
+            panic!(
+                "{name} was not evicted within 240 s\n{}",
+                report(&run, REPORT_FILES)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Pairs the ground truth's `crossing <time>` lines with the agent's `evicting` lines for the
+/// climbers, in order: (crossing → eviction in ms, the wake-up source the agent logged).
+fn reaction_times(crossings: &str, agent_log: &str) -> Vec<(f64, String)> {
+    use k8s_openapi::jiff::Timestamp;
+    let crossed: Vec<Timestamp> = crossings
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("crossing ")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    let evictions: Vec<(Timestamp, String)> = agent_log
+        .lines()
+        .filter(|l| l.contains("evicting") && l.contains("pod=default/climber"))
+        .filter_map(|l| {
+            let at: Timestamp = l.split_whitespace().next()?.parse().ok()?;
+            let source = l
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix("wake_source="))
+                .unwrap_or("-")
+                .trim_matches('"')
+                .to_owned();
+            Some((at, source))
+        })
+        .collect();
+    if crossed.len() != evictions.len() {
+        eprintln!("crossings {crossed:?}\nevictions {evictions:?}");
+        return Vec::new();
+    }
+    crossed
+        .iter()
+        .zip(evictions)
+        .map(|(c, (e, source))| {
+            let d = e.duration_since(*c);
+            (d.as_secs_f64() * 1e3, source)
+        })
+        .collect()
 }
 
 /// A pod UID (UUID-shaped) and a 64-hex container id for the trace test's cgroup.
@@ -829,5 +941,115 @@ fn ebpf_programs_load_and_report_an_oom_on_the_guest_kernel() {
     eprintln!("btf: {}", read("btf"));
     eprintln!("mark_victim format:\n{}", read("mark_victim.format"));
     eprintln!("trace stderr:\n{stderr}");
+    eprintln!("guest run total: {:.1?}", run.elapsed);
+}
+
+/// The guest part of `bench-v2-crossing`, with fewer climbs.
+const CROSSING_SCRIPT: &str = r#"
+# The charge-path functions a push at the crossing could hook (docs/benchmarks.md).
+grep -oE '^(page_counter_try_charge|try_charge_memcg|memcg_check_events)\b' \
+  /sys/kernel/tracing/available_filter_functions > /mnt/out/hooks 2>&1
+/mnt/host/bench-v2-crossing guest --runs 3 > /mnt/out/results 2> /mnt/out/guest.stderr
+log "bench-v2-crossing rc=$?; uptime $(uptime_s)"
+sync
+systemctl poweroff -ff
+"#;
+
+/// `key=value` fields of the result lines starting with `prefix`.
+fn fields<'a>(results: &'a str, prefix: &str) -> Vec<BTreeMap<&'a str, &'a str>> {
+    results
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .collect()
+        })
+        .collect()
+}
+
+fn num(row: &BTreeMap<&str, &str>, key: &str) -> i64 {
+    row.get(key)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{key} is not a number in {row:?}"))
+}
+
+/// What cgroup v2 offers to learn that a node cgroup's `memory.available` crossed a threshold,
+/// and `memory.available` on a cgroup v2 root against `/proc/meminfo` and the kubelet's formula
+/// (`bench-v2-crossing guest`, docs/benchmarks.md "cgroup v2 crossing"). Facts, not speeds:
+///
+/// - the agent's figure on the v2 root is the kubelet's (`MemTotal − (anon + file −
+///   inactive_file)` of the root's `memory.stat`), unmoved by 128 MiB of page cache and moved by
+///   256 MiB of anonymous memory by about 256 MiB (the ground truth);
+/// - without a throttle, neither a PSI trigger nor `memory.low` reports a crossing that reclaim
+///   does not accompany; the sampling thread sees every one;
+/// - `memory.high` at the crossing level reports it (`memory.events` `high`), and throttles: the
+///   working set stays at the level, where without it the climb goes on.
+#[test]
+fn cgroup_v2_crossing_signals_and_available_against_ground_truth() {
+    let payload = Payload::new("nm-vm-crossing").expect("payload dir");
+    payload
+        .link_binaries(&["bench-v2-crossing"])
+        .expect("binaries (cargo build -p node-monitor-bench --bin bench-v2-crossing)");
+    payload
+        .entry(&format!("{ENTRY_PRELUDE}{COMMON}{CROSSING_SCRIPT}"))
+        .expect("entry script");
+    let opts = GuestOptions {
+        timeout: Duration::from_secs(900),
+        ..GuestOptions::default()
+    };
+    let run = run_guest(payload.path(), &opts).unwrap_or_else(|e| panic!("guest run: {e:#}"));
+    let results = run.read_out("results").unwrap_or_default();
+    let why = || report(&run, &["entry.log", "guest.stderr", "results"]);
+    eprintln!("{results}");
+    eprintln!(
+        "charge-path calls: {}",
+        results
+            .lines()
+            .find(|l| l.starts_with("charge_calls "))
+            .unwrap_or("none reported")
+    );
+    eprintln!(
+        "traceable charge-path functions: {}",
+        run.read_out("hooks").unwrap_or_default().replace('\n', " ")
+    );
+
+    // --- memory.available on the v2 root.
+    let avail = fields(&results, "available ");
+    assert_eq!(avail.len(), 3, "{}", why());
+    for row in &avail {
+        assert_eq!(num(row, "agent_mi"), num(row, "kubelet_mi"), "{row:?}");
+    }
+    let cache_moved = (num(&avail[1], "agent_mi") - num(&avail[0], "agent_mi")).abs();
+    assert!(
+        cache_moved <= 8,
+        "page cache moved available by {cache_moved} MiB: {avail:?}"
+    );
+    let anon_moved = num(&avail[1], "agent_mi") - num(&avail[2], "agent_mi");
+    assert!(
+        (240..=272).contains(&anon_moved),
+        "256 MiB of anon moved available by {anon_moved} MiB: {avail:?}"
+    );
+
+    // --- The candidates, three climbs each.
+    let rows = fields(&results, "result ");
+    let observe: Vec<_> = rows.iter().filter(|r| r["trial"] == "Observe").collect();
+    let high: Vec<_> = rows.iter().filter(|r| r["trial"] == "High").collect();
+    assert_eq!((observe.len(), high.len()), (3, 3), "{}", why());
+    let level = 512 - 160;
+    for r in &observe {
+        assert_ne!(r["sampling_ms"], "-", "sampling missed a crossing: {r:?}");
+        assert_eq!(r["low_ms"], "-", "memory.low reported a crossing: {r:?}");
+        assert_eq!(r["psi_ms"], "-", "PSI fired without a throttle: {r:?}");
+        assert_eq!(r["high_ms"], "-", "no memory.high was set: {r:?}");
+        assert!(num(r, "ws_plus_1s_mi") > level, "the climb stopped: {r:?}");
+    }
+    for r in &high {
+        assert_ne!(r["high_ms"], "-", "memory.high did not report: {r:?}");
+        assert!(
+            num(r, "ws_plus_1s_mi") <= level + 16,
+            "memory.high did not hold the working set at {level} MiB: {r:?}"
+        );
+    }
     eprintln!("guest run total: {:.1?}", run.elapsed);
 }

@@ -261,6 +261,9 @@ pub enum Bench {
     /// Memory ramps in a real container on the real node: the kubelet alone, then with
     /// node-monitor (qemu, the node binaries, the image archives).
     RealSpike,
+    /// What reports a `memory.available` crossing on cgroup v2, and the v2 root's figure
+    /// against /proc/meminfo (qemu).
+    V2Crossing,
 }
 
 /// `cargo xtask bench NAME [-- ARGS]`.
@@ -326,6 +329,13 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 .arg(VM_LOCK)
                 .arg(debug.join("bench-spike"))
                 .env("KUBEBUILDER_ASSETS", kubebuilder_assets())
+                .args(&args.args))
+        }
+        Bench::V2Crossing => {
+            run(cargo().args(BUILD_BINS))?;
+            run(Command::new("flock")
+                .arg(VM_LOCK)
+                .arg(debug.join("bench-v2-crossing"))
                 .args(&args.args))
         }
         Bench::RealSpike => {

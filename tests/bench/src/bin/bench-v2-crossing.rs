@@ -1,0 +1,729 @@
+//! cgroup v2 crossing benchmark: how soon each cgroup v2 notification learns that a node
+//! cgroup's `memory.available` (`memory.max − (memory.current − inactive_file)`) crossed a
+//! threshold, and what `memory.available` is on a cgroup v2 root next to `/proc/meminfo` and the
+//! kubelet's formula. Runs in the Debian guest (kernel 6.1, cgroup v2; the host is cgroup v1).
+//!
+//! In the guest, a node cgroup (`memory.max` = `--capacity-mi`) holds a climber process that
+//! touches anonymous memory at `--rate-mib-s` up to `--climb-mi`, past the level
+//! `capacity − threshold`. Ground truth: an independent thread reading the node cgroup's
+//! `memory.current` and `memory.stat` every 200 µs (as `bench-reaction` does on cgroup v1); the
+//! crossing is the first reading at or past the level. Candidates, each timed from that crossing
+//! to its first wake-up:
+//!
+//! - `sampling-100ms`: reading the same files every 100 ms (the agent's adaptive sampling near a
+//!   threshold); its CPU time per pass is measured with the thread's CPU clock;
+//! - `psi-500ms`: a PSI trigger on the node's `memory.pressure` with the smallest window the
+//!   kernel accepts from a privileged writer (`some 50000 500000`);
+//! - `memory.low`: `memory.low` = level on the climber's cgroup and inotify on the node's
+//!   `memory.events` (`low` counts reclaim that breaches the protection);
+//! - `memory.high` (its own trial, since it throttles): `memory.high` = level on the node cgroup
+//!   and inotify on `memory.events` (`high` counts). The climber's rate past the crossing is
+//!   reported beside it, to show the throttle.
+//!
+//! ```text
+//! cargo build -p node-monitor-bench --bin bench-v2-crossing
+//! flock /tmp/nm-vm.lock sudo -E target/debug/bench-v2-crossing --runs 5
+//! ```
+//! (root, qemu and the guest image are needed; `bench-v2-crossing guest …` is what the guest runs.)
+use std::{
+    fs,
+    io::{Read as _, Write as _},
+    os::fd::AsFd as _,
+    path::{Path, PathBuf},
+    process::{Child, Command},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+use nix::{
+    poll::{PollFd, PollFlags, PollTimeout, poll},
+    sys::inotify::{AddWatchFlags, InitFlags, Inotify},
+};
+use node_monitor_tests::vm::{ENTRY_PRELUDE, GuestOptions, Payload, report, run_guest};
+
+const MI: u64 = 1 << 20;
+const BIN: &str = "bench-v2-crossing";
+
+#[derive(Parser)]
+struct Args {
+    #[command(subcommand)]
+    mode: Option<Mode>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(clap::Args, Clone, Debug)]
+struct RunArgs {
+    /// Climbs per trial.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// The node cgroup's `memory.max` (MiB).
+    #[arg(long, default_value_t = 512)]
+    capacity_mi: u64,
+    /// The `memory.available` threshold (MiB): the crossing is at `capacity − threshold` of
+    /// working set.
+    #[arg(long, default_value_t = 160)]
+    threshold_mi: u64,
+    /// How far the climber goes (MiB of anonymous memory); below the capacity, so the node
+    /// cgroup never reclaims in the non-throttling trial.
+    #[arg(long, default_value_t = 440)]
+    climb_mi: u64,
+    /// The climber's rate (MiB/s).
+    #[arg(long, default_value_t = 64)]
+    rate_mib_s: u64,
+}
+
+#[derive(Subcommand)]
+enum Mode {
+    /// Inside the guest: run the trials and print `result …` lines.
+    Guest {
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Ground truth for a reaction measurement: reads `node`'s `memory.max`, `memory.current`
+    /// and `memory.stat` every `interval_us` and prints `crossing <RFC 3339 time>` each time its
+    /// `memory.available` falls below `threshold_mi` (again only after it rose 32 MiB above).
+    Truth {
+        #[arg(long)]
+        node: PathBuf,
+        #[arg(long)]
+        threshold_mi: u64,
+        #[arg(long, default_value_t = 200)]
+        interval_us: u64,
+    },
+    /// Inside the guest: join `cgroup`, touch `mi` MiB at `rate` MiB/s, hold until killed.
+    Climb {
+        #[arg(long)]
+        cgroup: PathBuf,
+        #[arg(long)]
+        mi: u64,
+        #[arg(long)]
+        rate_mib_s: u64,
+    },
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    match args.mode {
+        Some(Mode::Climb {
+            cgroup,
+            mi,
+            rate_mib_s,
+        }) => climb(&cgroup, mi, rate_mib_s),
+        Some(Mode::Guest { run }) => guest(&run),
+        Some(Mode::Truth {
+            node,
+            threshold_mi,
+            interval_us,
+        }) => truth(&node, threshold_mi * MI, Duration::from_micros(interval_us)),
+        None => host(&args.run),
+    }
+}
+
+// ---------------------------------------------------------------- host side
+
+fn host(run: &RunArgs) -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!("{BIN} must run as root (qemu guest)");
+    }
+    let payload = Payload::new("nm-v2-crossing")?;
+    let exe = std::env::current_exe().context("current_exe")?;
+    payload.link(BIN, &exe)?;
+    let script = format!(
+        "{ENTRY_PRELUDE}\nlog \"uname $(uname -r)\"\n\
+         ( grep -E '^(memcg|vmscan|kmem):' /sys/kernel/tracing/available_events; \
+           grep -oE '^(page_counter_try_charge|try_charge_memcg|memcg_check_events|mem_cgroup_charge_statistics)\\b' \
+           /sys/kernel/tracing/available_filter_functions ) > /mnt/out/hooks 2>&1\n\
+         /mnt/host/{BIN} guest --runs {} --capacity-mi {} --threshold-mi {} --climb-mi {} \
+         --rate-mib-s {} > /mnt/out/results 2> /mnt/out/guest.stderr\n\
+         log \"done rc=$?\"\nsync\nsystemctl poweroff -ff\n",
+        run.runs, run.capacity_mi, run.threshold_mi, run.climb_mi, run.rate_mib_s
+    );
+    payload.entry(&script)?;
+    let opts = GuestOptions {
+        timeout: Duration::from_secs(900),
+        ..GuestOptions::default()
+    };
+    let out = run_guest(payload.path(), &opts)?;
+    let results = out.read_out("results").unwrap_or_default();
+    if !results.lines().any(|l| l.starts_with("summary ")) {
+        bail!(
+            "the guest produced no summary:\n{}",
+            report(&out, &["entry.log", "guest.stderr", "results"])
+        );
+    }
+    println!("{results}");
+    if let Ok(hooks) = out.read_out("hooks") {
+        println!("guest tracepoints and hooks:\n{hooks}");
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- guest side
+
+/// The cgroups of one guest run.
+struct Cgroups {
+    base: PathBuf,
+    node: PathBuf,
+    pod: PathBuf,
+}
+
+fn write(path: &Path, value: &str) -> Result<()> {
+    fs::write(path, value).with_context(|| format!("writing {value:?} to {}", path.display()))
+}
+
+fn read(path: &Path) -> Result<String> {
+    fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+fn stat_field(stat: &str, key: &str) -> Option<u64> {
+    stat.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+fn meminfo_field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k == key)
+            .then(|| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+            .flatten()
+            .map(|kb| kb * 1024)
+    })
+}
+
+/// The node cgroup's working set, `memory.current − inactive_file`.
+fn working_set(node: &Path) -> Result<u64> {
+    let current: u64 = read(&node.join("memory.current"))?
+        .trim()
+        .parse()
+        .context("memory.current")?;
+    let stat = read(&node.join("memory.stat"))?;
+    let inactive = stat_field(&stat, "inactive_file").unwrap_or(0);
+    Ok(current.saturating_sub(inactive))
+}
+
+fn setup_cgroups(capacity: u64) -> Result<Cgroups> {
+    let root = Path::new("/sys/fs/cgroup");
+    let base = root.join("nm-crossing");
+    let node = base.join("node");
+    let pod = node.join("pod");
+    fs::create_dir_all(&pod).context("creating the cgroups")?;
+    for dir in [root, &base, &node] {
+        let ctl = read(&dir.join("cgroup.subtree_control"))?;
+        if !ctl.split_whitespace().any(|c| c == "memory") {
+            write(&dir.join("cgroup.subtree_control"), "+memory")?;
+        }
+    }
+    write(&node.join("memory.max"), &capacity.to_string())?;
+    Ok(Cgroups { base, node, pod })
+}
+
+/// A trial: which notification knobs are set.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Trial {
+    /// sampling, PSI, memory.low: nothing that throttles.
+    Observe,
+    /// memory.high at the level: throttles.
+    High,
+}
+
+/// First wake-up of each candidate in one climb, as instants.
+#[derive(Default, Debug)]
+struct Firsts {
+    crossing: Option<Instant>,
+    sampling: Option<Instant>,
+    psi: Option<Instant>,
+    low: Option<Instant>,
+    high: Option<Instant>,
+    /// CPU time of the 100-ms sampling thread and its passes.
+    sampling_cpu: Duration,
+    sampling_passes: u32,
+    /// Ground-truth passes and their wall time (the achieved period).
+    truth_passes: u32,
+    truth_wall: Duration,
+    /// The working set 1 s after the crossing, and at the crossing (to show a throttle).
+    ws_at_crossing: u64,
+    ws_one_second_later: u64,
+}
+
+fn thread_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut t) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
+}
+
+fn spawn_climber(pod: &Path, run: &RunArgs) -> Result<Child> {
+    Command::new(std::env::current_exe().context("current_exe")?)
+        .args(["climb", "--cgroup"])
+        .arg(pod)
+        .args([
+            "--mi",
+            &run.climb_mi.to_string(),
+            "--rate-mib-s",
+            &run.rate_mib_s.to_string(),
+        ])
+        .spawn()
+        .context("starting the climber")
+}
+
+fn one_climb(cg: &Cgroups, run: &RunArgs, trial: Trial) -> Result<Firsts> {
+    let level = (run.capacity_mi - run.threshold_mi) * MI;
+    let (high, low) = match trial {
+        Trial::Observe => ("max".to_owned(), level.to_string()),
+        Trial::High => (level.to_string(), "0".to_owned()),
+    };
+    write(&cg.node.join("memory.high"), &high)?;
+    write(&cg.pod.join("memory.low"), &low)?;
+    let firsts = Arc::new(Mutex::new(Firsts::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles = vec![
+        spawn_truth(&cg.node, level, &firsts, &stop),
+        spawn_sampling(&cg.node, level, &firsts, &stop),
+        spawn_psi(&cg.node, &firsts, &stop)?,
+        spawn_events(&cg.node, &firsts, &stop)?,
+    ];
+    let mut climber = spawn_climber(&cg.pod, run)?;
+    let started = Instant::now();
+    let cap = Duration::from_secs(run.climb_mi / run.rate_mib_s.max(1) + 20);
+    // Hold until 3 s past the crossing (every candidate had its chance), or the cap.
+    loop {
+        thread::sleep(Duration::from_millis(50));
+        let crossed = lock(&firsts).crossing;
+        if crossed.is_some_and(|c| c.elapsed() > Duration::from_secs(3)) || started.elapsed() > cap
+        {
+            break;
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let _ = climber.kill();
+    let _ = climber.wait();
+    for h in handles {
+        let _ = h.join();
+    }
+    // Let the node cgroup drain before the next climb.
+    for _ in 0..100 {
+        if working_set(&cg.node)? < 32 * MI {
+            break;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let f = std::mem::take(&mut *lock(&firsts));
+    Ok(f)
+}
+
+fn lock(f: &Mutex<Firsts>) -> std::sync::MutexGuard<'_, Firsts> {
+    f.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn spawn_truth(
+    node: &Path,
+    level: u64,
+    firsts: &Arc<Mutex<Firsts>>,
+    stop: &Arc<AtomicBool>,
+) -> thread::JoinHandle<()> {
+    let (node, firsts, stop) = (node.to_path_buf(), firsts.clone(), stop.clone());
+    thread::spawn(move || {
+        let start = Instant::now();
+        let mut passes = 0;
+        let mut one_second: Option<Instant> = None;
+        while !stop.load(Ordering::SeqCst) {
+            let ws = working_set(&node).unwrap_or(0);
+            let now = Instant::now();
+            passes += 1;
+            let mut f = lock(&firsts);
+            if f.crossing.is_none() && ws >= level {
+                f.crossing = Some(now);
+                f.ws_at_crossing = ws;
+                one_second = Some(now + Duration::from_secs(1));
+            }
+            if one_second.is_some_and(|t| now >= t) {
+                f.ws_one_second_later = ws;
+                one_second = None;
+            }
+            drop(f);
+            thread::sleep(Duration::from_micros(200));
+        }
+        let mut f = lock(&firsts);
+        f.truth_passes = passes;
+        f.truth_wall = start.elapsed();
+    })
+}
+
+fn spawn_sampling(
+    node: &Path,
+    level: u64,
+    firsts: &Arc<Mutex<Firsts>>,
+    stop: &Arc<AtomicBool>,
+) -> thread::JoinHandle<()> {
+    let (node, firsts, stop) = (node.to_path_buf(), firsts.clone(), stop.clone());
+    thread::spawn(move || {
+        let mut cpu = Duration::ZERO;
+        let mut passes = 0;
+        while !stop.load(Ordering::SeqCst) {
+            let c0 = thread_cpu();
+            let ws = working_set(&node).unwrap_or(0);
+            let now = Instant::now();
+            cpu += thread_cpu().saturating_sub(c0);
+            passes += 1;
+            {
+                let mut f = lock(&firsts);
+                if f.sampling.is_none() && ws >= level {
+                    f.sampling = Some(now);
+                }
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        let mut f = lock(&firsts);
+        f.sampling_cpu = cpu;
+        f.sampling_passes = passes;
+    })
+}
+
+fn spawn_psi(
+    node: &Path,
+    firsts: &Arc<Mutex<Firsts>>,
+    stop: &Arc<AtomicBool>,
+) -> Result<thread::JoinHandle<()>> {
+    let path = node.join("memory.pressure");
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let line = "some 50000 500000\0";
+    file.write_all(line.as_bytes())
+        .with_context(|| format!("writing {line:?} to {}", path.display()))?;
+    let (firsts, stop) = (firsts.clone(), stop.clone());
+    Ok(thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLPRI)];
+            if let Ok(n) = poll(&mut fds, PollTimeout::from(50u16))
+                && n > 0
+            {
+                let now = Instant::now();
+                let mut f = lock(&firsts);
+                if f.psi.is_none() {
+                    f.psi = Some(now);
+                }
+            }
+        }
+    }))
+}
+
+fn spawn_events(
+    node: &Path,
+    firsts: &Arc<Mutex<Firsts>>,
+    stop: &Arc<AtomicBool>,
+) -> Result<thread::JoinHandle<()>> {
+    let path = node.join("memory.events");
+    let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+    ino.add_watch(&path, AddWatchFlags::IN_MODIFY)?;
+    let before = read(&path)?;
+    let (firsts, stop) = (firsts.clone(), stop.clone());
+    Ok(thread::spawn(move || {
+        let (low0, high0) = (
+            stat_field(&before, "low").unwrap_or(0),
+            stat_field(&before, "high").unwrap_or(0),
+        );
+        while !stop.load(Ordering::SeqCst) {
+            let mut fds = [PollFd::new(ino.as_fd(), PollFlags::POLLIN)];
+            if !matches!(poll(&mut fds, PollTimeout::from(50u16)), Ok(n) if n > 0) {
+                continue;
+            }
+            let now = Instant::now();
+            let _ = ino.read_events();
+            let Ok(text) = read(&path) else { continue };
+            let mut f = lock(&firsts);
+            if f.low.is_none() && stat_field(&text, "low").unwrap_or(0) > low0 {
+                f.low = Some(now);
+            }
+            if f.high.is_none() && stat_field(&text, "high").unwrap_or(0) > high0 {
+                f.high = Some(now);
+            }
+        }
+    }))
+}
+
+/// Milliseconds from the crossing to `at`; `None` when either is missing.
+fn after(crossing: Option<Instant>, at: Option<Instant>) -> Option<f64> {
+    let (c, a) = (crossing?, at?);
+    Some(if a >= c {
+        a.duration_since(c).as_secs_f64() * 1e3
+    } else {
+        -(c.duration_since(a).as_secs_f64() * 1e3)
+    })
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn summarize(name: &str, values: &[Option<f64>]) -> String {
+    let mut v: Vec<f64> = values.iter().flatten().copied().collect();
+    v.sort_by(f64::total_cmp);
+    let missed = values.len() - v.len();
+    if v.is_empty() {
+        return format!("summary {name}: no wake-up within 3 s of the crossing in {missed} climbs");
+    }
+    format!(
+        "summary {name}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms over {} climbs; no wake-up in {missed}",
+        percentile(&v, 0.5),
+        percentile(&v, 0.99),
+        v.last().copied().unwrap_or(f64::NAN),
+        v.len()
+    )
+}
+
+fn guest(run: &RunArgs) -> Result<()> {
+    if run.climb_mi >= run.capacity_mi || run.threshold_mi >= run.climb_mi {
+        bail!(
+            "--climb-mi {} must lie between the level and --capacity-mi {}",
+            run.climb_mi,
+            run.capacity_mi
+        );
+    }
+    compare_root_formulas()?;
+    let cg = setup_cgroups(run.capacity_mi * MI)?;
+    if let Err(e) = profile_charge_calls(&cg) {
+        println!("charge_calls error={e:#}");
+    }
+    let mut rows: Vec<(Trial, Firsts)> = Vec::new();
+    for trial in [Trial::Observe, Trial::High] {
+        for i in 0..run.runs {
+            let f = one_climb(&cg, run, trial)?;
+            let ms = |at| after(f.crossing, at).map_or_else(|| "-".into(), |v| format!("{v:.1}"));
+            println!(
+                "result trial={trial:?} run={i} sampling_ms={} psi_ms={} low_ms={} high_ms={} \
+                 ws_at_crossing_mi={} ws_plus_1s_mi={} sampling_cpu_us_per_pass={:.0} \
+                 truth_period_us={:.0}",
+                ms(f.sampling),
+                ms(f.psi),
+                ms(f.low),
+                ms(f.high),
+                f.ws_at_crossing / MI,
+                f.ws_one_second_later / MI,
+                f.sampling_cpu.as_secs_f64() * 1e6 / f64::from(f.sampling_passes.max(1)),
+                f.truth_wall.as_secs_f64() * 1e6 / f64::from(f.truth_passes.max(1)),
+            );
+            rows.push((trial, f));
+        }
+    }
+    let pick = |trial: Trial, get: fn(&Firsts) -> Option<Instant>| -> Vec<Option<f64>> {
+        rows.iter()
+            .filter(|(t, _)| *t == trial)
+            .map(|(_, f)| after(f.crossing, get(f)))
+            .collect()
+    };
+    println!(
+        "{}",
+        summarize("sampling-100ms", &pick(Trial::Observe, |f| f.sampling))
+    );
+    println!(
+        "{}",
+        summarize("psi-500ms", &pick(Trial::Observe, |f| f.psi))
+    );
+    println!(
+        "{}",
+        summarize("memory.low", &pick(Trial::Observe, |f| f.low))
+    );
+    println!(
+        "{}",
+        summarize("memory.high", &pick(Trial::High, |f| f.high))
+    );
+    let _ = fs::remove_dir(&cg.pod);
+    let _ = fs::remove_dir(&cg.node);
+    let _ = fs::remove_dir(&cg.base);
+    Ok(())
+}
+
+/// `memory.available` on the cgroup v2 root three ways, at rest, with 128 MiB of page cache, and
+/// with 256 MiB of anonymous memory more (the ground truth the formulas should move by).
+fn compare_root_formulas() -> Result<()> {
+    let cache = Path::new("/var/tmp/nm-crossing-cache");
+    let line = |label: &str| -> Result<()> {
+        let mi = read(Path::new("/proc/meminfo"))?;
+        let stat = read(Path::new("/sys/fs/cgroup/memory.stat"))?;
+        let total = meminfo_field(&mi, "MemTotal").unwrap_or(0);
+        let avail = meminfo_field(&mi, "MemAvailable").unwrap_or(0);
+        let (anon, file, inactive) = (
+            stat_field(&stat, "anon").unwrap_or(0),
+            stat_field(&stat, "file").unwrap_or(0),
+            stat_field(&stat, "inactive_file").unwrap_or(0),
+        );
+        let kubelet = total as i64 - (anon + file) as i64 + inactive as i64;
+        let agent = agent_available();
+        println!(
+            "available label={label} MemTotal_mi={} MemAvailable_mi={} MemFree_mi={} \
+             root_anon_mi={} root_file_mi={} root_inactive_file_mi={} kubelet_mi={} agent_mi={}",
+            total / MI,
+            avail / MI,
+            meminfo_field(&mi, "MemFree").unwrap_or(0) / MI,
+            anon / MI,
+            file / MI,
+            inactive / MI,
+            kubelet / MI as i64,
+            agent.map_or_else(|e| format!("error:{e}"), |a| (a / MI as i64).to_string()),
+        );
+        Ok(())
+    };
+    line("rest")?;
+    {
+        let mut f = fs::File::create(cache).context("creating the cache file")?;
+        let block = vec![0x5au8; MI as usize];
+        for _ in 0..128 {
+            f.write_all(&block)?;
+        }
+        f.sync_all()?;
+        let mut buf = Vec::new();
+        fs::File::open(cache)?.read_to_end(&mut buf)?;
+    }
+    line("cache+128Mi")?;
+    let mut climber = Command::new(std::env::current_exe()?)
+        .args(["climb", "--cgroup", "/sys/fs/cgroup/nm-crossing-anon"])
+        .args(["--mi", "256", "--rate-mib-s", "512"])
+        .spawn()?;
+    thread::sleep(Duration::from_secs(5));
+    line("cache+128Mi,anon+256Mi")?;
+    let _ = climber.kill();
+    let _ = climber.wait();
+    let _ = fs::remove_file(cache);
+    let _ = fs::remove_dir("/sys/fs/cgroup/nm-crossing-anon");
+    Ok(())
+}
+
+/// How often the charge path calls `page_counter_try_charge` (the hook a push at the crossing
+/// would use) while 256 MiB of anonymous memory is charged: a kprobe event's hit count
+/// (`kprobe_profile`), the event itself left disabled.
+fn profile_charge_calls(cg: &Cgroups) -> Result<()> {
+    let tracing = Path::new("/sys/kernel/tracing");
+    let events = tracing.join("kprobe_events");
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&events)
+        .and_then(|mut f| f.write_all(b"p:nm_crossing/charge page_counter_try_charge\n"))
+        .with_context(|| format!("adding a kprobe to {}", events.display()))?;
+    let enable = tracing.join("events/nm_crossing/charge/enable");
+    write(&enable, "1")?;
+    let hits = || -> Result<u64> {
+        Ok(read(&tracing.join("kprobe_profile"))?
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some("charge"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0))
+    };
+    let before = hits()?;
+    let mut climber = Command::new(std::env::current_exe()?)
+        .args(["climb", "--cgroup"])
+        .arg(&cg.pod)
+        .args(["--mi", "256", "--rate-mib-s", "256"])
+        .spawn()?;
+    let start = Instant::now();
+    while working_set(&cg.node)? < 250 * MI && start.elapsed() < Duration::from_secs(30) {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let ws = working_set(&cg.node)?;
+    let calls = hits()? - before;
+    let _ = climber.kill();
+    let _ = climber.wait();
+    write(&enable, "0")?;
+    let _ = fs::OpenOptions::new()
+        .append(true)
+        .open(&events)
+        .and_then(|mut f| f.write_all(b"-:nm_crossing/charge\n"));
+    let mi = (ws / MI).max(1);
+    println!(
+        "charge_calls function=page_counter_try_charge hits={calls} charged_mi={mi} per_mi={:.1}",
+        calls as f64 / mi as f64
+    );
+    Ok(())
+}
+
+/// The agent's own `memory.available` for a cgroup v2 root node (its sampler, as `run` uses it).
+fn agent_available() -> Result<i64> {
+    use node_monitor::sampler::{SampleKind, Sampler, SamplerConfig};
+    let mut s = Sampler::new(SamplerConfig::default()).context("the agent's sampler")?;
+    let _ = s.sample(SampleKind::Signals);
+    let m = s
+        .last_node_memory()
+        .context("the sampler read no node memory")?;
+    Ok(m.capacity as i64 - m.working_set as i64)
+}
+
+// ---------------------------------------------------------------- ground truth
+
+fn truth(node: &Path, threshold: u64, interval: Duration) -> Result<()> {
+    let max = read(&node.join("memory.max"))?;
+    let capacity: i64 = max.trim().parse().with_context(|| {
+        format!(
+            "memory.max of {} is {max:?}, expected bytes",
+            node.display()
+        )
+    })?;
+    let threshold = i64::try_from(threshold).context("--threshold-mi")?;
+    let rearm = threshold + 32 * MI as i64;
+    let mut armed = true;
+    let mut out = std::io::stdout().lock();
+    loop {
+        let ws = i64::try_from(working_set(node)?).unwrap_or(i64::MAX);
+        let available = capacity - ws;
+        if armed && available < threshold {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            writeln!(out, "crossing {now} available_mi={}", available / MI as i64)?;
+            out.flush()?;
+            armed = false;
+        } else if !armed && available > rearm {
+            armed = true;
+        }
+        thread::sleep(interval);
+    }
+}
+
+// ---------------------------------------------------------------- climber
+
+fn climb(cgroup: &Path, mi: u64, rate_mib_s: u64) -> Result<()> {
+    fs::create_dir_all(cgroup).ok();
+    write(
+        &cgroup.join("cgroup.procs"),
+        &std::process::id().to_string(),
+    )?;
+    let step = Duration::from_secs_f64(1.0 / rate_mib_s.max(1) as f64);
+    let start = Instant::now();
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    for i in 0..mi {
+        let mut chunk = vec![0u8; MI as usize];
+        for page in chunk.iter_mut().step_by(4096) {
+            *page = 1;
+        }
+        held.push(chunk);
+        let due = start + step * u32::try_from(i + 1).unwrap_or(u32::MAX);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            thread::sleep(wait);
+        }
+    }
+    loop {
+        thread::sleep(Duration::from_secs(60));
+        std::hint::black_box(&held);
+    }
+}
