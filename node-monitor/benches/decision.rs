@@ -4,10 +4,13 @@
 //!
 //! `cargo bench -p node-monitor --bench decision` (figures in docs/benchmarks.md).
 
+mod harness;
+
+use harness::{Stats, measure};
 use std::{
     collections::{BTreeMap, HashMap},
     hint::black_box,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use k8s_openapi::api::core::v1::Pod;
@@ -134,37 +137,6 @@ fn observations(memory_available: i64, usage: HashMap<String, PodUsage>) -> Obse
         signals,
         pods: usage,
         filesystem: Default::default(),
-    }
-}
-
-struct Stats {
-    min: Duration,
-    median: Duration,
-    p95: Duration,
-    p99: Duration,
-}
-
-/// Times `f`: warm-up, then `samples` samples of `per_sample` calls each.
-fn measure(mut f: impl FnMut(), per_sample: u32, samples: usize) -> Stats {
-    let warmup = Instant::now();
-    while warmup.elapsed() < Duration::from_millis(300) {
-        f();
-    }
-    let mut times: Vec<Duration> = (0..samples)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..per_sample {
-                f();
-            }
-            start.elapsed() / per_sample
-        })
-        .collect();
-    times.sort();
-    Stats {
-        min: times[0],
-        median: times[times.len() / 2],
-        p95: times[times.len() * 95 / 100],
-        p99: times[times.len() * 99 / 100],
     }
 }
 

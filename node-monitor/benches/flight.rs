@@ -5,11 +5,10 @@
 //!
 //! `cargo bench -p node-monitor --bench flight` (figures in docs/benchmarks.md).
 
-use std::{
-    collections::HashMap,
-    hint::black_box,
-    time::{Duration, Instant},
-};
+mod harness;
+
+use harness::{Stats, measure};
+use std::{collections::HashMap, hint::black_box};
 
 use k8s_openapi::api::core::v1::Pod;
 use node_monitor::flight::{
@@ -88,41 +87,13 @@ fn full_recorder() -> (FlightRecorder, u64) {
     (r, at)
 }
 
-struct Stats {
-    min: Duration,
-    median: Duration,
-    p95: Duration,
-}
-
-/// Times `f`: warm-up, then `samples` samples of `per_sample` calls each.
-fn measure(mut f: impl FnMut(), per_sample: u32, samples: usize) -> Stats {
-    let warmup = Instant::now();
-    while warmup.elapsed() < Duration::from_millis(300) {
-        f();
-    }
-    let mut times: Vec<Duration> = (0..samples)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..per_sample {
-                f();
-            }
-            start.elapsed() / per_sample
-        })
-        .collect();
-    times.sort();
-    Stats {
-        min: times[0],
-        median: times[times.len() / 2],
-        p95: times[times.len() * 95 / 100],
-    }
-}
-
 fn report(name: &str, s: &Stats) {
     println!(
-        "{name:<52} min {:>10.0} ns   median {:>10.0} ns   p95 {:>10.0} ns",
+        "{name:<52} min {:>10.0} ns   median {:>10.0} ns   p95 {:>10.0} ns   p99 {:>10.0} ns",
         s.min.as_secs_f64() * 1e9,
         s.median.as_secs_f64() * 1e9,
-        s.p95.as_secs_f64() * 1e9
+        s.p95.as_secs_f64() * 1e9,
+        s.p99.as_secs_f64() * 1e9
     );
 }
 
