@@ -128,6 +128,29 @@ pub struct Args {
     pub namespace: String,
 }
 
+/// The last gasp's fast path (a thread with its own warm API connection), when shutdown
+/// handling and a last gasp are configured.
+fn fast_gasp(
+    args: &Args,
+    shutdown: &crate::shutdown::ShutdownConfig,
+    kube_config: &kube::Config,
+) -> (
+    Option<crate::shutdown::gasp::FastStart>,
+    Option<Arc<crate::shutdown::gasp::FastGasp>>,
+) {
+    if !shutdown.options.enabled {
+        return (None, None);
+    }
+    let fast = crate::shutdown::gasp::FastStart::new(
+        shutdown.options.last_gasp,
+        &args.node_name,
+        kube_config.clone(),
+        shutdown.options.last_gasp_timeout,
+    );
+    let shared = fast.as_ref().map(|f| f.shared.clone());
+    (fast, shared)
+}
+
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     protect::tune_allocator();
@@ -153,10 +176,9 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     let (http_task, live, auth) = start_http(args, &config, &metrics, &health, &stop_rx);
 
     let api_timeout = config.node_monitor.api_timeout;
-    let clients = kube_adapter::clients(
-        kube_adapter::load_config(args.kubeconfig.as_deref()).await?,
-        api_timeout,
-    )?;
+    let kube_config = kube_adapter::load_config(args.kubeconfig.as_deref()).await?;
+    let (fast_gasp, fast_gasp_shared) = fast_gasp(args, &shutdown_config, &kube_config);
+    let clients = kube_adapter::clients(kube_config, api_timeout)?;
     let client = clients.api.clone();
     auth.set(Arc::new(Authorizer::new(
         Arc::new(KubeReviews::new(
@@ -185,6 +207,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         &live,
         reboot_tx.clone(),
         &client,
+        fast_gasp,
         stop_rx.clone(),
     )
     .await;
@@ -201,6 +224,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
                 health: health.clone(),
                 settings: shutdown_config,
                 reboots: reboot_rx,
+                fast: fast_gasp_shared,
             },
             stop_rx.clone(),
         ))
