@@ -811,6 +811,18 @@ async fn reboot_bypassing_the_inhibitor_is_reported_with_a_last_gasp() {
         agent_log.contains("program=\"reboot_enter\""),
         "the reboot probe must be attached\n{report}"
     );
+    // The gasp went out on the fast path (its own ring buffer, thread and warm connection), and
+    // the shutdown manager took its answer instead of writing again.
+    assert!(
+        agent_log.contains("last gasp fast path ready (SCHED_FIFO)"),
+        "the fast path must be running at SCHED_FIFO priority (root in the guest)\n{report}"
+    );
+    assert!(
+        agent_log
+            .lines()
+            .any(|l| l.contains("last gasp sent by the fast path") && l.contains(" sent=true")),
+        "the fast path must have sent the last gasp\n{report}"
+    );
     let reboot_at: f64 = run
         .read_out("reboot-at")
         .unwrap_or_default()

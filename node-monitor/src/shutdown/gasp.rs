@@ -272,6 +272,170 @@ pub fn spawn(
         })
 }
 
+/// The gasp's own HTTP/1.1 connection over TLS, established ahead of time: on the event the
+/// request is encrypted and written with one `write(2)`, with no HTTP client stack in between.
+/// Used when the API credentials are static (a bearer token, a token file or a client
+/// certificate); with an exec plugin or an auth provider the kube client sends the gasp.
+struct RawConn {
+    tls: rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>,
+}
+
+/// How the raw connection reaches and authenticates to the API server.
+struct RawTarget {
+    addr: String,
+    server_name: rustls::pki_types::ServerName<'static>,
+    tls: Arc<rustls::ClientConfig>,
+    host: String,
+    token: Option<String>,
+    timeout: Duration,
+}
+
+impl RawTarget {
+    /// `None` when the credentials are not static or the URL is not `https://host[:port]`.
+    fn new(config: &kube::Config, timeout: Duration) -> Result<Option<Self>, String> {
+        use kube::client::ConfigExt as _;
+        use secrecy::ExposeSecret as _;
+        let auth = &config.auth_info;
+        if auth.exec.is_some() || auth.auth_provider.is_some() || auth.username.is_some() {
+            return Ok(None);
+        }
+        let url = &config.cluster_url;
+        if url.scheme_str() != Some("https") {
+            return Ok(None);
+        }
+        let Some(host) = url.host() else {
+            return Ok(None);
+        };
+        let port = url.port_u16().unwrap_or(443);
+        let token = match (&auth.token, &auth.token_file) {
+            (Some(t), _) => Some(t.expose_secret().to_owned()),
+            (None, Some(f)) => Some(
+                std::fs::read_to_string(f)
+                    .map_err(|e| format!("token file {f}: {e}"))?
+                    .trim()
+                    .to_owned(),
+            ),
+            (None, None) => None,
+        };
+        let mut tls = config
+            .rustls_client_config()
+            .map_err(|e| format!("TLS configuration: {e}"))?;
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let name = config
+            .tls_server_name
+            .clone()
+            .unwrap_or_else(|| host.trim_matches(['[', ']']).to_owned());
+        let server_name = rustls::pki_types::ServerName::try_from(name.clone())
+            .map_err(|e| format!("server name {name}: {e}"))?;
+        let host_header = match url.port_u16() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_owned(),
+        };
+        Ok(Some(Self {
+            addr: format!("{}:{port}", host.trim_matches(['[', ']'])),
+            server_name,
+            tls: Arc::new(tls),
+            host: host_header,
+            token,
+            timeout,
+        }))
+    }
+
+    /// The request's bytes: the head built here, around `body`.
+    fn request(&self, method: &str, path: &str, content_type: Option<&str>, body: &str) -> Vec<u8> {
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: node-monitor-last-gasp\r\nAccept: application/json\r\n",
+            self.host
+        );
+        if let Some(t) = &self.token {
+            head.push_str("Authorization: Bearer ");
+            head.push_str(t);
+            head.push_str("\r\n");
+        }
+        if let Some(ct) = content_type {
+            head.push_str("Content-Type: ");
+            head.push_str(ct);
+            head.push_str("\r\n");
+        }
+        head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+        let mut out = head.into_bytes();
+        out.extend_from_slice(body.as_bytes());
+        out
+    }
+
+    /// A new connection, its TLS handshake done by a first `GET /version`.
+    fn connect(&self) -> std::io::Result<RawConn> {
+        use std::net::ToSocketAddrs as _;
+        let addr = self
+            .addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::other(format!("{}: no address", self.addr)))?;
+        let sock = std::net::TcpStream::connect_timeout(&addr, self.timeout)?;
+        sock.set_nodelay(true)?;
+        sock.set_read_timeout(Some(self.timeout))?;
+        sock.set_write_timeout(Some(self.timeout))?;
+        let conn = rustls::ClientConnection::new(self.tls.clone(), self.server_name.clone())
+            .map_err(std::io::Error::other)?;
+        let mut c = RawConn {
+            tls: rustls::StreamOwned::new(conn, sock),
+        };
+        let (status, _) = c.exchange(&self.request("GET", "/version", None, ""))?;
+        if !(200..300).contains(&status) {
+            return Err(std::io::Error::other(format!(
+                "GET /version: HTTP {status}"
+            )));
+        }
+        Ok(c)
+    }
+}
+
+impl RawConn {
+    /// Writes `request` (one TLS record, one write) and reads the answer; its HTTP status.
+    fn exchange(&mut self, request: &[u8]) -> std::io::Result<(u16, bool)> {
+        use std::io::{Read as _, Write as _};
+        self.tls.conn.writer().write_all(request)?;
+        while self.tls.conn.wants_write() {
+            self.tls.conn.write_tls(&mut self.tls.sock)?;
+        }
+        // The head, then the body by Content-Length (a chunked body ends the connection's use:
+        // the caller reconnects).
+        let mut buf = Vec::with_capacity(4096);
+        let mut chunk = [0u8; 4096];
+        let head_end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let n = self.tls.read(&mut chunk)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse::<u16>().ok())
+            .ok_or_else(|| std::io::Error::other("malformed HTTP answer"))?;
+        let length = head.lines().find_map(|l| {
+            l.strip_prefix("content-length:")
+                .and_then(|v| v.trim().parse::<usize>().ok())
+        });
+        let Some(length) = length else {
+            return Ok((status, false));
+        };
+        while buf.len() < head_end + length {
+            let n = self.tls.read(&mut chunk)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        Ok((status, true))
+    }
+}
+
 /// `SCHED_FIFO` for the calling thread; the error when refused.
 fn raise_priority() -> Result<(), std::io::Error> {
     let param = libc::sched_param {
@@ -294,6 +458,7 @@ async fn run(
     mut stop: watch::Receiver<bool>,
     fifo: Result<(), std::io::Error>,
 ) {
+    let config_for_raw = config.clone();
     let client = match crate::cluster::api_client(config, timeout) {
         Ok(c) => c,
         Err(e) => {
@@ -317,6 +482,18 @@ async fn run(
             info!(error = %e, "last gasp fast path ready (SCHED_FIFO refused: normal priority)")
         }
     }
+    let target = match RawTarget::new(&config_for_raw, timeout) {
+        Ok(t) => t,
+        Err(e) => {
+            warn!(error = %e, "last gasp fast path: no connection of its own; it sends through the API client");
+            None
+        }
+    };
+    let mut sender = Sender {
+        client,
+        target,
+        raw: None,
+    };
     let mut warm = tokio::time::interval(WARM_INTERVAL);
     let mut last: Option<Instant> = None;
     loop {
@@ -344,79 +521,152 @@ async fn run(
                         continue;
                     }
                     last = Some(now);
-                    send(&client, &request, &seen, &shared, timeout).await;
+                    sender.send(&request, &seen, &shared, timeout).await;
                 }
             }
-            _ = warm.tick() => keep_warm(&client).await,
+            _ = warm.tick() => sender.keep_warm().await,
             _ = stop.changed() => return,
         }
     }
 }
 
-async fn send(
-    client: &kube::Client,
-    request: &GaspRequest,
-    seen: &RebootSeen,
-    shared: &FastGasp,
-    timeout: Duration,
-) {
-    let now = SystemTime::now();
-    let unix = now
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
-    let rfc3339 = Timestamp::try_from(now)
-        .ok()
-        .and_then(|t| serde_json::to_value(Time(t)).ok())
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
-    let body = request.body(seen, unix, &rfc3339);
-    shared.sent.send_replace(Some(FastSent {
-        pid: seen.pid,
-        cmd: seen.cmd.as_str(),
-        ok: None,
-        body: body.clone(),
-    }));
-    let req = http::Request::patch(&request.path)
-        .header(http::header::CONTENT_TYPE, request.content_type)
-        .body(body.into_bytes());
-    let ok = match req {
-        Ok(req) => match tokio::time::timeout(timeout, client.request_text(req)).await {
-            Ok(Ok(_)) => true,
-            Ok(Err(e)) => {
-                warn!(error = %chain(&e), "last gasp (fast path) failed");
-                false
-            }
-            Err(_) => {
-                warn!(?timeout, "last gasp (fast path) timed out");
-                false
-            }
-        },
-        Err(e) => {
-            warn!(error = %e, "last gasp (fast path): bad request");
-            false
-        }
-    };
-    shared.sent.send_modify(|s| {
-        if let Some(s) = s {
-            s.ok = Some(ok);
-        }
-    });
-    warn!(
-        cmd = seen.cmd.as_str(),
-        pid = seen.pid,
-        comm = %seen.comm,
-        sent = ok,
-        "last gasp sent by the fast path"
-    );
+/// How the gasp goes out: its own connection when the credentials allow, else the client.
+struct Sender {
+    client: kube::Client,
+    target: Option<RawTarget>,
+    raw: Option<RawConn>,
 }
 
-/// One cheap request on the connection, so it is established when the gasp comes.
-async fn keep_warm(client: &kube::Client) {
-    let Ok(req) = http::Request::get("/version").body(Vec::new()) else {
-        return;
-    };
-    if let Err(e) = client.request_text(req).await {
-        warn!(error = %chain(&e), "last gasp fast path: the API server did not answer; retrying in {:?}", WARM_INTERVAL);
+impl Sender {
+    async fn send(
+        &mut self,
+        request: &GaspRequest,
+        seen: &RebootSeen,
+        shared: &FastGasp,
+        timeout: Duration,
+    ) {
+        let now = SystemTime::now();
+        let unix = now
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let rfc3339 = Timestamp::try_from(now)
+            .ok()
+            .and_then(|t| serde_json::to_value(Time(t)).ok())
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let body = request.body(seen, unix, &rfc3339);
+        shared.sent.send_replace(Some(FastSent {
+            pid: seen.pid,
+            cmd: seen.cmd.as_str(),
+            ok: None,
+            body: body.clone(),
+        }));
+        let mut how = "client";
+        let ok = match self.send_raw(request, &body) {
+            Some(ok) => {
+                how = "own connection";
+                ok
+            }
+            None => self.send_client(request, body, timeout).await,
+        };
+        shared.sent.send_modify(|s| {
+            if let Some(s) = s {
+                s.ok = Some(ok);
+            }
+        });
+        warn!(
+            cmd = seen.cmd.as_str(),
+            pid = seen.pid,
+            comm = %seen.comm,
+            sent = ok,
+            via = how,
+            "last gasp sent by the fast path"
+        );
+    }
+
+    /// On the gasp's own connection (established again if it was lost); `None` without one.
+    fn send_raw(&mut self, request: &GaspRequest, body: &str) -> Option<bool> {
+        let target = self.target.as_ref()?;
+        let bytes = target.request("PATCH", &request.path, Some(request.content_type), body);
+        let mut conn = match self.raw.take() {
+            Some(c) => c,
+            None => target.connect().ok()?,
+        };
+        let answer = conn.exchange(&bytes).or_else(|e| {
+            // A connection the server closed meanwhile: once more on a new one.
+            warn!(error = %e, "last gasp: the warm connection failed; reconnecting");
+            conn = target.connect()?;
+            conn.exchange(&bytes)
+        });
+        match answer {
+            Ok((status, reusable)) => {
+                if reusable {
+                    self.raw = Some(conn);
+                }
+                if !(200..300).contains(&status) {
+                    warn!(status, "last gasp (fast path) refused by the API server");
+                }
+                Some((200..300).contains(&status))
+            }
+            Err(e) => {
+                warn!(error = %e, "last gasp (fast path) failed");
+                Some(false)
+            }
+        }
+    }
+
+    async fn send_client(&self, request: &GaspRequest, body: String, timeout: Duration) -> bool {
+        let req = http::Request::patch(&request.path)
+            .header(http::header::CONTENT_TYPE, request.content_type)
+            .body(body.into_bytes());
+        match req {
+            Ok(req) => match tokio::time::timeout(timeout, self.client.request_text(req)).await {
+                Ok(Ok(_)) => true,
+                Ok(Err(e)) => {
+                    warn!(error = %chain(&e), "last gasp (fast path) failed");
+                    false
+                }
+                Err(_) => {
+                    warn!(?timeout, "last gasp (fast path) timed out");
+                    false
+                }
+            },
+            Err(e) => {
+                warn!(error = %e, "last gasp (fast path): bad request");
+                false
+            }
+        }
+    }
+
+    /// One cheap request on the connection, so it is established when the gasp comes.
+    async fn keep_warm(&mut self) {
+        if let Some(target) = &self.target {
+            let warmed = match self.raw.take() {
+                Some(mut c) => c
+                    .exchange(&target.request("GET", "/version", None, ""))
+                    .ok()
+                    .filter(|(_, reusable)| *reusable)
+                    .map(|_| c),
+                None => None,
+            };
+            self.raw = match warmed {
+                Some(c) => Some(c),
+                None => match target.connect() {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        warn!(error = %e, "last gasp fast path: cannot reach the API server; retrying in {:?}", WARM_INTERVAL);
+                        None
+                    }
+                },
+            };
+            return;
+        }
+        let Ok(req) = http::Request::get("/version").body(Vec::new()) else {
+            return;
+        };
+        if let Err(e) = self.client.request_text(req).await {
+            warn!(error = %chain(&e), "last gasp fast path: the API server did not answer; retrying in {:?}", WARM_INTERVAL);
+        }
     }
 }
 
@@ -482,6 +732,32 @@ mod tests {
         assert!(should_send(true, None, t0));
         assert!(!should_send(true, Some(t0), t0 + Duration::from_secs(1)));
         assert!(should_send(true, Some(t0), t0 + LAST_GASP_MIN_INTERVAL));
+    }
+
+    #[test]
+    fn the_own_connection_writes_one_prebuilt_request_with_the_token() {
+        let mut config = kube::Config::new("https://10.0.2.2:6443".parse().expect("url"));
+        config.auth_info.token = Some("t0ken".to_owned().into());
+        let target = RawTarget::new(&config, Duration::from_secs(2))
+            .expect("target")
+            .expect("static credentials");
+        assert_eq!(target.addr, "10.0.2.2:6443");
+        let r = GaspRequest::new(LastGasp::Annotation, "n1").expect("request");
+        let bytes = target.request("PATCH", &r.path, Some(r.content_type), "{}");
+        assert_eq!(
+            String::from_utf8(bytes).expect("utf-8"),
+            "PATCH /api/v1/nodes/n1 HTTP/1.1\r\nHost: 10.0.2.2:6443\r\nUser-Agent: node-monitor-last-gasp\r\n\
+             Accept: application/json\r\nAuthorization: Bearer t0ken\r\n\
+             Content-Type: application/merge-patch+json\r\nContent-Length: 2\r\n\r\n{}"
+        );
+        // Credentials that change (an exec plugin) leave the gasp to the API client.
+        config.auth_info.exec =
+            Some(serde_json::from_value(serde_json::json!({"command": "x"})).expect("exec"));
+        assert!(
+            RawTarget::new(&config, Duration::from_secs(2))
+                .expect("no error")
+                .is_none()
+        );
     }
 
     #[tokio::test]

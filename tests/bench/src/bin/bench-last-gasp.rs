@@ -227,7 +227,7 @@ async fn one_run(cp: &ControlPlane, method: Method, fast: bool) -> Result<RunRes
     // What the agent got to log before the machine went.
     for line in agent_log
         .lines()
-        .filter(|l| l.contains("gasp") || l.contains("reboot"))
+        .filter(|l| l.contains("gasp") || l.contains("reboot") || l.contains("panicked"))
     {
         eprintln!("  agent: {line}");
     }
