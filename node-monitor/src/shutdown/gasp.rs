@@ -287,6 +287,8 @@ struct RawTarget {
     tls: Arc<rustls::ClientConfig>,
     host: String,
     token: Option<String>,
+    /// Re-read at every warm-up: projected service account tokens rotate.
+    token_file: Option<String>,
     timeout: Duration,
 }
 
@@ -337,8 +339,22 @@ impl RawTarget {
             tls: Arc::new(tls),
             host: host_header,
             token,
+            token_file: if auth.token.is_none() {
+                auth.token_file.clone()
+            } else {
+                None
+            },
             timeout,
         }))
+    }
+
+    /// Reads the token file again (a failed read keeps the token it has).
+    fn refresh_token(&mut self) {
+        if let Some(f) = &self.token_file
+            && let Ok(t) = std::fs::read_to_string(f)
+        {
+            self.token = Some(t.trim().to_owned());
+        }
     }
 
     /// The request's bytes: the head built here, around `body`.
@@ -603,10 +619,15 @@ impl Sender {
                 if reusable {
                     self.raw = Some(conn);
                 }
-                if !(200..300).contains(&status) {
-                    warn!(status, "last gasp (fast path) refused by the API server");
+                if (200..300).contains(&status) {
+                    return Some(true);
                 }
-                Some((200..300).contains(&status))
+                warn!(status, "last gasp (fast path) refused by the API server");
+                // Credentials the server no longer takes: the API client's own may still work.
+                if status == 401 || status == 403 {
+                    return None;
+                }
+                Some(false)
             }
             Err(e) => {
                 warn!(error = %e, "last gasp (fast path) failed");
@@ -640,7 +661,8 @@ impl Sender {
 
     /// One cheap request on the connection, so it is established when the gasp comes.
     async fn keep_warm(&mut self) {
-        if let Some(target) = &self.target {
+        if let Some(target) = &mut self.target {
+            target.refresh_token();
             let warmed = match self.raw.take() {
                 Some(mut c) => c
                     .exchange(&target.request("GET", "/version", None, ""))
@@ -758,6 +780,34 @@ mod tests {
                 .expect("no error")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_rotated_token_file_is_read_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("token");
+        std::fs::write(&file, "first\n").expect("write");
+        let mut config = kube::Config::new("https://api.example:443".parse().expect("url"));
+        config.auth_info.token_file = Some(file.display().to_string());
+        let mut target = RawTarget::new(&config, Duration::from_secs(2))
+            .expect("target")
+            .expect("static credentials");
+        let head = |t: &RawTarget| {
+            String::from_utf8(t.request("GET", "/version", None, "")).expect("utf-8")
+        };
+        assert!(
+            head(&target).contains("Authorization: Bearer first\r\n"),
+            "{}",
+            head(&target)
+        );
+        std::fs::write(&file, "second").expect("write");
+        target.refresh_token();
+        assert!(
+            head(&target).contains("Authorization: Bearer second\r\n"),
+            "{}",
+            head(&target)
+        );
+        assert!(head(&target).contains("Host: api.example:443\r\n"));
     }
 
     #[tokio::test]
