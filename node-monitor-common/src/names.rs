@@ -3,6 +3,9 @@
 
 /// The ring buffer every probe writes its records to.
 pub const EVENTS_MAP: &str = "NM_EVENTS";
+/// A small ring buffer for the last gasp alone: the reboot program's `allowed` requests, each
+/// with a forced wake-up, read by the agent's dedicated last-gasp thread.
+pub const GASP_MAP: &str = "NM_GASP";
 /// Per-CPU `u64` counters (see [`crate::counters`]).
 pub const COUNTERS_MAP: &str = "NM_COUNTERS";
 /// `Array<ProbeConfigRaw>` with one entry.

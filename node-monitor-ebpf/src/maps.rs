@@ -15,6 +15,11 @@ use node_monitor_common::{
 #[map(name = "NM_EVENTS")]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
+/// The last gasp's own ring buffer: only the reboot program's `allowed` requests, so the agent's
+/// last-gasp thread wakes for nothing else (`names::GASP_MAP`).
+#[map(name = "NM_GASP")]
+pub static GASP: RingBuf = RingBuf::with_byte_size(4096, 0);
+
 #[map(name = "NM_COUNTERS")]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counters::COUNT, 0);
 

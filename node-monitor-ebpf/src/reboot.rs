@@ -9,7 +9,10 @@
 //! Every verdict but `allowed` is rate-limited per verdict: within the configured interval calls
 //! are only counted, and the next event carries how many were withheld. A container calling
 //! reboot(2) in a loop thus costs one event per interval.
-use aya_ebpf::{helpers::bpf_get_current_task, macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{
+    bindings::BPF_RB_FORCE_WAKEUP, helpers::bpf_get_current_task, macros::tracepoint,
+    programs::TracePointContext,
+};
 use aya_log_ebpf::info;
 use node_monitor_common::{
     config::reboot_tp,
@@ -19,8 +22,8 @@ use node_monitor_common::{
 };
 
 use crate::{
-    maps::REBOOT,
-    util::{config, count, emit, layout, now_ns, shared, tp_field},
+    maps::{GASP, REBOOT},
+    util::{config, count, emit_flags, emit_to, layout, now_ns, shared, tp_field},
 };
 
 #[tracepoint(category = "syscalls", name = "sys_enter_reboot")]
@@ -64,32 +67,35 @@ pub fn reboot_enter(ctx: TracePointContext) -> u32 {
             n
         };
     }
-    info!(
-        &ctx,
-        "reboot(2) requested, cmd {:x} verdict {}", cmd, verdict as u32
-    );
     let c = caller.unwrap_or(RebootCaller {
         cap_effective: 0,
         pid_ns_level: 0,
         user_ns_level: 0,
     });
-    emit(
-        EventKind::Reboot,
-        Reboot {
-            cmd,
-            magic1,
-            magic2,
-            verdict: verdict as u32,
-            cap_effective: c.cap_effective,
-            pid_ns_level: c.pid_ns_level,
-            user_ns_level: c.user_ns_level,
-            suppressed: suppressed.min(u32::MAX as u64) as u32,
-            flags: if caller.is_some() {
-                reboot_flags::CALLER
-            } else {
-                0
-            },
+    let record = Reboot {
+        cmd,
+        magic1,
+        magic2,
+        verdict: verdict as u32,
+        cap_effective: c.cap_effective,
+        pid_ns_level: c.pid_ns_level,
+        user_ns_level: c.user_ns_level,
+        suppressed: suppressed.min(u32::MAX as u64) as u32,
+        flags: if caller.is_some() {
+            reboot_flags::CALLER
+        } else {
+            0
         },
+    };
+    // The last gasp first: the kernel's restart path runs on as soon as this program returns,
+    // and the forced wake-up has the agent's last-gasp thread woken before it does.
+    if verdict == RebootGate::Allowed {
+        emit_to(&GASP, EventKind::Reboot, record, BPF_RB_FORCE_WAKEUP as u64);
+    }
+    emit_flags(EventKind::Reboot, record, BPF_RB_FORCE_WAKEUP as u64);
+    info!(
+        &ctx,
+        "reboot(2) requested, cmd {:x} verdict {}", cmd, verdict as u32
     );
     0
 }

@@ -5,6 +5,7 @@ use aya_ebpf::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
         bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes,
     },
+    maps::RingBuf,
     programs::TracePointContext,
 };
 use node_monitor_common::{
@@ -66,16 +67,33 @@ pub fn header(kind: EventKind) -> EventHeader {
 /// Sends a record, counting it, or counting the drop when the ring buffer is full.
 #[inline(always)]
 pub fn emit<T: 'static>(kind: EventKind, data: T) {
-    match EVENTS.reserve::<Event<T>>(0) {
+    emit_flags(kind, data, 0);
+}
+
+/// [`emit`] with the submit `flags` (`BPF_RB_FORCE_WAKEUP` wakes the reader at once, whatever
+/// the kernel's adaptive notification would do).
+#[inline(always)]
+pub fn emit_flags<T: 'static>(kind: EventKind, data: T, flags: u64) {
+    if emit_to(&EVENTS, kind, data, flags) {
+        count(counters::EVENTS + kind.slot());
+    } else {
+        count(counters::DROPS + kind.slot());
+    }
+}
+
+/// Sends a record to `ring` with the submit `flags`, uncounted; false when the ring is full.
+#[inline(always)]
+pub fn emit_to<T: 'static>(ring: &RingBuf, kind: EventKind, data: T, flags: u64) -> bool {
+    match ring.reserve::<Event<T>>(0) {
         Some(mut entry) => {
             entry.write(Event {
                 header: header(kind),
                 data,
             });
-            entry.submit(0);
-            count(counters::EVENTS + kind.slot());
+            entry.submit(flags);
+            true
         }
-        None => count(counters::DROPS + kind.slot()),
+        None => false,
     }
 }
 

@@ -37,6 +37,7 @@ pub async fn start(
     live: Arc<LiveView>,
     reboots: mpsc::Sender<RebootSeen>,
     oom_events: Option<mpsc::Sender<OomNotice>>,
+    fast_gasp: Option<crate::shutdown::gasp::FastStart>,
     stop: watch::Receiver<bool>,
 ) -> Option<Probes> {
     let mut probes = match tokio::task::spawn_blocking(move || Probes::load(&config)).await {
@@ -66,6 +67,19 @@ pub async fn start(
             return Some(probes);
         }
     };
+    // The last gasp's fast path reads its own ring buffer on a thread of its own.
+    if let Some(fast) = fast_gasp {
+        match probes.gasp_ring() {
+            Ok(ring) => {
+                if let Err(e) = fast.start(ring, stop.clone()) {
+                    warn!(error = %e, "no last gasp fast path thread; the shutdown manager sends it alone");
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "no last gasp ring buffer; the shutdown manager sends it alone");
+            }
+        }
+    }
     let attributor = match CgroupPaths::detect() {
         Ok(mut paths) => {
             if let Err(e) = paths.watch() {

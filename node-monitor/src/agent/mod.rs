@@ -129,19 +129,56 @@ pub struct Args {
     pub namespace: String,
 }
 
+/// `off` turns the last gasp's fast path off (docs/shutdown.md).
+const FAST_GASP_ENV: &str = "NODE_MONITOR_LAST_GASP_FAST_PATH";
+
+/// The last gasp's fast path (a thread with its own warm API connection), when shutdown
+/// handling and a last gasp are configured.
+fn fast_gasp(
+    args: &Args,
+    shutdown: &crate::shutdown::ShutdownConfig,
+    kube_config: &kube::Config,
+) -> (
+    Option<crate::shutdown::gasp::FastStart>,
+    Option<Arc<crate::shutdown::gasp::FastGasp>>,
+) {
+    if !shutdown.options.enabled {
+        return (None, None);
+    }
+    // For measuring the fast path against the manager alone (docs/benchmarks.md).
+    if std::env::var(FAST_GASP_ENV).is_ok_and(|v| v == "off") {
+        info!("{FAST_GASP_ENV}=off: the last gasp's fast path is off");
+        return (None, None);
+    }
+    let fast = crate::shutdown::gasp::FastStart::new(
+        shutdown.options.last_gasp,
+        &args.node_name,
+        kube_config.clone(),
+        shutdown.options.last_gasp_timeout,
+    );
+    let shared = fast.as_ref().map(|f| f.shared.clone());
+    (fast, shared)
+}
+
+/// The agent's configuration from its files and flags (`--dry-run` wins), its warnings logged.
+fn agent_config(args: &Args) -> anyhow::Result<AgentConfig> {
+    let mut config = load_config(&args.config, &args.eviction)?;
+    if args.dry_run {
+        config.eviction.node_monitor.dry_run = true;
+    }
+    for w in &config.eviction.warnings {
+        warn!(warning = %w, "configuration");
+    }
+    Ok(config)
+}
+
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     protect::tune_allocator();
     let AgentConfig {
-        eviction: mut config,
+        eviction: config,
         shutdown: shutdown_config,
-    } = load_config(&args.config, &args.eviction)?;
-    if args.dry_run {
-        config.node_monitor.dry_run = true;
-    }
-    for w in &config.warnings {
-        warn!(warning = %w, "configuration");
-    }
+    } = agent_config(args)?;
     let oom_score_adj = protect::protect_self(args.oom_score_adj);
     info!(node = %args.node_name, dry_run = config.node_monitor.dry_run, polling_only = args.polling_only,
           thresholds = config.thresholds.len(), ?oom_score_adj, "node-monitor starting");
@@ -154,10 +191,9 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     let (http_task, live, auth) = start_http(args, &config, &metrics, &health, &stop_rx);
 
     let api_timeout = config.node_monitor.api_timeout;
-    let clients = kube_adapter::clients(
-        kube_adapter::load_config(args.kubeconfig.as_deref()).await?,
-        api_timeout,
-    )?;
+    let kube_config = kube_adapter::load_config(args.kubeconfig.as_deref()).await?;
+    let (fast_gasp, fast_gasp_shared) = fast_gasp(args, &shutdown_config, &kube_config);
+    let clients = kube_adapter::clients(kube_config, api_timeout)?;
     let client = clients.api.clone();
     auth.set(Arc::new(Authorizer::new(
         Arc::new(KubeReviews::new(
@@ -187,6 +223,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         &live,
         reboot_tx.clone(),
         &client,
+        fast_gasp,
         stop_rx.clone(),
     )
     .await;
@@ -203,6 +240,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
                 health: health.clone(),
                 settings: shutdown_config,
                 reboots: reboot_rx,
+                fast: fast_gasp_shared,
             },
             stop_rx.clone(),
         ))

@@ -122,6 +122,7 @@ pub(super) async fn start_probes(
     live: &Arc<crate::live::LiveView>,
     reboot_tx: tokio::sync::mpsc::Sender<kernel::RebootSeen>,
     client: &kube::Client,
+    fast_gasp: Option<crate::shutdown::gasp::FastStart>,
     stop_rx: tokio::sync::watch::Receiver<bool>,
 ) -> Option<Arc<crate::ebpf::Probes>> {
     let probes = if args.no_ebpf || args.polling_only {
@@ -154,6 +155,7 @@ pub(super) async fn start_probes(
             live.clone(),
             reboot_tx,
             Some(oom_tx),
+            fast_gasp,
             stop_rx.clone(),
         )
         .await

@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{PerCpuArray, RingBuf},
+    maps::{MapData, PerCpuArray, RingBuf},
 };
 use aya_log::EbpfLogger;
 use node_monitor_common::{
@@ -393,6 +393,15 @@ impl Probes {
         Ok(EventStream::new(fd, reclaim))
     }
 
+    /// The last gasp's own ring buffer (`allowed` reboot(2) requests only, each with a forced
+    /// wake-up), for a reader of its own. Takes the map: callable once.
+    pub fn gasp_ring(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
+        let ebpf = self.ebpf.as_mut().ok_or(ProbeError::NotLoaded)?;
+        let name = names::GASP_MAP;
+        let map = ebpf.take_map(name).ok_or(ProbeError::MissingMap { name })?;
+        RingBuf::try_from(map).map_err(|source| ProbeError::Map { name, source })
+    }
+
     /// Forwards the programs' aya-log records to tracing (target `node_monitor::ebpf::kernel`)
     /// from a task. `None` unless loaded with `kernel_log`. Needs a tokio runtime.
     pub fn forward_kernel_log(
@@ -436,7 +445,7 @@ impl Probes {
 }
 
 /// Registers a map's fd with the current tokio runtime (an error, not a panic, without one).
-fn register<T: std::os::fd::AsRawFd>(
+pub(crate) fn register<T: std::os::fd::AsRawFd>(
     inner: T,
     what: &'static str,
 ) -> Result<AsyncFd<T>, ProbeError> {

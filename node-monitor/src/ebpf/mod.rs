@@ -7,7 +7,7 @@
 //! docs/kernel-probes.md describes each program.
 pub mod btf;
 pub mod event;
-mod loader;
+pub(crate) mod loader;
 pub mod policy;
 mod stream;
 pub mod tracefs;

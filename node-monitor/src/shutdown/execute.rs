@@ -115,9 +115,9 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                     return Ok(None);
                 };
                 // The API first: the machine may be gone within milliseconds.
-                let sent = self.last_gasp(&seen).await;
+                let (sent, fast) = self.send_last_gasp(&seen).await;
                 warn!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm, last_gasp = ?self.cfg().options.last_gasp,
-                      last_gasp_sent = sent, "reboot(2) bypassed the shutdown inhibitor: non-graceful shutdown");
+                      last_gasp_sent = sent, fast_path = fast, "reboot(2) bypassed the shutdown inhibitor: non-graceful shutdown");
                 Event::LastGaspAnswered
             }
             Action::RetractLastGasp { remove_annotation } => {
@@ -462,13 +462,22 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
     }
 
     /// One bounded request telling the API the node is going down without a graceful shutdown.
+    /// The last gasp for `seen`: the fast path's answer when it sent it already (the moment the
+    /// probe saw the call), else sent here. Whether it was sent, and whether by the fast path.
+    async fn send_last_gasp(&self, seen: &RebootSeen) -> (bool, bool) {
+        let timeout = self.cfg().options.last_gasp_timeout;
+        let fast = match &self.fast {
+            Some(f) => f.claim(seen, timeout).await,
+            None => None,
+        };
+        match fast {
+            Some(sent) => (sent, true),
+            None => (self.last_gasp(seen).await, false),
+        }
+    }
+
     async fn last_gasp(&self, seen: &RebootSeen) -> bool {
-        let message = format!(
-            "reboot(2) {} by {} (pid {}) bypassed the shutdown inhibitor: pods were not terminated gracefully",
-            seen.cmd.as_str(),
-            seen.comm,
-            seen.pid
-        );
+        let message = super::gasp::condition_message(seen);
         let timeout = self.cfg().options.last_gasp_timeout;
         let result = match self.cfg().options.last_gasp {
             LastGasp::None => return false,
@@ -482,14 +491,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                 tokio::time::timeout(timeout, self.api.set_condition(update)).await
             }
             LastGasp::Annotation => {
-                let value = serde_json::json!({
-                    "time": (unix_now() * 1e3).round() / 1e3,
-                    "cmd": seen.cmd.as_str(),
-                    "comm": seen.comm,
-                    "pid": seen.pid,
-                    "verdict": seen.gate.as_str(),
-                })
-                .to_string();
+                let value = super::gasp::annotation_value(seen, unix_now());
                 tokio::time::timeout(
                     timeout,
                     self.api.annotate_node(LAST_GASP_ANNOTATION, Some(value)),

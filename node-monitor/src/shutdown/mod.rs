@@ -28,6 +28,7 @@ pub mod logind;
 pub mod ports;
 
 mod execute;
+pub mod gasp;
 mod node;
 #[cfg(test)]
 mod tests;
@@ -113,6 +114,8 @@ pub struct ShutdownContext {
     pub settings: ShutdownConfig,
     /// reboot(2) calls from the kernel probe; the sender lives with the eBPF adapter.
     pub reboots: mpsc::Receiver<RebootSeen>,
+    /// The last gasp's fast path ([`gasp`]), when it runs.
+    pub fast: Option<Arc<gasp::FastGasp>>,
 }
 
 /// Why the shutdown configuration could not be loaded.
@@ -189,6 +192,7 @@ pub async fn run(ctx: ShutdownContext, stop: watch::Receiver<bool>) -> Stopped {
             health: ctx.health,
             reboots: ctx.reboots,
             own_pod,
+            fast: ctx.fast,
         },
     );
     m.run(stop).await
@@ -201,6 +205,8 @@ struct Runtime {
     reboots: mpsc::Receiver<RebootSeen>,
     /// The pod node-monitor runs in (downward API `POD_NAMESPACE`/`POD_NAME`), never deleted.
     own_pod: Option<(String, String)>,
+    /// The last gasp's fast path, armed by the manager.
+    fast: Option<Arc<gasp::FastGasp>>,
 }
 
 /// The adapter around [`Lifecycle`]: events in, actions carried out through the ports.
@@ -220,6 +226,8 @@ struct Manager<L: LogindPort, N: NodeApi> {
     marking: Option<JoinHandle<Marks>>,
     /// The reboot request whose actions are being carried out.
     seen: Option<RebootSeen>,
+    /// The last gasp's fast path: armed while the manager would send a last gasp.
+    fast: Option<Arc<gasp::FastGasp>>,
 }
 
 impl<L: LogindPort, N: NodeApi> Manager<L, N> {
@@ -235,6 +243,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
             lock: None,
             reported: HashSet::new(),
             own_pod: rt.own_pod,
+            fast: rt.fast,
             marking: None,
             seen: None,
         }
@@ -249,6 +258,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
     }
 
     async fn run(mut self, mut stop: watch::Receiver<bool>) -> Stopped {
+        self.arm_fast();
         self.set_held(false);
         self.metrics
             .shutdown_budget_seconds
@@ -439,7 +449,17 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                 }
             }
         }
+        self.arm_fast();
         Ok(())
+    }
+
+    /// Arms the last gasp's fast path when the manager would send a last gasp for an allowed
+    /// reboot(2) now: one is configured and no graceful shutdown is under way (its own rate
+    /// limit mirrors the manager's).
+    fn arm_fast(&self) {
+        if let Some(f) = &self.fast {
+            f.set_armed(self.cfg().options.last_gasp != LastGasp::None && !self.lc.preparing());
+        }
     }
 
     /// [`Self::dispatch`] without a logind connection.

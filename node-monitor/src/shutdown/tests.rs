@@ -438,6 +438,7 @@ fn start(cfg: ShutdownConfig, node: NodeState, logind_delay: Duration) -> Harnes
             health: health.clone(),
             reboots: rx,
             own_pod: None,
+            fast: None,
         },
     );
     let task = tokio::spawn(m.run(stop_rx));

@@ -1,0 +1,839 @@
+//! The last gasp's fast path: a dedicated thread that sends the last gasp the moment the kernel
+//! probe sees an `allowed` reboot(2), racing the kernel's restart path.
+//!
+//! After reboot(2) enters, the kernel runs the reboot notifiers, shuts the devices down and
+//! restarts the machine; nothing in user space can hold it up, so the only lever is a short path:
+//!
+//! - the reboot program writes `allowed` requests to a ring buffer of their own
+//!   (`names::GASP_MAP`) with `BPF_RB_FORCE_WAKEUP`, so this thread alone wakes, at once;
+//! - the thread runs nothing else (its own single-threaded runtime, no tokio worker in between),
+//!   at `SCHED_FIFO` priority when the agent may use it (`CAP_SYS_NICE`), else at the normal one;
+//! - it keeps its own client, whose connection to the API server stays established (a
+//!   `GET /version` every [`WARM_INTERVAL`]), so the gasp costs no TCP or TLS handshake;
+//! - the request (method, path, headers, the body around the event's fields) is built at start;
+//!   on the event the thread fills in the caller and writes it.
+//!
+//! The shutdown manager still receives the event through the agent's main event stream and
+//! decides the last gasp as before; when the fast path already sent (or is sending) it, the
+//! manager waits for that answer instead of writing again ([`FastGasp::claim`]). The fast path
+//! follows the manager's rules: only while armed (a last gasp configured, no graceful shutdown
+//! under way: [`FastGasp::set_armed`]) and at most once per [`LAST_GASP_MIN_INTERVAL`].
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use axum::http;
+use aya::maps::{MapData, RingBuf};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use node_monitor_core::{
+    names::{LAST_GASP_ANNOTATION, NON_GRACEFUL_SHUTDOWN_REASON, SHUTTING_DOWN_CONDITION},
+    shutdown::{LAST_GASP_MIN_INTERVAL, config::LastGasp},
+};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::RebootSeen;
+use crate::{
+    ebpf::{KernelEvent, RebootGate},
+    telemetry::error_chain as chain,
+};
+
+/// How often the idle connection is used, so it stays established (the client's pool drops
+/// connections idle for 90 s).
+pub const WARM_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The `SCHED_FIFO` priority asked for (of 1–99; the kernel's own threads that matter here run at
+/// 50 and up, so this never starves them).
+const FIFO_PRIORITY: i32 = 10;
+
+/// One last gasp of the fast path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FastSent {
+    pub pid: u32,
+    pub cmd: &'static str,
+    /// `None` while the request is in flight; then whether the API accepted it.
+    pub ok: Option<bool>,
+    /// The request's body as sent.
+    pub body: String,
+}
+
+/// The state the fast path shares with the shutdown manager.
+#[derive(Debug)]
+pub struct FastGasp {
+    armed: AtomicBool,
+    sent: watch::Sender<Option<FastSent>>,
+}
+
+impl Default for FastGasp {
+    fn default() -> Self {
+        Self {
+            armed: AtomicBool::new(false),
+            sent: watch::Sender::new(None),
+        }
+    }
+}
+
+impl FastGasp {
+    /// Whether the fast path may send: the manager's view (a last gasp configured and no
+    /// graceful shutdown under way).
+    pub fn set_armed(&self, armed: bool) {
+        self.armed.store(armed, Ordering::SeqCst);
+    }
+
+    pub fn armed(&self) -> bool {
+        self.armed.load(Ordering::SeqCst)
+    }
+
+    /// The fast path's answer for `seen` when it sent (or is sending) the last gasp for that
+    /// call: waits up to `timeout` for the answer. `None` when the fast path did not take it,
+    /// and the manager must send the last gasp itself.
+    pub async fn claim(&self, seen: &RebootSeen, timeout: Duration) -> Option<bool> {
+        let mut rx = self.sent.subscribe();
+        let matches = |s: &Option<FastSent>| {
+            s.as_ref()
+                .is_some_and(|s| s.pid == seen.pid && s.cmd == seen.cmd.as_str())
+        };
+        if !matches(&rx.borrow()) {
+            return None;
+        }
+        let answered = tokio::time::timeout(
+            timeout,
+            rx.wait_for(|s| s.as_ref().is_some_and(|s| s.ok.is_some())),
+        )
+        .await;
+        Some(match answered {
+            Ok(Ok(s)) => s.as_ref().and_then(|s| s.ok).unwrap_or(false),
+            _ => false,
+        })
+    }
+
+    /// The fast path's latest last gasp.
+    pub fn last(&self) -> Option<FastSent> {
+        self.sent.borrow().clone()
+    }
+}
+
+/// The last gasp request, built at start; [`GaspRequest::body`] fills in the call.
+#[derive(Debug, Clone)]
+pub struct GaspRequest {
+    pub path: String,
+    pub content_type: &'static str,
+    mode: LastGasp,
+    prefix: String,
+    suffix: &'static str,
+}
+
+impl GaspRequest {
+    /// `None` for `lastGasp: none`.
+    pub fn new(mode: LastGasp, node: &str) -> Option<Self> {
+        let node_path = format!("/api/v1/nodes/{node}");
+        match mode {
+            LastGasp::None => None,
+            // The same merge patch as the manager's `annotate_node`.
+            LastGasp::Annotation => Some(Self {
+                path: node_path,
+                content_type: "application/merge-patch+json",
+                mode,
+                prefix: format!(
+                    "{{\"metadata\":{{\"annotations\":{{{}:",
+                    serde_json::Value::from(LAST_GASP_ANNOTATION)
+                ),
+                suffix: "}}}",
+            }),
+            // One strategic merge patch of the one condition (merged by `type`): no read of the
+            // node first, unlike the manager's `set_condition`.
+            LastGasp::Condition => Some(Self {
+                path: format!("{node_path}/status"),
+                content_type: "application/strategic-merge-patch+json",
+                mode,
+                prefix: String::from("{\"status\":{\"conditions\":["),
+                suffix: "]}}",
+            }),
+        }
+    }
+
+    /// The body for `seen` at `unix_now` (seconds), `rfc3339` the same instant.
+    pub fn body(&self, seen: &RebootSeen, unix_now: f64, rfc3339: &str) -> String {
+        let middle = match self.mode {
+            LastGasp::Annotation => serde_json::Value::from(annotation_value(seen, unix_now)),
+            _ => serde_json::json!({
+                "type": SHUTTING_DOWN_CONDITION,
+                "status": "True",
+                "reason": NON_GRACEFUL_SHUTDOWN_REASON,
+                "message": condition_message(seen),
+                "lastHeartbeatTime": rfc3339,
+                "lastTransitionTime": rfc3339,
+            }),
+        };
+        format!("{}{}{}", self.prefix, middle, self.suffix)
+    }
+}
+
+/// The `node-monitor.io/last-gasp` annotation's value (both paths write the same).
+pub fn annotation_value(seen: &RebootSeen, unix_now: f64) -> String {
+    serde_json::json!({
+        "time": (unix_now * 1e3).round() / 1e3,
+        "cmd": seen.cmd.as_str(),
+        "comm": seen.comm,
+        "pid": seen.pid,
+        "verdict": seen.gate.as_str(),
+    })
+    .to_string()
+}
+
+/// The condition's message (both paths write the same).
+pub fn condition_message(seen: &RebootSeen) -> String {
+    format!(
+        "reboot(2) {} by {} (pid {}) bypassed the shutdown inhibitor: pods were not terminated gracefully",
+        seen.cmd.as_str(),
+        seen.comm,
+        seen.pid
+    )
+}
+
+/// What the fast path does with one `allowed` request: whether it sends, given whether it is
+/// armed and when it last sent.
+pub fn should_send(armed: bool, last: Option<Instant>, now: Instant) -> bool {
+    armed && last.is_none_or(|t| now.saturating_duration_since(t) >= LAST_GASP_MIN_INTERVAL)
+}
+
+/// What the fast path needs besides its ring buffer, prepared at the agent's start.
+pub struct FastStart {
+    pub shared: Arc<FastGasp>,
+    /// The agent's API configuration: the thread builds a client of its own from it (its own
+    /// connection, kept warm).
+    pub config: kube::Config,
+    pub request: GaspRequest,
+    /// `lastGaspTimeout`.
+    pub timeout: Duration,
+}
+
+impl FastStart {
+    /// `None` when no last gasp is configured.
+    pub fn new(
+        mode: LastGasp,
+        node: &str,
+        config: kube::Config,
+        timeout: Duration,
+    ) -> Option<Self> {
+        Some(Self {
+            shared: Arc::new(FastGasp::default()),
+            config,
+            request: GaspRequest::new(mode, node)?,
+            timeout,
+        })
+    }
+
+    /// Starts the thread on `ring` (the probe's `names::GASP_MAP`).
+    pub fn start(
+        self,
+        ring: RingBuf<MapData>,
+        stop: watch::Receiver<bool>,
+    ) -> std::io::Result<std::thread::JoinHandle<()>> {
+        spawn(
+            self.shared,
+            ring,
+            self.config,
+            self.request,
+            self.timeout,
+            stop,
+        )
+    }
+}
+
+/// Starts the fast path's thread. It runs until `stop` turns true.
+pub fn spawn(
+    shared: Arc<FastGasp>,
+    ring: RingBuf<MapData>,
+    config: kube::Config,
+    request: GaspRequest,
+    timeout: Duration,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("nm-last-gasp".into())
+        .spawn(move || {
+            let fifo = raise_priority();
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    warn!(error = %e, "last gasp fast path: no runtime; the manager sends it alone");
+                    return;
+                }
+            };
+            rt.block_on(run(shared, ring, config, request, timeout, stop, fifo));
+        })
+}
+
+/// The gasp's own HTTP/1.1 connection over TLS, established ahead of time: on the event the
+/// request is encrypted and written with one `write(2)`, with no HTTP client stack in between.
+/// Used when the API credentials are static (a bearer token, a token file or a client
+/// certificate); with an exec plugin or an auth provider the kube client sends the gasp.
+struct RawConn {
+    tls: rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>,
+}
+
+/// How the raw connection reaches and authenticates to the API server.
+struct RawTarget {
+    addr: String,
+    server_name: rustls::pki_types::ServerName<'static>,
+    tls: Arc<rustls::ClientConfig>,
+    host: String,
+    token: Option<String>,
+    /// Re-read at every warm-up: projected service account tokens rotate.
+    token_file: Option<String>,
+    timeout: Duration,
+}
+
+impl RawTarget {
+    /// `None` when the credentials are not static or the URL is not `https://host[:port]`.
+    fn new(config: &kube::Config, timeout: Duration) -> Result<Option<Self>, String> {
+        use kube::client::ConfigExt as _;
+        use secrecy::ExposeSecret as _;
+        let auth = &config.auth_info;
+        if auth.exec.is_some() || auth.auth_provider.is_some() || auth.username.is_some() {
+            return Ok(None);
+        }
+        let url = &config.cluster_url;
+        if url.scheme_str() != Some("https") {
+            return Ok(None);
+        }
+        let Some(host) = url.host() else {
+            return Ok(None);
+        };
+        let port = url.port_u16().unwrap_or(443);
+        let token = match (&auth.token, &auth.token_file) {
+            (Some(t), _) => Some(t.expose_secret().to_owned()),
+            (None, Some(f)) => Some(
+                std::fs::read_to_string(f)
+                    .map_err(|e| format!("token file {f}: {e}"))?
+                    .trim()
+                    .to_owned(),
+            ),
+            (None, None) => None,
+        };
+        let mut tls = config
+            .rustls_client_config()
+            .map_err(|e| format!("TLS configuration: {e}"))?;
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let name = config
+            .tls_server_name
+            .clone()
+            .unwrap_or_else(|| host.trim_matches(['[', ']']).to_owned());
+        let server_name = rustls::pki_types::ServerName::try_from(name.clone())
+            .map_err(|e| format!("server name {name}: {e}"))?;
+        let host_header = match url.port_u16() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_owned(),
+        };
+        Ok(Some(Self {
+            addr: format!("{}:{port}", host.trim_matches(['[', ']'])),
+            server_name,
+            tls: Arc::new(tls),
+            host: host_header,
+            token,
+            token_file: if auth.token.is_none() {
+                auth.token_file.clone()
+            } else {
+                None
+            },
+            timeout,
+        }))
+    }
+
+    /// Reads the token file again (a failed read keeps the token it has).
+    fn refresh_token(&mut self) {
+        if let Some(f) = &self.token_file
+            && let Ok(t) = std::fs::read_to_string(f)
+        {
+            self.token = Some(t.trim().to_owned());
+        }
+    }
+
+    /// The request's bytes: the head built here, around `body`.
+    fn request(&self, method: &str, path: &str, content_type: Option<&str>, body: &str) -> Vec<u8> {
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: node-monitor-last-gasp\r\nAccept: application/json\r\n",
+            self.host
+        );
+        if let Some(t) = &self.token {
+            head.push_str("Authorization: Bearer ");
+            head.push_str(t);
+            head.push_str("\r\n");
+        }
+        if let Some(ct) = content_type {
+            head.push_str("Content-Type: ");
+            head.push_str(ct);
+            head.push_str("\r\n");
+        }
+        head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+        let mut out = head.into_bytes();
+        out.extend_from_slice(body.as_bytes());
+        out
+    }
+
+    /// A new connection, its TLS handshake done by a first `GET /version`.
+    fn connect(&self) -> std::io::Result<RawConn> {
+        use std::net::ToSocketAddrs as _;
+        let addr = self
+            .addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::other(format!("{}: no address", self.addr)))?;
+        let sock = std::net::TcpStream::connect_timeout(&addr, self.timeout)?;
+        sock.set_nodelay(true)?;
+        sock.set_read_timeout(Some(self.timeout))?;
+        sock.set_write_timeout(Some(self.timeout))?;
+        let conn = rustls::ClientConnection::new(self.tls.clone(), self.server_name.clone())
+            .map_err(std::io::Error::other)?;
+        let mut c = RawConn {
+            tls: rustls::StreamOwned::new(conn, sock),
+        };
+        let (status, _) = c.exchange(&self.request("GET", "/version", None, ""))?;
+        if !(200..300).contains(&status) {
+            return Err(std::io::Error::other(format!(
+                "GET /version: HTTP {status}"
+            )));
+        }
+        Ok(c)
+    }
+}
+
+impl RawConn {
+    /// Writes `request` (one TLS record, one write) and reads the answer; its HTTP status.
+    fn exchange(&mut self, request: &[u8]) -> std::io::Result<(u16, bool)> {
+        use std::io::{Read as _, Write as _};
+        self.tls.conn.writer().write_all(request)?;
+        while self.tls.conn.wants_write() {
+            self.tls.conn.write_tls(&mut self.tls.sock)?;
+        }
+        // The head, then the body by Content-Length (a chunked body ends the connection's use:
+        // the caller reconnects).
+        let mut buf = Vec::with_capacity(4096);
+        let mut chunk = [0u8; 4096];
+        let head_end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let n = self.tls.read(&mut chunk)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse::<u16>().ok())
+            .ok_or_else(|| std::io::Error::other("malformed HTTP answer"))?;
+        let length = head.lines().find_map(|l| {
+            l.strip_prefix("content-length:")
+                .and_then(|v| v.trim().parse::<usize>().ok())
+        });
+        let Some(length) = length else {
+            return Ok((status, false));
+        };
+        while buf.len() < head_end + length {
+            let n = self.tls.read(&mut chunk)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        Ok((status, true))
+    }
+}
+
+/// `SCHED_FIFO` for the calling thread; the error when refused.
+fn raise_priority() -> Result<(), std::io::Error> {
+    let param = libc::sched_param {
+        sched_priority: FIFO_PRIORITY,
+    };
+    // SAFETY: `param` is a valid sched_param; pid 0 is the calling thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+async fn run(
+    shared: Arc<FastGasp>,
+    ring: RingBuf<MapData>,
+    config: kube::Config,
+    request: GaspRequest,
+    timeout: Duration,
+    mut stop: watch::Receiver<bool>,
+    fifo: Result<(), std::io::Error>,
+) {
+    let config_for_raw = config.clone();
+    let client = match crate::cluster::api_client(config, timeout) {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(error = %chain(&e), "last gasp fast path: no API client; the manager sends it alone");
+            return;
+        }
+    };
+    let mut fd = match crate::ebpf::loader::register(ring, "the last gasp ring buffer") {
+        Ok(fd) => fd,
+        Err(e) => {
+            warn!(error = %e, "last gasp fast path: cannot wait on its ring buffer; the manager sends it alone");
+            return;
+        }
+    };
+    match &fifo {
+        Ok(()) => info!(
+            priority = FIFO_PRIORITY,
+            "last gasp fast path ready (SCHED_FIFO)"
+        ),
+        Err(e) => {
+            info!(error = %e, "last gasp fast path ready (SCHED_FIFO refused: normal priority)")
+        }
+    }
+    let target = match RawTarget::new(&config_for_raw, timeout) {
+        Ok(t) => t,
+        Err(e) => {
+            warn!(error = %e, "last gasp fast path: no connection of its own; it sends through the API client");
+            None
+        }
+    };
+    let mut sender = Sender {
+        client,
+        target,
+        raw: None,
+    };
+    let mut warm = tokio::time::interval(WARM_INTERVAL);
+    let mut last: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            biased;
+            guard = fd.readable_mut() => {
+                let Ok(mut guard) = guard else {
+                    warn!("last gasp ring buffer no longer readable; the manager sends it alone");
+                    return;
+                };
+                let mut calls = Vec::new();
+                while let Some(item) = guard.get_inner_mut().next() {
+                    if let Ok(KernelEvent::Reboot(r)) = KernelEvent::decode(&item, false) {
+                        calls.push(RebootSeen::from(&r));
+                    }
+                }
+                guard.clear_ready();
+                for seen in calls {
+                    // The agent's own check of the probe's verdict, as the manager's.
+                    if seen.gate != RebootGate::Allowed {
+                        continue;
+                    }
+                    let now = Instant::now();
+                    if !should_send(shared.armed(), last, now) {
+                        continue;
+                    }
+                    last = Some(now);
+                    sender.send(&request, &seen, &shared, timeout).await;
+                }
+            }
+            _ = warm.tick() => sender.keep_warm().await,
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// How the gasp goes out: its own connection when the credentials allow, else the client.
+struct Sender {
+    client: kube::Client,
+    target: Option<RawTarget>,
+    raw: Option<RawConn>,
+}
+
+impl Sender {
+    async fn send(
+        &mut self,
+        request: &GaspRequest,
+        seen: &RebootSeen,
+        shared: &FastGasp,
+        timeout: Duration,
+    ) {
+        let now = SystemTime::now();
+        let unix = now
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let rfc3339 = Timestamp::try_from(now)
+            .ok()
+            .and_then(|t| serde_json::to_value(Time(t)).ok())
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let body = request.body(seen, unix, &rfc3339);
+        shared.sent.send_replace(Some(FastSent {
+            pid: seen.pid,
+            cmd: seen.cmd.as_str(),
+            ok: None,
+            body: body.clone(),
+        }));
+        let mut how = "client";
+        let ok = match self.send_raw(request, &body) {
+            Some(ok) => {
+                how = "own connection";
+                ok
+            }
+            None => self.send_client(request, body, timeout).await,
+        };
+        shared.sent.send_modify(|s| {
+            if let Some(s) = s {
+                s.ok = Some(ok);
+            }
+        });
+        warn!(
+            cmd = seen.cmd.as_str(),
+            pid = seen.pid,
+            comm = %seen.comm,
+            sent = ok,
+            via = how,
+            "last gasp sent by the fast path"
+        );
+    }
+
+    /// On the gasp's own connection (established again if it was lost); `None` without one.
+    fn send_raw(&mut self, request: &GaspRequest, body: &str) -> Option<bool> {
+        let target = self.target.as_ref()?;
+        let bytes = target.request("PATCH", &request.path, Some(request.content_type), body);
+        let mut conn = match self.raw.take() {
+            Some(c) => c,
+            None => target.connect().ok()?,
+        };
+        let answer = conn.exchange(&bytes).or_else(|e| {
+            // A connection the server closed meanwhile: once more on a new one.
+            warn!(error = %e, "last gasp: the warm connection failed; reconnecting");
+            conn = target.connect()?;
+            conn.exchange(&bytes)
+        });
+        match answer {
+            Ok((status, reusable)) => {
+                if reusable {
+                    self.raw = Some(conn);
+                }
+                if (200..300).contains(&status) {
+                    return Some(true);
+                }
+                warn!(status, "last gasp (fast path) refused by the API server");
+                // Credentials the server no longer takes: the API client's own may still work.
+                if status == 401 || status == 403 {
+                    return None;
+                }
+                Some(false)
+            }
+            Err(e) => {
+                warn!(error = %e, "last gasp (fast path) failed");
+                Some(false)
+            }
+        }
+    }
+
+    async fn send_client(&self, request: &GaspRequest, body: String, timeout: Duration) -> bool {
+        let req = http::Request::patch(&request.path)
+            .header(http::header::CONTENT_TYPE, request.content_type)
+            .body(body.into_bytes());
+        match req {
+            Ok(req) => match tokio::time::timeout(timeout, self.client.request_text(req)).await {
+                Ok(Ok(_)) => true,
+                Ok(Err(e)) => {
+                    warn!(error = %chain(&e), "last gasp (fast path) failed");
+                    false
+                }
+                Err(_) => {
+                    warn!(?timeout, "last gasp (fast path) timed out");
+                    false
+                }
+            },
+            Err(e) => {
+                warn!(error = %e, "last gasp (fast path): bad request");
+                false
+            }
+        }
+    }
+
+    /// One cheap request on the connection, so it is established when the gasp comes.
+    async fn keep_warm(&mut self) {
+        if let Some(target) = &mut self.target {
+            target.refresh_token();
+            let warmed = match self.raw.take() {
+                Some(mut c) => c
+                    .exchange(&target.request("GET", "/version", None, ""))
+                    .ok()
+                    .filter(|(_, reusable)| *reusable)
+                    .map(|_| c),
+                None => None,
+            };
+            self.raw = match warmed {
+                Some(c) => Some(c),
+                None => match target.connect() {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        warn!(error = %e, "last gasp fast path: cannot reach the API server; retrying in {:?}", WARM_INTERVAL);
+                        None
+                    }
+                },
+            };
+            return;
+        }
+        let Ok(req) = http::Request::get("/version").body(Vec::new()) else {
+            return;
+        };
+        if let Err(e) = self.client.request_text(req).await {
+            warn!(error = %chain(&e), "last gasp fast path: the API server did not answer; retrying in {:?}", WARM_INTERVAL);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ebpf::RebootCmd;
+
+    fn seen() -> RebootSeen {
+        RebootSeen {
+            cmd: RebootCmd::Restart,
+            pid: 42,
+            comm: "systemctl".into(),
+            cgroup_id: 1,
+            gate: RebootGate::Allowed,
+            suppressed: 0,
+        }
+    }
+
+    #[test]
+    fn the_annotation_gasp_is_the_managers_merge_patch() {
+        let r = GaspRequest::new(LastGasp::Annotation, "n1").expect("request");
+        assert_eq!(r.path, "/api/v1/nodes/n1");
+        assert_eq!(r.content_type, "application/merge-patch+json");
+        let body: serde_json::Value =
+            serde_json::from_str(&r.body(&seen(), 1700000000.1234, "x")).expect("json");
+        let value = body["metadata"]["annotations"][LAST_GASP_ANNOTATION]
+            .as_str()
+            .expect("annotation");
+        let v: serde_json::Value = serde_json::from_str(value).expect("value json");
+        assert_eq!(
+            v,
+            serde_json::json!({"time": 1700000000.123, "cmd": "restart", "comm": "systemctl", "pid": 42, "verdict": "allowed"})
+        );
+    }
+
+    #[test]
+    fn the_condition_gasp_patches_one_condition_of_the_status() {
+        let r = GaspRequest::new(LastGasp::Condition, "n1").expect("request");
+        assert_eq!(r.path, "/api/v1/nodes/n1/status");
+        assert_eq!(r.content_type, "application/strategic-merge-patch+json");
+        let body: serde_json::Value =
+            serde_json::from_str(&r.body(&seen(), 0.0, "2026-01-01T00:00:00Z")).expect("json");
+        let c = &body["status"]["conditions"];
+        assert_eq!(c.as_array().map(Vec::len), Some(1));
+        assert_eq!(c[0]["type"], SHUTTING_DOWN_CONDITION);
+        assert_eq!(c[0]["status"], "True");
+        assert_eq!(c[0]["reason"], NON_GRACEFUL_SHUTDOWN_REASON);
+        assert_eq!(c[0]["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert!(
+            c[0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("systemctl (pid 42)")),
+            "{body}"
+        );
+        assert!(GaspRequest::new(LastGasp::None, "n1").is_none());
+    }
+
+    #[test]
+    fn the_fast_path_sends_only_armed_and_once_per_interval() {
+        let t0 = Instant::now();
+        assert!(!should_send(false, None, t0));
+        assert!(should_send(true, None, t0));
+        assert!(!should_send(true, Some(t0), t0 + Duration::from_secs(1)));
+        assert!(should_send(true, Some(t0), t0 + LAST_GASP_MIN_INTERVAL));
+    }
+
+    #[test]
+    fn the_own_connection_writes_one_prebuilt_request_with_the_token() {
+        let mut config = kube::Config::new("https://10.0.2.2:6443".parse().expect("url"));
+        config.auth_info.token = Some("t0ken".to_owned().into());
+        let target = RawTarget::new(&config, Duration::from_secs(2))
+            .expect("target")
+            .expect("static credentials");
+        assert_eq!(target.addr, "10.0.2.2:6443");
+        let r = GaspRequest::new(LastGasp::Annotation, "n1").expect("request");
+        let bytes = target.request("PATCH", &r.path, Some(r.content_type), "{}");
+        assert_eq!(
+            String::from_utf8(bytes).expect("utf-8"),
+            "PATCH /api/v1/nodes/n1 HTTP/1.1\r\nHost: 10.0.2.2:6443\r\nUser-Agent: node-monitor-last-gasp\r\n\
+             Accept: application/json\r\nAuthorization: Bearer t0ken\r\n\
+             Content-Type: application/merge-patch+json\r\nContent-Length: 2\r\n\r\n{}"
+        );
+        // Credentials that change (an exec plugin) leave the gasp to the API client.
+        config.auth_info.exec =
+            Some(serde_json::from_value(serde_json::json!({"command": "x"})).expect("exec"));
+        assert!(
+            RawTarget::new(&config, Duration::from_secs(2))
+                .expect("no error")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_rotated_token_file_is_read_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("token");
+        std::fs::write(&file, "first\n").expect("write");
+        let mut config = kube::Config::new("https://api.example:443".parse().expect("url"));
+        config.auth_info.token_file = Some(file.display().to_string());
+        let mut target = RawTarget::new(&config, Duration::from_secs(2))
+            .expect("target")
+            .expect("static credentials");
+        let head = |t: &RawTarget| {
+            String::from_utf8(t.request("GET", "/version", None, "")).expect("utf-8")
+        };
+        assert!(
+            head(&target).contains("Authorization: Bearer first\r\n"),
+            "{}",
+            head(&target)
+        );
+        std::fs::write(&file, "second").expect("write");
+        target.refresh_token();
+        assert!(
+            head(&target).contains("Authorization: Bearer second\r\n"),
+            "{}",
+            head(&target)
+        );
+        assert!(head(&target).contains("Host: api.example:443\r\n"));
+    }
+
+    #[tokio::test]
+    async fn the_manager_waits_for_the_fast_paths_answer_for_the_same_call() {
+        let fast = FastGasp::default();
+        assert_eq!(fast.claim(&seen(), Duration::from_millis(10)).await, None);
+        fast.sent.send_replace(Some(FastSent {
+            pid: 42,
+            cmd: "restart",
+            ok: None,
+            body: String::new(),
+        }));
+        let mut other = seen();
+        other.pid = 7;
+        assert_eq!(fast.claim(&other, Duration::from_millis(10)).await, None);
+        // In flight: the answer comes later.
+        let answer = async {
+            tokio::task::yield_now().await;
+            fast.sent.send_modify(|s| {
+                if let Some(s) = s {
+                    s.ok = Some(true);
+                }
+            });
+        };
+        let call = seen();
+        let (claimed, ()) = tokio::join!(fast.claim(&call, Duration::from_secs(5)), answer);
+        assert_eq!(claimed, Some(true));
+    }
+}
