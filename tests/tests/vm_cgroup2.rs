@@ -1018,7 +1018,13 @@ fn cgroup_v2_crossing_signals_and_available_against_ground_truth() {
     let avail = fields(&results, "available ");
     assert_eq!(avail.len(), 3, "{}", why());
     for row in &avail {
-        assert_eq!(num(row, "agent_mi"), num(row, "kubelet_mi"), "{row:?}");
+        // The agent's sample and the formula's `memory.stat` are two reads, a moment apart, each
+        // rounded to MiB: the guest's own activity can move the root by a MiB or so between them.
+        let apart = (num(row, "agent_mi") - num(row, "kubelet_mi")).abs();
+        assert!(
+            apart <= 2,
+            "the agent's memory.available is {apart} MiB from the kubelet's formula: {row:?}"
+        );
     }
     let cache_moved = (num(&avail[1], "agent_mi") - num(&avail[0], "agent_mi")).abs();
     assert!(
