@@ -59,7 +59,7 @@ use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams},
 };
-use node_monitor_core::remediation::OUT_OF_SERVICE_TAINT;
+use node_monitor_core::{names::agent_lease_name, remediation::OUT_OF_SERVICE_TAINT};
 use node_monitor_tests::{
     cgroup::require_root,
     control_plane::{ControlPlane, ControlPlaneOptions},
@@ -122,6 +122,14 @@ struct Args {
     /// Keep the work directory (remediate's logs, the fence calls).
     #[arg(long)]
     keep: bool,
+    /// Every node also runs the agent's liveness Lease (`node-monitor-agent-<node>` in the
+    /// controller's namespace), renewed as the agent renews it (`--agent-interval`); a killed
+    /// node stops both.
+    #[arg(long)]
+    agent_leases: bool,
+    /// The agents' renewal interval (the agent's `livenessLeaseInterval`: 5 s).
+    #[arg(long, default_value_t = 5)]
+    agent_interval: u64,
 }
 
 fn node_name(i: usize) -> String {
@@ -241,7 +249,23 @@ fn lease_object(name: &str, node_uid: &str, duration: i32) -> Result<Lease> {
     }))?)
 }
 
-/// Creates every Node (Ready) and its Lease, `parallelism` requests at a time.
+/// The agent's liveness Lease of node `name`, as the agent creates it.
+fn agent_lease_object(name: &str) -> Result<Lease> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {
+            "name": agent_lease_name(name),
+            "namespace": NS,
+            "labels": {"app.kubernetes.io/name": "node-monitor"},
+        },
+        "spec": {
+            "holderIdentity": name,
+            "renewTime": MicroTime(Timestamp::now()),
+        },
+    }))?)
+}
+
+/// Creates every Node (Ready) and its Lease (and the agent's, with `--agent-leases`),
+/// `parallelism` requests at a time.
 async fn create_nodes(client: &Client, args: &Args, lease_duration: i32) -> Result<()> {
     let sem = Arc::new(Semaphore::new(args.parallelism));
     let mut set = JoinSet::new();
@@ -249,6 +273,7 @@ async fn create_nodes(client: &Client, args: &Args, lease_duration: i32) -> Resu
         let permit = sem.clone().acquire_owned().await?;
         let client = client.clone();
         let zone = zone_name(i % args.zones);
+        let agent_leases = args.agent_leases;
         set.spawn(async move {
             let _permit = permit;
             let name = node_name(i);
@@ -269,6 +294,13 @@ async fn create_nodes(client: &Client, args: &Args, lease_duration: i32) -> Resu
                 )
                 .await
                 .with_context(|| format!("create the Lease of {name}"))?;
+            if agent_leases {
+                let agents: Api<Lease> = Api::namespaced(leases.into_client(), NS);
+                agents
+                    .create(&PostParams::default(), &agent_lease_object(&name)?)
+                    .await
+                    .with_context(|| format!("create the agent's Lease of {name}"))?;
+            }
             anyhow::Ok(())
         });
         while let Some(r) = set.try_join_next() {
@@ -281,7 +313,17 @@ async fn create_nodes(client: &Client, args: &Args, lease_duration: i32) -> Resu
     Ok(())
 }
 
-/// Renews every Lease once per interval, spread evenly over it, as N kubelets would.
+/// Which Leases a [`Renewer`] renews.
+#[derive(Clone, Copy)]
+enum Leases {
+    /// The kubelets' node Leases: a merge patch of `renewTime`.
+    Kubelet,
+    /// The agents' liveness Leases: a merge patch of `holderIdentity` and `renewTime`, as the
+    /// agent's renewer sends it.
+    Agent,
+}
+
+/// Renews every Lease once per interval, spread evenly over it, as N kubelets (or agents) would.
 struct Renewer {
     paused: Vec<AtomicBool>,
     /// Unix milliseconds of each Lease's last successful renewal (the response received).
@@ -325,9 +367,21 @@ impl Renewer {
         }
     }
 
-    async fn run(self: Arc<Self>, client: Client, interval: Duration, parallelism: usize) {
+    async fn run(
+        self: Arc<Self>,
+        client: Client,
+        interval: Duration,
+        parallelism: usize,
+        kind: Leases,
+    ) {
         let n = self.paused.len();
-        let leases: Api<Lease> = Api::namespaced(client, LEASE_NS);
+        let leases: Api<Lease> = Api::namespaced(
+            client,
+            match kind {
+                Leases::Kubelet => LEASE_NS,
+                Leases::Agent => NS,
+            },
+        );
         let sem = Arc::new(Semaphore::new(parallelism));
         let start = tokio::time::Instant::now();
         let step = interval / u32::try_from(n).unwrap_or(u32::MAX).max(1);
@@ -350,13 +404,21 @@ impl Renewer {
                 let leases = leases.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
-                    let patch = json!({"spec": {"renewTime": MicroTime(Timestamp::now())}});
+                    let (name, patch) = match kind {
+                        Leases::Kubelet => (
+                            node_name(i),
+                            json!({"spec": {"renewTime": MicroTime(Timestamp::now())}}),
+                        ),
+                        Leases::Agent => (
+                            agent_lease_name(&node_name(i)),
+                            json!({"spec": {
+                                "holderIdentity": node_name(i),
+                                "renewTime": MicroTime(Timestamp::now()),
+                            }}),
+                        ),
+                    };
                     match leases
-                        .patch(
-                            &node_name(i),
-                            &PatchParams::default(),
-                            &Patch::Merge(&patch),
-                        )
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                         .await
                     {
                         Ok(_) => {
@@ -693,9 +755,17 @@ async fn run(args: &Args) -> Result<bool> {
         .prefix("nm-bench-remediate-scale-")
         .tempdir()?;
     println!(
-        "remediate-scale: {n} nodes in {} zones, Leases of {lease_duration} s renewed every {} s, remediate {}",
+        "remediate-scale: {n} nodes in {} zones, Leases of {lease_duration} s renewed every {} s{}, remediate {}",
         args.zones,
         interval.as_secs(),
+        if args.agent_leases {
+            format!(
+                ", agents' liveness Leases renewed every {} s",
+                args.agent_interval.max(1)
+            )
+        } else {
+            String::new()
+        },
         binary("node-monitor").display()
     );
 
@@ -727,11 +797,39 @@ async fn run(args: &Args) -> Result<bool> {
     );
 
     let renewer = Renewer::new(n);
-    let renew_task = tokio::spawn(
-        renewer
-            .clone()
-            .run(client.clone(), interval, args.parallelism),
-    );
+    let renew_task = tokio::spawn(renewer.clone().run(
+        client.clone(),
+        interval,
+        args.parallelism,
+        Leases::Kubelet,
+    ));
+    // The agents' liveness Leases, with `--agent-leases`.
+    let agent_interval = Duration::from_secs(args.agent_interval.max(1));
+    let agent_target_rate = n as f64 / agent_interval.as_secs_f64();
+    let agents = Renewer::new(n);
+    let agent_task = args.agent_leases.then(|| {
+        tokio::spawn(agents.clone().run(
+            client.clone(),
+            agent_interval,
+            args.parallelism,
+            Leases::Agent,
+        ))
+    });
+    // Stops node `i`: its kubelet's Lease and its agent's.
+    let stop_node = |i: usize| {
+        renewer.paused[i].store(true, Ordering::Relaxed);
+        agents.paused[i].store(true, Ordering::Relaxed);
+    };
+    let print_agents = |phase: &str, w: &RenewWindow, secs: f64| {
+        if args.agent_leases {
+            print_renewer(
+                &format!("{phase} (agents' liveness Leases)"),
+                w,
+                secs,
+                agent_target_rate,
+            );
+        }
+    };
 
     // The fence configuration.
     let agent = dir.path().join("fence-agent");
@@ -780,12 +878,14 @@ async fn run(args: &Args) -> Result<bool> {
     // (and more) before measuring or killing anything.
     tokio::time::sleep(interval * 4).await;
     let _ = renewer.take_window();
+    let _ = agents.take_window();
     let mut pids = vec![leader.pid];
     pids.extend(cp_pids.iter().map(|(_, p)| *p));
     pids.push(std::process::id());
     let window = Duration::from_secs(args.seconds);
     let u = observe(&pids, window, async || leader.check_running()).await?;
     let rw = renewer.take_window();
+    let aw = agents.take_window();
     println!(
         "remediate-scale: idle leader at {n} nodes: CPU {:.1} % of a core, RSS {:.1} MiB (max over {} s; peak since start {:.1} MiB)",
         u[0].cpu_pct,
@@ -812,6 +912,7 @@ async fn run(args: &Args) -> Result<bool> {
             .join(", ")
     );
     print_renewer("idle", &rw, window.as_secs_f64(), target_rate);
+    print_agents("idle", &aw, window.as_secs_f64());
     let nodes_api: Api<Node> = Api::all(client.clone());
     let text = leader.metrics().await?;
     println!(
@@ -842,7 +943,7 @@ async fn run(args: &Args) -> Result<bool> {
     let mut dead_set: BTreeSet<String> = BTreeSet::new();
     if !killed.is_empty() {
         for &i in &killed {
-            renewer.paused[i].store(true, Ordering::Relaxed);
+            stop_node(i);
             dead_set.insert(node_name(i));
         }
         let t0 = Instant::now();
@@ -870,7 +971,12 @@ async fn run(args: &Args) -> Result<bool> {
         let (mut to_dead, mut to_fence, mut to_taint) = (Vec::new(), Vec::new(), Vec::new());
         for &i in &killed {
             let name = node_name(i);
-            let last = renewer.last_ok_ms[i].load(Ordering::Relaxed) as f64 / 1000.0;
+            // The death: the last renewal of either Lease.
+            let mut last_ms = renewer.last_ok_ms[i].load(Ordering::Relaxed);
+            if args.agent_leases {
+                last_ms = last_ms.max(agents.last_ok_ms[i].load(Ordering::Relaxed));
+            }
+            let last = last_ms as f64 / 1000.0;
             let dead = dead_logs
                 .iter()
                 .find(|(_, f)| f["node"] == name.as_str())
@@ -915,6 +1021,7 @@ async fn run(args: &Args) -> Result<bool> {
             stop.clone(),
         ));
         let _ = renewer.take_window();
+        let _ = agents.take_window();
         let mut seen_states: BTreeSet<(String, String)> = BTreeSet::new();
         let mut max_unhealthy = 0.0f64;
         let u = observe(&pids, window, async || {
@@ -932,6 +1039,7 @@ async fn run(args: &Args) -> Result<bool> {
         })
         .await?;
         let rw = renewer.take_window();
+        let aw = agents.take_window();
         stop.store(true, Ordering::Relaxed);
         let (writes, errors) = flapper.await?;
         let new_fences: Vec<String> = fence_calls(&calls_log)[fences_before..]
@@ -959,6 +1067,7 @@ async fn run(args: &Args) -> Result<bool> {
             }
         );
         print_renewer("churn", &rw, window.as_secs_f64(), target_rate);
+        print_agents("churn", &aw, window.as_secs_f64());
     }
 
     // 4. Zone kill.
@@ -983,9 +1092,10 @@ async fn run(args: &Args) -> Result<bool> {
             NODE_FENCE_RATE
         };
         let _ = renewer.take_window();
+        let _ = agents.take_window();
         let killed_at = unix_now();
         for &i in &victims {
-            renewer.paused[i].store(true, Ordering::Relaxed);
+            stop_node(i);
             dead_set.insert(node_name(i));
         }
         let victim_names: BTreeSet<String> = victims.iter().map(|&i| node_name(i)).collect();
@@ -1011,6 +1121,7 @@ async fn run(args: &Args) -> Result<bool> {
         )
         .await?;
         let rw = renewer.take_window();
+        let aw = agents.take_window();
         let mut calls: Vec<f64> = first_isolations(&calls_log)
             .into_iter()
             .filter(|(node, t)| victim_names.contains(node) && *t >= killed_at)
@@ -1064,6 +1175,14 @@ async fn run(args: &Args) -> Result<bool> {
             zone_seconds as f64,
             target_rate * (1.0 - count as f64 / n as f64),
         );
+        if args.agent_leases {
+            print_renewer(
+                "zone kill (agents' liveness Leases)",
+                &aw,
+                zone_seconds as f64,
+                agent_target_rate * (1.0 - count as f64 / n as f64),
+            );
+        }
     }
 
     // Healthy nodes fenced (over the whole run so far).
@@ -1136,6 +1255,10 @@ async fn run(args: &Args) -> Result<bool> {
 
     renewer.stop.store(true, Ordering::Relaxed);
     renew_task.abort();
+    agents.stop.store(true, Ordering::Relaxed);
+    if let Some(task) = agent_task {
+        task.abort();
+    }
     if args.keep {
         let kept = dir.keep();
         println!("remediate-scale: work directory kept: {}", kept.display());
