@@ -1095,11 +1095,14 @@ async fn a_split_container_filesystem_gets_the_nodefs_thresholds() {
     );
 }
 
+use super::PushArm;
+use node_monitor_core::mem_push::{FLOOR_PAGES, PushPolicy};
+
 /// Records every batch the loop writes to the memory push.
 #[derive(Clone, Default)]
 struct FakePush(Arc<std::sync::Mutex<Vec<u64>>>);
 
-impl super::PushArm for FakePush {
+impl PushArm for FakePush {
     fn arm(&self, pages: u64) -> Result<(), String> {
         self.0.lock().expect("not poisoned").push(pages);
         Ok(())
@@ -1110,10 +1113,9 @@ impl super::PushArm for FakePush {
 async fn the_memory_push_is_armed_near_a_memory_threshold_and_disarmed_far_from_it() {
     let push = FakePush::default();
     let mut rig = Rig::new(HARD_1GI, 8 * GI, &three_pods());
-    rig.agent = rig.agent.with_mem_push(
-        Box::new(push.clone()),
-        node_monitor_core::mem_push::PushPolicy::new(4096, 2),
-    );
+    rig.agent = rig
+        .agent
+        .with_mem_push(Box::new(push.clone()), PushPolicy::new(4096, 2));
     // Far: disarmed, written once.
     rig.cycle().await;
     rig.cycle().await;
@@ -1130,6 +1132,6 @@ async fn the_memory_push_is_armed_near_a_memory_threshold_and_disarmed_far_from_
     rig.cycle().await;
     assert_eq!(
         *push.0.lock().expect("not poisoned"),
-        [0, 1600, node_monitor_core::mem_push::FLOOR_PAGES, 0]
+        [0, 1600, FLOOR_PAGES, 0]
     );
 }
