@@ -656,7 +656,7 @@ fn guest(run: &RunArgs) -> Result<()> {
             let f = one_climb(&cg, run, trial, &push)?;
             let ms = |at| after(f.crossing, at).map_or_else(|| "-".into(), |v| format!("{v:.1}"));
             println!(
-                "result trial={trial:?} run={i} push_ms={} push_by={} push_records={}",
+                "push trial={trial:?} run={i} push_ms={} push_by={} push_records={}",
                 ms(f.push),
                 if f.push_woke { "push" } else { "look" },
                 f.push_records
