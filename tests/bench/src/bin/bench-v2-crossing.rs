@@ -102,14 +102,27 @@ enum Mode {
         #[arg(long, default_value_t = 200)]
         interval_us: u64,
     },
-    /// Inside the guest: join `cgroup`, touch `mi` MiB at `rate` MiB/s, hold until killed.
+    /// The memory push's cost per page event (root; on the host): loads the push, touches
+    /// `mi` MiB `times` times with it disarmed, then armed with a batch never reached, and prints
+    /// each program's run time per run from the kernel's BPF statistics (turned on for the
+    /// measurement and restored after).
+    PushCost {
+        #[arg(long, default_value_t = 512)]
+        mi: u64,
+        #[arg(long, default_value_t = 5)]
+        times: u32,
+    },
+    /// Inside the guest: join `cgroup` (if given), touch `mi` MiB at `rate` MiB/s, hold until
+    /// killed (or exit at once with `--exit`).
     Climb {
         #[arg(long)]
-        cgroup: PathBuf,
+        cgroup: Option<PathBuf>,
         #[arg(long)]
         mi: u64,
         #[arg(long)]
         rate_mib_s: u64,
+        #[arg(long)]
+        exit: bool,
     },
 }
 
@@ -120,13 +133,15 @@ fn main() -> Result<()> {
             cgroup,
             mi,
             rate_mib_s,
-        }) => climb(&cgroup, mi, rate_mib_s),
+            exit,
+        }) => climb(cgroup.as_deref(), mi, rate_mib_s, exit),
         Some(Mode::Guest { run }) => guest(&run),
         Some(Mode::Truth {
             node,
             threshold_mi,
             interval_us,
         }) => truth(&node, threshold_mi * MI, Duration::from_micros(interval_us)),
+        Some(Mode::PushCost { mi, times }) => push_cost(mi, times),
         None => host(&args.run),
     }
 }
@@ -168,6 +183,60 @@ fn host(run: &RunArgs) -> Result<()> {
         println!("guest tracepoints and hooks:\n{hooks}");
     }
     Ok(())
+}
+
+fn push_cost(mi: u64, times: u32) -> Result<()> {
+    let stats = Path::new("/proc/sys/kernel/bpf_stats_enabled");
+    let before = read(stats)?;
+    write(stats, "1")?;
+    let result = (|| -> Result<()> {
+        let push = load_push()?;
+        let snapshot = || -> Vec<(&'static str, u64, Duration)> {
+            push._probes
+                .run_stats()
+                .into_iter()
+                .map(|s| (s.name, s.run_count, s.run_time))
+                .collect()
+        };
+        let work = || -> Result<Duration> {
+            let start = Instant::now();
+            for _ in 0..times {
+                let status = Command::new(std::env::current_exe()?)
+                    .args([
+                        "climb",
+                        "--mi",
+                        &mi.to_string(),
+                        "--rate-mib-s",
+                        "100000",
+                        "--exit",
+                    ])
+                    .status()?;
+                if !status.success() {
+                    bail!("the climber failed: {status}");
+                }
+            }
+            Ok(start.elapsed())
+        };
+        for (label, batch) in [("disarmed", 0u64), ("armed-unreached", 1 << 40)] {
+            push.control.arm(batch)?;
+            let a = snapshot();
+            let wall = work()?;
+            let b = snapshot();
+            for ((name, c0, t0), (_, c1, t1)) in a.iter().zip(&b) {
+                let runs = c1.saturating_sub(*c0);
+                let ns = t1.saturating_sub(*t0).as_nanos() as f64;
+                println!(
+                    "push_cost state={label} program={name} runs={runs} ns_per_run={:.0} wall_ms={}",
+                    ns / runs.max(1) as f64,
+                    wall.as_millis()
+                );
+            }
+        }
+        push.control.arm(0)?;
+        Ok(())
+    })();
+    write(stats, before.trim())?;
+    result
 }
 
 // ---------------------------------------------------------------- guest side
@@ -860,12 +929,14 @@ fn truth(node: &Path, threshold: u64, interval: Duration) -> Result<()> {
 
 // ---------------------------------------------------------------- climber
 
-fn climb(cgroup: &Path, mi: u64, rate_mib_s: u64) -> Result<()> {
-    fs::create_dir_all(cgroup).ok();
-    write(
-        &cgroup.join("cgroup.procs"),
-        &std::process::id().to_string(),
-    )?;
+fn climb(cgroup: Option<&Path>, mi: u64, rate_mib_s: u64, exit: bool) -> Result<()> {
+    if let Some(cgroup) = cgroup {
+        fs::create_dir_all(cgroup).ok();
+        write(
+            &cgroup.join("cgroup.procs"),
+            &std::process::id().to_string(),
+        )?;
+    }
     let step = Duration::from_secs_f64(1.0 / rate_mib_s.max(1) as f64);
     let start = Instant::now();
     let mut held: Vec<Vec<u8>> = Vec::new();
@@ -879,6 +950,10 @@ fn climb(cgroup: &Path, mi: u64, rate_mib_s: u64) -> Result<()> {
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             thread::sleep(wait);
         }
+    }
+    if exit {
+        std::hint::black_box(&held);
+        return Ok(());
     }
     loop {
         thread::sleep(Duration::from_secs(60));
