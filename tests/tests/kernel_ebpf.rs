@@ -351,7 +351,7 @@ fn synthetic_events_cross_the_ring_buffer_intact() {
     let me = std::process::id();
     let mut probes = load(&ProbeConfig {
         synthetic_tgid: Some(me),
-        disable: ["oom", "reclaim", "kswapd", "reboot"]
+        disable: ["oom", "reclaim", "kswapd", "reboot", "mem_push"]
             .map(str::to_owned)
             .into(),
         ..ProbeConfig::default()
