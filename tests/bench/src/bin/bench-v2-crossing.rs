@@ -724,12 +724,14 @@ fn guest(run: &RunArgs) -> Result<()> {
         for i in 0..run.runs {
             let f = one_climb(&cg, run, trial, &push)?;
             let ms = |at| after(f.crossing, at).map_or_else(|| "-".into(), |v| format!("{v:.1}"));
-            println!(
-                "push trial={trial:?} run={i} push_ms={} push_by={} push_records={}",
-                ms(f.push),
-                if f.push_woke { "push" } else { "look" },
-                f.push_records
-            );
+            if trial == Trial::Observe {
+                println!(
+                    "push trial={trial:?} run={i} push_ms={} push_by={} push_records={}",
+                    ms(f.push),
+                    if f.push_woke { "push" } else { "look" },
+                    f.push_records
+                );
+            }
             println!(
                 "result trial={trial:?} run={i} sampling_ms={} psi_ms={} low_ms={} high_ms={} \
                  ws_at_crossing_mi={} ws_plus_1s_mi={} sampling_cpu_us_per_pass={:.0} \
