@@ -647,6 +647,19 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
         ms[ms.len() - 1]
     );
 
+    // Where each reaction went: the agent's `decision` line (wake-up → decision, time queued
+    // behind the previous cycle, the pass itself) before each climber's `evicting` line.
+    let lines: Vec<&str> = agent_log.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        if l.contains("evicting") && l.contains("pod=default/climber") {
+            let decision = lines[..i]
+                .iter()
+                .rev()
+                .find(|d| d.contains("decided_us="))
+                .unwrap_or(&"");
+            eprintln!("  before an eviction: {decision}");
+        }
+    }
     let entry = run.read_out("entry.log").unwrap_or_default();
     let evict_line = agent_log
         .lines()
