@@ -21,8 +21,14 @@ pub const KSWAPD_SUPPRESSED: u32 = RECLAIM_UNMATCHED + 1;
 pub const MAP_ERRORS: u32 = KSWAPD_SUPPRESSED + 1;
 /// Reboot requests withheld by the per-verdict rate limit (never `allowed` ones).
 pub const REBOOT_SUPPRESSED: u32 = MAP_ERRORS + 1;
+/// Memory push wake records withheld by the global rate limit.
+pub const MEM_PUSH_SUPPRESSED: u32 = REBOOT_SUPPRESSED + 1;
+/// Memory push wake records sent.
+pub const MEM_PUSH_WAKES: u32 = MEM_PUSH_SUPPRESSED + 1;
+/// Memory push wake records lost because their ring buffer was full.
+pub const MEM_PUSH_DROPS: u32 = MEM_PUSH_WAKES + 1;
 /// Number of slots.
-pub const COUNT: u32 = REBOOT_SUPPRESSED + 1;
+pub const COUNT: u32 = MEM_PUSH_DROPS + 1;
 
 #[cfg(test)]
 mod tests {
@@ -37,6 +43,9 @@ mod tests {
             KSWAPD_SUPPRESSED,
             MAP_ERRORS,
             REBOOT_SUPPRESSED,
+            MEM_PUSH_SUPPRESSED,
+            MEM_PUSH_WAKES,
+            MEM_PUSH_DROPS,
         ];
         assert_eq!(DROPS - EVENTS, KIND_SLOTS as u32);
         assert_eq!(READ_ERRORS - DROPS, KIND_SLOTS as u32);

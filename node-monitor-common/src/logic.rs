@@ -369,9 +369,55 @@ pub struct RebootSlot {
     pub suppressed: u64,
 }
 
+/// The memory push: the page-allocator tracepoints keep a per-CPU net page count (allocations
+/// add `1 << order`, frees subtract it) and, when one CPU's growth since its last report reaches
+/// the batch the agent wrote, report it in a [`MemPushWake`] (rate-limited globally). The count
+/// is a trigger only: the agent re-reads memory and decides on what it reads.
+pub mod mem_push {
+    /// Slot of the batch in pages; 0 = disarmed (the programs return at once).
+    pub const BATCH: u32 = 0;
+    /// Slot of the minimum interval between two wake records, in ns.
+    pub const MIN_INTERVAL: u32 = 1;
+    /// Slot of the last wake record's time (kernel-written).
+    pub const LAST_EMIT: u32 = 2;
+    /// Slot of the wake records withheld since the last one sent (kernel-written).
+    pub const SUPPRESSED: u32 = 3;
+    /// Entries in the map.
+    pub const SLOTS: u32 = 4;
+}
+
+/// What a CPU's net page count becomes after an allocation (`grow`) or a free of `pages` under
+/// `batch`, and whether it reached the batch (then the caller reports it and resets the count
+/// to 0). A free cannot take the count below `-batch`: frees of pages allocated on another CPU
+/// must not bank unbounded credit against later growth here.
+pub const fn mem_push_step(net: i64, pages: i64, grow: bool, batch: i64) -> (i64, bool) {
+    if grow {
+        let n = net.saturating_add(pages);
+        (n, n >= batch)
+    } else {
+        let n = net.saturating_sub(pages);
+        (if n < -batch { -batch } else { n }, false)
+    }
+}
+
+/// A memory push wake record ([`crate::names::MEM_PUSH_RING`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemPushWake {
+    pub ts_ns: u64,
+    /// The reporting CPU's net growth, in pages, when it reached the batch.
+    pub net_pages: i64,
+    /// The batch in force.
+    pub batch_pages: u64,
+    pub cpu: u32,
+    /// Records withheld by the rate limit since the previous one sent.
+    pub suppressed: u32,
+}
+
 plain! {
     RebootCaller { u64, u32, u32 },
     RebootSlot { u64, u64 },
+    MemPushWake { u64, i64, u64, u32, u32 },
 }
 
 #[cfg(test)]

@@ -23,6 +23,14 @@ pub const STALLS_MAP: &str = "NM_STALLS";
 pub const KSWAPD_MAP: &str = "NM_KSWAPD";
 /// `Array<RebootSlot>` indexed by reboot verdict: the reboot rate limit.
 pub const REBOOT_MAP: &str = "NM_REBOOT";
+/// `Array<u64>` of [`crate::logic::mem_push`] slots: the memory push's batch (written by the
+/// agent to arm or disarm it), its rate limit and its state.
+pub const MEM_PUSH_MAP: &str = "NM_MEM_PUSH";
+/// `PerCpuArray<i64>` with one entry: each CPU's net page growth since its last report.
+pub const MEM_NET_MAP: &str = "NM_MEM_NET";
+/// A small ring buffer for the memory push's wake records alone ([`crate::logic::MemPushWake`]),
+/// each submitted with a forced wake-up.
+pub const MEM_PUSH_RING: &str = "NM_MEM_WAKE";
 
 /// Program names (the functions in node-monitor-ebpf).
 pub mod prog {
@@ -38,4 +46,8 @@ pub mod prog {
     pub const REBOOT: &str = "reboot_enter";
     /// tracepoint `syscalls/sys_enter_getppid`: benchmark event generator, off by default.
     pub const SYNTHETIC: &str = "synthetic_evt";
+    /// tracepoint `kmem/mm_page_alloc`: the memory push's per-CPU growth count.
+    pub const MEM_PUSH_ALLOC: &str = "mem_push_alloc";
+    /// tracepoint `kmem/mm_page_free`: the memory push's per-CPU growth count.
+    pub const MEM_PUSH_FREE: &str = "mem_push_free";
 }

@@ -14,6 +14,7 @@
 
 mod kswapd;
 mod maps;
+mod mem_push;
 mod oom;
 mod reboot;
 mod reclaim;

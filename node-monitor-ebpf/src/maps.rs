@@ -8,6 +8,7 @@ use node_monitor_common::{
     counters,
     logic::{
         KSWAPD_NODES, KswapdSlot, REBOOT_GATES, RebootSlot, ReclaimTask, StallKey, StallWindow,
+        mem_push,
     },
 };
 
@@ -42,3 +43,15 @@ pub static KSWAPD: Array<KswapdSlot> = Array::with_max_entries(KSWAPD_NODES, 0);
 
 #[map(name = "NM_REBOOT")]
 pub static REBOOT: Array<RebootSlot> = Array::with_max_entries(REBOOT_GATES, 0);
+
+/// The memory push's batch, rate limit and state (`node_monitor_common::logic::mem_push`).
+#[map(name = "NM_MEM_PUSH")]
+pub static MEM_PUSH: Array<u64> = Array::with_max_entries(mem_push::SLOTS, 0);
+
+/// Each CPU's net page growth since its last memory push report.
+#[map(name = "NM_MEM_NET")]
+pub static MEM_NET: PerCpuArray<i64> = PerCpuArray::with_max_entries(1, 0);
+
+/// The memory push's wake records alone, so that its reader wakes for nothing else.
+#[map(name = "NM_MEM_WAKE")]
+pub static MEM_WAKE: RingBuf = RingBuf::with_byte_size(4096, 0);

@@ -108,6 +108,8 @@ impl Args {
             kernel_log: self.kernel_log,
             ..ProbeConfig::default()
         };
+        // The memory push only wakes the agent: nothing to show, and a cost on every page.
+        config.disable.insert("mem_push".to_owned());
         // A flight record keeps every kind of event.
         if !self.kind.is_empty() && !self.flight {
             for (kind, family) in [

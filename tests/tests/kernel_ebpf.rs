@@ -142,7 +142,7 @@ fn every_program_loads_and_attaches() {
         ..ProbeConfig::default()
     });
     let states = probes.program_states();
-    assert_eq!(states.len(), 9, "{states:#?}");
+    assert_eq!(states.len(), 11, "{states:#?}");
     for s in &states {
         if s.name == prog::OOM_TP {
             // The tracepoint fallback stands by while the raw tracepoint runs.
@@ -351,7 +351,7 @@ fn synthetic_events_cross_the_ring_buffer_intact() {
     let me = std::process::id();
     let mut probes = load(&ProbeConfig {
         synthetic_tgid: Some(me),
-        disable: ["oom", "reclaim", "kswapd", "reboot"]
+        disable: ["oom", "reclaim", "kswapd", "reboot", "mem_push"]
             .map(str::to_owned)
             .into(),
         ..ProbeConfig::default()
@@ -394,5 +394,82 @@ fn synthetic_events_cross_the_ring_buffer_intact() {
         assert_eq!(c.drops[&EventKind::Synthetic], 0);
         assert_eq!(stream.received(), N as u64);
         assert_eq!(stream.decode_errors(), 0);
+    });
+}
+
+/// Runs `nm-memhog anon <mib>` in the test cgroup `rel` and waits for it to exit 0.
+fn touch_anon(cg: &TestCgroups, rel: &str, mib: u64) {
+    let status = cg
+        .spawn_in(rel, Command::new(MEMHOG).args(["anon", &mib.to_string()]))
+        .expect("spawn nm-memhog")
+        .wait()
+        .expect("wait for nm-memhog");
+    assert!(status.success(), "nm-memhog anon {mib}: {status:?}");
+}
+
+/// Every memory push record that arrives within `window`.
+async fn mem_push_records(
+    wakes: &mut node_monitor::ebpf::MemPushWakes,
+    window: Duration,
+) -> Vec<node_monitor::ebpf::MemPushWake> {
+    let deadline = tokio::time::Instant::now() + window;
+    let mut out = Vec::new();
+    while let Ok(r) = tokio::time::timeout_at(deadline, wakes.next()).await {
+        out.extend(r.expect("memory push ring buffer readable"));
+    }
+    out
+}
+
+#[test]
+fn the_memory_push_wakes_on_page_growth_only_when_armed() {
+    let mut cg = TestCgroups::new("mem-push");
+    let rel = "grower";
+    cg.create(rel).unwrap();
+    cg.set_memory_limit(rel, 512 * MIB).unwrap();
+    let mut probes = load(&ProbeConfig::default());
+    assert_attached(&probes, &[prog::MEM_PUSH_ALLOC, prog::MEM_PUSH_FREE]);
+    let control = probes.mem_push().expect("the memory push's control");
+    assert_eq!(control.batch().unwrap(), 0, "loaded disarmed");
+    runtime().block_on(async {
+        let mut wakes = probes.mem_push_wakes().expect("memory push records");
+
+        // Disarmed: 128 MiB touched, not a record.
+        touch_anon(&cg, rel, 128);
+        let got = mem_push_records(&mut wakes, Duration::from_millis(500)).await;
+        assert!(got.is_empty(), "disarmed, yet {got:?}");
+        let c = probes.counters().unwrap();
+        assert_eq!((c.mem_push_wakes, c.mem_push_suppressed), (0, 0), "{c:?}");
+
+        // Armed with a batch far above the growth (4 TiB of pages): still silent.
+        control.arm(1 << 30).unwrap();
+        touch_anon(&cg, rel, 128);
+        let got = mem_push_records(&mut wakes, Duration::from_millis(500)).await;
+        assert!(got.is_empty(), "batch above the growth, yet {got:?}");
+
+        // Armed with 16 MiB per CPU: 128 MiB touched on one CPU reaches it.
+        let batch = 4096;
+        control.arm(batch).unwrap();
+        assert_eq!(control.batch().unwrap(), batch);
+        let start = monotonic_ns();
+        touch_anon(&cg, rel, 128);
+        let got = mem_push_records(&mut wakes, Duration::from_millis(500)).await;
+        assert!(
+            !got.is_empty(),
+            "armed at {batch} pages, no record for 128 MiB"
+        );
+        for w in &got {
+            assert_eq!(w.batch_pages, batch, "{w:?}");
+            assert!(w.net_pages >= batch as i64, "{w:?}");
+            assert!(w.ts_ns >= start, "{w:?}");
+        }
+        let c = probes.counters().unwrap();
+        assert!(c.mem_push_wakes >= got.len() as u64, "{c:?}");
+        assert_eq!(c.mem_push_drops, 0, "{c:?}");
+
+        // Disarmed again: silent again.
+        control.arm(0).unwrap();
+        touch_anon(&cg, rel, 128);
+        let got = mem_push_records(&mut wakes, Duration::from_millis(500)).await;
+        assert!(got.is_empty(), "disarmed again, yet {got:?}");
     });
 }

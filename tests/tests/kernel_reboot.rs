@@ -36,7 +36,9 @@ fn runtime() -> tokio::runtime::Runtime {
 fn reboot_only(config: ProbeConfig) -> Probes {
     require_root("loading eBPF programs");
     let probes = Probes::load(&ProbeConfig {
-        disable: ["oom", "reclaim", "kswapd"].map(str::to_owned).into(),
+        disable: ["oom", "reclaim", "kswapd", "mem_push"]
+            .map(str::to_owned)
+            .into(),
         ..config
     });
     assert!(

@@ -166,7 +166,9 @@ systemctl poweroff -ff
 "#;
 
 fn pressure_config() -> String {
-    format!("evictionHard:\n  memory.available: {THRESHOLD_MI}Mi\n")
+    format!(
+        "evictionHard:\n  memory.available: {THRESHOLD_MI}Mi\nnodeMonitor:\n  memoryPush: true\n"
+    )
 }
 
 /// The guest's payload: binaries (hard links into target/ when on the same file system), the
@@ -564,6 +566,23 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
         wakeups("headroom") >= 1.0,
         "no adaptive-sampling pass while the climber approached the threshold\n{m}\n{report}"
     );
+    // The memory push (`nodeMonitor.memoryPush`), armed near the threshold, must have woken the
+    // agent as the climbers' pages grew: the page-allocator tracepoints of the guest's 6.1.
+    for program in ["mem_push_alloc", "mem_push_free"] {
+        assert_eq!(
+            metrics::sum(
+                &m,
+                "node_monitor_ebpf_program_state",
+                &[("program", program), ("state", "attached")]
+            ),
+            1.0,
+            "{program} attached\n{m}"
+        );
+    }
+    assert!(
+        wakeups("kernel_memory_growth") >= 1.0,
+        "no memory push wake-up while the climbers approached the threshold\n{m}\n{report}"
+    );
     // The kernel OOM kill, attributed to its pod through the systemd layout (cgroup id → path
     // under kubepods.slice → pod UID → namespace/name from the agent's pod cache).
     assert_eq!(
@@ -628,6 +647,19 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
         ms[ms.len() - 1]
     );
 
+    // Where each reaction went: the agent's `decision` line (wake-up → decision, time queued
+    // behind the previous cycle, the pass itself) before each climber's `evicting` line.
+    let lines: Vec<&str> = agent_log.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        if l.contains("evicting") && l.contains("pod=default/climber") {
+            let decision = lines[..i]
+                .iter()
+                .rev()
+                .find(|d| d.contains("decided_us="))
+                .unwrap_or(&"");
+            eprintln!("  before an eviction: {decision}");
+        }
+    }
     let entry = run.read_out("entry.log").unwrap_or_default();
     let evict_line = agent_log
         .lines()
@@ -638,12 +670,14 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
     eprintln!("  climber created to gone from the API: {evicted_after:.1?}");
     eprintln!("  eviction: {evict_line}");
     eprintln!(
-        "  wake-ups: memory_events {} psi {} kernel_oom_kill {} kernel_reclaim_stall {} housekeeping {}",
+        "  wake-ups: memory_events {} psi {} kernel_oom_kill {} kernel_reclaim_stall {} housekeeping {} headroom {} kernel_memory_growth {}",
         wakeups("memory_events"),
         wakeups("psi"),
         wakeups("kernel_oom_kill"),
         wakeups("kernel_reclaim_stall"),
-        wakeups("housekeeping")
+        wakeups("housekeeping"),
+        wakeups("headroom"),
+        wakeups("kernel_memory_growth")
     );
     eprintln!(
         "  last memory.available observed {:.0} MiB of {:.0} MiB",
@@ -1050,6 +1084,29 @@ fn cgroup_v2_crossing_signals_and_available_against_ground_truth() {
         assert_eq!(r["high_ms"], "-", "no memory.high was set: {r:?}");
         assert!(num(r, "ws_plus_1s_mi") > level, "the climb stopped: {r:?}");
     }
+    // The memory push, driven as the agent drives it: it sends records as the climb nears the
+    // level, its reader sees every crossing, and a push record prompted the read that saw at
+    // least one of them (the others may come from its 100 ms look).
+    // (Not run in the `memory.high` trial.)
+    let push: Vec<_> = fields(&results, "push ")
+        .into_iter()
+        .filter(|r| r["trial"] == "Observe")
+        .collect();
+    assert_eq!(push.len(), 3, "{}", why());
+    for r in &push {
+        assert_ne!(
+            r["push_ms"], "-",
+            "the push's reader missed a crossing: {r:?}"
+        );
+        assert!(
+            num(r, "push_records") >= 1,
+            "no push record in a climb: {r:?}"
+        );
+    }
+    assert!(
+        push.iter().any(|r| r["push_by"] == "push"),
+        "no crossing read was prompted by a push record: {push:?}"
+    );
     for r in &high {
         assert_ne!(r["high_ms"], "-", "memory.high did not report: {r:?}");
         assert!(

@@ -231,3 +231,33 @@ fn reboot_magic_numbers() {
         assert_eq!(reboot_magic_accepted(m1, m2), want, "{m1:#x} {m2}");
     }
 }
+
+#[test]
+fn mem_push_counts_growth_and_bounds_credit() {
+    // (case, net, pages, grow, batch, want net, want report)
+    let cases = [
+        ("growth below the batch", 0, 8, true, 256, 8, false),
+        ("growth reaching the batch", 250, 8, true, 256, 258, true),
+        ("growth exactly at the batch", 255, 1, true, 256, 256, true),
+        ("a free lowers the count", 100, 4, false, 256, 96, false),
+        ("a free goes negative", 0, 16, false, 256, -16, false),
+        (
+            "credit is bounded by the batch",
+            -250,
+            512,
+            false,
+            256,
+            -256,
+            false,
+        ),
+        ("a huge page", 0, 512, true, 256, 512, true),
+        ("no overflow", i64::MAX - 1, 8, true, 256, i64::MAX, true),
+    ];
+    for (case, net, pages, grow, batch, want, report) in cases {
+        assert_eq!(
+            mem_push_step(net, pages, grow, batch),
+            (want, report),
+            "{case}"
+        );
+    }
+}

@@ -88,6 +88,9 @@ pub struct NodeMonitorSection {
     /// `taintOnPressure`.
     #[serde(default, deserialize_with = "present")]
     pub taint_on_pressure: Option<Flag>,
+    /// `memoryPush`.
+    #[serde(default, deserialize_with = "present")]
+    pub memory_push: Option<Flag>,
     /// `apiTimeout`.
     #[serde(default, deserialize_with = "present")]
     pub api_timeout: Option<DurationText>,

@@ -3,7 +3,7 @@ use super::*;
 
 /// The keys accepted under `nodeMonitor`; any other key is rejected with this list in the
 /// message. `shutdown` is validated by `shutdown::config::shutdown_config`.
-pub const NODE_MONITOR_KEYS: [&str; 15] = [
+pub const NODE_MONITOR_KEYS: [&str; 16] = [
     "shutdown",
     "maxPodsPerCycle",
     "housekeepingInterval",
@@ -19,6 +19,7 @@ pub const NODE_MONITOR_KEYS: [&str; 15] = [
     "kubeletConfigPath",
     "livenessLeaseInterval",
     "memoryWorkingSet",
+    "memoryPush",
 ];
 
 /// A `nodeMonitor` value with the field name its errors use (`config.yaml: nodeMonitor.psiWindow`).
@@ -37,6 +38,7 @@ pub(super) struct NodeMonitorFields {
     reclaim_stall_budget: Named<String>,
     pod_cleanup_timeout: Named<String>,
     taint_on_pressure: Named<bool>,
+    memory_push: Named<bool>,
     api_timeout: Named<String>,
     kubelet_config_path: Named<String>,
     liveness_lease_interval: Named<String>,
@@ -115,6 +117,13 @@ impl NodeMonitorFields {
             "taintOnPressure",
         );
         over(
+            &mut self.memory_push,
+            s.memory_push.as_ref(),
+            flag,
+            d,
+            "memoryPush",
+        );
+        over(
             &mut self.kubelet_config_path,
             s.kubelet_config_path.as_ref(),
             |p: &PathText| p.0.clone(),
@@ -159,6 +168,9 @@ pub(super) fn parse_node_monitor(
     }
     if let Some((_, b)) = f.taint_on_pressure {
         s.taint_on_pressure = b;
+    }
+    if let Some((_, b)) = f.memory_push {
+        s.memory_push = b;
     }
     if let Some((field, path)) = &f.kubelet_config_path {
         if !path.is_empty() && !path.starts_with('/') {

@@ -17,6 +17,7 @@ use node_monitor_core::{
     config::{EvictionConfig, FsLayout, LayoutConfig},
     eviction::{DRY_RUN_REPORT_INTERVAL, Decision, EvictionState, ReportLimiter, synchronize},
     headroom::{Headroom, HeadroomPolicy},
+    mem_push::{PushPolicy, batch_pages},
     pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
     pod_figures::{NEAR_REFRESH, RANK_MAX_AGE, RankFigures, rank_figures, refresh_due},
     reclaim::PendingReclaim,
@@ -102,6 +103,30 @@ pub(super) struct Loop<C, P> {
     /// The per-pod figures of the last pass that read them, and when: a ranking at a crossing
     /// uses them if they are recent enough (see [`node_monitor_core::pod_figures`]).
     pub(super) pod_figures: Option<(Timestamp, HashMap<String, PodUsage>)>,
+    /// The eBPF memory push, armed while a memory threshold is near (see
+    /// [`node_monitor_core::mem_push`]); `None` without it.
+    pub(super) mem_push: Option<MemPush>,
+}
+
+/// The memory push as the loop drives it.
+pub(super) struct MemPush {
+    pub(super) control: Box<dyn PushArm>,
+    pub(super) policy: PushPolicy,
+    /// The batch last written (0: disarmed); `None` before the first write or after a failure.
+    pub(super) armed: Option<u64>,
+    /// The last write failed (logged once until one succeeds).
+    pub(super) failing: bool,
+}
+
+/// Arms the kernel's memory push with a batch of pages (0 disarms).
+pub(super) trait PushArm: Send {
+    fn arm(&self, pages: u64) -> Result<(), String>;
+}
+
+impl PushArm for crate::ebpf::MemPushControl {
+    fn arm(&self, pages: u64) -> Result<(), String> {
+        crate::ebpf::MemPushControl::arm(self, pages).map_err(|e| e.to_string())
+    }
 }
 
 /// How often the agent checks that it sees the cgroups of the pods the API lists.
@@ -146,6 +171,44 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             live: Arc::new(LiveView::new("")),
             kubelet: None,
             pod_figures: None,
+            mem_push: None,
+        }
+    }
+
+    /// Arms `control` near memory thresholds, with batches sized by `policy`.
+    pub(super) fn with_mem_push(mut self, control: Box<dyn PushArm>, policy: PushPolicy) -> Self {
+        self.mem_push = Some(MemPush {
+            control,
+            policy,
+            armed: None,
+            failing: false,
+        });
+        self
+    }
+
+    /// Arms the memory push for the memory thresholds near in `observations`, disarms it when
+    /// none is; writes the kernel's map only when the batch changes.
+    fn arm_mem_push(&mut self, observations: &Observations) {
+        let Some(push) = self.mem_push.as_mut() else {
+            return;
+        };
+        let batch = batch_pages(observations, &self.config.thresholds, push.policy);
+        if push.armed == Some(batch) {
+            return;
+        }
+        match push.control.arm(batch) {
+            Ok(()) => {
+                debug!(batch_pages = batch, "memory push armed");
+                push.armed = Some(batch);
+                push.failing = false;
+            }
+            Err(e) => {
+                if !push.failing {
+                    warn!(error = %e, batch_pages = batch, "arming the memory push failed");
+                }
+                push.armed = None;
+                push.failing = true;
+            }
         }
     }
 
@@ -343,6 +406,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             None
         };
         self.rearm(sampler, wakeups);
+        self.arm_mem_push(&timed.observations);
         (timed, figures)
     }
 

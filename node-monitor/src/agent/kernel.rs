@@ -67,6 +67,17 @@ pub async fn start(
             return Some(probes);
         }
     };
+    // The memory push's wake records have a ring buffer of their own: a wake-up is all they mean.
+    if probes.mem_push().is_some() {
+        match probes.mem_push_wakes() {
+            Ok(wakes) => {
+                tokio::spawn(memory_growth_wakes(wakes, wake.clone(), stop.clone()));
+            }
+            Err(e) => {
+                warn!(error = %e, "no memory push wake-ups; the agent samples near thresholds instead");
+            }
+        }
+    }
     // The last gasp's fast path reads its own ring buffer on a thread of its own.
     if let Some(fast) = fast_gasp {
         match probes.gasp_ring() {
@@ -102,6 +113,40 @@ pub async fn start(
     };
     tokio::spawn(consume(events, attributor, sinks, stop));
     Some(probes)
+}
+
+/// Wakes the sampler for each batch of memory push records (the same path as a memcg threshold
+/// event on cgroup v1: a fresh read of memory, and the decision on it).
+async fn memory_growth_wakes(
+    mut wakes: crate::ebpf::MemPushWakes,
+    wake: KernelSender,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let records = tokio::select! {
+            r = wakes.next() => r,
+            _ = stop.changed() => return,
+        };
+        match records {
+            Ok(records) => {
+                wake.wake(KernelWakeKind::MemoryGrowth);
+                if let Some(last) = records.last() {
+                    tracing::debug!(
+                        records = records.len(),
+                        net_pages = last.net_pages,
+                        batch_pages = last.batch_pages,
+                        cpu = last.cpu,
+                        suppressed = last.suppressed,
+                        "memory push"
+                    );
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "memory push ring buffer unreadable; the agent samples near thresholds instead");
+                return;
+            }
+        }
+    }
 }
 
 /// Where the kernel events go.

@@ -256,6 +256,9 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     )
     .with_timeout(api_timeout);
     let mut agent = decision_loop(args, config, &metrics, actuator, store, &health, live);
+    if let Some(control) = _probes.as_ref().and_then(|p| p.mem_push()) {
+        agent = agent.with_mem_push(Box::new(control), mem_push_policy());
+    }
     info!("deciding");
     // From here on /healthz fails when the loop stops making progress.
     let bound = liveness_bound(&agent.config.node_monitor);
@@ -279,6 +282,30 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     stop_cleanly(&agent.actuator, http_task, shutdown_task).await;
     info!("stopped");
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The memory push's batch sizing for this node: its page size and online CPUs.
+fn mem_push_policy() -> node_monitor_core::mem_push::PushPolicy {
+    use nix::unistd::{SysconfVar, sysconf};
+    let read = |v| {
+        sysconf(v)
+            .ok()
+            .flatten()
+            .and_then(|n| u64::try_from(n).ok())
+            .filter(|n| *n > 0)
+    };
+    let policy = node_monitor_core::mem_push::PushPolicy::new(
+        read(SysconfVar::PAGE_SIZE).unwrap_or(4096),
+        read(SysconfVar::_NPROCESSORS_ONLN)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(1),
+    );
+    info!(
+        cpus = policy.cpus,
+        floor_pages = policy.floor_pages,
+        "memory push ready: armed near memory thresholds"
+    );
+    policy
 }
 
 /// Renews the agent's liveness Lease in the background (a task that ends at once when

@@ -129,10 +129,13 @@ pub(super) async fn start_probes(
         info!("eBPF programs not loaded (--no-ebpf or --polling-only)");
         None
     } else {
-        let probe_config = crate::ebpf::ProbeConfig {
+        let mut probe_config = crate::ebpf::ProbeConfig {
             stall_budget: config.node_monitor.reclaim_stall_budget,
             ..crate::ebpf::ProbeConfig::default()
         };
+        if !config.node_monitor.memory_push {
+            probe_config.disable.insert("mem_push".to_owned());
+        }
         // OOMKilling Events on the pods: one writer task, fed without waiting.
         let (oom_tx, oom_rx) = tokio::sync::mpsc::channel(OOM_EVENT_QUEUE);
         tokio::spawn(crate::cluster::oom_events::run(

@@ -1,16 +1,21 @@
 //! The I/O half of the load policy: probe the kernel, plan (pure, in [`super::policy`]), load the
 //! object, fill the configuration maps, attach, and report a state per program. Nothing here
 //! fails the agent: a failure becomes a program state and a warning.
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{MapData, PerCpuArray, RingBuf},
+    maps::{Array, MapData, PerCpuArray, RingBuf},
 };
 use aya_log::EbpfLogger;
 use node_monitor_common::{
     counters,
     event::EventKind,
+    logic::mem_push,
     names::{self, prog},
 };
 use tokio::io::{Interest, unix::AsyncFd};
@@ -78,6 +83,10 @@ pub struct Counters {
     pub map_errors: u64,
     /// Reboot requests the per-verdict rate limit withheld (never `allowed` ones).
     pub reboot_suppressed: u64,
+    /// Memory push wake records sent, withheld by the rate limit, lost to a full ring.
+    pub mem_push_wakes: u64,
+    pub mem_push_suppressed: u64,
+    pub mem_push_drops: u64,
 }
 
 impl Counters {
@@ -113,6 +122,8 @@ pub enum ProbeError {
         #[source]
         source: aya::maps::MapError,
     },
+    #[error("map {name}: a thread panicked while writing it")]
+    Poisoned { name: &'static str },
     #[error("registering {what} with the async runtime")]
     Register {
         what: &'static str,
@@ -126,6 +137,38 @@ pub struct Probes {
     ebpf: Option<Ebpf>,
     statuses: Vec<ProgramStatus>,
     logger: Option<EbpfLogger<TracingLog>>,
+    mem_push: Option<MemPushControl>,
+}
+
+/// Arms and disarms the memory push (the `mem_push` programs): cheap to clone, shared by the
+/// decision loop that arms it and whoever reads it back.
+#[derive(Clone)]
+pub struct MemPushControl {
+    map: Arc<Mutex<Array<MapData, u64>>>,
+}
+
+impl std::fmt::Debug for MemPushControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemPushControl").finish_non_exhaustive()
+    }
+}
+
+impl MemPushControl {
+    /// Arms the push with a batch of `pages` per CPU, or disarms it with 0.
+    pub fn arm(&self, pages: u64) -> Result<(), ProbeError> {
+        let name = names::MEM_PUSH_MAP;
+        let mut map = self.map.lock().map_err(|_| ProbeError::Poisoned { name })?;
+        map.set(mem_push::BATCH, &pages, 0)
+            .map_err(|source| ProbeError::Map { name, source })
+    }
+
+    /// The batch in force (0: disarmed).
+    pub fn batch(&self) -> Result<u64, ProbeError> {
+        let name = names::MEM_PUSH_MAP;
+        let map = self.map.lock().map_err(|_| ProbeError::Poisoned { name })?;
+        map.get(&mem_push::BATCH, 0)
+            .map_err(|source| ProbeError::Map { name, source })
+    }
 }
 
 impl std::fmt::Debug for Probes {
@@ -246,7 +289,7 @@ impl Probes {
             unload(&mut ebpf, name);
             states.insert(name, ProgramState::Failed { reason });
         }
-        let statuses = PROGRAMS
+        let statuses: Vec<ProgramStatus> = PROGRAMS
             .iter()
             .map(|spec| {
                 let state = states.remove(spec.name).unwrap_or(ProgramState::Disabled {
@@ -265,10 +308,12 @@ impl Probes {
                 status(spec, state, prog_id)
             })
             .collect();
+        let mem_push = mem_push_control(&mut ebpf, &statuses);
         Self {
             ebpf: Some(ebpf),
             statuses,
             logger,
+            mem_push,
         }
     }
 
@@ -280,6 +325,7 @@ impl Probes {
                 .map(|spec| status(spec, state.clone(), None))
                 .collect(),
             logger: None,
+            mem_push: None,
         }
     }
 
@@ -300,6 +346,7 @@ impl Probes {
                 })
                 .collect(),
             logger: None,
+            mem_push: None,
         }
     }
 
@@ -379,6 +426,9 @@ impl Probes {
         c.kswapd_suppressed = read(counters::KSWAPD_SUPPRESSED)?;
         c.map_errors = read(counters::MAP_ERRORS)?;
         c.reboot_suppressed = read(counters::REBOOT_SUPPRESSED)?;
+        c.mem_push_wakes = read(counters::MEM_PUSH_WAKES)?;
+        c.mem_push_suppressed = read(counters::MEM_PUSH_SUPPRESSED)?;
+        c.mem_push_drops = read(counters::MEM_PUSH_DROPS)?;
         Ok(c)
     }
 
@@ -400,6 +450,23 @@ impl Probes {
         let name = names::GASP_MAP;
         let map = ebpf.take_map(name).ok_or(ProbeError::MissingMap { name })?;
         RingBuf::try_from(map).map_err(|source| ProbeError::Map { name, source })
+    }
+
+    /// The memory push's control, when both of its programs are attached.
+    pub fn mem_push(&self) -> Option<MemPushControl> {
+        self.mem_push.clone()
+    }
+
+    /// The memory push's wake records (each submitted with a forced wake-up), for a reader of
+    /// their own. Takes the ring buffer: callable once. Needs a tokio runtime.
+    pub fn mem_push_wakes(&mut self) -> Result<MemPushWakes, ProbeError> {
+        let ebpf = self.ebpf.as_mut().ok_or(ProbeError::NotLoaded)?;
+        let name = names::MEM_PUSH_RING;
+        let map = ebpf.take_map(name).ok_or(ProbeError::MissingMap { name })?;
+        let ring = RingBuf::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
+        Ok(MemPushWakes {
+            fd: register(ring, "the memory push ring buffer")?,
+        })
     }
 
     /// Forwards the programs' aya-log records to tracing (target `node_monitor::ebpf::kernel`)
@@ -444,6 +511,38 @@ impl Probes {
     }
 }
 
+/// The memory push's wake records, as they arrive.
+pub struct MemPushWakes {
+    fd: AsyncFd<RingBuf<MapData>>,
+}
+
+impl std::fmt::Debug for MemPushWakes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemPushWakes").finish_non_exhaustive()
+    }
+}
+
+impl MemPushWakes {
+    /// Waits for records and returns every one available (at least one). A record of the wrong
+    /// size is skipped. An error means the ring buffer can no longer be read.
+    pub async fn next(&mut self) -> std::io::Result<Vec<node_monitor_common::logic::MemPushWake>> {
+        loop {
+            let mut guard = self.fd.readable_mut().await?;
+            let ring = guard.get_inner_mut();
+            let mut out = Vec::new();
+            while let Some(item) = ring.next() {
+                if let Some(w) = node_monitor_common::from_bytes(&item) {
+                    out.push(w);
+                }
+            }
+            guard.clear_ready();
+            if !out.is_empty() {
+                return Ok(out);
+            }
+        }
+    }
+}
+
 /// Registers a map's fd with the current tokio runtime (an error, not a panic, without one).
 pub(crate) fn register<T: std::os::fd::AsRawFd>(
     inner: T,
@@ -463,6 +562,30 @@ pub(crate) fn register<T: std::os::fd::AsRawFd>(
             source: e.into_parts().1,
         }
     })
+}
+
+/// The memory push's control map, when both of its programs are attached.
+fn mem_push_control(ebpf: &mut Ebpf, statuses: &[ProgramStatus]) -> Option<MemPushControl> {
+    [prog::MEM_PUSH_ALLOC, prog::MEM_PUSH_FREE]
+        .iter()
+        .all(|p| states_attached(statuses, p))
+        .then(|| ebpf.take_map(names::MEM_PUSH_MAP))
+        .flatten()
+        .and_then(|m| match Array::try_from(m) {
+            Ok(map) => Some(MemPushControl {
+                map: Arc::new(Mutex::new(map)),
+            }),
+            Err(e) => {
+                warn!(error = %chain(&e), "memory push map unusable; the push stays off");
+                None
+            }
+        })
+}
+
+fn states_attached(statuses: &[ProgramStatus], name: &str) -> bool {
+    statuses
+        .iter()
+        .any(|s| s.name == name && s.state.is_attached())
 }
 
 fn status(spec: &'static ProgramSpec, state: ProgramState, prog_id: Option<u32>) -> ProgramStatus {

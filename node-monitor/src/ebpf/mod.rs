@@ -18,7 +18,10 @@ pub use event::{
     KernelEvent, KswapdWakeEvent, OomKillEvent, OomMemory, RebootEvent, ReclaimStallEvent,
     SyntheticEvent, TaskInfo,
 };
-pub use loader::{Counters, ProbeError, Probes, ProgramStatus, RunStats};
+pub use loader::{
+    Counters, MemPushControl, MemPushWakes, ProbeError, Probes, ProgramStatus, RunStats,
+};
+pub use node_monitor_common::logic::MemPushWake;
 pub use node_monitor_common::{
     event::{DecodeError, EventKind},
     logic::{OomScope, RebootCaller, RebootCmd, RebootGate, ReclaimFlavor},
@@ -39,6 +42,8 @@ pub struct ProbeConfig {
     /// Minimum interval between two reboot events of one verdict, for every verdict but
     /// `allowed` (a container calling reboot(2) in a loop); withheld calls are counted.
     pub reboot_min_interval: Duration,
+    /// Minimum interval between two memory push wake records, over all CPUs.
+    pub mem_push_min_interval: Duration,
     /// Size of the event ring buffer: a power of two, at least one page.
     pub ring_buffer_bytes: u32,
     /// Let the programs log through aya-log (see [`Probes::forward_kernel_log`]).
@@ -60,6 +65,7 @@ impl Default for ProbeConfig {
             stall_window: Duration::from_secs(1),
             kswapd_min_interval: Duration::from_secs(1),
             reboot_min_interval: Duration::from_secs(10),
+            mem_push_min_interval: Duration::from_millis(2),
             ring_buffer_bytes: 256 * 1024,
             kernel_log: false,
             disable: BTreeSet::new(),
@@ -125,6 +131,13 @@ impl ProbeConfig {
                 "too long",
             );
         }
+        if u64::try_from(self.mem_push_min_interval.as_nanos()).is_err() {
+            return err(
+                "mem_push_min_interval",
+                format!("{:?}", self.mem_push_min_interval),
+                "too long",
+            );
+        }
         let rb = self.ring_buffer_bytes;
         if !rb.is_power_of_two() || rb < 4096 {
             return err(
@@ -184,6 +197,11 @@ mod tests {
                 "oomm",
             ),
             (|c| c.synthetic_tgid = Some(0), "synthetic_tgid", "0"),
+            (
+                |c| c.mem_push_min_interval = Duration::from_secs(u64::MAX),
+                "mem_push_min_interval",
+                "18446744073709551615s",
+            ),
         ];
         for (tweak, field, value) in cases {
             let mut c = ProbeConfig::default();

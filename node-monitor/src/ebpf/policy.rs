@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use node_monitor_common::{
-    config::{TpLayout, TpSlot, kswapd_tp, oom_tp, reboot_tp},
+    config::{TpLayout, TpSlot, kswapd_tp, oom_tp, page_alloc_tp, page_free_tp, reboot_tp},
     names::prog,
 };
 
@@ -74,6 +74,7 @@ pub enum Family {
     Reclaim,
     Kswapd,
     Reboot,
+    MemPush,
     Synthetic,
 }
 
@@ -84,6 +85,7 @@ impl Family {
             Self::Reclaim => "reclaim",
             Self::Kswapd => "kswapd",
             Self::Reboot => "reboot",
+            Self::MemPush => "mem_push",
             Self::Synthetic => "synthetic",
         }
     }
@@ -210,6 +212,27 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         group: None,
         when_missing: "shutdowns that bypass logind's inhibitor are not seen (needs \
                        CONFIG_FTRACE_SYSCALLS)",
+    },
+    ProgramSpec {
+        name: prog::MEM_PUSH_ALLOC,
+        family: Family::MemPush,
+        attach: tp("kmem", "mm_page_alloc"),
+        needs: &[Need::TracepointFields(page_alloc_tp::SLOT)],
+        min_kernel: RINGBUF_KERNEL,
+        requirement: Requirement::Optional,
+        group: Some("mem_push"),
+        when_missing: "no push as memory.available nears a threshold on cgroup v2: the agent \
+                       looks every fastSamplingInterval inside the near band instead",
+    },
+    ProgramSpec {
+        name: prog::MEM_PUSH_FREE,
+        family: Family::MemPush,
+        attach: tp("kmem", "mm_page_free"),
+        needs: &[Need::TracepointFields(page_free_tp::SLOT)],
+        min_kernel: RINGBUF_KERNEL,
+        requirement: Requirement::Optional,
+        group: Some("mem_push"),
+        when_missing: "as mem_push_alloc",
     },
     ProgramSpec {
         name: prog::SYNTHETIC,

@@ -18,6 +18,8 @@ pub enum KernelWakeKind {
     ReclaimStall,
     KswapdWake,
     Reboot,
+    /// The memory push: a CPU's page growth reached the batch armed near a memory threshold.
+    MemoryGrowth,
 }
 
 impl KernelWakeKind {
@@ -27,6 +29,7 @@ impl KernelWakeKind {
             Self::ReclaimStall => "reclaim_stall",
             Self::KswapdWake => "kswapd_wake",
             Self::Reboot => "reboot",
+            Self::MemoryGrowth => "memory_growth",
         }
     }
 }
@@ -80,6 +83,7 @@ impl WakeSource {
             Self::Kernel(KernelWakeKind::ReclaimStall) => "kernel_reclaim_stall",
             Self::Kernel(KernelWakeKind::KswapdWake) => "kernel_kswapd_wake",
             Self::Kernel(KernelWakeKind::Reboot) => "kernel_reboot",
+            Self::Kernel(KernelWakeKind::MemoryGrowth) => "kernel_memory_growth",
             other => other.kind().as_str(),
         }
     }

@@ -1094,3 +1094,44 @@ async fn a_split_container_filesystem_gets_the_nodefs_thresholds() {
         rig.agent.config.thresholds
     );
 }
+
+use super::PushArm;
+use node_monitor_core::mem_push::{FLOOR_PAGES, PushPolicy};
+
+/// Records every batch the loop writes to the memory push.
+#[derive(Clone, Default)]
+struct FakePush(Arc<std::sync::Mutex<Vec<u64>>>);
+
+impl PushArm for FakePush {
+    fn arm(&self, pages: u64) -> Result<(), String> {
+        self.0.lock().expect("not poisoned").push(pages);
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_memory_push_is_armed_near_a_memory_threshold_and_disarmed_far_from_it() {
+    let push = FakePush::default();
+    let mut rig = Rig::new(HARD_1GI, 8 * GI, &three_pods());
+    rig.agent = rig
+        .agent
+        .with_mem_push(Box::new(push.clone()), PushPolicy::new(4096, 2));
+    // Far: disarmed, written once.
+    rig.cycle().await;
+    rig.cycle().await;
+    // Near (50 MiB above 1 GiB): a quarter of 50 MiB over 2 CPUs, 1600 pages; unchanged, not
+    // written again.
+    rig.set_available(GI + 50 * MI);
+    rig.cycle().await;
+    rig.cycle().await;
+    // Closer: the floor.
+    rig.set_available(GI + MI);
+    rig.cycle().await;
+    // Far again: disarmed.
+    rig.set_available(8 * GI);
+    rig.cycle().await;
+    assert_eq!(
+        *push.0.lock().expect("not poisoned"),
+        [0, 1600, FLOOR_PAGES, 0]
+    );
+}

@@ -4,6 +4,7 @@ use std::time::Duration;
 use aya::{Ebpf, maps::Array};
 use node_monitor_common::{
     config::{ProbeConfigRaw, TpLayout, config_flags},
+    logic::mem_push,
     names,
 };
 
@@ -39,6 +40,14 @@ pub(super) fn write_maps(
         },
     };
     set(ebpf, names::CONFIG_MAP, 0, &raw)?;
+    // Disarmed until the agent writes a batch.
+    set::<u64>(ebpf, names::MEM_PUSH_MAP, mem_push::BATCH, &0)?;
+    set::<u64>(
+        ebpf,
+        names::MEM_PUSH_MAP,
+        mem_push::MIN_INTERVAL,
+        &nanos(config.mem_push_min_interval),
+    )?;
     for (_, decision) in plan {
         if let Decision::Attach {
             layout: Some((index, layout)),

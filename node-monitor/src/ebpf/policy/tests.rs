@@ -3,6 +3,20 @@ use node_monitor_common::config::TpLayout;
 use super::*;
 use crate::ebpf::tracefs::{parse_format, tests as fmt};
 
+/// `kmem/mm_page_alloc` and `mm_page_free` on 6.18 (the same on 6.1), print fmt left out.
+const MM_PAGE_ALLOC: &str = "name: mm_page_alloc\nID: 653\nformat:\n\
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
+\tfield:unsigned long pfn;\toffset:8;\tsize:8;\tsigned:0;\n\
+\tfield:unsigned int order;\toffset:16;\tsize:4;\tsigned:0;\n\
+\tfield:unsigned long gfp_flags;\toffset:24;\tsize:8;\tsigned:0;\n\
+\tfield:int migratetype;\toffset:32;\tsize:4;\tsigned:1;\n";
+const MM_PAGE_FREE: &str = "name: mm_page_free\nID: 655\nformat:\n\
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
+\tfield:unsigned long pfn;\toffset:8;\tsize:8;\tsigned:0;\n\
+\tfield:unsigned int order;\toffset:16;\tsize:4;\tsigned:0;\n";
+
 fn all_tracepoints() -> BTreeMap<String, Result<TracepointFormat, String>> {
     let mut m = BTreeMap::new();
     let generic = "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n";
@@ -12,6 +26,8 @@ fn all_tracepoints() -> BTreeMap<String, Result<TracepointFormat, String>> {
                 "mark_victim" => fmt::MARK_VICTIM_6_18,
                 "mm_vmscan_wakeup_kswapd" => fmt::WAKEUP_KSWAPD_6_18,
                 "sys_enter_reboot" => fmt::SYS_ENTER_REBOOT,
+                "mm_page_alloc" => MM_PAGE_ALLOC,
+                "mm_page_free" => MM_PAGE_FREE,
                 _ => generic,
             };
             m.insert(
@@ -96,7 +112,7 @@ fn plans_by_scenario() {
     /// The decisions that differ from [`EVERYTHING`].
     type Changes = Vec<(&'static str, &'static str)>;
     /// The plan on a kernel with everything, and the default selection.
-    const EVERYTHING: [(&str, &str); 9] = [
+    const EVERYTHING: [(&str, &str); 11] = [
         (prog::OOM_RAW, "attach"),
         (prog::OOM_TP, "fallback"),
         (prog::DIRECT_BEGIN, "attach"),
@@ -105,10 +121,12 @@ fn plans_by_scenario() {
         (prog::MEMCG_END, "attach"),
         (prog::KSWAPD_WAKE, "attach"),
         (prog::REBOOT, "attach"),
+        (prog::MEM_PUSH_ALLOC, "attach"),
+        (prog::MEM_PUSH_FREE, "attach"),
         (prog::SYNTHETIC, "disabled"),
     ];
     /// Every tracefs program fails.
-    const NO_TRACEPOINTS: [(&str, &str); 7] = [
+    const NO_TRACEPOINTS: [(&str, &str); 9] = [
         (prog::OOM_TP, "failed"),
         (prog::DIRECT_BEGIN, "failed"),
         (prog::DIRECT_END, "failed"),
@@ -116,6 +134,8 @@ fn plans_by_scenario() {
         (prog::MEMCG_END, "failed"),
         (prog::KSWAPD_WAKE, "failed"),
         (prog::REBOOT, "failed"),
+        (prog::MEM_PUSH_ALLOC, "failed"),
+        (prog::MEM_PUSH_FREE, "failed"),
     ];
     let cases: Vec<(&str, Tweak, Changes)> = vec![
         ("everything available", |_, _| {}, vec![]),
@@ -138,6 +158,38 @@ fn plans_by_scenario() {
                 );
             },
             vec![(prog::MEMCG_BEGIN, "disabled"), (prog::MEMCG_END, "failed")],
+        ),
+        (
+            "no kmem/mm_page_free: the memory push stays out whole",
+            |c, _| {
+                c.tracepoints
+                    .insert("kmem/mm_page_free".into(), Err("no such event".into()));
+            },
+            vec![
+                (prog::MEM_PUSH_ALLOC, "disabled"),
+                (prog::MEM_PUSH_FREE, "failed"),
+            ],
+        ),
+        (
+            "mm_page_alloc without its order field: the memory push stays out whole",
+            |c, _| {
+                c.tracepoints.insert(
+                    "kmem/mm_page_alloc".into(),
+                    Ok(parse_format(&MM_PAGE_ALLOC.replace("order", "ordre")).unwrap()),
+                );
+            },
+            vec![
+                (prog::MEM_PUSH_ALLOC, "failed"),
+                (prog::MEM_PUSH_FREE, "disabled"),
+            ],
+        ),
+        (
+            "the memory push disabled by configuration (nodeMonitor.memoryPush off)",
+            |_, s| s.disabled = ["mem_push".to_owned()].into(),
+            vec![
+                (prog::MEM_PUSH_ALLOC, "disabled"),
+                (prog::MEM_PUSH_FREE, "disabled"),
+            ],
         ),
         (
             "no syscall tracepoints (CONFIG_FTRACE_SYSCALLS off)",
@@ -262,6 +314,34 @@ fn field_programs_carry_their_layout() {
     assert_eq!((*primary, *index), (prog::OOM_RAW, oom_tp::SLOT.index));
     assert_eq!(d[prog::DIRECT_BEGIN], Decision::Attach { layout: None });
     let _: TpLayout = *layout;
+    for (name, slot, order) in [
+        (
+            prog::MEM_PUSH_ALLOC,
+            page_alloc_tp::SLOT,
+            page_alloc_tp::ORDER,
+        ),
+        (prog::MEM_PUSH_FREE, page_free_tp::SLOT, page_free_tp::ORDER),
+    ] {
+        let Decision::Attach {
+            layout: Some((index, layout)),
+        } = &d[name]
+        else {
+            panic!("{name}: {:?}", d[name]);
+        };
+        assert_eq!(*index, slot.index, "{name}");
+        assert_eq!(
+            (layout.fields[order].offset, layout.fields[order].size),
+            (16, 4),
+            "{name}"
+        );
+    }
+    let Decision::Attach {
+        layout: Some((_, alloc)),
+    } = &d[prog::MEM_PUSH_ALLOC]
+    else {
+        unreachable!()
+    };
+    assert_eq!(alloc.fields[page_alloc_tp::PFN].offset, 8);
 }
 
 #[test]

@@ -16,6 +16,11 @@
 //!   kernel accepts from a privileged writer (`some 50000 500000`);
 //! - `memory.low`: `memory.low` = level on the climber's cgroup and inotify on the node's
 //!   `memory.events` (`low` counts reclaim that breaches the protection);
+//! - `ebpf-push`: the agent's memory push (`kmem:mm_page_alloc`/`mm_page_free` programs, loaded
+//!   from the agent's own object), driven as the agent drives it: re-armed after each read with
+//!   `node_monitor_core::mem_push::batch_pages`, a read at each push record and, to arm it at all,
+//!   every 100 ms (the agent's sampling inside the near band). Timed to the first read that sees
+//!   the crossing, with what prompted that read (`push` or the 100 ms look);
 //! - `memory.high` (its own trial, since it throttles): `memory.high` = level on the node cgroup
 //!   and inotify on `memory.events` (`high` counts). The climber's rate past the crossing is
 //!   reported beside it, to show the throttle.
@@ -97,14 +102,27 @@ enum Mode {
         #[arg(long, default_value_t = 200)]
         interval_us: u64,
     },
-    /// Inside the guest: join `cgroup`, touch `mi` MiB at `rate` MiB/s, hold until killed.
+    /// The memory push's cost per page event (root; on the host): loads the push, touches
+    /// `mi` MiB `times` times with it disarmed, then armed with a batch never reached, and prints
+    /// each program's run time per run from the kernel's BPF statistics (turned on for the
+    /// measurement and restored after).
+    PushCost {
+        #[arg(long, default_value_t = 512)]
+        mi: u64,
+        #[arg(long, default_value_t = 5)]
+        times: u32,
+    },
+    /// Inside the guest: join `cgroup` (if given), touch `mi` MiB at `rate` MiB/s, hold until
+    /// killed (or exit at once with `--exit`).
     Climb {
         #[arg(long)]
-        cgroup: PathBuf,
+        cgroup: Option<PathBuf>,
         #[arg(long)]
         mi: u64,
         #[arg(long)]
         rate_mib_s: u64,
+        #[arg(long)]
+        exit: bool,
     },
 }
 
@@ -115,13 +133,15 @@ fn main() -> Result<()> {
             cgroup,
             mi,
             rate_mib_s,
-        }) => climb(&cgroup, mi, rate_mib_s),
+            exit,
+        }) => climb(cgroup.as_deref(), mi, rate_mib_s, exit),
         Some(Mode::Guest { run }) => guest(&run),
         Some(Mode::Truth {
             node,
             threshold_mi,
             interval_us,
         }) => truth(&node, threshold_mi * MI, Duration::from_micros(interval_us)),
+        Some(Mode::PushCost { mi, times }) => push_cost(mi, times),
         None => host(&args.run),
     }
 }
@@ -163,6 +183,60 @@ fn host(run: &RunArgs) -> Result<()> {
         println!("guest tracepoints and hooks:\n{hooks}");
     }
     Ok(())
+}
+
+fn push_cost(mi: u64, times: u32) -> Result<()> {
+    let stats = Path::new("/proc/sys/kernel/bpf_stats_enabled");
+    let before = read(stats)?;
+    write(stats, "1")?;
+    let result = (|| -> Result<()> {
+        let push = load_push()?;
+        let snapshot = || -> Vec<(&'static str, u64, Duration)> {
+            push._probes
+                .run_stats()
+                .into_iter()
+                .map(|s| (s.name, s.run_count, s.run_time))
+                .collect()
+        };
+        let work = || -> Result<Duration> {
+            let start = Instant::now();
+            for _ in 0..times {
+                let status = Command::new(std::env::current_exe()?)
+                    .args([
+                        "climb",
+                        "--mi",
+                        &mi.to_string(),
+                        "--rate-mib-s",
+                        "100000",
+                        "--exit",
+                    ])
+                    .status()?;
+                if !status.success() {
+                    bail!("the climber failed: {status}");
+                }
+            }
+            Ok(start.elapsed())
+        };
+        for (label, batch) in [("disarmed", 0u64), ("armed-unreached", 1 << 40)] {
+            push.control.arm(batch)?;
+            let a = snapshot();
+            let wall = work()?;
+            let b = snapshot();
+            for ((name, c0, t0), (_, c1, t1)) in a.iter().zip(&b) {
+                let runs = c1.saturating_sub(*c0);
+                let ns = t1.saturating_sub(*t0).as_nanos() as f64;
+                println!(
+                    "push_cost state={label} program={name} runs={runs} ns_per_run={:.0} wall_ms={}",
+                    ns / runs.max(1) as f64,
+                    wall.as_millis()
+                );
+            }
+        }
+        push.control.arm(0)?;
+        Ok(())
+    })();
+    write(stats, before.trim())?;
+    result
 }
 
 // ---------------------------------------------------------------- guest side
@@ -243,6 +317,11 @@ struct Firsts {
     psi: Option<Instant>,
     low: Option<Instant>,
     high: Option<Instant>,
+    /// The memory push emulation's first read at or past the level, and whether a push record
+    /// (not its 100 ms look) prompted it; its push records over the climb.
+    push: Option<Instant>,
+    push_woke: bool,
+    push_records: u32,
     /// CPU time of the 100-ms sampling thread and its passes.
     sampling_cpu: Duration,
     sampling_passes: u32,
@@ -284,7 +363,134 @@ fn spawn_climber(pod: &Path, run: &RunArgs) -> Result<Child> {
         .context("starting the climber")
 }
 
-fn one_climb(cg: &Cgroups, run: &RunArgs, trial: Trial) -> Result<Firsts> {
+/// The agent's memory push, loaded once per guest run.
+struct Push {
+    rt: tokio::runtime::Runtime,
+    control: node_monitor::ebpf::MemPushControl,
+    wakes: node_monitor::ebpf::MemPushWakes,
+    /// Kept loaded for the run.
+    _probes: node_monitor::ebpf::Probes,
+}
+
+fn load_push() -> Result<Push> {
+    use node_monitor::ebpf::{ProbeConfig, Probes};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let _enter = rt.enter();
+    // Only the push: the other families would add their own wake-ups and costs.
+    let disable = ["oom", "reclaim", "kswapd", "reboot"]
+        .map(str::to_owned)
+        .into();
+    let mut probes = Probes::load(&ProbeConfig {
+        disable,
+        ..ProbeConfig::default()
+    });
+    let Some(control) = probes.mem_push() else {
+        bail!(
+            "the memory push did not attach: {:?}",
+            probes.program_states()
+        );
+    };
+    let wakes = probes.mem_push_wakes()?;
+    drop(_enter);
+    Ok(Push {
+        rt,
+        control,
+        wakes,
+        _probes: probes,
+    })
+}
+
+/// The push as the agent drives it, until `stop`: read, re-arm with the batch for the reading,
+/// wait for a push record or 100 ms, read again.
+fn spawn_push(
+    node: &Path,
+    run: &RunArgs,
+    push: &Arc<Mutex<Push>>,
+    firsts: &Arc<Mutex<Firsts>>,
+    stop: &Arc<AtomicBool>,
+) -> thread::JoinHandle<()> {
+    use node_monitor_core::{
+        mem_push::{PushPolicy, batch_pages},
+        quantity::{Format, Quantity},
+        signals::{Observations, Signal, SignalObservation},
+        threshold::{Operator, Threshold, ThresholdSource, ThresholdValue},
+    };
+    let (node, push, firsts, stop) = (
+        node.to_path_buf(),
+        push.clone(),
+        firsts.clone(),
+        stop.clone(),
+    );
+    let capacity = run.capacity_mi * MI;
+    let level = (run.capacity_mi - run.threshold_mi) * MI;
+    let threshold = Threshold {
+        signal: Signal::MemoryAvailable,
+        operator: Operator::LessThan,
+        value: ThresholdValue::Quantity(Quantity::new(
+            i64::try_from(run.threshold_mi * MI).unwrap_or(i64::MAX),
+            Format::BinarySI,
+        )),
+        grace_period: Duration::ZERO,
+        min_reclaim: None,
+        source: ThresholdSource::EvictionHard,
+        derived_from: None,
+    };
+    let cpus = thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let policy = PushPolicy::new(4096, cpus);
+    thread::spawn(move || {
+        let mut guard = push
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let p = &mut *guard;
+        let mut armed = u64::MAX;
+        let mut records = 0u32;
+        let mut woke = false;
+        while !stop.load(Ordering::SeqCst) {
+            let ws = working_set(&node).unwrap_or(0);
+            let now = Instant::now();
+            if ws >= level {
+                let mut f = lock(&firsts);
+                if f.push.is_none() {
+                    f.push = Some(now);
+                    f.push_woke = woke;
+                }
+            }
+            let mut o = Observations::default();
+            o.signals.insert(
+                Signal::MemoryAvailable,
+                SignalObservation {
+                    available: capacity as i64 - ws as i64,
+                    capacity: capacity as i64,
+                },
+            );
+            let batch = batch_pages(&o, std::slice::from_ref(&threshold), policy);
+            if batch != armed && p.control.arm(batch).is_ok() {
+                armed = batch;
+            }
+            let wakes = &mut p.wakes;
+            woke = match p.rt.block_on(async {
+                tokio::time::timeout(Duration::from_millis(100), wakes.next()).await
+            }) {
+                Ok(Ok(r)) => {
+                    records += r.len() as u32;
+                    true
+                }
+                _ => false,
+            };
+        }
+        let _ = p.control.arm(0);
+        // Drain what came in after the last read.
+        let wakes = &mut p.wakes;
+        let _ = p.rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(50), wakes.next()).await
+        });
+        lock(&firsts).push_records = records;
+    })
+}
+
+fn one_climb(cg: &Cgroups, run: &RunArgs, trial: Trial, push: &Arc<Mutex<Push>>) -> Result<Firsts> {
     let level = (run.capacity_mi - run.threshold_mi) * MI;
     let (high, low) = match trial {
         Trial::Observe => ("max".to_owned(), level.to_string()),
@@ -294,12 +500,15 @@ fn one_climb(cg: &Cgroups, run: &RunArgs, trial: Trial) -> Result<Firsts> {
     write(&cg.pod.join("memory.low"), &low)?;
     let firsts = Arc::new(Mutex::new(Firsts::default()));
     let stop = Arc::new(AtomicBool::new(false));
-    let handles = vec![
+    let mut handles = vec![
         spawn_truth(&cg.node, level, &firsts, &stop),
         spawn_sampling(&cg.node, level, &firsts, &stop),
         spawn_psi(&cg.node, &firsts, &stop)?,
         spawn_events(&cg.node, &firsts, &stop)?,
     ];
+    if trial == Trial::Observe {
+        handles.push(spawn_push(&cg.node, run, push, &firsts, &stop));
+    }
     let mut climber = spawn_climber(&cg.pod, run)?;
     let started = Instant::now();
     let cap = Duration::from_secs(run.climb_mi / run.rate_mib_s.max(1) + 20);
@@ -509,11 +718,20 @@ fn guest(run: &RunArgs) -> Result<()> {
     if let Err(e) = profile_charge_calls(&cg) {
         println!("charge_calls error={e:#}");
     }
+    let push = Arc::new(Mutex::new(load_push()?));
     let mut rows: Vec<(Trial, Firsts)> = Vec::new();
     for trial in [Trial::Observe, Trial::High] {
         for i in 0..run.runs {
-            let f = one_climb(&cg, run, trial)?;
+            let f = one_climb(&cg, run, trial, &push)?;
             let ms = |at| after(f.crossing, at).map_or_else(|| "-".into(), |v| format!("{v:.1}"));
+            if trial == Trial::Observe {
+                println!(
+                    "push trial={trial:?} run={i} push_ms={} push_by={} push_records={}",
+                    ms(f.push),
+                    if f.push_woke { "push" } else { "look" },
+                    f.push_records
+                );
+            }
             println!(
                 "result trial={trial:?} run={i} sampling_ms={} psi_ms={} low_ms={} high_ms={} \
                  ws_at_crossing_mi={} ws_plus_1s_mi={} sampling_cpu_us_per_pass={:.0} \
@@ -539,6 +757,17 @@ fn guest(run: &RunArgs) -> Result<()> {
     println!(
         "{}",
         summarize("sampling-100ms", &pick(Trial::Observe, |f| f.sampling))
+    );
+    println!(
+        "{}",
+        summarize("ebpf-push", &pick(Trial::Observe, |f| f.push))
+    );
+    let by_push = rows
+        .iter()
+        .filter(|(t, f)| *t == Trial::Observe && f.push.is_some() && f.push_woke)
+        .count();
+    println!(
+        "summary ebpf-push: the crossing read was prompted by a push record in {by_push} climbs"
     );
     println!(
         "{}",
@@ -702,12 +931,14 @@ fn truth(node: &Path, threshold: u64, interval: Duration) -> Result<()> {
 
 // ---------------------------------------------------------------- climber
 
-fn climb(cgroup: &Path, mi: u64, rate_mib_s: u64) -> Result<()> {
-    fs::create_dir_all(cgroup).ok();
-    write(
-        &cgroup.join("cgroup.procs"),
-        &std::process::id().to_string(),
-    )?;
+fn climb(cgroup: Option<&Path>, mi: u64, rate_mib_s: u64, exit: bool) -> Result<()> {
+    if let Some(cgroup) = cgroup {
+        fs::create_dir_all(cgroup).ok();
+        write(
+            &cgroup.join("cgroup.procs"),
+            &std::process::id().to_string(),
+        )?;
+    }
     let step = Duration::from_secs_f64(1.0 / rate_mib_s.max(1) as f64);
     let start = Instant::now();
     let mut held: Vec<Vec<u8>> = Vec::new();
@@ -721,6 +952,10 @@ fn climb(cgroup: &Path, mi: u64, rate_mib_s: u64) -> Result<()> {
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             thread::sleep(wait);
         }
+    }
+    if exit {
+        std::hint::black_box(&held);
+        return Ok(());
     }
     loop {
         thread::sleep(Duration::from_secs(60));
