@@ -248,8 +248,14 @@ fn toggles_change_what_they_name() {
     );
     // Shutdown: the capabilities, the bus and the drop-in directory.
     let caps = |o: &[Manifest]| strings(&container(o)["securityContext"]["capabilities"]["add"]);
-    assert!(!caps(&default).contains(&"SYS_BOOT".to_owned()));
-    assert!(caps(&all).contains(&"SYS_BOOT".to_owned()) && caps(&all).contains(&"KILL".to_owned()));
+    // CAP_SYS_NICE: the last gasp's thread at SCHED_FIFO priority, only where shutdown is on.
+    for cap in ["SYS_BOOT", "KILL", "SYS_NICE"] {
+        assert!(
+            !caps(&default).contains(&cap.to_owned()),
+            "default adds {cap}"
+        );
+        assert!(caps(&all).contains(&cap.to_owned()), "shutdown lacks {cap}");
+    }
     let mounts = |o: &[Manifest]| -> Vec<String> {
         container(o)["volumeMounts"]
             .as_array()

@@ -263,14 +263,19 @@ fn shutdown_overlay_adds_what_the_shutdown_manager_needs() {
         true
     );
 
-    // Capabilities: the base's plus the two systemd checks on the D-Bus calls, nothing else.
+    // Capabilities: the base's plus the two systemd checks on the D-Bus calls and SCHED_FIFO for
+    // the last gasp's thread, nothing else.
     let caps = |objects: &[Manifest]| {
         let mut c = strings(&container(objects)["securityContext"]["capabilities"]["add"]);
         c.sort();
         c
     };
     let mut want = caps(&base);
-    want.extend(["KILL".to_owned(), "SYS_BOOT".to_owned()]);
+    want.extend([
+        "KILL".to_owned(),
+        "SYS_BOOT".to_owned(),
+        "SYS_NICE".to_owned(),
+    ]);
     want.sort();
     assert_eq!(caps(&overlay), want);
     assert_eq!(

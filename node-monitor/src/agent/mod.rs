@@ -138,6 +138,7 @@ fn fast_gasp(
     args: &Args,
     shutdown: &crate::shutdown::ShutdownConfig,
     kube_config: &kube::Config,
+    metrics: &Metrics,
 ) -> (
     Option<crate::shutdown::gasp::FastStart>,
     Option<Arc<crate::shutdown::gasp::FastGasp>>,
@@ -155,7 +156,8 @@ fn fast_gasp(
         &args.node_name,
         kube_config.clone(),
         shutdown.options.last_gasp_timeout,
-    );
+    )
+    .map(|f| f.with_realtime_gauge(metrics.last_gasp_realtime.clone()));
     let shared = fast.as_ref().map(|f| f.shared.clone());
     (fast, shared)
 }
@@ -192,7 +194,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
 
     let api_timeout = config.node_monitor.api_timeout;
     let kube_config = kube_adapter::load_config(args.kubeconfig.as_deref()).await?;
-    let (fast_gasp, fast_gasp_shared) = fast_gasp(args, &shutdown_config, &kube_config);
+    let (fast_gasp, fast_gasp_shared) = fast_gasp(args, &shutdown_config, &kube_config, &metrics);
     let clients = kube_adapter::clients(kube_config, api_timeout)?;
     let client = clients.api.clone();
     auth.set(Arc::new(Authorizer::new(

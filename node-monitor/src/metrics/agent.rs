@@ -194,6 +194,7 @@ pub struct Metrics {
     pub shutdown_phase_end_time_seconds: Family<PhaseLabels, Gauge<f64, AtomicU64>>,
     pub shutdowns_bypassing_inhibitor: Counter,
     pub shutdown_last_gasps_suppressed: Counter,
+    pub last_gasp_realtime: Gauge,
     pub reboot_requests_refused: Family<ReasonLabels, Counter>,
     pub reboot_requests_unverified: Counter,
     pub shutdown_budget_seconds: Gauge<f64, AtomicU64>,
@@ -255,6 +256,7 @@ impl Metrics {
             shutdown_phase_end_time_seconds: Family::default(),
             shutdowns_bypassing_inhibitor: Counter::default(),
             shutdown_last_gasps_suppressed: Counter::default(),
+            last_gasp_realtime: Gauge::default(),
             reboot_requests_refused: Family::default(),
             reboot_requests_unverified: Counter::default(),
             shutdown_budget_seconds: Gauge::default(),
@@ -384,6 +386,11 @@ impl Metrics {
             "shutdown_last_gasps_suppressed",
             "Last gasps not sent because one went out less than 10 minutes earlier",
             m.shutdown_last_gasps_suppressed.clone(),
+        );
+        reg.add(
+            "last_gasp_realtime",
+            "1 when the last gasp's thread runs at SCHED_FIFO priority (CAP_SYS_NICE granted); 0 when refused or no last gasp is configured",
+            m.last_gasp_realtime.clone(),
         );
         reg.add(
             "reboot_requests_refused",
