@@ -205,7 +205,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         args.node_name.clone(),
     )));
     let (store, reflector_task) = start_pod_reflector(&clients, &args.node_name, &health, &metrics);
-    let liveness_task = start_liveness_lease(args, &config, &client, &stop_rx);
+    let liveness_task = start_liveness_lease(args, &config, &client, &stop_rx, &metrics);
 
     let allocatable = node_allocatable_memory(&client, &args.node_name).await;
     let mut sampler = new_sampler(args, allocatable, config.node_monitor.memory_working_set)?;
@@ -290,13 +290,15 @@ fn start_liveness_lease(
     config: &config::EvictionConfig,
     client: &kube::Client,
     stop_rx: &tokio::sync::watch::Receiver<bool>,
+    metrics: &Metrics,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(crate::cluster::liveness_lease::renew_until_stopped(
         crate::cluster::liveness_lease::LivenessLease::new(
             client.clone(),
             &args.namespace,
             &args.node_name,
-        ),
+        )
+        .with_metrics(metrics.liveness_lease.clone()),
         config.node_monitor.liveness_lease_interval,
         stop_rx.clone(),
     ))

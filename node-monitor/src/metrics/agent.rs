@@ -195,6 +195,7 @@ pub struct Metrics {
     pub shutdowns_bypassing_inhibitor: Counter,
     pub shutdown_last_gasps_suppressed: Counter,
     pub last_gasp_realtime: Gauge,
+    pub liveness_lease: crate::cluster::liveness_lease::RenewalMetrics,
     pub reboot_requests_refused: Family<ReasonLabels, Counter>,
     pub reboot_requests_unverified: Counter,
     pub shutdown_budget_seconds: Gauge<f64, AtomicU64>,
@@ -257,6 +258,7 @@ impl Metrics {
             shutdowns_bypassing_inhibitor: Counter::default(),
             shutdown_last_gasps_suppressed: Counter::default(),
             last_gasp_realtime: Gauge::default(),
+            liveness_lease: crate::cluster::liveness_lease::RenewalMetrics::default(),
             reboot_requests_refused: Family::default(),
             reboot_requests_unverified: Counter::default(),
             shutdown_budget_seconds: Gauge::default(),
@@ -471,6 +473,16 @@ impl Metrics {
             "loop_liveness_bound_seconds",
             "The longest the decision loop may go without progress before /healthz fails; 0 until the loop runs",
             m.loop_liveness_bound_seconds.clone(),
+        );
+        reg.add(
+            "liveness_lease_renewals",
+            "Renewals of the agent's liveness Lease by result: renewed (patched), created, conflict (created meanwhile by another writer: nothing written), error",
+            m.liveness_lease.renewals.clone(),
+        );
+        reg.add(
+            "liveness_lease_last_renewal_timestamp_seconds",
+            "Unix time of the last renewal that wrote the agent's liveness Lease (renewed or created); 0 until one does",
+            m.liveness_lease.last_renewal.clone(),
         );
         reg.add(
             "kubelet_config_read",
