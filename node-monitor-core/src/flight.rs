@@ -190,7 +190,8 @@ impl FlightEvent {
 /// One OOM kill or eviction (and those that joined it), with the trajectory before it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FlightRecord {
-    /// Numbered from 0 in the agent's run.
+    /// Numbered from 0, continued across the agent's restarts when records are restored
+    /// ([`FlightRecorder::restore`]).
     pub id: u64,
     /// The first trigger (an `oom_kill` or `eviction` event).
     pub trigger: FlightEvent,
@@ -224,6 +225,8 @@ pub struct FlightRecorder {
     /// The thresholds met in the last sample, to record their crossings.
     met: Vec<String>,
     dry_run: bool,
+    /// The newest record as last reported due for persisting, and whether its tail had closed.
+    persisted: Option<(u64, bool)>,
 }
 
 impl FlightRecorder {
@@ -352,6 +355,40 @@ impl FlightRecorder {
     /// recorder's owner meanwhile, and copies nothing.
     pub fn shared_records(&self) -> Vec<Arc<FlightRecord>> {
         self.records.iter().cloned().collect()
+    }
+
+    /// Records of an earlier run (oldest first), put before the records of this one; the
+    /// newest [`RECORDS_KEPT`] of all are kept and numbering continues after the highest id.
+    /// Restored records are not reported by [`FlightRecorder::persist_due`] again.
+    pub fn restore(&mut self, mut records: Vec<FlightRecord>) {
+        records.sort_by_key(|r| (r.trigger.at_ms, r.id));
+        if let Some(max) = records.iter().map(|r| r.id).max() {
+            self.next_id = self.next_id.max(max + 1);
+        }
+        let mut all: VecDeque<Arc<FlightRecord>> = records.into_iter().map(Arc::new).collect();
+        all.extend(self.records.drain(..));
+        while all.len() > RECORDS_KEPT {
+            all.pop_front();
+        }
+        self.records = all;
+        if self.persisted.is_none() {
+            self.persisted = self.records.back().map(|r| (r.id, true));
+        }
+    }
+
+    /// Whether the records changed in a way worth writing to disk since the last time this
+    /// said so: a record was frozen, or the newest record's tail has ended by `now_ms` (so at
+    /// most two writes per record, none while nothing happens).
+    pub fn persist_due(&mut self, now_ms: u64) -> bool {
+        let Some(newest) = self.records.back() else {
+            return false;
+        };
+        let current = (newest.id, now_ms > newest.until_ms);
+        if self.persisted == Some(current) {
+            return false;
+        }
+        self.persisted = Some(current);
+        true
     }
 
     /// How many records are kept.

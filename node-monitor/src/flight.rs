@@ -17,6 +17,7 @@ use node_monitor_core::{
     threshold::{Resource, Threshold, signal_resource},
 };
 
+pub mod store;
 pub mod svg;
 
 /// What one pass observed and decided, as the recorder keeps it: the memory signals with their

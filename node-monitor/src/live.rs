@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use node_monitor_core::{
     config::EvictionConfig,
     eviction::Decision,
-    flight::{EventKind, FlightEvent, FlightRecorder, Sample},
+    flight::{EventKind, FlightEvent, FlightRecord, FlightRecorder, Sample},
     signals::Observations,
     threshold::Threshold,
 };
@@ -77,6 +77,19 @@ struct Inner {
     flight: FlightRecorder,
     /// The PSI file the flight recorder's samples read.
     psi_path: Option<PathBuf>,
+    /// Where frozen flight records go to survive a restart (`nodeMonitor.stateDir`).
+    flight_writer: Option<crate::flight::store::FlightWriter>,
+}
+
+impl Inner {
+    /// Hands the flight records to the writer when a record froze or its tail ended.
+    fn persist_flight(&mut self, now_ms: u64) {
+        if let Some(w) = &self.flight_writer
+            && self.flight.persist_due(now_ms)
+        {
+            w.submit(self.flight.shared_records());
+        }
+    }
 }
 
 /// The agent's live view; shared between the loop and the HTTP handlers.
@@ -208,6 +221,7 @@ impl LiveView {
     /// An eviction request and its answer.
     pub fn record_eviction(&self, record: EvictionRecord) {
         if let Ok(mut i) = self.inner.lock() {
+            let at_ms = record.at_ms;
             i.flight.event(FlightEvent {
                 at_ms: record.at_ms,
                 kind: EventKind::Eviction {
@@ -216,6 +230,7 @@ impl LiveView {
                     outcome: record.outcome.clone(),
                 },
             });
+            i.persist_flight(at_ms);
             if i.evictions.len() >= EVICTIONS_KEPT {
                 i.evictions.pop_front();
             }
@@ -249,7 +264,9 @@ impl LiveView {
     /// recorder holds.
     pub fn flight_sample(&self, sample: Sample) -> (usize, usize) {
         self.inner.lock().map_or((0, 0), |mut i| {
+            let at_ms = sample.at_ms;
             i.flight.sample(sample);
+            i.persist_flight(at_ms);
             (i.flight.record_count(), i.flight.approx_bytes())
         })
     }
@@ -257,7 +274,22 @@ impl LiveView {
     /// A kernel event for the flight recorder (an OOM kill freezes a record).
     pub fn flight_event(&self, event: FlightEvent) {
         if let Ok(mut i) = self.inner.lock() {
+            let at_ms = event.at_ms;
             i.flight.event(event);
+            i.persist_flight(at_ms);
+        }
+    }
+
+    /// Restores the flight records of an earlier run (oldest first) and hands the records to
+    /// `writer` from now on, whenever one freezes or its tail ends.
+    pub fn persist_flight(
+        &self,
+        restored: Vec<FlightRecord>,
+        writer: crate::flight::store::FlightWriter,
+    ) {
+        if let Ok(mut i) = self.inner.lock() {
+            i.flight.restore(restored);
+            i.flight_writer = Some(writer);
         }
     }
 

@@ -3,7 +3,7 @@ use super::*;
 
 /// The keys accepted under `nodeMonitor`; any other key is rejected with this list in the
 /// message. `shutdown` is validated by `shutdown::config::shutdown_config`.
-pub const NODE_MONITOR_KEYS: [&str; 15] = [
+pub const NODE_MONITOR_KEYS: [&str; 16] = [
     "shutdown",
     "maxPodsPerCycle",
     "housekeepingInterval",
@@ -19,6 +19,7 @@ pub const NODE_MONITOR_KEYS: [&str; 15] = [
     "kubeletConfigPath",
     "livenessLeaseInterval",
     "memoryWorkingSet",
+    "stateDir",
 ];
 
 /// A `nodeMonitor` value with the field name its errors use (`config.yaml: nodeMonitor.psiWindow`).
@@ -41,6 +42,7 @@ pub(super) struct NodeMonitorFields {
     kubelet_config_path: Named<String>,
     liveness_lease_interval: Named<String>,
     memory_working_set: Named<MemoryWorkingSet>,
+    state_dir: Named<String>,
 }
 
 impl NodeMonitorFields {
@@ -122,6 +124,13 @@ impl NodeMonitorFields {
             "kubeletConfigPath",
         );
         over(
+            &mut self.state_dir,
+            s.state_dir.as_ref(),
+            |p: &PathText| p.0.clone(),
+            d,
+            "stateDir",
+        );
+        over(
             &mut self.memory_working_set,
             s.memory_working_set.as_ref(),
             |m| *m,
@@ -169,6 +178,16 @@ pub(super) fn parse_node_monitor(
             ));
         }
         s.kubelet_config_path.clone_from(path);
+    }
+    if let Some((field, path)) = &f.state_dir {
+        if !path.is_empty() && !path.starts_with('/') {
+            return Err(invalid(
+                field,
+                path,
+                "must be an absolute path, or empty (off)",
+            ));
+        }
+        s.state_dir.clone_from(path);
     }
     let durations: [DurationSetting<'_>; 8] = [
         (

@@ -361,3 +361,57 @@ fn fast_passes_share_a_sample_and_readers_keep_their_copy() {
     let tail = now.samples.len() - before;
     assert!((1..=3).contains(&tail), "{tail}");
 }
+
+/// A record is due for persisting when it freezes and once more when its tail ends; nothing is
+/// due while nothing happens, and a trigger that joins an open record adds no write.
+#[test]
+fn persisting_is_due_at_the_freeze_and_at_the_end_of_the_tail() {
+    let mut r = FlightRecorder::new();
+    r.sample(sample(1_000, 500 * MI, &[]));
+    assert!(!r.persist_due(1_000), "no record");
+    r.event(oom(2_000, Some(false)));
+    assert!(r.persist_due(2_000), "frozen");
+    assert!(!r.persist_due(2_000));
+    r.event(oom(3_000, Some(false)));
+    r.sample(sample(3_500, 500 * MI, &[]));
+    assert!(
+        !r.persist_due(3_500),
+        "joined the open record, tail still open"
+    );
+    r.sample(sample(2_000 + TAIL_MS + 1, 500 * MI, &[]));
+    assert!(r.persist_due(2_000 + TAIL_MS + 1), "tail ended");
+    assert!(!r.persist_due(60_000), "nothing new");
+    r.event(eviction(70_000, "evicted"));
+    assert!(r.persist_due(70_000), "a second record");
+}
+
+/// Records of an earlier run come first, the newest 16 of all are kept, numbering continues
+/// after the highest restored id, and restoring them does not make them due again.
+#[test]
+fn restored_records_come_first_and_numbering_continues() {
+    let mut earlier = FlightRecorder::new();
+    for i in 0..20u64 {
+        earlier.sample(sample(i * 60_000, 500 * MI, &[]));
+        earlier.event(oom(i * 60_000 + 1, Some(false)));
+    }
+    let saved: Vec<FlightRecord> = earlier.records().cloned().collect();
+    assert_eq!(saved.len(), RECORDS_KEPT);
+    assert_eq!(saved.last().map(|r| r.id), Some(19));
+
+    let mut r = FlightRecorder::new();
+    r.restore(saved.iter().rev().cloned().collect());
+    assert!(
+        !r.persist_due(2_000_000),
+        "restored records are on disk already"
+    );
+    let ids: Vec<u64> = r.records().map(|x| x.id).collect();
+    assert_eq!(ids, (4..20).collect::<Vec<_>>(), "oldest first, as saved");
+    r.event(oom(3_000_000, Some(true)));
+    assert!(r.persist_due(3_000_000));
+    let ids: Vec<u64> = r.records().map(|x| x.id).collect();
+    assert_eq!(
+        ids,
+        (5..21).collect::<Vec<_>>(),
+        "the oldest goes, numbering continues"
+    );
+}

@@ -53,3 +53,40 @@ pub(super) fn psi_path(layout: &crate::sampler::Layout) -> Option<std::path::Pat
         _ => None,
     }
 }
+
+/// Keeps the frozen flight records in `nodeMonitor.stateDir` across restarts: those of an earlier
+/// run are restored into `live`, and each record is written there when it freezes and when its
+/// tail ends. An empty `stateDir`, a directory that cannot be created or a thread that cannot
+/// start leave the records in memory only (logged; never fatal).
+pub(super) fn persist_flight(
+    live: &crate::live::LiveView,
+    state_dir: &str,
+    metrics: &crate::metrics::Metrics,
+) {
+    use crate::flight::store;
+    let store = match store::open(state_dir) {
+        None => {
+            tracing::info!("nodeMonitor.stateDir is empty: flight records are kept in memory only");
+            return;
+        }
+        Some(Err((dir, e))) => {
+            tracing::warn!(dir = %dir.display(), error = %e,
+                           "no state directory: flight records are kept in memory only");
+            metrics
+                .flight_store_errors
+                .get_or_create(&crate::metrics::ReasonLabels {
+                    reason: "write".to_owned(),
+                })
+                .inc();
+            return;
+        }
+        Some(Ok(s)) => s,
+    };
+    let restored = store.restore(&metrics.flight_store_errors);
+    match store::FlightWriter::spawn(store, metrics.flight_store_errors.clone()) {
+        Ok(writer) => live.persist_flight(restored, writer),
+        Err(e) => {
+            tracing::warn!(error = %e, "flight records are kept in memory only");
+        }
+    }
+}

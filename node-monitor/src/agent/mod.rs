@@ -191,6 +191,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
 
     // Metrics and health first, so a stuck start-up is visible.
     let (http_task, live, auth) = start_http(args, &config, &metrics, &health, &stop_rx);
+    flight::persist_flight(&live, &config.node_monitor.state_dir, &metrics);
 
     let api_timeout = config.node_monitor.api_timeout;
     let kube_config = kube_adapter::load_config(args.kubeconfig.as_deref()).await?;

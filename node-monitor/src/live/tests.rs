@@ -239,3 +239,69 @@ fn flight_records_a_kill_with_the_samples_before_it() {
         "{v}"
     );
 }
+
+/// Flight records survive a restart: a record frozen in one run is written to the state
+/// directory, and a new live view over the same directory shows it, with the next record
+/// numbered after it.
+#[test]
+fn flight_records_survive_a_restart_through_the_state_directory() {
+    use crate::flight::store::{FlightStore, FlightWriter};
+    use node_monitor_core::flight::{EventKind, FlightEvent, Sample};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let errors = prometheus_client::metrics::family::Family::default();
+    let kill = |live: &LiveView, at_ms: u64| {
+        live.flight_sample(Sample {
+            at_ms: at_ms - 100,
+            signals: Vec::new(),
+            top_pods: Vec::new(),
+            pod_figures_age_ms: None,
+            psi: None,
+            thresholds_met: Vec::new(),
+            evict: Vec::new(),
+        });
+        live.flight_event(FlightEvent {
+            at_ms,
+            kind: EventKind::OomKill {
+                pod: "default/hog".into(),
+                comm: "hog".into(),
+                pid: 1,
+                global: Some(false),
+            },
+        });
+    };
+    let start = |store: &FlightStore| {
+        let live = LiveView::new("n1");
+        let writer = FlightWriter::spawn(store.clone(), errors.clone()).expect("writer");
+        live.persist_flight(store.restore(&errors), writer);
+        live
+    };
+    let store = FlightStore::new(dir.path());
+    let first = start(&store);
+    let now = unix_ms();
+    kill(&first, now);
+    let mut on_disk = Vec::new();
+    for _ in 0..500 {
+        on_disk = store.load().expect("load");
+        if !on_disk.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(on_disk.len(), 1, "written when it froze");
+    drop(first);
+
+    let second = start(&store);
+    let v = second.flight();
+    let records = v["records"].as_array().expect("records");
+    assert_eq!(records.len(), 1, "{v}");
+    assert_eq!(records[0]["trigger"]["pod"], "default/hog");
+    kill(&second, now + 600_000);
+    let v = second.flight();
+    let ids: Vec<u64> = v["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .filter_map(|r| r["id"].as_u64())
+        .collect();
+    assert_eq!(ids, [1, 0], "newest first, numbered after the restored one");
+}

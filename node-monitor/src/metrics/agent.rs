@@ -208,6 +208,7 @@ pub struct Metrics {
     pub disk_reclaim_pending_bytes: Gauge,
     pub flight_records: Gauge,
     pub flight_recorder_bytes: Gauge,
+    pub flight_store_errors: Family<ReasonLabels, Counter>,
     pub pod_watch_failing: Gauge,
     pub pod_watch_errors: Counter,
     pub loop_last_progress_timestamp_seconds: Gauge<f64, AtomicU64>,
@@ -273,6 +274,7 @@ impl Metrics {
             disk_reclaim_pending_bytes: Gauge::default(),
             flight_records: Gauge::default(),
             flight_recorder_bytes: Gauge::default(),
+            flight_store_errors: Family::default(),
             loop_last_progress_timestamp_seconds: Gauge::default(),
             loop_liveness_bound_seconds: Gauge::default(),
             kubelet_config_read: Gauge::default(),
@@ -448,6 +450,11 @@ impl Metrics {
             "flight_recorder_bytes",
             "Approximate heap the OOM flight recorder holds: its window of samples and events and its records",
             m.flight_recorder_bytes.clone(),
+        );
+        reg.add(
+            "flight_store_errors",
+            "Flight record file problems by reason: corrupt, oversized or unreadable at start (the file set aside, no record restored), write (records stay in memory)",
+            m.flight_store_errors.clone(),
         );
         reg.add(
             "pod_cgroups_missing",
