@@ -241,12 +241,20 @@ impl FlightRecorder {
     }
 
     /// One pass of the agent's loop. A threshold that turns met or no longer met is recorded
-    /// as an event at the sample's time.
+    /// as an event at the sample's time. Beyond the [`TOP_PODS`] largest, the sample keeps the
+    /// pods whose OOM kills a record still open at its time holds ([`Self::open_oom_pods`]).
     pub fn sample(&mut self, mut sample: Sample) {
         sample
             .top_pods
             .sort_by_key(|p| std::cmp::Reverse(p.working_set));
-        sample.top_pods.truncate(TOP_PODS);
+        if sample.top_pods.len() > TOP_PODS {
+            let keep = self.open_oom_pods(sample.at_ms);
+            let mut rank = 0;
+            sample.top_pods.retain(|p| {
+                rank += 1;
+                rank <= TOP_PODS || keep.contains(&p.pod)
+            });
+        }
         let at = sample.at_ms;
         let crossed: Vec<FlightEvent> = sample
             .thresholds_met
@@ -344,6 +352,50 @@ impl FlightRecorder {
         }
         self.events.push_back(event);
         self.forget_before(at);
+    }
+
+    /// The pods (`namespace/name` or UID) of the OOM kills that records still open at `at_ms`
+    /// hold (their triggers and the kills that joined them).
+    pub fn open_oom_pods(&self, at_ms: u64) -> Vec<String> {
+        let mut pods: Vec<String> = Vec::new();
+        for r in self.records.iter().filter(|r| at_ms <= r.until_ms) {
+            for e in &r.events {
+                if let EventKind::OomKill { pod, .. } = &e.kind
+                    && !pod.is_empty()
+                    && !pods.contains(pod)
+                {
+                    pods.push(pod.clone());
+                }
+            }
+        }
+        pods
+    }
+
+    /// Adds `pod`'s working set, read in the pass of the sample at `sample_ms`, to that sample
+    /// where it did not make the [`TOP_PODS`] (the pod an OOM kill reported after the pass that
+    /// read the pods): in the window and in every record holding that sample. Returns whether
+    /// the sample was found without it.
+    pub fn add_pod_to_sample(&mut self, sample_ms: u64, pod: &PodPoint) -> bool {
+        let add = |s: &mut Sample| {
+            if s.at_ms == sample_ms && !s.top_pods.iter().any(|p| p.pod == pod.pod) {
+                s.top_pods.push(pod.clone());
+                true
+            } else {
+                false
+            }
+        };
+        let mut added = false;
+        if let Some(s) = self.samples.iter_mut().rev().find(|s| s.at_ms == sample_ms) {
+            added |= add(s);
+        }
+        for r in &mut self.records {
+            if r.samples.iter().any(|s| s.at_ms == sample_ms) {
+                for s in &mut Arc::make_mut(r).samples {
+                    added |= add(s);
+                }
+            }
+        }
+        added
     }
 
     /// The records, oldest first.

@@ -96,6 +96,24 @@ pub fn sample_of(
     }
 }
 
+/// The working set of every pod of `figures`, named as in the samples (`namespace/name`, or
+/// the UID when the pod is not known by name): what a sample may need beyond its [`TOP_PODS`]
+/// (the pod of an OOM kill, whatever its rank). Pure.
+pub fn named_figures(pods: &[PodInfo], figures: &HashMap<String, PodUsage>) -> Vec<PodPoint> {
+    figures
+        .iter()
+        .filter_map(|(uid, u)| {
+            Some(PodPoint {
+                working_set: u.memory?,
+                pod: pods
+                    .iter()
+                    .find(|p| &p.uid == uid)
+                    .map_or_else(|| uid.clone(), |p| format!("{}/{}", p.namespace, p.name)),
+            })
+        })
+        .collect()
+}
+
 /// An OOM kill, reclaim stall or kswapd wake-up as the flight recorder keeps it, at `at_ms`,
 /// with its pod (`namespace/name`, else its UID); other events are not kept. Pure.
 pub fn kernel_event(

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use node_monitor_core::{
     config::EvictionConfig,
     eviction::Decision,
-    flight::{EventKind, FlightEvent, FlightRecord, FlightRecorder, Sample},
+    flight::{EventKind, FlightEvent, FlightRecord, FlightRecorder, PodPoint, Sample, WINDOW_MS},
     signals::Observations,
     threshold::Threshold,
 };
@@ -79,6 +79,9 @@ struct Inner {
     psi_path: Option<PathBuf>,
     /// Where frozen flight records go to survive a restart (`nodeMonitor.stateDir`).
     flight_writer: Option<crate::flight::store::FlightWriter>,
+    /// Every pod's working set as read by the latest pass that read the pods, with that pass's
+    /// sample time: the figure of a pod an OOM kill reports after that pass.
+    flight_pass_pods: Option<(u64, Vec<PodPoint>)>,
 }
 
 impl Inner {
@@ -263,9 +266,31 @@ impl LiveView {
     /// One pass of the loop for the flight recorder; returns the records kept and the bytes the
     /// recorder holds.
     pub fn flight_sample(&self, sample: Sample) -> (usize, usize) {
+        self.flight_sample_with_pods(sample, None)
+    }
+
+    /// [`LiveView::flight_sample`] for a pass that read every pod (`read_now`: each pod's
+    /// working set): the pods of OOM kills in open records are kept in the sample whatever their
+    /// rank, and the figures are held for a kill reported after this pass.
+    pub fn flight_sample_with_pods(
+        &self,
+        mut sample: Sample,
+        read_now: Option<Vec<PodPoint>>,
+    ) -> (usize, usize) {
         self.inner.lock().map_or((0, 0), |mut i| {
             let at_ms = sample.at_ms;
+            if let Some(all) = &read_now {
+                let keep = i.flight.open_oom_pods(at_ms);
+                for p in all.iter().filter(|p| keep.contains(&p.pod)) {
+                    if !sample.top_pods.iter().any(|q| q.pod == p.pod) {
+                        sample.top_pods.push(p.clone());
+                    }
+                }
+            }
             i.flight.sample(sample);
+            if let Some(all) = read_now {
+                i.flight_pass_pods = Some((at_ms, all));
+            }
             i.persist_flight(at_ms);
             (i.flight.record_count(), i.flight.approx_bytes())
         })
@@ -275,7 +300,22 @@ impl LiveView {
     pub fn flight_event(&self, event: FlightEvent) {
         if let Ok(mut i) = self.inner.lock() {
             let at_ms = event.at_ms;
+            // The pass woken by this kill may have read the pods before the kill was reported
+            // here: its sample gets the killed pod's figure if it did not make the top pods.
+            let read = match (&event.kind, &i.flight_pass_pods) {
+                (EventKind::OomKill { pod, .. }, Some((read_ms, all)))
+                    if !pod.is_empty() && *read_ms + WINDOW_MS >= at_ms =>
+                {
+                    all.iter()
+                        .find(|p| &p.pod == pod)
+                        .map(|p| (*read_ms, p.clone()))
+                }
+                _ => None,
+            };
             i.flight.event(event);
+            if let Some((read_ms, p)) = read {
+                i.flight.add_pod_to_sample(read_ms, &p);
+            }
             i.persist_flight(at_ms);
         }
     }
@@ -309,7 +349,7 @@ impl LiveView {
             .collect();
         json!({
             "node": self.node,
-            "window_seconds": node_monitor_core::flight::WINDOW_MS / 1000,
+            "window_seconds": WINDOW_MS / 1000,
             "tail_seconds": node_monitor_core::flight::TAIL_MS / 1000,
             "capacity": node_monitor_core::flight::RECORDS_KEPT,
             "records": records,

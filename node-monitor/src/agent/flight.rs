@@ -1,6 +1,9 @@
 //! The loop's flight-recorder hook: after a pass's eviction requests, one sample of what it
-//! observed and decided (the pod figures it already holds, no extra pod read; PSI from one
-//! file) goes to the recorder in the live view, and its gauges are updated.
+//! observed and decided (the pod figures it already holds; PSI from one file) goes to the
+//! recorder in the live view, and its gauges are updated. The pass an OOM kill wakes reads the
+//! pods ([`read_pods_for`]), so a record shows the pods' working sets around a kill even on a
+//! calm node, where no other pass reads them; the killed pod is kept in the samples whatever its
+//! rank.
 use node_monitor_core::{
     clock::Timestamp, eviction::Decision, pod::PodInfo, signals::Observations,
 };
@@ -27,8 +30,9 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             let age = now.saturating_since(*t).as_millis();
             (u64::try_from(age).unwrap_or(u64::MAX), f)
         });
+        let at_ms = crate::live::unix_ms();
         let sample = crate::flight::sample_of(
-            crate::live::unix_ms(),
+            at_ms,
             &self.config.thresholds,
             observations,
             decision,
@@ -36,7 +40,12 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             figures,
             psi,
         );
-        let (records, bytes) = self.live.flight_sample(sample);
+        // Read in this pass: every pod's figure is offered, for the pod of an OOM kill recorded
+        // before or after this sample.
+        let read_now = figures
+            .filter(|(age, _)| *age == 0)
+            .map(|(_, f)| crate::flight::named_figures(pods, f));
+        let (records, bytes) = self.live.flight_sample_with_pods(sample, read_now);
         self.metrics
             .flight_records
             .set(i64::try_from(records).unwrap_or(i64::MAX));
@@ -89,4 +98,14 @@ pub(super) fn persist_flight(
             tracing::warn!(error = %e, "flight records are kept in memory only");
         }
     }
+}
+
+/// Whether the pass woken by `source` reads every pod's figures, though no threshold is met or
+/// near: an OOM kill's, so that its flight record shows the pods' working sets (no poller of its
+/// own; one pod pass per OOM kill wake-up).
+pub(super) fn read_pods_for(source: &crate::wakeup::WakeSource) -> bool {
+    matches!(
+        source,
+        crate::wakeup::WakeSource::Kernel(crate::wakeup::KernelWakeKind::OomKill)
+    )
 }

@@ -305,3 +305,67 @@ fn flight_records_survive_a_restart_through_the_state_directory() {
         .collect();
     assert_eq!(ids, [1, 0], "newest first, numbered after the restored one");
 }
+
+/// The killed pod's figure reaches its flight record whether the kill is reported before or
+/// after the pass that read the pods, though it is not among the largest.
+#[test]
+fn the_killed_pods_figure_reaches_the_record_in_either_order() {
+    use node_monitor_core::flight::{EventKind, FlightEvent, PodPoint, Sample};
+    let pods: Vec<PodPoint> = (0..8u64)
+        .map(|i| PodPoint {
+            pod: format!("default/p{i}"),
+            working_set: (i + 1) << 20,
+        })
+        .collect();
+    let sample = |at_ms: u64| Sample {
+        at_ms,
+        signals: Vec::new(),
+        top_pods: pods[3..].to_vec(),
+        pod_figures_age_ms: Some(0),
+        psi: None,
+        thresholds_met: Vec::new(),
+        evict: Vec::new(),
+    };
+    let kill = |at_ms: u64| FlightEvent {
+        at_ms,
+        kind: EventKind::OomKill {
+            pod: "default/p0".into(),
+            comm: "app".into(),
+            pid: 1,
+            global: Some(false),
+        },
+    };
+    let has_p0 = |live: &LiveView| {
+        let v = live.flight();
+        v["records"][0]["samples"]
+            .as_array()
+            .expect("samples")
+            .iter()
+            .any(|s| {
+                s["top_pods"]
+                    .as_array()
+                    .is_some_and(|p| p.iter().any(|p| p["pod"] == "default/p0"))
+            })
+    };
+    let now = unix_ms();
+    // The pass read the pods, then the kill was reported.
+    let live = LiveView::new("n1");
+    live.flight_sample_with_pods(sample(now), Some(pods.clone()));
+    live.flight_event(kill(now + 10));
+    assert!(has_p0(&live), "{}", live.flight());
+    // The kill was reported, then the pass it woke read the pods.
+    let live = LiveView::new("n1");
+    live.flight_sample(Sample {
+        top_pods: Vec::new(),
+        pod_figures_age_ms: None,
+        ..sample(now - 1_000)
+    });
+    live.flight_event(kill(now));
+    live.flight_sample_with_pods(sample(now + 10), Some(pods.clone()));
+    assert!(has_p0(&live), "{}", live.flight());
+    // Without the pod read of the pass, neither.
+    let live = LiveView::new("n1");
+    live.flight_sample(sample(now));
+    live.flight_event(kill(now + 10));
+    assert!(!has_p0(&live));
+}
