@@ -100,14 +100,14 @@ pub fn sample_of(
 /// the UID when the pod is not known by name): what a sample may need beyond its [`TOP_PODS`]
 /// (the pod of an OOM kill, whatever its rank). Pure.
 pub fn named_figures(pods: &[PodInfo], figures: &HashMap<String, PodUsage>) -> Vec<PodPoint> {
+    let by_uid: HashMap<&str, &PodInfo> = pods.iter().map(|p| (p.uid.as_str(), p)).collect();
     figures
         .iter()
         .filter_map(|(uid, u)| {
             Some(PodPoint {
                 working_set: u.memory?,
-                pod: pods
-                    .iter()
-                    .find(|p| &p.uid == uid)
+                pod: by_uid
+                    .get(uid.as_str())
                     .map_or_else(|| uid.clone(), |p| format!("{}/{}", p.namespace, p.name)),
             })
         })
