@@ -190,7 +190,8 @@ impl FlightEvent {
 /// One OOM kill or eviction (and those that joined it), with the trajectory before it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FlightRecord {
-    /// Numbered from 0 in the agent's run.
+    /// Numbered from 0, continued across the agent's restarts when records are restored
+    /// ([`FlightRecorder::restore`]).
     pub id: u64,
     /// The first trigger (an `oom_kill` or `eviction` event).
     pub trigger: FlightEvent,
@@ -224,6 +225,8 @@ pub struct FlightRecorder {
     /// The thresholds met in the last sample, to record their crossings.
     met: Vec<String>,
     dry_run: bool,
+    /// The newest record as last reported due for persisting, and whether its tail had closed.
+    persisted: Option<(u64, bool)>,
 }
 
 impl FlightRecorder {
@@ -238,12 +241,20 @@ impl FlightRecorder {
     }
 
     /// One pass of the agent's loop. A threshold that turns met or no longer met is recorded
-    /// as an event at the sample's time.
+    /// as an event at the sample's time. Beyond the [`TOP_PODS`] largest, the sample keeps the
+    /// pods whose OOM kills a record still open at its time holds ([`Self::open_oom_pods`]).
     pub fn sample(&mut self, mut sample: Sample) {
         sample
             .top_pods
             .sort_by_key(|p| std::cmp::Reverse(p.working_set));
-        sample.top_pods.truncate(TOP_PODS);
+        if sample.top_pods.len() > TOP_PODS {
+            let keep = self.open_oom_pods(sample.at_ms);
+            let mut rank = 0;
+            sample.top_pods.retain(|p| {
+                rank += 1;
+                rank <= TOP_PODS || keep.contains(&p.pod)
+            });
+        }
         let at = sample.at_ms;
         let crossed: Vec<FlightEvent> = sample
             .thresholds_met
@@ -343,6 +354,50 @@ impl FlightRecorder {
         self.forget_before(at);
     }
 
+    /// The pods (`namespace/name` or UID) of the OOM kills that records still open at `at_ms`
+    /// hold (their triggers and the kills that joined them).
+    pub fn open_oom_pods(&self, at_ms: u64) -> Vec<String> {
+        let mut pods: Vec<String> = Vec::new();
+        for r in self.records.iter().filter(|r| at_ms <= r.until_ms) {
+            for e in &r.events {
+                if let EventKind::OomKill { pod, .. } = &e.kind
+                    && !pod.is_empty()
+                    && !pods.contains(pod)
+                {
+                    pods.push(pod.clone());
+                }
+            }
+        }
+        pods
+    }
+
+    /// Adds `pod`'s working set, read in the pass of the sample at `sample_ms`, to that sample
+    /// where it did not make the [`TOP_PODS`] (the pod an OOM kill reported after the pass that
+    /// read the pods): in the window and in every record holding that sample. Returns whether
+    /// the sample was found without it.
+    pub fn add_pod_to_sample(&mut self, sample_ms: u64, pod: &PodPoint) -> bool {
+        let add = |s: &mut Sample| {
+            if s.at_ms == sample_ms && !s.top_pods.iter().any(|p| p.pod == pod.pod) {
+                s.top_pods.push(pod.clone());
+                true
+            } else {
+                false
+            }
+        };
+        let mut added = false;
+        if let Some(s) = self.samples.iter_mut().rev().find(|s| s.at_ms == sample_ms) {
+            added |= add(s);
+        }
+        for r in &mut self.records {
+            if r.samples.iter().any(|s| s.at_ms == sample_ms) {
+                for s in &mut Arc::make_mut(r).samples {
+                    added |= add(s);
+                }
+            }
+        }
+        added
+    }
+
     /// The records, oldest first.
     pub fn records(&self) -> impl DoubleEndedIterator<Item = &FlightRecord> {
         self.records.iter().map(|r| &**r)
@@ -352,6 +407,40 @@ impl FlightRecorder {
     /// recorder's owner meanwhile, and copies nothing.
     pub fn shared_records(&self) -> Vec<Arc<FlightRecord>> {
         self.records.iter().cloned().collect()
+    }
+
+    /// Records of an earlier run (oldest first), put before the records of this one; the
+    /// newest [`RECORDS_KEPT`] of all are kept and numbering continues after the highest id.
+    /// Restored records are not reported by [`FlightRecorder::persist_due`] again.
+    pub fn restore(&mut self, mut records: Vec<FlightRecord>) {
+        records.sort_by_key(|r| (r.trigger.at_ms, r.id));
+        if let Some(max) = records.iter().map(|r| r.id).max() {
+            self.next_id = self.next_id.max(max + 1);
+        }
+        let mut all: VecDeque<Arc<FlightRecord>> = records.into_iter().map(Arc::new).collect();
+        all.extend(self.records.drain(..));
+        while all.len() > RECORDS_KEPT {
+            all.pop_front();
+        }
+        self.records = all;
+        if self.persisted.is_none() {
+            self.persisted = self.records.back().map(|r| (r.id, true));
+        }
+    }
+
+    /// Whether the records changed in a way worth writing to disk since the last time this
+    /// said so: a record was frozen, or the newest record's tail has ended by `now_ms` (so at
+    /// most two writes per record, none while nothing happens).
+    pub fn persist_due(&mut self, now_ms: u64) -> bool {
+        let Some(newest) = self.records.back() else {
+            return false;
+        };
+        let current = (newest.id, now_ms > newest.until_ms);
+        if self.persisted == Some(current) {
+            return false;
+        }
+        self.persisted = Some(current);
+        true
     }
 
     /// How many records are kept.

@@ -145,6 +145,41 @@ fn agent_pass() -> (
     (config, obs, pods, figures)
 }
 
+/// The record file at its bounds: written whole by its own thread when a record freezes and when
+/// its tail ends, read back at start.
+fn store_at_bounds(
+    shared: &[std::sync::Arc<node_monitor_core::flight::FlightRecord>],
+    quick: bool,
+) {
+    let dir = std::env::temp_dir().join(format!("nm-flight-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    let store = node_monitor::flight::store::FlightStore::new(&dir);
+    let written = store.save(shared).expect("save");
+    let bytes = std::fs::metadata(store.path()).map_or(0, |m| m.len());
+    println!("record file at its bounds: {written} records, {bytes} bytes");
+    report(
+        "FlightStore::save, 16 records (write, fsync, rename)",
+        &measure(
+            || {
+                black_box(store.save(shared).expect("save"));
+            },
+            1,
+            if quick { 2 } else { 21 },
+        ),
+    );
+    report(
+        "FlightStore::load, 16 records",
+        &measure(
+            || {
+                black_box(store.load().expect("load"));
+            },
+            1,
+            if quick { 2 } else { 21 },
+        ),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn main() {
     // `cargo test --benches` runs this with --bench absent: keep that run short.
     let quick = !std::env::args().any(|a| a == "--bench");
@@ -219,6 +254,17 @@ fn main() {
             samples,
         ),
     );
+    report(
+        "named_figures, 250 pods (a pass that read the pods)",
+        &measure(
+            || {
+                black_box(node_monitor::flight::named_figures(&pods, &figures));
+            },
+            per_sample,
+            samples,
+        ),
+    );
+    store_at_bounds(&r.shared_records(), quick);
     let record = r.records().last().expect("a record").clone();
     report(
         "svg::render, one full record",

@@ -17,6 +17,7 @@ use node_monitor_core::{
     threshold::{Resource, Threshold, signal_resource},
 };
 
+pub mod store;
 pub mod svg;
 
 /// What one pass observed and decided, as the recorder keeps it: the memory signals with their
@@ -93,6 +94,24 @@ pub fn sample_of(
             .map(|e| format!("{}/{}", e.namespace, e.name))
             .collect(),
     }
+}
+
+/// The working set of every pod of `figures`, named as in the samples (`namespace/name`, or
+/// the UID when the pod is not known by name): what a sample may need beyond its [`TOP_PODS`]
+/// (the pod of an OOM kill, whatever its rank). Pure.
+pub fn named_figures(pods: &[PodInfo], figures: &HashMap<String, PodUsage>) -> Vec<PodPoint> {
+    let by_uid: HashMap<&str, &PodInfo> = pods.iter().map(|p| (p.uid.as_str(), p)).collect();
+    figures
+        .iter()
+        .filter_map(|(uid, u)| {
+            Some(PodPoint {
+                working_set: u.memory?,
+                pod: by_uid
+                    .get(uid.as_str())
+                    .map_or_else(|| uid.clone(), |p| format!("{}/{}", p.namespace, p.name)),
+            })
+        })
+        .collect()
 }
 
 /// An OOM kill, reclaim stall or kswapd wake-up as the flight recorder keeps it, at `at_ms`,

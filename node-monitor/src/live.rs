@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use node_monitor_core::{
     config::EvictionConfig,
     eviction::Decision,
-    flight::{EventKind, FlightEvent, FlightRecorder, Sample},
+    flight::{EventKind, FlightEvent, FlightRecord, FlightRecorder, PodPoint, Sample, WINDOW_MS},
     signals::Observations,
     threshold::Threshold,
 };
@@ -77,6 +77,22 @@ struct Inner {
     flight: FlightRecorder,
     /// The PSI file the flight recorder's samples read.
     psi_path: Option<PathBuf>,
+    /// Where frozen flight records go to survive a restart (`nodeMonitor.stateDir`).
+    flight_writer: Option<crate::flight::store::FlightWriter>,
+    /// Every pod's working set as read by the latest pass that read the pods, with that pass's
+    /// sample time: the figure of a pod an OOM kill reports after that pass.
+    flight_pass_pods: Option<(u64, Vec<PodPoint>)>,
+}
+
+impl Inner {
+    /// Hands the flight records to the writer when a record froze or its tail ended.
+    fn persist_flight(&mut self, now_ms: u64) {
+        if let Some(w) = &self.flight_writer
+            && self.flight.persist_due(now_ms)
+        {
+            w.submit(self.flight.shared_records());
+        }
+    }
 }
 
 /// The agent's live view; shared between the loop and the HTTP handlers.
@@ -208,6 +224,7 @@ impl LiveView {
     /// An eviction request and its answer.
     pub fn record_eviction(&self, record: EvictionRecord) {
         if let Ok(mut i) = self.inner.lock() {
+            let at_ms = record.at_ms;
             i.flight.event(FlightEvent {
                 at_ms: record.at_ms,
                 kind: EventKind::Eviction {
@@ -216,6 +233,7 @@ impl LiveView {
                     outcome: record.outcome.clone(),
                 },
             });
+            i.persist_flight(at_ms);
             if i.evictions.len() >= EVICTIONS_KEPT {
                 i.evictions.pop_front();
             }
@@ -248,8 +266,32 @@ impl LiveView {
     /// One pass of the loop for the flight recorder; returns the records kept and the bytes the
     /// recorder holds.
     pub fn flight_sample(&self, sample: Sample) -> (usize, usize) {
+        self.flight_sample_with_pods(sample, None)
+    }
+
+    /// [`LiveView::flight_sample`] for a pass that read every pod (`read_now`: each pod's
+    /// working set): the pods of OOM kills in open records are kept in the sample whatever their
+    /// rank, and the figures are held for a kill reported after this pass.
+    pub fn flight_sample_with_pods(
+        &self,
+        mut sample: Sample,
+        read_now: Option<Vec<PodPoint>>,
+    ) -> (usize, usize) {
         self.inner.lock().map_or((0, 0), |mut i| {
+            let at_ms = sample.at_ms;
+            if let Some(all) = &read_now {
+                let keep = i.flight.open_oom_pods(at_ms);
+                for p in all.iter().filter(|p| keep.contains(&p.pod)) {
+                    if !sample.top_pods.iter().any(|q| q.pod == p.pod) {
+                        sample.top_pods.push(p.clone());
+                    }
+                }
+            }
             i.flight.sample(sample);
+            if let Some(all) = read_now {
+                i.flight_pass_pods = Some((at_ms, all));
+            }
+            i.persist_flight(at_ms);
             (i.flight.record_count(), i.flight.approx_bytes())
         })
     }
@@ -257,7 +299,37 @@ impl LiveView {
     /// A kernel event for the flight recorder (an OOM kill freezes a record).
     pub fn flight_event(&self, event: FlightEvent) {
         if let Ok(mut i) = self.inner.lock() {
+            let at_ms = event.at_ms;
+            // The pass woken by this kill may have read the pods before the kill was reported
+            // here: its sample gets the killed pod's figure if it did not make the top pods.
+            let read = match (&event.kind, &i.flight_pass_pods) {
+                (EventKind::OomKill { pod, .. }, Some((read_ms, all)))
+                    if !pod.is_empty() && *read_ms + WINDOW_MS >= at_ms =>
+                {
+                    all.iter()
+                        .find(|p| &p.pod == pod)
+                        .map(|p| (*read_ms, p.clone()))
+                }
+                _ => None,
+            };
             i.flight.event(event);
+            if let Some((read_ms, p)) = read {
+                i.flight.add_pod_to_sample(read_ms, &p);
+            }
+            i.persist_flight(at_ms);
+        }
+    }
+
+    /// Restores the flight records of an earlier run (oldest first) and hands the records to
+    /// `writer` from now on, whenever one freezes or its tail ends.
+    pub fn persist_flight(
+        &self,
+        restored: Vec<FlightRecord>,
+        writer: crate::flight::store::FlightWriter,
+    ) {
+        if let Ok(mut i) = self.inner.lock() {
+            i.flight.restore(restored);
+            i.flight_writer = Some(writer);
         }
     }
 
@@ -277,7 +349,7 @@ impl LiveView {
             .collect();
         json!({
             "node": self.node,
-            "window_seconds": node_monitor_core::flight::WINDOW_MS / 1000,
+            "window_seconds": WINDOW_MS / 1000,
             "tail_seconds": node_monitor_core::flight::TAIL_MS / 1000,
             "capacity": node_monitor_core::flight::RECORDS_KEPT,
             "records": records,

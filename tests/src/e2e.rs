@@ -306,6 +306,10 @@ pub struct Agent {
     child: Option<Child>,
     pub log_path: PathBuf,
     pub metrics_port: u16,
+    /// Its `nodeMonitor.stateDir`: a directory of its own (under its temporary directory unless
+    /// given), so that agents share no flight records and none writes the host's
+    /// /var/lib/node-monitor.
+    pub state_dir: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -323,7 +327,26 @@ impl Agent {
         extra: &[&str],
         listen: &str,
     ) -> Result<Agent> {
+        Self::spawn_in(cluster, config_yaml, extra, listen, None)
+    }
+
+    /// [`Agent::spawn_on`] with `state_dir` as its `nodeMonitor.stateDir` (`None`: one of its
+    /// own), as a restarted agent finds the previous one's.
+    pub fn spawn_in(
+        cluster: &Cluster,
+        config_yaml: &str,
+        extra: &[&str],
+        listen: &str,
+        state_dir: Option<&Path>,
+    ) -> Result<Agent> {
         let dir = tempfile::Builder::new().prefix("nm-agent").tempdir()?;
+        let state_dir = state_dir.map_or_else(|| dir.path().join("state"), Path::to_path_buf);
+        // First, so that a scenario's own configuration may set it.
+        let state = dir.path().join("state.yaml");
+        fs::write(
+            &state,
+            format!("nodeMonitor:\n  stateDir: {}\n", state_dir.display()),
+        )?;
         let config = dir.path().join("config.yaml");
         fs::write(&config, config_yaml)?;
         let log_path = dir.path().join("agent.log");
@@ -331,6 +354,8 @@ impl Agent {
         let metrics_port = free_port()?;
         let child = Command::new(binary("node-monitor"))
             .arg("run")
+            .arg("--config")
+            .arg(&state)
             .arg("--config")
             .arg(&config)
             .arg("--kubeconfig")
@@ -351,6 +376,7 @@ impl Agent {
             child: Some(child),
             log_path,
             metrics_port,
+            state_dir,
             _dir: dir,
         })
     }

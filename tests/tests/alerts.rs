@@ -121,7 +121,7 @@ fn rules_pass_promtool_check_and_unit_tests() {
     let dir = tempfile::tempdir().expect("tempdir");
     extract_rules(dir.path());
     let check = promtool(dir.path(), &["check", "rules", "rules.generated.yaml"]);
-    assert!(check.contains("SUCCESS: 13 rules found"), "{check}");
+    assert!(check.contains("SUCCESS: 14 rules found"), "{check}");
     let test = promtool(dir.path(), &["test", "rules", "rules.test.yaml"]);
     assert!(test.contains("SUCCESS"), "{test}");
 }
@@ -172,7 +172,7 @@ fn every_alert_has_a_severity_a_runbook_url_and_a_firing_case() {
         (
             "deploy/prometheus/node-monitor-rules.yaml",
             "deploy/prometheus/rules.test.yaml",
-            13,
+            14,
         ),
         (
             "deploy/remediate/prometheusrule.yaml",

@@ -248,8 +248,14 @@ fn toggles_change_what_they_name() {
     );
     // Shutdown: the capabilities, the bus and the drop-in directory.
     let caps = |o: &[Manifest]| strings(&container(o)["securityContext"]["capabilities"]["add"]);
-    assert!(!caps(&default).contains(&"SYS_BOOT".to_owned()));
-    assert!(caps(&all).contains(&"SYS_BOOT".to_owned()) && caps(&all).contains(&"KILL".to_owned()));
+    // CAP_SYS_NICE: the last gasp's thread at SCHED_FIFO priority, only where shutdown is on.
+    for cap in ["SYS_BOOT", "KILL", "SYS_NICE"] {
+        assert!(
+            !caps(&default).contains(&cap.to_owned()),
+            "default adds {cap}"
+        );
+        assert!(caps(&all).contains(&cap.to_owned()), "shutdown lacks {cap}");
+    }
     let mounts = |o: &[Manifest]| -> Vec<String> {
         container(o)["volumeMounts"]
             .as_array()
@@ -279,8 +285,12 @@ fn toggles_change_what_they_name() {
     let custom = template(&[
         "hostPaths.kubeletRoot=/data/kubelet",
         "hostPaths.podLogs=/data/pod-logs",
+        "hostPaths.stateDir=/data/node-monitor",
     ]);
     assert!(args(&custom).contains(&"--kubelet-root=/data/kubelet".to_owned()));
+    // The state directory: mounted read-write where `nodeMonitor.stateDir` defaults, from the
+    // host directory the value names.
+    assert!(mounts(&default).contains(&node_monitor_core::config::DEFAULT_STATE_DIR.to_owned()));
     let volumes = &daemonset(&custom)["spec"]["template"]["spec"]["volumes"];
     let host = |name: &str| {
         volumes
@@ -290,6 +300,7 @@ fn toggles_change_what_they_name() {
     };
     assert_eq!(host("kubelet"), Some(json!("/data/kubelet")));
     assert_eq!(host("pod-logs"), Some(json!("/data/pod-logs")));
+    assert_eq!(host("state"), Some(json!("/data/node-monitor")));
     assert!(mounts(&custom).contains(&"/data/kubelet".to_owned()));
     // The config checksum follows the configuration and nothing else.
     let checksum = |o: &[Manifest]| {

@@ -263,14 +263,19 @@ fn shutdown_overlay_adds_what_the_shutdown_manager_needs() {
         true
     );
 
-    // Capabilities: the base's plus the two systemd checks on the D-Bus calls, nothing else.
+    // Capabilities: the base's plus the two systemd checks on the D-Bus calls and SCHED_FIFO for
+    // the last gasp's thread, nothing else.
     let caps = |objects: &[Manifest]| {
         let mut c = strings(&container(objects)["securityContext"]["capabilities"]["add"]);
         c.sort();
         c
     };
     let mut want = caps(&base);
-    want.extend(["KILL".to_owned(), "SYS_BOOT".to_owned()]);
+    want.extend([
+        "KILL".to_owned(),
+        "SYS_BOOT".to_owned(),
+        "SYS_NICE".to_owned(),
+    ]);
     want.sort();
     assert_eq!(caps(&overlay), want);
     assert_eq!(
@@ -467,9 +472,20 @@ fn base_daemonset_runs_confined() {
         .collect();
     assert_eq!(
         writable,
-        ["/sys/fs/cgroup"],
-        "only the cgroup tree is writable"
+        ["/sys/fs/cgroup", "/var/lib/node-monitor"],
+        "only the cgroup tree and the agent's state directory are writable"
     );
+    // The state directory is `nodeMonitor.stateDir`'s default, a host directory of its own.
+    let volumes = &ds.object["spec"]["template"]["spec"]["volumes"];
+    let state = volumes
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "state"))
+        .expect("state volume");
+    assert_eq!(
+        state["hostPath"]["path"],
+        node_monitor_core::config::DEFAULT_STATE_DIR
+    );
+    assert_eq!(state["hostPath"]["type"], "DirectoryOrCreate");
 }
 
 /// Fencing state is held by cluster RBAC on `nodefences/status`, not by namespace ConfigMap

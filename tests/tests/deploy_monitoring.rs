@@ -107,7 +107,7 @@ async fn servicemonitor_and_prometheusrules_apply_server_side() {
     );
     assert_eq!(sm.data["spec"]["endpoints"][0]["port"], "metrics");
     for (rel, name, count) in [
-        (MONITORING[1], "node-monitor", 13),
+        (MONITORING[1], "node-monitor", 14),
         (MONITORING[2], "node-monitor-remediate", 4),
     ] {
         let rule = stored(&client, "PrometheusRule", "node-monitor", name).await;

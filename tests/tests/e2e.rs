@@ -526,13 +526,10 @@ async fn repeated_oom_kills_make_one_oomkilling_event_with_a_count() {
     let cluster = Cluster::start_with("e2e-oom", NODE_MEMORY, |c| c.restart_backoff(long, long))
         .await
         .expect("cluster");
-    let agent = Agent::start(
-        &cluster,
-        "evictionHard:\n  memory.available: 100Mi\n",
-        &["--no-mlock"],
-    )
-    .await
-    .expect("agent up");
+    let config = "evictionHard:\n  memory.available: 100Mi\n";
+    let mut agent = Agent::start(&cluster, config, &["--no-mlock"])
+        .await
+        .expect("agent up");
     let node = cluster.node.clone();
     let pod = cluster
         .create_pod(
@@ -581,14 +578,84 @@ async fn repeated_oom_kills_make_one_oomkilling_event_with_a_count() {
         "{message}"
     );
     assert!(event.last_timestamp >= event.first_timestamp, "{event:#?}");
-    flight_record_holds_the_kill(&cluster, &agent).await;
+    let kill = flight_record_holds_the_kill(&cluster, &agent).await;
+    flight_record_survives_a_restart(&cluster, &mut agent, config, &kill).await;
+}
+
+/// The agent's flight records of the node's `/node-monitor/v1/flight`, newest first.
+async fn flight_records(
+    cluster: &Cluster,
+    agent: &Agent,
+) -> Vec<node_monitor::flight::FlightRecord> {
+    let body = agent
+        .node_api_get(cluster, node_monitor::http::FLIGHT_PATH)
+        .await
+        .unwrap_or_else(|e| panic!("GET flight: {e:#}\n{}", agent.log()));
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("flight JSON");
+    node_monitor::flight::records_of(&answer).expect("flight records")
+}
+
+/// A restarted agent (SIGTERM, then a new process over the same `nodeMonitor.stateDir`) serves
+/// the record of the kill the previous one froze, as it was.
+async fn flight_record_survives_a_restart(
+    cluster: &Cluster,
+    agent: &mut Agent,
+    config: &str,
+    kill: &node_monitor::flight::FlightRecord,
+) {
+    agent.terminate().expect("SIGTERM");
+    let file = agent.state_dir.join(node_monitor::flight::store::FILE);
+    assert!(
+        file.is_file(),
+        "{} written\n{}",
+        file.display(),
+        agent.log()
+    );
+    let mut again = Agent::spawn_in(
+        cluster,
+        config,
+        &["--no-mlock"],
+        "127.0.0.1",
+        Some(&agent.state_dir),
+    )
+    .expect("agent respawned");
+    again
+        .wait_log("deciding", Duration::from_secs(30))
+        .await
+        .expect("agent up again");
+    assert!(
+        again
+            .log()
+            .contains("flight records of an earlier run restored"),
+        "{}",
+        again.log()
+    );
+    let records = flight_records(cluster, &again).await;
+    let restored = records
+        .iter()
+        .find(|r| r.id == kill.id)
+        .unwrap_or_else(|| panic!("the kill's record after the restart: {records:#?}"));
+    assert_eq!(restored.trigger, kill.trigger);
+    assert_eq!(restored.samples.first(), kill.samples.first());
+    assert_eq!(
+        again
+            .metric_sum("node_monitor_flight_store_errors_total", &[])
+            .await
+            .expect("metrics"),
+        0.0
+    );
 }
 
 /// The agent's flight recorder kept the kill (`/node-monitor/v1/flight`): a record triggered by
 /// the OOM kill of the capped pod's process, the samples of the seconds before it (the agent's
 /// own passes, with the node's memory signal and its threshold), the verdict that the kill was
-/// in the pod's own limit, and its SVG timeline with the kill's marker.
-async fn flight_record_holds_the_kill(cluster: &Cluster, agent: &Agent) {
+/// in the pod's own limit, and its SVG timeline with the kill's marker. On this calm node no
+/// threshold is near, yet the record shows the killed pod's working set (read by the pass the
+/// kill woke). Returns the record.
+async fn flight_record_holds_the_kill(
+    cluster: &Cluster,
+    agent: &Agent,
+) -> node_monitor::flight::FlightRecord {
     let body = agent
         .node_api_get(cluster, node_monitor::http::FLIGHT_PATH)
         .await
@@ -626,9 +693,17 @@ async fn flight_record_holds_the_kill(cluster: &Cluster, agent: &Agent) {
         "{}",
         kill.verdict()
     );
+    assert!(
+        kill.samples.iter().any(|s| s
+            .top_pods
+            .iter()
+            .any(|p| p.pod == "default/capped" && p.working_set > 0)),
+        "the killed pod's working set in the record: {body}"
+    );
     let svg = node_monitor::flight::svg::render(kill, &cluster.node).expect("SVG");
     assert!(svg.contains("OOM kill: cgroup OOM kill of"), "{svg}");
     assert!(svg.contains("memory.available available"), "{svg}");
+    kill.clone()
 }
 
 /// Scenario 6: coexisting with the kubelet. The kubelet's own configuration file (under the

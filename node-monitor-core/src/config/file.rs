@@ -100,6 +100,9 @@ pub struct NodeMonitorSection {
     /// `kubeletConfigPath` (`null` reads as empty: off).
     #[serde(default, deserialize_with = "present")]
     pub kubelet_config_path: Option<PathText>,
+    /// `stateDir` (`null` reads as empty: off).
+    #[serde(default, deserialize_with = "present")]
+    pub state_dir: Option<PathText>,
     /// `memoryWorkingSet`.
     #[serde(default, deserialize_with = "present")]
     pub memory_working_set: Option<MemoryWorkingSet>,

@@ -41,6 +41,9 @@ pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
 /// of `nodeMonitor.kubeletConfigPath`.
 pub const DEFAULT_KUBELET_CONFIG_PATH: &str = "/var/lib/kubelet/config.yaml";
 
+/// The agent's state directory on the host: the default of `nodeMonitor.stateDir`.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/node-monitor";
+
 /// `evictionPressureTransitionPeriod` default (`SetDefaults_KubeletConfiguration`).
 pub const DEFAULT_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
 
@@ -155,6 +158,9 @@ pub struct NodeMonitorSettings {
     /// How `memory.available` and `allocatableMemory.available` count the working set:
     /// the kubelet's formula, or with reclaimable active page cache left out.
     pub memory_working_set: MemoryWorkingSet,
+    /// The agent's directory on the host for what survives a restart (the frozen flight
+    /// records); empty: nothing is kept.
+    pub state_dir: String,
 }
 
 impl Default for NodeMonitorSettings {
@@ -175,6 +181,7 @@ impl Default for NodeMonitorSettings {
             kubelet_config_path: DEFAULT_KUBELET_CONFIG_PATH.to_owned(),
             liveness_lease_interval: Duration::from_secs(5),
             memory_working_set: MemoryWorkingSet::Kubelet,
+            state_dir: DEFAULT_STATE_DIR.to_owned(),
         }
     }
 }

@@ -3,7 +3,7 @@ use super::*;
 
 /// The keys accepted under `nodeMonitor`; any other key is rejected with this list in the
 /// message. `shutdown` is validated by `shutdown::config::shutdown_config`.
-pub const NODE_MONITOR_KEYS: [&str; 16] = [
+pub const NODE_MONITOR_KEYS: [&str; 17] = [
     "shutdown",
     "maxPodsPerCycle",
     "housekeepingInterval",
@@ -20,6 +20,7 @@ pub const NODE_MONITOR_KEYS: [&str; 16] = [
     "livenessLeaseInterval",
     "memoryWorkingSet",
     "memoryPush",
+    "stateDir",
 ];
 
 /// A `nodeMonitor` value with the field name its errors use (`config.yaml: nodeMonitor.psiWindow`).
@@ -43,6 +44,7 @@ pub(super) struct NodeMonitorFields {
     kubelet_config_path: Named<String>,
     liveness_lease_interval: Named<String>,
     memory_working_set: Named<MemoryWorkingSet>,
+    state_dir: Named<String>,
 }
 
 impl NodeMonitorFields {
@@ -131,6 +133,13 @@ impl NodeMonitorFields {
             "kubeletConfigPath",
         );
         over(
+            &mut self.state_dir,
+            s.state_dir.as_ref(),
+            |p: &PathText| p.0.clone(),
+            d,
+            "stateDir",
+        );
+        over(
             &mut self.memory_working_set,
             s.memory_working_set.as_ref(),
             |m| *m,
@@ -181,6 +190,16 @@ pub(super) fn parse_node_monitor(
             ));
         }
         s.kubelet_config_path.clone_from(path);
+    }
+    if let Some((field, path)) = &f.state_dir {
+        if !path.is_empty() && !path.starts_with('/') {
+            return Err(invalid(
+                field,
+                path,
+                "must be an absolute path, or empty (off)",
+            ));
+        }
+        s.state_dir.clone_from(path);
     }
     let durations: [DurationSetting<'_>; 8] = [
         (

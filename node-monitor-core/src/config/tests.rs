@@ -615,7 +615,7 @@ fn kubelet_quirks_are_kept_and_reported() {
 
 #[test]
 fn node_monitor_settings_parse() {
-    let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n  apiTimeout: 3s\n  kubeletConfigPath: /etc/kubernetes/kubelet.yaml\n  livenessLeaseInterval: 7s\n  memoryWorkingSet: reclaimable\n  memoryPush: true\n";
+    let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n  apiTimeout: 3s\n  kubeletConfigPath: /etc/kubernetes/kubelet.yaml\n  livenessLeaseInterval: 7s\n  memoryWorkingSet: reclaimable\n  memoryPush: true\n  stateDir: /data/node-monitor\n";
     let c = load_yaml(yaml, &flags()).expect("settings");
     assert_eq!(
         c.node_monitor,
@@ -635,6 +635,7 @@ fn node_monitor_settings_parse() {
             kubelet_config_path: "/etc/kubernetes/kubelet.yaml".into(),
             liveness_lease_interval: Duration::from_secs(7),
             memory_working_set: MemoryWorkingSet::Reclaimable,
+            state_dir: "/data/node-monitor".into(),
         }
     );
     let json = serde_json::to_value(&c.node_monitor).expect("json");
@@ -743,6 +744,26 @@ fn kubelet_config_path_defaults_turns_off_and_must_be_absolute() {
         .to_string();
     assert!(
         err.contains("kubeletConfigPath") && err.contains("the number 3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn state_dir_defaults_turns_off_and_must_be_absolute() {
+    let c = load_yaml("{}", &flags()).expect("default");
+    assert_eq!(c.node_monitor.state_dir, "/var/lib/node-monitor");
+    for off in [
+        "nodeMonitor:\n  stateDir: \"\"\n",
+        "nodeMonitor:\n  stateDir: null\n",
+    ] {
+        let c = load_yaml(off, &flags()).expect("off");
+        assert_eq!(c.node_monitor.state_dir, "", "{off}");
+    }
+    let err = load_yaml("nodeMonitor:\n  stateDir: state\n", &flags())
+        .expect_err("relative")
+        .to_string();
+    assert!(
+        err.contains("nodeMonitor.stateDir") && err.contains("state"),
         "{err}"
     );
 }

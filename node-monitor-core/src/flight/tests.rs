@@ -361,3 +361,116 @@ fn fast_passes_share_a_sample_and_readers_keep_their_copy() {
     let tail = now.samples.len() - before;
     assert!((1..=3).contains(&tail), "{tail}");
 }
+
+/// A record is due for persisting when it freezes and once more when its tail ends; nothing is
+/// due while nothing happens, and a trigger that joins an open record adds no write.
+#[test]
+fn persisting_is_due_at_the_freeze_and_at_the_end_of_the_tail() {
+    let mut r = FlightRecorder::new();
+    r.sample(sample(1_000, 500 * MI, &[]));
+    assert!(!r.persist_due(1_000), "no record");
+    r.event(oom(2_000, Some(false)));
+    assert!(r.persist_due(2_000), "frozen");
+    assert!(!r.persist_due(2_000));
+    r.event(oom(3_000, Some(false)));
+    r.sample(sample(3_500, 500 * MI, &[]));
+    assert!(
+        !r.persist_due(3_500),
+        "joined the open record, tail still open"
+    );
+    r.sample(sample(2_000 + TAIL_MS + 1, 500 * MI, &[]));
+    assert!(r.persist_due(2_000 + TAIL_MS + 1), "tail ended");
+    assert!(!r.persist_due(60_000), "nothing new");
+    r.event(eviction(70_000, "evicted"));
+    assert!(r.persist_due(70_000), "a second record");
+}
+
+/// Records of an earlier run come first, the newest 16 of all are kept, numbering continues
+/// after the highest restored id, and restoring them does not make them due again.
+#[test]
+fn restored_records_come_first_and_numbering_continues() {
+    let mut earlier = FlightRecorder::new();
+    for i in 0..20u64 {
+        earlier.sample(sample(i * 60_000, 500 * MI, &[]));
+        earlier.event(oom(i * 60_000 + 1, Some(false)));
+    }
+    let saved: Vec<FlightRecord> = earlier.records().cloned().collect();
+    assert_eq!(saved.len(), RECORDS_KEPT);
+    assert_eq!(saved.last().map(|r| r.id), Some(19));
+
+    let mut r = FlightRecorder::new();
+    r.restore(saved.iter().rev().cloned().collect());
+    assert!(
+        !r.persist_due(2_000_000),
+        "restored records are on disk already"
+    );
+    let ids: Vec<u64> = r.records().map(|x| x.id).collect();
+    assert_eq!(ids, (4..20).collect::<Vec<_>>(), "oldest first, as saved");
+    r.event(oom(3_000_000, Some(true)));
+    assert!(r.persist_due(3_000_000));
+    let ids: Vec<u64> = r.records().map(|x| x.id).collect();
+    assert_eq!(
+        ids,
+        (5..21).collect::<Vec<_>>(),
+        "the oldest goes, numbering continues"
+    );
+}
+
+/// The pod of an OOM kill stays in the samples of its open record whatever its rank; once the
+/// record closes, samples keep the top pods only.
+#[test]
+fn the_pod_of_an_open_oom_kill_is_kept_beyond_the_top_pods() {
+    let mut r = FlightRecorder::new();
+    r.sample(sample(1_000, 500 * MI, &[]));
+    // `sample()`'s pods are p0..p7, p0 the smallest.
+    r.event(FlightEvent {
+        at_ms: 1_500,
+        kind: EventKind::OomKill {
+            pod: "default/p0".into(),
+            comm: "app".into(),
+            pid: 1,
+            global: Some(false),
+        },
+    });
+    assert_eq!(r.open_oom_pods(2_000), ["default/p0"]);
+    r.sample(sample(2_000, 500 * MI, &[]));
+    let rec = r.records().next().expect("record");
+    let tail = rec.samples.last().expect("tail sample");
+    let names: Vec<&str> = tail.top_pods.iter().map(|p| p.pod.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "default/p7",
+            "default/p6",
+            "default/p5",
+            "default/p4",
+            "default/p3",
+            "default/p0"
+        ]
+    );
+    let before = &rec.samples[0];
+    assert_eq!(before.top_pods.len(), TOP_PODS, "sampled before the kill");
+    // Closed: back to the top pods.
+    assert!(r.open_oom_pods(1_500 + TAIL_MS + 1).is_empty());
+    r.sample(sample(1_500 + TAIL_MS + 1, 500 * MI, &[]));
+    assert_eq!(r.samples.back().map(|s| s.top_pods.len()), Some(TOP_PODS));
+}
+
+/// A kill reported after the pass that read the pods: that pass's sample gets the killed pod's
+/// figure, in the window and in the record, once.
+#[test]
+fn a_pod_figure_is_added_to_the_sample_of_the_pass_that_read_it() {
+    let mut r = FlightRecorder::new();
+    r.sample(sample(1_000, 500 * MI, &[]));
+    r.event(oom(1_050, Some(false)));
+    let hog = PodPoint {
+        pod: "default/hog".into(),
+        working_set: 300 << 20,
+    };
+    assert!(r.add_pod_to_sample(1_000, &hog));
+    assert!(!r.add_pod_to_sample(1_000, &hog), "once");
+    assert!(!r.add_pod_to_sample(999, &hog), "no such sample");
+    let rec = r.records().next().expect("record");
+    assert!(rec.samples[0].top_pods.contains(&hog));
+    assert!(r.samples[0].top_pods.contains(&hog));
+}

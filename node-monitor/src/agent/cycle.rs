@@ -316,13 +316,14 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             // The ranking used an earlier pass's pod figures: the pass that refreshes them comes
             // now, after the requests, for the next ranking, the metrics and the live view.
             Some(RankFigures::Earlier { .. }) => self.read_pods(sampler, &mut timed.observations),
-            // No ranking now, but a threshold is near: read the pods for the crossing's ranking.
+            // No ranking now, but a threshold is near: read the pods for the crossing's ranking;
+            // or an OOM kill woke the pass: read them for its flight record.
             None if refresh_due(
                 self.pod_figures.as_ref().map(|(t, _)| *t),
                 now,
                 self.next_sample_at,
                 NEAR_REFRESH,
-            ) =>
+            ) || super::flight::read_pods_for(&wakeup.source) =>
             {
                 self.read_pods(sampler, &mut timed.observations);
             }

@@ -1,6 +1,9 @@
 //! The loop's flight-recorder hook: after a pass's eviction requests, one sample of what it
-//! observed and decided (the pod figures it already holds, no extra pod read; PSI from one
-//! file) goes to the recorder in the live view, and its gauges are updated.
+//! observed and decided (the pod figures it already holds; PSI from one file) goes to the
+//! recorder in the live view, and its gauges are updated. The pass an OOM kill wakes reads the
+//! pods ([`read_pods_for`]), so a record shows the pods' working sets around a kill even on a
+//! calm node, where no other pass reads them; the killed pod is kept in the samples whatever its
+//! rank.
 use node_monitor_core::{
     clock::Timestamp, eviction::Decision, pod::PodInfo, signals::Observations,
 };
@@ -27,8 +30,9 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             let age = now.saturating_since(*t).as_millis();
             (u64::try_from(age).unwrap_or(u64::MAX), f)
         });
+        let at_ms = crate::live::unix_ms();
         let sample = crate::flight::sample_of(
-            crate::live::unix_ms(),
+            at_ms,
             &self.config.thresholds,
             observations,
             decision,
@@ -36,7 +40,12 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             figures,
             psi,
         );
-        let (records, bytes) = self.live.flight_sample(sample);
+        // Read in this pass: every pod's figure is offered, for the pod of an OOM kill recorded
+        // before or after this sample.
+        let read_now = figures
+            .filter(|(age, _)| *age == 0)
+            .map(|(_, f)| crate::flight::named_figures(pods, f));
+        let (records, bytes) = self.live.flight_sample_with_pods(sample, read_now);
         self.metrics
             .flight_records
             .set(i64::try_from(records).unwrap_or(i64::MAX));
@@ -52,4 +61,51 @@ pub(super) fn psi_path(layout: &crate::sampler::Layout) -> Option<std::path::Pat
         crate::wakeup::SourceSetting::Path(p) => Some(p),
         _ => None,
     }
+}
+
+/// Keeps the frozen flight records in `nodeMonitor.stateDir` across restarts: those of an earlier
+/// run are restored into `live`, and each record is written there when it freezes and when its
+/// tail ends. An empty `stateDir`, a directory that cannot be created or a thread that cannot
+/// start leave the records in memory only (logged; never fatal).
+pub(super) fn persist_flight(
+    live: &crate::live::LiveView,
+    state_dir: &str,
+    metrics: &crate::metrics::Metrics,
+) {
+    use crate::flight::store;
+    let store = match store::open(state_dir) {
+        None => {
+            tracing::info!("nodeMonitor.stateDir is empty: flight records are kept in memory only");
+            return;
+        }
+        Some(Err((dir, e))) => {
+            tracing::warn!(dir = %dir.display(), error = %e,
+                           "no state directory: flight records are kept in memory only");
+            metrics
+                .flight_store_errors
+                .get_or_create(&crate::metrics::ReasonLabels {
+                    reason: "write".to_owned(),
+                })
+                .inc();
+            return;
+        }
+        Some(Ok(s)) => s,
+    };
+    let restored = store.restore(&metrics.flight_store_errors);
+    match store::FlightWriter::spawn(store, metrics.flight_store_errors.clone()) {
+        Ok(writer) => live.persist_flight(restored, writer),
+        Err(e) => {
+            tracing::warn!(error = %e, "flight records are kept in memory only");
+        }
+    }
+}
+
+/// Whether the pass woken by `source` reads every pod's figures, though no threshold is met or
+/// near: an OOM kill's, so that its flight record shows the pods' working sets (no poller of its
+/// own; one pod pass per OOM kill wake-up).
+pub(super) fn read_pods_for(source: &crate::wakeup::WakeSource) -> bool {
+    matches!(
+        source,
+        crate::wakeup::WakeSource::Kernel(crate::wakeup::KernelWakeKind::OomKill)
+    )
 }

@@ -138,6 +138,7 @@ fn fast_gasp(
     args: &Args,
     shutdown: &crate::shutdown::ShutdownConfig,
     kube_config: &kube::Config,
+    metrics: &Metrics,
 ) -> (
     Option<crate::shutdown::gasp::FastStart>,
     Option<Arc<crate::shutdown::gasp::FastGasp>>,
@@ -155,7 +156,8 @@ fn fast_gasp(
         &args.node_name,
         kube_config.clone(),
         shutdown.options.last_gasp_timeout,
-    );
+    )
+    .map(|f| f.with_realtime_gauge(metrics.last_gasp_realtime.clone()));
     let shared = fast.as_ref().map(|f| f.shared.clone());
     (fast, shared)
 }
@@ -189,10 +191,11 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
 
     // Metrics and health first, so a stuck start-up is visible.
     let (http_task, live, auth) = start_http(args, &config, &metrics, &health, &stop_rx);
+    flight::persist_flight(&live, &config.node_monitor.state_dir, &metrics);
 
     let api_timeout = config.node_monitor.api_timeout;
     let kube_config = kube_adapter::load_config(args.kubeconfig.as_deref()).await?;
-    let (fast_gasp, fast_gasp_shared) = fast_gasp(args, &shutdown_config, &kube_config);
+    let (fast_gasp, fast_gasp_shared) = fast_gasp(args, &shutdown_config, &kube_config, &metrics);
     let clients = kube_adapter::clients(kube_config, api_timeout)?;
     let client = clients.api.clone();
     auth.set(Arc::new(Authorizer::new(
@@ -203,7 +206,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         args.node_name.clone(),
     )));
     let (store, reflector_task) = start_pod_reflector(&clients, &args.node_name, &health, &metrics);
-    let liveness_task = start_liveness_lease(args, &config, &client, &stop_rx);
+    let liveness_task = start_liveness_lease(args, &config, &client, &stop_rx, &metrics);
 
     let allocatable = node_allocatable_memory(&client, &args.node_name).await;
     let mut sampler = new_sampler(args, allocatable, config.node_monitor.memory_working_set)?;
@@ -315,13 +318,15 @@ fn start_liveness_lease(
     config: &config::EvictionConfig,
     client: &kube::Client,
     stop_rx: &tokio::sync::watch::Receiver<bool>,
+    metrics: &Metrics,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(crate::cluster::liveness_lease::renew_until_stopped(
         crate::cluster::liveness_lease::LivenessLease::new(
             client.clone(),
             &args.namespace,
             &args.node_name,
-        ),
+        )
+        .with_metrics(metrics.liveness_lease.clone()),
         config.node_monitor.liveness_lease_interval,
         stop_rx.clone(),
     ))

@@ -216,3 +216,45 @@ fn records_round_trip_through_the_node_api_answer() {
     let e = records_of(&bad).expect_err("malformed");
     assert!(e.to_string().contains("flight record 0"), "{e}");
 }
+
+/// Every pod with a memory figure, named as the samples name it (the UID when unknown).
+#[test]
+fn named_figures_name_every_pod_with_a_memory_figure() {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "seven", "namespace": "default", "uid": "uid-7"},
+        "spec": {"containers": [{"name": "app"}]}
+    }))
+    .expect("pod");
+    let pods = vec![PodInfo::from_pod(&pod).expect("pod info")];
+    let figures: HashMap<String, PodUsage> = [
+        ("uid-7", Some(7 << 20)),
+        ("uid-8", Some(8 << 20)),
+        ("uid-9", None),
+    ]
+    .into_iter()
+    .map(|(uid, memory)| {
+        (
+            uid.to_owned(),
+            PodUsage {
+                memory,
+                ..PodUsage::default()
+            },
+        )
+    })
+    .collect();
+    let mut named = named_figures(&pods, &figures);
+    named.sort_by(|a, b| a.pod.cmp(&b.pod));
+    assert_eq!(
+        named,
+        [
+            PodPoint {
+                pod: "default/seven".into(),
+                working_set: 7 << 20
+            },
+            PodPoint {
+                pod: "uid-8".into(),
+                working_set: 8 << 20
+            },
+        ]
+    );
+}

@@ -239,3 +239,133 @@ fn flight_records_a_kill_with_the_samples_before_it() {
         "{v}"
     );
 }
+
+/// Flight records survive a restart: a record frozen in one run is written to the state
+/// directory, and a new live view over the same directory shows it, with the next record
+/// numbered after it.
+#[test]
+fn flight_records_survive_a_restart_through_the_state_directory() {
+    use crate::flight::store::{FlightStore, FlightWriter};
+    use node_monitor_core::flight::{EventKind, FlightEvent, Sample};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let errors = prometheus_client::metrics::family::Family::default();
+    let kill = |live: &LiveView, at_ms: u64| {
+        live.flight_sample(Sample {
+            at_ms: at_ms - 100,
+            signals: Vec::new(),
+            top_pods: Vec::new(),
+            pod_figures_age_ms: None,
+            psi: None,
+            thresholds_met: Vec::new(),
+            evict: Vec::new(),
+        });
+        live.flight_event(FlightEvent {
+            at_ms,
+            kind: EventKind::OomKill {
+                pod: "default/hog".into(),
+                comm: "hog".into(),
+                pid: 1,
+                global: Some(false),
+            },
+        });
+    };
+    let start = |store: &FlightStore| {
+        let live = LiveView::new("n1");
+        let writer = FlightWriter::spawn(store.clone(), errors.clone()).expect("writer");
+        live.persist_flight(store.restore(&errors), writer);
+        live
+    };
+    let store = FlightStore::new(dir.path());
+    let first = start(&store);
+    let now = unix_ms();
+    kill(&first, now);
+    let mut on_disk = Vec::new();
+    for _ in 0..500 {
+        on_disk = store.load().expect("load");
+        if !on_disk.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(on_disk.len(), 1, "written when it froze");
+    drop(first);
+
+    let second = start(&store);
+    let v = second.flight();
+    let records = v["records"].as_array().expect("records");
+    assert_eq!(records.len(), 1, "{v}");
+    assert_eq!(records[0]["trigger"]["pod"], "default/hog");
+    kill(&second, now + 600_000);
+    let v = second.flight();
+    let ids: Vec<u64> = v["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .filter_map(|r| r["id"].as_u64())
+        .collect();
+    assert_eq!(ids, [1, 0], "newest first, numbered after the restored one");
+}
+
+/// The killed pod's figure reaches its flight record whether the kill is reported before or
+/// after the pass that read the pods, though it is not among the largest.
+#[test]
+fn the_killed_pods_figure_reaches_the_record_in_either_order() {
+    use node_monitor_core::flight::{EventKind, FlightEvent, PodPoint, Sample};
+    let pods: Vec<PodPoint> = (0..8u64)
+        .map(|i| PodPoint {
+            pod: format!("default/p{i}"),
+            working_set: (i + 1) << 20,
+        })
+        .collect();
+    let sample = |at_ms: u64| Sample {
+        at_ms,
+        signals: Vec::new(),
+        top_pods: pods[3..].to_vec(),
+        pod_figures_age_ms: Some(0),
+        psi: None,
+        thresholds_met: Vec::new(),
+        evict: Vec::new(),
+    };
+    let kill = |at_ms: u64| FlightEvent {
+        at_ms,
+        kind: EventKind::OomKill {
+            pod: "default/p0".into(),
+            comm: "app".into(),
+            pid: 1,
+            global: Some(false),
+        },
+    };
+    let has_p0 = |live: &LiveView| {
+        let v = live.flight();
+        v["records"][0]["samples"]
+            .as_array()
+            .expect("samples")
+            .iter()
+            .any(|s| {
+                s["top_pods"]
+                    .as_array()
+                    .is_some_and(|p| p.iter().any(|p| p["pod"] == "default/p0"))
+            })
+    };
+    let now = unix_ms();
+    // The pass read the pods, then the kill was reported.
+    let live = LiveView::new("n1");
+    live.flight_sample_with_pods(sample(now), Some(pods.clone()));
+    live.flight_event(kill(now + 10));
+    assert!(has_p0(&live), "{}", live.flight());
+    // The kill was reported, then the pass it woke read the pods.
+    let live = LiveView::new("n1");
+    live.flight_sample(Sample {
+        top_pods: Vec::new(),
+        pod_figures_age_ms: None,
+        ..sample(now - 1_000)
+    });
+    live.flight_event(kill(now));
+    live.flight_sample_with_pods(sample(now + 10), Some(pods.clone()));
+    assert!(has_p0(&live), "{}", live.flight());
+    // Without the pod read of the pass, neither.
+    let live = LiveView::new("n1");
+    live.flight_sample(sample(now));
+    live.flight_event(kill(now + 10));
+    assert!(!has_p0(&live));
+}

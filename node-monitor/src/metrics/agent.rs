@@ -194,6 +194,8 @@ pub struct Metrics {
     pub shutdown_phase_end_time_seconds: Family<PhaseLabels, Gauge<f64, AtomicU64>>,
     pub shutdowns_bypassing_inhibitor: Counter,
     pub shutdown_last_gasps_suppressed: Counter,
+    pub last_gasp_realtime: Gauge,
+    pub liveness_lease: crate::cluster::liveness_lease::RenewalMetrics,
     pub reboot_requests_refused: Family<ReasonLabels, Counter>,
     pub reboot_requests_unverified: Counter,
     pub shutdown_budget_seconds: Gauge<f64, AtomicU64>,
@@ -206,6 +208,7 @@ pub struct Metrics {
     pub disk_reclaim_pending_bytes: Gauge,
     pub flight_records: Gauge,
     pub flight_recorder_bytes: Gauge,
+    pub flight_store_errors: Family<ReasonLabels, Counter>,
     pub pod_watch_failing: Gauge,
     pub pod_watch_errors: Counter,
     pub loop_last_progress_timestamp_seconds: Gauge<f64, AtomicU64>,
@@ -255,6 +258,8 @@ impl Metrics {
             shutdown_phase_end_time_seconds: Family::default(),
             shutdowns_bypassing_inhibitor: Counter::default(),
             shutdown_last_gasps_suppressed: Counter::default(),
+            last_gasp_realtime: Gauge::default(),
+            liveness_lease: crate::cluster::liveness_lease::RenewalMetrics::default(),
             reboot_requests_refused: Family::default(),
             reboot_requests_unverified: Counter::default(),
             shutdown_budget_seconds: Gauge::default(),
@@ -269,6 +274,7 @@ impl Metrics {
             disk_reclaim_pending_bytes: Gauge::default(),
             flight_records: Gauge::default(),
             flight_recorder_bytes: Gauge::default(),
+            flight_store_errors: Family::default(),
             loop_last_progress_timestamp_seconds: Gauge::default(),
             loop_liveness_bound_seconds: Gauge::default(),
             kubelet_config_read: Gauge::default(),
@@ -386,6 +392,11 @@ impl Metrics {
             m.shutdown_last_gasps_suppressed.clone(),
         );
         reg.add(
+            "last_gasp_realtime",
+            "1 when the last gasp's thread runs at SCHED_FIFO priority (CAP_SYS_NICE granted); 0 when refused or no last gasp is configured",
+            m.last_gasp_realtime.clone(),
+        );
+        reg.add(
             "reboot_requests_refused",
             "reboot(2) calls the kernel refuses or confines to a child PID namespace, by reason; never a shutdown",
             m.reboot_requests_refused.clone(),
@@ -441,6 +452,11 @@ impl Metrics {
             m.flight_recorder_bytes.clone(),
         );
         reg.add(
+            "flight_store_errors",
+            "Flight record file problems by reason: corrupt, oversized or unreadable at start (the file set aside, no record restored), write (records stay in memory)",
+            m.flight_store_errors.clone(),
+        );
+        reg.add(
             "pod_cgroups_missing",
             "1 while the API lists pods running on this node and none of their cgroups is found; evictions are held",
             m.pod_cgroups_missing.clone(),
@@ -464,6 +480,16 @@ impl Metrics {
             "loop_liveness_bound_seconds",
             "The longest the decision loop may go without progress before /healthz fails; 0 until the loop runs",
             m.loop_liveness_bound_seconds.clone(),
+        );
+        reg.add(
+            "liveness_lease_renewals",
+            "Renewals of the agent's liveness Lease by result: renewed (patched), created, conflict (created meanwhile by another writer: nothing written), error",
+            m.liveness_lease.renewals.clone(),
+        );
+        reg.add(
+            "liveness_lease_last_renewal_timestamp_seconds",
+            "Unix time of the last renewal that wrote the agent's liveness Lease (renewed or created); 0 until one does",
+            m.liveness_lease.last_renewal.clone(),
         );
         reg.add(
             "kubelet_config_read",

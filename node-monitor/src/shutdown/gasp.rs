@@ -210,6 +210,8 @@ pub struct FastStart {
     pub request: GaspRequest,
     /// `lastGaspTimeout`.
     pub timeout: Duration,
+    /// `node_monitor_last_gasp_realtime`: 1 once the thread runs at `SCHED_FIFO`, 0 otherwise.
+    pub realtime: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl FastStart {
@@ -225,7 +227,15 @@ impl FastStart {
             config,
             request: GaspRequest::new(mode, node)?,
             timeout,
+            realtime: prometheus_client::metrics::gauge::Gauge::default(),
         })
+    }
+
+    /// Reports the thread's priority on `gauge` (`node_monitor_last_gasp_realtime`).
+    #[must_use]
+    pub fn with_realtime_gauge(mut self, gauge: prometheus_client::metrics::gauge::Gauge) -> Self {
+        self.realtime = gauge;
+        self
     }
 
     /// Starts the thread on `ring` (the probe's `names::GASP_MAP`).
@@ -241,6 +251,7 @@ impl FastStart {
             self.request,
             self.timeout,
             stop,
+            self.realtime,
         )
     }
 }
@@ -253,11 +264,12 @@ pub fn spawn(
     request: GaspRequest,
     timeout: Duration,
     stop: watch::Receiver<bool>,
+    realtime: prometheus_client::metrics::gauge::Gauge,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("nm-last-gasp".into())
         .spawn(move || {
-            let fifo = raise_priority();
+            let fifo = enter_realtime(&realtime);
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -450,6 +462,14 @@ impl RawConn {
         }
         Ok((status, true))
     }
+}
+
+/// `SCHED_FIFO` for the calling thread, reported on `gauge` (1 granted, 0 refused); the error
+/// when refused.
+fn enter_realtime(gauge: &prometheus_client::metrics::gauge::Gauge) -> Result<(), std::io::Error> {
+    let fifo = raise_priority();
+    gauge.set(i64::from(fifo.is_ok()));
+    fifo
 }
 
 /// `SCHED_FIFO` for the calling thread; the error when refused.
@@ -696,6 +716,30 @@ impl Sender {
 mod tests {
     use super::*;
     use crate::ebpf::RebootCmd;
+
+    /// The calling thread's scheduling policy is `SCHED_FIFO`.
+    fn runs_fifo() -> bool {
+        // SAFETY: pid 0 is the calling thread; no pointer is passed.
+        unsafe { libc::sched_getscheduler(0) == libc::SCHED_FIFO }
+    }
+
+    /// `node_monitor_last_gasp_realtime` says what the kernel granted the thread: 1 when it now
+    /// runs at `SCHED_FIFO` (a holder of CAP_SYS_NICE), 0 when refused; never the other way
+    /// round. (Run as root and as a user, the two cases.)
+    #[test]
+    fn the_realtime_gauge_reports_the_threads_policy() {
+        let gauge = prometheus_client::metrics::gauge::Gauge::<i64>::default();
+        gauge.set(-1);
+        let g = gauge.clone();
+        let (granted, fifo) = std::thread::spawn(move || {
+            let granted = enter_realtime(&g).is_ok();
+            (granted, runs_fifo())
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(granted, fifo);
+        assert_eq!(gauge.get(), i64::from(fifo));
+    }
 
     fn seen() -> RebootSeen {
         RebootSeen {

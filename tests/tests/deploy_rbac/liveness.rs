@@ -7,7 +7,9 @@ use kube::{
     Api,
     api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
-use node_monitor::cluster::liveness_lease::LivenessLease;
+use node_monitor::cluster::liveness_lease::{
+    LivenessLease, Renewal, RenewalLabels, RenewalMetrics,
+};
 use node_monitor_tests::control_plane::client_from_kubeconfig;
 use serde_json::json;
 
@@ -50,9 +52,25 @@ async fn only_the_agent_writes_its_own_nodes_liveness_lease() {
         || leases.create(&pp, &other_holder),
     )
     .await;
-    // The agent's own renewer: creates its Lease, then renews it with one merge patch.
-    let own = LivenessLease::new(agent.clone(), NS, "node-a");
-    allowed("create its own liveness Lease", own.renew().await);
+    // The agent's own renewer: creates its Lease, then renews it with one merge patch; each is
+    // counted by its result and moves the last renewal's time.
+    let metrics = RenewalMetrics::default();
+    let own = LivenessLease::new(agent.clone(), NS, "node-a").with_metrics(metrics.clone());
+    let count = |result: &str| {
+        metrics
+            .renewals
+            .get_or_create(&RenewalLabels {
+                result: result.to_owned(),
+            })
+            .get()
+    };
+    assert_eq!(
+        allowed("create its own liveness Lease", own.renew().await),
+        Renewal::Created
+    );
+    assert_eq!((count("created"), count("renewed")), (1, 0));
+    let created_at = metrics.last_renewal.get();
+    assert!(created_at > 0.0, "{created_at}");
     let first = Api::<Lease>::namespaced(admin.clone(), NS)
         .get("node-monitor-agent-node-a")
         .await
@@ -61,7 +79,21 @@ async fn only_the_agent_writes_its_own_nodes_liveness_lease() {
     assert_eq!(spec.holder_identity.as_deref(), Some("node-a"));
     assert!(spec.renew_time.is_some());
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    allowed("renew its own liveness Lease", own.renew().await);
+    assert_eq!(
+        allowed("renew its own liveness Lease", own.renew().await),
+        Renewal::Renewed
+    );
+    assert_eq!(
+        (count("created"), count("renewed"), count("error")),
+        (1, 1, 0)
+    );
+    assert!(metrics.last_renewal.get() >= created_at);
+    // A renewal the API refuses (another node's Lease) counts as an error and moves no time.
+    let renewed_at = metrics.last_renewal.get();
+    let other = LivenessLease::new(agent.clone(), NS, "node-b").with_metrics(metrics.clone());
+    assert!(other.renew().await.is_err(), "node-b's Lease is refused");
+    assert_eq!(count("error"), 1);
+    assert_eq!(metrics.last_renewal.get(), renewed_at);
     let renewed = Api::<Lease>::namespaced(admin.clone(), NS)
         .get("node-monitor-agent-node-a")
         .await

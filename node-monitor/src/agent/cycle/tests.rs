@@ -1135,3 +1135,47 @@ async fn the_memory_push_is_armed_near_a_memory_threshold_and_disarmed_far_from_
         [0, 1600, FLOOR_PAGES, 0]
     );
 }
+
+/// On a calm node no pass reads the pods, so a flight record of an OOM kill in a pod's own limit
+/// had no pod figures; the pass the kill wakes reads them, and the record shows the pods'
+/// working sets, the killed pod among them.
+#[tokio::test(start_paused = true)]
+async fn an_oom_kill_wake_up_reads_the_pods_for_its_flight_record() {
+    use node_monitor_core::flight::{EventKind, FlightEvent};
+    let mut rig = with_headroom(Rig::new(HARD_1GI, 8 * GI, &three_pods()));
+    rig.cycle().await;
+    assert_eq!(take_log(&rig), Vec::<String>::new(), "calm: no pod read");
+    let wakeup = Wakeup {
+        source: WakeSource::Kernel(crate::wakeup::KernelWakeKind::OomKill),
+        at: std::time::Instant::now(),
+    };
+    rig.agent
+        .cycle(&mut rig.node, &mut rig.arming, wakeup, "kernel_oom_kill")
+        .await;
+    assert_eq!(take_log(&rig), ["read pods"]);
+    rig.agent.live.flight_event(FlightEvent {
+        at_ms: crate::live::unix_ms() + 1,
+        kind: EventKind::OomKill {
+            pod: "default/guaranteed".into(),
+            comm: "app".into(),
+            pid: 7,
+            global: Some(false),
+        },
+    });
+    let v = rig.agent.live.flight();
+    let pods: Vec<(String, u64)> = v["records"][0]["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .flat_map(|s| s["top_pods"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| Some((p["pod"].as_str()?.to_owned(), p["working_set"].as_u64()?)))
+        .collect();
+    assert!(
+        pods.contains(&("default/guaranteed".to_owned(), 900 * MI)),
+        "{v}"
+    );
+    assert!(
+        pods.contains(&("default/besteffort".to_owned(), 2 * GI)),
+        "{v}"
+    );
+}
