@@ -70,7 +70,8 @@ fn decide(p: &Pod, usage: StorageUsage, dedicated: bool) -> Vec<LimitEviction> {
 #[test]
 fn kubelet_storage_limit_evictions() {
     let empty_dir = json!([{"name": "emptyDirVolume", "emptyDir": {"sizeLimit": "1Gi"}}]);
-    let cases: Vec<(&str, Pod, (u64, u64, u64), LimitKind, &str)> = vec![
+    type Case = (&'static str, Pod, (u64, u64, u64), LimitKind, &'static str);
+    let cases: Vec<Case> = vec![
         (
             "eviction due to rootfs above limit",
             one_container("rootfs-above-limits", Some("1Gi"), json!([])),
