@@ -242,3 +242,46 @@ fn the_thread_measures_on_request_and_keeps_the_last_figures() {
     m.wait_passes(2);
     assert!(m.latest(|u| u[UID_A].total) >= first + 64 * 1024);
 }
+
+#[test]
+fn empty_dirs_and_container_logs_are_measured_apart_and_add_up_to_the_total() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pod_dir = dir.path().join("pods").join(UID_A);
+    for (name, kib) in [("cache", 512usize), ("scratch", 64)] {
+        let vol = pod_dir.join("volumes/kubernetes.io~empty-dir").join(name);
+        fs::create_dir_all(&vol).expect("mkdir");
+        fs::write(vol.join("blob"), vec![1u8; kib * 1024]).expect("write");
+    }
+    fs::write(pod_dir.join("etc-hosts"), vec![b'h'; 4096]).expect("write");
+    for (c, kib) in [("web", 128usize), ("sidecar", 16)] {
+        let logs = dir.path().join(format!("logs/default_web_{UID_A}/{c}"));
+        fs::create_dir_all(&logs).expect("mkdir");
+        fs::write(logs.join("0.log"), vec![b'x'; kib * 1024]).expect("write");
+    }
+
+    let r = run_measure(&paths(dir.path(), 1000), &pods(dir.path(), &[UID_A]));
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let d = &r.detail[UID_A];
+    let cache = d.empty_dirs["cache"];
+    let scratch = d.empty_dirs["scratch"];
+    assert!((512 * 1024..600 * 1024).contains(&cache), "{cache}");
+    assert!((64 * 1024..100 * 1024).contains(&scratch), "{scratch}");
+    assert_eq!(d.empty_dirs.len(), 2);
+    assert!(
+        (128 * 1024..160 * 1024).contains(&d.logs["web"]),
+        "{:?}",
+        d.logs
+    );
+    assert!(
+        (16 * 1024..40 * 1024).contains(&d.logs["sidecar"]),
+        "{:?}",
+        d.logs
+    );
+    assert_eq!(d.total, r.usage[UID_A].total);
+    // Every part is within the total, which also holds the pod's other files.
+    assert!(d.total >= cache + scratch + d.logs["web"] + d.logs["sidecar"] + 4096);
+    // Inodes as one walk of each tree counts them: pod directory, etc-hosts, volumes, the
+    // plugin directory, two volumes with a blob each; log directory, two containers' with a
+    // file each.
+    assert_eq!(r.usage[UID_A].inodes, 8 + 5);
+}
