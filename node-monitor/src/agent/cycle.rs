@@ -291,6 +291,10 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                 self.wait_for_cleanup(sampler, req).await;
             }
         }
+        if decision.evict.is_empty() {
+            self.enforce_storage_limits(sampler, timed.observations.filesystem)
+                .await;
+        }
         end
     }
 
@@ -768,6 +772,7 @@ pub(super) fn signal_unit(signal: Signal) -> SignalUnit {
 }
 
 mod sight;
+mod storage_limits;
 
 #[cfg(test)]
 mod tests;

@@ -268,7 +268,8 @@ struct State {
     /// The last finished measurement; its error and truncations are taken once by
     /// [`DiskMeter::take_outcome`].
     usage: HashMap<String, PodDisk>,
-    detail: HashMap<String, PodDiskDetail>,
+    /// The figures in parts of the last finished measurement, until taken.
+    detail: Option<HashMap<String, PodDiskDetail>>,
     outcome: Option<(Vec<String>, Option<SamplerError>)>,
     passes: u64,
 }
@@ -304,7 +305,7 @@ impl Shared {
     fn store(&self, report: DiskReport) {
         let mut s = self.lock();
         s.usage = report.usage;
-        s.detail = report.detail;
+        s.detail = Some(report.detail);
         s.outcome = Some((report.truncated, report.error));
         s.passes += 1;
         drop(s);
@@ -394,11 +395,10 @@ impl DiskMeter {
         f(&self.shared.lock().usage)
     }
 
-    /// The figures in parts of the last finished measurement, by pod UID, with the number of
-    /// measurements finished so far (which tells a new measurement from one seen before).
-    pub fn latest_detail(&self) -> (u64, HashMap<String, PodDiskDetail>) {
-        let s = self.shared.lock();
-        (s.passes, s.detail.clone())
+    /// The figures in parts of the last finished measurement, by pod UID, once: `None` until
+    /// another measurement finishes.
+    pub fn take_detail(&self) -> Option<HashMap<String, PodDiskDetail>> {
+        self.shared.lock().detail.take()
     }
 
     /// The truncated pods and the error of the last finished measurement, once.

@@ -140,15 +140,12 @@ impl Sampler {
         }
     }
 
-    /// The per-pod disk figures in parts of the disk meter's last measurement, by pod UID, with
-    /// the count of measurements finished so far; `None` when per-pod disk usage is off.
-    pub fn pod_disk_detail(
-        &self,
-    ) -> Option<(
-        u64,
-        std::collections::HashMap<String, super::super::PodDiskDetail>,
-    )> {
-        self.disk.as_ref().map(|m| m.latest_detail())
+    /// The per-pod disk figures in parts of the disk meter's last measurement, by pod UID, once
+    /// per measurement: `None` until another finishes, or when per-pod disk usage is off.
+    pub fn take_pod_disk_detail(
+        &mut self,
+    ) -> Option<std::collections::HashMap<String, super::super::PodDiskDetail>> {
+        self.disk.as_ref().and_then(DiskMeter::take_detail)
     }
 
     /// The number of pod cgroups found by the last pass.
