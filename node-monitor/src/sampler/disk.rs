@@ -13,6 +13,9 @@ use std::{
     sync::{Arc, Condvar, Mutex, MutexGuard},
 };
 
+use k8s_openapi::api::core::v1::Pod;
+use node_monitor_core::local_storage::{ContainerStorage, StorageUsage};
+
 use super::{
     SamplerError,
     layers::LayerCache,
@@ -63,6 +66,59 @@ pub struct PodDiskDetail {
     pub logs: BTreeMap<String, u64>,
     /// Bytes of each container's writable layer, by container ID (from its cgroup's name).
     pub layers: BTreeMap<String, u64>,
+}
+
+impl PodDiskDetail {
+    /// A pod's measured disk as the kubelet's summary has it: the pod's total, its emptyDir volumes
+    /// by name, and per container (regular, init and ephemeral, by name) its logs and writable layer,
+    /// the layer found by the container ID its status reports.
+    pub fn storage_usage(&self, pod: &Pod) -> StorageUsage {
+        let detail = self;
+        let mut containers: Vec<ContainerStorage> = Vec::new();
+        let status = pod.status.as_ref();
+        let statuses = status
+            .into_iter()
+            .flat_map(|s| {
+                [
+                    s.container_statuses.as_deref(),
+                    s.init_container_statuses.as_deref(),
+                    s.ephemeral_container_statuses.as_deref(),
+                ]
+            })
+            .flatten()
+            .flatten();
+        for cs in statuses {
+            let id = cs
+                .container_id
+                .as_deref()
+                .map(|id| id.split_once("://").map_or(id, |(_, id)| id));
+            let rootfs = id.and_then(|id| detail.layers.get(id).copied());
+            let logs = detail.logs.get(&cs.name).copied();
+            if rootfs.is_none() && logs.is_none() {
+                continue;
+            }
+            containers.push(ContainerStorage {
+                name: cs.name.clone(),
+                logs,
+                rootfs,
+            });
+        }
+        // Containers with logs but no status yet.
+        for (name, bytes) in &detail.logs {
+            if !containers.iter().any(|c| c.name == *name) {
+                containers.push(ContainerStorage {
+                    name: name.clone(),
+                    logs: Some(*bytes),
+                    rootfs: None,
+                });
+            }
+        }
+        StorageUsage {
+            pod: Some(detail.total),
+            volumes: detail.empty_dirs.clone().into_iter().collect(),
+            containers,
+        }
+    }
 }
 
 /// One finished measurement.

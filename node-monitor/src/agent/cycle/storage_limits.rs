@@ -4,12 +4,11 @@
 //! period.
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
 use node_monitor_core::{
     config::FsLayout,
-    local_storage::{ContainerStorage, StorageLimits, StorageUsage, limit_evictions},
+    local_storage::{StorageLimits, limit_evictions},
     pod::{PodInfo, pod_is_active},
 };
 
@@ -18,7 +17,6 @@ use crate::{
     agent::ports::{ClusterWrites, NodeView, PodSource},
     cluster::actuator::EvictionRequest,
     live::EvictionRecord,
-    sampler::PodDiskDetail,
 };
 
 impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
@@ -58,7 +56,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                 continue;
             }
             if let Some(d) = detail.get(&info.uid) {
-                usage.insert(info.uid.clone(), storage_usage(&pod, d));
+                usage.insert(info.uid.clone(), d.storage_usage(&pod));
             }
             pods.push((info, limits));
         }
@@ -105,106 +103,5 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             }
         }
         evictions.len()
-    }
-}
-
-/// A pod's measured disk as the kubelet's summary has it: the pod's total, its emptyDir volumes
-/// by name, and per container (regular, init and ephemeral, by name) its logs and writable layer,
-/// the layer found by the container ID its status reports.
-pub(super) fn storage_usage(pod: &Pod, detail: &PodDiskDetail) -> StorageUsage {
-    let mut containers: Vec<ContainerStorage> = Vec::new();
-    let status = pod.status.as_ref();
-    let statuses = status
-        .into_iter()
-        .flat_map(|s| {
-            [
-                s.container_statuses.as_deref(),
-                s.init_container_statuses.as_deref(),
-                s.ephemeral_container_statuses.as_deref(),
-            ]
-        })
-        .flatten()
-        .flatten();
-    for cs in statuses {
-        let id = cs
-            .container_id
-            .as_deref()
-            .map(|id| id.split_once("://").map_or(id, |(_, id)| id));
-        let rootfs = id.and_then(|id| detail.layers.get(id).copied());
-        let logs = detail.logs.get(&cs.name).copied();
-        if rootfs.is_none() && logs.is_none() {
-            continue;
-        }
-        containers.push(ContainerStorage {
-            name: cs.name.clone(),
-            logs,
-            rootfs,
-        });
-    }
-    // Containers with logs but no status yet.
-    for (name, bytes) in &detail.logs {
-        if !containers.iter().any(|c| c.name == *name) {
-            containers.push(ContainerStorage {
-                name: name.clone(),
-                logs: Some(*bytes),
-                rootfs: None,
-            });
-        }
-    }
-    StorageUsage {
-        pod: Some(detail.total),
-        volumes: detail.empty_dirs.clone().into_iter().collect(),
-        containers,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use serde_json::json;
-
-    use super::*;
-
-    #[test]
-    fn containers_get_their_logs_by_name_and_their_layer_by_the_id_their_status_reports() {
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
-            "spec": {"containers": [{"name": "app"}], "initContainers": [{"name": "init"}]},
-            "status": {
-                "containerStatuses": [{"name": "app", "containerID": "containerd://abc123",
-                    "ready": true, "restartCount": 0, "image": "", "imageID": ""}],
-                "initContainerStatuses": [{"name": "init", "containerID": "cri-o://def456",
-                    "ready": false, "restartCount": 0, "image": "", "imageID": ""}],
-            },
-        }))
-        .expect("pod");
-        let detail = PodDiskDetail {
-            total: 1000,
-            empty_dirs: BTreeMap::from([("cache".to_owned(), 300)]),
-            logs: BTreeMap::from([("app".to_owned(), 40), ("starting".to_owned(), 5)]),
-            // The sandbox's layer (no container status) belongs to no container.
-            layers: BTreeMap::from([
-                ("abc123".to_owned(), 200),
-                ("def456".to_owned(), 7),
-                ("sandbox".to_owned(), 1),
-            ]),
-        };
-        let u = storage_usage(&pod, &detail);
-        assert_eq!(u.pod, Some(1000));
-        assert_eq!(u.volumes, BTreeMap::from([("cache".to_owned(), 300)]));
-        let c = |name: &str, logs: Option<u64>, rootfs: Option<u64>| ContainerStorage {
-            name: name.into(),
-            logs,
-            rootfs,
-        };
-        assert_eq!(
-            u.containers,
-            vec![
-                c("app", Some(40), Some(200)),
-                c("init", None, Some(7)),
-                c("starting", Some(5), None),
-            ]
-        );
     }
 }

@@ -1,5 +1,8 @@
 use std::{fs, path::Path};
 
+use node_monitor_core::local_storage::ContainerStorage;
+use serde_json::json;
+
 use super::*;
 
 const UID_A: &str = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
@@ -284,4 +287,46 @@ fn empty_dirs_and_container_logs_are_measured_apart_and_add_up_to_the_total() {
     // plugin directory, two volumes with a blob each; log directory, two containers' with a
     // file each.
     assert_eq!(r.usage[UID_A].inodes, 8 + 5);
+}
+
+#[test]
+fn containers_get_their_logs_by_name_and_their_layer_by_the_id_their_status_reports() {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+        "spec": {"containers": [{"name": "app"}], "initContainers": [{"name": "init"}]},
+        "status": {
+            "containerStatuses": [{"name": "app", "containerID": "containerd://abc123",
+                "ready": true, "restartCount": 0, "image": "", "imageID": ""}],
+            "initContainerStatuses": [{"name": "init", "containerID": "cri-o://def456",
+                "ready": false, "restartCount": 0, "image": "", "imageID": ""}],
+        },
+    }))
+    .expect("pod");
+    let detail = PodDiskDetail {
+        total: 1000,
+        empty_dirs: BTreeMap::from([("cache".to_owned(), 300)]),
+        logs: BTreeMap::from([("app".to_owned(), 40), ("starting".to_owned(), 5)]),
+        // The sandbox's layer (no container status) belongs to no container.
+        layers: BTreeMap::from([
+            ("abc123".to_owned(), 200),
+            ("def456".to_owned(), 7),
+            ("sandbox".to_owned(), 1),
+        ]),
+    };
+    let u = detail.storage_usage(&pod);
+    assert_eq!(u.pod, Some(1000));
+    assert_eq!(u.volumes, BTreeMap::from([("cache".to_owned(), 300)]));
+    let c = |name: &str, logs: Option<u64>, rootfs: Option<u64>| ContainerStorage {
+        name: name.into(),
+        logs,
+        rootfs,
+    };
+    assert_eq!(
+        u.containers,
+        vec![
+            c("app", Some(40), Some(200)),
+            c("init", None, Some(7)),
+            c("starting", Some(5), None),
+        ]
+    );
 }
