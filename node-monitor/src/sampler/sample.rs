@@ -173,7 +173,7 @@ impl Sampler {
                 log_root: layout.pod_log_root.clone(),
                 budget: config.pod_disk_budget,
                 proc_root: config.proc_root.clone(),
-                layer_roots: config.writable_layer_roots.clone(),
+                layer_roots: config.layer_roots(),
             })
         });
         Ok(Self {
