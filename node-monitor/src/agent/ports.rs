@@ -39,6 +39,9 @@ pub trait NodeView {
     fn last_node_memory(&self) -> Option<MemoryReading>;
     /// The kubepods cgroup's memory at the last pass.
     fn last_kubepods_memory(&self) -> Option<MemoryReading>;
+    /// Asks for a per-pod disk measurement if none was asked for within the full-sample
+    /// interval (the walk runs apart).
+    fn request_pod_disk(&mut self) {}
     /// The per-pod disk figures in parts of the last disk measurement, once per measurement.
     fn take_pod_disk_detail(&mut self) -> Option<HashMap<String, PodDiskDetail>> {
         None
@@ -82,6 +85,9 @@ impl NodeView for Sampler {
     }
     fn last_kubepods_memory(&self) -> Option<MemoryReading> {
         Sampler::last_kubepods_memory(self)
+    }
+    fn request_pod_disk(&mut self) {
+        tokio::task::block_in_place(|| Sampler::request_pod_disk(self));
     }
     fn take_pod_disk_detail(&mut self) -> Option<HashMap<String, PodDiskDetail>> {
         Sampler::take_pod_disk_detail(self)

@@ -425,6 +425,12 @@ impl DiskMeter {
             .collect()
     }
 
+    /// Forgets the pending request, as the thread does when it takes one (tests).
+    #[cfg(test)]
+    pub fn clear_request(&self) {
+        self.shared.lock().wanted.clear();
+    }
+
     /// Asks for a measurement of `pods` (UID and pod cgroup directory; a pass already asked for
     /// is replaced, not queued).
     pub fn request<'a>(&self, pods: impl Iterator<Item = (&'a str, &'a Path)>) {

@@ -1,5 +1,6 @@
 //! The kubelet's local-storage limit evictions ([`node_monitor_core::local_storage`]), on each
-//! new per-pod disk measurement: pods over an emptyDir `sizeLimit` or an ephemeral-storage
+//! new per-pod disk measurement (asked for at least once per full-sample interval, pressure or
+//! not): pods over an emptyDir `sizeLimit` or an ephemeral-storage
 //! limit are evicted whatever the node's pressure, without ranking, with the immediate grace
 //! period.
 use std::collections::HashMap;
@@ -28,6 +29,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         sampler: &mut N,
         layout: FsLayout,
     ) -> usize {
+        // The walk runs apart: this pass judges the last finished measurement, if new.
+        sampler.request_pod_disk();
         let Some(detail) = sampler.take_pod_disk_detail() else {
             return 0;
         };
