@@ -29,6 +29,9 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         sampler: &mut N,
         layout: FsLayout,
     ) -> usize {
+        if !self.config.local_storage_capacity_isolation {
+            return 0;
+        }
         // The walk runs apart: this pass judges the last finished measurement, if new.
         sampler.request_pod_disk();
         let Some(detail) = sampler.take_pod_disk_detail() else {

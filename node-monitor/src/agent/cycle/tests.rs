@@ -1167,3 +1167,23 @@ async fn a_pod_over_its_empty_dir_size_limit_is_evicted_without_pressure_once_pe
     assert_eq!(rig.cycle().await, CycleEnd::Done);
     assert_eq!(rig.cluster().evicted(), ["filler"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn local_storage_capacity_isolation_off_evicts_no_pod_over_its_limits() {
+    let pods = vec![(storage_limited_pod("filler"), GI)];
+    let mut rig = Rig::new(
+        &format!("{HARD_1GI}localStorageCapacityIsolation: false\n"),
+        8 * GI,
+        &pods,
+    );
+    rig.state.borrow_mut().disk_detail = Some(HashMap::from([(
+        "uid-filler".to_owned(),
+        crate::sampler::PodDiskDetail {
+            total: 2 * GI,
+            empty_dirs: BTreeMap::from([("cache".to_owned(), GI)]),
+            ..Default::default()
+        },
+    )]));
+    assert_eq!(rig.cycle().await, CycleEnd::Done);
+    assert_eq!(rig.cluster().evicted(), Vec::<String>::new());
+}
