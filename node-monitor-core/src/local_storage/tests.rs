@@ -65,8 +65,8 @@ fn decide(p: &Pod, usage: StorageUsage, dedicated: bool) -> Vec<LimitEviction> {
     limit_evictions(&pods, &usage, dedicated)
 }
 
-/// `TestStorageLimitEvictions`: each pod is evicted, with no node pressure at all, with the
-/// immediate grace period.
+/// Modelled on the kubelet's `TestStorageLimitEvictions`: each pod is evicted, with no node
+/// pressure at all, with the immediate grace period.
 #[test]
 fn kubelet_storage_limit_evictions() {
     let empty_dir = json!([{"name": "emptyDirVolume", "emptyDir": {"sizeLimit": "1Gi"}}]);
