@@ -68,6 +68,15 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         }
         let evictions = limit_evictions(&pods, &usage, layout.dedicated_image_fs);
         for e in &evictions {
+            // A dry run finds the same pods on every measurement: reported once per pod and
+            // limit per DRY_RUN_REPORT_INTERVAL, as the pressure evictions are.
+            if self.config.node_monitor.dry_run
+                && !self
+                    .dry_run_reports
+                    .allow_named(&e.uid, e.kind.signal(), now)
+            {
+                continue;
+            }
             let req = EvictionRequest {
                 namespace: e.namespace.clone(),
                 name: e.name.clone(),

@@ -1187,3 +1187,36 @@ async fn local_storage_capacity_isolation_off_evicts_no_pod_over_its_limits() {
     assert_eq!(rig.cycle().await, CycleEnd::Done);
     assert_eq!(rig.cluster().evicted(), Vec::<String>::new());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_dry_run_reports_a_pod_over_its_limits_once_per_interval() {
+    let pods = vec![(storage_limited_pod("filler"), GI)];
+    let mut rig = Rig::new(
+        &format!("{HARD_1GI}nodeMonitor:\n  dryRun: true\n"),
+        8 * GI,
+        &pods,
+    );
+    let over = || {
+        Some(HashMap::from([(
+            "uid-filler".to_owned(),
+            crate::sampler::PodDiskDetail {
+                total: 2 * GI,
+                empty_dirs: BTreeMap::from([("cache".to_owned(), GI)]),
+                ..Default::default()
+            },
+        )]))
+    };
+    for _ in 0..3 {
+        rig.state.borrow_mut().disk_detail = over();
+        rig.cycle().await;
+        tokio::time::advance(Duration::from_secs(10)).await;
+    }
+    let asked = rig
+        .cluster()
+        .writes
+        .borrow()
+        .iter()
+        .filter(|w| matches!(w, Write::Evict { .. }))
+        .count();
+    assert_eq!(asked, 1, "three measurements, one report");
+}
