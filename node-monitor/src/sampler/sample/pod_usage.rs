@@ -149,7 +149,10 @@ impl Sampler {
             return;
         }
         let now = Instant::now();
+        // A tenth of slack: asked on a tick of the same period, a request a hair short of the
+        // interval would otherwise wait a whole second period.
         let interval = self.config.full_sample_interval;
+        let interval = interval.saturating_sub(interval / 10);
         let recent =
             |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) < interval);
         if recent(self.last_disk_request) || recent(self.last_full) {
