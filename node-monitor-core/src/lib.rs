@@ -20,6 +20,7 @@ pub mod flight;
 pub mod headroom;
 pub mod kubelet_layout;
 pub mod kubelet_thresholds;
+pub mod local_storage;
 pub mod mem_push;
 pub mod names;
 pub mod node_name;

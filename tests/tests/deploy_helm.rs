@@ -538,3 +538,66 @@ async fn chart_applies_server_side_and_its_cleanup_hook_cleans_every_node() {
         );
     }
 }
+
+/// `hostPaths.containerFs`: the writable-layer filesystem is named to the agent
+/// (`--container-fs`) and mounted read-only at its own path, unless the runtime's directory,
+/// mounted already, holds it; off by default; a relative path is refused.
+#[test]
+fn container_fs_is_named_to_the_agent_and_mounted_where_it_is() {
+    let args = |o: &[Manifest]| strings(&container(o)["args"]);
+    let mount = |o: &[Manifest], name: &str| {
+        container(o)["volumeMounts"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["name"] == name).cloned())
+    };
+    let volume = |o: &[Manifest], name: &str| {
+        daemonset(o)["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .and_then(|v| v.iter().find(|v| v["name"] == name).cloned())
+    };
+    let default = template(&[]);
+    assert!(
+        !args(&default)
+            .iter()
+            .any(|a| a.starts_with("--container-fs")),
+        "{:?}",
+        args(&default)
+    );
+    assert_eq!(mount(&default, "container-fs"), None);
+    assert_eq!(volume(&default, "container-fs"), None);
+
+    let apart = template(&["hostPaths.containerFs=/mnt/layers"]);
+    assert!(args(&apart).contains(&"--container-fs=/mnt/layers".to_owned()));
+    assert_eq!(
+        mount(&apart, "container-fs"),
+        Some(json!({"name": "container-fs", "mountPath": "/mnt/layers", "readOnly": true}))
+    );
+    assert_eq!(
+        volume(&apart, "container-fs"),
+        Some(
+            json!({"name": "container-fs", "hostPath": {"path": "/mnt/layers", "type": "Directory"}})
+        )
+    );
+
+    // CRI-O's graph root with images in an imagestore: under the runtime's directory.
+    let crio = template(&[
+        "runtime=crio",
+        "hostPaths.containerFs=/var/lib/containers/storage",
+    ]);
+    assert!(args(&crio).contains(&"--container-fs=/var/lib/containers/storage".to_owned()));
+    assert_eq!(mount(&crio, "container-fs"), None);
+    assert_eq!(volume(&crio, "container-fs"), None);
+    // A sibling that only starts with the runtime's directory's name is not under it.
+    let sibling = template(&[
+        "runtime=crio",
+        "hostPaths.containerFs=/var/lib/containers-layers",
+    ]);
+    assert!(mount(&sibling, "container-fs").is_some());
+
+    let e = helm::template(&["hostPaths.containerFs=layers"]).expect_err("a relative path");
+    assert!(
+        error_chain(&e).contains("/hostPaths/containerFs"),
+        "{}",
+        error_chain(&e)
+    );
+}

@@ -561,3 +561,33 @@ fn only_remediate_is_granted_the_fencing_state() {
         }
     }
 }
+
+/// The container-fs component names CRI-O's graph root as the writable-layer filesystem, on top
+/// of the crio component (whose mount covers it), and refuses to render without it.
+#[test]
+fn container_fs_component_names_the_writable_layer_filesystem() {
+    let compose = |components: &[&str]| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let k = kustomize_dir("");
+        let mut text = format!("resources:\n  - {}/base\ncomponents:\n", k.display());
+        for c in components {
+            text.push_str(&format!("  - {}/components/{c}\n", k.display()));
+        }
+        std::fs::write(dir.path().join("kustomization.yaml"), text).expect("write kustomization");
+        render(dir.path())
+    };
+    let objects = compose(&["crio", "container-fs"])
+        .unwrap_or_else(|e| panic!("render crio + container-fs: {e:#}"));
+    let args = strings(&container(&objects)["args"]);
+    assert!(
+        args.contains(&"--container-fs=/var/lib/containers/storage".to_owned()),
+        "{args:?}"
+    );
+    let base_args = strings(&container(&rendered("base"))["args"]);
+    assert!(
+        !base_args.iter().any(|a| a.starts_with("--container-fs")),
+        "{base_args:?}"
+    );
+    // Without the crio component the path is not mounted: the render fails.
+    assert!(compose(&["container-fs"]).is_err());
+}

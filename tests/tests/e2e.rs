@@ -898,3 +898,91 @@ async fn the_agent_locks_its_executable_in_full_and_the_rest_as_touched() {
         "no mapping locked only in part: everything was populated, not locked as touched"
     );
 }
+
+/// A pod with an emptyDir `cache` limited to 4 MiB, created and Running.
+async fn with_cache_volume(cluster: &Cluster, name: &str) -> k8s_openapi::api::core::v1::Pod {
+    let node = cluster.node.clone();
+    let mut pod = PodBuilder::workload(name, &node, &["--hold", "8Mi"]).build();
+    pod.spec.as_mut().expect("spec").volumes = Some(vec![
+        serde_json::from_value(serde_json::json!(
+            {"name": "cache", "emptyDir": {"sizeLimit": "4Mi"}}
+        ))
+        .expect("volume"),
+    ]);
+    cluster.create_pod(pod).await.expect("create");
+    cluster
+        .wait_running(NS, name, Duration::from_secs(30))
+        .await
+        .expect("running")
+}
+
+/// The kubelet's local-storage limit eviction with no pressure at all: a pod whose emptyDir
+/// (under the agent's `--kubelet-root`) holds more than its `sizeLimit` is evicted through
+/// policy/v1 with the kubelet's reason and message, counted by kind; a pod within its limit
+/// stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_over_its_empty_dir_size_limit_is_evicted_without_pressure() {
+    let kubelet_root = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let root_arg = kubelet_root.path().display().to_string();
+    let (cluster, agent) = with_agent(
+        "e2e-sizelimit",
+        "evictionHard:\n  memory.available: 100Mi\n",
+        &["--no-mlock", "--kubelet-root", &root_arg],
+    )
+    .await;
+    for (name, mib) in [("filler", 8usize), ("tidy", 1)] {
+        let pod = with_cache_volume(&cluster, name).await;
+        let uid = pod.metadata.uid.expect("uid");
+        let cache = kubelet_root
+            .path()
+            .join("pods")
+            .join(&uid)
+            .join("volumes/kubernetes.io~empty-dir/cache");
+        std::fs::create_dir_all(&cache).expect("mkdir");
+        std::fs::write(cache.join("blob"), vec![1u8; mib * MI as usize]).expect("write");
+    }
+    let written = Instant::now();
+
+    assert_gone(
+        &cluster,
+        &agent,
+        "filler",
+        Duration::from_secs(60),
+        "the pod over its emptyDir's sizeLimit is evicted",
+    )
+    .await;
+    // Bounded by the full-sample interval (10 s) and the walk; reported, not asserted.
+    eprintln!(
+        "over its sizeLimit: gone from the API {:?} after the write",
+        written.elapsed()
+    );
+    assert!(
+        cluster.is_live(NS, "tidy").await.expect("get"),
+        "{}",
+        agent.log()
+    );
+    let events = cluster
+        .events(NS, "filler", "Evicted")
+        .await
+        .expect("events");
+    assert!(
+        events.iter().any(|e| e.message.as_deref()
+            == Some("Usage of EmptyDir volume \"cache\" exceeds the limit \"4Mi\". ")),
+        "{events:?}"
+    );
+    assert_eq!(
+        agent
+            .metric_sum(
+                "node_monitor_local_storage_limit_evictions_total",
+                &[("kind", "emptydir"), ("outcome", "evicted")]
+            )
+            .await
+            .expect("metrics"),
+        1.0
+    );
+    assert_eq!(
+        evictions(&agent, &[("eviction_signal", "emptydirfs.limit")]).await,
+        1.0
+    );
+    cluster.stop().await.expect("stop");
+}

@@ -1092,6 +1092,166 @@ fn pod_inodes_count_a_real_writable_layer_logs_and_empty_dir() {
     drop(container);
 }
 
+/// Unmounts a test mount when dropped, whatever the test's outcome.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Allocated bytes under `root` on its filesystem, as `du -s -B1 -x` counts them.
+fn du_bytes(root: &Path) -> u64 {
+    let out = Command::new("du")
+        .args(["-s", "-B1", "-x"])
+        .arg(root)
+        .output()
+        .expect("run du");
+    assert!(out.status.success(), "du {}: {:?}", root.display(), out);
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("du figure")
+}
+
+/// The kubelet's local-storage limit eviction on a real walk: an emptyDir on disk filled past
+/// its `sizeLimit` is measured apart (as `du` counts it) and the decision evicts the pod with
+/// the kubelet's message; a memory-backed emptyDir (a tmpfs mount, sized to its limit as the
+/// kubelet sizes it) is not local storage on nodefs and is not measured; the container's logs and its real overlay writable layer are found by its name
+/// and by the container ID its status reports.
+#[test]
+fn an_empty_dir_over_its_size_limit_is_found_by_the_real_walk() {
+    use node_monitor_core::{
+        local_storage::{LimitKind, StorageLimits, limit_evictions},
+        pod::PodInfo,
+    };
+    const WRITE_MIB: u64 = 6;
+    require_root("an emptyDir over its sizeLimit on a real walk");
+    let mut cg = TestCgroups::new("sampler-sizelimit");
+    let rel = format!("node/kubepods/pod{UID_A}/{CID}");
+    cg.create(&rel).expect("create the container cgroup");
+    let scratch = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
+    let store = scratch.path().join("containerd");
+    let mut container = overlay_container(&cg, &rel, &store, WRITE_MIB);
+    writeln!(container.stdin, "go").expect("container input");
+    container.expect_line("written");
+
+    let volumes = scratch
+        .path()
+        .join("kubelet/pods")
+        .join(UID_A)
+        .join("volumes/kubernetes.io~empty-dir");
+    let cache = volumes.join("cache");
+    fs::create_dir_all(&cache).expect("mkdir");
+    fs::write(cache.join("blob"), vec![7u8; 8 * MIB as usize]).expect("write");
+    let mem = volumes.join("mem");
+    fs::create_dir_all(&mem).expect("mkdir");
+    let status = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
+        .arg(&mem)
+        .status()
+        .expect("run mount");
+    assert!(status.success(), "mount a tmpfs emptyDir: {status}");
+    let _mem = Mounted(mem.clone());
+    fs::write(mem.join("blob"), vec![9u8; 32 * MIB as usize]).expect("write");
+    let logs = scratch
+        .path()
+        .join(format!("logs/default_web-0_{UID_A}/web"));
+    fs::create_dir_all(&logs).expect("mkdir");
+    fs::write(logs.join("0.log"), vec![b'l'; MIB as usize]).expect("write");
+
+    let mut sampler = Sampler::new(SamplerConfig {
+        kubelet_root: scratch.path().join("kubelet"),
+        pod_log_root: scratch.path().join("logs"),
+        writable_layer_roots: vec![store.clone()],
+        full_sample_interval: Duration::from_secs(3600),
+        ..node_config(&cg, "node", "kubepods")
+    })
+    .expect("sampler");
+    // The first pass lists the pod cgroups and asks the meter's thread for a measurement; it
+    // is waited for (bounded), so that no later one comes from the thread.
+    let _ = sampler.sample(SampleKind::Fast);
+    let deadline = std::time::Instant::now() + NOTIFY_GUARD;
+    while sampler.take_pod_disk_detail().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first pass's measurement never finished"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        sampler.take_pod_disk_detail().is_none(),
+        "a measurement is handed over once"
+    );
+    sampler.measure_pod_disk_now();
+    let detail = sampler
+        .take_pod_disk_detail()
+        .expect("a measurement")
+        .remove(UID_A)
+        .expect("pod A measured");
+    assert_eq!(
+        detail.empty_dirs.get("cache").copied(),
+        Some(du_bytes(&cache)),
+        "{detail:?}"
+    );
+    assert!(!detail.empty_dirs.contains_key("mem"), "{detail:?}");
+    // 8 MiB of emptyDir, the writable layer and 1 MiB of logs; not the 32 MiB in memory.
+    assert!(
+        detail.total >= (8 + WRITE_MIB + 1) * MIB && detail.total < 30 * MIB,
+        "{detail:?}"
+    );
+
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web-0", "namespace": "default", "uid": UID_A},
+        "spec": {
+            "containers": [{"name": "web", "resources": {"limits": {"ephemeral-storage": "1Gi"}}}],
+            "volumes": [
+                {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
+                {"name": "cache", "emptyDir": {"sizeLimit": "4Mi"}},
+            ],
+        },
+        "status": {"containerStatuses": [{
+            "name": "web", "containerID": format!("containerd://{CID}"), "ready": true,
+            "restartCount": 0, "image": "", "imageID": "",
+        }]},
+    }))
+    .expect("pod");
+    let usage = detail.storage_usage(&pod);
+    let web = &usage.containers[0];
+    assert_eq!(web.name, "web");
+    assert_eq!(web.logs, Some(du_bytes(&logs)), "{usage:?}");
+    let layer = web.rootfs.expect("the writable layer, by container ID");
+    assert!(layer >= WRITE_MIB * MIB, "{layer}");
+    assert_eq!(layer, du_bytes(&store.join("u/fs")), "{usage:?}");
+
+    let pods = vec![(
+        PodInfo::from_pod(&pod).expect("pod info"),
+        StorageLimits::from_pod(&pod).expect("limits"),
+    )];
+    let evict = limit_evictions(&pods, &HashMap::from([(UID_A.to_owned(), usage)]), false);
+    assert_eq!(evict.len(), 1, "{evict:?}");
+    assert_eq!(evict[0].kind, LimitKind::EmptyDir);
+    assert_eq!(
+        evict[0].message,
+        "Usage of EmptyDir volume \"cache\" exceeds the limit \"4Mi\". "
+    );
+
+    // Emptied below its limit: the next measurement evicts nobody.
+    fs::remove_file(cache.join("blob")).expect("rm");
+    sampler.measure_pod_disk_now();
+    let detail = sampler
+        .take_pod_disk_detail()
+        .expect("a measurement")
+        .remove(UID_A)
+        .expect("pod A measured");
+    let usage = detail.storage_usage(&pod);
+    let evict = limit_evictions(&pods, &HashMap::from([(UID_A.to_owned(), usage)]), false);
+    assert_eq!(evict, vec![]);
+    drop(container);
+}
+
 /// KEP-4191's split layout on real filesystems: images in a directory on nodefs' disk and the
 /// writable layers on a tmpfs. The kubelet then calls the image filesystem dedicated
 /// (`HasDedicatedImageFs` compares the image and container filesystems too) and the container

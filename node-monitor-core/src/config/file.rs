@@ -43,6 +43,8 @@ pub struct ConfigFile {
     pub merge_default_eviction_settings: Option<Flag>,
     /// `enforceNodeAllocatable`.
     pub enforce_node_allocatable: Option<StringList>,
+    /// `localStorageCapacityIsolation`.
+    pub local_storage_capacity_isolation: Option<Flag>,
     /// `shutdownGracePeriod`.
     pub shutdown_grace_period: Option<DurationText>,
     /// `shutdownGracePeriodCriticalPods`.

@@ -19,6 +19,7 @@ pub fn load_documents(
         max_pod_grace_period_seconds,
         pressure_transition_period,
         node_monitor,
+        local_storage_capacity_isolation: file.local_storage_capacity_isolation.unwrap_or(true),
         warnings,
     })
 }
@@ -258,6 +259,7 @@ pub(super) struct FileSettings {
     pub(super) eviction_pressure_transition_period: Option<(String, String)>,
     pub(super) merge_default_eviction_settings: Option<bool>,
     pub(super) enforce_node_allocatable: Option<Vec<String>>,
+    pub(super) local_storage_capacity_isolation: Option<bool>,
     pub(super) node_monitor: NodeMonitorFields,
 }
 
@@ -312,6 +314,10 @@ impl FileSettings {
             over(
                 &mut out.enforce_node_allocatable,
                 file.enforce_node_allocatable.as_ref().map(|l| l.0.clone()),
+            );
+            over(
+                &mut out.local_storage_capacity_isolation,
+                file.local_storage_capacity_isolation.map(|b| b.0),
             );
             if let Some(nm) = &file.node_monitor {
                 out.node_monitor.merge(name, nm);

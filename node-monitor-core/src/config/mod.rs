@@ -53,7 +53,7 @@ pub const DEFAULT_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300
 /// is), so this list and [`crate::shutdown::config::SHUTDOWN_FILE_FIELDS`] are exactly what it
 /// accepts;
 /// docs/configuration.md documents each (checked by `node-monitor/tests/config_doc.rs`).
-pub const EVICTION_FILE_FIELDS: [&str; 9] = [
+pub const EVICTION_FILE_FIELDS: [&str; 10] = [
     "evictionHard",
     "evictionSoft",
     "evictionSoftGracePeriod",
@@ -62,6 +62,7 @@ pub const EVICTION_FILE_FIELDS: [&str; 9] = [
     "evictionPressureTransitionPeriod",
     "mergeDefaultEvictionSettings",
     "enforceNodeAllocatable",
+    "localStorageCapacityIsolation",
     "nodeMonitor",
 ];
 
@@ -205,6 +206,9 @@ pub struct EvictionConfig {
     pub pressure_transition_period: Duration,
     /// node-monitor's own settings (`nodeMonitor:`).
     pub node_monitor: NodeMonitorSettings,
+    /// `localStorageCapacityIsolation` (default `true`): pods over an emptyDir `sizeLimit` or an
+    /// ephemeral-storage limit are evicted ([`crate::local_storage`]).
+    pub local_storage_capacity_isolation: bool,
     /// Accepted but worth knowing: ignored entries, kubelet quirks that apply.
     pub warnings: Vec<String>,
 }
@@ -218,6 +222,7 @@ impl Default for EvictionConfig {
             max_pod_grace_period_seconds: 0,
             pressure_transition_period: DEFAULT_PRESSURE_TRANSITION_PERIOD,
             node_monitor: NodeMonitorSettings::default(),
+            local_storage_capacity_isolation: true,
             warnings: Vec::new(),
         })
     }

@@ -767,3 +767,32 @@ fn state_dir_defaults_turns_off_and_must_be_absolute() {
         "{err}"
     );
 }
+
+#[test]
+fn local_storage_capacity_isolation_defaults_on_and_is_read() {
+    let load = |text: &str| {
+        load_sources(
+            &[ConfigSource {
+                name: "config.yaml",
+                text,
+            }],
+            &EvictionOverrides::default(),
+        )
+        .expect("config")
+    };
+    assert!(load("").local_storage_capacity_isolation);
+    assert!(EvictionConfig::default().local_storage_capacity_isolation);
+    assert!(!load("localStorageCapacityIsolation: false\n").local_storage_capacity_isolation);
+    let err = load_sources(
+        &[ConfigSource {
+            name: "config.yaml",
+            text: "localStorageCapacityIsolation: sometimes\n",
+        }],
+        &EvictionOverrides::default(),
+    )
+    .expect_err("not a boolean");
+    assert!(
+        err.to_string().contains("localStorageCapacityIsolation"),
+        "{err}"
+    );
+}

@@ -53,7 +53,8 @@ pub fn next_timer(
 #[derive(Debug, Clone)]
 pub struct ReportLimiter {
     interval: Duration,
-    last: BTreeMap<(String, Signal), Timestamp>,
+    /// By pod UID and what the report is for (a signal's name, or another eviction's kind).
+    last: BTreeMap<(String, String), Timestamp>,
 }
 
 impl ReportLimiter {
@@ -67,10 +68,16 @@ impl ReportLimiter {
 
     /// Whether to report pod `uid` for `signal` at `now`; a `true` counts as the report.
     pub fn allow(&mut self, uid: &str, signal: Signal, now: Timestamp) -> bool {
+        self.allow_named(uid, signal.as_str(), now)
+    }
+
+    /// [`ReportLimiter::allow`] for an eviction driven by something other than a signal (the
+    /// kubelet's `emptydirfs.limit`, …), named by `what`.
+    pub fn allow_named(&mut self, uid: &str, what: &str, now: Timestamp) -> bool {
         let interval = self.interval;
         self.last
             .retain(|_, at| now.saturating_since(*at) < interval);
-        let key = (uid.to_owned(), signal);
+        let key = (uid.to_owned(), what.to_owned());
         if self.last.contains_key(&key) {
             return false;
         }

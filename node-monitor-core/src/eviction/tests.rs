@@ -531,6 +531,20 @@ fn dry_run_reports_are_rate_limited_per_pod_and_signal() {
     assert_eq!(l.len(), 1, "old entries are dropped");
 }
 
+/// Evictions named otherwise than by a signal (the local-storage limits) are limited the same
+/// way, apart from the signals.
+#[test]
+fn dry_run_reports_of_named_evictions_are_rate_limited_per_pod_and_name() {
+    let mut l = ReportLimiter::new(Duration::from_secs(300));
+    let ms = Timestamp::from_millis;
+    assert!(l.allow_named("a", "emptydirfs.limit", ms(0)));
+    assert!(!l.allow_named("a", "emptydirfs.limit", ms(10_000)));
+    assert!(l.allow_named("a", "ephemeralpodfs.limit", ms(10_000)));
+    assert!(l.allow("a", Signal::MemoryAvailable, ms(10_000)));
+    assert!(!l.allow_named("a", "memory.available", ms(20_000)));
+    assert!(l.allow_named("a", "emptydirfs.limit", ms(300_000)));
+}
+
 #[test]
 fn state_follows_configuration_changes() {
     let old = config("evictionHard:\n  memory.available: 1Gi\n");

@@ -355,6 +355,10 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                 self.wait_for_cleanup(sampler, req).await;
             }
         }
+        if decision.evict.is_empty() {
+            self.enforce_storage_limits(sampler, timed.observations.filesystem)
+                .await;
+        }
         end
     }
 
@@ -833,6 +837,7 @@ pub(super) fn signal_unit(signal: Signal) -> SignalUnit {
 }
 
 mod sight;
+mod storage_limits;
 
 #[cfg(test)]
 mod tests;

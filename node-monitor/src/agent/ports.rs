@@ -3,7 +3,7 @@
 //! actuator and the wake-ups; the cycle's unit tests plug in fakes, as the kubelet's eviction
 //! manager tests inject `killPodFunc` and a fake summary provider. The clock is tokio's
 //! (`tokio::time::Instant`), which the tests pause and advance.
-use std::{future::Future, sync::Arc};
+use std::{collections::HashMap, future::Future, sync::Arc};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::Store;
@@ -14,7 +14,7 @@ use crate::{
         Actuator, ActuatorError, EvictOutcome, EvictionRequest, NodeConditionUpdate, Release,
         ReleasePlan,
     },
-    sampler::{MemoryReading, SampleKind, Sampler, SamplerError, TimedObservations},
+    sampler::{MemoryReading, PodDiskDetail, SampleKind, Sampler, SamplerError, TimedObservations},
     wakeup::{Wakeup, Wakeups},
 };
 
@@ -39,6 +39,13 @@ pub trait NodeView {
     fn last_node_memory(&self) -> Option<MemoryReading>;
     /// The kubepods cgroup's memory at the last pass.
     fn last_kubepods_memory(&self) -> Option<MemoryReading>;
+    /// Asks for a per-pod disk measurement if none was asked for within the full-sample
+    /// interval (the walk runs apart).
+    fn request_pod_disk(&mut self) {}
+    /// The per-pod disk figures in parts of the last disk measurement, once per measurement.
+    fn take_pod_disk_detail(&mut self) -> Option<HashMap<String, PodDiskDetail>> {
+        None
+    }
 }
 
 impl NodeView for Sampler {
@@ -78,6 +85,12 @@ impl NodeView for Sampler {
     }
     fn last_kubepods_memory(&self) -> Option<MemoryReading> {
         Sampler::last_kubepods_memory(self)
+    }
+    fn request_pod_disk(&mut self) {
+        tokio::task::block_in_place(|| Sampler::request_pod_disk(self));
+    }
+    fn take_pod_disk_detail(&mut self) -> Option<HashMap<String, PodDiskDetail>> {
+        Sampler::take_pod_disk_detail(self)
     }
 }
 

@@ -20,6 +20,7 @@ use node_monitor_core::{
     config::{ConfigSource, EvictionConfig, FsLayout, MemoryWorkingSet},
     duration::parse_go_duration,
     eviction::{Decision, EvictionState, synchronize},
+    local_storage::{ContainerStorage, StorageLimits, StorageUsage, limit_evictions},
     pod::{ContainerUsage, PodInfo, pod_is_active},
     quantity::Quantity,
     signals::{Observations, PodUsage, Signal, SignalObservation},
@@ -71,6 +72,9 @@ struct UsageIn {
     processes: Option<Quantity>,
     #[serde(default)]
     containers: BTreeMap<String, ContainerUsageIn>,
+    /// Bytes used per emptyDir volume, by volume name (for the local-storage limits).
+    #[serde(default, rename = "emptyDirs")]
+    empty_dirs: BTreeMap<String, Quantity>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,6 +82,11 @@ struct UsageIn {
 struct ContainerUsageIn {
     memory: Option<Quantity>,
     disk: Option<Quantity>,
+    /// The container's logs and its writable layer apart (for its ephemeral-storage limit).
+    #[serde(default)]
+    logs: Option<Quantity>,
+    #[serde(default)]
+    rootfs: Option<Quantity>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,7 +145,7 @@ fn explain(
     }
     let (mut observations, container_usage) = observations(name, &snapshot)?;
     observations.filesystem = snapshot.filesystem.unwrap_or_default();
-    let (pods, inactive) = active_pods(name, &snapshot.pods, &container_usage)?;
+    let (pods, limits, inactive) = active_pods(name, &snapshot.pods, &container_usage)?;
 
     let mut state = EvictionState::new();
     let mut decision = synchronize(&mut state, &config, &observations, &pods, Timestamp::ZERO);
@@ -150,13 +159,62 @@ fn explain(
         );
     }
 
-    decision_json(
+    let mut out = decision_json(
         &decision,
         held_for,
         &inactive,
         &config.warnings,
         config.node_monitor.memory_working_set,
-    )
+    )?;
+    let limited = if config.local_storage_capacity_isolation {
+        let usage = storage_usage(name, &snapshot)?;
+        let pods: Vec<(PodInfo, StorageLimits)> = pods.into_iter().zip(limits).collect();
+        limit_evictions(&pods, &usage, observations.filesystem.dedicated_image_fs)
+    } else {
+        Vec::new()
+    };
+    if let Value::Object(map) = &mut out {
+        map.insert(
+            "local_storage_evictions".into(),
+            serde_json::to_value(limited)?,
+        );
+    }
+    Ok(out)
+}
+
+/// The snapshot's local-storage usage by pod UID: `disk`, `emptyDirs` and each container's
+/// `logs` and `rootfs`.
+fn storage_usage(name: &str, snapshot: &Snapshot) -> anyhow::Result<HashMap<String, StorageUsage>> {
+    let mut out = HashMap::new();
+    for (uid, u) in &snapshot.usage {
+        let field = |f: &str| format!("snapshot {name}: usage.{uid}.{f}");
+        let mut volumes = BTreeMap::new();
+        for (v, q) in &u.empty_dirs {
+            if let Some(b) = non_negative(Some(q), &field(&format!("emptyDirs.{v}")))? {
+                volumes.insert(v.clone(), b);
+            }
+        }
+        let mut containers = Vec::new();
+        for (c, cu) in &u.containers {
+            containers.push(ContainerStorage {
+                name: c.clone(),
+                logs: non_negative(cu.logs.as_ref(), &field(&format!("containers.{c}.logs")))?,
+                rootfs: non_negative(
+                    cu.rootfs.as_ref(),
+                    &field(&format!("containers.{c}.rootfs")),
+                )?,
+            });
+        }
+        out.insert(
+            uid.clone(),
+            StorageUsage {
+                pod: non_negative(u.disk.as_ref(), &field("disk"))?,
+                volumes,
+                containers,
+            },
+        );
+    }
+    Ok(out)
 }
 
 /// A decision as `explain` prints it: the core's report with the reclaimed signal first and its
@@ -267,7 +325,7 @@ fn active_pods(
     name: &str,
     pods: &Value,
     container_usage: &ContainerUsages<'_>,
-) -> anyhow::Result<(Vec<PodInfo>, Vec<String>)> {
+) -> anyhow::Result<(Vec<PodInfo>, Vec<StorageLimits>, Vec<String>)> {
     let no_pods = Vec::new();
     let items = match pods {
         Value::Array(items) => items,
@@ -279,6 +337,7 @@ fn active_pods(
         _ => bail!("snapshot {name}: pods must be a PodList or an array of pods"),
     };
     let mut pods = Vec::new();
+    let mut limits = Vec::new();
     let mut inactive = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let pod = Pod::deserialize(item).with_context(|| format!("snapshot {name}: pods[{i}]"))?;
@@ -305,9 +364,12 @@ fn active_pods(
                 }
             }
         }
+        limits.push(
+            StorageLimits::from_pod(pod).with_context(|| format!("snapshot {name}: pods[{i}]"))?,
+        );
         pods.push(info);
     }
-    Ok((pods, inactive))
+    Ok((pods, limits, inactive))
 }
 
 fn non_negative(q: Option<&Quantity>, field: &str) -> anyhow::Result<Option<u64>> {

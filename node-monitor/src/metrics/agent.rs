@@ -48,6 +48,14 @@ pub struct EvictionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitKindLabels {
+    /// `emptydir`, `pod` or `container`: the local-storage limit the pod went over.
+    pub kind: String,
+    /// As in `node_monitor_evictions_total`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: String,
 }
@@ -178,6 +186,7 @@ pub struct Metrics {
     pub threshold_met: Family<ThresholdLabels, Gauge>,
     pub node_condition: Family<ConditionLabels, Gauge>,
     pub evictions: Family<EvictionLabels, Counter>,
+    pub local_storage_limit_evictions: Family<LimitKindLabels, Counter>,
     pub eviction_failures: Family<ReasonLabels, Counter>,
     pub kernel_events: Family<KindLabels, Counter>,
     pub kernel_event_errors: Counter,
@@ -239,6 +248,7 @@ impl Metrics {
             threshold_met: Family::default(),
             node_condition: Family::default(),
             evictions: Family::default(),
+            local_storage_limit_evictions: Family::default(),
             eviction_failures: Family::default(),
             kernel_events: Family::default(),
             kernel_event_errors: Counter::default(),
@@ -314,6 +324,11 @@ impl Metrics {
             "evictions",
             "Eviction attempts by signal, threshold kind and outcome",
             m.evictions.clone(),
+        );
+        reg.add(
+            "local_storage_limit_evictions",
+            "Evictions of pods over a local-storage limit (an emptyDir sizeLimit, the pod's or a container's ephemeral-storage limit), by limit kind and outcome; also counted in node_monitor_evictions",
+            m.local_storage_limit_evictions.clone(),
         );
         reg.add(
             "eviction_failures",

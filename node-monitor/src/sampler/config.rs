@@ -241,6 +241,20 @@ pub fn kubelet_config_driver(path: &Path) -> Option<CgroupDriver> {
 }
 
 impl SamplerConfig {
+    /// The directories writable layers are walked under: `writable_layer_roots`, and the
+    /// writable-layer filesystem (`container_fs`) when one is named and layers are counted at
+    /// all, since the runtime keeps them there.
+    pub(crate) fn layer_roots(&self) -> Vec<PathBuf> {
+        let mut roots = self.writable_layer_roots.clone();
+        if let Some(c) = &self.container_fs
+            && !roots.is_empty()
+            && !roots.iter().any(|r| c.starts_with(r))
+        {
+            roots.push(c.clone());
+        }
+        roots
+    }
+
     /// Validates the configuration and resolves it against the filesystem.
     pub fn resolve(&self) -> Result<Layout, ConfigError> {
         let node_rel = self.validate()?;

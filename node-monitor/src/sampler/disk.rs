@@ -7,10 +7,14 @@
 //! finished one ([`DiskMeter::latest`]); a memory wake-up never waits for a walk.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
+    os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
     sync::{Arc, Condvar, Mutex, MutexGuard},
 };
+
+use k8s_openapi::api::core::v1::Pod;
+use node_monitor_core::local_storage::{ContainerStorage, StorageUsage};
 
 use super::{
     SamplerError,
@@ -49,15 +53,167 @@ pub(crate) struct PodDisk {
     pub layer_inodes: u64,
 }
 
+/// One pod's disk in parts, for the local-storage limits: its emptyDir volumes, and per
+/// container its logs and writable layer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodDiskDetail {
+    /// The pod's whole figure ([`PodDisk::total`]).
+    pub total: u64,
+    /// Bytes under each `volumes/kubernetes.io~empty-dir/<name>` on nodefs, by volume name.
+    pub empty_dirs: BTreeMap<String, u64>,
+    /// Bytes under each container's log directory (`/var/log/pods/<pod>/<container>`), by
+    /// container name.
+    pub logs: BTreeMap<String, u64>,
+    /// Bytes of each container's writable layer, by container ID (from its cgroup's name).
+    pub layers: BTreeMap<String, u64>,
+}
+
+impl PodDiskDetail {
+    /// A pod's measured disk as the kubelet's summary has it: the pod's total, its emptyDir volumes
+    /// by name, and per container (regular, init and ephemeral, by name) its logs and writable layer,
+    /// the layer found by the container ID its status reports.
+    pub fn storage_usage(&self, pod: &Pod) -> StorageUsage {
+        let detail = self;
+        let mut containers: Vec<ContainerStorage> = Vec::new();
+        let status = pod.status.as_ref();
+        let statuses = status
+            .into_iter()
+            .flat_map(|s| {
+                [
+                    s.container_statuses.as_deref(),
+                    s.init_container_statuses.as_deref(),
+                    s.ephemeral_container_statuses.as_deref(),
+                ]
+            })
+            .flatten()
+            .flatten();
+        for cs in statuses {
+            let id = cs
+                .container_id
+                .as_deref()
+                .map(|id| id.split_once("://").map_or(id, |(_, id)| id));
+            let rootfs = id.and_then(|id| detail.layers.get(id).copied());
+            let logs = detail.logs.get(&cs.name).copied();
+            if rootfs.is_none() && logs.is_none() {
+                continue;
+            }
+            containers.push(ContainerStorage {
+                name: cs.name.clone(),
+                logs,
+                rootfs,
+            });
+        }
+        // Containers with logs but no status yet.
+        for (name, bytes) in &detail.logs {
+            if !containers.iter().any(|c| c.name == *name) {
+                containers.push(ContainerStorage {
+                    name: name.clone(),
+                    logs: Some(*bytes),
+                    rootfs: None,
+                });
+            }
+        }
+        StorageUsage {
+            pod: Some(detail.total),
+            volumes: detail.empty_dirs.clone().into_iter().collect(),
+            containers,
+        }
+    }
+}
+
 /// One finished measurement.
 #[derive(Debug, Default)]
 pub(crate) struct DiskReport {
     /// Figures by pod UID (pods with neither a pod directory nor logs are absent).
     pub usage: HashMap<String, PodDisk>,
+    /// The same pods' figures in parts, by UID.
+    pub detail: HashMap<String, PodDiskDetail>,
     /// Pods whose figure is a lower bound (a walk hit its budget), by UID.
     pub truncated: Vec<String>,
     /// The first error met, if any (the pods it hit are left out of `usage`).
     pub error: Option<SamplerError>,
+}
+
+/// The emptyDir plugin's directory under a pod's directory.
+const EMPTY_DIR_PLUGIN: &str = "volumes/kubernetes.io~empty-dir";
+
+/// What a tree is to the pod's detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    /// Counted in the total only.
+    Whole,
+    /// An emptyDir volume, by name.
+    EmptyDir(String),
+    /// A container's logs, by container name.
+    Logs(String),
+    /// A container's writable layer, by the name of its cgroup directory.
+    Layer(String),
+}
+
+/// A tree to walk, what it is, the directories below it to skip, and the budget it shares
+/// (`Some(group)`: with the other trees of that group; `None`: a budget of its own).
+type Tree = (PathBuf, Part, Vec<PathBuf>, Option<usize>);
+
+/// The trees of one pod, each counted once: the pod directory without its emptyDir volumes,
+/// each emptyDir volume, the pod's log directory without its containers' directories, each
+/// container's log directory, each writable layer. The directories left out of a tree are
+/// returned to be skipped by its walk. The pod directory's trees share one walk budget, the
+/// log directory's another, as when each was walked whole.
+fn pod_trees(
+    paths: &DiskPaths,
+    uid: &str,
+    log_dir: Option<&PathBuf>,
+    layers: Vec<(String, PathBuf)>,
+) -> Vec<Tree> {
+    let pod_dir = paths.pods_root.join(uid);
+    let empty_dirs = pod_dir.join(EMPTY_DIR_PLUGIN);
+    let mut trees = vec![(pod_dir, Part::Whole, vec![empty_dirs.clone()], Some(0))];
+    // The subdirectories of `dir` on its filesystem: a memory-backed emptyDir (a tmpfs mount)
+    // is not local storage on nodefs, and a walk of the whole tree would not enter it either.
+    let children = |dir: &Path| -> Vec<(String, PathBuf)> {
+        let (Ok(meta), Ok(rd)) = (std::fs::metadata(dir), std::fs::read_dir(dir)) else {
+            return Vec::new();
+        };
+        rd.flatten()
+            .filter(|e| {
+                e.metadata()
+                    .is_ok_and(|m| m.is_dir() && m.dev() == meta.dev())
+            })
+            .filter_map(|e| Some((e.file_name().to_str()?.to_owned(), e.path())))
+            .collect()
+    };
+    let volumes = children(&empty_dirs);
+    trees.push((
+        empty_dirs,
+        Part::Whole,
+        volumes.iter().map(|(_, p)| p.clone()).collect(),
+        Some(0),
+    ));
+    trees.extend(
+        volumes
+            .into_iter()
+            .map(|(name, p)| (p, Part::EmptyDir(name), Vec::new(), Some(0))),
+    );
+    if let Some(l) = log_dir {
+        let containers = children(l);
+        trees.push((
+            l.clone(),
+            Part::Whole,
+            containers.iter().map(|(_, p)| p.clone()).collect(),
+            Some(1),
+        ));
+        trees.extend(
+            containers
+                .into_iter()
+                .map(|(name, p)| (p, Part::Logs(name), Vec::new(), Some(1))),
+        );
+    }
+    trees.extend(
+        layers
+            .into_iter()
+            .map(|(name, p)| (p, Part::Layer(name), Vec::new(), None)),
+    );
+    trees
 }
 
 /// Measures `pods` once, synchronously.
@@ -70,17 +226,58 @@ pub(crate) fn measure(paths: &DiskPaths, pods: &[PodRef], layers: &mut LayerCach
         inodes.clear();
         walks.clear();
         let mut error = None;
-        let mut trees: Vec<(PathBuf, bool)> = vec![(paths.pods_root.join(uid), false)];
-        trees.extend(logs.get(uid.as_str()).map(|l| (l.clone(), false)));
-        trees.extend(layers.upper_dirs(cgroup).into_iter().map(|l| (l, true)));
+        let trees = pod_trees(
+            paths,
+            uid,
+            logs.get(uid.as_str()),
+            layers.upper_dirs(cgroup),
+        );
         let mut layer_bytes = 0u64;
         let mut layer_inodes = 0u64;
-        for (tree, is_layer) in &trees {
-            match pods::disk_usage(tree, paths.budget, &mut inodes) {
+        let mut detail = PodDiskDetail::default();
+        // Entries walked so far in each group, counting the root of every tree but the first
+        // (in a walk of the whole, that root is an entry of its parent).
+        let mut spent: [Option<u64>; 2] = [None; 2];
+        for (tree, part, skip, group) in &trees {
+            let budget = match group {
+                Some(g) => match spent[*g] {
+                    Some(n) => paths.budget.saturating_sub(n.saturating_add(1)),
+                    None => paths.budget,
+                },
+                None => paths.budget,
+            };
+            let walked = if skip.is_empty() {
+                pods::disk_usage(tree, budget, &mut inodes)
+            } else {
+                pods::disk_usage_skipping(tree, budget, &mut inodes, |p| {
+                    skip.iter().any(|s| s == p)
+                })
+            };
+            match walked {
                 Ok(w) => {
-                    if let (true, Some(w)) = (*is_layer, &w) {
-                        layer_bytes = layer_bytes.saturating_add(w.bytes);
-                        layer_inodes = layer_inodes.saturating_add(w.inodes);
+                    if let Some(w) = &w {
+                        if let Some(g) = group {
+                            spent[*g] = Some(match spent[*g] {
+                                Some(n) => n.saturating_add(w.inodes),
+                                None => w.inodes.saturating_sub(1),
+                            });
+                        }
+                        match part {
+                            Part::Whole => {}
+                            Part::EmptyDir(name) => {
+                                detail.empty_dirs.insert(name.clone(), w.bytes);
+                            }
+                            Part::Logs(name) => {
+                                detail.logs.insert(name.clone(), w.bytes);
+                            }
+                            Part::Layer(name) => {
+                                layer_bytes = layer_bytes.saturating_add(w.bytes);
+                                layer_inodes = layer_inodes.saturating_add(w.inodes);
+                                let id = super::layers::container_id_of(name).to_owned();
+                                let e = detail.layers.entry(id).or_default();
+                                *e = e.saturating_add(w.bytes);
+                            }
+                        }
                     }
                     walks.extend(w);
                 }
@@ -101,6 +298,8 @@ pub(crate) fn measure(paths: &DiskPaths, pods: &[PodRef], layers: &mut LayerCach
         if walks.iter().any(|w: &DiskWalk| !w.complete) {
             report.truncated.push(uid.clone());
         }
+        detail.total = bytes;
+        report.detail.insert(uid.clone(), detail);
         report.usage.insert(
             uid.clone(),
             PodDisk {
@@ -125,6 +324,8 @@ struct State {
     /// The last finished measurement; its error and truncations are taken once by
     /// [`DiskMeter::take_outcome`].
     usage: HashMap<String, PodDisk>,
+    /// The figures in parts of the last finished measurement, until taken.
+    detail: Option<HashMap<String, PodDiskDetail>>,
     outcome: Option<(Vec<String>, Option<SamplerError>)>,
     passes: u64,
 }
@@ -160,6 +361,7 @@ impl Shared {
     fn store(&self, report: DiskReport) {
         let mut s = self.lock();
         s.usage = report.usage;
+        s.detail = Some(report.detail);
         s.outcome = Some((report.truncated, report.error));
         s.passes += 1;
         drop(s);
@@ -223,6 +425,12 @@ impl DiskMeter {
             .collect()
     }
 
+    /// Forgets the pending request, as the thread does when it takes one (tests).
+    #[cfg(test)]
+    pub fn clear_request(&self) {
+        self.shared.lock().wanted.clear();
+    }
+
     /// Asks for a measurement of `pods` (UID and pod cgroup directory; a pass already asked for
     /// is replaced, not queued).
     pub fn request<'a>(&self, pods: impl Iterator<Item = (&'a str, &'a Path)>) {
@@ -247,6 +455,12 @@ impl DiskMeter {
     /// Calls `f` with the figures of the last finished measurement, by pod UID.
     pub fn latest<R>(&self, f: impl FnOnce(&HashMap<String, PodDisk>) -> R) -> R {
         f(&self.shared.lock().usage)
+    }
+
+    /// The figures in parts of the last finished measurement, by pod UID, once: `None` until
+    /// another measurement finishes.
+    pub fn take_detail(&self) -> Option<HashMap<String, PodDiskDetail>> {
+        self.shared.lock().detail.take()
     }
 
     /// The truncated pods and the error of the last finished measurement, once.

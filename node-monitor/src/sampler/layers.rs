@@ -144,6 +144,14 @@ fn procs(text: &[u8]) -> (Vec<u32>, usize) {
     (visible, hidden)
 }
 
+/// The container ID a container cgroup's directory name carries: the name itself (cgroupfs
+/// driver) or the part after the runtime's prefix (`cri-containerd-<id>.scope`,
+/// `crio-<id>.scope`, `docker-<id>.scope` with the systemd driver).
+pub(crate) fn container_id_of(cgroup_name: &str) -> &str {
+    let name = cgroup_name.strip_suffix(".scope").unwrap_or(cgroup_name);
+    name.rsplit('-').next().unwrap_or(name)
+}
+
 /// `pod/container`: the last two components of a cgroup path, which name a container cgroup
 /// whatever the reader's cgroup namespace makes of the prefix.
 fn container_key(path: &Path) -> Option<String> {
@@ -194,8 +202,9 @@ impl LayerCache {
         self.scan = None;
     }
 
-    /// The upper directories of the containers of the pod whose cgroup is `pod_cgroup`.
-    pub fn upper_dirs(&mut self, pod_cgroup: &Path) -> Vec<PathBuf> {
+    /// The upper directories of the containers of the pod whose cgroup is `pod_cgroup`, each
+    /// with the name of its container's cgroup directory.
+    pub fn upper_dirs(&mut self, pod_cgroup: &Path) -> Vec<(String, PathBuf)> {
         if self.roots.is_empty() {
             return Vec::new();
         }
@@ -208,6 +217,7 @@ impl LayerCache {
                 continue;
             }
             let dir = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
             self.seen.insert(dir.clone());
             let upper = match self.upper.get(&dir) {
                 Some(u) => u.clone(),
@@ -219,7 +229,7 @@ impl LayerCache {
                     None => None,
                 },
             };
-            out.extend(upper);
+            out.extend(upper.map(|u| (name, u)));
         }
         out
     }

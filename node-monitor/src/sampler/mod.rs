@@ -32,6 +32,7 @@ pub use config::{
     KUBEPODS_AUTO, KubepodsDetection, Layout, ProcPaths, SamplerConfig, discover_image_fs,
     kubelet_config_driver,
 };
+pub use disk::PodDiskDetail;
 pub use sample::{
     MemoryReading, SampleKind, Sampler, TimedObservations, Trigger, raise_nofile_limit,
 };

@@ -282,6 +282,17 @@ pub(crate) fn disk_usage(
     budget: u64,
     inodes: &mut HashSet<(u64, u64)>,
 ) -> Result<Option<DiskWalk>, SamplerError> {
+    disk_usage_skipping(root, budget, inodes, |_| false)
+}
+
+/// [`disk_usage`] without the directories `skip` names (neither they nor what is below them is
+/// counted), for a caller that measures them apart.
+pub(crate) fn disk_usage_skipping(
+    root: &Path,
+    budget: u64,
+    inodes: &mut HashSet<(u64, u64)>,
+    skip: impl Fn(&Path) -> bool,
+) -> Result<Option<DiskWalk>, SamplerError> {
     let meta = match fs::symlink_metadata(root) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -314,7 +325,11 @@ pub(crate) fn disk_usage(
                 continue;
             }
             if m.is_dir() {
-                stack.push(e.path());
+                let path = e.path();
+                if skip(&path) {
+                    continue;
+                }
+                stack.push(path);
             } else if m.nlink() > 1 && !inodes.insert((m.dev(), m.ino())) {
                 continue;
             }

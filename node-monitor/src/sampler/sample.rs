@@ -124,6 +124,8 @@ pub struct Sampler {
     /// Per-pod disk usage, measured off the sampling path; `None` when disabled.
     disk: Option<DiskMeter>,
     last_full: Option<Instant>,
+    /// When the disk meter was last asked for a measurement outside a full pass.
+    last_disk_request: Option<Instant>,
     last_node_memory: Option<MemoryReading>,
     last_kubepods_memory: Option<MemoryReading>,
     fs_layout: Option<FsLayout>,
@@ -173,7 +175,7 @@ impl Sampler {
                 log_root: layout.pod_log_root.clone(),
                 budget: config.pod_disk_budget,
                 proc_root: config.proc_root.clone(),
-                layer_roots: config.writable_layer_roots.clone(),
+                layer_roots: config.layer_roots(),
             })
         });
         Ok(Self {
@@ -185,6 +187,7 @@ impl Sampler {
             pods: PodTable::new(keep_pods),
             disk,
             last_full: None,
+            last_disk_request: None,
             last_node_memory: None,
             last_kubepods_memory: None,
             fs_layout: None,

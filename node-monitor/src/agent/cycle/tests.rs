@@ -39,6 +39,8 @@ struct NodeState {
     cgroups: BTreeSet<String>,
     /// The passes that read the pods and the eviction requests, in order.
     log: Vec<String>,
+    /// A finished per-pod disk measurement in parts, not yet taken.
+    disk_detail: Option<HashMap<String, crate::sampler::PodDiskDetail>>,
 }
 
 struct FakeNode(Rc<RefCell<NodeState>>);
@@ -86,6 +88,9 @@ impl NodeView for FakeNode {
     }
     fn last_kubepods_memory(&self) -> Option<MemoryReading> {
         None
+    }
+    fn take_pod_disk_detail(&mut self) -> Option<HashMap<String, crate::sampler::PodDiskDetail>> {
+        self.0.borrow_mut().disk_detail.take()
     }
 }
 
@@ -1178,4 +1183,125 @@ async fn an_oom_kill_wake_up_reads_the_pods_for_its_flight_record() {
         pods.contains(&("default/besteffort".to_owned(), 2 * GI)),
         "{v}"
     );
+}
+
+/// A pod whose container `main` has an ephemeral-storage limit of 1Gi and an emptyDir `cache`
+/// with a sizeLimit of 64Mi.
+fn storage_limited_pod(name: &str) -> Pod {
+    let mut p = pod(name, 0, None);
+    let spec = p.spec.as_mut().expect("spec");
+    spec.containers[0].resources = Some(
+        serde_json::from_value(json!({"limits": {"ephemeral-storage": "1Gi"}})).expect("resources"),
+    );
+    spec.volumes = Some(vec![
+        serde_json::from_value(json!({"name": "cache", "emptyDir": {"sizeLimit": "64Mi"}}))
+            .expect("volume"),
+    ]);
+    p
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_over_its_empty_dir_size_limit_is_evicted_without_pressure_once_per_measurement() {
+    let pods = vec![
+        (storage_limited_pod("filler"), GI),
+        (storage_limited_pod("tidy"), GI),
+    ];
+    // Plenty of memory: no threshold is met.
+    let mut rig = Rig::new(HARD_1GI, 8 * GI, &pods);
+    let detail = |cache: u64| crate::sampler::PodDiskDetail {
+        total: cache + MI,
+        empty_dirs: BTreeMap::from([("cache".to_owned(), cache)]),
+        ..Default::default()
+    };
+    rig.state.borrow_mut().disk_detail = Some(HashMap::from([
+        ("uid-filler".to_owned(), detail(65 * MI)),
+        ("uid-tidy".to_owned(), detail(64 * MI)),
+    ]));
+    assert_eq!(rig.cycle().await, CycleEnd::Done);
+    let writes = rig.cluster().writes.borrow().clone();
+    assert!(
+        writes.contains(&Write::Evict {
+            name: "filler".into(),
+            hard: true,
+            signal: "emptydirfs.limit".into()
+        }),
+        "{writes:?}"
+    );
+    assert_eq!(rig.cluster().evicted(), ["filler"], "{writes:?}");
+    assert!(
+        writes.contains(&Write::Events {
+            name: "filler".into(),
+            outcome: EvictOutcome::Evicted
+        }),
+        "{writes:?}"
+    );
+    let status = rig.agent.live.status(true, "", &[]);
+    assert_eq!(
+        status["recent_evictions"][0]["message"],
+        "Usage of EmptyDir volume \"cache\" exceeds the limit \"64Mi\". ",
+        "{status}"
+    );
+    let text = rig.agent.metrics.encode();
+    assert!(
+        text.contains(
+            "node_monitor_local_storage_limit_evictions_total{kind=\"emptydir\",outcome=\"evicted\"} 1"
+        ),
+        "{text}"
+    );
+    // No new measurement: nothing judged again.
+    assert_eq!(rig.cycle().await, CycleEnd::Done);
+    assert_eq!(rig.cluster().evicted(), ["filler"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn local_storage_capacity_isolation_off_evicts_no_pod_over_its_limits() {
+    let pods = vec![(storage_limited_pod("filler"), GI)];
+    let mut rig = Rig::new(
+        &format!("{HARD_1GI}localStorageCapacityIsolation: false\n"),
+        8 * GI,
+        &pods,
+    );
+    rig.state.borrow_mut().disk_detail = Some(HashMap::from([(
+        "uid-filler".to_owned(),
+        crate::sampler::PodDiskDetail {
+            total: 2 * GI,
+            empty_dirs: BTreeMap::from([("cache".to_owned(), GI)]),
+            ..Default::default()
+        },
+    )]));
+    assert_eq!(rig.cycle().await, CycleEnd::Done);
+    assert_eq!(rig.cluster().evicted(), Vec::<String>::new());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dry_run_reports_a_pod_over_its_limits_once_per_interval() {
+    let pods = vec![(storage_limited_pod("filler"), GI)];
+    let mut rig = Rig::new(
+        &format!("{HARD_1GI}nodeMonitor:\n  dryRun: true\n"),
+        8 * GI,
+        &pods,
+    );
+    let over = || {
+        Some(HashMap::from([(
+            "uid-filler".to_owned(),
+            crate::sampler::PodDiskDetail {
+                total: 2 * GI,
+                empty_dirs: BTreeMap::from([("cache".to_owned(), GI)]),
+                ..Default::default()
+            },
+        )]))
+    };
+    for _ in 0..3 {
+        rig.state.borrow_mut().disk_detail = over();
+        rig.cycle().await;
+        tokio::time::advance(Duration::from_secs(10)).await;
+    }
+    let asked = rig
+        .cluster()
+        .writes
+        .borrow()
+        .iter()
+        .filter(|w| matches!(w, Write::Evict { .. }))
+        .count();
+    assert_eq!(asked, 1, "three measurements, one report");
 }

@@ -192,3 +192,77 @@ fn inode_pressure_ranks_by_the_snapshots_inodes() {
     assert_eq!(out["ranked"][0]["usage"], 1000);
     assert_eq!(out["ranked"][1]["usage"], 800);
 }
+
+/// A snapshot with no pressure names the pods over a local-storage limit, with the kubelet's
+/// kind and message, apart from the pressure decision; `localStorageCapacityIsolation: false`
+/// names none.
+#[test]
+fn local_storage_limit_evictions_are_explained_without_pressure() {
+    let pods = json!({"items": [
+        {"metadata": {"name": "filler", "namespace": "default", "uid": "uf"},
+         "spec": {"containers": [{"name": "app"}, {"name": "side",
+             "resources": {"limits": {"ephemeral-storage": "10Mi"}}}],
+             "volumes": [{"name": "cache", "emptyDir": {"sizeLimit": "64Mi"}}]}},
+        {"metadata": {"name": "logger", "namespace": "default", "uid": "ul"},
+         "spec": {"containers": [{"name": "app", "resources": {"limits": {"ephemeral-storage": "1Gi"}}},
+             {"name": "side", "resources": {"limits": {"ephemeral-storage": "10Mi"}}}]}},
+    ]});
+    let usage = json!({
+        "uf": {"disk": "80Mi", "emptyDirs": {"cache": "65Mi"}},
+        "ul": {"disk": "30Mi", "containers": {"side": {"logs": "8Mi", "rootfs": "4Mi"}}},
+    });
+    let obs = json!({"memory.available": {"available": "3Gi", "capacity": "4Gi"}});
+    let text = |extra: Value| {
+        let mut v = json!({"pods": pods, "usage": usage, "observations": obs});
+        if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
+            m.extend(e);
+        }
+        v.to_string()
+    };
+    let out = explain(
+        "s",
+        &text(json!({})),
+        None,
+        &EvictionFlags::default(),
+        Duration::ZERO,
+    )
+    .expect("explain");
+    assert_eq!(out["evict"], json!([]), "no pressure: {out}");
+    let limited = &out["local_storage_evictions"];
+    assert_eq!(limited[0]["name"], "filler", "{out}");
+    assert_eq!(limited[0]["kind"], "emptydir");
+    assert_eq!(
+        limited[0]["message"],
+        "Usage of EmptyDir volume \"cache\" exceeds the limit \"64Mi\". "
+    );
+    assert_eq!(limited[0]["grace_period_seconds"], 1);
+    assert_eq!(limited[1]["name"], "logger");
+    assert_eq!(limited[1]["kind"], "container");
+    assert_eq!(
+        limited[1]["message"],
+        "Container side exceeded its local ephemeral storage limit \"10Mi\". "
+    );
+    assert_eq!(limited.as_array().map(Vec::len), Some(2));
+    // With a dedicated imagefs the layer is not the container's to answer for.
+    let out = explain(
+        "s",
+        &text(json!({"filesystem": {"dedicatedImageFs": true, "splitContainerImageFs": false}})),
+        None,
+        &EvictionFlags::default(),
+        Duration::ZERO,
+    )
+    .expect("explain");
+    assert_eq!(
+        out["local_storage_evictions"].as_array().map(Vec::len),
+        Some(1)
+    );
+    let out = explain(
+        "s",
+        &text(json!({"config": {"localStorageCapacityIsolation": false}})),
+        None,
+        &EvictionFlags::default(),
+        Duration::ZERO,
+    )
+    .expect("explain");
+    assert_eq!(out["local_storage_evictions"], json!([]));
+}

@@ -238,3 +238,29 @@ fn layouts_for_both_versions() {
         })
     );
 }
+
+#[test]
+fn the_writable_layer_filesystem_is_walked_for_layers_unless_layers_are_off() {
+    let roots = |container_fs: Option<&str>, layer_roots: Vec<&str>| {
+        SamplerConfig {
+            container_fs: container_fs.map(PathBuf::from),
+            writable_layer_roots: layer_roots.into_iter().map(PathBuf::from).collect(),
+            ..SamplerConfig::default()
+        }
+        .layer_roots()
+    };
+    let default = vec!["/var/lib/containerd", "/var/lib/containers"];
+    let p = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+    assert_eq!(roots(None, default.clone()), p(&default));
+    assert_eq!(
+        roots(Some("/mnt/layers"), default.clone()),
+        p(&["/var/lib/containerd", "/var/lib/containers", "/mnt/layers"])
+    );
+    // Already below a root: nothing added.
+    assert_eq!(
+        roots(Some("/var/lib/containers/storage"), default.clone()),
+        p(&default)
+    );
+    // Writable layers not counted: still not.
+    assert_eq!(roots(Some("/mnt/layers"), vec![]), Vec::<PathBuf>::new());
+}

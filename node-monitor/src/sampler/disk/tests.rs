@@ -1,5 +1,8 @@
 use std::{fs, path::Path};
 
+use node_monitor_core::local_storage::ContainerStorage;
+use serde_json::json;
+
 use super::*;
 
 const UID_A: &str = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
@@ -241,4 +244,89 @@ fn the_thread_measures_on_request_and_keeps_the_last_figures() {
     m.request([(UID_A, cg.as_path())].into_iter());
     m.wait_passes(2);
     assert!(m.latest(|u| u[UID_A].total) >= first + 64 * 1024);
+}
+
+#[test]
+fn empty_dirs_and_container_logs_are_measured_apart_and_add_up_to_the_total() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pod_dir = dir.path().join("pods").join(UID_A);
+    for (name, kib) in [("cache", 512usize), ("scratch", 64)] {
+        let vol = pod_dir.join("volumes/kubernetes.io~empty-dir").join(name);
+        fs::create_dir_all(&vol).expect("mkdir");
+        fs::write(vol.join("blob"), vec![1u8; kib * 1024]).expect("write");
+    }
+    fs::write(pod_dir.join("etc-hosts"), vec![b'h'; 4096]).expect("write");
+    for (c, kib) in [("web", 128usize), ("sidecar", 16)] {
+        let logs = dir.path().join(format!("logs/default_web_{UID_A}/{c}"));
+        fs::create_dir_all(&logs).expect("mkdir");
+        fs::write(logs.join("0.log"), vec![b'x'; kib * 1024]).expect("write");
+    }
+
+    let r = run_measure(&paths(dir.path(), 1000), &pods(dir.path(), &[UID_A]));
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let d = &r.detail[UID_A];
+    let cache = d.empty_dirs["cache"];
+    let scratch = d.empty_dirs["scratch"];
+    assert!((512 * 1024..600 * 1024).contains(&cache), "{cache}");
+    assert!((64 * 1024..100 * 1024).contains(&scratch), "{scratch}");
+    assert_eq!(d.empty_dirs.len(), 2);
+    assert!(
+        (128 * 1024..160 * 1024).contains(&d.logs["web"]),
+        "{:?}",
+        d.logs
+    );
+    assert!(
+        (16 * 1024..40 * 1024).contains(&d.logs["sidecar"]),
+        "{:?}",
+        d.logs
+    );
+    assert_eq!(d.total, r.usage[UID_A].total);
+    // Every part is within the total, which also holds the pod's other files.
+    assert!(d.total >= cache + scratch + d.logs["web"] + d.logs["sidecar"] + 4096);
+    // Inodes as one walk of each tree counts them: pod directory, etc-hosts, volumes, the
+    // plugin directory, two volumes with a blob each; log directory, two containers' with a
+    // file each.
+    assert_eq!(r.usage[UID_A].inodes, 8 + 5);
+}
+
+#[test]
+fn containers_get_their_logs_by_name_and_their_layer_by_the_id_their_status_reports() {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+        "spec": {"containers": [{"name": "app"}], "initContainers": [{"name": "init"}]},
+        "status": {
+            "containerStatuses": [{"name": "app", "containerID": "containerd://abc123",
+                "ready": true, "restartCount": 0, "image": "", "imageID": ""}],
+            "initContainerStatuses": [{"name": "init", "containerID": "cri-o://def456",
+                "ready": false, "restartCount": 0, "image": "", "imageID": ""}],
+        },
+    }))
+    .expect("pod");
+    let detail = PodDiskDetail {
+        total: 1000,
+        empty_dirs: BTreeMap::from([("cache".to_owned(), 300)]),
+        logs: BTreeMap::from([("app".to_owned(), 40), ("starting".to_owned(), 5)]),
+        // The sandbox's layer (no container status) belongs to no container.
+        layers: BTreeMap::from([
+            ("abc123".to_owned(), 200),
+            ("def456".to_owned(), 7),
+            ("sandbox".to_owned(), 1),
+        ]),
+    };
+    let u = detail.storage_usage(&pod);
+    assert_eq!(u.pod, Some(1000));
+    assert_eq!(u.volumes, BTreeMap::from([("cache".to_owned(), 300)]));
+    let c = |name: &str, logs: Option<u64>, rootfs: Option<u64>| ContainerStorage {
+        name: name.into(),
+        logs,
+        rootfs,
+    };
+    assert_eq!(
+        u.containers,
+        vec![
+            c("app", Some(40), Some(200)),
+            c("init", None, Some(7)),
+            c("starting", Some(5), None),
+        ]
+    );
 }

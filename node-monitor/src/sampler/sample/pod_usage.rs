@@ -140,6 +140,46 @@ impl Sampler {
         }
     }
 
+    /// Asks the disk meter for a measurement of every pod when the full-sample interval has
+    /// passed since the last such request or full pass, for the local-storage limits, which
+    /// hold whatever the node's pressure (while a node is calm no pass reads the pods). Relists
+    /// the pod cgroups (a few directory reads); the walk runs on the meter's thread.
+    pub fn request_pod_disk(&mut self) {
+        if self.disk.is_none() {
+            return;
+        }
+        let now = Instant::now();
+        // A tenth of slack: asked on a tick of the same period, a request a hair short of the
+        // interval would otherwise wait a whole second period.
+        let interval = self.config.full_sample_interval;
+        let interval = interval.saturating_sub(interval / 10);
+        let recent =
+            |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) < interval);
+        if recent(self.last_disk_request) || recent(self.last_full) {
+            return;
+        }
+        self.last_disk_request = Some(now);
+        self.redetect_kubepods();
+        let refreshed = self.pods.refresh(&self.layout);
+        if self.note(W_KUBEPODS, now, refreshed).is_none() {
+            return;
+        }
+        let Some(meter) = &self.disk else { return };
+        meter.request(
+            self.pods
+                .iter()
+                .map(|p| (p.uid.as_str(), p.memory_dir.as_path())),
+        );
+    }
+
+    /// The per-pod disk figures in parts of the disk meter's last measurement, by pod UID, once
+    /// per measurement: `None` until another finishes, or when per-pod disk usage is off.
+    pub fn take_pod_disk_detail(
+        &mut self,
+    ) -> Option<std::collections::HashMap<String, super::super::PodDiskDetail>> {
+        self.disk.as_ref().and_then(DiskMeter::take_detail)
+    }
+
     /// The number of pod cgroups found by the last pass.
     pub fn pod_count(&self) -> usize {
         self.pods.len()

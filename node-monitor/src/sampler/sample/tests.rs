@@ -592,3 +592,38 @@ fn reclaimable_working_set_on_cgroup_v2() {
         Some((i(1024 * MIB - 440 * MIB), i(1024 * MIB)))
     );
 }
+
+/// A calm node reads no pod on its passes; the local-storage limits still need measurements:
+/// the meter is asked once per full-sample interval, signals passes or not.
+#[test]
+fn pod_disk_is_requested_once_per_full_sample_interval_without_pod_passes() {
+    let f = Fixture::new();
+    let pod = format!("cg/kubepods/pod{UID_A}");
+    f.write(&format!("{pod}/memory.current"), "1\n");
+    f.write(&format!("{pod}/memory.stat"), "inactive_file 0\n");
+    let mut cfg = f.config(CgroupVersion::V2, "/");
+    cfg.full_sample_interval = Duration::from_secs(3600);
+    let mut s = Sampler::new(cfg).expect("sampler");
+    let paths = DiskPaths {
+        pods_root: s.layout.kubelet_root.join("pods"),
+        log_root: s.layout.pod_log_root.clone(),
+        budget: 1000,
+        proc_root: f.root.join("proc"),
+        layer_roots: Vec::new(),
+    };
+    s.disk = Some(DiskMeter::parked(paths));
+    let mut o = Observations::default();
+    s.sample_into(SampleKind::Signals, &mut o);
+    let meter = |s: &Sampler| s.disk.as_ref().expect("meter").requested();
+    assert_eq!(
+        meter(&s),
+        Vec::<String>::new(),
+        "a signals pass asks nothing"
+    );
+    s.request_pod_disk();
+    assert_eq!(meter(&s), vec![UID_A.to_owned()]);
+    // Taken by the meter's thread (here: cleared by hand); not asked again within the interval.
+    s.disk.as_ref().expect("meter").clear_request();
+    s.request_pod_disk();
+    assert_eq!(meter(&s), Vec::<String>::new());
+}
