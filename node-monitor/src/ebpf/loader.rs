@@ -522,14 +522,14 @@ impl Probes {
         })))
     }
 
-    /// Run-time statistics of the attached programs (see [`RunStats`]).
+    /// Run-time statistics of the attached and loaded programs (see [`RunStats`]).
     pub fn run_stats(&self) -> Vec<RunStats> {
         let Some(Ok(ebpf)) = self.ebpf.as_ref().map(|e| e.lock()) else {
             return Vec::new();
         };
         self.statuses
             .iter()
-            .filter(|s| s.state.is_attached())
+            .filter(|s| s.state.is_attached() || s.state == ProgramState::Loaded)
             .filter_map(|s| {
                 let info = ebpf.program(s.name)?.info().ok()?;
                 Some(RunStats {
