@@ -685,6 +685,35 @@ mod tests {
     }
 
     #[test]
+    fn the_memory_push_counts_follow_the_kernel_and_the_switch() {
+        let m = Metrics::new();
+        let sw = |a, d, f| [("attached", a), ("detached", d), ("failed", f)];
+        m.observe_memory_push(
+            [("sent", 3), ("withheld", 1), ("dropped", 0)],
+            sw(1, 0, 0),
+            true,
+        );
+        // A stale read never decreases a counter.
+        m.observe_memory_push(
+            [("sent", 2), ("withheld", 4), ("dropped", 2)],
+            sw(1, 1, 2),
+            false,
+        );
+        let text = m.encode();
+        for line in [
+            "node_monitor_memory_push_records_total{outcome=\"sent\"} 3",
+            "node_monitor_memory_push_records_total{outcome=\"withheld\"} 4",
+            "node_monitor_memory_push_records_total{outcome=\"dropped\"} 2",
+            "node_monitor_memory_push_switches_total{outcome=\"attached\"} 1",
+            "node_monitor_memory_push_switches_total{outcome=\"detached\"} 1",
+            "node_monitor_memory_push_switches_total{outcome=\"failed\"} 2",
+            "node_monitor_memory_push_attached 0",
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
+    }
+
+    #[test]
     fn program_state_is_one_hot() {
         let m = Metrics::new();
         m.set_program_state("oom_mark_victim", "attached");
