@@ -165,10 +165,9 @@ sync
 systemctl poweroff -ff
 "#;
 
+/// The memory push is left to its default (on).
 fn pressure_config() -> String {
-    format!(
-        "evictionHard:\n  memory.available: {THRESHOLD_MI}Mi\nnodeMonitor:\n  memoryPush: true\n"
-    )
+    format!("evictionHard:\n  memory.available: {THRESHOLD_MI}Mi\n")
 }
 
 /// The guest's payload: binaries (hard links into target/ when on the same file system), the
@@ -566,7 +565,7 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
         wakeups("headroom") >= 1.0,
         "no adaptive-sampling pass while the climber approached the threshold\n{m}\n{report}"
     );
-    // The memory push (`nodeMonitor.memoryPush`), armed near the threshold, must have woken the
+    // The memory push (`nodeMonitor.memoryPush`, on by default), armed near the threshold, must have woken the
     // agent as the climbers' pages grew: the page-allocator tracepoints of the guest's 6.1.
     // Its programs are loaded (attached or not, depending on how near the threshold the node
     // is when the metrics are read) and were attached at least once, never failing to.
