@@ -123,16 +123,17 @@ pub(super) struct MemPush {
 }
 
 impl MemPush {
-    /// Writes `batch` to the kernel's map when it changed.
-    fn write_batch(&mut self, batch: u64) {
+    /// Writes `batch` to the kernel's map when it changed; whether it did.
+    fn write_batch(&mut self, batch: u64) -> bool {
         if self.armed == Some(batch) {
-            return;
+            return false;
         }
         match self.control.arm(batch) {
             Ok(()) => {
                 debug!(batch_pages = batch, "memory push armed");
                 self.armed = Some(batch);
                 self.failing = false;
+                true
             }
             Err(e) => {
                 if !self.failing {
@@ -140,6 +141,7 @@ impl MemPush {
                 }
                 self.armed = None;
                 self.failing = true;
+                false
             }
         }
     }
@@ -236,9 +238,11 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         if batch > 0 {
             push.last_armed = Some(now);
         }
-        push.write_batch(batch);
+        let changed = push.write_batch(batch);
         let attach = keep_attached(batch, now, push.last_armed);
-        if attach != push.attach_asked {
+        // Asked again at each new batch while armed: an attach that failed is retried (the
+        // switch ignores a request for the state it is in).
+        if attach != push.attach_asked || (attach && batch > 0 && changed) {
             push.control.set_attached(attach);
             push.attach_asked = attach;
         }

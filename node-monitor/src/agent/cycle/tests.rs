@@ -1168,13 +1168,15 @@ async fn the_memory_push_is_attached_only_while_armed_and_detached_5_s_after() {
     rig.cycle().await;
     assert_eq!(asked(), [true]);
     assert_eq!(push.0.lock().expect("not poisoned").last(), Some(&0));
-    // Back near within the hold: no new attach; then far for longer than the hold: detached.
+    // Back near within the hold: the new batch asks again (a no-op while attached, a retry
+    // after a failed attach); then far for longer than the hold: detached.
     rig.set_available(GI + 50 * MI);
     rig.cycle().await;
+    assert_eq!(asked(), [true, true]);
     rig.set_available(8 * GI);
     rig.cycle().await;
     tokio::time::advance(Duration::from_secs(6)).await;
     rig.cycle().await;
     rig.cycle().await;
-    assert_eq!(asked(), [true, false]);
+    assert_eq!(asked(), [true, true, false]);
 }
