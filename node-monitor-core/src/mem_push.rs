@@ -15,8 +15,15 @@
 //!   at a quarter, then a sixteenth, … of the distance, down to the floor.
 //!
 //! The kernel's count is only a trigger: the decision uses the figures read at the wake-up.
+//!
+//! The programs are attached only while they may be needed ([`keep_attached`]): from the first
+//! armed pass until [`DETACH_AFTER`] has passed since the last one. Far from every memory
+//! threshold they are loaded but not attached, and cost the allocator nothing.
 //! Pure: observations in, a batch out.
+use std::time::Duration;
+
 use crate::{
+    clock::Timestamp,
     headroom::near_band,
     signals::Observations,
     threshold::{Resource, Threshold, signal_resource},
@@ -81,6 +88,16 @@ pub fn batch_pages(
         batch = Some(batch.map_or(pages, |b| b.min(pages)));
     }
     batch.unwrap_or(0)
+}
+
+/// How long the programs stay attached after the last armed pass: a signal hovering at the edge
+/// of its near band does not attach and detach them on every pass.
+pub const DETACH_AFTER: Duration = Duration::from_secs(5);
+
+/// Whether the push's programs should be attached at `now`, given the batch just chosen and
+/// when a pass last chose a non-zero batch (`None`: never).
+pub fn keep_attached(batch: u64, now: Timestamp, last_armed: Option<Timestamp>) -> bool {
+    batch > 0 || last_armed.is_some_and(|t| now.saturating_since(t) < DETACH_AFTER)
 }
 
 #[cfg(test)]
@@ -221,5 +238,35 @@ mod tests {
             floor_pages: 0,
         };
         assert_eq!(batch_pages(&o, &mem, odd), (800 * MI / 4) as u64);
+    }
+
+    #[test]
+    fn the_programs_stay_attached_while_armed_and_for_a_while_after() {
+        let t = Timestamp::from_secs;
+        let cases: &[(&str, u64, Timestamp, Option<Timestamp>, bool)] = &[
+            ("armed", 256, t(100), None, true),
+            ("armed again", 256, t(100), Some(t(99)), true),
+            ("never armed, disarmed", 0, t(100), None, false),
+            ("disarmed just now", 0, t(100), Some(t(100)), true),
+            ("disarmed within the hold", 0, t(104), Some(t(100)), true),
+            (
+                "disarmed for the whole hold",
+                0,
+                t(105),
+                Some(t(100)),
+                false,
+            ),
+            ("disarmed long ago", 0, t(1000), Some(t(100)), false),
+            (
+                "clock before the last armed pass",
+                0,
+                t(50),
+                Some(t(100)),
+                true,
+            ),
+        ];
+        for (name, batch, now, last, want) in cases {
+            assert_eq!(keep_attached(*batch, *now, *last), *want, "{name}");
+        }
     }
 }

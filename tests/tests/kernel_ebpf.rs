@@ -150,6 +150,11 @@ fn every_program_loads_and_attaches() {
                 matches!(&s.state, ProgramState::Disabled { reason } if reason.contains(prog::OOM_RAW)),
                 "{s:?}"
             );
+        } else if [prog::MEM_PUSH_ALLOC, prog::MEM_PUSH_FREE].contains(&s.name) {
+            // Attached once at load (so known to attach), then detached until a memory
+            // threshold is near.
+            assert_eq!(s.state, ProgramState::Loaded, "{s:?}");
+            assert!(s.prog_id.is_some(), "{s:?}");
         } else {
             assert_eq!(s.state, ProgramState::Attached, "{s:?}");
             assert!(s.prog_id.is_some(), "{s:?}");
@@ -427,11 +432,27 @@ fn the_memory_push_wakes_on_page_growth_only_when_armed() {
     cg.create(rel).unwrap();
     cg.set_memory_limit(rel, 512 * MIB).unwrap();
     let mut probes = load(&ProbeConfig::default());
-    assert_attached(&probes, &[prog::MEM_PUSH_ALLOC, prog::MEM_PUSH_FREE]);
+    let ids: Vec<u32> = [prog::MEM_PUSH_ALLOC, prog::MEM_PUSH_FREE]
+        .iter()
+        .map(|name| {
+            let s = probes
+                .program_states()
+                .into_iter()
+                .find(|s| s.name == *name)
+                .expect("in the table");
+            assert_eq!(s.state, ProgramState::Loaded, "{s:?}");
+            s.prog_id.expect("a loaded program has an id")
+        })
+        .collect();
     let control = probes.mem_push().expect("the memory push's control");
     assert_eq!(control.batch().unwrap(), 0, "loaded disarmed");
+    assert_eq!(bpf_links_of(&ids), 0, "loaded, not attached");
     runtime().block_on(async {
         let mut wakes = probes.mem_push_wakes().expect("memory push records");
+        control.set_attached(true);
+        let state = wait_attachment(&control, true).await;
+        assert_eq!(state.attaches, 1, "{state:?}");
+        assert_eq!(bpf_links_of(&ids), 2, "attached: one link per program");
 
         // Disarmed: 128 MiB touched, not a record.
         touch_anon(&cg, rel, 128);
@@ -471,5 +492,51 @@ fn the_memory_push_wakes_on_page_growth_only_when_armed() {
         touch_anon(&cg, rel, 128);
         let got = mem_push_records(&mut wakes, Duration::from_millis(500)).await;
         assert!(got.is_empty(), "disarmed again, yet {got:?}");
+
+        // Detached: no link left, and armed or not, not a record.
+        control.set_attached(false);
+        let state = wait_attachment(&control, false).await;
+        assert_eq!((state.detaches, state.failures), (1, 0), "{state:?}");
+        assert_eq!(bpf_links_of(&ids), 0, "detached");
+        control.arm(batch).unwrap();
+        touch_anon(&cg, rel, 128);
+        let got = mem_push_records(&mut wakes, Duration::from_millis(500)).await;
+        assert!(got.is_empty(), "detached, yet {got:?}");
+        control.arm(0).unwrap();
     });
+}
+
+/// How many BPF links this process holds for the programs `ids` (from /proc/self/fdinfo: a
+/// link's fd shows `link_type` and its program's `prog_id`).
+fn bpf_links_of(ids: &[u32]) -> usize {
+    std::fs::read_dir("/proc/self/fdinfo")
+        .expect("/proc/self/fdinfo")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter(|info| info.lines().any(|l| l.starts_with("link_type:")))
+        .filter(|info| {
+            info.lines().any(|l| {
+                l.strip_prefix("prog_id:")
+                    .and_then(|v| v.trim().parse::<u32>().ok())
+                    .is_some_and(|id| ids.contains(&id))
+            })
+        })
+        .count()
+}
+
+/// Waits until the switch reports `attached` (the switch works on a thread of its own).
+async fn wait_attachment(
+    control: &node_monitor::ebpf::MemPushControl,
+    attached: bool,
+) -> node_monitor::ebpf::PushAttachment {
+    for _ in 0..500 {
+        let s = control.switch().state();
+        if s.attached == attached {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "the memory push never became attached={attached}: {:?}",
+        control.switch().state()
+    );
 }

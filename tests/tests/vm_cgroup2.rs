@@ -165,10 +165,9 @@ sync
 systemctl poweroff -ff
 "#;
 
+/// The memory push is left to its default (on).
 fn pressure_config() -> String {
-    format!(
-        "evictionHard:\n  memory.available: {THRESHOLD_MI}Mi\nnodeMonitor:\n  memoryPush: true\n"
-    )
+    format!("evictionHard:\n  memory.available: {THRESHOLD_MI}Mi\n")
 }
 
 /// The guest's payload: binaries (hard links into target/ when on the same file system), the
@@ -566,19 +565,42 @@ async fn memory_pressure_under_cgroup_v2_with_the_systemd_driver() {
         wakeups("headroom") >= 1.0,
         "no adaptive-sampling pass while the climber approached the threshold\n{m}\n{report}"
     );
-    // The memory push (`nodeMonitor.memoryPush`), armed near the threshold, must have woken the
+    // The memory push (`nodeMonitor.memoryPush`, on by default), armed near the threshold, must have woken the
     // agent as the climbers' pages grew: the page-allocator tracepoints of the guest's 6.1.
+    // Its programs are loaded (attached or not, depending on how near the threshold the node
+    // is when the metrics are read) and were attached at least once, never failing to.
     for program in ["mem_push_alloc", "mem_push_free"] {
         assert_eq!(
             metrics::sum(
                 &m,
                 "node_monitor_ebpf_program_state",
                 &[("program", program), ("state", "attached")]
+            ) + metrics::sum(
+                &m,
+                "node_monitor_ebpf_program_state",
+                &[("program", program), ("state", "loaded")]
             ),
             1.0,
-            "{program} attached\n{m}"
+            "{program} loaded\n{m}"
         );
     }
+    assert!(
+        metrics::sum(
+            &m,
+            "node_monitor_memory_push_switches_total",
+            &[("outcome", "attached")]
+        ) >= 1.0,
+        "the memory push never attached\n{m}"
+    );
+    assert_eq!(
+        metrics::sum(
+            &m,
+            "node_monitor_memory_push_switches_total",
+            &[("outcome", "failed")]
+        ),
+        0.0,
+        "the memory push failed to attach\n{m}"
+    );
     assert!(
         wakeups("kernel_memory_growth") >= 1.0,
         "no memory push wake-up while the climbers approached the threshold\n{m}\n{report}"

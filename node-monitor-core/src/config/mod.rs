@@ -142,8 +142,8 @@ pub struct NodeMonitorSettings {
     /// Also taint the node `NoSchedule` while an agent-owned pressure condition is true.
     pub taint_on_pressure: bool,
     /// Load the eBPF memory push (`core::mem_push`): page-allocator tracepoints that wake the
-    /// agent as memory grows near a memory threshold. Off by default: every page allocation
-    /// and free then runs a program, even while the push is disarmed.
+    /// agent as memory grows near a memory threshold. On by default: the programs are attached
+    /// only near a memory threshold, and cost nothing elsewhere.
     pub memory_push: bool,
     /// The bound on every Kubernetes API call the agent makes (watches excepted: they have their
     /// own stall detection).
@@ -177,7 +177,7 @@ impl Default for NodeMonitorSettings {
             reclaim_stall_budget: Duration::from_millis(100),
             pod_cleanup_timeout: Duration::from_secs(30),
             taint_on_pressure: false,
-            memory_push: false,
+            memory_push: true,
             api_timeout: Duration::from_secs(30),
             kubelet_config_path: DEFAULT_KUBELET_CONFIG_PATH.to_owned(),
             liveness_lease_interval: Duration::from_secs(5),

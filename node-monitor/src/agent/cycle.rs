@@ -17,7 +17,7 @@ use node_monitor_core::{
     config::{EvictionConfig, FsLayout, LayoutConfig},
     eviction::{DRY_RUN_REPORT_INTERVAL, Decision, EvictionState, ReportLimiter, synchronize},
     headroom::{Headroom, HeadroomPolicy},
-    mem_push::{PushPolicy, batch_pages},
+    mem_push::{PushPolicy, batch_pages, keep_attached},
     pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
     pod_figures::{NEAR_REFRESH, RANK_MAX_AGE, RankFigures, rank_figures, refresh_due},
     reclaim::PendingReclaim,
@@ -116,16 +116,52 @@ pub(super) struct MemPush {
     pub(super) armed: Option<u64>,
     /// The last write failed (logged once until one succeeds).
     pub(super) failing: bool,
+    /// When a pass last chose a non-zero batch.
+    pub(super) last_armed: Option<Timestamp>,
+    /// The programs' attachment last asked for.
+    pub(super) attach_asked: bool,
+}
+
+impl MemPush {
+    /// Writes `batch` to the kernel's map when it changed; whether it did.
+    fn write_batch(&mut self, batch: u64) -> bool {
+        if self.armed == Some(batch) {
+            return false;
+        }
+        match self.control.arm(batch) {
+            Ok(()) => {
+                debug!(batch_pages = batch, "memory push armed");
+                self.armed = Some(batch);
+                self.failing = false;
+                true
+            }
+            Err(e) => {
+                if !self.failing {
+                    warn!(error = %e, batch_pages = batch, "arming the memory push failed");
+                }
+                self.armed = None;
+                self.failing = true;
+                false
+            }
+        }
+    }
 }
 
 /// Arms the kernel's memory push with a batch of pages (0 disarms).
 pub(super) trait PushArm: Send {
     fn arm(&self, pages: u64) -> Result<(), String>;
+    /// Asks for the push's programs attached or detached; returns at once (the work, which may
+    /// wait for the kernel, is done elsewhere).
+    fn set_attached(&self, attached: bool);
 }
 
 impl PushArm for crate::ebpf::MemPushControl {
     fn arm(&self, pages: u64) -> Result<(), String> {
         crate::ebpf::MemPushControl::arm(self, pages).map_err(|e| e.to_string())
+    }
+
+    fn set_attached(&self, attached: bool) {
+        crate::ebpf::MemPushControl::set_attached(self, attached);
     }
 }
 
@@ -182,36 +218,35 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             policy,
             armed: None,
             failing: false,
+            last_armed: None,
+            attach_asked: false,
         });
         self
     }
 
     /// Arms the memory push for the memory thresholds near in `observations`, disarms it when
-    /// none is; writes the kernel's map only when the batch changes.
+    /// none is; writes the kernel's map only when the batch changes. Asks for the programs
+    /// attached while armed, and detached once disarmed for
+    /// [`node_monitor_core::mem_push::DETACH_AFTER`] (the batch is written first: a program
+    /// attached before it is armed returns at once).
     fn arm_mem_push(&mut self, observations: &Observations) {
+        let now = self.now();
         let Some(push) = self.mem_push.as_mut() else {
             return;
         };
         let batch = batch_pages(observations, &self.config.thresholds, push.policy);
-        if push.armed == Some(batch) {
-            return;
+        if batch > 0 {
+            push.last_armed = Some(now);
         }
-        match push.control.arm(batch) {
-            Ok(()) => {
-                debug!(batch_pages = batch, "memory push armed");
-                push.armed = Some(batch);
-                push.failing = false;
-            }
-            Err(e) => {
-                if !push.failing {
-                    warn!(error = %e, batch_pages = batch, "arming the memory push failed");
-                }
-                push.armed = None;
-                push.failing = true;
-            }
+        let changed = push.write_batch(batch);
+        let attach = keep_attached(batch, now, push.last_armed);
+        // Asked again at each new batch while armed: an attach that failed is retried (the
+        // switch ignores a request for the state it is in).
+        if attach != push.attach_asked || (attach && batch > 0 && changed) {
+            push.control.set_attached(attach);
+            push.attach_asked = attach;
         }
     }
-
     /// Reads the kubelet's configuration file at `path` (empty: off) and compares its
     /// thresholds with the agent's on each cycle.
     pub(super) fn with_kubelet_config(mut self, path: &str) -> Self {

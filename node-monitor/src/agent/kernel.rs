@@ -386,9 +386,43 @@ pub async fn mirror_counters(
             _ = stop.changed() => return,
         }
         match probes.counters() {
-            Ok(c) => metrics.observe_ringbuf_drops(c.total_drops()),
+            Ok(c) => {
+                metrics.observe_ringbuf_drops(c.total_drops());
+                if let Some(push) = probes.mem_push() {
+                    observe_memory_push(&metrics, &c, &push.switch().state());
+                }
+            }
             Err(e) => warn!(error = %e, "reading the in-kernel counters failed"),
         }
+    }
+}
+
+/// The memory push's records and attachment into the metrics; its programs' state follows the
+/// attachment (`attached` near a memory threshold, `loaded` otherwise).
+fn observe_memory_push(
+    metrics: &Metrics,
+    c: &crate::ebpf::Counters,
+    s: &crate::ebpf::PushAttachment,
+) {
+    metrics.observe_memory_push(
+        [
+            ("sent", c.mem_push_wakes),
+            ("withheld", c.mem_push_suppressed),
+            ("dropped", c.mem_push_drops),
+        ],
+        [
+            ("attached", s.attaches),
+            ("detached", s.detaches),
+            ("failed", s.failures),
+        ],
+        s.attached,
+    );
+    let state = if s.attached { "attached" } else { "loaded" };
+    for program in [
+        node_monitor_common::names::prog::MEM_PUSH_ALLOC,
+        node_monitor_common::names::prog::MEM_PUSH_FREE,
+    ] {
+        metrics.set_program_state(program, state);
     }
 }
 

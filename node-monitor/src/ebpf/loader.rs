@@ -28,7 +28,7 @@ use super::{
 };
 
 use self::{
-    attach::{attach, unload},
+    attach::{attach, detach_mem_push, unload},
     maps::write_maps,
     probe::probe_capabilities,
 };
@@ -36,6 +36,9 @@ use self::{
 mod attach;
 mod maps;
 mod probe;
+mod switch;
+
+pub use switch::{PushAttachment, PushSwitch};
 
 /// The programs, built by node-monitor/build.rs (aya-build) from node-monitor-ebpf.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/node-monitor"));
@@ -134,7 +137,8 @@ pub enum ProbeError {
 
 /// The loaded kernel probes.
 pub struct Probes {
-    ebpf: Option<Ebpf>,
+    /// Shared with the memory push's switch, which attaches and detaches its programs.
+    ebpf: Option<Arc<Mutex<Ebpf>>>,
     statuses: Vec<ProgramStatus>,
     logger: Option<EbpfLogger<TracingLog>>,
     mem_push: Option<MemPushControl>,
@@ -145,6 +149,7 @@ pub struct Probes {
 #[derive(Clone)]
 pub struct MemPushControl {
     map: Arc<Mutex<Array<MapData, u64>>>,
+    switch: PushSwitch,
 }
 
 impl std::fmt::Debug for MemPushControl {
@@ -160,6 +165,17 @@ impl MemPushControl {
         let mut map = self.map.lock().map_err(|_| ProbeError::Poisoned { name })?;
         map.set(mem_push::BATCH, &pages, 0)
             .map_err(|source| ProbeError::Map { name, source })
+    }
+
+    /// Asks for the programs to be attached (`true`) or detached, on the switch's own thread:
+    /// returns at once (see [`PushSwitch`]).
+    pub fn set_attached(&self, attached: bool) {
+        self.switch.request(attached);
+    }
+
+    /// The switch that attaches and detaches the programs.
+    pub fn switch(&self) -> &PushSwitch {
+        &self.switch
     }
 
     /// The batch in force (0: disarmed).
@@ -289,6 +305,8 @@ impl Probes {
             unload(&mut ebpf, name);
             states.insert(name, ProgramState::Failed { reason });
         }
+        // The memory push attaches only near a memory threshold (see `switch`).
+        detach_mem_push(&mut ebpf, &mut states);
         let statuses: Vec<ProgramStatus> = PROGRAMS
             .iter()
             .map(|spec| {
@@ -308,7 +326,9 @@ impl Probes {
                 status(spec, state, prog_id)
             })
             .collect();
-        let mem_push = mem_push_control(&mut ebpf, &statuses);
+        let map = mem_push_map(&mut ebpf, &statuses);
+        let ebpf = Arc::new(Mutex::new(ebpf));
+        let mem_push = map.and_then(|map| mem_push_control(map, &ebpf));
         Self {
             ebpf: Some(ebpf),
             statuses,
@@ -405,6 +425,9 @@ impl Probes {
     /// The in-kernel counters, summed over CPUs.
     pub fn counters(&self) -> Result<Counters, ProbeError> {
         let ebpf = self.ebpf.as_ref().ok_or(ProbeError::NotLoaded)?;
+        let ebpf = ebpf
+            .lock()
+            .map_err(|_| ProbeError::Poisoned { name: "the object" })?;
         let name = names::COUNTERS_MAP;
         let map = ebpf.map(name).ok_or(ProbeError::MissingMap { name })?;
         let array: PerCpuArray<_, u64> =
@@ -435,7 +458,10 @@ impl Probes {
     /// The event stream. Takes the ring buffer: callable once. Needs a tokio runtime.
     pub fn events(&mut self) -> Result<EventStream, ProbeError> {
         let reclaim = self.reclaim_attached();
-        let ebpf = self.ebpf.as_mut().ok_or(ProbeError::NotLoaded)?;
+        let ebpf = self.ebpf.as_ref().ok_or(ProbeError::NotLoaded)?;
+        let mut ebpf = ebpf
+            .lock()
+            .map_err(|_| ProbeError::Poisoned { name: "the object" })?;
         let name = names::EVENTS_MAP;
         let map = ebpf.take_map(name).ok_or(ProbeError::MissingMap { name })?;
         let ring = RingBuf::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
@@ -446,13 +472,16 @@ impl Probes {
     /// The last gasp's own ring buffer (`allowed` reboot(2) requests only, each with a forced
     /// wake-up), for a reader of its own. Takes the map: callable once.
     pub fn gasp_ring(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
-        let ebpf = self.ebpf.as_mut().ok_or(ProbeError::NotLoaded)?;
+        let ebpf = self.ebpf.as_ref().ok_or(ProbeError::NotLoaded)?;
+        let mut ebpf = ebpf
+            .lock()
+            .map_err(|_| ProbeError::Poisoned { name: "the object" })?;
         let name = names::GASP_MAP;
         let map = ebpf.take_map(name).ok_or(ProbeError::MissingMap { name })?;
         RingBuf::try_from(map).map_err(|source| ProbeError::Map { name, source })
     }
 
-    /// The memory push's control, when both of its programs are attached.
+    /// The memory push's control, when both of its programs are loaded.
     pub fn mem_push(&self) -> Option<MemPushControl> {
         self.mem_push.clone()
     }
@@ -460,7 +489,10 @@ impl Probes {
     /// The memory push's wake records (each submitted with a forced wake-up), for a reader of
     /// their own. Takes the ring buffer: callable once. Needs a tokio runtime.
     pub fn mem_push_wakes(&mut self) -> Result<MemPushWakes, ProbeError> {
-        let ebpf = self.ebpf.as_mut().ok_or(ProbeError::NotLoaded)?;
+        let ebpf = self.ebpf.as_ref().ok_or(ProbeError::NotLoaded)?;
+        let mut ebpf = ebpf
+            .lock()
+            .map_err(|_| ProbeError::Poisoned { name: "the object" })?;
         let name = names::MEM_PUSH_RING;
         let map = ebpf.take_map(name).ok_or(ProbeError::MissingMap { name })?;
         let ring = RingBuf::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
@@ -490,14 +522,14 @@ impl Probes {
         })))
     }
 
-    /// Run-time statistics of the attached programs (see [`RunStats`]).
+    /// Run-time statistics of the attached and loaded programs (see [`RunStats`]).
     pub fn run_stats(&self) -> Vec<RunStats> {
-        let Some(ebpf) = self.ebpf.as_ref() else {
+        let Some(Ok(ebpf)) = self.ebpf.as_ref().map(|e| e.lock()) else {
             return Vec::new();
         };
         self.statuses
             .iter()
-            .filter(|s| s.state.is_attached())
+            .filter(|s| s.state.is_attached() || s.state == ProgramState::Loaded)
             .filter_map(|s| {
                 let info = ebpf.program(s.name)?.info().ok()?;
                 Some(RunStats {
@@ -564,28 +596,38 @@ pub(crate) fn register<T: std::os::fd::AsRawFd>(
     })
 }
 
-/// The memory push's control map, when both of its programs are attached.
-fn mem_push_control(ebpf: &mut Ebpf, statuses: &[ProgramStatus]) -> Option<MemPushControl> {
+/// The memory push's control, with its switch's thread.
+fn mem_push_control(map: Array<MapData, u64>, ebpf: &Arc<Mutex<Ebpf>>) -> Option<MemPushControl> {
+    match PushSwitch::start(ebpf.clone()) {
+        Ok(switch) => Some(MemPushControl {
+            map: Arc::new(Mutex::new(map)),
+            switch,
+        }),
+        Err(e) => {
+            warn!(error = %e, "no thread to attach the memory push; the push stays off");
+            None
+        }
+    }
+}
+
+/// The memory push's control map, when both of its programs are loaded.
+fn mem_push_map(ebpf: &mut Ebpf, statuses: &[ProgramStatus]) -> Option<Array<MapData, u64>> {
     [prog::MEM_PUSH_ALLOC, prog::MEM_PUSH_FREE]
         .iter()
-        .all(|p| states_attached(statuses, p))
+        .all(|p| {
+            statuses
+                .iter()
+                .any(|s| s.name == *p && s.state == ProgramState::Loaded)
+        })
         .then(|| ebpf.take_map(names::MEM_PUSH_MAP))
         .flatten()
         .and_then(|m| match Array::try_from(m) {
-            Ok(map) => Some(MemPushControl {
-                map: Arc::new(Mutex::new(map)),
-            }),
+            Ok(map) => Some(map),
             Err(e) => {
                 warn!(error = %chain(&e), "memory push map unusable; the push stays off");
                 None
             }
         })
-}
-
-fn states_attached(statuses: &[ProgramStatus], name: &str) -> bool {
-    statuses
-        .iter()
-        .any(|s| s.name == name && s.state.is_attached())
 }
 
 fn status(spec: &'static ProgramSpec, state: ProgramState, prog_id: Option<u32>) -> ProgramStatus {

@@ -19,7 +19,8 @@ pub use event::{
     SyntheticEvent, TaskInfo,
 };
 pub use loader::{
-    Counters, MemPushControl, MemPushWakes, ProbeError, Probes, ProgramStatus, RunStats,
+    Counters, MemPushControl, MemPushWakes, ProbeError, Probes, ProgramStatus, PushAttachment,
+    PushSwitch, RunStats,
 };
 pub use node_monitor_common::logic::MemPushWake;
 pub use node_monitor_common::{

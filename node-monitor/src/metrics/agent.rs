@@ -1,7 +1,7 @@
 //! The agent's metrics (`node-monitor agent`): eviction signals and decisions, kernel events,
 //! wake-ups, the graceful shutdown, the API.
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     sync::{
         Mutex,
         atomic::{AtomicU64, Ordering},
@@ -82,9 +82,14 @@ pub struct KubepodsLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProgramLabels {
     pub program: String,
-    /// `attached`, `failed`, `disabled`.
+    /// `attached`, `degraded`, `loaded`, `failed`, `disabled`.
     pub state: String,
 }
 
@@ -197,6 +202,9 @@ pub struct Metrics {
     pub detection_to_eviction_seconds: Histogram,
     pub rank_pod_figures_age_seconds: Histogram,
     pub ebpf_program_state: Family<ProgramLabels, Gauge>,
+    pub memory_push_records: Family<OutcomeLabels, Counter>,
+    pub memory_push_attached: Gauge,
+    pub memory_push_switches: Family<OutcomeLabels, Counter>,
     pub wakeup_source_state: Family<SourceStateLabels, Gauge>,
     pub shutdown_inhibitor_held: Gauge,
     pub shutdown_phase_start_time_seconds: Family<PhaseLabels, Gauge<f64, AtomicU64>>,
@@ -226,6 +234,9 @@ pub struct Metrics {
     pub kubelet_threshold_preempts: Family<ThresholdLabels, Gauge>,
     oom_pods_seen: Mutex<HashSet<(String, String)>>,
     ringbuf_drops_seen: AtomicU64,
+    /// The kernel's and the switch's cumulative memory push counts last mirrored, by family
+    /// and outcome.
+    memory_push_seen: Mutex<HashMap<(&'static str, &'static str), u64>>,
 }
 
 impl Default for Metrics {
@@ -262,6 +273,9 @@ impl Metrics {
             // 0 (read now) and 1 ms … ~1 s.
             rank_pod_figures_age_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 11)),
             ebpf_program_state: Family::default(),
+            memory_push_records: Family::default(),
+            memory_push_attached: Gauge::default(),
+            memory_push_switches: Family::default(),
             wakeup_source_state: Family::default(),
             shutdown_inhibitor_held: Gauge::default(),
             shutdown_phase_start_time_seconds: Family::default(),
@@ -291,6 +305,7 @@ impl Metrics {
             kubelet_threshold_preempts: Family::default(),
             oom_pods_seen: Mutex::new(HashSet::new()),
             ringbuf_drops_seen: AtomicU64::new(0),
+            memory_push_seen: Mutex::new(HashMap::new()),
             registry: Registry::default(),
             families: Vec::new(),
         };
@@ -375,6 +390,21 @@ impl Metrics {
             "ebpf_program_state",
             "1 for the current state of each eBPF program",
             m.ebpf_program_state.clone(),
+        );
+        reg.add(
+            "memory_push_records",
+            "Memory push wake records by outcome: sent, withheld by the rate limit, dropped",
+            m.memory_push_records.clone(),
+        );
+        reg.add(
+            "memory_push_attached",
+            "1 while the memory push's programs are attached",
+            m.memory_push_attached.clone(),
+        );
+        reg.add(
+            "memory_push_switches",
+            "Attaches, detaches and failed attaches of the memory push's programs",
+            m.memory_push_switches.clone(),
         );
         reg.add(
             "wakeup_source_state",
@@ -574,9 +604,38 @@ impl Metrics {
         }
     }
 
+    /// Mirrors the memory push's cumulative counts (the kernel's records by outcome, the
+    /// switch's attaches by outcome) into their `_total` counters, and whether it is attached.
+    pub fn observe_memory_push(
+        &self,
+        records: [(&'static str, u64); 3],
+        switches: [(&'static str, u64); 3],
+        attached: bool,
+    ) {
+        self.memory_push_attached.set(i64::from(attached));
+        let Ok(mut seen) = self.memory_push_seen.lock() else {
+            return;
+        };
+        for (family, counts, metric) in [
+            ("records", records, &self.memory_push_records),
+            ("switches", switches, &self.memory_push_switches),
+        ] {
+            for (outcome, total) in counts {
+                let prev = seen.entry((family, outcome)).or_insert(0);
+                let c = metric.get_or_create(&OutcomeLabels {
+                    outcome: outcome.to_owned(),
+                });
+                if total > *prev {
+                    c.inc_by(total - *prev);
+                    *prev = total;
+                }
+            }
+        }
+    }
+
     /// Sets a one-hot state family: the given state is 1, the other known states are 0.
     pub fn set_program_state(&self, program: &str, state: &str) {
-        for s in ["attached", "degraded", "failed", "disabled"] {
+        for s in ["attached", "degraded", "loaded", "failed", "disabled"] {
             self.ebpf_program_state
                 .get_or_create(&ProgramLabels {
                     program: program.to_owned(),
@@ -664,6 +723,35 @@ mod tests {
         m.observe_ringbuf_drops(3); // a stale read never decreases the counter
         m.observe_ringbuf_drops(9);
         assert_eq!(m.ringbuf_drops.get(), 9);
+    }
+
+    #[test]
+    fn the_memory_push_counts_follow_the_kernel_and_the_switch() {
+        let m = Metrics::new();
+        let sw = |a, d, f| [("attached", a), ("detached", d), ("failed", f)];
+        m.observe_memory_push(
+            [("sent", 3), ("withheld", 1), ("dropped", 0)],
+            sw(1, 0, 0),
+            true,
+        );
+        // A stale read never decreases a counter.
+        m.observe_memory_push(
+            [("sent", 2), ("withheld", 4), ("dropped", 2)],
+            sw(1, 1, 2),
+            false,
+        );
+        let text = m.encode();
+        for line in [
+            "node_monitor_memory_push_records_total{outcome=\"sent\"} 3",
+            "node_monitor_memory_push_records_total{outcome=\"withheld\"} 4",
+            "node_monitor_memory_push_records_total{outcome=\"dropped\"} 2",
+            "node_monitor_memory_push_switches_total{outcome=\"attached\"} 1",
+            "node_monitor_memory_push_switches_total{outcome=\"detached\"} 1",
+            "node_monitor_memory_push_switches_total{outcome=\"failed\"} 2",
+            "node_monitor_memory_push_attached 0",
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
     }
 
     #[test]

@@ -1103,14 +1103,22 @@ async fn a_split_container_filesystem_gets_the_nodefs_thresholds() {
 use super::PushArm;
 use node_monitor_core::mem_push::{FLOOR_PAGES, PushPolicy};
 
-/// Records every batch the loop writes to the memory push.
+/// Records every batch the loop writes to the memory push, and every attach (`true`) and
+/// detach it asks for.
 #[derive(Clone, Default)]
-struct FakePush(Arc<std::sync::Mutex<Vec<u64>>>);
+struct FakePush(
+    Arc<std::sync::Mutex<Vec<u64>>>,
+    Arc<std::sync::Mutex<Vec<bool>>>,
+);
 
 impl PushArm for FakePush {
     fn arm(&self, pages: u64) -> Result<(), String> {
         self.0.lock().expect("not poisoned").push(pages);
         Ok(())
+    }
+
+    fn set_attached(&self, attached: bool) {
+        self.1.lock().expect("not poisoned").push(attached);
     }
 }
 
@@ -1304,4 +1312,41 @@ async fn a_dry_run_reports_a_pod_over_its_limits_once_per_interval() {
         .filter(|w| matches!(w, Write::Evict { .. }))
         .count();
     assert_eq!(asked, 1, "three measurements, one report");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_memory_push_is_attached_only_while_armed_and_detached_5_s_after() {
+    let push = FakePush::default();
+    let mut rig = Rig::new(HARD_1GI, 8 * GI, &three_pods());
+    rig.agent = rig
+        .agent
+        .with_mem_push(Box::new(push.clone()), PushPolicy::new(4096, 2));
+    let asked = || push.1.lock().expect("not poisoned").clone();
+    // Far from the threshold: never attached.
+    rig.cycle().await;
+    rig.cycle().await;
+    assert_eq!(asked(), [] as [bool; 0]);
+    // Near: attached, once.
+    rig.set_available(GI + 50 * MI);
+    rig.cycle().await;
+    rig.cycle().await;
+    assert_eq!(asked(), [true]);
+    // Far again: disarmed at once, still attached for the hold.
+    rig.set_available(8 * GI);
+    rig.cycle().await;
+    tokio::time::advance(Duration::from_secs(4)).await;
+    rig.cycle().await;
+    assert_eq!(asked(), [true]);
+    assert_eq!(push.0.lock().expect("not poisoned").last(), Some(&0));
+    // Back near within the hold: the new batch asks again (a no-op while attached, a retry
+    // after a failed attach); then far for longer than the hold: detached.
+    rig.set_available(GI + 50 * MI);
+    rig.cycle().await;
+    assert_eq!(asked(), [true, true]);
+    rig.set_available(8 * GI);
+    rig.cycle().await;
+    tokio::time::advance(Duration::from_secs(6)).await;
+    rig.cycle().await;
+    rig.cycle().await;
+    assert_eq!(asked(), [true, true, false]);
 }

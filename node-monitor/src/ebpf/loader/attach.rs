@@ -1,6 +1,11 @@
 //! Attaching and unloading one program.
-use aya::{Ebpf, programs::Program};
+use aya::{
+    Ebpf,
+    programs::{Program, trace_point::TracePointLinkId},
+};
 use tracing::error;
+
+use node_monitor_common::names::prog;
 
 use super::chain;
 use crate::ebpf::policy::{Attach, ProgramSpec, ProgramState};
@@ -70,5 +75,81 @@ pub(super) fn unload(ebpf: &mut Ebpf, name: &str) {
     };
     if let Err(e) = result {
         error!(program = name, error = %chain(&e), "unloading a kernel probe failed");
+    }
+}
+
+/// Detaches every link of a tracepoint program that attached at load, keeping it loaded: the
+/// program is unloaded and loaded again (verified a second time). `Loaded` on success.
+pub(super) fn detach_keep_loaded(ebpf: &mut Ebpf, name: &str) -> ProgramState {
+    let result = match ebpf.program_mut(name) {
+        Some(Program::TracePoint(p)) => p
+            .unload()
+            .and_then(|()| p.load())
+            .map_err(|e| format!("reload: {}", chain(&e))),
+        _ => Err("not a tracepoint program".to_owned()),
+    };
+    match result {
+        Ok(()) => ProgramState::Loaded,
+        Err(reason) => ProgramState::Failed { reason },
+    }
+}
+
+/// The memory push's programs, known to attach, are detached until a memory threshold is near
+/// (see `switch`): `Loaded` both, or `Failed` both.
+pub(super) fn detach_mem_push(
+    ebpf: &mut Ebpf,
+    states: &mut std::collections::BTreeMap<&'static str, ProgramState>,
+) {
+    const NAMES: [&str; 2] = [prog::MEM_PUSH_ALLOC, prog::MEM_PUSH_FREE];
+    for name in NAMES {
+        if states.get(name).is_some_and(ProgramState::is_attached) {
+            let state = detach_keep_loaded(ebpf, name);
+            states.insert(name, state);
+        }
+    }
+    if NAMES
+        .iter()
+        .all(|n| states.get(n) == Some(&ProgramState::Loaded))
+    {
+        return;
+    }
+    for name in NAMES {
+        if states.get(name) == Some(&ProgramState::Loaded) {
+            unload(ebpf, name);
+            states.insert(
+                name,
+                ProgramState::Failed {
+                    reason: "group mem_push partner did not load".to_owned(),
+                },
+            );
+        }
+    }
+}
+
+/// Attaches a loaded tracepoint program of the object; the link id detaches it.
+pub(super) fn attach_loaded(
+    ebpf: &mut Ebpf,
+    spec: &ProgramSpec,
+) -> Result<TracePointLinkId, String> {
+    match (spec.attach, ebpf.program_mut(spec.name)) {
+        (Attach::TracePoint { category, name }, Some(Program::TracePoint(p))) => p
+            .attach(category, name)
+            .map_err(|e| format!("attach {}: {}", spec.name, chain(&e))),
+        _ => Err(format!("{} is not a tracepoint program", spec.name)),
+    }
+}
+
+/// Takes a tracepoint program's link out of the object: dropping it detaches the program (which
+/// may wait for an RCU grace period, so it is done outside any lock).
+pub(super) fn take_link(
+    ebpf: &mut Ebpf,
+    name: &str,
+    id: TracePointLinkId,
+) -> Result<aya::programs::trace_point::TracePointLink, String> {
+    match ebpf.program_mut(name) {
+        Some(Program::TracePoint(p)) => p
+            .take_link(id)
+            .map_err(|e| format!("detach {name}: {}", chain(&e))),
+        _ => Err(format!("{name} is not a tracepoint program")),
     }
 }

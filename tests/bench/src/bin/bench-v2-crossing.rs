@@ -185,6 +185,24 @@ fn host(run: &RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// Waits until the memory push's switch reports `attached`.
+fn wait_switch(
+    control: &node_monitor::ebpf::MemPushControl,
+    attached: bool,
+) -> Result<node_monitor::ebpf::PushAttachment> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = control.switch().state();
+        if s.attached == attached {
+            return Ok(s);
+        }
+        if Instant::now() > deadline {
+            bail!("the memory push never became attached={attached}: {s:?}");
+        }
+        thread::sleep(Duration::from_micros(100));
+    }
+}
+
 fn push_cost(mi: u64, times: u32) -> Result<()> {
     let stats = Path::new("/proc/sys/kernel/bpf_stats_enabled");
     let before = read(stats)?;
@@ -217,7 +235,25 @@ fn push_cost(mi: u64, times: u32) -> Result<()> {
             }
             Ok(start.elapsed())
         };
-        for (label, batch) in [("disarmed", 0u64), ("armed-unreached", 1 << 40)] {
+        // The attach and detach themselves, as the agent's switch does them.
+        for i in 0..times {
+            push.control.set_attached(true);
+            let a = wait_switch(&push.control, true)?;
+            push.control.set_attached(false);
+            let d = wait_switch(&push.control, false)?;
+            println!(
+                "push_switch round={i} attach_us={} detach_us={}",
+                a.last_attach.unwrap_or_default().as_micros(),
+                d.last_detach.unwrap_or_default().as_micros()
+            );
+        }
+        for (label, batch, attached) in [
+            ("detached", 0u64, false),
+            ("disarmed", 0, true),
+            ("armed-unreached", 1 << 40, true),
+        ] {
+            push.control.set_attached(attached);
+            wait_switch(&push.control, attached)?;
             push.control.arm(batch)?;
             let a = snapshot();
             let wall = work()?;
@@ -233,6 +269,7 @@ fn push_cost(mi: u64, times: u32) -> Result<()> {
             }
         }
         push.control.arm(0)?;
+        push.control.set_attached(false);
         Ok(())
     })();
     write(stats, before.trim())?;
@@ -388,7 +425,7 @@ fn load_push() -> Result<Push> {
     });
     let Some(control) = probes.mem_push() else {
         bail!(
-            "the memory push did not attach: {:?}",
+            "the memory push did not load: {:?}",
             probes.program_states()
         );
     };
@@ -412,7 +449,7 @@ fn spawn_push(
     stop: &Arc<AtomicBool>,
 ) -> thread::JoinHandle<()> {
     use node_monitor_core::{
-        mem_push::{PushPolicy, batch_pages},
+        mem_push::{self, PushPolicy, batch_pages},
         quantity::{Format, Quantity},
         signals::{Observations, Signal, SignalObservation},
         threshold::{Operator, Threshold, ThresholdSource, ThresholdValue},
@@ -447,6 +484,8 @@ fn spawn_push(
         let mut armed = u64::MAX;
         let mut records = 0u32;
         let mut woke = false;
+        let mut last_armed: Option<Instant> = None;
+        let mut attach_asked = false;
         while !stop.load(Ordering::SeqCst) {
             let ws = working_set(&node).unwrap_or(0);
             let now = Instant::now();
@@ -469,6 +508,16 @@ fn spawn_push(
             if batch != armed && p.control.arm(batch).is_ok() {
                 armed = batch;
             }
+            // Attached while armed and for DETACH_AFTER after, as the agent does.
+            if batch > 0 {
+                last_armed = Some(now);
+            }
+            let attach = batch > 0
+                || last_armed.is_some_and(|t| now.duration_since(t) < mem_push::DETACH_AFTER);
+            if attach != attach_asked {
+                p.control.set_attached(attach);
+                attach_asked = attach;
+            }
             let wakes = &mut p.wakes;
             woke = match p.rt.block_on(async {
                 tokio::time::timeout(Duration::from_millis(100), wakes.next()).await
@@ -481,6 +530,7 @@ fn spawn_push(
             };
         }
         let _ = p.control.arm(0);
+        p.control.set_attached(false);
         // Drain what came in after the last read.
         let wakes = &mut p.wakes;
         let _ = p.rt.block_on(async {
