@@ -65,6 +65,24 @@ pub struct EvictionRecord {
     pub message: String,
 }
 
+impl EvictionRecord {
+    /// The record of `req` answered with `outcome`, now.
+    pub fn answered(
+        req: &crate::cluster::actuator::EvictionRequest,
+        outcome: &crate::cluster::actuator::EvictOutcome,
+    ) -> Self {
+        Self {
+            at_ms: unix_ms(),
+            namespace: req.namespace.clone(),
+            name: req.name.clone(),
+            signal: req.signal.clone(),
+            hard: req.hard,
+            outcome: outcome.label().to_owned(),
+            message: req.message.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     last: Option<LastCycle>,

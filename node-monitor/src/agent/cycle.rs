@@ -608,15 +608,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             if !report {
                 continue;
             }
-            self.live.record_eviction(EvictionRecord {
-                at_ms: crate::live::unix_ms(),
-                namespace: req.namespace.clone(),
-                name: req.name.clone(),
-                signal: req.signal.clone(),
-                hard: req.hard,
-                outcome: outcome.label().to_owned(),
-                message: req.message.clone(),
-            });
+            self.live
+                .record_eviction(EvictionRecord::answered(&req, &outcome));
             let reaction = self.take_answer(&req, &outcome, reaction_time);
             if reaction.next_candidate_now {
                 end = CycleEnd::Refused;

@@ -101,15 +101,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                     outcome: outcome.label().to_owned(),
                 })
                 .inc();
-            self.live.record_eviction(EvictionRecord {
-                at_ms: crate::live::unix_ms(),
-                namespace: req.namespace.clone(),
-                name: req.name.clone(),
-                signal: req.signal.clone(),
-                hard: req.hard,
-                outcome: outcome.label().to_owned(),
-                message: req.message.clone(),
-            });
+            self.live
+                .record_eviction(EvictionRecord::answered(&req, &outcome));
             let reaction = self.take_answer(&req, &outcome, started.elapsed());
             self.actuator.record_eviction_events(&req, &outcome).await;
             self.health.progress();
