@@ -530,6 +530,21 @@ async fn repeated_oom_kills_make_one_oomkilling_event_with_a_count() {
     let mut agent = Agent::start(&cluster, config, &["--no-mlock"])
         .await
         .expect("agent up");
+    // The record must hold samples from before the kill: the agent's first pass, which starts
+    // once it logs `deciding`, has to be over first (on a loaded machine it can outlast the
+    // pod's start and kill).
+    node_monitor_tests::wait::eventually(
+        "the flight recorder's first sample",
+        Duration::from_secs(60),
+        async || {
+            agent
+                .metric_sum("node_monitor_flight_recorder_bytes", &[])
+                .await
+                .ok()
+                .filter(|b| *b > 0.0)
+        },
+    )
+    .await;
     let node = cluster.node.clone();
     let pod = cluster
         .create_pod(
