@@ -4,6 +4,7 @@
 //! `/dev/zero`, a FIFO or a runaway file gets an error that names the path, never an unbounded
 //! read or a process blocked on an open. Output to a pipe whose reader went away
 //! (`node-monitor check-config | head -1`) ends the command quietly, as for any Unix filter.
+//! Files the agent writes on the host are replaced atomically ([`write_atomically`]).
 use std::{
     io::{self, Read, Write},
     path::{Path, PathBuf},
@@ -127,6 +128,24 @@ pub fn print_line(text: &str) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         r => r,
     }
+}
+
+/// Replaces `dir/name` with `contents` atomically: written to `dir/.<name>.tmp`, synced, renamed
+/// over it, then the directory synced, so a reader or a crash sees the old file or the new one,
+/// never half of either.
+pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> io::Result<PathBuf> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(contents)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, &path)?;
+    // The rename itself is durable once the directory is synced.
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(path)
 }
 
 #[cfg(test)]

@@ -10,7 +10,6 @@
 //! (`node_monitor_flight_store_errors_total{reason}`) and set aside as
 //! `flight-records.json.bad` (replacing an earlier one), and the agent starts without records.
 use std::{
-    io::Write as _,
     path::{Path, PathBuf},
     sync::{Arc, Condvar, Mutex},
 };
@@ -151,16 +150,7 @@ impl FlightStore {
             }
             from += 1;
         };
-        let tmp = self.dir.join(format!("{FILE}.tmp"));
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&text)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, self.path())?;
-        // The rename itself is durable once the directory is synced.
-        if let Ok(d) = std::fs::File::open(&self.dir) {
-            let _ = d.sync_all();
-        }
+        crate::io::write_atomically(&self.dir, FILE, &text)?;
         Ok(records.len() - from)
     }
 

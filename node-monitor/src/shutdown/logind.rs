@@ -300,10 +300,7 @@ pub fn write_dropin(dir: &Path, contents: &str) -> Result<PathBuf, LogindError> 
         source,
     };
     std::fs::create_dir_all(dir).map_err(err)?;
-    let tmp = dir.join(format!(".{DROPIN_NAME}.tmp"));
-    std::fs::write(&tmp, contents).map_err(err)?;
-    std::fs::rename(&tmp, &path).map_err(err)?;
-    Ok(path)
+    crate::io::write_atomically(dir, DROPIN_NAME, contents.as_bytes()).map_err(err)
 }
 
 /// What [`remove_dropin`] found.
