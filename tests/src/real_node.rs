@@ -386,28 +386,84 @@ impl RealNode {
 
     /// The guest's logs, for a failure message.
     pub fn report(&self) -> String {
+        // The agent's log first: a failure's output may be shortened in the middle, and the
+        // agent's own account is what explains most failures of this tier.
         let mut out = String::new();
-        for f in ["entry.log", "kubelet.log", "containerd.log", "import.log"] {
-            if let Ok(text) = self.read_out(f) {
-                out.push_str(&format!("--- {f}:\n{}\n", tail(&text, 40)));
+        let logs = self.agent_logs();
+        for log in &logs[logs.len().saturating_sub(2)..] {
+            if let Ok(text) = fs::read_to_string(log) {
+                out.push_str(&format!(
+                    "--- {}:\n{}\n",
+                    log.display(),
+                    clip(&tail(&text, 40), 400)
+                ));
             }
         }
-        // The agent's own log, from the mirrored pod logs.
-        if let Ok(dirs) = fs::read_dir(self.out.join("pods")) {
-            for d in dirs
-                .flatten()
-                .filter(|d| d.file_name().to_string_lossy().starts_with("node-monitor_"))
-            {
-                let log = d.path().join("node-monitor/0.log");
-                if let Ok(text) = fs::read_to_string(&log) {
-                    out.push_str(&format!("--- {}:\n{}\n", log.display(), tail(&text, 40)));
-                }
+        for (f, n) in [
+            ("entry.log", 20),
+            ("kubelet.log", 15),
+            ("containerd.log", 10),
+            ("import.log", 10),
+        ] {
+            if let Ok(text) = self.read_out(f) {
+                out.push_str(&format!("--- {f}:\n{}\n", clip(&tail(&text, n), 300)));
             }
         }
         out.push_str(&format!("--- the guest's files: {}\n", self.out.display()));
         if let Ok(console) = fs::read_to_string(self.out.join(".console.log")) {
-            out.push_str(&format!("--- console:\n{}\n", tail(&console, 30)));
+            // The kernel's complaints of a stalled guest (TCG on a loaded host), then the tail.
+            let stalls: Vec<&str> = console
+                .lines()
+                .filter(|l| {
+                    ["soft lockup", "rcu_", "hung_task", "blocked for more than"]
+                        .iter()
+                        .any(|k| l.contains(k))
+                })
+                .collect();
+            if !stalls.is_empty() {
+                out.push_str(&format!(
+                    "--- console, stall reports ({}):\n{}\n",
+                    stalls.len(),
+                    tail(&stalls.join("\n"), 5)
+                ));
+            }
+            out.push_str(&format!(
+                "--- console:\n{}\n",
+                clip(&tail(&console, 15), 300)
+            ));
         }
         out
     }
+
+    /// The agent's container logs, as the guest mirrors them (`pods/node-monitor_*`).
+    pub fn agent_logs(&self) -> Vec<PathBuf> {
+        let Ok(dirs) = fs::read_dir(self.out.join("pods")) else {
+            return Vec::new();
+        };
+        let mut logs: Vec<PathBuf> = dirs
+            .flatten()
+            .filter(|d| d.file_name().to_string_lossy().starts_with("node-monitor_"))
+            .flat_map(|d| {
+                fs::read_dir(d.path().join("node-monitor"))
+                    .into_iter()
+                    .flatten()
+            })
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        logs.sort();
+        logs
+    }
+}
+
+/// Each line of `text` cut to `width` characters.
+fn clip(text: &str, width: usize) -> String {
+    text.lines()
+        .map(|l| match l.char_indices().nth(width) {
+            Some((i, _)) => format!("{}…", &l[..i]),
+            None => l.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }

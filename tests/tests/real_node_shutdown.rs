@@ -174,11 +174,25 @@ async fn power_off(node: &mut RealNode, who: &str, metrics_ip: Option<&str>) {
             "systemd-run --unit=nm-metrics-dump -p DefaultDependencies=no bash -c 'source /mnt/host/step-lib.sh; while true; do get {ip} 9101 /metrics /mnt/out/.m && mv /mnt/out/.m /mnt/out/shutdown-metrics.txt; sleep 0.3; done'\n"
         )
     });
+    // The watcher may be starved, and then killed with the last processes, on a loaded TCG
+    // guest; a unit stopped at the start of the shutdown transaction (which logind starts right
+    // after the lock goes, or when its delay ran out) records the lock's state then, before
+    // /mnt/out is unmounted.
     let script = format!(
         r#"systemd-run --unit=nm-lock-watch -p DefaultDependencies=no bash -c 'while grep -qs -D skip ^WHO={who}$ /run/systemd/inhibit/*; do sleep 0.05; done; date +%s.%N > /mnt/out/.released && mv /mnt/out/.released /mnt/out/released && sync'
+systemd-run --unit=nm-lock-at-stop -p RemainAfterExit=yes -p RequiresMountsFor=/mnt/out -p "ExecStop=/bin/bash -c 'if grep -qsx -D skip WHO={who} /run/systemd/inhibit/*; then echo held; else echo released; fi > /mnt/out/lock-at-stop; sync'" true
 {dump}systemctl poweroff"#
     );
     guest_step(node, "power off", &script, Duration::from_secs(60)).await;
+}
+
+/// Has the guest seen `who`'s lock released: by the watcher, or at the start of the shutdown
+/// transaction ([`power_off`])?
+fn release_seen(node: &RealNode) -> bool {
+    node.out_dir().join("released").exists()
+        || node
+            .read_out("lock-at-stop")
+            .is_ok_and(|s| s.trim() == "released")
 }
 
 /// Waits for the guest to power off; returns when it saw the lock released (host clock), if
@@ -187,7 +201,7 @@ async fn until_gone(node: &RealNode, limit: Duration) -> (Option<Instant>, Insta
     let deadline = Instant::now() + limit;
     let mut released = None;
     while node.running() {
-        if released.is_none() && node.out_dir().join("released").exists() {
+        if released.is_none() && release_seen(node) {
             released = Some(Instant::now());
         }
         if Instant::now() > deadline {
@@ -199,6 +213,43 @@ async fn until_gone(node: &RealNode, limit: Duration) -> (Option<Instant>, Insta
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     (released, Instant::now())
+}
+
+/// What the guest shows of a lock that was never seen released: when qemu exited against
+/// logind's delay, and the agent's own lines about the shutdown.
+fn lock_story(node: &RealNode, exited: Duration, delay: f64) -> String {
+    let mut out = format!(
+        "qemu exited {:.1}s after the power-off; logind's delay is {delay:.0}s{}\n",
+        secs(exited),
+        if secs(exited) >= delay {
+            " (logind ran out its delay: the lock was held to the end)"
+        } else {
+            ""
+        }
+    );
+    out.push_str(&format!(
+        "the lock at the start of the shutdown transaction: {}\n",
+        node.read_out("lock-at-stop")
+            .map_or_else(|_| "not recorded".to_owned(), |s| s.trim().to_owned())
+    ));
+    let logs = node.agent_logs();
+    if let Some(text) = logs.last().and_then(|p| std::fs::read_to_string(p).ok()) {
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                ["shutdown", "inhibitor", "group", "logind", "stop"]
+                    .iter()
+                    .any(|k| l.contains(k))
+            })
+            .collect();
+        out.push_str(&format!(
+            "--- the agent's shutdown lines ({} of {}):\n{}\n",
+            lines.len().min(30),
+            lines.len(),
+            lines[lines.len().saturating_sub(30)..].join("\n")
+        ));
+    }
+    out
 }
 
 fn secs(d: Duration) -> f64 {
@@ -264,7 +315,7 @@ async fn node_monitor_drains_real_containers_by_priority_group_before_the_node_g
     let mut released = None;
     let mut at_release = Vec::new();
     while node.running() {
-        if released.is_none() && node.out_dir().join("released").exists() {
+        if released.is_none() && release_seen(&node) {
             released = Some(Instant::now());
             at_release = left_behind(&client).await;
         }
@@ -276,13 +327,21 @@ async fn node_monitor_drains_real_containers_by_priority_group_before_the_node_g
     let exited = Instant::now();
     watcher.abort();
     let left = left_behind(&client).await;
+    // The watcher may write its file in the last poll interval before qemu exits: then the
+    // release is known only to have come before the exit, with the pods left at the exit.
+    if released.is_none() && release_seen(&node) {
+        released = Some(exited);
+        at_release.clone_from(&left);
+    }
     let report = node.report();
+    let lock_story = lock_story(&node, exited.duration_since(requested), delay);
     let run = node.finish().await.expect("guest run");
     let m = run.read_out("shutdown-metrics.txt").unwrap_or_default();
     let seen = seen.lock().expect("seen");
 
-    let released =
-        released.unwrap_or_else(|| panic!("node-monitor's lock was never seen released\n{report}"));
+    let released = released.unwrap_or_else(|| {
+        panic!("node-monitor's lock was never seen released\n{lock_story}\n{report}")
+    });
     assert!(
         at_release.is_empty(),
         "pods still in the API when node-monitor released its lock: {at_release:?}\n{report}"

@@ -45,6 +45,11 @@ trait Login1Manager {
     #[zbus(signal)]
     fn prepare_for_shutdown(&self, start: bool) -> zbus::Result<()>;
 
+    /// `PreparingForShutdown`: a shutdown is pending (between `PrepareForShutdown(true)` and
+    /// the end of the delay).
+    #[zbus(property, name = "PreparingForShutdown")]
+    fn preparing_for_shutdown(&self) -> zbus::Result<bool>;
+
     /// logind's `InhibitDelayMaxSec`, in microseconds.
     #[zbus(property, name = "InhibitDelayMaxUSec")]
     fn inhibit_delay_max_usec(&self) -> zbus::Result<u64>;
@@ -129,6 +134,15 @@ fn system_bus_address(env: Option<&str>, run_socket_exists: bool) -> String {
     }
 }
 
+/// The `PrepareForShutdown` stream, led by a `true` when logind was already preparing for a
+/// shutdown (its `PreparingForShutdown`) at the subscription.
+pub fn led_by_pending<E, S>(pending: bool, signals: S) -> impl Stream<Item = Result<bool, E>>
+where
+    S: Stream<Item = Result<bool, E>>,
+{
+    futures::stream::iter(pending.then_some(Ok(true))).chain(signals)
+}
+
 impl Logind {
     pub async fn connect() -> Result<Self, LogindError> {
         let address = system_bus_address(
@@ -199,10 +213,13 @@ impl Logind {
             .collect())
     }
 
-    /// `PrepareForShutdown` as a stream of its argument. Ends when the connection does.
+    /// `PrepareForShutdown` as a stream of its argument, led by a `true` when a shutdown was
+    /// already pending at the subscription (the agent started, or reconnected, after logind sent
+    /// the signal: it still drains, and releases the lock it takes). Ends when the connection does.
     pub async fn prepare_for_shutdown(
         &self,
     ) -> Result<impl Stream<Item = Result<bool, zbus::Error>> + Unpin + use<>, LogindError> {
+        // Subscribed first, then the property read: a signal between the two is not lost.
         let stream = self
             .manager
             .receive_prepare_for_shutdown()
@@ -211,7 +228,18 @@ impl Logind {
                 signal: "PrepareForShutdown",
                 source: Box::new(source),
             })?;
-        Ok(stream.map(|s| s.args().map(|a| a.start)))
+        let pending = self
+            .manager
+            .preparing_for_shutdown()
+            .await
+            .map_err(|source| LogindError::Call {
+                method: "PreparingForShutdown",
+                source: Box::new(source),
+            })?;
+        Ok(led_by_pending(
+            pending,
+            stream.map(|s| s.args().map(|a| a.start)),
+        ))
     }
 
     /// Owner changes of logind's bus name (`NameOwnerChanged`): the new owner, `None` when logind

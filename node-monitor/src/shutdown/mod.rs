@@ -45,7 +45,7 @@ use tokio::{
     task::JoinHandle,
     time::Instant,
 };
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use self::{
     logind::LogindError,
@@ -324,6 +324,9 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                 _ = stop.changed() => return Ok(()),
                 r = recv_opt(&mut self.reboots) => self.on_reboot(r, Some(conn)).await?,
                 s = signals.prepare.next() => match s {
+                    Some(Ok(true)) if self.lc.preparing() => {
+                        debug!("PrepareForShutdown(true) again during the shutdown; ignored");
+                    }
                     Some(Ok(true)) => {
                         info!(role = ?self.lc.role(), "PrepareForShutdown(true): the node is shutting down");
                         self.dispatch(Event::PrepareForShutdown(true), Some(conn)).await?;

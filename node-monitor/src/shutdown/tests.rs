@@ -179,6 +179,8 @@ struct BusState {
     delay: Duration,
     kubelet_lock: bool,
     locks_held: usize,
+    /// logind's `PreparingForShutdown` at a connection.
+    preparing: bool,
     prepare: Option<fmpsc::UnboundedSender<Result<bool, String>>>,
     owners: Option<fmpsc::UnboundedSender<Result<Option<String>, String>>>,
 }
@@ -234,12 +236,13 @@ impl LogindPort for Bus {
         let (otx, orx) = fmpsc::unbounded();
         s.prepare = Some(ptx);
         s.owners = Some(otx);
+        let pending = s.preparing;
         drop(s);
         self.clock.note("logind: connected");
         Ok((
             self.clone(),
             Signals {
-                prepare: prx.boxed(),
+                prepare: logind::led_by_pending(pending, prx).boxed(),
                 owners: orx.boxed(),
             },
         ))
@@ -414,9 +417,21 @@ fn start(cfg: ShutdownConfig, node: NodeState, logind_delay: Duration) -> Harnes
         start: Instant::now(),
         journal: Arc::default(),
     };
+    start_with(cfg, node, logind_delay, false, clock)
+}
+
+/// [`start`], with logind already preparing for a shutdown when `preparing`.
+fn start_with(
+    cfg: ShutdownConfig,
+    node: NodeState,
+    logind_delay: Duration,
+    preparing: bool,
+    clock: Clock,
+) -> Harness {
     let bus = Bus {
         state: Arc::new(Mutex::new(BusState {
             delay: logind_delay,
+            preparing,
             ..BusState::default()
         })),
         clock: clock.clone(),
@@ -564,6 +579,54 @@ async fn a_shutdown_deletes_groups_in_priority_order_and_waits_each_period() {
             .lines()
             .contains(&"logind: drop-in removed".to_owned())
     );
+}
+
+/// The agent (re)started after logind announced a shutdown: the lock it takes would only hold the
+/// machine up, so it drains as if it had seen the signal, and releases the lock.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_already_pending_at_start_is_drained_and_released() {
+    let node = NodeState {
+        pods: vec![
+            api_pod("crit", Some(2000), None, "Running"),
+            api_pod("a", Some(0), Some(5), "Running"),
+        ],
+        ..NodeState::default()
+    };
+    let cfg = config(ShutdownOptions::default());
+    let clock = Clock {
+        start: Instant::now(),
+        journal: Arc::default(),
+    };
+    let h = start_with(cfg, node, Duration::from_secs(60), true, clock);
+    settle(Duration::from_secs(1)).await;
+    // A repeated signal, during the run and after it, starts nothing more.
+    h.bus.prepare(true);
+    settle(Duration::from_secs(40)).await;
+    h.bus.prepare(true);
+    settle(Duration::from_secs(40)).await;
+    let lines = h.clock.lines();
+    let deletions: Vec<&String> = lines.iter().filter(|l| l.starts_with("delete ")).collect();
+    assert_eq!(
+        deletions,
+        ["delete a grace=5", "delete crit grace=10"],
+        "{lines:?}"
+    );
+    let taken = lines.iter().position(|l| l == "logind: lock taken");
+    let released = lines.iter().position(|l| l == "logind: lock released");
+    assert!(
+        matches!((taken, released), (Some(t), Some(r)) if t < r),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| *l == "event Shutdown manager finished terminating pods")
+            .count(),
+        1,
+        "{lines:?}"
+    );
+    assert_eq!(h.bus.locks_held(), 0);
+    assert_eq!(h.metrics.shutdown_inhibitor_held.get(), 0);
 }
 
 #[tokio::test(start_paused = true)]
