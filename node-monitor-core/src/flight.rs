@@ -443,6 +443,15 @@ impl FlightRecorder {
         true
     }
 
+    /// Whether the newest record's tail is still open after its frozen part was reported due:
+    /// a stop now would lose the tail's samples unless the records are written once more.
+    pub fn tail_unwritten(&self) -> bool {
+        match (self.records.back(), self.persisted) {
+            (Some(newest), Some((id, false))) => newest.id == id,
+            _ => false,
+        }
+    }
+
     /// How many records are kept.
     pub fn record_count(&self) -> usize {
         self.records.len()

@@ -351,6 +351,21 @@ impl LiveView {
         }
     }
 
+    /// At a stop: writes the records once more when the newest one's tail is still open (its
+    /// frozen part alone is on disk), and waits, at most `bound`, for the writer. Blocking.
+    /// `None` without a state directory; otherwise whether everything reached the disk.
+    pub fn flush_flight(&self, bound: std::time::Duration) -> Option<bool> {
+        let writer = {
+            let i = self.inner.lock().ok()?;
+            let w = i.flight_writer.clone()?;
+            if i.flight.tail_unwritten() {
+                w.submit(i.flight.shared_records());
+            }
+            w
+        };
+        Some(writer.flush(bound))
+    }
+
     /// The `flight` answer: the records, newest first, each with its verdict.
     pub fn flight(&self) -> Value {
         // Shared, not copied, and serialized after the lock is released: the loop's next

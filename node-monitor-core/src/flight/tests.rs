@@ -369,6 +369,7 @@ fn persisting_is_due_at_the_freeze_and_at_the_end_of_the_tail() {
     let mut r = FlightRecorder::new();
     r.sample(sample(1_000, 500 * MI, &[]));
     assert!(!r.persist_due(1_000), "no record");
+    assert!(!r.tail_unwritten(), "no record");
     r.event(oom(2_000, Some(false)));
     assert!(r.persist_due(2_000), "frozen");
     assert!(!r.persist_due(2_000));
@@ -378,8 +379,10 @@ fn persisting_is_due_at_the_freeze_and_at_the_end_of_the_tail() {
         !r.persist_due(3_500),
         "joined the open record, tail still open"
     );
+    assert!(r.tail_unwritten(), "a stop now would lose the tail");
     r.sample(sample(2_000 + TAIL_MS + 1, 500 * MI, &[]));
     assert!(r.persist_due(2_000 + TAIL_MS + 1), "tail ended");
+    assert!(!r.tail_unwritten(), "the whole record is due already");
     assert!(!r.persist_due(60_000), "nothing new");
     r.event(eviction(70_000, "evicted"));
     assert!(r.persist_due(70_000), "a second record");
@@ -404,6 +407,7 @@ fn restored_records_come_first_and_numbering_continues() {
         !r.persist_due(2_000_000),
         "restored records are on disk already"
     );
+    assert!(!r.tail_unwritten(), "restored records are whole");
     let ids: Vec<u64> = r.records().map(|x| x.id).collect();
     assert_eq!(ids, (4..20).collect::<Vec<_>>(), "oldest first, as saved");
     r.event(oom(3_000_000, Some(true)));

@@ -100,6 +100,22 @@ pub(super) fn persist_flight(
     }
 }
 
+/// How long a stop waits for the flight records to reach the disk.
+pub(super) const FLIGHT_FLUSH_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// At a stop, beside the other stop work: the flight records, an open tail included, written
+/// to the state directory within [`FLIGHT_FLUSH_BOUND`].
+pub(super) fn flush_on_stop(
+    live: std::sync::Arc<crate::live::LiveView>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::task::spawn_blocking(move || {
+        if live.flush_flight(FLIGHT_FLUSH_BOUND) == Some(false) {
+            tracing::warn!(bound = ?FLIGHT_FLUSH_BOUND,
+                           "the flight records were not written in time at the stop");
+        }
+    })
+}
+
 /// Whether the pass woken by `source` reads every pod's figures, though no threshold is met or
 /// near: an OOM kill's, so that its flight record shows the pods' working sets (no poller of its
 /// own; one pod pass per OOM kill wake-up).

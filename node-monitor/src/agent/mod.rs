@@ -282,7 +282,8 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     let _ = stop_tx.send(true);
     reflector_task.abort();
     liveness_task.abort();
-    stop_cleanly(&agent.actuator, http_task, shutdown_task).await;
+    let flight = flight::flush_on_stop(agent.live.clone());
+    stop_cleanly(&agent.actuator, http_task, shutdown_task, flight).await;
     info!("stopped");
     Ok(std::process::ExitCode::SUCCESS)
 }
@@ -447,6 +448,7 @@ async fn stop_cleanly(
     actuator: &Actuator,
     http_task: tokio::task::JoinHandle<()>,
     shutdown_task: Option<tokio::task::JoinHandle<crate::shutdown::Stopped>>,
+    flight: tokio::task::JoinHandle<()>,
 ) {
     // The endpoint drains its connections within its own bound; this one only guards the exit.
     let drain = async {
@@ -475,7 +477,11 @@ async fn stop_cleanly(
         };
         release_on_stop(actuator, shutting_down, STOP_RELEASE_BOUND).await;
     };
-    tokio::join!(drain, release);
+    // The flight records' flush is bounded by its own, shorter bound.
+    let flush = async {
+        let _ = flight.await;
+    };
+    tokio::join!(drain, release, flush);
 }
 
 /// How long the exit waits for the metrics endpoint to stop.

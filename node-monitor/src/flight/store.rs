@@ -12,6 +12,7 @@
 use std::{
     path::{Path, PathBuf},
     sync::{Arc, Condvar, Mutex},
+    time::{Duration, Instant},
 };
 
 use prometheus_client::metrics::{counter::Counter, family::Family};
@@ -192,11 +193,19 @@ fn count(errors: &Family<ReasonLabels, Counter>, reason: &str) {
         .inc();
 }
 
-/// The latest records to write, handed from the recorder to the writer thread.
-type Slot = Arc<(Mutex<Option<Vec<Arc<FlightRecord>>>>, Condvar)>;
+/// The latest records to write, and whether the writer thread is writing.
+#[derive(Default)]
+struct Pending {
+    records: Option<Vec<Arc<FlightRecord>>>,
+    writing: bool,
+}
+
+/// [`Pending`], handed from the recorder to the writer thread.
+type Slot = Arc<(Mutex<Pending>, Condvar)>;
 
 /// Hands the records to a thread that writes them: [`FlightWriter::submit`] never waits on the
-/// disk; a newer snapshot replaces one not yet written.
+/// disk; a newer snapshot replaces one not yet written. [`FlightWriter::flush`] waits, bounded,
+/// for what was handed over to be on disk (at a stop).
 #[derive(Clone)]
 pub struct FlightWriter {
     slot: Slot,
@@ -221,18 +230,19 @@ impl FlightWriter {
             .name("nm-flight-store".into())
             .spawn(move || {
                 let mut failing = false;
+                let (lock, ready) = &*theirs;
                 loop {
-                    let (lock, ready) = &*theirs;
                     let Ok(mut pending) = lock.lock() else { return };
-                    while pending.is_none() {
+                    while pending.records.is_none() {
                         pending = match ready.wait(pending) {
                             Ok(p) => p,
                             Err(_) => return,
                         };
                     }
-                    let Some(records) = pending.take() else {
+                    let Some(records) = pending.records.take() else {
                         continue;
                     };
+                    pending.writing = true;
                     drop(pending);
                     match store.save(&records) {
                         Ok(written) => {
@@ -254,6 +264,11 @@ impl FlightWriter {
                             failing = true;
                         }
                     }
+                    let Ok(mut pending) = lock.lock() else { return };
+                    pending.writing = false;
+                    drop(pending);
+                    // The writer and a flush may both wait on the condition variable.
+                    ready.notify_all();
                 }
             })?;
         Ok(Self { slot })
@@ -263,9 +278,30 @@ impl FlightWriter {
     pub fn submit(&self, records: Vec<Arc<FlightRecord>>) {
         let (lock, ready) = &*self.slot;
         if let Ok(mut pending) = lock.lock() {
-            *pending = Some(records);
-            ready.notify_one();
+            pending.records = Some(records);
+            ready.notify_all();
         }
+    }
+
+    /// Waits until everything submitted was written (or its write failed), at most `bound`.
+    /// Blocking; returns false when the bound ran out first.
+    pub fn flush(&self, bound: Duration) -> bool {
+        let (lock, ready) = &*self.slot;
+        let deadline = Instant::now() + bound;
+        let Ok(mut pending) = lock.lock() else {
+            return false;
+        };
+        while pending.records.is_some() || pending.writing {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            pending = match ready.wait_timeout(pending, left) {
+                Ok((p, _)) => p,
+                Err(_) => return false,
+            };
+        }
+        true
     }
 }
 

@@ -241,7 +241,7 @@ fn flight_records_a_kill_with_the_samples_before_it() {
 }
 
 /// Flight records survive a restart: a record frozen in one run is written to the state
-/// directory, and a new live view over the same directory shows it, with the next record
+/// directory (its open tail too, at the stop's flush), and a new live view over the same directory shows it, with the next record
 /// numbered after it.
 #[test]
 fn flight_records_survive_a_restart_through_the_state_directory() {
@@ -249,16 +249,17 @@ fn flight_records_survive_a_restart_through_the_state_directory() {
     use node_monitor_core::flight::{EventKind, FlightEvent, Sample};
     let dir = tempfile::tempdir().expect("tempdir");
     let errors = prometheus_client::metrics::family::Family::default();
+    let sample = |at_ms: u64| Sample {
+        at_ms,
+        signals: Vec::new(),
+        top_pods: Vec::new(),
+        pod_figures_age_ms: None,
+        psi: None,
+        thresholds_met: Vec::new(),
+        evict: Vec::new(),
+    };
     let kill = |live: &LiveView, at_ms: u64| {
-        live.flight_sample(Sample {
-            at_ms: at_ms - 100,
-            signals: Vec::new(),
-            top_pods: Vec::new(),
-            pod_figures_age_ms: None,
-            psi: None,
-            thresholds_met: Vec::new(),
-            evict: Vec::new(),
-        });
+        live.flight_sample(sample(at_ms - 100));
         live.flight_event(FlightEvent {
             at_ms,
             kind: EventKind::OomKill {
@@ -279,15 +280,23 @@ fn flight_records_survive_a_restart_through_the_state_directory() {
     let first = start(&store);
     let now = unix_ms();
     kill(&first, now);
-    let mut on_disk = Vec::new();
-    for _ in 0..500 {
-        on_disk = store.load().expect("load");
-        if !on_disk.is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    // A sample in the record's tail, then a stop: the flush writes the tail as far as it got.
+    first.flight_sample(sample(now + 1_000));
+    assert_eq!(
+        first.flush_flight(std::time::Duration::from_secs(30)),
+        Some(true)
+    );
+    let on_disk = store.load().expect("load");
     assert_eq!(on_disk.len(), 1, "written when it froze");
+    assert!(
+        on_disk[0].samples.iter().any(|s| s.at_ms == now + 1_000),
+        "the open tail written at the stop: {:?}",
+        on_disk[0]
+            .samples
+            .iter()
+            .map(|s| s.at_ms)
+            .collect::<Vec<_>>()
+    );
     drop(first);
 
     let second = start(&store);

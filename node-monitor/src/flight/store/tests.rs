@@ -131,7 +131,7 @@ fn the_writer_writes_the_latest_snapshot_and_counts_failures() {
             if done() {
                 return;
             }
-            std::thread::sleep(std::time::Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(10));
         }
         panic!("{what} never happened");
     };
@@ -147,6 +147,44 @@ fn the_writer_writes_the_latest_snapshot_and_counts_failures() {
     wait("three records on disk", &|| {
         store.load().is_ok_and(|r| r.len() == 3)
     });
+}
+
+/// A flush returns once what was submitted is on disk: no polling, the file read at once.
+#[test]
+fn a_flush_returns_once_the_submitted_records_are_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FlightStore::new(dir.path());
+    let writer = FlightWriter::spawn(store.clone(), errors()).expect("thread");
+    assert!(writer.flush(Duration::ZERO), "nothing submitted: flushed");
+    for n in 1..=20 {
+        writer.submit(records(n % 4 + 1));
+        assert!(writer.flush(Duration::from_secs(30)), "flush {n} timed out");
+        assert_eq!(
+            store.load().expect("the file").len(),
+            usize::try_from(n % 4 + 1).expect("small"),
+            "after flush {n}"
+        );
+    }
+}
+
+/// A flush whose write cannot finish within its bound says so instead of waiting on.
+#[test]
+fn a_flush_is_bounded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FlightStore::new(dir.path());
+    let writer = FlightWriter::spawn(store, errors()).expect("thread");
+    // Records pending, and the writer held off the slot past the flush's bound.
+    let (lock, _) = &*writer.slot;
+    let mut held = lock.lock().expect("slot");
+    held.records = Some(records(1));
+    let w = writer.clone();
+    let flusher = std::thread::spawn(move || w.flush(Duration::from_millis(100)));
+    std::thread::sleep(Duration::from_secs(1));
+    drop(held);
+    assert!(
+        !flusher.join().expect("flusher"),
+        "a flush past its bound returns false"
+    );
 }
 
 /// An empty `stateDir` keeps no file; a missing directory is created.
