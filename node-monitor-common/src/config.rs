@@ -109,65 +109,21 @@ pub mod oom_tp {
     };
 }
 
-/// `vmscan/mm_vmscan_wakeup_kswapd` (`include/trace/events/vmscan.h`).
-pub mod kswapd_tp {
-    pub const NID: usize = 0;
-    pub const ZID: usize = 1;
-    pub const ORDER: usize = 2;
-    pub const GFP_FLAGS: usize = 3;
-    pub const SLOT: super::TpSlot = super::TpSlot {
-        index: 1,
-        category: "vmscan",
-        name: "mm_vmscan_wakeup_kswapd",
-        fields: &[
-            ("nid", true),
-            ("zid", false),
-            ("order", true),
-            ("gfp_flags", false),
-        ],
-    };
-}
-
 /// `syscalls/sys_enter_reboot` (generated from `SYSCALL_DEFINE4(reboot, …)`).
 pub mod reboot_tp {
     pub const MAGIC1: usize = 0;
     pub const MAGIC2: usize = 1;
     pub const CMD: usize = 2;
     pub const SLOT: super::TpSlot = super::TpSlot {
-        index: 2,
+        index: 1,
         category: "syscalls",
         name: "sys_enter_reboot",
         fields: &[("magic1", false), ("magic2", false), ("cmd", true)],
     };
 }
 
-/// `kmem/mm_page_alloc` (`include/trace/events/kmem.h`): one call per successful or failed
-/// page-allocator allocation; `pfn` is `-1UL` for a failed one.
-pub mod page_alloc_tp {
-    pub const PFN: usize = 0;
-    pub const ORDER: usize = 1;
-    pub const SLOT: super::TpSlot = super::TpSlot {
-        index: 3,
-        category: "kmem",
-        name: "mm_page_alloc",
-        fields: &[("pfn", true), ("order", true)],
-    };
-}
-
-/// `kmem/mm_page_free` (`include/trace/events/kmem.h`): one call per freed block of
-/// `1 << order` pages.
-pub mod page_free_tp {
-    pub const ORDER: usize = 0;
-    pub const SLOT: super::TpSlot = super::TpSlot {
-        index: 4,
-        category: "kmem",
-        name: "mm_page_free",
-        fields: &[("order", true)],
-    };
-}
-
 /// Entries in the layout map.
-pub const TP_SLOTS: u32 = 5;
+pub const TP_SLOTS: u32 = 2;
 
 plain! {
     ProbeConfigRaw { u64, u64, u64, u64, u64, u32, u32 },
@@ -181,13 +137,7 @@ mod tests {
 
     #[test]
     fn slots_fit_the_layout_record_and_map() {
-        for slot in [
-            oom_tp::SLOT,
-            kswapd_tp::SLOT,
-            reboot_tp::SLOT,
-            page_alloc_tp::SLOT,
-            page_free_tp::SLOT,
-        ] {
+        for slot in [oom_tp::SLOT, reboot_tp::SLOT] {
             assert!(slot.fields.len() <= TP_MAX_FIELDS, "{}", slot.name);
             assert!(slot.index < TP_SLOTS, "{}", slot.name);
             assert!(slot.fields.iter().any(|(_, required)| *required));
@@ -196,9 +146,6 @@ mod tests {
             oom_tp::SLOT.fields[oom_tp::OOM_SCORE_ADJ].0,
             "oom_score_adj"
         );
-        assert_eq!(kswapd_tp::SLOT.fields[kswapd_tp::GFP_FLAGS].0, "gfp_flags");
         assert_eq!(reboot_tp::SLOT.fields[reboot_tp::CMD].0, "cmd");
-        assert_eq!(page_alloc_tp::SLOT.fields[page_alloc_tp::ORDER].0, "order");
-        assert_eq!(page_free_tp::SLOT.fields[page_free_tp::ORDER].0, "order");
     }
 }

@@ -2,10 +2,10 @@
 //! an allocation found a node below its low watermark and its kswapd asleep, so it marks the
 //! start of background reclaim on that node. Rate-limited per node in the kernel: within the
 //! configured minimum interval wake-ups are only counted, and the next event carries how many were
-//! withheld.
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+//! withheld. A raw tracepoint: `TP_PROTO(int nid, int zid, int order, gfp_t gfp_flags)`, each
+//! argument in a 64-bit slot (the loader checks the prototype against the kernel's BTF).
+use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
 use node_monitor_common::{
-    config::kswapd_tp,
     counters,
     event::{EventKind, KswapdWake},
     logic::{kswapd_slot, rate_limit_allows},
@@ -13,18 +13,16 @@ use node_monitor_common::{
 
 use crate::{
     maps::KSWAPD,
-    util::{config, count, emit, layout, now_ns, shared, tp_field},
+    util::{config, count, emit, now_ns, shared},
 };
 
-#[tracepoint(category = "vmscan", name = "mm_vmscan_wakeup_kswapd")]
-pub fn kswapd_wake(ctx: TracePointContext) -> u32 {
-    let (Some(l), Some(cfg)) = (layout(kswapd_tp::SLOT.index), config()) else {
+#[raw_tracepoint(tracepoint = "mm_vmscan_wakeup_kswapd")]
+pub fn kswapd_wake(ctx: RawTracePointContext) -> u32 {
+    let Some(cfg) = config() else {
         return 0;
     };
-    let Some(nid) = tp_field(&ctx, &l.fields[kswapd_tp::NID]) else {
-        return 0;
-    };
-    let nid = nid as i32;
+    // `int` arguments: the low 32 bits of their slots.
+    let nid = ctx.arg::<u64>(0) as i32;
     let Some(slot) = KSWAPD.get_ptr_mut(kswapd_slot(nid)) else {
         return 0;
     };
@@ -51,10 +49,11 @@ pub fn kswapd_wake(ctx: TracePointContext) -> u32 {
         EventKind::KswapdWake,
         KswapdWake {
             nid,
-            zid: tp_field(&ctx, &l.fields[kswapd_tp::ZID]).map_or(-1, |v| v as i32),
-            order: tp_field(&ctx, &l.fields[kswapd_tp::ORDER]).map_or(-1, |v| v as i32),
+            zid: ctx.arg::<u64>(1) as i32,
+            order: ctx.arg::<u64>(2) as i32,
             suppressed: suppressed.min(u32::MAX as u64) as u32,
-            gfp_flags: tp_field(&ctx, &l.fields[kswapd_tp::GFP_FLAGS]).unwrap_or(0),
+            // `gfp_t` is an `unsigned int`.
+            gfp_flags: ctx.arg::<u64>(3) & u64::from(u32::MAX),
         },
     );
     0

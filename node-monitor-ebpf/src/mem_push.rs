@@ -5,55 +5,53 @@
 //! interval over all CPUs (a churning node cannot flood the agent). A batch of 0 disarms: both
 //! programs then return after one map lookup. The count is only a trigger: the agent re-reads
 //! memory and decides on what it reads.
+//!
+//! Raw tracepoints: `mm_page_alloc` passes `(struct page *page, unsigned int order, gfp_t
+//! gfp_flags, int migratetype)`, `mm_page_free` `(struct page *page, unsigned int order)`, each
+//! argument in a 64-bit slot (the loader checks the prototypes against the kernel's BTF). No perf
+//! event is opened, so Debian's and Ubuntu's `perf_event_paranoid` above 2 does not stop them.
 use aya_ebpf::{
-    bindings::BPF_RB_FORCE_WAKEUP, helpers::bpf_get_smp_processor_id, macros::tracepoint,
-    programs::TracePointContext,
+    bindings::BPF_RB_FORCE_WAKEUP, helpers::bpf_get_smp_processor_id, macros::raw_tracepoint,
+    programs::RawTracePointContext,
 };
 use node_monitor_common::{
-    config::{page_alloc_tp, page_free_tp},
     counters,
     logic::{MemPushWake, mem_push, mem_push_step, rate_limit_allows},
 };
 
 use crate::{
     maps::{MEM_NET, MEM_PUSH, MEM_WAKE},
-    util::{count, layout, now_ns, shared, tp_field},
+    util::{count, now_ns, shared},
 };
 
-#[tracepoint(category = "kmem", name = "mm_page_alloc")]
-pub fn mem_push_alloc(ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "mm_page_alloc")]
+pub fn mem_push_alloc(ctx: RawTracePointContext) -> u32 {
     let batch = armed_batch();
     if batch == 0 {
         return 0;
     }
-    let Some(l) = layout(page_alloc_tp::SLOT.index) else {
-        return 0;
-    };
-    // A failed allocation reports pfn -1UL.
-    if tp_field(&ctx, &l.fields[page_alloc_tp::PFN]).is_none_or(|pfn| pfn == u64::MAX) {
+    // A failed allocation passes no page.
+    if ctx.arg::<u64>(0) == 0 {
         return 0;
     }
-    let Some(order) = tp_field(&ctx, &l.fields[page_alloc_tp::ORDER]) else {
-        return 0;
-    };
-    account(order, true, batch);
+    account(order(&ctx), true, batch);
     0
 }
 
-#[tracepoint(category = "kmem", name = "mm_page_free")]
-pub fn mem_push_free(ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "mm_page_free")]
+pub fn mem_push_free(ctx: RawTracePointContext) -> u32 {
     let batch = armed_batch();
     if batch == 0 {
         return 0;
     }
-    let Some(l) = layout(page_free_tp::SLOT.index) else {
-        return 0;
-    };
-    let Some(order) = tp_field(&ctx, &l.fields[page_free_tp::ORDER]) else {
-        return 0;
-    };
-    account(order, false, batch);
+    account(order(&ctx), false, batch);
     0
+}
+
+/// The `unsigned int order` both tracepoints pass second.
+#[inline(always)]
+fn order(ctx: &RawTracePointContext) -> u64 {
+    ctx.arg::<u64>(1) & u64::from(u32::MAX)
 }
 
 /// The batch in pages, 0 when disarmed.

@@ -10,9 +10,13 @@
 //! `shrink_zones()` / `balance_pgdat()`), so its time is already inside a direct episode or is
 //! kswapd's own (not a stall of any task).
 //!
+//! Raw tracepoints (`BPF_RAW_TRACEPOINT_OPEN`): no perf event is opened, so a kernel whose
+//! `perf_event_paranoid` admits only CAP_SYS_ADMIN to perf events (Debian's and Ubuntu's above 2)
+//! still runs them. The programs read none of the tracepoints' arguments.
+//!
 //! The per-task record also remembers the flavor of the task's last reclaim: the OOM probe asks
 //! for it to tell a memcg OOM from a global one (see `oom_scope` in node-monitor-common).
-use aya_ebpf::{bindings::BPF_NOEXIST, macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{bindings::BPF_NOEXIST, macros::raw_tracepoint, programs::RawTracePointContext};
 use aya_log_ebpf::debug;
 use node_monitor_common::{
     counters,
@@ -28,26 +32,26 @@ use crate::{
     util::{config, count, current_cgroup_id, current_tid, emit, now_ns, shared},
 };
 
-#[tracepoint(category = "vmscan", name = "mm_vmscan_direct_reclaim_begin")]
-pub fn direct_rcl_beg(_ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "mm_vmscan_direct_reclaim_begin")]
+pub fn direct_rcl_beg(_ctx: RawTracePointContext) -> u32 {
     begin(ReclaimFlavor::Direct);
     0
 }
 
-#[tracepoint(category = "vmscan", name = "mm_vmscan_direct_reclaim_end")]
-pub fn direct_rcl_end(ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "mm_vmscan_direct_reclaim_end")]
+pub fn direct_rcl_end(ctx: RawTracePointContext) -> u32 {
     end(&ctx, ReclaimFlavor::Direct);
     0
 }
 
-#[tracepoint(category = "vmscan", name = "mm_vmscan_memcg_reclaim_begin")]
-pub fn memcg_rcl_beg(_ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "mm_vmscan_memcg_reclaim_begin")]
+pub fn memcg_rcl_beg(_ctx: RawTracePointContext) -> u32 {
     begin(ReclaimFlavor::Memcg);
     0
 }
 
-#[tracepoint(category = "vmscan", name = "mm_vmscan_memcg_reclaim_end")]
-pub fn memcg_rcl_end(ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "mm_vmscan_memcg_reclaim_end")]
+pub fn memcg_rcl_end(ctx: RawTracePointContext) -> u32 {
     end(&ctx, ReclaimFlavor::Memcg);
     0
 }
@@ -86,7 +90,7 @@ fn begin(flavor: ReclaimFlavor) {
 }
 
 #[inline(always)]
-fn end(ctx: &TracePointContext, flavor: ReclaimFlavor) {
+fn end(ctx: &RawTracePointContext, flavor: ReclaimFlavor) {
     let Some(task) = RECLAIM_TASKS.get_ptr_mut(&current_tid()) else {
         count(counters::RECLAIM_UNMATCHED);
         return;
@@ -111,7 +115,13 @@ fn end(ctx: &TracePointContext, flavor: ReclaimFlavor) {
 /// `util::shared`), so two CPUs crossing the budget in the same instant may both send the
 /// window's event, and an episode racing a reset may be lost from the new window.
 #[inline(always)]
-fn account(ctx: &TracePointContext, cgroup_id: u64, flavor: ReclaimFlavor, now: u64, stall: u64) {
+fn account(
+    ctx: &RawTracePointContext,
+    cgroup_id: u64,
+    flavor: ReclaimFlavor,
+    now: u64,
+    stall: u64,
+) {
     let Some(cfg) = config() else {
         return;
     };

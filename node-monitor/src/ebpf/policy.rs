@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use node_monitor_common::{
-    config::{TpLayout, TpSlot, kswapd_tp, oom_tp, page_alloc_tp, page_free_tp, reboot_tp},
+    config::{TpLayout, TpSlot, oom_tp, reboot_tp},
     names::prog,
 };
 
@@ -118,6 +118,18 @@ const fn need_tp(category: &'static str, name: &'static str) -> Need {
     Need::Tracepoint { category, name }
 }
 
+/// A raw tracepoint: attached through `BPF_RAW_TRACEPOINT_OPEN`, no perf event, so a kernel
+/// whose `perf_event_paranoid` admits only CAP_SYS_ADMIN to perf events (Debian's and
+/// Ubuntu's above 2) still runs it.
+const fn raw(name: &'static str) -> Attach {
+    Attach::RawTracePoint { name }
+}
+
+/// The raw tracepoint exists and passes `args` first (checked in the kernel's BTF).
+const fn need_raw(name: &'static str, args: &'static [&'static str]) -> Need {
+    Need::RawTracepoint { name, args }
+}
+
 /// Every program in the eBPF object, in load order (a primary before its fallback).
 pub const PROGRAMS: &[ProgramSpec] = &[
     ProgramSpec {
@@ -153,8 +165,8 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     ProgramSpec {
         name: prog::DIRECT_BEGIN,
         family: Family::Reclaim,
-        attach: tp("vmscan", "mm_vmscan_direct_reclaim_begin"),
-        needs: &[need_tp("vmscan", "mm_vmscan_direct_reclaim_begin")],
+        attach: raw("mm_vmscan_direct_reclaim_begin"),
+        needs: &[need_raw("mm_vmscan_direct_reclaim_begin", &[])],
         min_kernel: RINGBUF_KERNEL,
         requirement: Requirement::Optional,
         group: Some("direct_reclaim"),
@@ -164,8 +176,8 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     ProgramSpec {
         name: prog::DIRECT_END,
         family: Family::Reclaim,
-        attach: tp("vmscan", "mm_vmscan_direct_reclaim_end"),
-        needs: &[need_tp("vmscan", "mm_vmscan_direct_reclaim_end")],
+        attach: raw("mm_vmscan_direct_reclaim_end"),
+        needs: &[need_raw("mm_vmscan_direct_reclaim_end", &[])],
         min_kernel: RINGBUF_KERNEL,
         requirement: Requirement::Optional,
         group: Some("direct_reclaim"),
@@ -174,8 +186,8 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     ProgramSpec {
         name: prog::MEMCG_BEGIN,
         family: Family::Reclaim,
-        attach: tp("vmscan", "mm_vmscan_memcg_reclaim_begin"),
-        needs: &[need_tp("vmscan", "mm_vmscan_memcg_reclaim_begin")],
+        attach: raw("mm_vmscan_memcg_reclaim_begin"),
+        needs: &[need_raw("mm_vmscan_memcg_reclaim_begin", &[])],
         min_kernel: RINGBUF_KERNEL,
         requirement: Requirement::Optional,
         group: Some("memcg_reclaim"),
@@ -184,8 +196,8 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     ProgramSpec {
         name: prog::MEMCG_END,
         family: Family::Reclaim,
-        attach: tp("vmscan", "mm_vmscan_memcg_reclaim_end"),
-        needs: &[need_tp("vmscan", "mm_vmscan_memcg_reclaim_end")],
+        attach: raw("mm_vmscan_memcg_reclaim_end"),
+        needs: &[need_raw("mm_vmscan_memcg_reclaim_end", &[])],
         min_kernel: RINGBUF_KERNEL,
         requirement: Requirement::Optional,
         group: Some("memcg_reclaim"),
@@ -194,8 +206,11 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     ProgramSpec {
         name: prog::KSWAPD_WAKE,
         family: Family::Kswapd,
-        attach: tp("vmscan", "mm_vmscan_wakeup_kswapd"),
-        needs: &[Need::TracepointFields(kswapd_tp::SLOT)],
+        attach: raw("mm_vmscan_wakeup_kswapd"),
+        needs: &[need_raw(
+            "mm_vmscan_wakeup_kswapd",
+            &["int", "int", "int", "gfp_t"],
+        )],
         min_kernel: RINGBUF_KERNEL,
         requirement: Requirement::Optional,
         group: None,
@@ -216,8 +231,11 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     ProgramSpec {
         name: prog::MEM_PUSH_ALLOC,
         family: Family::MemPush,
-        attach: tp("kmem", "mm_page_alloc"),
-        needs: &[Need::TracepointFields(page_alloc_tp::SLOT)],
+        attach: raw("mm_page_alloc"),
+        needs: &[need_raw(
+            "mm_page_alloc",
+            &["struct page *", "unsigned int"],
+        )],
         min_kernel: RINGBUF_KERNEL,
         requirement: Requirement::Optional,
         group: Some("mem_push"),
@@ -227,8 +245,8 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     ProgramSpec {
         name: prog::MEM_PUSH_FREE,
         family: Family::MemPush,
-        attach: tp("kmem", "mm_page_free"),
-        needs: &[Need::TracepointFields(page_free_tp::SLOT)],
+        attach: raw("mm_page_free"),
+        needs: &[need_raw("mm_page_free", &["struct page *", "unsigned int"])],
         min_kernel: RINGBUF_KERNEL,
         requirement: Requirement::Optional,
         group: Some("mem_push"),
@@ -456,6 +474,15 @@ fn decide(spec: &ProgramSpec, caps: &Capabilities, selection: &Selection) -> Dec
                 Some(Err(e)) => Err(format!("no kernel BTF for CO-RE: {e}")),
                 None => Err("kernel BTF not probed".to_owned()),
             },
+            Need::RawTracepoint { name, .. } if !matches!(caps.kernel_btf, Some(Ok(()))) => {
+                Err(match &caps.kernel_btf {
+                    Some(Err(e)) => format!(
+                        "raw tracepoint {name}: its arguments cannot be checked without kernel \
+                         BTF: {e}"
+                    ),
+                    _ => format!("raw tracepoint {name}: kernel BTF not probed"),
+                })
+            }
             Need::RawTracepoint { name, args } => match caps.raw_tracepoints.get(*name) {
                 None => Err(format!("raw tracepoint {name} not in kernel BTF")),
                 Some(have)

@@ -210,7 +210,7 @@ pub fn read_format(tracefs: &Path, category: &str, name: &str) -> Result<Tracepo
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use node_monitor_common::config::{kswapd_tp, oom_tp, reboot_tp};
+    use node_monitor_common::config::{oom_tp, reboot_tp};
 
     use super::*;
 
@@ -254,15 +254,6 @@ print fmt: \"pid=%d comm=%s\", REC->pid, __get_str(comm)
         "\tfield:int pid;\toffset:8;\tsize:4;\tsigned:1;
 
 print fmt: \"pid=%d\", REC->pid
-"
-    );
-
-    pub(crate) const WAKEUP_KSWAPD_6_18: &str = format_file!(
-        "name: mm_vmscan_wakeup_kswapd\nID: 500",
-        "\tfield:int nid;\toffset:8;\tsize:4;\tsigned:1;
-\tfield:int zid;\toffset:12;\tsize:4;\tsigned:1;
-\tfield:int order;\toffset:16;\tsize:4;\tsigned:1;
-\tfield:unsigned long gfp_flags;\toffset:24;\tsize:8;\tsigned:0;
 "
     );
 
@@ -323,24 +314,21 @@ print fmt: \"pid=%d\", REC->pid
     }
 
     #[test]
-    fn syscall_and_vmscan_layouts() {
+    fn syscall_layout() {
         let r = layout(&reboot_tp::SLOT, &parse_format(SYS_ENTER_REBOOT).unwrap()).unwrap();
         assert_eq!(r.fields[reboot_tp::CMD], loc(32, 8, 0));
         assert_eq!(r.fields[reboot_tp::MAGIC1], loc(16, 8, 0));
-        let k = layout(&kswapd_tp::SLOT, &parse_format(WAKEUP_KSWAPD_6_18).unwrap()).unwrap();
-        assert_eq!(k.fields[kswapd_tp::NID], loc(8, 4, field_flags::SIGNED));
-        assert_eq!(k.fields[kswapd_tp::GFP_FLAGS], loc(24, 8, 0));
     }
 
     #[test]
     fn a_missing_required_field_is_named() {
         let f = parse_format(MARK_VICTIM_5_15).unwrap();
         assert_eq!(
-            layout(&kswapd_tp::SLOT, &f).unwrap_err(),
+            layout(&reboot_tp::SLOT, &f).unwrap_err(),
             LayoutError::MissingField {
-                category: "vmscan",
-                name: "mm_vmscan_wakeup_kswapd",
-                field: "nid"
+                category: "syscalls",
+                name: "sys_enter_reboot",
+                field: "cmd"
             }
         );
     }

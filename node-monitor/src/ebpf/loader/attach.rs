@@ -1,7 +1,10 @@
 //! Attaching and unloading one program.
 use aya::{
     Ebpf,
-    programs::{Program, trace_point::TracePointLinkId},
+    programs::{
+        Program,
+        raw_trace_point::{RawTracePointLink, RawTracePointLinkId},
+    },
 };
 use tracing::error;
 
@@ -55,7 +58,8 @@ pub(super) fn attach(ebpf: &mut Ebpf, spec: &ProgramSpec) -> ProgramState {
 /// Why a tracepoint attach was refused, when the cause is the one Debian and Ubuntu kernels add:
 /// with `kernel.perf_event_paranoid` above 2 their patch lets only CAP_SYS_ADMIN open any perf
 /// event, CAP_PERFMON included, and a tracepoint program attaches through one. Raw tracepoints
-/// (the OOM program) do not, and keep working.
+/// (every program but the reboot probe, the OOM fallback and the benchmark generator) do not,
+/// and keep working.
 pub(super) fn tracepoint_denied_hint(error: &str, paranoid: Option<i32>) -> String {
     match paranoid {
         Some(level) if level > 2 && error.contains("Permission denied") => format!(
@@ -78,15 +82,15 @@ pub(super) fn unload(ebpf: &mut Ebpf, name: &str) {
     }
 }
 
-/// Detaches every link of a tracepoint program that attached at load, keeping it loaded: the
-/// program is unloaded and loaded again (verified a second time). `Loaded` on success.
+/// Detaches every link of a raw tracepoint program that attached at load, keeping it loaded:
+/// the program is unloaded and loaded again (verified a second time). `Loaded` on success.
 pub(super) fn detach_keep_loaded(ebpf: &mut Ebpf, name: &str) -> ProgramState {
     let result = match ebpf.program_mut(name) {
-        Some(Program::TracePoint(p)) => p
+        Some(Program::RawTracePoint(p)) => p
             .unload()
             .and_then(|()| p.load())
             .map_err(|e| format!("reload: {}", chain(&e))),
-        _ => Err("not a tracepoint program".to_owned()),
+        _ => Err("not a raw tracepoint program".to_owned()),
     };
     match result {
         Ok(()) => ProgramState::Loaded,
@@ -126,30 +130,30 @@ pub(super) fn detach_mem_push(
     }
 }
 
-/// Attaches a loaded tracepoint program of the object; the link id detaches it.
+/// Attaches a loaded raw tracepoint program of the object; the link id detaches it.
 pub(super) fn attach_loaded(
     ebpf: &mut Ebpf,
     spec: &ProgramSpec,
-) -> Result<TracePointLinkId, String> {
+) -> Result<RawTracePointLinkId, String> {
     match (spec.attach, ebpf.program_mut(spec.name)) {
-        (Attach::TracePoint { category, name }, Some(Program::TracePoint(p))) => p
-            .attach(category, name)
+        (Attach::RawTracePoint { name }, Some(Program::RawTracePoint(p))) => p
+            .attach(name)
             .map_err(|e| format!("attach {}: {}", spec.name, chain(&e))),
-        _ => Err(format!("{} is not a tracepoint program", spec.name)),
+        _ => Err(format!("{} is not a raw tracepoint program", spec.name)),
     }
 }
 
-/// Takes a tracepoint program's link out of the object: dropping it detaches the program (which
-/// may wait for an RCU grace period, so it is done outside any lock).
+/// Takes a raw tracepoint program's link out of the object: dropping it detaches the program
+/// (which may wait for an RCU grace period, so it is done outside any lock).
 pub(super) fn take_link(
     ebpf: &mut Ebpf,
     name: &str,
-    id: TracePointLinkId,
-) -> Result<aya::programs::trace_point::TracePointLink, String> {
+    id: RawTracePointLinkId,
+) -> Result<RawTracePointLink, String> {
     match ebpf.program_mut(name) {
-        Some(Program::TracePoint(p)) => p
+        Some(Program::RawTracePoint(p)) => p
             .take_link(id)
             .map_err(|e| format!("detach {name}: {}", chain(&e))),
-        _ => Err(format!("{name} is not a tracepoint program")),
+        _ => Err(format!("{name} is not a raw tracepoint program")),
     }
 }

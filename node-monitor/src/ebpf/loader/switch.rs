@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::{Ebpf, programs::trace_point::TracePointLinkId};
+use aya::{Ebpf, programs::raw_trace_point::RawTracePointLinkId};
 use node_monitor_common::names::prog;
 use tracing::{debug, warn};
 
@@ -106,7 +106,7 @@ impl PushSwitch {
 const NAMES: [&str; 2] = [prog::MEM_PUSH_ALLOC, prog::MEM_PUSH_FREE];
 
 fn run(ebpf: &Mutex<Ebpf>, rx: &mpsc::Receiver<bool>, shared: &Shared) {
-    let mut links: Option<[TracePointLinkId; 2]> = None;
+    let mut links: Option<[RawTracePointLinkId; 2]> = None;
     let mut failing = false;
     while let Ok(mut want) = rx.recv() {
         // Only the last of the requests waiting matters.
@@ -162,7 +162,7 @@ fn store_ns(a: &AtomicU64, d: Duration) {
 }
 
 /// Attaches both programs, or neither.
-fn attach_both(ebpf: &Mutex<Ebpf>) -> Result<[TracePointLinkId; 2], String> {
+fn attach_both(ebpf: &Mutex<Ebpf>) -> Result<[RawTracePointLinkId; 2], String> {
     let mut ids = Vec::with_capacity(2);
     for name in NAMES {
         let Some(spec) = policy::spec(name) else {
@@ -184,20 +184,20 @@ fn attach_both(ebpf: &Mutex<Ebpf>) -> Result<[TracePointLinkId; 2], String> {
             }
         }
     }
-    match <[TracePointLinkId; 2]>::try_from(ids) {
+    match <[RawTracePointLinkId; 2]>::try_from(ids) {
         Ok(ids) => Ok(ids),
         Err(_) => Err("not both programs attached".to_owned()),
     }
 }
 
-fn detach(ebpf: &Mutex<Ebpf>, ids: [TracePointLinkId; 2]) {
+fn detach(ebpf: &Mutex<Ebpf>, ids: [RawTracePointLinkId; 2]) {
     for (name, id) in NAMES.into_iter().zip(ids) {
         detach_one(ebpf, name, id);
     }
 }
 
 /// Takes the link under the lock and drops it outside: the drop may wait for the kernel.
-fn detach_one(ebpf: &Mutex<Ebpf>, name: &str, id: TracePointLinkId) {
+fn detach_one(ebpf: &Mutex<Ebpf>, name: &str, id: RawTracePointLinkId) {
     let link = match ebpf.lock() {
         Ok(mut guard) => take_link(&mut guard, name, id),
         Err(_) => Err("the eBPF object's lock is poisoned".to_owned()),

@@ -3,20 +3,6 @@ use node_monitor_common::config::TpLayout;
 use super::*;
 use crate::ebpf::tracefs::{parse_format, tests as fmt};
 
-/// `kmem/mm_page_alloc` and `mm_page_free` on 6.18 (the same on 6.1), print fmt left out.
-const MM_PAGE_ALLOC: &str = "name: mm_page_alloc\nID: 653\nformat:\n\
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
-\tfield:unsigned long pfn;\toffset:8;\tsize:8;\tsigned:0;\n\
-\tfield:unsigned int order;\toffset:16;\tsize:4;\tsigned:0;\n\
-\tfield:unsigned long gfp_flags;\toffset:24;\tsize:8;\tsigned:0;\n\
-\tfield:int migratetype;\toffset:32;\tsize:4;\tsigned:1;\n";
-const MM_PAGE_FREE: &str = "name: mm_page_free\nID: 655\nformat:\n\
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
-\tfield:unsigned long pfn;\toffset:8;\tsize:8;\tsigned:0;\n\
-\tfield:unsigned int order;\toffset:16;\tsize:4;\tsigned:0;\n";
-
 fn all_tracepoints() -> BTreeMap<String, Result<TracepointFormat, String>> {
     let mut m = BTreeMap::new();
     let generic = "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n";
@@ -24,10 +10,7 @@ fn all_tracepoints() -> BTreeMap<String, Result<TracepointFormat, String>> {
         if let Attach::TracePoint { category, name } = spec.attach {
             let text = match name {
                 "mark_victim" => fmt::MARK_VICTIM_6_18,
-                "mm_vmscan_wakeup_kswapd" => fmt::WAKEUP_KSWAPD_6_18,
                 "sys_enter_reboot" => fmt::SYS_ENTER_REBOOT,
-                "mm_page_alloc" => MM_PAGE_ALLOC,
-                "mm_page_free" => MM_PAGE_FREE,
                 _ => generic,
             };
             m.insert(
@@ -39,16 +22,36 @@ fn all_tracepoints() -> BTreeMap<String, Result<TracepointFormat, String>> {
     m
 }
 
+/// The raw tracepoints the table names, with their arguments on 6.18 (the same on 6.1).
+fn all_raw_tracepoints() -> BTreeMap<String, Vec<String>> {
+    let v = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    [
+        ("mark_victim", v(&["struct task_struct *", "uid_t"])),
+        ("mm_vmscan_direct_reclaim_begin", v(&["int", "gfp_t"])),
+        ("mm_vmscan_direct_reclaim_end", v(&["long unsigned int"])),
+        ("mm_vmscan_memcg_reclaim_begin", v(&["int", "gfp_t"])),
+        ("mm_vmscan_memcg_reclaim_end", v(&["long unsigned int"])),
+        (
+            "mm_vmscan_wakeup_kswapd",
+            v(&["int", "int", "int", "gfp_t"]),
+        ),
+        (
+            "mm_page_alloc",
+            v(&["struct page *", "unsigned int", "gfp_t", "int"]),
+        ),
+        ("mm_page_free", v(&["struct page *", "unsigned int"])),
+    ]
+    .into_iter()
+    .map(|(n, a)| (n.to_owned(), a))
+    .collect()
+}
+
 /// This machine: 6.18 with BTF and every tracepoint.
 fn full() -> Capabilities {
     Capabilities {
         kernel: parse_kernel_release("6.18.44-fc-v669"),
         kernel_btf: Some(Ok(())),
-        raw_tracepoints: [(
-            "mark_victim".to_owned(),
-            vec!["struct task_struct *".to_owned(), "uid_t".to_owned()],
-        )]
-        .into(),
+        raw_tracepoints: all_raw_tracepoints(),
         tracefs_error: None,
         tracepoints: all_tracepoints(),
     }
@@ -125,8 +128,20 @@ fn plans_by_scenario() {
         (prog::MEM_PUSH_FREE, "attach"),
         (prog::SYNTHETIC, "disabled"),
     ];
-    /// Every tracefs program fails.
-    const NO_TRACEPOINTS: [(&str, &str); 9] = [
+    /// Every tracefs program fails; the raw tracepoints need no tracefs.
+    const NO_TRACEPOINTS: [(&str, &str); 2] = [(prog::OOM_TP, "failed"), (prog::REBOOT, "failed")];
+    /// Every raw tracepoint program but the OOM one (which has its fallback) fails.
+    const NO_RAW: [(&str, &str); 7] = [
+        (prog::DIRECT_BEGIN, "failed"),
+        (prog::DIRECT_END, "failed"),
+        (prog::MEMCG_BEGIN, "failed"),
+        (prog::MEMCG_END, "failed"),
+        (prog::KSWAPD_WAKE, "failed"),
+        (prog::MEM_PUSH_ALLOC, "failed"),
+        (prog::MEM_PUSH_FREE, "failed"),
+    ];
+    /// Every program that needs the ring buffer fails.
+    const EVERY_RING_PROGRAM: [(&str, &str); 9] = [
         (prog::OOM_TP, "failed"),
         (prog::DIRECT_BEGIN, "failed"),
         (prog::DIRECT_END, "failed"),
@@ -140,30 +155,29 @@ fn plans_by_scenario() {
     let cases: Vec<(&str, Tweak, Changes)> = vec![
         ("everything available", |_, _| {}, vec![]),
         (
-            "no kernel BTF",
-            |c, _| c.kernel_btf = Some(Err("no /sys/kernel/btf/vmlinux".into())),
-            vec![(prog::OOM_RAW, "failed")],
+            "no kernel BTF: the raw tracepoints' arguments cannot be checked",
+            |c, _| {
+                c.kernel_btf = Some(Err("no /sys/kernel/btf/vmlinux".into()));
+                c.raw_tracepoints.clear();
+            },
+            [[(prog::OOM_RAW, "failed")].as_slice(), &NO_RAW].concat(),
         ),
         (
-            "no tracefs: only the raw tracepoint",
+            "no tracefs: only the raw tracepoints",
             |c, _| c.tracefs_error = Some("not mounted and mount failed: EPERM".into()),
             NO_TRACEPOINTS.to_vec(),
         ),
         (
             "no memcg reclaim tracepoint end (CONFIG_MEMCG off): the whole group stays out",
             |c, _| {
-                c.tracepoints.insert(
-                    "vmscan/mm_vmscan_memcg_reclaim_end".into(),
-                    Err("no such event".into()),
-                );
+                c.raw_tracepoints.remove("mm_vmscan_memcg_reclaim_end");
             },
             vec![(prog::MEMCG_BEGIN, "disabled"), (prog::MEMCG_END, "failed")],
         ),
         (
-            "no kmem/mm_page_free: the memory push stays out whole",
+            "no mm_page_free: the memory push stays out whole",
             |c, _| {
-                c.tracepoints
-                    .insert("kmem/mm_page_free".into(), Err("no such event".into()));
+                c.raw_tracepoints.remove("mm_page_free");
             },
             vec![
                 (prog::MEM_PUSH_ALLOC, "disabled"),
@@ -171,12 +185,10 @@ fn plans_by_scenario() {
             ],
         ),
         (
-            "mm_page_alloc without its order field: the memory push stays out whole",
+            "mm_page_alloc passing other arguments: the memory push stays out whole",
             |c, _| {
-                c.tracepoints.insert(
-                    "kmem/mm_page_alloc".into(),
-                    Ok(parse_format(&MM_PAGE_ALLOC.replace("order", "ordre")).unwrap()),
-                );
+                c.raw_tracepoints
+                    .insert("mm_page_alloc".into(), vec!["long unsigned int".into()]);
             },
             vec![
                 (prog::MEM_PUSH_ALLOC, "failed"),
@@ -201,7 +213,7 @@ fn plans_by_scenario() {
         (
             "kernel too old for the ring buffer",
             |c, _| c.kernel = parse_kernel_release("5.4.0-150-generic"),
-            [[(prog::OOM_RAW, "failed")].as_slice(), &NO_TRACEPOINTS].concat(),
+            [[(prog::OOM_RAW, "failed")].as_slice(), &EVERY_RING_PROGRAM].concat(),
         ),
         (
             "families disabled by configuration, benchmark generator requested",
@@ -219,7 +231,7 @@ fn plans_by_scenario() {
         (
             "old oom format without the raw tracepoint: fallback with pid only",
             |c, _| {
-                c.raw_tracepoints.clear();
+                c.raw_tracepoints.remove("mark_victim");
                 c.tracepoints.insert(
                     "oom/mark_victim".into(),
                     Ok(parse_format(fmt::MARK_VICTIM_5_15).unwrap()),
@@ -264,17 +276,27 @@ fn plans_by_scenario() {
 fn reasons_name_what_is_missing() {
     let mut caps = full();
     caps.kernel_btf = Some(Err("read /sys/kernel/btf/vmlinux: No such file".into()));
-    caps.tracepoints.insert(
-        "vmscan/mm_vmscan_memcg_reclaim_end".into(),
-        Err("no such event".into()),
-    );
+    caps.raw_tracepoints.clear();
     let d = decisions(&caps, &Selection::default());
     assert!(
         reason(&d[prog::OOM_RAW]).contains("no kernel BTF for CO-RE: read /sys/kernel/btf/vmlinux"),
         "{:?}",
         d[prog::OOM_RAW]
     );
-    assert!(reason(&d[prog::MEMCG_END]).contains("vmscan/mm_vmscan_memcg_reclaim_end"));
+    assert_eq!(
+        reason(&d[prog::KSWAPD_WAKE]),
+        "raw tracepoint mm_vmscan_wakeup_kswapd: its arguments cannot be checked without kernel \
+         BTF: read /sys/kernel/btf/vmlinux: No such file"
+    );
+    let mut no_memcg = full();
+    no_memcg
+        .raw_tracepoints
+        .remove("mm_vmscan_memcg_reclaim_end");
+    let d = decisions(&no_memcg, &Selection::default());
+    assert_eq!(
+        reason(&d[prog::MEMCG_END]),
+        "raw tracepoint mm_vmscan_memcg_reclaim_end not in kernel BTF"
+    );
     assert!(reason(&d[prog::MEMCG_BEGIN]).contains("memcg_rcl_end"));
     let mut pid_only = full();
     pid_only
@@ -314,34 +336,10 @@ fn field_programs_carry_their_layout() {
     assert_eq!((*primary, *index), (prog::OOM_RAW, oom_tp::SLOT.index));
     assert_eq!(d[prog::DIRECT_BEGIN], Decision::Attach { layout: None });
     let _: TpLayout = *layout;
-    for (name, slot, order) in [
-        (
-            prog::MEM_PUSH_ALLOC,
-            page_alloc_tp::SLOT,
-            page_alloc_tp::ORDER,
-        ),
-        (prog::MEM_PUSH_FREE, page_free_tp::SLOT, page_free_tp::ORDER),
-    ] {
-        let Decision::Attach {
-            layout: Some((index, layout)),
-        } = &d[name]
-        else {
-            panic!("{name}: {:?}", d[name]);
-        };
-        assert_eq!(*index, slot.index, "{name}");
-        assert_eq!(
-            (layout.fields[order].offset, layout.fields[order].size),
-            (16, 4),
-            "{name}"
-        );
+    // The raw tracepoint programs read their arguments: no layout.
+    for name in [prog::KSWAPD_WAKE, prog::MEM_PUSH_ALLOC, prog::MEM_PUSH_FREE] {
+        assert_eq!(d[name], Decision::Attach { layout: None }, "{name}");
     }
-    let Decision::Attach {
-        layout: Some((_, alloc)),
-    } = &d[prog::MEM_PUSH_ALLOC]
-    else {
-        unreachable!()
-    };
-    assert_eq!(alloc.fields[page_alloc_tp::PFN].offset, 8);
 }
 
 #[test]
