@@ -25,6 +25,19 @@ fn config(yaml: &str) -> EvictionConfig {
     .expect("config")
 }
 
+/// A flight recorder sample at `at_ms` with nothing in it.
+fn empty_sample(at_ms: u64) -> Sample {
+    Sample {
+        at_ms,
+        signals: Vec::new(),
+        top_pods: Vec::new(),
+        pod_figures_age_ms: None,
+        psi: None,
+        thresholds_met: Vec::new(),
+        evict: Vec::new(),
+    }
+}
+
 fn pod(name: &str, uid: &str) -> PodInfo {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "default", "uid": uid},
@@ -197,22 +210,14 @@ fn recorded_events_carry_their_arrival_and_are_capped_per_answer() {
 /// reports are in the `flight` answer's record, with its verdict; the dry run is noted.
 #[test]
 fn flight_records_a_kill_with_the_samples_before_it() {
-    use node_monitor_core::flight::{EventKind, FlightEvent, Sample};
+    use node_monitor_core::flight::{EventKind, FlightEvent};
     let live = LiveView::new("n1");
     live.set_config(&config(
         "evictionHard:\n  memory.available: 300Mi\nnodeMonitor:\n  dryRun: true\n",
     ));
     let now = unix_ms();
     for i in 0..3u64 {
-        let (records, bytes) = live.flight_sample(Sample {
-            at_ms: now + i * 100,
-            signals: Vec::new(),
-            top_pods: Vec::new(),
-            pod_figures_age_ms: None,
-            psi: None,
-            thresholds_met: Vec::new(),
-            evict: Vec::new(),
-        });
+        let (records, bytes) = live.flight_sample(empty_sample(now + i * 100));
         assert_eq!(records, 0);
         assert!(bytes > 0);
     }
@@ -246,18 +251,10 @@ fn flight_records_a_kill_with_the_samples_before_it() {
 #[test]
 fn flight_records_survive_a_restart_through_the_state_directory() {
     use crate::flight::store::{FlightStore, FlightWriter};
-    use node_monitor_core::flight::{EventKind, FlightEvent, Sample};
+    use node_monitor_core::flight::{EventKind, FlightEvent};
     let dir = tempfile::tempdir().expect("tempdir");
     let errors = prometheus_client::metrics::family::Family::default();
-    let sample = |at_ms: u64| Sample {
-        at_ms,
-        signals: Vec::new(),
-        top_pods: Vec::new(),
-        pod_figures_age_ms: None,
-        psi: None,
-        thresholds_met: Vec::new(),
-        evict: Vec::new(),
-    };
+    let sample = empty_sample;
     let kill = |live: &LiveView, at_ms: u64| {
         live.flight_sample(sample(at_ms - 100));
         live.flight_event(FlightEvent {
@@ -327,13 +324,9 @@ fn the_killed_pods_figure_reaches_the_record_in_either_order() {
         })
         .collect();
     let sample = |at_ms: u64| Sample {
-        at_ms,
-        signals: Vec::new(),
         top_pods: pods[3..].to_vec(),
         pod_figures_age_ms: Some(0),
-        psi: None,
-        thresholds_met: Vec::new(),
-        evict: Vec::new(),
+        ..empty_sample(at_ms)
     };
     let kill = |at_ms: u64| FlightEvent {
         at_ms,
