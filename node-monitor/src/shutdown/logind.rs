@@ -100,6 +100,24 @@ pub enum LogindError {
     Disconnected,
 }
 
+impl LogindError {
+    /// For `map_err` on a logind method call or property read.
+    fn call(method: &'static str) -> impl FnOnce(zbus::Error) -> Self {
+        move |source| Self::Call {
+            method,
+            source: Box::new(source),
+        }
+    }
+
+    /// For `map_err` on a signal subscription.
+    fn subscribe(signal: &'static str) -> impl FnOnce(zbus::Error) -> Self {
+        move |source| Self::Subscribe {
+            signal,
+            source: Box::new(source),
+        }
+    }
+}
+
 /// A held delay inhibitor. Dropping it closes the descriptor, which releases the lock.
 #[derive(Debug)]
 pub struct InhibitorLock {
@@ -169,10 +187,7 @@ impl Logind {
             .manager
             .inhibit_delay_max_usec()
             .await
-            .map_err(|source| LogindError::Call {
-                method: "InhibitDelayMaxUSec",
-                source: Box::new(source),
-            })?;
+            .map_err(LogindError::call("InhibitDelayMaxUSec"))?;
         Ok(Duration::from_micros(usec))
     }
 
@@ -182,10 +197,7 @@ impl Logind {
             .manager
             .inhibit("shutdown", who, why, "delay")
             .await
-            .map_err(|source| LogindError::Call {
-                method: "Inhibit",
-                source: Box::new(source),
-            })?;
+            .map_err(LogindError::call("Inhibit"))?;
         Ok(InhibitorLock {
             fd: OwnedFd::from(fd),
         })
@@ -196,10 +208,7 @@ impl Logind {
             .manager
             .list_inhibitors()
             .await
-            .map_err(|source| LogindError::Call {
-                method: "ListInhibitors",
-                source: Box::new(source),
-            })?;
+            .map_err(LogindError::call("ListInhibitors"))?;
         Ok(rows
             .into_iter()
             .map(|(what, who, why, mode, uid, pid)| Inhibitor {
@@ -224,18 +233,12 @@ impl Logind {
             .manager
             .receive_prepare_for_shutdown()
             .await
-            .map_err(|source| LogindError::Subscribe {
-                signal: "PrepareForShutdown",
-                source: Box::new(source),
-            })?;
+            .map_err(LogindError::subscribe("PrepareForShutdown"))?;
         let pending = self
             .manager
             .preparing_for_shutdown()
             .await
-            .map_err(|source| LogindError::Call {
-                method: "PreparingForShutdown",
-                source: Box::new(source),
-            })?;
+            .map_err(LogindError::call("PreparingForShutdown"))?;
         Ok(led_by_pending(
             pending,
             stream.map(|s| s.args().map(|a| a.start)),
@@ -252,17 +255,11 @@ impl Logind {
             .cache_properties(CacheProperties::No)
             .build()
             .await
-            .map_err(|source| LogindError::Subscribe {
-                signal: "NameOwnerChanged",
-                source: Box::new(source),
-            })?;
+            .map_err(LogindError::subscribe("NameOwnerChanged"))?;
         let stream = dbus
             .receive_name_owner_changed_with_args(&[(0, LOGIND_SERVICE)])
             .await
-            .map_err(|source| LogindError::Subscribe {
-                signal: "NameOwnerChanged",
-                source: Box::new(source),
-            })?;
+            .map_err(LogindError::subscribe("NameOwnerChanged"))?;
         Ok(stream.map(|s| {
             s.args()
                 .map(|a| a.new_owner().as_ref().map(|o| o.to_string()))
