@@ -101,7 +101,7 @@ pub(super) fn persist_flight(
 }
 
 /// How long a stop waits for the flight records to reach the disk.
-pub(super) const FLIGHT_FLUSH_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
+const FLIGHT_FLUSH_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// At a stop, beside the other stop work: the flight records, an open tail included, written
 /// to the state directory within [`FLIGHT_FLUSH_BOUND`].
