@@ -128,15 +128,60 @@ pub struct PodCgroup {
 }
 
 /// Parses a cgroup path in either kubelet layout. Returns `None` for paths outside `kubepods`.
+///
+/// A kubelet with a `cgroupRoot` (kind's `/kubelet`) nests the layout: `kubelet/kubepods/…` with
+/// cgroupfs, and with systemd every slice carries the root's prefix
+/// (`kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod<uid_>.slice`).
 pub fn parse_cgroup_path(path: &str) -> Option<PodCgroup> {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     let start = parts
         .iter()
-        .position(|p| *p == "kubepods" || *p == "kubepods.slice")?;
+        .position(|p| *p == "kubepods" || systemd_kubepods_prefix(p).is_some())?;
     if parts[start] == "kubepods" {
         parse_cgroupfs(&parts, start)
     } else {
         parse_systemd(&parts, start)
+    }
+}
+
+/// The slice-name prefix of a systemd kubepods slice: `kubepods-` for `kubepods.slice`,
+/// `kubelet-kubepods-` for `kubelet-kubepods.slice`; `None` for any other name.
+fn systemd_kubepods_prefix(name: &str) -> Option<String> {
+    let stem = name.strip_suffix(".slice")?;
+    (stem == "kubepods" || stem.ends_with("-kubepods")).then(|| format!("{stem}-"))
+}
+
+/// The kubepods cgroup, relative to the node's cgroup root, for a kubelet's `cgroupRoot` and
+/// cgroup driver, as the kubelet names it (`NewCgroupName(cgroupRoot, "kubepods")`, then
+/// `ToSystemd` or `ToCgroupfs`): `/` gives `kubepods` or `kubepods.slice`; kind's `/kubelet`
+/// gives `kubelet/kubepods` or `kubelet.slice/kubelet-kubepods.slice`. `None` for a root with
+/// `..` or `.` components.
+pub fn kubepods_relative(cgroup_root: &str, driver: CgroupDriver) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    for c in cgroup_root.split('/').filter(|c| !c.is_empty()) {
+        if c == ".." || c == "." {
+            return None;
+        }
+        parts.push(c.to_owned());
+    }
+    match driver {
+        CgroupDriver::Cgroupfs => {
+            parts.push("kubepods".to_owned());
+            Some(parts.join("/"))
+        }
+        CgroupDriver::Systemd => {
+            // A root given in systemd's own form (`/kubelet.slice`) names the same slice.
+            let names: Vec<String> = parts
+                .iter()
+                .map(|p| p.strip_suffix(".slice").unwrap_or(p).replace('-', "_"))
+                .chain(std::iter::once("kubepods".to_owned()))
+                .collect();
+            let mut out = Vec::new();
+            for i in 0..names.len() {
+                out.push(format!("{}.slice", names[..=i].join("-")));
+            }
+            Some(out.join("/"))
+        }
     }
 }
 
@@ -168,26 +213,28 @@ fn parse_cgroupfs(parts: &[&str], start: usize) -> Option<PodCgroup> {
 }
 
 fn parse_systemd(parts: &[&str], start: usize) -> Option<PodCgroup> {
+    let root = systemd_kubepods_prefix(parts[start])?;
     let mut i = start + 1;
-    let qos = match *parts.get(i)? {
-        "kubepods-burstable.slice" => {
+    let tier = parts.get(i)?;
+    let qos = match tier.strip_prefix(root.as_str()) {
+        Some("burstable.slice") => {
             i += 1;
             QosClass::Burstable
         }
-        "kubepods-besteffort.slice" => {
+        Some("besteffort.slice") => {
             i += 1;
             QosClass::BestEffort
         }
         _ => QosClass::Guaranteed,
     };
     let prefix = match qos {
-        QosClass::Guaranteed => "kubepods-pod",
-        QosClass::Burstable => "kubepods-burstable-pod",
-        QosClass::BestEffort => "kubepods-besteffort-pod",
+        QosClass::Guaranteed => format!("{root}pod"),
+        QosClass::Burstable => format!("{root}burstable-pod"),
+        QosClass::BestEffort => format!("{root}besteffort-pod"),
     };
     let uid = parts
         .get(i)?
-        .strip_prefix(prefix)?
+        .strip_prefix(prefix.as_str())?
         .strip_suffix(".slice")?
         .replace('_', "-");
     if !is_uid(&uid) {
@@ -324,8 +371,35 @@ mod tests {
                 format!("/node-monitor-test/x/kubepods/burstable/pod{UID}/{CID}"),
                 Some((QosClass::Burstable, CgroupDriver::Cgroupfs, Some(CID))),
             ),
+            // kind: `cgroupRoot: /kubelet`, each slice prefixed with the root's name.
+            (
+                format!(
+                    "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod{uid_}.slice/cri-containerd-{CID}.scope"
+                ),
+                Some((QosClass::Burstable, CgroupDriver::Systemd, Some(CID))),
+            ),
+            (
+                format!("kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod{uid_}.slice"),
+                Some((QosClass::Guaranteed, CgroupDriver::Systemd, None)),
+            ),
+            (
+                format!("/kubelet/kubepods/besteffort/pod{UID}/{CID}"),
+                Some((QosClass::BestEffort, CgroupDriver::Cgroupfs, Some(CID))),
+            ),
+            // A root-prefixed tier with the plain pod name (or the other way) is not a pod.
+            (
+                format!(
+                    "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice"
+                ),
+                None,
+            ),
+            (
+                format!("/kubelet.slice/kubelet-kubepods.slice/kubepods-pod{uid_}.slice"),
+                None,
+            ),
             // Not pods.
             ("/system.slice/containerd.service".to_owned(), None),
+            ("/kubelet.slice/kubelet-kubepods.slice".to_owned(), None),
             ("/kubepods/burstable".to_owned(), None),
             ("/kubepods.slice/kubepods-burstable.slice".to_owned(), None),
             ("/kubepods/burstable/podnot-a-uid".to_owned(), None),
@@ -351,6 +425,52 @@ mod tests {
                 (g, w) => panic!("{path}: got {g:?}, want {w:?}"),
             }
         }
+    }
+
+    #[test]
+    fn the_kubepods_cgroup_under_a_cgroup_root() {
+        use CgroupDriver::*;
+        for (root, driver, want) in [
+            ("/", Systemd, Some("kubepods.slice")),
+            ("/", Cgroupfs, Some("kubepods")),
+            ("", Systemd, Some("kubepods.slice")),
+            // kind
+            (
+                "/kubelet",
+                Systemd,
+                Some("kubelet.slice/kubelet-kubepods.slice"),
+            ),
+            ("/kubelet", Cgroupfs, Some("kubelet/kubepods")),
+            (
+                "/kubelet.slice",
+                Systemd,
+                Some("kubelet.slice/kubelet-kubepods.slice"),
+            ),
+            (
+                "/a/b-c",
+                Systemd,
+                Some("a.slice/a-b_c.slice/a-b_c-kubepods.slice"),
+            ),
+            ("/a/b", Cgroupfs, Some("a/b/kubepods")),
+            ("/../x", Cgroupfs, None),
+            ("/./x", Systemd, None),
+        ] {
+            assert_eq!(
+                kubepods_relative(root, driver).as_deref(),
+                want,
+                "{root} {driver:?}"
+            );
+        }
+        // What it names is what the parser reads.
+        let uid_ = UID.replace('-', "_");
+        let kp = kubepods_relative("/kubelet", Systemd).expect("valid");
+        let pod = format!(
+            "{kp}/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{uid_}.slice"
+        );
+        assert_eq!(
+            parse_cgroup_path(&pod).map(|p| p.qos),
+            Some(QosClass::BestEffort)
+        );
     }
 
     #[test]

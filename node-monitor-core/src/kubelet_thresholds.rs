@@ -12,6 +12,7 @@
 use std::{collections::BTreeMap, fmt, time::Duration};
 
 use serde::Serialize;
+use serde_norway::{Mapping, Value};
 
 use crate::{
     config::{self, ConfigError, ConfigSource, EvictionOverrides},
@@ -38,9 +39,139 @@ pub struct KubeletEviction {
 /// `nodeMonitor` section, which a kubelet's file does not have, is ignored too. A malformed value
 /// is an error naming the file, the field and the value.
 pub fn parse_kubelet_config(name: &str, text: &str) -> Result<KubeletEviction, ConfigError> {
-    let mut doc = config::parse_document(ConfigSource { name, text })?;
-    doc.file.node_monitor = None;
-    let cfg = config::load_documents(&[doc], &EvictionOverrides::default())?;
+    parse_kubelet_sources(
+        &[ConfigSource { name, text }],
+        &EvictionOverrides::default(),
+    )
+}
+
+/// The kubelet's effective eviction settings from everything that sets them, in the kubelet's
+/// order (`cmd/kubelet/app/server.go`): its configuration file (`--config`), defaulted; then
+/// each drop-in (`--config-dir`, in name order) applied as a JSON merge patch, so a drop-in that
+/// sets one `evictionHard` entry keeps the others; then its command-line flags, which replace
+/// what they name. No source at all gives the kubelet's defaults. Errors name the source, the
+/// field (or flag) and the value.
+pub fn parse_kubelet_layers(
+    file: Option<ConfigSource<'_>>,
+    drop_ins: &[ConfigSource<'_>],
+    flags: &EvictionOverrides,
+) -> Result<KubeletEviction, ConfigError> {
+    if drop_ins.is_empty() {
+        return parse_kubelet_sources(file.as_slice(), flags);
+    }
+    // The file is read (and its errors named) on its own first.
+    let base_name = file.map_or("the kubelet's defaults", |f| f.name);
+    let mut merged = match file {
+        Some(f) => {
+            parse_kubelet_sources(&[f], &EvictionOverrides::default())?;
+            yaml(f)?
+        }
+        None => Value::Mapping(Mapping::new()),
+    };
+    if let Value::Mapping(m) = &mut merged {
+        // The kubelet defaults the file before it merges the drop-ins.
+        let key = Value::from("evictionHard");
+        if m.get(&key).is_none_or(Value::is_null) {
+            let defaults: Mapping = config::DEFAULT_EVICTION_HARD
+                .iter()
+                .map(|(s, v)| (Value::from(s.as_str()), Value::from(*v)))
+                .collect();
+            m.insert(key, Value::Mapping(defaults));
+        }
+    }
+    let mut names = vec![base_name.to_owned()];
+    for d in drop_ins {
+        // Each drop-in is read (and its errors named) on its own, without the `null`s that
+        // only remove entries, then merged.
+        let patch = yaml(*d)?;
+        let mut values = patch.clone();
+        strip_nulls(&mut values);
+        let text = serde_norway::to_string(&values).map_err(|source| ConfigError::Syntax {
+            source_name: d.name.to_owned(),
+            source,
+        })?;
+        let mut alone = config::parse_document(ConfigSource {
+            name: d.name,
+            text: &text,
+        })?;
+        alone.file.node_monitor = None;
+        config::load_documents(&[alone], &EvictionOverrides::default())?;
+        merge_patch(&mut merged, patch);
+        names.push(d.name.to_owned());
+    }
+    let text = serde_norway::to_string(&merged).map_err(|source| ConfigError::Syntax {
+        source_name: names.join(" + "),
+        source,
+    })?;
+    let name = names.join(" + ");
+    parse_kubelet_sources(
+        &[ConfigSource {
+            name: &name,
+            text: &text,
+        }],
+        flags,
+    )
+}
+
+/// A document's YAML, `null` read as an empty mapping.
+fn yaml(source: ConfigSource<'_>) -> Result<Value, ConfigError> {
+    let v: Value =
+        serde_norway::from_str(source.text).map_err(|source_err| ConfigError::Syntax {
+            source_name: source.name.to_owned(),
+            source: source_err,
+        })?;
+    Ok(if v.is_null() {
+        Value::Mapping(Mapping::new())
+    } else {
+        v
+    })
+}
+
+/// Removes every `null` entry of every mapping.
+fn strip_nulls(v: &mut Value) {
+    if let Value::Mapping(m) = v {
+        m.retain(|_, v| !v.is_null());
+        for (_, v) in m.iter_mut() {
+            strip_nulls(v);
+        }
+    }
+}
+
+/// RFC 7386 JSON merge patch: mappings merge key by key, `null` removes a key, anything else
+/// replaces.
+fn merge_patch(target: &mut Value, patch: Value) {
+    let Value::Mapping(patch) = patch else {
+        *target = patch;
+        return;
+    };
+    if !target.is_mapping() {
+        *target = Value::Mapping(Mapping::new());
+    }
+    if let Value::Mapping(t) = target {
+        for (k, v) in patch {
+            if v.is_null() {
+                t.remove(&k);
+            } else {
+                merge_patch(t.entry(k).or_insert(Value::Null), v);
+            }
+        }
+    }
+}
+
+/// The kubelet's effective eviction settings from documents that each replace the fields they
+/// set (a configuration file, or an already merged one), then its command-line flags, which
+/// override them all. No source at all gives the kubelet's defaults.
+pub fn parse_kubelet_sources(
+    sources: &[ConfigSource<'_>],
+    flags: &EvictionOverrides,
+) -> Result<KubeletEviction, ConfigError> {
+    let mut docs = Vec::with_capacity(sources.len());
+    for s in sources {
+        let mut doc = config::parse_document(*s)?;
+        doc.file.node_monitor = None;
+        docs.push(doc);
+    }
+    let cfg = config::load_documents(&docs, flags)?;
     Ok(KubeletEviction {
         thresholds: own_thresholds(&cfg.thresholds).cloned().collect(),
         pressure_transition_period: cfg.pressure_transition_period,

@@ -18,6 +18,7 @@ pub mod duration;
 pub mod eviction;
 pub mod flight;
 pub mod headroom;
+pub mod kubelet_invocation;
 pub mod kubelet_layout;
 pub mod kubelet_thresholds;
 pub mod local_storage;

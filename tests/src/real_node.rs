@@ -95,6 +95,80 @@ pub struct RealNodeOptions {
     pub kubelet_config_extra: String,
     /// Bound on the whole guest run.
     pub timeout: Duration,
+    /// Where the kubelet and containerd keep their configuration and state.
+    pub layout: NodeLayout,
+}
+
+/// A distribution's node layout, reproduced with the real kubelet and containerd through their
+/// own configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeLayout {
+    /// kubeadm's: containerd under /var/lib/containerd, the kubelet's file at
+    /// /var/lib/kubelet/config.yaml, pods under the cgroup root.
+    Kubeadm,
+    /// kind's: kubeadm's paths, with the kubelet's `cgroupRoot: /kubelet`, so pods live under
+    /// `kubelet.slice/kubelet-kubepods.slice` (systemd) or `kubelet/kubepods` (cgroupfs).
+    Kind,
+    /// k3s's: containerd's root under /var/lib/rancher/k3s/agent/containerd and its socket under
+    /// /run/k3s/containerd; the kubelet without a configuration file, configured by a drop-in
+    /// under /var/lib/rancher/k3s/agent/etc/kubelet.conf.d and by flags
+    /// ([`K3S_KUBELET_EVICTION_FLAG`]).
+    K3s,
+}
+
+/// The eviction flag the k3s layout's kubelet runs with: the kubelet's defaults, plus a
+/// `pid.available` threshold its defaults do not have, so that a reader of its command line is
+/// told apart from one that assumed the defaults.
+pub const K3S_KUBELET_EVICTION_FLAG: &str = "--eviction-hard=memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%,pid.available<1000";
+/// The k3s layout's containerd root.
+pub const K3S_CONTAINERD_ROOT: &str = "/var/lib/rancher/k3s/agent/containerd";
+const K3S_CONTAINERD_STATE: &str = "/run/k3s/containerd";
+const K3S_KUBELET_DROP_INS: &str = "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d";
+
+/// The shell the node's entry script sources for its layout: `SOCK` (containerd's socket),
+/// `KUBELET_ARGS` (how the kubelet finds its configuration) and `prepare_layout` (run before
+/// containerd starts: the configuration files and cgroups the layout needs).
+fn layout_script(layout: NodeLayout, driver: CgroupDriver) -> String {
+    const KUBEADM: &str = r#"SOCK=/run/containerd/containerd.sock
+KUBELET_ARGS=--config=/var/lib/kubelet/config.yaml
+prepare_layout() { cp $H/kubelet-config.yaml /var/lib/kubelet/config.yaml; }
+"#;
+    // The kubelet checks that its cgroupRoot exists with the cpu, cpuset, memory, hugetlb and
+    // pids controllers (kind's entrypoint enables the root's controllers likewise).
+    const ENABLE: &str = r#"for c in $(cat /sys/fs/cgroup/cgroup.controllers); do echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; done"#;
+    match layout {
+        NodeLayout::Kubeadm => KUBEADM.to_owned(),
+        NodeLayout::Kind => {
+            let root = match driver {
+                CgroupDriver::Systemd => {
+                    r#"printf '[Unit]\nDescription=kind kubelet cgroup root\n[Slice]\nCPUAccounting=yes\nMemoryAccounting=yes\nTasksAccounting=yes\n' > /etc/systemd/system/kubelet.slice
+  systemctl daemon-reload; systemctl start kubelet.slice"#
+                }
+                CgroupDriver::Cgroupfs => "mkdir -p /sys/fs/cgroup/kubelet",
+            };
+            format!(
+                r#"SOCK=/run/containerd/containerd.sock
+KUBELET_ARGS=--config=/var/lib/kubelet/config.yaml
+prepare_layout() {{
+  cp $H/kubelet-config.yaml /var/lib/kubelet/config.yaml
+  {ENABLE}
+  {root}
+  {ENABLE}
+  log "the kubelet's cgroup root: $(ls -d /sys/fs/cgroup/kubelet* 2>&1), controllers: $(cat /sys/fs/cgroup/kubelet*/cgroup.controllers 2>&1)"
+}}
+"#
+            )
+        }
+        NodeLayout::K3s => format!(
+            r#"SOCK={K3S_CONTAINERD_STATE}/containerd.sock
+KUBELET_ARGS="--config-dir={K3S_KUBELET_DROP_INS} {K3S_KUBELET_EVICTION_FLAG}"
+prepare_layout() {{
+  mkdir -p {K3S_KUBELET_DROP_INS}
+  cp $H/kubelet-config.yaml {K3S_KUBELET_DROP_INS}/00-k3s-defaults.conf
+}}
+"#
+        ),
+    }
 }
 
 impl Default for RealNodeOptions {
@@ -104,6 +178,7 @@ impl Default for RealNodeOptions {
             cgroup_driver: CgroupDriver::Systemd,
             kubelet_config_extra: String::new(),
             timeout: Duration::from_secs(1500),
+            layout: NodeLayout::Kubeadm,
         }
     }
 }
@@ -130,10 +205,18 @@ impl CgroupDriver {
 
 /// containerd 2.x: the kubelet's cgroup driver, and the pause image imported from the archive
 /// pinned as the sandbox so it is never collected.
-fn containerd_config(driver: CgroupDriver) -> String {
+fn containerd_config(driver: CgroupDriver, layout: NodeLayout) -> String {
     let systemd = driver == CgroupDriver::Systemd;
+    let paths = if layout == NodeLayout::K3s {
+        format!(
+            "root = '{K3S_CONTAINERD_ROOT}'\nstate = '{K3S_CONTAINERD_STATE}'\n\
+             [grpc]\n  address = '{K3S_CONTAINERD_STATE}/containerd.sock'\n"
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "version = 3\n\
+        "version = 3\n{paths}\
          [plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = '{PAUSE_IMAGE}'\n\
          [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n  SystemdCgroup = {systemd}\n"
     )
@@ -148,13 +231,22 @@ fn cni_config() -> String {
 /// The kubelet's configuration: the cgroup `driver`, x509 client auth against the cluster CA, and
 /// nothing about eviction, so its defaults (`memory.available<100Mi`, `nodefs.available<10%`,
 /// `imagefs.available<15%`, `nodefs.inodesFree<5%`) are in force.
-fn kubelet_config(driver: CgroupDriver, extra: &str) -> String {
+fn kubelet_config(driver: CgroupDriver, extra: &str, layout: NodeLayout) -> String {
     let driver = driver.name();
+    let (socket, root) = match layout {
+        NodeLayout::Kubeadm => ("/run/containerd/containerd.sock".to_owned(), ""),
+        NodeLayout::Kind => (
+            "/run/containerd/containerd.sock".to_owned(),
+            "cgroupRoot: /kubelet\n",
+        ),
+        NodeLayout::K3s => (format!("{K3S_CONTAINERD_STATE}/containerd.sock"), ""),
+    };
     format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1\n\
          kind: KubeletConfiguration\n\
          cgroupDriver: {driver}\n\
-         containerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n\
+         {root}\
+         containerRuntimeEndpoint: unix://{socket}\n\
          authentication:\n  anonymous: {{enabled: false}}\n  webhook: {{enabled: false}}\n  x509: {{clientCAFile: /etc/kubernetes/pki/ca.crt}}\n\
          authorization: {{mode: AlwaysAllow}}\n\
          # /stats/summary for the signal-parity checks, on the guest's loopback only.\n\
@@ -183,7 +275,8 @@ cp $H/containerd.toml /etc/containerd/config.toml
 cp $H/cni.conflist /etc/cni/net.d/10-nm-pods.conflist
 cp $H/ca.crt /etc/kubernetes/pki/ca.crt
 cp $H/kubelet.conf /etc/kubernetes/kubelet.conf
-cp $H/kubelet-config.yaml /var/lib/kubelet/config.yaml
+source $H/layout.sh
+prepare_layout
 modprobe overlay
 sysctl -qw net.ipv4.ip_forward=1
 # Pods with the Default DNS policy copy the node's resolver (qemu user networking's).
@@ -195,15 +288,15 @@ done
 systemd-run --unit=containerd -p Delegate=yes -p KillMode=process -p OOMScoreAdjust=-999 \
   -p LimitNOFILE=1048576 -p StandardOutput=append:/mnt/out/containerd.log \
   -p StandardError=append:/mnt/out/containerd.log /usr/local/bin/containerd
-within 120 test -S /run/containerd/containerd.sock || log "containerd did not start"
+within 120 test -S $SOCK || log "containerd did not start"
 for img in $H/images/*.oci.tar; do
-  ctr -n k8s.io images import --platform linux/amd64 "$img" >> /mnt/out/import.log 2>&1 || log "import $img failed"
+  ctr --address $SOCK -n k8s.io images import --platform linux/amd64 "$img" >> /mnt/out/import.log 2>&1 || log "import $img failed"
 done
-ctr -n k8s.io images ls -q > /mnt/out/images
+ctr --address $SOCK -n k8s.io images ls -q > /mnt/out/images
 log "containerd ready, images imported; uptime $(uptime_s)"
 systemd-run --unit=kubelet -p OOMScoreAdjust=-999 -p StandardOutput=append:/mnt/out/kubelet.log \
   -p StandardError=append:/mnt/out/kubelet.log /usr/local/bin/kubelet \
-  --config=/var/lib/kubelet/config.yaml --kubeconfig=/etc/kubernetes/kubelet.conf \
+  $KUBELET_ARGS --kubeconfig=/etc/kubernetes/kubelet.conf \
   --hostname-override=@NODE@ --node-ip=10.0.2.15 --v=1
 log "kubelet started; uptime $(uptime_s)"
 # Container logs (the agent's included) mirrored out, so a failed run still has them; in a unit
@@ -267,12 +360,16 @@ impl RealNode {
         }
         fs::write(
             p.join("containerd.toml"),
-            containerd_config(opts.cgroup_driver),
+            containerd_config(opts.cgroup_driver, opts.layout),
         )?;
         fs::write(p.join("cni.conflist"), cni_config())?;
         fs::write(
             p.join("kubelet-config.yaml"),
-            kubelet_config(opts.cgroup_driver, &opts.kubelet_config_extra),
+            kubelet_config(opts.cgroup_driver, &opts.kubelet_config_extra, opts.layout),
+        )?;
+        fs::write(
+            p.join("layout.sh"),
+            layout_script(opts.layout, opts.cgroup_driver),
         )?;
         fs::write(p.join("step-lib.sh"), STEP_LIB)?;
         payload.entry(&format!("{ENTRY_PRELUDE}{}", ENTRY.replace("@NODE@", NODE)))?;

@@ -359,6 +359,13 @@ fn schema_refuses_unknown_choices() {
         ("cgroupDriver=v1", "/cgroupDriver"),
         ("shutdown.enable=true", "enable"),
         ("image.digest=latest", "/image/digest"),
+        ("distribution=minikube", "/distribution"),
+        ("extraArgs[0]=run", "/extraArgs/0"),
+        ("kubepodsCgroup=../x", "/kubepodsCgroup"),
+        (
+            "hostPaths.kubeletConfig[0].path=relative",
+            "/hostPaths/kubeletConfig/0/path",
+        ),
     ] {
         let e = helm::template(&[set]).expect_err(set);
         let shown = error_chain(&e);
@@ -600,4 +607,270 @@ fn container_fs_is_named_to_the_agent_and_mounted_where_it_is() {
         "{}",
         error_chain(&e)
     );
+}
+
+/// Each distribution preset mounts its runtime's state and its kubelet's configuration, read-only,
+/// and changes nothing else of the DaemonSet's.
+#[test]
+fn distribution_presets_mount_their_layouts() {
+    let mounts = |set: &[&str]| -> BTreeMap<String, (String, String)> {
+        let objects = template(set);
+        let ds = daemonset(&objects);
+        let spec = &ds["spec"]["template"]["spec"];
+        let volumes: BTreeMap<String, (String, String)> = spec["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .filter_map(|v| {
+                let hp = v.get("hostPath")?;
+                Some((
+                    v["name"].as_str()?.to_owned(),
+                    (
+                        hp["path"].as_str()?.to_owned(),
+                        hp["type"].as_str().unwrap_or_default().to_owned(),
+                    ),
+                ))
+            })
+            .collect();
+        for m in spec["containers"][0]["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+        {
+            let name = m["name"].as_str().expect("name");
+            if name == "runtime-state" || name.starts_with("kubelet-config-") {
+                assert_eq!(m["readOnly"], json!(true), "{set:?}: {name} read-only");
+                assert_eq!(
+                    m["mountPath"].as_str(),
+                    volumes.get(name).map(|(p, _)| p.as_str()),
+                    "{set:?}: {name} at its host path"
+                );
+            }
+        }
+        volumes
+            .into_iter()
+            .filter(|(n, _)| n == "runtime-state" || n.starts_with("kubelet-config-"))
+            .collect()
+    };
+    let one = |p: &str, t: &str| (p.to_owned(), t.to_owned());
+    let cases: Vec<(&[&str], Vec<(&str, (String, String))>)> = vec![
+        (
+            &[],
+            vec![("runtime-state", one("/var/lib/containerd", "Directory"))],
+        ),
+        (
+            &["distribution=kind"],
+            vec![("runtime-state", one("/var/lib/containerd", "Directory"))],
+        ),
+        (
+            &["distribution=k3s"],
+            vec![
+                (
+                    "kubelet-config-0",
+                    one(
+                        "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d",
+                        "DirectoryOrCreate",
+                    ),
+                ),
+                (
+                    "runtime-state",
+                    one("/var/lib/rancher/k3s/agent/containerd", "Directory"),
+                ),
+            ],
+        ),
+        (
+            &["distribution=rke2"],
+            vec![
+                (
+                    "kubelet-config-0",
+                    one(
+                        "/var/lib/rancher/rke2/agent/etc/kubelet.conf.d",
+                        "DirectoryOrCreate",
+                    ),
+                ),
+                (
+                    "runtime-state",
+                    one("/var/lib/rancher/rke2/agent/containerd", "Directory"),
+                ),
+            ],
+        ),
+        (
+            &["distribution=eks"],
+            vec![
+                (
+                    "kubelet-config-0",
+                    one("/etc/kubernetes/kubelet", "DirectoryOrCreate"),
+                ),
+                ("runtime-state", one("/var/lib/containerd", "Directory")),
+            ],
+        ),
+        (
+            &["distribution=gke"],
+            vec![
+                (
+                    "kubelet-config-0",
+                    one("/home/kubernetes/kubelet-config.yaml", "File"),
+                ),
+                ("runtime-state", one("/var/lib/containerd", "Directory")),
+            ],
+        ),
+        (
+            &[
+                "distribution=aks",
+                "hostPaths.runtimeState=/data/containerd",
+                "hostPaths.kubeletConfig[0].path=/etc/default/kubeletconfig.json",
+                "hostPaths.kubeletConfig[0].type=File",
+            ],
+            vec![
+                (
+                    "kubelet-config-0",
+                    one("/etc/default/kubeletconfig.json", "File"),
+                ),
+                ("runtime-state", one("/data/containerd", "Directory")),
+            ],
+        ),
+    ];
+    for (set, want) in cases {
+        let want: BTreeMap<String, (String, String)> =
+            want.into_iter().map(|(n, v)| (n.to_owned(), v)).collect();
+        assert_eq!(mounts(set), want, "{set:?}");
+    }
+    // Only gke renders the quota by itself.
+    assert!(
+        find(
+            &template(&["distribution=gke"]),
+            "ResourceQuota",
+            "node-monitor-critical-pods"
+        )
+        .is_some()
+    );
+    assert!(
+        find(
+            &template(&["distribution=eks"]),
+            "ResourceQuota",
+            "node-monitor-critical-pods"
+        )
+        .is_none()
+    );
+    // extraArgs and extraEnv reach the agent's container; kubepodsCgroup wins over cgroupDriver.
+    let objects = template(&[
+        "extraArgs[0]=--no-mlock",
+        "extraEnv[0].name=RUST_LOG",
+        "extraEnv[0].value=debug",
+        "cgroupDriver=systemd",
+        "kubepodsCgroup=kubelet.slice/kubelet-kubepods.slice",
+    ]);
+    let c = container(&objects);
+    let args = strings(&c["args"]);
+    assert!(args.contains(&"--no-mlock".to_owned()), "{args:?}");
+    assert!(
+        args.contains(&"--kubepods-cgroup=kubelet.slice/kubelet-kubepods.slice".to_owned())
+            && !args.contains(&"--kubepods-cgroup=kubepods.slice".to_owned()),
+        "{args:?}"
+    );
+    assert!(
+        c["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .any(|e| e["name"] == "RUST_LOG" && e["value"] == "debug"),
+        "{}",
+        c["env"]
+    );
+}
+
+/// GKE's API server admits pods of the critical priority classes outside kube-system only in a
+/// namespace with a ResourceQuota scoped to the class (the ResourceQuota admission plugin's
+/// `limitedResources`, as GKE configures it). The agent's pod (the chart's DaemonSet pod
+/// template, created as the DaemonSet controller creates it) is refused without the chart's
+/// quota and admitted with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_priority_class_quota_admits_the_agent() {
+    use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota};
+    node_monitor_tests::cgroup::require_root("the control-plane tier");
+    let work = tempfile::tempdir().expect("tempdir");
+    let admission = work.path().join("admission.yaml");
+    std::fs::write(
+        &admission,
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n\
+         - name: ResourceQuota\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    \
+         kind: ResourceQuotaConfiguration\n    limitedResources:\n    - resource: pods\n      \
+         matchScopes:\n      - scopeName: PriorityClass\n        operator: In\n        \
+         values: [system-node-critical, system-cluster-critical]\n",
+    )
+    .expect("admission configuration");
+    let cp = ControlPlane::start(
+        ControlPlaneOptions {
+            controllers: vec!["resourcequota-controller".to_owned()],
+            ..ControlPlaneOptions::default()
+        }
+        .apiserver_arg(format!(
+            "--admission-control-config-file={}",
+            admission.display()
+        )),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("control plane: {}", error_chain(&e)));
+    let admin = cp.client();
+    let objects = template(&["distribution=gke"]);
+    let ns = helm::NAMESPACE;
+    Api::<Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace"),
+        )
+        .await
+        .expect("namespace");
+    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "node-monitor"}})).expect("sa"),
+        )
+        .await
+        .expect("the agent's ServiceAccount");
+    // The DaemonSet's pod as its controller would create it.
+    let ds = daemonset(&objects);
+    let mut pod_json = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "node-monitor-agent", "namespace": ns},
+        "spec": ds["spec"]["template"]["spec"].clone(),
+    });
+    pod_json["spec"]["nodeName"] = json!("worker-1");
+    let pod: Pod = serde_json::from_value(pod_json).expect("pod");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let refused = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect_err("no quota: refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("insufficient quota to match these scopes"),
+        "GKE's refusal: {refused}"
+    );
+    let quota = find(&objects, "ResourceQuota", "node-monitor-critical-pods")
+        .expect("the chart's quota with distribution=gke");
+    manifests::apply(&admin, std::slice::from_ref(quota))
+        .await
+        .unwrap_or_else(|e| panic!("apply the quota: {}", error_chain(&e)));
+    // The quota admits pods once its controller has written its status.
+    let quotas: Api<ResourceQuota> = Api::namespaced(admin.clone(), ns);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let q = quotas
+            .get("node-monitor-critical-pods")
+            .await
+            .expect("quota");
+        if q.status.as_ref().and_then(|s| s.hard.as_ref()).is_some() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the quota controller never wrote the quota's status"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("the quota admits the agent's pod: {e}"));
 }

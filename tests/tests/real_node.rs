@@ -33,7 +33,7 @@ use kube::{
 use node_monitor_tests::{
     metrics,
     real_node::{
-        CgroupDriver, NODE, RealNode, RealNodeOptions,
+        CgroupDriver, K3S_KUBELET_EVICTION_FLAG, NODE, NodeLayout, RealNode, RealNodeOptions,
         scenario::{
             Installed, Manifests, NS, agent_log, condition, create_running, evictions_of, fail,
             guest_oom_kills, guest_step, install, install_from, until, workload,
@@ -673,17 +673,21 @@ async fn events_with_reason(client: &Client, reason: &str) -> Vec<(String, Strin
 /// detected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
+    // On kind's node layout: the kubelet's `cgroupRoot: /kubelet` with the systemd driver, so
+    // the pods live under kubelet.slice/kubelet-kubepods.slice; the chart installed with its
+    // documented `distribution=kind` and nothing else about the layout.
     let Installed {
         cp: _cp,
         client,
-        node,
+        mut node,
         agent,
-        agent_ip: _,
+        agent_ip,
     } = install_from(
-        Manifests::Helm(&["createNamespace=true", "cgroupDriver=systemd"]),
+        Manifests::Helm(&["createNamespace=true", "distribution=kind"]),
         Some(&agent_config(true)),
         &RealNodeOptions {
             kubelet_config_extra: KUBELET_SAME_THRESHOLDS.to_owned(),
+            layout: NodeLayout::Kind,
             ..RealNodeOptions::default()
         },
     )
@@ -695,8 +699,8 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
         .and_then(|c| c.args.clone())
         .unwrap_or_default();
     assert!(
-        args.contains(&"--kubepods-cgroup=kubepods.slice".to_owned()),
-        "the chart's agent: {args:?}"
+        !args.iter().any(|a| a.starts_with("--kubepods-cgroup")),
+        "the chart's agent detects the layout itself: {args:?}"
     );
     let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(client.clone());
     classes
@@ -730,6 +734,7 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
         ),
     )
     .await;
+    kind_layout_seen(&mut node, &agent_ip).await;
     let climber = workload(
         "climber",
         &[
@@ -798,6 +803,97 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
     node.finish().await.expect("guest run");
 }
 
+/// On kind's layout the agent reads every pod from kubelet.slice/kubelet-kubepods.slice, found
+/// by itself, and the kubelet's thresholds from kubeadm's file.
+async fn kind_layout_seen(node: &mut RealNode, agent_ip: &str) {
+    let m = scrape(node, agent_ip, "metrics-kind.txt").await;
+    let kubepods: Vec<&str> = m
+        .lines()
+        .filter(|l| l.contains("kubepods_layout"))
+        .collect();
+    assert_eq!(
+        metrics::sum(
+            &m,
+            "node_monitor_kubepods_layout",
+            &[
+                ("driver", "systemd"),
+                (
+                    "path",
+                    "/sys/fs/cgroup/kubelet.slice/kubelet-kubepods.slice"
+                )
+            ]
+        ),
+        1.0,
+        "the agent reads pods from kind's kubelet.slice/kubelet-kubepods.slice: {kubepods:?}"
+    );
+    assert!(
+        m.lines().any(|l| l == "node_monitor_pod_cgroups_missing 0"),
+        "the agent sees every running pod's cgroup under kind's layout"
+    );
+    assert_eq!(
+        metrics::sum(&m, "node_monitor_kubelet_config_read", &[]),
+        1.0,
+        "the kubelet's configuration was read"
+    );
+    assert!(
+        metrics::has_series(
+            &m,
+            "node_monitor_kubelet_config_source",
+            &[("kind", "file"), ("source", "/var/lib/kubelet/config.yaml")]
+        ) && metrics::has_series(
+            &m,
+            "node_monitor_kubelet_config_source",
+            &[("kind", "command_line")]
+        ),
+        "the kubelet found through its command line and kubeadm's file:\n{}",
+        m.lines()
+            .filter(|l| l.contains("kubelet_config"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    eprintln!("real node: kind's layout: pods under kubelet.slice/kubelet-kubepods.slice, read");
+}
+
+/// On k3s's layout the agent reads the kubelet's thresholds from its command line and k3s's
+/// drop-in directory (no configuration file), and its imagefs from containerd's root under
+/// /var/lib/rancher.
+fn k3s_layout_seen(m: &str) {
+    let kubelet: Vec<&str> = m.lines().filter(|l| l.contains("kubelet_")).collect();
+    assert_eq!(
+        metrics::sum(m, "node_monitor_kubelet_config_read", &[]),
+        1.0,
+        "the kubelet's configuration was read: {kubelet:?}"
+    );
+    assert!(
+        metrics::has_series(
+            m,
+            "node_monitor_kubelet_config_source",
+            &[("kind", "command_line")]
+        ) && metrics::has_series(
+            m,
+            "node_monitor_kubelet_config_source",
+            &[
+                ("kind", "drop_in"),
+                (
+                    "source",
+                    "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d/00-k3s-defaults.conf"
+                )
+            ]
+        ),
+        "the kubelet's command line and k3s's drop-in were read: {kubelet:?}"
+    );
+    // pid.available is set only by the kubelet's --eviction-hard flag: the flag was read.
+    assert!(
+        metrics::has_series(
+            m,
+            "node_monitor_kubelet_threshold_preempts",
+            &[("eviction_signal", "pid.available"), ("kind", "hard")]
+        ),
+        "the kubelet's {K3S_KUBELET_EVICTION_FLAG} was read: {kubelet:?}"
+    );
+    eprintln!("real node: k3s's layout: the kubelet's flags and drop-in read");
+}
+
 /// node-monitor's configuration for disk and PID pressure: `nodefs.available` and `pid.available`
 /// thresholds a container can cross on this node (3 GiB root file system with about 1.5 GiB free;
 /// about 15 000 PIDs free), memory as in the other tests.
@@ -825,11 +921,13 @@ async fn disk_and_pid_pressure_from_containers() {
         mut node,
         agent: _,
         agent_ip,
-    } = install(
-        "base",
+    } = install_from(
+        // k3s's layout, with the chart's documented `distribution=k3s`.
+        Manifests::Helm(&["createNamespace=true", "distribution=k3s"]),
         Some(&disk_and_pid_config()),
         &RealNodeOptions {
             cgroup_driver: CgroupDriver::Cgroupfs,
+            layout: NodeLayout::K3s,
             ..RealNodeOptions::default()
         },
     )
@@ -849,6 +947,7 @@ async fn disk_and_pid_pressure_from_containers() {
                 && l.get("path").is_some_and(|p| p.ends_with("/kubepods"))),
         "the agent reads pods from the cgroupfs driver's kubepods tree: {layout:?}"
     );
+    k3s_layout_seen(&m);
     create_running(
         &client,
         &node,

@@ -37,9 +37,12 @@ pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
     (Signal::ImageFsInodesFree, "5%"),
 ];
 
-/// Where kubeadm and most distributions write the kubelet's KubeletConfiguration: the default
-/// of `nodeMonitor.kubeletConfigPath`.
-pub const DEFAULT_KUBELET_CONFIG_PATH: &str = "/var/lib/kubelet/config.yaml";
+/// The default of `nodeMonitor.kubeletConfigPath`: find the kubelet's configuration from its
+/// command line, else in the places the distributions write it
+/// ([`crate::kubelet_invocation`]).
+pub const DEFAULT_KUBELET_CONFIG_PATH: &str = KUBELET_CONFIG_AUTO;
+/// The `nodeMonitor.kubeletConfigPath` value that finds the kubelet's configuration.
+pub const KUBELET_CONFIG_AUTO: &str = "auto";
 
 /// The agent's state directory on the host: the default of `nodeMonitor.stateDir`.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/node-monitor";

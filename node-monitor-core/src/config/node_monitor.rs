@@ -182,11 +182,12 @@ pub(super) fn parse_node_monitor(
         s.memory_push = b;
     }
     if let Some((field, path)) = &f.kubelet_config_path {
-        if !path.is_empty() && !path.starts_with('/') {
+        if !path.is_empty() && path != KUBELET_CONFIG_AUTO && !path.starts_with('/') {
             return Err(invalid(
                 field,
                 path,
-                "must be an absolute path, or empty (off)",
+                "must be an absolute path, \"auto\" (found from the kubelet's command line and \
+                 the distributions' paths), or empty (off)",
             ));
         }
         s.kubelet_config_path.clone_from(path);

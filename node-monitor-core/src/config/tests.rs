@@ -720,6 +720,12 @@ fn the_layout_config_is_rebuilt_only_when_the_layout_changes() {
 #[test]
 fn kubelet_config_path_defaults_turns_off_and_must_be_absolute() {
     let c = load_yaml("{}", &flags()).expect("default");
+    assert_eq!(c.node_monitor.kubelet_config_path, "auto");
+    let c = load_yaml(
+        "nodeMonitor:\n  kubeletConfigPath: /var/lib/kubelet/config.yaml\n",
+        &flags(),
+    )
+    .expect("a path");
     assert_eq!(
         c.node_monitor.kubelet_config_path,
         "/var/lib/kubelet/config.yaml"

@@ -276,3 +276,94 @@ fn the_comparison_names_both_thresholds_resolved() {
     assert_eq!(got[0].node_monitor, "500Mi");
     assert_eq!(got[0].kubelet.as_deref(), Some("10% (858993472)"));
 }
+
+#[test]
+fn a_file_then_drop_ins_then_flags_as_the_kubelet_reads_them() {
+    let hard = |k: &KubeletEviction| -> Vec<(Signal, String)> {
+        k.thresholds
+            .iter()
+            .filter(|t| t.source == ThresholdSource::EvictionHard)
+            .map(|t| (t.signal, t.value.to_string()))
+            .collect()
+    };
+    let file = ConfigSource {
+        name: "/etc/kubernetes/kubelet/config.json",
+        text: r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration",
+                  "evictionHard":{"memory.available":"100Mi"},"evictionPressureTransitionPeriod":"1m"}"#,
+    };
+    let drop_in = ConfigSource {
+        name: "/etc/kubernetes/kubelet/config.json.d/40-eviction.conf",
+        text: "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+               evictionHard:\n  nodefs.available: 7%\n",
+    };
+    let none = EvictionOverrides::default();
+    // The drop-in merges into the file's evictionHard key by key (a JSON merge patch) and
+    // keeps its other fields.
+    let k = parse_kubelet_layers(Some(file), &[drop_in], &none).expect("valid");
+    assert_eq!(
+        hard(&k),
+        vec![
+            (Signal::MemoryAvailable, "100Mi".to_owned()),
+            (Signal::NodeFsAvailable, "7%".to_owned())
+        ]
+    );
+    assert_eq!(k.pressure_transition_period, Duration::from_secs(60));
+    // A file without evictionHard is defaulted before the drop-ins merge: one drop-in entry
+    // keeps the other four defaults (where a file with that one entry would drop them).
+    let bare = ConfigSource {
+        name: "config.yaml",
+        text: "kind: KubeletConfiguration\ncgroupDriver: systemd\n",
+    };
+    let mem = ConfigSource {
+        name: "10-mem.conf",
+        text: "kind: KubeletConfiguration\nevictionHard:\n  memory.available: 300Mi\n",
+    };
+    let k = parse_kubelet_layers(Some(bare), &[mem], &none).expect("valid");
+    assert_eq!(hard(&k).len(), 5);
+    assert!(hard(&k).contains(&(Signal::MemoryAvailable, "300Mi".to_owned())));
+    // Drop-ins alone (k3s), a later one removing an entry with null.
+    let drop = ConfigSource {
+        name: "20-drop.conf",
+        text: "kind: KubeletConfiguration\nevictionHard:\n  imagefs.inodesFree: null\n",
+    };
+    let k = parse_kubelet_layers(None, &[mem, drop], &none).expect("valid");
+    assert_eq!(hard(&k).len(), 4);
+    // The flags override everything.
+    let flags = EvictionOverrides {
+        eviction_hard: vec!["memory.available<750Mi,pid.available<1000".into()],
+        eviction_pressure_transition_period: Some("30s".into()),
+        ..EvictionOverrides::default()
+    };
+    let k = parse_kubelet_layers(Some(file), &[drop_in], &flags).expect("valid");
+    assert_eq!(
+        hard(&k),
+        vec![
+            (Signal::MemoryAvailable, "750Mi".to_owned()),
+            (Signal::PidAvailable, "1k".to_owned())
+        ]
+    );
+    assert_eq!(k.pressure_transition_period, Duration::from_secs(30));
+    // Flags alone (a kubelet configured by flags, as AKS's is).
+    let k = parse_kubelet_layers(None, &[], &flags).expect("valid");
+    assert_eq!(hard(&k).len(), 2);
+    // Nothing at all: the kubelet's defaults.
+    let k = parse_kubelet_layers(None, &[], &none).expect("valid");
+    assert_eq!(k.thresholds, default_hard());
+    // A malformed flag, or a malformed drop-in, is named.
+    let bad = EvictionOverrides {
+        eviction_hard: vec!["memory.available<lots".into()],
+        ..EvictionOverrides::default()
+    };
+    let e = parse_kubelet_layers(None, &[], &bad)
+        .expect_err("malformed")
+        .to_string();
+    assert!(e.contains("--eviction-hard") && e.contains("lots"), "{e}");
+    let broken = ConfigSource {
+        name: "30-broken.conf",
+        text: "evictionHard:\n  memory.available: plenty\n",
+    };
+    let e = parse_kubelet_layers(Some(file), &[broken], &none)
+        .expect_err("malformed")
+        .to_string();
+    assert!(e.contains("30-broken.conf") && e.contains("plenty"), "{e}");
+}

@@ -249,8 +249,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
     }
     /// Reads the kubelet's configuration file at `path` (empty: off) and compares its
     /// thresholds with the agent's on each cycle.
-    pub(super) fn with_kubelet_config(mut self, path: &str) -> Self {
-        self.kubelet = super::kubelet_config::KubeletThresholds::new(path);
+    pub(super) fn with_kubelet_config(mut self, path: &str, proc_root: &std::path::Path) -> Self {
+        self.kubelet = super::kubelet_config::KubeletThresholds::new(path, proc_root);
         self
     }
 

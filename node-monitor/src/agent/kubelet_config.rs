@@ -1,37 +1,44 @@
-//! Coexisting with the kubelet: its own eviction thresholds, read from its configuration file
-//! (`nodeMonitor.kubeletConfigPath`), set against node-monitor's by
+//! Coexisting with the kubelet: its own eviction thresholds, read from its command line,
+//! configuration file and drop-ins (`nodeMonitor.kubeletConfigPath`, `auto` by default:
+//! [`super::kubelet_source`]), set against node-monitor's by
 //! [`node_monitor_core::kubelet_thresholds`].
 //!
-//! The file is read on the decision loop's first cycle and again on the first cycle after each
+//! They are read on the decision loop's first cycle and again on the first cycle after each
 //! [`REREAD_INTERVAL`] (a few kilobytes, once a minute); the comparison runs on every cycle with
 //! that cycle's capacities, and what it finds is logged once per change and exported as
-//! `node_monitor_kubelet_config_read` and `node_monitor_kubelet_threshold_preempts`. A missing,
-//! unreadable or malformed file is logged once (naming the file and, when malformed, the field
-//! and value) and counted; it never stops the agent.
-use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+//! `node_monitor_kubelet_config_read`, `node_monitor_kubelet_config_source` and
+//! `node_monitor_kubelet_threshold_preempts`. A configuration not found, unreadable or
+//! malformed is logged once (naming the file and, when malformed, the field and value) and
+//! counted; it never stops the agent.
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 use node_monitor_core::{
-    kubelet_thresholds::{Comparison, Kind, Precedence, compare, parse_kubelet_config},
+    config::{ConfigSource, KUBELET_CONFIG_AUTO},
+    kubelet_thresholds::{Comparison, Kind, Precedence, compare, parse_kubelet_layers},
     signals::{Signal, SignalObservation},
     threshold::Threshold,
 };
 
-use crate::{
-    io::{InputError, MAX_INPUT_BYTES, read_file_bounded},
-    metrics::{Metrics, ThresholdLabels},
-};
+use super::kubelet_source::{self, Origin};
+use crate::metrics::{KubeletSourceLabels, Metrics, ThresholdLabels};
 
 /// How often the kubelet's configuration file is read again.
 pub(super) const REREAD_INTERVAL: Duration = Duration::from_secs(60);
 
-/// What the last read of the file found.
+/// What the last read of the kubelet's configuration found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Status {
-    Read,
-    NotFound,
+    /// Read from these sources.
+    Read(Vec<Origin>),
+    /// Nothing found: what was looked for.
+    NotFound(Vec<String>),
     Unreadable(String),
     Malformed(String),
 }
@@ -39,7 +46,9 @@ enum Status {
 /// The kubelet's thresholds as last read, and what was last reported about them.
 #[derive(Debug)]
 pub(super) struct KubeletThresholds {
-    path: PathBuf,
+    /// `None`: find it (`auto`); else the one file to read.
+    path: Option<String>,
+    proc_root: PathBuf,
     read_at: Option<Instant>,
     kubelet: Option<Vec<Threshold>>,
     status: Option<Status>,
@@ -47,10 +56,12 @@ pub(super) struct KubeletThresholds {
 }
 
 impl KubeletThresholds {
-    /// Watches the file at `path`; `None` when the setting is off (empty).
-    pub(super) fn new(path: &str) -> Option<Self> {
+    /// Reads the file at `path`, or with `auto` finds the kubelet's configuration through the
+    /// host's procfs at `proc_root`; `None` when the setting is off (empty).
+    pub(super) fn new(path: &str, proc_root: &Path) -> Option<Self> {
         (!path.is_empty()).then(|| Self {
-            path: path.into(),
+            path: (path != KUBELET_CONFIG_AUTO).then(|| path.to_owned()),
+            proc_root: proc_root.to_path_buf(),
             read_at: None,
             kubelet: None,
             status: None,
@@ -103,56 +114,86 @@ impl KubeletThresholds {
         self.verdicts = Some(verdicts);
     }
 
-    /// Reads and parses the file; logs a change of outcome once.
+    /// Finds, reads and parses the kubelet's configuration; logs a change of outcome once.
     fn read(&mut self, metrics: &Metrics) {
-        let name = self.path.display().to_string();
-        // Bounded, and never opened unless a regular file: a FIFO there cannot block the loop.
-        let read = read_file_bounded(&self.path, "the kubelet config file", MAX_INPUT_BYTES);
-        let (status, kubelet, warnings) = match read {
-            Err(InputError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                (Status::NotFound, None, vec![])
-            }
-            Err(e) => (Status::Unreadable(e.to_string()), None, vec![]),
-            Ok(text) => match parse_kubelet_config(&name, &text) {
-                Ok(k) => (Status::Read, Some(k.thresholds), k.warnings),
+        let (status, kubelet, warnings) =
+            match kubelet_source::find(&self.proc_root, self.path.as_deref()) {
                 Err(e) => (
-                    Status::Malformed(crate::telemetry::error_chain(&e)),
+                    Status::Unreadable(format!("{}: {}", e.path, e.error)),
                     None,
                     vec![],
                 ),
-            },
-        };
+                Ok(found) if !found.anything() => (Status::NotFound(found.searched), None, vec![]),
+                Ok(found) => {
+                    let file = found
+                        .file
+                        .as_ref()
+                        .map(|(name, text)| ConfigSource { name, text });
+                    let drop_ins: Vec<ConfigSource<'_>> = found
+                        .drop_ins
+                        .iter()
+                        .map(|(name, text)| ConfigSource { name, text })
+                        .collect();
+                    match parse_kubelet_layers(file, &drop_ins, &found.flags) {
+                        Ok(k) => (Status::Read(found.origins), Some(k.thresholds), k.warnings),
+                        Err(e) => (
+                            Status::Malformed(crate::telemetry::error_chain(&e)),
+                            None,
+                            vec![],
+                        ),
+                    }
+                }
+            };
         metrics
             .kubelet_config_read
-            .set(i64::from(status == Status::Read));
+            .set(i64::from(matches!(status, Status::Read(_))));
         if self.status.as_ref() != Some(&status) {
-            match &status {
-                Status::Read => info!(
-                    file = %name,
-                    thresholds = kubelet.as_ref().map_or(0, Vec::len),
-                    "read the kubelet's eviction thresholds"
-                ),
-                Status::NotFound => info!(
-                    file = %name,
-                    "the kubelet's configuration file is not there: cannot tell which signals \
-                     the kubelet acts on first (nodeMonitor.kubeletConfigPath)"
-                ),
-                Status::Unreadable(e) => warn!(
-                    file = %name, error = %e,
-                    "cannot read the kubelet's configuration file (nodeMonitor.kubeletConfigPath)"
-                ),
-                Status::Malformed(e) => warn!(
-                    file = %name, error = %e,
-                    "the kubelet's configuration file has a malformed eviction setting; its \
-                     thresholds are not compared"
-                ),
+            metrics.kubelet_config_source.clear();
+            if let Status::Read(origins) = &status {
+                for o in origins {
+                    metrics
+                        .kubelet_config_source
+                        .get_or_create(&KubeletSourceLabels {
+                            kind: o.kind().to_owned(),
+                            source: o.name(),
+                        })
+                        .set(1);
+                }
             }
+            log_status(&status, kubelet.as_ref().map_or(0, Vec::len));
             for w in &warnings {
-                info!(file = %name, warning = %w, "kubelet configuration");
+                info!(warning = %w, "kubelet configuration");
             }
         }
         self.status = Some(status);
         self.kubelet = kubelet;
+    }
+}
+
+/// What a new outcome of the read says, once.
+fn log_status(status: &Status, thresholds: usize) {
+    match status {
+        Status::Read(origins) => info!(
+            sources = %origins.iter().map(Origin::name).collect::<Vec<_>>().join(", "),
+            thresholds,
+            "read the kubelet's eviction thresholds"
+        ),
+        Status::NotFound(searched) => warn!(
+            searched = %searched.join(", "),
+            "the kubelet's configuration was not found (no kubelet command line in the host's \
+             /proc, no file in the places looked at): cannot tell which signals the kubelet acts \
+             on first; set nodeMonitor.kubeletConfigPath and mount the file \
+             (node_monitor_kubelet_config_read is 0)"
+        ),
+        Status::Unreadable(e) => warn!(
+            error = %e,
+            "cannot read the kubelet's configuration (nodeMonitor.kubeletConfigPath)"
+        ),
+        Status::Malformed(e) => warn!(
+            error = %e,
+            "the kubelet's configuration has a malformed eviction setting; its thresholds are \
+             not compared"
+        ),
     }
 }
 
@@ -202,7 +243,8 @@ mod tests {
         let path = dir.path().join("config.yaml");
         nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRUSR).expect("mkfifo");
         let m = Metrics::new();
-        let mut k = KubeletThresholds::new(&path.display().to_string()).expect("on");
+        let mut k =
+            KubeletThresholds::new(&path.display().to_string(), Path::new("/proc")).expect("on");
         k.check(Instant::now(), &[], &BTreeMap::new(), &m);
         assert_eq!(read_gauge(&m), 0);
         assert!(
@@ -214,7 +256,7 @@ mod tests {
 
     #[test]
     fn off_when_empty() {
-        assert!(KubeletThresholds::new("").is_none());
+        assert!(KubeletThresholds::new("", Path::new("/proc")).is_none());
     }
 
     #[test]
@@ -229,7 +271,8 @@ mod tests {
         .thresholds;
         let observed = BTreeMap::new();
         let m = Metrics::new();
-        let mut k = KubeletThresholds::new(&path.display().to_string()).expect("on");
+        let mut k =
+            KubeletThresholds::new(&path.display().to_string(), Path::new("/proc")).expect("on");
         let t0 = Instant::now();
 
         k.check(t0, &ours, &observed, &m);

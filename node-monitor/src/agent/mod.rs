@@ -10,6 +10,7 @@ mod cycle;
 mod flight;
 pub mod kernel;
 mod kubelet_config;
+mod kubelet_source;
 pub mod memcg;
 pub mod ports;
 pub mod protect;
@@ -356,7 +357,7 @@ fn decision_loop<C: ports::ClusterWrites, P: ports::PodSource>(
         headroom_policy,
     )
     .with_live(live)
-    .with_kubelet_config(&kubelet_config_path)
+    .with_kubelet_config(&kubelet_config_path, &args.proc_root)
 }
 
 /// The HTTP endpoint, with the node API (which answers 503 until the API client exists to

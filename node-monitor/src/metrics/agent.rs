@@ -74,6 +74,14 @@ pub struct SourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubeletSourceLabels {
+    /// `file`, `drop_in` or `command_line`.
+    pub kind: String,
+    /// The file's path, or the program and its process ID.
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KubepodsLabels {
     /// `systemd`, `cgroupfs` or `unknown` (not yet detected).
     pub driver: String,
@@ -231,6 +239,7 @@ pub struct Metrics {
     pub loop_last_progress_timestamp_seconds: Gauge<f64, AtomicU64>,
     pub loop_liveness_bound_seconds: Gauge<f64, AtomicU64>,
     pub kubelet_config_read: Gauge,
+    pub kubelet_config_source: Family<KubeletSourceLabels, Gauge>,
     pub kubelet_threshold_preempts: Family<ThresholdLabels, Gauge>,
     oom_pods_seen: Mutex<HashSet<(String, String)>>,
     ringbuf_drops_seen: AtomicU64,
@@ -302,6 +311,7 @@ impl Metrics {
             loop_last_progress_timestamp_seconds: Gauge::default(),
             loop_liveness_bound_seconds: Gauge::default(),
             kubelet_config_read: Gauge::default(),
+            kubelet_config_source: Family::default(),
             kubelet_threshold_preempts: Family::default(),
             oom_pods_seen: Mutex::new(HashSet::new()),
             ringbuf_drops_seen: AtomicU64::new(0),
@@ -538,8 +548,13 @@ impl Metrics {
         );
         reg.add(
             "kubelet_config_read",
-            "1 when the kubelet's configuration file (nodeMonitor.kubeletConfigPath) was read and parsed at the last look, 0 when it is missing, unreadable or malformed or the setting is off",
+            "1 when the kubelet's configuration (nodeMonitor.kubeletConfigPath: its command line, file and drop-ins) was found and parsed at the last look, 0 when none was found, or one is unreadable or malformed, or the setting is off",
             m.kubelet_config_read.clone(),
+        );
+        reg.add(
+            "kubelet_config_source",
+            "1 for each source of the kubelet's eviction settings read at the last look: its command line, its configuration file and each drop-in",
+            m.kubelet_config_source.clone(),
         );
         reg.add(
             "kubelet_threshold_preempts",

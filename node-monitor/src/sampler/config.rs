@@ -19,6 +19,8 @@ pub const DEFAULT_KUBELET_ROOT: &str = "/var/lib/kubelet";
 pub const DEFAULT_POD_LOG_ROOT: &str = "/var/log/pods";
 /// `kubepods_cgroup` value that detects the kubelet's layout (see [`KubepodsDetection`]).
 pub const KUBEPODS_AUTO: &str = "auto";
+/// The longest `kubepods_cgroup` accepted.
+pub const MAX_KUBEPODS_PATH: usize = 1024;
 /// The kubelet's configuration file as kubeadm writes it, under the kubelet root.
 pub const KUBELET_CONFIG_FILE: &str = "config.yaml";
 /// The kubelet's default housekeeping interval, also the cadence of the expensive part of
@@ -28,7 +30,13 @@ pub const DEFAULT_FULL_SAMPLE_INTERVAL: Duration = Duration::from_secs(10);
 pub const DEFAULT_POD_DISK_BUDGET: u64 = 100_000;
 /// Where containerd and CRI-O keep writable layers: a container's overlay upper directory is
 /// walked only below one of these.
-pub const DEFAULT_WRITABLE_LAYER_ROOTS: [&str; 2] = ["/var/lib/containerd", "/var/lib/containers"];
+pub const DEFAULT_WRITABLE_LAYER_ROOTS: [&str; 4] = [
+    "/var/lib/containerd",
+    "/var/lib/containers",
+    // k3s's and RKE2's embedded containerd
+    "/var/lib/rancher/k3s/agent/containerd",
+    "/var/lib/rancher/rke2/agent/containerd",
+];
 /// Descriptors kept open for pod cgroup files: enough for 1 000 pods.
 pub const DEFAULT_MAX_OPEN_FILES: usize = 3_000;
 
@@ -36,12 +44,29 @@ pub const DEFAULT_MAX_OPEN_FILES: usize = 3_000;
 /// snapshotter and storage directories are what the runtimes report through CRI `ImageFsInfo`
 /// (containerd: the snapshotter root; CRI-O: the containers/storage graph root); statvfs of
 /// either gives the filesystem that holds images and writable layers.
-pub const IMAGE_FS_CANDIDATES: [(&str, ImageFsSource); 3] = [
+pub const IMAGE_FS_CANDIDATES: [(&str, ImageFsSource); 7] = [
     (
         "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs",
         ImageFsSource::Containerd,
     ),
     ("/var/lib/containerd", ImageFsSource::Containerd),
+    // k3s's and RKE2's embedded containerd keeps its state under /var/lib/rancher.
+    (
+        "/var/lib/rancher/k3s/agent/containerd/io.containerd.snapshotter.v1.overlayfs",
+        ImageFsSource::Containerd,
+    ),
+    (
+        "/var/lib/rancher/k3s/agent/containerd",
+        ImageFsSource::Containerd,
+    ),
+    (
+        "/var/lib/rancher/rke2/agent/containerd/io.containerd.snapshotter.v1.overlayfs",
+        ImageFsSource::Containerd,
+    ),
+    (
+        "/var/lib/rancher/rke2/agent/containerd",
+        ImageFsSource::Containerd,
+    ),
     ("/var/lib/containers/storage", ImageFsSource::CriO),
 ];
 
@@ -147,7 +172,11 @@ impl Default for SamplerConfig {
 pub enum ConfigError {
     #[error("node_cgroup {value:?} must be a path inside the cgroup hierarchy (no \"..\")")]
     NodeCgroup { value: PathBuf },
-    #[error("kubepods_cgroup {value:?} must be one non-empty path component")]
+    #[error(
+        "kubepods_cgroup {value:?} must be a relative path of non-empty components without \
+         \".\" or \"..\" (e.g. kubepods.slice, kubelet.slice/kubelet-kubepods.slice), at most \
+         {MAX_KUBEPODS_PATH} bytes"
+    )]
     KubepodsCgroup { value: String },
     #[error(
         "cgroup_root {root:?}: neither a cgroup2 mount nor a cgroup v1 memory hierarchy \
@@ -229,15 +258,48 @@ impl KubepodsDetection {
     }
 }
 
-/// `cgroupDriver` from a KubeletConfiguration file; `None` when the file is unreadable, not
-/// YAML, or has no valid value (the kubelet's default, cgroupfs, is not assumed: a kubeadm node
-/// always writes it).
-pub fn kubelet_config_driver(path: &Path) -> Option<CgroupDriver> {
+/// `cgroupDriver` and `cgroupRoot` from a KubeletConfiguration file; `None` when the file is
+/// unreadable or not YAML, and a field `None` when it has no valid value (the kubelet's default
+/// driver, cgroupfs, is not assumed: a kubeadm node always writes it).
+pub fn kubelet_config_layout(path: &Path) -> Option<(Option<CgroupDriver>, Option<String>)> {
     let text =
         crate::io::read_file_bounded(path, "the kubelet config file", crate::io::MAX_INPUT_BYTES)
             .ok()?;
     let value: serde_norway::Value = serde_norway::from_str(&text).ok()?;
-    CgroupDriver::parse(value.get("cgroupDriver")?.as_str()?)
+    let driver = value
+        .get("cgroupDriver")
+        .and_then(|v| v.as_str())
+        .and_then(CgroupDriver::parse);
+    let root = value
+        .get("cgroupRoot")
+        .and_then(|v| v.as_str())
+        .map(str::to_owned);
+    Some((driver, root))
+}
+
+/// `cgroupDriver` from a KubeletConfiguration file (see [`kubelet_config_layout`]).
+pub fn kubelet_config_driver(path: &Path) -> Option<CgroupDriver> {
+    kubelet_config_layout(path)?.0
+}
+
+/// A kubepods cgroup one level down, under a kubelet `cgroupRoot` (kind's `/kubelet`):
+/// `<x>.slice/<x>-kubepods.slice` (systemd) or `<x>/kubepods` (cgroupfs), for the first child
+/// `<x>` of `node_memory` that has one, in name order.
+fn nested_kubepods(node_memory: &Path) -> Option<(String, CgroupDriver)> {
+    let mut children: Vec<String> = std::fs::read_dir(node_memory)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    children.sort();
+    children.into_iter().find_map(|c| {
+        let candidate = match c.strip_suffix(".slice") {
+            Some(stem) => (format!("{c}/{stem}-kubepods.slice"), CgroupDriver::Systemd),
+            None => (format!("{c}/kubepods"), CgroupDriver::Cgroupfs),
+        };
+        node_memory.join(&candidate.0).is_dir().then_some(candidate)
+    })
 }
 
 impl SamplerConfig {
@@ -266,8 +328,8 @@ impl SamplerConfig {
         let node_is_root = node_rel.as_os_str().is_empty();
         let (node_memory, node_pids, node_unified) = node_dirs(root, version, &node_rel);
         let (kp, kubepods_detection) = self.kubepods(version, &node_memory);
-        let kubepods_memory = node_memory.join(kp);
-        let kubepods_pids = node_pids.as_ref().map(|p| p.join(kp));
+        let kubepods_memory = node_memory.join(&kp);
+        let kubepods_pids = node_pids.as_ref().map(|p| p.join(&kp));
         let proc = &self.proc_root;
         let image_fs = match &self.image_fs {
             Some(p) => Some((p.clone(), ImageFsSource::Configured)),
@@ -279,7 +341,7 @@ impl SamplerConfig {
             node_memory,
             node_pids,
             node_unified,
-            kubepods_name: kp.to_owned(),
+            kubepods_name: kp,
             kubepods_detection,
             kubepods_memory,
             kubepods_pids,
@@ -304,7 +366,12 @@ impl SamplerConfig {
     fn validate(&self) -> Result<PathBuf, ConfigError> {
         let node_rel = node_relative(&self.node_cgroup)?;
         let kp = self.kubepods_cgroup.as_str();
-        if kp != KUBEPODS_AUTO && (kp.is_empty() || kp.contains('/') || kp == "." || kp == "..") {
+        if kp != KUBEPODS_AUTO
+            && (kp.is_empty()
+                || kp.starts_with('/')
+                || kp.len() > MAX_KUBEPODS_PATH
+                || kp.split('/').any(|c| c.is_empty() || c == "." || c == ".."))
+        {
             return Err(ConfigError::KubepodsCgroup {
                 value: self.kubepods_cgroup.clone(),
             });
@@ -333,28 +400,73 @@ impl SamplerConfig {
 
     /// The kubepods cgroup's name and how it was found: as configured, or (`auto`) detected
     /// from the cgroup tree under `node_memory` and the kubelet's configuration.
-    fn kubepods(&self, version: CgroupVersion, node_memory: &Path) -> (&str, KubepodsDetection) {
+    ///
+    /// In order: the kubepods cgroup at the node cgroup's root (`kubepods.slice`, `kubepods`);
+    /// then, when the kubelet's configuration names a `cgroupRoot`, the kubepods cgroup the
+    /// kubelet makes under it; then one nested a level down (kind's
+    /// `kubelet.slice/kubelet-kubepods.slice`); then the configuration's driver alone.
+    fn kubepods(&self, version: CgroupVersion, node_memory: &Path) -> (String, KubepodsDetection) {
         if self.kubepods_cgroup != KUBEPODS_AUTO {
-            return (&self.kubepods_cgroup, KubepodsDetection::Configured);
+            return (self.kubepods_cgroup.clone(), KubepodsDetection::Configured);
         }
         let config_path = self
             .kubelet_config
             .clone()
             .unwrap_or_else(|| self.kubelet_root.join(KUBELET_CONFIG_FILE));
-        let detected = detect_driver(
-            node_memory.join("kubepods.slice").is_dir(),
-            node_memory.join("kubepods").is_dir(),
-            kubelet_config_driver(&config_path),
-        );
-        match detected {
-            Some((d, evidence)) => (d.kubepods_name(), KubepodsDetection::Detected(d, evidence)),
+        let (config_driver, config_root) = kubelet_config_layout(&config_path).unwrap_or_default();
+        let slice = node_memory.join("kubepods.slice").is_dir();
+        let plain = node_memory.join("kubepods").is_dir();
+        let rooted = config_root
+            .as_deref()
+            .filter(|r| !r.trim_matches('/').is_empty());
+        if !slice
+            && !plain
+            && let Some(root) = rooted
+        {
+            // The kubelet's own root: its driver from the file, else whichever exists.
+            let drivers = match config_driver {
+                Some(d) => vec![d],
+                None => vec![CgroupDriver::Systemd, CgroupDriver::Cgroupfs],
+            };
+            let named: Vec<(CgroupDriver, String)> = drivers
+                .into_iter()
+                .filter_map(|d| {
+                    node_monitor_core::kubelet_layout::kubepods_relative(root, d).map(|kp| (d, kp))
+                })
+                .collect();
+            if let Some((d, kp)) = named.iter().find(|(_, kp)| node_memory.join(kp).is_dir()) {
+                return (
+                    kp.clone(),
+                    KubepodsDetection::Detected(*d, DriverEvidence::KubeletConfig),
+                );
+            }
+            // The kubelet has not made it yet: look again on the next pass.
+            if let Some((_, kp)) = named.into_iter().next() {
+                return (kp, KubepodsDetection::Pending);
+            }
+        }
+        if !slice
+            && !plain
+            && let Some((kp, d)) = nested_kubepods(node_memory)
+        {
+            return (
+                kp,
+                KubepodsDetection::Detected(d, DriverEvidence::CgroupTree),
+            );
+        }
+        match detect_driver(slice, plain, config_driver) {
+            Some((d, evidence)) => (
+                d.kubepods_name().to_owned(),
+                KubepodsDetection::Detected(d, evidence),
+            ),
             // systemd hosts (cgroup v2 nearly always) run the systemd driver by default
             // since kubeadm 1.22; cgroup v1 hosts mostly cgroupfs.
             None => (
                 match version {
                     CgroupVersion::V2 => "kubepods.slice",
                     CgroupVersion::V1 => "kubepods",
-                },
+                }
+                .to_owned(),
                 KubepodsDetection::Pending,
             ),
         }

@@ -53,13 +53,32 @@ object of its kind). Arguments: ctx (the root context), path, and optionally ext
 {{- end }}
 {{- end }}
 
-{{/* The kubepods cgroup flag for .Values.cgroupDriver. */}}
+{{/* The kubepods cgroup flag for .Values.kubepodsCgroup, else .Values.cgroupDriver. */}}
 {{- define "node-monitor.kubepodsCgroup" -}}
 {{- $d := .Values.cgroupDriver -}}
-{{- if eq $d "systemd" }}kubepods.slice{{ else if eq $d "cgroupfs" }}kubepods{{ else }}auto{{ end -}}
+{{- if .Values.kubepodsCgroup }}{{ .Values.kubepodsCgroup }}{{ else if eq $d "systemd" }}kubepods.slice{{ else if eq $d "cgroupfs" }}kubepods{{ else }}auto{{ end -}}
 {{- end }}
 
-{{/* The container runtime's state directory for .Values.runtime. */}}
+{{/* The container runtime's state directory: hostPaths.runtimeState, else by .Values.runtime
+and .Values.distribution (k3s and RKE2 embed containerd under /var/lib/rancher). */}}
 {{- define "node-monitor.runtimeState" -}}
-{{- if eq .Values.runtime "crio" }}/var/lib/containers{{ else }}/var/lib/containerd{{ end -}}
+{{- $d := .Values.distribution -}}
+{{- if .Values.hostPaths.runtimeState }}{{ .Values.hostPaths.runtimeState }}
+{{- else if eq .Values.runtime "crio" }}/var/lib/containers
+{{- else if eq $d "k3s" }}/var/lib/rancher/k3s/agent/containerd
+{{- else if eq $d "rke2" }}/var/lib/rancher/rke2/agent/containerd
+{{- else }}/var/lib/containerd{{ end -}}
+{{- end }}
+
+{{/* The kubelet configuration mounted beyond the kubelet root, as a YAML list of {path, type}:
+the distribution's, then hostPaths.kubeletConfig. */}}
+{{- define "node-monitor.kubeletConfigMounts" -}}
+{{- $d := .Values.distribution -}}
+{{- $m := list -}}
+{{- if eq $d "k3s" }}{{ $m = append $m (dict "path" "/var/lib/rancher/k3s/agent/etc/kubelet.conf.d" "type" "DirectoryOrCreate") }}{{ end -}}
+{{- if eq $d "rke2" }}{{ $m = append $m (dict "path" "/var/lib/rancher/rke2/agent/etc/kubelet.conf.d" "type" "DirectoryOrCreate") }}{{ end -}}
+{{- if eq $d "eks" }}{{ $m = append $m (dict "path" "/etc/kubernetes/kubelet" "type" "DirectoryOrCreate") }}{{ end -}}
+{{- if eq $d "gke" }}{{ $m = append $m (dict "path" "/home/kubernetes/kubelet-config.yaml" "type" "File") }}{{ end -}}
+{{- range .Values.hostPaths.kubeletConfig }}{{ $m = append $m (dict "path" .path "type" (.type | default "DirectoryOrCreate")) }}{{ end -}}
+{{- toYaml (dict "mounts" $m) -}}
 {{- end }}

@@ -20,6 +20,14 @@ fn image_fs_discovery_order() {
             ImageFsSource::Containerd
         ))
     );
+    // k3s: containerd's state under /var/lib/rancher.
+    assert_eq!(
+        discover_image_fs(|p: &Path| p.starts_with("/var/lib/rancher/k3s")),
+        Some((
+            "/var/lib/rancher/k3s/agent/containerd/io.containerd.snapshotter.v1.overlayfs".into(),
+            ImageFsSource::Containerd
+        ))
+    );
     assert_eq!(discover_image_fs(|_| false), None);
 }
 
@@ -81,6 +89,123 @@ fn auto_follows_the_tree_then_the_kubelet_config() {
 }
 
 #[test]
+fn a_kubelet_cgroup_root_nests_kubepods() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("cgroup");
+    let kubelet = dir.path().join("kubelet");
+    fs::create_dir_all(root.join("system.slice/kubepods.slice.not")).unwrap();
+    fs::create_dir_all(&kubelet).unwrap();
+    let config = SamplerConfig {
+        cgroup_root: root.clone(),
+        cgroup_version: Some(CgroupVersion::V2),
+        kubepods_cgroup: KUBEPODS_AUTO.into(),
+        kubelet_root: kubelet.clone(),
+        ..SamplerConfig::default()
+    };
+    // kind: `cgroupRoot: /kubelet` and the systemd driver in the kubelet's file, before the
+    // kubelet made its slices: the name it will make, pending.
+    fs::write(
+        kubelet.join("config.yaml"),
+        "kind: KubeletConfiguration
+cgroupDriver: systemd
+cgroupRoot: /kubelet
+",
+    )
+    .unwrap();
+    let l = config.resolve().unwrap();
+    assert_eq!(l.kubepods_name, "kubelet.slice/kubelet-kubepods.slice");
+    assert_eq!(l.kubepods_detection, KubepodsDetection::Pending);
+    fs::create_dir_all(root.join("kubelet.slice/kubelet-kubepods.slice")).unwrap();
+    let l = config.resolve().unwrap();
+    assert_eq!(
+        l.kubepods_memory,
+        root.join("kubelet.slice/kubelet-kubepods.slice")
+    );
+    assert_eq!(
+        l.kubepods_detection,
+        KubepodsDetection::Detected(CgroupDriver::Systemd, DriverEvidence::KubeletConfig)
+    );
+    assert_eq!(
+        l.kubepods_detection.driver_label(&l.kubepods_name),
+        "systemd"
+    );
+    // Without a readable configuration, the tree alone: a kubepods cgroup a level down.
+    fs::remove_file(kubelet.join("config.yaml")).unwrap();
+    let l = config.resolve().unwrap();
+    assert_eq!(l.kubepods_name, "kubelet.slice/kubelet-kubepods.slice");
+    assert_eq!(
+        l.kubepods_detection,
+        KubepodsDetection::Detected(CgroupDriver::Systemd, DriverEvidence::CgroupTree)
+    );
+    // cgroupfs under a root.
+    let other = tempfile::tempdir().unwrap();
+    fs::create_dir_all(other.path().join("kubelet/kubepods/burstable")).unwrap();
+    let l = SamplerConfig {
+        cgroup_root: other.path().to_path_buf(),
+        ..config.clone()
+    }
+    .resolve()
+    .unwrap();
+    assert_eq!(l.kubepods_name, "kubelet/kubepods");
+    assert_eq!(
+        l.kubepods_detection,
+        KubepodsDetection::Detected(CgroupDriver::Cgroupfs, DriverEvidence::CgroupTree)
+    );
+    // A kubepods cgroup at the root wins over a nested one.
+    fs::create_dir_all(other.path().join("kubepods")).unwrap();
+    let l = SamplerConfig {
+        cgroup_root: other.path().to_path_buf(),
+        ..config.clone()
+    }
+    .resolve()
+    .unwrap();
+    assert_eq!(l.kubepods_name, "kubepods");
+    // A nested path can also be configured.
+    let l = SamplerConfig {
+        kubepods_cgroup: "kubelet.slice/kubelet-kubepods.slice".into(),
+        ..config
+    }
+    .resolve()
+    .unwrap();
+    assert_eq!(l.kubepods_detection, KubepodsDetection::Configured);
+    assert_eq!(
+        l.kubepods_memory,
+        root.join("kubelet.slice/kubelet-kubepods.slice")
+    );
+}
+
+#[test]
+fn bad_kubepods_paths_are_named() {
+    let base = SamplerConfig {
+        cgroup_version: Some(CgroupVersion::V2),
+        ..SamplerConfig::default()
+    };
+    for bad in [
+        "kubelet.slice/../../escape".to_owned(),
+        "/kubepods".to_owned(),
+        "a//b".to_owned(),
+        "k/".repeat(600),
+    ] {
+        let cfg = SamplerConfig {
+            kubepods_cgroup: bad.clone(),
+            ..base.clone()
+        };
+        assert_eq!(
+            cfg.resolve(),
+            Err(ConfigError::KubepodsCgroup { value: bad.clone() })
+        );
+    }
+    let msg = ConfigError::KubepodsCgroup {
+        value: "a//b".into(),
+    }
+    .to_string();
+    assert!(
+        msg.contains("kubepods_cgroup") && msg.contains("a//b"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn bad_values_are_named() {
     let base = SamplerConfig {
         cgroup_version: Some(CgroupVersion::V2),
@@ -94,15 +219,6 @@ fn bad_values_are_named() {
             },
             ConfigError::NodeCgroup {
                 value: "../escape".into(),
-            },
-        ),
-        (
-            SamplerConfig {
-                kubepods_cgroup: "a/b".into(),
-                ..base.clone()
-            },
-            ConfigError::KubepodsCgroup {
-                value: "a/b".into(),
             },
         ),
         (
