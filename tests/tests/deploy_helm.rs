@@ -609,6 +609,9 @@ fn container_fs_is_named_to_the_agent_and_mounted_where_it_is() {
     );
 }
 
+/// Volume name → (host path, hostPath type).
+type Mounts<'a> = Vec<(&'a str, (String, String))>;
+
 /// Each distribution preset mounts its runtime's state and its kubelet's configuration, read-only,
 /// and changes nothing else of the DaemonSet's.
 #[test]
@@ -652,7 +655,7 @@ fn distribution_presets_mount_their_layouts() {
             .collect()
     };
     let one = |p: &str, t: &str| (p.to_owned(), t.to_owned());
-    let cases: Vec<(&[&str], Vec<(&str, (String, String))>)> = vec![
+    let cases: Vec<(&[&str], Mounts<'_>)> = vec![
         (
             &[],
             vec![("runtime-state", one("/var/lib/containerd", "Directory"))],
@@ -800,7 +803,11 @@ async fn the_priority_class_quota_admits_the_agent() {
     .expect("admission configuration");
     let cp = ControlPlane::start(
         ControlPlaneOptions {
-            controllers: vec!["resourcequota-controller".to_owned()],
+            controllers: node_monitor_tests::control_plane::DEFAULT_CONTROLLERS
+                .iter()
+                .map(|c| (*c).to_owned())
+                .chain(["resourcequota-controller".to_owned()])
+                .collect(),
             ..ControlPlaneOptions::default()
         }
         .apiserver_arg(format!(
