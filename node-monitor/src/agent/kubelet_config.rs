@@ -49,6 +49,8 @@ pub(super) struct KubeletThresholds {
     /// `None`: find it (`auto`); else the one file to read.
     path: Option<String>,
     proc_root: PathBuf,
+    /// The kubelet's PID at the last look, looked at first the next time.
+    kubelet_pid: Option<u32>,
     read_at: Option<Instant>,
     kubelet: Option<Vec<Threshold>>,
     status: Option<Status>,
@@ -62,6 +64,7 @@ impl KubeletThresholds {
         (!path.is_empty()).then(|| Self {
             path: (path != KUBELET_CONFIG_AUTO).then(|| path.to_owned()),
             proc_root: proc_root.to_path_buf(),
+            kubelet_pid: None,
             read_at: None,
             kubelet: None,
             status: None,
@@ -117,7 +120,7 @@ impl KubeletThresholds {
     /// Finds, reads and parses the kubelet's configuration; logs a change of outcome once.
     fn read(&mut self, metrics: &Metrics) {
         let (status, kubelet, warnings) =
-            match kubelet_source::find(&self.proc_root, self.path.as_deref()) {
+            match kubelet_source::find(&self.proc_root, self.path.as_deref(), self.kubelet_pid) {
                 Err(e) => (
                     Status::Unreadable(format!("{}: {}", e.path, e.error)),
                     None,
@@ -125,6 +128,7 @@ impl KubeletThresholds {
                 ),
                 Ok(found) if !found.anything() => (Status::NotFound(found.searched), None, vec![]),
                 Ok(found) => {
+                    self.kubelet_pid = found.kubelet_pid();
                     let file = found
                         .file
                         .as_ref()

@@ -3,10 +3,7 @@
 //! in-process), then the files it names, else the places the distributions write them
 //! ([`node_monitor_core::kubelet_invocation`]). Reads are bounded, and never open anything but
 //! a regular file.
-use std::{
-    fs,
-    path::{Path, PathBuf},
-};
+use std::{fs, path::Path};
 
 use node_monitor_core::{
     config::EvictionOverrides,
@@ -72,6 +69,14 @@ impl Found {
     pub(super) fn anything(&self) -> bool {
         !self.origins.is_empty()
     }
+
+    /// The PID of the kubelet's (or k3s's, or RKE2's) process, when its command line was read.
+    pub(super) fn kubelet_pid(&self) -> Option<u32> {
+        self.origins.iter().find_map(|o| match o {
+            Origin::CommandLine(_, pid) => Some(*pid),
+            _ => None,
+        })
+    }
 }
 
 /// A file that exists and cannot be read.
@@ -82,11 +87,15 @@ pub(super) struct Unreadable {
 }
 
 /// Reads the kubelet's configuration: `configured` names one file (the setting's explicit
-/// path); `None` finds it from the kubelet's command line under `proc_root`, else the
-/// distributions' paths. A file that is not there is skipped; one that is there and cannot be
-/// read is an error.
-pub(super) fn find(proc_root: &Path, configured: Option<&str>) -> Result<Found, Unreadable> {
-    let seen = configured.map_or_else(|| kubelet_process(proc_root), |_| None);
+/// path); `None` finds it from the kubelet's command line under `proc_root` (looking at
+/// `last_pid`, the kubelet's PID at the previous look, first), else the distributions' paths. A
+/// file that is not there is skipped; one that is there and cannot be read is an error.
+pub(super) fn find(
+    proc_root: &Path,
+    configured: Option<&str>,
+    last_pid: Option<u32>,
+) -> Result<Found, Unreadable> {
+    let seen = configured.map_or_else(|| kubelet_process(proc_root, last_pid), |_| None);
     let sources = kubelet_invocation::sources(configured, seen.as_ref().map(|(_, s)| s));
     let mut found = Found::default();
     if let Some((pid, (launcher, inv))) = &seen {
@@ -141,10 +150,16 @@ fn read_if_there(path: &Path) -> Result<Option<String>, Unreadable> {
     }
 }
 
-/// The kubelet's process (or k3s's, or RKE2's) under `proc_root`: the lowest PID whose command
-/// line is one. Processes are told apart by their `comm` first, so only candidates' command
-/// lines are read.
-fn kubelet_process(proc_root: &Path) -> Option<(u32, (Launcher, KubeletInvocation))> {
+/// The kubelet's process (or k3s's, or RKE2's) under `proc_root`: `last` (the PID found at the
+/// previous look) when it still is one, else the lowest PID whose command line is one.
+/// Processes are told apart by their `comm` first, so only candidates' command lines are read.
+fn kubelet_process(
+    proc_root: &Path,
+    last: Option<u32>,
+) -> Option<(u32, (Launcher, KubeletInvocation))> {
+    if let Some(found) = last.and_then(|pid| probe(proc_root, pid)) {
+        return Some(found);
+    }
     let mut pids: Vec<u32> = fs::read_dir(proc_root)
         .ok()?
         .flatten()
@@ -152,20 +167,23 @@ fn kubelet_process(proc_root: &Path) -> Option<(u32, (Launcher, KubeletInvocatio
         .filter_map(|e| e.file_name().to_str()?.parse().ok())
         .collect();
     pids.sort_unstable();
-    pids.into_iter().find_map(|pid| {
-        let dir = proc_root.join(pid.to_string());
-        let comm = read_file_bounded(&dir.join("comm"), "a process name", 64).ok()?;
-        let comm = comm.trim();
-        if !(comm == "kubelet" || comm.starts_with("k3s") || comm.starts_with("rke2")) {
-            return None;
-        }
-        let argv = read_cmdline(&dir.join("cmdline"))?;
-        kubelet_invocation::parse_command_line(&argv).map(|p| (pid, p))
-    })
+    pids.into_iter().find_map(|pid| probe(proc_root, pid))
+}
+
+/// Process `pid`'s kubelet settings, when it is a kubelet, k3s or RKE2.
+fn probe(proc_root: &Path, pid: u32) -> Option<(u32, (Launcher, KubeletInvocation))> {
+    let dir = proc_root.join(pid.to_string());
+    let comm = read_file_bounded(&dir.join("comm"), "a process name", 64).ok()?;
+    let comm = comm.trim();
+    if !(comm == "kubelet" || comm.starts_with("k3s") || comm.starts_with("rke2")) {
+        return None;
+    }
+    let argv = read_cmdline(&dir.join("cmdline"))?;
+    kubelet_invocation::parse_command_line(&argv).map(|p| (pid, p))
 }
 
 /// `/proc/<pid>/cmdline`, split at its NULs.
-fn read_cmdline(path: &PathBuf) -> Option<Vec<String>> {
+fn read_cmdline(path: &Path) -> Option<Vec<String>> {
     use std::io::Read as _;
     let mut bytes = Vec::new();
     fs::File::open(path)
@@ -229,7 +247,7 @@ mod tests {
                 "--eviction-hard=pid.available<1000",
             ],
         );
-        let found = find(&proc, None).expect("readable");
+        let found = find(&proc, None, None).expect("readable");
         let kinds: Vec<&str> = found.origins.iter().map(Origin::kind).collect();
         assert_eq!(kinds, ["command_line", "file", "drop_in", "drop_in"]);
         assert_eq!(found.origins[0].name(), "kubelet (pid 42)");
@@ -238,9 +256,15 @@ mod tests {
         assert!(found.file.is_some());
         assert_eq!(found.flags.eviction_hard, ["pid.available<1000"]);
         assert!(found.anything());
+        assert_eq!(found.kubelet_pid(), Some(42));
+        // The last PID is looked at first; a PID that is no longer a kubelet is not taken.
+        let found = find(&proc, None, Some(42)).expect("readable");
+        assert_eq!(found.origins[0], Origin::CommandLine("kubelet", 42));
+        let found = find(&proc, None, Some(7)).expect("readable");
+        assert_eq!(found.origins[0], Origin::CommandLine("kubelet", 42));
 
         // An explicit path: that file only, no command line looked for.
-        let found = find(&proc, Some(&file.display().to_string())).expect("readable");
+        let found = find(&proc, Some(&file.display().to_string()), None).expect("readable");
         assert_eq!(found.origins, [Origin::File(file.display().to_string())]);
         assert!(found.flags.eviction_hard.is_empty());
     }
@@ -259,13 +283,13 @@ mod tests {
                 "--kubelet-arg=eviction-hard=memory.available<250Mi",
             ],
         );
-        let found = find(&proc, None).expect("readable");
+        let found = find(&proc, None, None).expect("readable");
         assert_eq!(found.origins, [Origin::CommandLine("k3s", 300)]);
         assert_eq!(found.flags.eviction_hard, ["memory.available<250Mi"]);
         // Nothing at all: no process, no file in the (absent) well-known places.
         let empty = dir.path().join("empty");
         fs::create_dir_all(&empty).expect("mkdir");
-        let found = find(&empty, Some("/nonexistent/kubelet.yaml")).expect("skipped");
+        let found = find(&empty, Some("/nonexistent/kubelet.yaml"), None).expect("skipped");
         assert!(!found.anything());
         assert_eq!(found.searched, ["/nonexistent/kubelet.yaml"]);
     }
@@ -275,7 +299,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config.yaml");
         nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRUSR).expect("mkfifo");
-        let e = find(dir.path(), Some(&path.display().to_string())).expect_err("a FIFO");
+        let e = find(dir.path(), Some(&path.display().to_string()), None).expect_err("a FIFO");
         assert!(e.error.contains("not a regular file"), "{}", e.error);
     }
 }
