@@ -12,6 +12,11 @@ const CLANG: &str = "/usr/lib/llvm-22/bin/clang";
 const SOURCE: &str = "c/task.c";
 
 fn main() {
+    // aya-build passes `--cfg bpf_target_arch="<the host's architecture>"` (reboot.rs reads
+    // system call arguments from that architecture's registers).
+    println!(
+        "cargo::rustc-check-cfg=cfg(bpf_target_arch, values(\"x86_64\", \"aarch64\", \"arm\", \"riscv64\", \"powerpc64\", \"s390x\", \"mips\", \"loongarch64\"))"
+    );
     if let Ok(linker) = which::which("bpf-linker") {
         println!("cargo:rerun-if-changed={}", linker.display());
     }

@@ -43,7 +43,12 @@ pub mod prog {
     pub const MEMCG_BEGIN: &str = "memcg_rcl_beg";
     pub const MEMCG_END: &str = "memcg_rcl_end";
     pub const KSWAPD_WAKE: &str = "kswapd_wake";
+    /// tracepoint `syscalls/sys_enter_reboot`: reboot(2) requests.
     pub const REBOOT: &str = "reboot_enter";
+    /// raw_tracepoint `sys_enter`, filtered on reboot(2)'s number: fallback when the tracepoint
+    /// cannot attach (a perf event, which Debian's and Ubuntu's kernels refuse without
+    /// CAP_SYS_ADMIN when `kernel.perf_event_paranoid` is above 2).
+    pub const REBOOT_RAW: &str = "reboot_raw";
     /// tracepoint `syscalls/sys_enter_getppid`: benchmark event generator, off by default.
     pub const SYNTHETIC: &str = "synthetic_evt";
     /// tracepoint `kmem/mm_page_alloc`: the memory push's per-CPU growth count.

@@ -80,7 +80,13 @@ struct mm_rss_stat {
 struct mm_struct___pre62 {
 	struct mm_rss_stat rss_stat;
 };
+// x86's: `status` holds TS_COMPAT during a 32-bit system call. Other architectures have no
+// `status`.
+struct thread_info {
+	u32 status;
+};
 struct task_struct {
+	struct thread_info thread_info;
 	int pid;
 	int tgid;
 	char comm[TASK_COMM_LEN];
@@ -97,6 +103,9 @@ struct task_struct {
 #define MM_FILEPAGES 0
 #define MM_ANONPAGES 1
 #define MM_SHMEMPAGES 3
+
+// arch/x86/include/asm/thread_info.h.
+#define NM_TS_COMPAT 0x0002
 
 // Mirrors node_monitor_common::logic::RebootCaller.
 struct nm_caller {
@@ -151,6 +160,21 @@ int nm_task_caller(void *task, struct nm_caller *out)
 		return -1;
 	out->user_ns_level = level;
 	return 0;
+}
+
+// Whether `task` is in a 32-bit compat system call, whose numbers are another table's: x86's
+// TS_COMPAT in `thread_info.status`. 0 where the kernel's thread_info has no `status` (other
+// architectures) or the read fails.
+int nm_task_compat_syscall(void *task)
+{
+	struct task_struct *t = task;
+	u32 status = 0;
+
+	if (!bpf_core_field_exists(t->thread_info.status))
+		return 0;
+	if (bpf_core_read(&status, sizeof(status), &t->thread_info.status))
+		return 0;
+	return (status & NM_TS_COMPAT) != 0;
 }
 
 // The victim's ids, name, oom_score_adj and cgroup v2 id

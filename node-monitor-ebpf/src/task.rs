@@ -56,6 +56,15 @@ unsafe extern "C" {
     fn nm_task_caller(task: *const c_void, out: *mut RebootCaller) -> i32;
     fn nm_task_victim(task: *const c_void, out: *mut Victim) -> u32;
     fn nm_task_memory(task: *const c_void, out: *mut Memory) -> i32;
+    fn nm_task_compat_syscall(task: *const c_void) -> i32;
+}
+
+/// Whether `task` is in a 32-bit compat system call (`nm_task_compat_syscall`); false when not
+/// relocated.
+#[inline(always)]
+pub fn in_compat_syscall(task: u64) -> bool {
+    // SAFETY: as in `caller`.
+    relocated() && task != 0 && unsafe { nm_task_compat_syscall(task as *const c_void) } != 0
 }
 
 /// The reboot(2) caller checks of `task` (`nm_task_caller`); `None` when not relocated or a read

@@ -34,18 +34,23 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// Only the reboot program: nothing else writes to the ring buffer.
 fn reboot_only(config: ProbeConfig) -> Probes {
+    reboot_program_only(config, prog::REBOOT)
+}
+
+/// Only `program` of the reboot family (`reboot_raw`: `reboot_enter` left out, as when its perf
+/// event is refused).
+fn reboot_program_only(config: ProbeConfig, program: &str) -> Probes {
     require_root("loading eBPF programs");
-    let probes = Probes::load(&ProbeConfig {
-        disable: ["oom", "reclaim", "kswapd", "mem_push"]
-            .map(str::to_owned)
-            .into(),
-        ..config
-    });
+    let mut disable: std::collections::BTreeSet<String> = ["oom", "reclaim", "kswapd", "mem_push"]
+        .map(str::to_owned)
+        .into();
+    if program == prog::REBOOT_RAW {
+        disable.insert(prog::REBOOT.to_owned());
+    }
+    let probes = Probes::load(&ProbeConfig { disable, ..config });
     assert!(
-        probes
-            .state(prog::REBOOT)
-            .is_some_and(ProgramState::is_attached),
-        "the reboot program is not attached: {:#?}",
+        probes.state(program).is_some_and(ProgramState::is_attached),
+        "{program} is not attached: {:#?}",
         probes.program_states()
     );
     probes
@@ -118,8 +123,20 @@ fn assert_no_shutdown(ev: &RebootEvent) {
 
 #[test]
 fn refused_reboot_requests_are_reported_with_the_kernels_reason() {
-    let mut probes = reboot_only(ProbeConfig::default());
-    assert_eq!(probes.state(prog::REBOOT), Some(&ProgramState::Attached));
+    refused_requests_seen_by(prog::REBOOT);
+}
+
+/// The same calls, seen by the fallback on the raw tracepoint `sys_enter` (Debian's and Ubuntu's
+/// kernels refuse the syscall tracepoint's perf event in a pod): the same verdicts, read from
+/// the caller's registers instead of the tracepoint's fields.
+#[test]
+fn the_raw_sys_enter_fallback_reports_the_same_verdicts() {
+    refused_requests_seen_by(prog::REBOOT_RAW);
+}
+
+fn refused_requests_seen_by(program: &str) {
+    let mut probes = reboot_program_only(ProbeConfig::default(), program);
+    assert_eq!(probes.state(program), Some(&ProgramState::Attached));
     runtime().block_on(async {
         let mut stream = probes.events().expect("event stream");
 

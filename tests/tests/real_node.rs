@@ -256,10 +256,10 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
 
     // The kernel probes in the DaemonSet pod (CAP_BPF and CAP_PERFMON, no CAP_SYS_ADMIN). The
     // raw tracepoint programs (OOM, reclaim, kswapd, the memory push) attach through bpf(2)
-    // alone, whatever perf_event_paranoid says. The reboot probe is a syscall tracepoint, which
-    // goes through perf_event_open: Debian's kernel (perf_event_paranoid 3 by default) allows
-    // that only to CAP_SYS_ADMIN, and then it must be reported failed, with the reason an
-    // operator can act on.
+    // alone, whatever perf_event_paranoid says. The reboot probe's syscall tracepoint goes
+    // through perf_event_open, which Debian's kernel (perf_event_paranoid 3 by default) allows
+    // only to CAP_SYS_ADMIN: there its fallback on the raw tracepoint sys_enter attaches
+    // instead, and the log says why.
     let in_state = |p: &str, state: &str| {
         metrics::sum(
             &first,
@@ -292,27 +292,80 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     .trim()
     .parse()
     .expect("perf_event_paranoid");
-    let agent_log = agent_log(&node);
+    let (probe, standby) = if paranoid > 2 {
+        ("reboot_raw", "reboot_enter")
+    } else {
+        ("reboot_enter", "reboot_raw")
+    };
+    assert!(
+        attached(probe) && !attached(standby),
+        "{probe} attached, {standby} not, with perf_event_paranoid {paranoid}:\n{}",
+        first
+            .lines()
+            .filter(|l| l.contains("program=\"reboot_"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     if paranoid > 2 {
-        assert!(
-            !attached("reboot_enter"),
-            "reboot_enter attached despite perf_event_paranoid {paranoid}"
-        );
+        let agent_log = agent_log(&node);
         assert!(
             agent_log.lines().any(|l| l.contains("reboot_enter")
-                && l.contains(&format!("kernel.perf_event_paranoid is {paranoid}"))),
-            "the agent says why reboot_enter failed:\n{agent_log}"
-        );
-    } else {
-        assert!(
-            attached("reboot_enter"),
-            "reboot_enter attached with perf_event_paranoid {paranoid}"
+                && l.contains(&format!("kernel.perf_event_paranoid is {paranoid}"))
+                && l.contains("fallback")),
+            "the agent says why reboot_enter failed and that reboot_raw took over:\n{agent_log}"
         );
     }
+    // The probe sees a container's reboot(2): a pod holding no capability calls it three times,
+    // the kernel refuses each call (EPERM), and the agent counts them refused, as calls from a
+    // child PID namespace (the probe's first check; the first call as an event, the others
+    // withheld by the per-verdict rate limit and reported with the next event of that verdict,
+    // so at least one).
+    let caller = workload(
+        "reboot-caller",
+        &["/usr/local/bin/nm-reboot-caller", "unprivileged", "3"],
+    )
+    .build();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.create(&PostParams::default(), &caller)
+        .await
+        .expect("create the reboot-caller pod");
+    until(
+        &node,
+        "the reboot-caller pod Succeeded (every call refused with EPERM)",
+        Duration::from_secs(180),
+        || {
+            let pods = pods.clone();
+            async move {
+                let p = pods.get("reboot-caller").await.ok()?;
+                match p.status.as_ref()?.phase.as_deref() {
+                    Some("Succeeded") => Some(()),
+                    Some("Failed") => panic!("nm-reboot-caller failed: {:?}", p.status),
+                    _ => None,
+                }
+            }
+        },
+    )
+    .await;
+    let mut refused = 0.0;
+    for i in 0..10 {
+        let text = scrape(&mut node, &agent_ip, &format!("metrics-reboot-{i}.txt")).await;
+        refused = metrics::sum(
+            &text,
+            "node_monitor_reboot_requests_refused_total",
+            &[("reason", "pid_namespace")],
+        );
+        if refused >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(
+        refused >= 1.0,
+        "{probe} saw the pod's refused reboot(2) calls: refused_total{{reason=pid_namespace}} {refused}"
+    );
     eprintln!(
         "real node: perf_event_paranoid {paranoid}; raw tracepoint programs attached; the \
-         reboot probe attached: {}",
-        paranoid <= 2
+         reboot probe attached as {probe}; a pod's refused reboot(2) calls counted: {refused}"
     );
 
     // --- 2. signal parity with the kubelet's /stats/summary ------------------------------------

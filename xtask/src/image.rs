@@ -31,7 +31,8 @@ const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.1";
 pub enum Which {
     /// The agent: `node-monitor` and its shared libraries.
     NodeMonitor,
-    /// The real-node tier's workload: `nm-workload` and `nm-memhog` and their libraries.
+    /// The real-node tier's workload: `nm-workload`, `nm-memhog`, `nm-reboot-caller` and their
+    /// libraries.
     Workload,
     /// The pod sandbox: a static `pause` binary (`--binary`), e.g. from `cargo xtask build node`.
     Pause,
@@ -174,7 +175,11 @@ fn spec(args: &ImageArgs, mtime: u64) -> Result<(&'static str, oci::Image)> {
             ("node-monitor", image)
         }
         Which::Workload => {
-            let bins = binaries(args, "node-monitor-tests", &["nm-workload", "nm-memhog"])?;
+            let bins = binaries(
+                args,
+                "node-monitor-tests",
+                &["nm-workload", "nm-memhog", "nm-reboot-caller"],
+            )?;
             let mut image = base(WORKLOAD_IMAGE, "/usr/local/bin/nm-workload", "65534");
             image.files = binaries_with_libraries(&bins)?;
             ("workload", image)

@@ -142,6 +142,7 @@ pub fn test(args: &TestArgs) -> Result<()> {
 /// tier, then every test of the workspace, one at a time (cgroups, probes and memory pressure are
 /// machine-wide state).
 fn every_tier() -> Result<()> {
+    disk("before the build");
     log("test", "== format and lints");
     lint()?;
     log("test", "== build (the integration tiers run the binaries)");
@@ -155,11 +156,47 @@ fn every_tier() -> Result<()> {
         "test",
         "== unit, kernel, control-plane, end-to-end, guest VM and real-node tiers",
     );
-    run(cargo()
+    let result = run(cargo()
         .env("KUBEBUILDER_ASSETS", kubebuilder_assets())
         .arg("test")
         .args(HOST_CRATES)
-        .args(["--locked", "--", "--test-threads=1"]))
+        .args(["--locked", "--", "--test-threads=1"]));
+    disk("after the tests");
+    result
+}
+
+/// Logs the free space where target/ lives and the size of target/: a run needs about 8 GB
+/// (docs/testing.md, "Disk"), and a full disk otherwise shows up only as a compiler's I/O error.
+fn disk(when: &str) {
+    let root = workspace_root();
+    let free = Command::new("df")
+        .args(["-h", "--output=avail"])
+        .arg(&root)
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .nth(1)
+                .map(|l| l.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".to_owned());
+    let used = Command::new("du")
+        .args(["-sh"])
+        .arg(target_dir())
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .next()
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "none yet".to_owned());
+    log(
+        "test",
+        format!("disk {when}: {free} free, target/ {used} (a run needs about 8 GB)"),
+    );
 }
 
 /// Every crate built for the host: the eBPF crate is built for the BPF target by node-monitor's

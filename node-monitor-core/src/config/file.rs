@@ -93,6 +93,9 @@ pub struct NodeMonitorSection {
     /// `memoryPush`.
     #[serde(default, deserialize_with = "present")]
     pub memory_push: Option<Flag>,
+    /// `rebootProbeFallback`.
+    #[serde(default, deserialize_with = "present")]
+    pub reboot_probe_fallback: Option<Flag>,
     /// `apiTimeout`.
     #[serde(default, deserialize_with = "present")]
     pub api_timeout: Option<DurationText>,

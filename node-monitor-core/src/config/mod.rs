@@ -148,6 +148,10 @@ pub struct NodeMonitorSettings {
     /// agent as memory grows near a memory threshold. On by default: the programs are attached
     /// only near a memory threshold, and cost nothing elsewhere.
     pub memory_push: bool,
+    /// Attach the reboot probe's fallback on the raw tracepoint `sys_enter` (run on every system
+    /// call) where its syscall tracepoint cannot attach (a perf event refused: Debian's and
+    /// Ubuntu's `kernel.perf_event_paranoid` above 2). Off: no reboot probe on such nodes.
+    pub reboot_probe_fallback: bool,
     /// The bound on every Kubernetes API call the agent makes (watches excepted: they have their
     /// own stall detection).
     #[serde(serialize_with = "ser_go_duration")]
@@ -181,6 +185,7 @@ impl Default for NodeMonitorSettings {
             pod_cleanup_timeout: Duration::from_secs(30),
             taint_on_pressure: false,
             memory_push: true,
+            reboot_probe_fallback: true,
             api_timeout: Duration::from_secs(30),
             kubelet_config_path: DEFAULT_KUBELET_CONFIG_PATH.to_owned(),
             liveness_lease_interval: Duration::from_secs(5),

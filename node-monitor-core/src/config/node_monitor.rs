@@ -3,7 +3,7 @@ use super::*;
 
 /// The keys accepted under `nodeMonitor`; any other key is rejected with this list in the
 /// message. `shutdown` is validated by `shutdown::config::shutdown_config`.
-pub const NODE_MONITOR_KEYS: [&str; 17] = [
+pub const NODE_MONITOR_KEYS: [&str; 18] = [
     "shutdown",
     "maxPodsPerCycle",
     "housekeepingInterval",
@@ -20,6 +20,7 @@ pub const NODE_MONITOR_KEYS: [&str; 17] = [
     "livenessLeaseInterval",
     "memoryWorkingSet",
     "memoryPush",
+    "rebootProbeFallback",
     "stateDir",
 ];
 
@@ -40,6 +41,7 @@ pub(super) struct NodeMonitorFields {
     pod_cleanup_timeout: Named<String>,
     taint_on_pressure: Named<bool>,
     memory_push: Named<bool>,
+    reboot_probe_fallback: Named<bool>,
     api_timeout: Named<String>,
     kubelet_config_path: Named<String>,
     liveness_lease_interval: Named<String>,
@@ -110,21 +112,22 @@ impl NodeMonitorFields {
             d,
             "pdbPolicy",
         );
-        over(&mut self.dry_run, s.dry_run.as_ref(), flag, d, "dryRun");
-        over(
-            &mut self.taint_on_pressure,
-            s.taint_on_pressure.as_ref(),
-            flag,
-            d,
-            "taintOnPressure",
-        );
-        over(
-            &mut self.memory_push,
-            s.memory_push.as_ref(),
-            flag,
-            d,
-            "memoryPush",
-        );
+        for (to, from, key) in [
+            (&mut self.dry_run, &s.dry_run, "dryRun"),
+            (
+                &mut self.taint_on_pressure,
+                &s.taint_on_pressure,
+                "taintOnPressure",
+            ),
+            (&mut self.memory_push, &s.memory_push, "memoryPush"),
+            (
+                &mut self.reboot_probe_fallback,
+                &s.reboot_probe_fallback,
+                "rebootProbeFallback",
+            ),
+        ] {
+            over(to, from.as_ref(), flag, d, key);
+        }
         over(
             &mut self.kubelet_config_path,
             s.kubelet_config_path.as_ref(),
@@ -180,6 +183,9 @@ pub(super) fn parse_node_monitor(
     }
     if let Some((_, b)) = f.memory_push {
         s.memory_push = b;
+    }
+    if let Some((_, b)) = f.reboot_probe_fallback {
+        s.reboot_probe_fallback = b;
     }
     if let Some((field, path)) = &f.kubelet_config_path {
         if !path.is_empty() && path != KUBELET_CONFIG_AUTO && !path.starts_with('/') {

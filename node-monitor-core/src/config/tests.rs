@@ -617,7 +617,7 @@ fn kubelet_quirks_are_kept_and_reported() {
 
 #[test]
 fn node_monitor_settings_parse() {
-    let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n  apiTimeout: 3s\n  kubeletConfigPath: /etc/kubernetes/kubelet.yaml\n  livenessLeaseInterval: 7s\n  memoryWorkingSet: reclaimable\n  memoryPush: false\n  stateDir: /data/node-monitor\n";
+    let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n  apiTimeout: 3s\n  kubeletConfigPath: /etc/kubernetes/kubelet.yaml\n  livenessLeaseInterval: 7s\n  memoryWorkingSet: reclaimable\n  memoryPush: false\n  rebootProbeFallback: false\n  stateDir: /data/node-monitor\n";
     let c = load_yaml(yaml, &flags()).expect("settings");
     assert_eq!(
         c.node_monitor,
@@ -633,6 +633,7 @@ fn node_monitor_settings_parse() {
             pod_cleanup_timeout: Duration::from_secs(60),
             taint_on_pressure: true,
             memory_push: false,
+            reboot_probe_fallback: false,
             api_timeout: Duration::from_secs(3),
             kubelet_config_path: "/etc/kubernetes/kubelet.yaml".into(),
             liveness_lease_interval: Duration::from_secs(7),

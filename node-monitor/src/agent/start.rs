@@ -136,6 +136,11 @@ pub(super) async fn start_probes(
         if !config.node_monitor.memory_push {
             probe_config.disable.insert("mem_push".to_owned());
         }
+        if !config.node_monitor.reboot_probe_fallback {
+            probe_config
+                .disable
+                .insert(crate::ebpf::prog::REBOOT_RAW.to_owned());
+        }
         // OOMKilling Events on the pods: one writer task, fed without waiting.
         let (oom_tx, oom_rx) = tokio::sync::mpsc::channel(OOM_EVENT_QUEUE);
         tokio::spawn(crate::cluster::oom_events::run(

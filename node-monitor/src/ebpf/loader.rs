@@ -207,6 +207,10 @@ impl Probes {
                 ProgramState::Attached => {
                     info!(program = s.name, attach = %s.attach, prog_id = ?s.prog_id, "kernel probe attached");
                 }
+                ProgramState::Failed { reason } if this.fallback_attached(s.name).is_some() => {
+                    let fallback = this.fallback_attached(s.name).unwrap_or_default();
+                    info!(program = s.name, attach = %s.attach, reason, fallback, "kernel probe failed; its fallback is attached");
+                }
                 ProgramState::Failed { reason } if required => {
                     warn!(program = s.name, attach = %s.attach, reason, required, "kernel probe failed");
                 }
@@ -395,6 +399,17 @@ impl Probes {
         self.state(name).is_some_and(ProgramState::is_attached)
     }
 
+    /// The attached fallback of `primary`, if any.
+    fn fallback_attached(&self, primary: &str) -> Option<&'static str> {
+        PROGRAMS
+            .iter()
+            .find(|f| {
+                matches!(f.requirement, Requirement::FallbackFor(p) if p == primary)
+                    && self.is_attached(f.name)
+            })
+            .map(|f| f.name)
+    }
+
     /// Required programs that are not attached and that no fallback replaces.
     pub fn degraded(&self) -> Vec<&'static ProgramSpec> {
         PROGRAMS
@@ -402,11 +417,7 @@ impl Probes {
             .filter(|spec| {
                 spec.requirement == Requirement::Required && !self.is_attached(spec.name)
             })
-            .filter(|spec| {
-                !PROGRAMS.iter().any(|f| {
-                    f.requirement == Requirement::FallbackFor(spec.name) && self.is_attached(f.name)
-                })
-            })
+            .filter(|spec| self.fallback_attached(spec.name).is_none())
             .collect()
     }
 

@@ -225,8 +225,20 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         min_kernel: RINGBUF_KERNEL,
         requirement: Requirement::Required,
         group: None,
-        when_missing: "shutdowns that bypass logind's inhibitor are not seen (needs \
-                       CONFIG_FTRACE_SYSCALLS)",
+        when_missing: "reboot_raw takes over on the raw tracepoint sys_enter, which runs on \
+                       every system call (a perf event is refused: kernel.perf_event_paranoid \
+                       above 2 without CAP_SYS_ADMIN; or no CONFIG_FTRACE_SYSCALLS)",
+    },
+    ProgramSpec {
+        name: prog::REBOOT_RAW,
+        family: Family::Reboot,
+        attach: raw("sys_enter"),
+        // `TP_PROTO(struct pt_regs *regs, long id)`.
+        needs: &[need_raw("sys_enter", &["struct pt_regs *", "long int"])],
+        min_kernel: RINGBUF_KERNEL,
+        requirement: Requirement::FallbackFor(prog::REBOOT),
+        group: None,
+        when_missing: "shutdowns that bypass logind's inhibitor are not seen",
     },
     ProgramSpec {
         name: prog::MEM_PUSH_ALLOC,
@@ -316,7 +328,7 @@ pub fn with_caller_checks(
     state: ProgramState,
     kernel_btf: &Option<Result<(), String>>,
 ) -> ProgramState {
-    if name != prog::REBOOT || state != ProgramState::Attached {
+    if ![prog::REBOOT, prog::REBOOT_RAW].contains(&name) || state != ProgramState::Attached {
         return state;
     }
     let why = match kernel_btf {

@@ -7,6 +7,10 @@
 //! nm-reboot-caller nobody [N]   drop CAP_SYS_BOOT from the bounding set, become uid/gid 65534
 //!                               (no capabilities left), then reboot(RESTART) N times (default
 //!                               1) with valid magic numbers: EPERM each time
+//! nm-reboot-caller unprivileged [N]
+//!                               as it is, when it holds no capability at all (a pod's container
+//!                               running as a user with every capability dropped):
+//!                               reboot(RESTART) N times (default 1): EPERM each time
 //! nm-reboot-caller userns       unshare a user namespace (full capabilities inside it, none in
 //!                               the initial one), then reboot(RESTART): EPERM
 //! nm-reboot-caller pidns        unshare a PID namespace and fork; the child, init of the new
@@ -31,17 +35,8 @@ const NOBODY: libc::uid_t = 65534;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("nobody") => {
-            let n = match args.get(1) {
-                None => 1,
-                Some(v) => v
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .unwrap_or_else(|| usage("N must be a positive number")),
-            };
-            nobody(n)
-        }
+        Some("nobody") => nobody(count(args.get(1))),
+        Some("unprivileged") => unprivileged(count(args.get(1))),
         Some("userns") => userns(),
         Some("pidns") => pidns(),
         Some("badmagic") => badmagic(),
@@ -49,9 +44,21 @@ fn main() {
     }
 }
 
+/// The optional N: 1 by default, at most 1000.
+fn count(arg: Option<&String>) -> u32 {
+    match arg {
+        None => 1,
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .unwrap_or_else(|| usage("N must be a number from 1 to 1000")),
+    }
+}
+
 fn usage(why: &str) -> ! {
     eprintln!(
-        "nm-reboot-caller: {why}\nusage: nm-reboot-caller nobody [N] | userns | pidns | badmagic"
+        "nm-reboot-caller: {why}\nusage: nm-reboot-caller nobody [N] | unprivileged [N] | userns | pidns | badmagic"
     );
     exit(2)
 }
@@ -139,6 +146,22 @@ fn nobody(n: u32) {
     if uids.split_whitespace().any(|u| u != NOBODY.to_string()) {
         unsafe_to_call(format!("uids are {uids}"));
     }
+    calls(n)
+}
+
+/// `n` calls that nothing can let through: no capability is held, permitted or effective.
+fn unprivileged(n: u32) {
+    let (eff, prm) = (caps("CapEff"), caps("CapPrm"));
+    if eff != 0 || prm != 0 {
+        unsafe_to_call(format!(
+            "capabilities held: CapEff {eff:#x} CapPrm {prm:#x}"
+        ));
+    }
+    calls(n)
+}
+
+/// Calls reboot(RESTART) `n` times and reports: EPERM each time is the expected answer.
+fn calls(n: u32) -> ! {
     let mut results = Vec::new();
     for _ in 0..n {
         results.push(reboot(MAGIC2));

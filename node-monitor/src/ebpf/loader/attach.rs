@@ -58,13 +58,13 @@ pub(super) fn attach(ebpf: &mut Ebpf, spec: &ProgramSpec) -> ProgramState {
 /// Why a tracepoint attach was refused, when the cause is the one Debian and Ubuntu kernels add:
 /// with `kernel.perf_event_paranoid` above 2 their patch lets only CAP_SYS_ADMIN open any perf
 /// event, CAP_PERFMON included, and a tracepoint program attaches through one. Raw tracepoints
-/// (every program but the reboot probe, the OOM fallback and the benchmark generator) do not,
-/// and keep working.
+/// do not: every program the pressure decisions lean on is one, and the reboot probe's fallback
+/// (`reboot_raw`, on the raw `sys_enter`) takes over from the syscall tracepoint.
 pub(super) fn tracepoint_denied_hint(error: &str, paranoid: Option<i32>) -> String {
     match paranoid {
         Some(level) if level > 2 && error.contains("Permission denied") => format!(
             " (kernel.perf_event_paranoid is {level}: this kernel lets only CAP_SYS_ADMIN open \
-             perf events; set kernel.perf_event_paranoid=2 on the node, see docs/install.md)"
+             perf events; the raw tracepoint fallback, if any, takes over; see docs/install.md)"
         ),
         _ => String::new(),
     }

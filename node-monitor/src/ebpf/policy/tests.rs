@@ -40,6 +40,7 @@ fn all_raw_tracepoints() -> BTreeMap<String, Vec<String>> {
             v(&["struct page *", "unsigned int", "gfp_t", "int"]),
         ),
         ("mm_page_free", v(&["struct page *", "unsigned int"])),
+        ("sys_enter", v(&["struct pt_regs *", "long int"])),
     ]
     .into_iter()
     .map(|(n, a)| (n.to_owned(), a))
@@ -115,7 +116,7 @@ fn plans_by_scenario() {
     /// The decisions that differ from [`EVERYTHING`].
     type Changes = Vec<(&'static str, &'static str)>;
     /// The plan on a kernel with everything, and the default selection.
-    const EVERYTHING: [(&str, &str); 11] = [
+    const EVERYTHING: [(&str, &str); 12] = [
         (prog::OOM_RAW, "attach"),
         (prog::OOM_TP, "fallback"),
         (prog::DIRECT_BEGIN, "attach"),
@@ -124,6 +125,7 @@ fn plans_by_scenario() {
         (prog::MEMCG_END, "attach"),
         (prog::KSWAPD_WAKE, "attach"),
         (prog::REBOOT, "attach"),
+        (prog::REBOOT_RAW, "fallback"),
         (prog::MEM_PUSH_ALLOC, "attach"),
         (prog::MEM_PUSH_FREE, "attach"),
         (prog::SYNTHETIC, "disabled"),
@@ -131,17 +133,18 @@ fn plans_by_scenario() {
     /// Every tracefs program fails; the raw tracepoints need no tracefs.
     const NO_TRACEPOINTS: [(&str, &str); 2] = [(prog::OOM_TP, "failed"), (prog::REBOOT, "failed")];
     /// Every raw tracepoint program but the OOM one (which has its fallback) fails.
-    const NO_RAW: [(&str, &str); 7] = [
+    const NO_RAW: [(&str, &str); 8] = [
         (prog::DIRECT_BEGIN, "failed"),
         (prog::DIRECT_END, "failed"),
         (prog::MEMCG_BEGIN, "failed"),
         (prog::MEMCG_END, "failed"),
         (prog::KSWAPD_WAKE, "failed"),
+        (prog::REBOOT_RAW, "failed"),
         (prog::MEM_PUSH_ALLOC, "failed"),
         (prog::MEM_PUSH_FREE, "failed"),
     ];
     /// Every program that needs the ring buffer fails.
-    const EVERY_RING_PROGRAM: [(&str, &str); 9] = [
+    const EVERY_RING_PROGRAM: [(&str, &str); 10] = [
         (prog::OOM_TP, "failed"),
         (prog::DIRECT_BEGIN, "failed"),
         (prog::DIRECT_END, "failed"),
@@ -149,6 +152,7 @@ fn plans_by_scenario() {
         (prog::MEMCG_END, "failed"),
         (prog::KSWAPD_WAKE, "failed"),
         (prog::REBOOT, "failed"),
+        (prog::REBOOT_RAW, "failed"),
         (prog::MEM_PUSH_ALLOC, "failed"),
         (prog::MEM_PUSH_FREE, "failed"),
     ];
@@ -204,11 +208,27 @@ fn plans_by_scenario() {
             ],
         ),
         (
-            "no syscall tracepoints (CONFIG_FTRACE_SYSCALLS off)",
+            "no syscall tracepoints (CONFIG_FTRACE_SYSCALLS off): the raw sys_enter stands by",
             |c, _| {
                 c.tracepoints.retain(|k, _| !k.starts_with("syscalls/"));
             },
             vec![(prog::REBOOT, "failed")],
+        ),
+        (
+            "neither syscall tracepoints nor the raw sys_enter: no reboot probe",
+            |c, _| {
+                c.tracepoints.retain(|k, _| !k.starts_with("syscalls/"));
+                c.raw_tracepoints.remove("sys_enter");
+            },
+            vec![(prog::REBOOT, "failed"), (prog::REBOOT_RAW, "failed")],
+        ),
+        (
+            "sys_enter passing other arguments: the fallback is refused",
+            |c, _| {
+                c.raw_tracepoints
+                    .insert("sys_enter".into(), vec!["long int".into()]);
+            },
+            vec![(prog::REBOOT_RAW, "failed")],
         ),
         (
             "kernel too old for the ring buffer",
@@ -400,8 +420,10 @@ fn the_reboot_program_degrades_without_kernel_btf() {
         Option<Result<(), String>>,
         &'static str,
     );
-    let cases: [Case; 6] = [
+    let cases: [Case; 8] = [
         (prog::REBOOT, attached(), Some(Ok(())), "attached"),
+        (prog::REBOOT_RAW, attached(), Some(Ok(())), "attached"),
+        (prog::REBOOT_RAW, attached(), None, "degraded"),
         (
             prog::REBOOT,
             attached(),

@@ -6,7 +6,11 @@
 //! ```text
 //! cargo build --release -p node-monitor -p node-monitor-tests
 //! sudo target/release/bench-ebpf [--rate-secs 5] [--idle-secs 30] [--node-monitor PATH]
+//! sudo target/release/bench-ebpf --syscall-cost
 //! ```
+//!
+//! `--syscall-cost` measures only what the reboot probe adds to every system call
+//! ([`syscall_cost`]), with no other program loaded.
 //!
 //! Events at a controlled rate come from the benchmark's generator program: `getppid(2)` of this
 //! process sends a synthetic record through the same path as the real probes (envelope, ring
@@ -189,8 +193,14 @@ struct RateRow {
     kernel_ns: Option<f64>,
 }
 
+mod syscall_cost;
+
 fn main() -> Result<()> {
     require_root("bench-ebpf");
+    if std::env::args().nth(1).as_deref() == Some("--syscall-cost") {
+        syscall_cost::print(&syscall_cost::run()?);
+        return Ok(());
+    }
     let args = parse_args()?;
     let stats_guard = BpfStatsGuard::enable()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
