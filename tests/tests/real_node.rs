@@ -316,10 +316,10 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         );
     }
     // The probe sees a container's reboot(2): a pod holding no capability calls it three times,
-    // the kernel refuses each call (EPERM), and the agent counts them refused, as calls from a
-    // child PID namespace (the probe's first check; the first call as an event, the others
-    // withheld by the per-verdict rate limit and reported with the next event of that verdict,
-    // so at least one).
+    // the kernel refuses each call (EPERM), and the agent receives the probe's event (the first
+    // call; the others are withheld by the per-verdict rate limit until the next event of that
+    // verdict). The base install runs no shutdown manager, which would count them refused
+    // (`real_node_shutdown.rs` installs it).
     let caller = workload(
         "reboot-caller",
         &["/usr/local/bin/nm-reboot-caller", "unprivileged", "3"],
@@ -346,26 +346,37 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         },
     )
     .await;
-    let mut refused = 0.0;
+    let mut seen = 0.0;
     for i in 0..10 {
         let text = scrape(&mut node, &agent_ip, &format!("metrics-reboot-{i}.txt")).await;
-        refused = metrics::sum(
+        seen = metrics::sum(
             &text,
-            "node_monitor_reboot_requests_refused_total",
-            &[("reason", "pid_namespace")],
+            "node_monitor_kernel_events_total",
+            &[("kind", "reboot")],
         );
-        if refused >= 1.0 {
+        if seen >= 1.0 {
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     assert!(
-        refused >= 1.0,
-        "{probe} saw the pod's refused reboot(2) calls: refused_total{{reason=pid_namespace}} {refused}"
+        seen >= 1.0,
+        "{probe} saw the pod's reboot(2) calls: kernel_events_total{{kind=reboot}} {seen}"
+    );
+    let agent_log = agent_log(&node);
+    assert!(
+        agent_log
+            .lines()
+            .any(|l| l.contains("reboot requested") && l.contains("nm-reboot-calle")),
+        "the agent logs the pod's reboot(2) request with its caller:\n{agent_log}"
+    );
+    assert!(
+        !agent_log.contains("eBPF program unavailable"),
+        "a primary replaced by its fallback is not reported unavailable:\n{agent_log}"
     );
     eprintln!(
         "real node: perf_event_paranoid {paranoid}; raw tracepoint programs attached; the \
-         reboot probe attached as {probe}; a pod's refused reboot(2) calls counted: {refused}"
+         reboot probe attached as {probe}; reboot events from a pod's refused calls: {seen}"
     );
 
     // --- 2. signal parity with the kubelet's /stats/summary ------------------------------------

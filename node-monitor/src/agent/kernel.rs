@@ -51,7 +51,7 @@ pub async fn start(
     };
     for s in probes.program_states() {
         metrics.set_program_state(s.name, s.state.label());
-        if s.state.label() == "failed" {
+        if s.state.label() == "failed" && probes.fallback_attached(s.name).is_none() {
             warn!(program = s.name, state = ?s.state, "eBPF program unavailable; the agent continues without it");
             health.report_degraded(format!("eBPF program {} failed", s.name));
             metrics.degraded.set(1);

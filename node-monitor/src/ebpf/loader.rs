@@ -400,7 +400,7 @@ impl Probes {
     }
 
     /// The attached fallback of `primary`, if any.
-    fn fallback_attached(&self, primary: &str) -> Option<&'static str> {
+    pub fn fallback_attached(&self, primary: &str) -> Option<&'static str> {
         PROGRAMS
             .iter()
             .find(|f| {
