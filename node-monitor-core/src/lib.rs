@@ -17,6 +17,7 @@ pub mod config;
 pub mod duration;
 pub mod eviction;
 pub mod flight;
+pub mod guarantees;
 pub mod headroom;
 pub mod kubelet_invocation;
 pub mod kubelet_layout;

@@ -77,6 +77,11 @@ pub const CORDONED_ANNOTATION: &str = "node-monitor.io/cordoned-for-shutdown";
 /// went down.
 pub const LAST_GASP_ANNOTATION: &str = "node-monitor.io/last-gasp";
 
+/// What holds on the node (`crate::guarantees`): JSON, one key per guarantee, `yes`, `no: <why>`
+/// or `n/a: <why>`. The agent writes it when it changes; `kubectl node-monitor status` sums it
+/// over the nodes.
+pub const GUARANTEES_ANNOTATION: &str = "node-monitor.io/guarantees";
+
 /// Node annotation that takes a node out of remediation when set to `disabled`.
 pub const OPT_OUT_ANNOTATION: &str = "node-monitor.io/remediation";
 

@@ -11,8 +11,8 @@
 use k8s_openapi::api::core::v1::Node;
 
 use crate::names::{
-    CONDITION_PREFIX, CORDONED_ANNOTATION, LAST_GASP_ANNOTATION, PRESSURE_TAINTS, SHUTDOWN_TAINT,
-    SHUTTING_DOWN_CONDITION, STOPPED_REASON, TAINT_PREFIX,
+    CONDITION_PREFIX, CORDONED_ANNOTATION, GUARANTEES_ANNOTATION, LAST_GASP_ANNOTATION,
+    PRESSURE_TAINTS, SHUTDOWN_TAINT, SHUTTING_DOWN_CONDITION, STOPPED_REASON, TAINT_PREFIX,
 };
 
 /// The message that goes with [`STOPPED_REASON`].
@@ -106,8 +106,8 @@ impl ReleasePlan {
 /// shutdown, or the last gasp of one that bypassed the inhibitor) — keeps its marks: the
 /// shutdown taint, that condition, the cordon; the last-gasp annotation is never touched.
 ///
-/// [`Release::Cleanup`]: every `node-monitor.io/*` taint, every `NodeMonitor*` condition, both
-/// annotations, and node-monitor's cordon (a cordon without [`CORDONED_ANNOTATION`] is someone
+/// [`Release::Cleanup`]: every `node-monitor.io/*` taint, every `NodeMonitor*` condition, its
+/// three annotations (the cordon's, the last gasp, the guarantees), and node-monitor's cordon (a cordon without [`CORDONED_ANNOTATION`] is someone
 /// else's and stays).
 pub fn release_plan(node: &Node, release: Release) -> ReleasePlan {
     let taints = node
@@ -171,11 +171,15 @@ pub fn release_plan(node: &Node, release: Release) -> ReleasePlan {
                 .map(|c| c.type_.clone())
                 .collect();
             plan.uncordon = unschedulable && has_annotation(CORDONED_ANNOTATION);
-            plan.remove_annotations = [CORDONED_ANNOTATION, LAST_GASP_ANNOTATION]
-                .into_iter()
-                .filter(|a| has_annotation(a))
-                .map(str::to_owned)
-                .collect();
+            plan.remove_annotations = [
+                CORDONED_ANNOTATION,
+                LAST_GASP_ANNOTATION,
+                GUARANTEES_ANNOTATION,
+            ]
+            .into_iter()
+            .filter(|a| has_annotation(a))
+            .map(str::to_owned)
+            .collect();
         }
     }
     plan
@@ -445,7 +449,11 @@ mod tests {
                         ("NodeMonitorShuttingDown", "True"),
                         ("NodeMonitorPIDPressure", "Unknown"),
                     ],
-                    &[CORDONED_ANNOTATION, LAST_GASP_ANNOTATION],
+                    &[
+                        CORDONED_ANNOTATION,
+                        LAST_GASP_ANNOTATION,
+                        GUARANTEES_ANNOTATION,
+                    ],
                     true,
                 ),
                 want: ReleasePlan {
@@ -460,7 +468,11 @@ mod tests {
                         "NodeMonitorShuttingDown",
                         "NodeMonitorPIDPressure",
                     ]),
-                    remove_annotations: strings(&[CORDONED_ANNOTATION, LAST_GASP_ANNOTATION]),
+                    remove_annotations: strings(&[
+                        CORDONED_ANNOTATION,
+                        LAST_GASP_ANNOTATION,
+                        GUARANTEES_ANNOTATION,
+                    ]),
                     uncordon: true,
                 },
             },

@@ -118,6 +118,8 @@ impl Inner {
 pub struct LiveView {
     node: String,
     inner: Mutex<Inner>,
+    /// What holds on this node.
+    pub guarantees: guarantees::GuaranteeBoard,
 }
 
 /// A bounded ring of kernel events, each numbered in arrival order.
@@ -205,6 +207,7 @@ impl LiveView {
         Self {
             node: node.into(),
             inner: Mutex::new(Inner::default()),
+            guarantees: guarantees::GuaranteeBoard::default(),
         }
     }
 
@@ -434,6 +437,9 @@ impl LiveView {
             "conditions": conditions,
             "recent_evictions": evictions,
             "warnings": i.warnings,
+            "guarantees": serde_json::from_str::<Value>(
+                &node_monitor_core::guarantees::encode(&self.guarantees.assessment())
+            ).unwrap_or(Value::Null),
         })
     }
 
@@ -505,6 +511,8 @@ fn eviction_json(e: &EvictionRecord) -> Value {
         "message": e.message,
     })
 }
+
+pub mod guarantees;
 
 #[cfg(test)]
 mod tests;

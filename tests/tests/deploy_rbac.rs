@@ -798,6 +798,18 @@ async fn agent_token_writes_only_its_own_fields_of_its_node() {
             .await,
     );
     allowed(
+        "publish what holds on its node",
+        nodes
+            .patch(
+                "node-a",
+                &pp,
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    "node-monitor.io/guarantees": "{\"reboot-probe\":\"yes\"}"
+                }}})),
+            )
+            .await,
+    );
+    allowed(
         "claim its cordon",
         nodes
             .patch(

@@ -320,6 +320,41 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
     let all: Value = serde_json::from_slice(&all.stdout).expect("status JSON");
     assert_eq!(all[0]["node"], NODE, "{all}");
     assert_eq!(all[0]["thresholds"][0]["met"], true, "{all}");
+    // What holds on the node: in the agent's answer, and published on the Node (the agent's
+    // first publication is 15 s after its start), which the fleet summary reads.
+    let holds = &all[0]["guarantees"];
+    for g in node_monitor_core::guarantees::Guarantee::ALL {
+        let v = holds[g.as_str()].as_str().unwrap_or_default();
+        assert!(
+            v == "yes" || v.starts_with("no: ") || v.starts_with("n/a: "),
+            "{g:?} in {holds}"
+        );
+    }
+    let fleet = plugin_until(&viewer_kc, &["status", "--fleet", "-o", "json"], |o| {
+        serde_json::from_slice::<Value>(&o.stdout).is_ok_and(|v| v["guarantees"][NODE].is_object())
+    })
+    .await
+    .unwrap_or_else(|o| {
+        panic!(
+            "the node's guarantees were never published: {}\n{}\n{}",
+            text(&o.stdout),
+            text(&o.stderr),
+            agent.log()
+        )
+    });
+    let fleet: Value = serde_json::from_slice(&fleet.stdout).expect("fleet JSON");
+    assert_eq!(fleet["nodes"], 1, "{fleet}");
+    assert_eq!(
+        fleet["guarantees"][NODE]["kubelet-config"], holds["kubelet-config"],
+        "the annotation says what the agent says: {fleet}"
+    );
+    let summary = fleet["summary"].as_array().expect("summary lines");
+    assert!(!summary.is_empty(), "{fleet}");
+    let with_fleet = text(&plugin(&viewer_kc, &["status"]).stdout);
+    assert!(
+        with_fleet.starts_with("fleet: ") && with_fleet.contains(&format!("node {NODE}")),
+        "{with_fleet}"
+    );
 
     let explained = plugin_until(&viewer_kc, &["explain", NODE], |o| {
         serde_json::from_slice::<Value>(&o.stdout).is_ok_and(|v| v["evict"][0]["name"] == "hog")
@@ -350,10 +385,13 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
     );
 
     // Trace: a container OOM-killed by its limit shows up in the agent's buffer, and to a
-    // `trace --follow` started before it.
+    // `trace --follow` started before it (its OOM kills only: the capped pod's memcg reclaim
+    // stalls may come first).
     let follow = Follow::start(
         &viewer_kc,
-        &["trace", "--follow", "-o", "json", "--pod", "oomer"],
+        &[
+            "trace", "--follow", "-o", "json", "--pod", "oomer", "--kind", "oom_kill",
+        ],
     );
     cluster
         .create_pod(

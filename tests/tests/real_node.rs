@@ -379,6 +379,42 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
          reboot probe attached as {probe}; reboot events from a pod's refused calls: {seen}"
     );
 
+    // What holds on this node, as the agent publishes it on the Node: on Debian's cgroup v2
+    // node every guarantee holds but the cgroup v1 thresholds, which cannot apply.
+    let published = until(
+        &node,
+        "the node-monitor.io/guarantees annotation",
+        Duration::from_secs(90),
+        || {
+            let nodes = nodes.clone();
+            async move {
+                let n = nodes.get(NODE).await.ok()?;
+                n.metadata
+                    .annotations?
+                    .get("node-monitor.io/guarantees")
+                    .cloned()
+            }
+        },
+    )
+    .await;
+    let holds = node_monitor_core::guarantees::decode(&published).expect("the annotation decodes");
+    for (g, want) in [
+        ("reboot-probe", "yes"),
+        ("core-reads", "yes"),
+        ("memcg-thresholds", "not_applicable"),
+        ("psi-trigger", "yes"),
+        ("memory-push", "yes"),
+        ("kubelet-config", "yes"),
+    ] {
+        let g = node_monitor_core::guarantees::Guarantee::parse(g).expect("a guarantee");
+        assert_eq!(
+            holds.get(&g).map(|h| h.label()),
+            Some(want),
+            "{g:?} on the real node: {published}"
+        );
+    }
+    eprintln!("real node: published guarantees {published}");
+
     // --- 2. signal parity with the kubelet's /stats/summary ------------------------------------
     // Both sides sample on their own clocks (the kubelet's cadvisor housekeeping and the agent's
     // 10 s tick), so one pair of reads can straddle a change; five pairs 11 s apart, each signal

@@ -381,6 +381,11 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                 &self.metrics,
             );
         }
+        let kubelet = self.kubelet.as_ref().map_or(
+            node_monitor_core::guarantees::KubeletConfig::Off,
+            super::kubelet_config::KubeletThresholds::fact,
+        );
+        self.live.guarantees.set_kubelet_config(kubelet);
         for (req, outcome) in &answered {
             self.actuator.record_eviction_events(req, outcome).await;
             self.health.progress();

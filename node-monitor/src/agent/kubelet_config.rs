@@ -72,6 +72,27 @@ impl KubeletThresholds {
         })
     }
 
+    /// The last look, for the guarantees the agent publishes.
+    pub(super) fn fact(&self) -> node_monitor_core::guarantees::KubeletConfig {
+        use node_monitor_core::guarantees::KubeletConfig as K;
+        match &self.status {
+            None => K::Pending,
+            Some(Status::Read(origins)) => K::Read(
+                origins
+                    .iter()
+                    .map(Origin::name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+            Some(Status::NotFound(searched)) => K::Missing(format!(
+                "not found (no kubelet command line in the host's /proc; looked at {})",
+                searched.join(", ")
+            )),
+            Some(Status::Unreadable(e)) => K::Missing(format!("unreadable: {e}")),
+            Some(Status::Malformed(e)) => K::Missing(format!("malformed: {e}")),
+        }
+    }
+
     /// Reads the file when due, compares its thresholds with `ours` at the capacities of
     /// `observed`, and reports what changed.
     pub(super) fn check(

@@ -8,6 +8,7 @@
 pub mod backoff;
 mod cycle;
 mod flight;
+mod guarantees;
 pub mod kernel;
 mod kubelet_config;
 mod kubelet_source;
@@ -199,19 +200,13 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     let (fast_gasp, fast_gasp_shared) = fast_gasp(args, &shutdown_config, &kube_config, &metrics);
     let clients = kube_adapter::clients(kube_config, api_timeout)?;
     let client = clients.api.clone();
-    auth.set(Arc::new(Authorizer::new(
-        Arc::new(KubeReviews::new(
-            client.clone(),
-            args.api_token_audience.clone(),
-        )),
-        args.node_name.clone(),
-    )));
+    set_authorizer(&auth, &client, args);
     let (store, reflector_task) = start_pod_reflector(&clients, &args.node_name, &health, &metrics);
     let liveness_task = start_liveness_lease(args, &config, &client, &stop_rx, &metrics);
 
     let allocatable = node_allocatable_memory(&client, &args.node_name).await;
     let mut sampler = new_sampler(args, allocatable, config.node_monitor.memory_working_set)?;
-    let mut wakeups = start_wakeups(args, &config, &sampler, &metrics, &health)?;
+    let mut wakeups = start_wakeups(args, &config, &sampler, &metrics, &health, &live)?;
     live.set_psi_path(flight::psi_path(sampler.layout()));
     // Kernel probes: each event wakes the sampler at once. Reboot requests go to the shutdown
     // manager (`reboot_rx`). Polling-only mode runs without them, like the kubelet.
@@ -259,6 +254,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         },
     )
     .with_timeout(api_timeout);
+    guarantees::spawn(&actuator, &live, &metrics, &stop_rx);
     let mut agent = decision_loop(args, config, &metrics, actuator, store, &health, live);
     if let Some(control) = _probes.as_ref().and_then(|p| p.mem_push()) {
         agent = agent.with_mem_push(Box::new(control), mem_push_policy());
@@ -287,6 +283,17 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     stop_cleanly(&agent.actuator, http_task, shutdown_task, flight).await;
     info!("stopped");
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The node API's authorizer: TokenReview and SubjectAccessReview through `client`.
+fn set_authorizer(auth: &AuthSlot, client: &kube::Client, args: &Args) {
+    auth.set(Arc::new(Authorizer::new(
+        Arc::new(KubeReviews::new(
+            client.clone(),
+            args.api_token_audience.clone(),
+        )),
+        args.node_name.clone(),
+    )));
 }
 
 /// The memory push's batch sizing for this node: its page size and online CPUs.

@@ -5,6 +5,8 @@
 //! interfaces (memory thresholds through `cgroup.event_control`, `memory.oom_control`) on a
 //! cgroup v2 node, `memory.events` on a v1 node. The kernel source is reported once the eBPF
 //! probes are loaded, which happens after the other sources are armed.
+use node_monitor_core::guarantees::Source;
+
 use crate::wakeup::{SourceKind, SourceSetting, SourceState, WakeupConfig};
 
 /// The sources `config` says this node cannot have.
@@ -39,6 +41,23 @@ pub fn report(
             ("not_applicable", false)
         }
         SourceState::Unavailable { .. } => ("unavailable", true),
+    }
+}
+
+/// A source's state for the guarantees the agent publishes (`live::guarantees`).
+pub fn guarantee_source(
+    source: SourceKind,
+    state: Option<&SourceState>,
+    not_applicable: &[SourceKind],
+) -> Source {
+    match state {
+        None => Source::Unavailable("not started".to_owned()),
+        Some(SourceState::Armed { .. }) => Source::Active,
+        Some(SourceState::Disabled) => Source::Disabled,
+        Some(SourceState::Unavailable { reason }) if not_applicable.contains(&source) => {
+            Source::NotApplicable(reason.clone())
+        }
+        Some(SourceState::Unavailable { reason }) => Source::Unavailable(reason.clone()),
     }
 }
 

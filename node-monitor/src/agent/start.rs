@@ -176,6 +176,14 @@ pub(super) async fn start_probes(
             probes.as_ref().map(|p| p.attached()),
         ),
     );
+    live.guarantees.set_ebpf(
+        probes.as_deref(),
+        if args.no_ebpf || args.polling_only {
+            "not loaded (--no-ebpf or --polling-only)"
+        } else {
+            "the eBPF programs did not load"
+        },
+    );
     if let Some(p) = &probes {
         tokio::spawn(kernel::mirror_counters(
             p.clone(),
@@ -195,6 +203,7 @@ pub(super) fn start_wakeups(
     sampler: &Sampler,
     metrics: &Metrics,
     health: &Health,
+    live: &crate::live::LiveView,
 ) -> anyhow::Result<Wakeups> {
     let mut wake_config = WakeupConfig::for_layout(sampler.layout());
     wake_config.housekeeping = config.node_monitor.housekeeping_interval;
@@ -227,6 +236,15 @@ pub(super) fn start_wakeups(
             health.report_degraded(format!("wake-up source {} unavailable", s.source.as_str()));
         }
     }
+    let states = wakeups.source_states();
+    let state_of = |kind: SourceKind| {
+        let state = states.iter().find(|s| s.source == kind).map(|s| &s.state);
+        sources::guarantee_source(kind, state, &not_applicable)
+    };
+    live.guarantees.set_sources(
+        state_of(SourceKind::MemcgThreshold),
+        state_of(SourceKind::Psi),
+    );
     Ok(wakeups)
 }
 

@@ -142,6 +142,8 @@ pub struct Probes {
     statuses: Vec<ProgramStatus>,
     logger: Option<EbpfLogger<TracingLog>>,
     mem_push: Option<MemPushControl>,
+    /// The kernel's BTF, as probed: `Err` says why there is none; `None` when not probed.
+    kernel_btf: Option<Result<(), String>>,
 }
 
 /// Arms and disarms the memory push (the `mem_push` programs): cheap to clone, shared by the
@@ -338,6 +340,7 @@ impl Probes {
             statuses,
             logger,
             mem_push,
+            kernel_btf: caps.kernel_btf.clone(),
         }
     }
 
@@ -350,6 +353,7 @@ impl Probes {
                 .collect(),
             logger: None,
             mem_push: None,
+            kernel_btf: None,
         }
     }
 
@@ -371,12 +375,19 @@ impl Probes {
                 .collect(),
             logger: None,
             mem_push: None,
+            kernel_btf: None,
         }
     }
 
     /// One status per program in the table.
     pub fn program_states(&self) -> Vec<ProgramStatus> {
         self.statuses.clone()
+    }
+
+    /// The kernel's BTF as the loader probed it (`Err`: why there is none); `None` when the
+    /// probes did not get that far.
+    pub fn kernel_btf(&self) -> Option<&Result<(), String>> {
+        self.kernel_btf.as_ref()
     }
 
     /// The state of one program.

@@ -82,6 +82,15 @@ pub struct KubeletSourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GuaranteeLabels {
+    /// `reboot-probe`, `core-reads`, `memcg-thresholds`, `psi-trigger`, `memory-push`,
+    /// `kubelet-config` (`node_monitor_core::guarantees::Guarantee`).
+    pub guarantee: String,
+    /// `yes`, `no`, `not_applicable`.
+    pub holds: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KubepodsLabels {
     /// `systemd`, `cgroupfs` or `unknown` (not yet detected).
     pub driver: String,
@@ -241,6 +250,7 @@ pub struct Metrics {
     pub kubelet_config_read: Gauge,
     pub kubelet_config_source: Family<KubeletSourceLabels, Gauge>,
     pub kubelet_threshold_preempts: Family<ThresholdLabels, Gauge>,
+    pub guarantee: Family<GuaranteeLabels, Gauge>,
     oom_pods_seen: Mutex<HashSet<(String, String)>>,
     ringbuf_drops_seen: AtomicU64,
     /// The kernel's and the switch's cumulative memory push counts last mirrored, by family
@@ -312,6 +322,7 @@ impl Metrics {
             loop_liveness_bound_seconds: Gauge::default(),
             kubelet_config_read: Gauge::default(),
             kubelet_config_source: Family::default(),
+            guarantee: Family::default(),
             kubelet_threshold_preempts: Family::default(),
             oom_pods_seen: Mutex::new(HashSet::new()),
             ringbuf_drops_seen: AtomicU64::new(0),
@@ -560,6 +571,11 @@ impl Metrics {
             "kubelet_threshold_preempts",
             "1 when the kubelet's own eviction threshold for the signal is at or above node-monitor's threshold of this kind, so the kubelet acts at or before node-monitor; 0 when node-monitor acts first or the kubelet has none for the signal",
             m.kubelet_threshold_preempts.clone(),
+        );
+        reg.add(
+            "guarantee",
+            "1 for each of the agent's guarantees (reboot-probe, core-reads, memcg-thresholds, psi-trigger, memory-push, kubelet-config) at whether it holds on this node: yes, no or not_applicable; the node's node-monitor.io/guarantees annotation says why not",
+            m.guarantee.clone(),
         );
         Self {
             registry: reg.registry,

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::http::{EXPLAIN_PATH, FLIGHT_PATH, STATUS_PATH, TRACE_PATH, auth::TOKEN_HEADER};
 
+pub mod fleet;
 pub mod format;
 
 use format::{Output, TraceFilter};
@@ -106,6 +107,10 @@ pub struct FlightArgs {
 pub struct StatusArgs {
     /// One node (default: every node with an agent).
     pub node: Option<String>,
+    /// Only the fleet summary: what holds on every node, from the nodes' annotations (the
+    /// agents are not asked).
+    #[arg(long, conflicts_with = "node")]
+    pub fleet: bool,
     /// `text` or `json`.
     #[arg(short, long, default_value = "text", value_parser = parse_output)]
     pub output: Output,
@@ -194,6 +199,24 @@ pub fn flight_output(
 }
 
 async fn status(agents: &Agents, args: &StatusArgs) -> anyhow::Result<ExitCode> {
+    if args.fleet {
+        let nodes = fleet::annotations(&agents.client).await?;
+        let text = match args.output {
+            Output::Json => serde_json::to_string_pretty(&fleet::json(&nodes))?,
+            _ => fleet::text(&nodes),
+        };
+        crate::io::print_line(&text)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Every node: the fleet's summary first, when the nodes can be listed.
+    if args.node.is_none() && !matches!(args.output, Output::Json) {
+        match fleet::annotations(&agents.client).await {
+            Ok(nodes) => crate::io::print_line(&fleet::text(&nodes))?,
+            Err(e) => eprintln!(
+                "kubectl-node_monitor: cannot list nodes ({e:#}); the fleet summary is left out"
+            ),
+        }
+    }
     let pods = agents.pods(args.node.as_deref()).await?;
     let mut answers = Vec::new();
     let mut failed = false;
