@@ -82,6 +82,10 @@ pub const LAST_GASP_ANNOTATION: &str = "node-monitor.io/last-gasp";
 /// over the nodes.
 pub const GUARANTEES_ANNOTATION: &str = "node-monitor.io/guarantees";
 
+/// The audience of the tokens the agents accept on their node API (`--api-token-audience`), and
+/// of the ones `kubectl node-monitor` mints: the API server takes such a token for nothing else.
+pub const NODE_API_AUDIENCE: &str = "node-monitor";
+
 /// Node annotation that takes a node out of remediation when set to `disabled`.
 pub const OPT_OUT_ANNOTATION: &str = "node-monitor.io/remediation";
 

@@ -844,6 +844,39 @@ impl ControlPlane {
         Ok(path)
     }
 
+    /// A kubeconfig named `name` whose user authenticates through an exec credential plugin
+    /// (`/bin/cat` of an `ExecCredential` holding `token`), as managed clouds' kubeconfigs do;
+    /// returns its path.
+    pub fn exec_kubeconfig(&self, name: &str, token: &str) -> Result<PathBuf> {
+        let credential = self.dir().join(format!("exec-{}.json", sanitize(name)));
+        write(
+            &credential,
+            &serde_json::json!({
+                "apiVersion": "client.authentication.k8s.io/v1",
+                "kind": "ExecCredential",
+                "status": {"token": token},
+            })
+            .to_string(),
+        )?;
+        let credential = credential.to_string_lossy().into_owned();
+        let path = self
+            .dir()
+            .join(format!("exec-{}.kubeconfig", sanitize(name)));
+        write(
+            &path,
+            &kubeconfig::render(
+                &self.server,
+                self.pki.ca_pem(),
+                name,
+                &Credentials::Exec {
+                    command: "/bin/cat",
+                    args: &[&credential],
+                },
+            ),
+        )?;
+        Ok(path)
+    }
+
     /// Creates the ServiceAccount `namespace/name` if it does not exist, requests a one-hour token
     /// for it (TokenRequest API) and writes a kubeconfig using that token; returns its path.
     pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> Result<PathBuf> {

@@ -452,15 +452,29 @@ impl Agent {
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(e).context("binding node-api-reader to cluster-admin"),
         }
-        let kubeconfig = cluster
+        // Creates the ServiceAccount; the token sent is one for the agents' audience, the only
+        // kind they accept.
+        cluster
             .cp
             .service_account_kubeconfig("default", "node-api-reader")
             .await?;
-        let yaml = fs::read_to_string(&kubeconfig)?;
-        let v: serde_json::Value = serde_norway::from_str(&yaml)?;
-        let token = v["users"][0]["user"]["token"]
-            .as_str()
-            .context("a token in the ServiceAccount's kubeconfig")?;
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(cluster.client(), "default");
+        let request = k8s_openapi::api::authentication::v1::TokenRequest {
+            spec: Some(k8s_openapi::api::authentication::v1::TokenRequestSpec {
+                audiences: Some(vec![node_monitor_core::names::NODE_API_AUDIENCE.to_owned()]),
+                expiration_seconds: Some(600),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let token = accounts
+            .create_token_request("node-api-reader", &PostParams::default(), &request)
+            .await
+            .context("minting node-api-reader's token for the agents' audience")?
+            .status
+            .and_then(|s| s.token)
+            .context("a minted token")?;
         http_get_with(
             self.metrics_port,
             path,

@@ -1141,8 +1141,35 @@ async fn viewers_are_authorized_by_the_agents_own_token() {
     );
     forbidden(
         "list pods outside node-monitor",
-        Api::<Pod>::namespaced(viewer_client, "default")
+        Api::<Pod>::namespaced(viewer_client.clone(), "default")
             .list(&ListParams::default())
+            .await,
+    );
+    // The Role lets it mint the viewer ServiceAccount's token (what `kubectl node-monitor` sends
+    // to the agents), and no other ServiceAccount's, the agent's least of all.
+    use k8s_openapi::api::{
+        authentication::v1::{TokenRequest, TokenRequestSpec},
+        core::v1::ServiceAccount,
+    };
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec!["node-monitor".into()]),
+            expiration_seconds: Some(600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let accounts: Api<ServiceAccount> = Api::namespaced(viewer_client, "node-monitor");
+    allowed(
+        "mint the viewer ServiceAccount's token",
+        accounts
+            .create_token_request("node-monitor-viewer", &PostParams::default(), &request)
+            .await,
+    );
+    forbidden(
+        "mint the agent's token",
+        accounts
+            .create_token_request("node-monitor", &PostParams::default(), &request)
             .await,
     );
     base.cp.stop().expect("stop");

@@ -142,12 +142,19 @@ fn every_program_loads_and_attaches() {
         ..ProbeConfig::default()
     });
     let states = probes.program_states();
-    assert_eq!(states.len(), 11, "{states:#?}");
+    assert_eq!(states.len(), 12, "{states:#?}");
     for s in &states {
         if s.name == prog::OOM_TP {
             // The tracepoint fallback stands by while the raw tracepoint runs.
             assert!(
                 matches!(&s.state, ProgramState::Disabled { reason } if reason.contains(prog::OOM_RAW)),
+                "{s:?}"
+            );
+        } else if s.name == prog::REBOOT_RAW {
+            // The raw sys_enter fallback stands by while the syscall tracepoint runs (it is
+            // loaded and judged in kernel_reboot.rs).
+            assert!(
+                matches!(&s.state, ProgramState::Disabled { reason } if reason.contains(prog::REBOOT)),
                 "{s:?}"
             );
         } else if [prog::MEM_PUSH_ALLOC, prog::MEM_PUSH_FREE].contains(&s.name) {

@@ -138,54 +138,114 @@ async fn proxied(client: &Client, port: u16, path: &str, token: Option<&str>) ->
     (status, text(&body))
 }
 
-/// The shipped viewer roles, bound to `viewer`; `stranger` gets only the namespaced Role (it may
-/// reach the pod proxy, not read the agent).
+/// The shipped viewer objects (the ServiceAccount node-monitor-viewer, its ClusterRole and
+/// binding, the Role), and who is bound to what: `viewer` (a ServiceAccount, a token kubeconfig)
+/// and `alice` (a user with a client certificate) to the Role, which lets them mint the viewer's
+/// token, and `viewer` to the ClusterRole too (the fleet summary lists nodes); `stranger` only
+/// to a Role of its own that reaches the pods' proxy and mints nothing.
 async fn grant_roles(client: &Client) {
+    use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
     let viewer = manifests::read_objects(&manifests::kustomize_dir("base").join("viewer.yaml"))
         .expect("deploy/kustomize/base/viewer.yaml");
     manifests::apply(client, &viewer)
         .await
         .expect("applying the viewer roles");
-    let subject = |name: &str| Subject {
+    let account = |name: &str| Subject {
         kind: "ServiceAccount".into(),
         name: name.into(),
         namespace: Some("default".into()),
         ..Subject::default()
     };
-    let role_ref = |kind: &str| RoleRef {
+    let user = |name: &str| Subject {
+        kind: "User".into(),
+        name: name.into(),
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        ..Subject::default()
+    };
+    let role_ref = |kind: &str, name: &str| RoleRef {
         api_group: Some("rbac.authorization.k8s.io".into()),
         kind: kind.into(),
-        name: "node-monitor-viewer".into(),
+        name: name.into(),
     };
-    let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
-    crbs.create(
-        &PostParams::default(),
-        &ClusterRoleBinding {
-            metadata: ObjectMeta {
-                name: Some("viewer-node-monitor-viewer".into()),
-                ..ObjectMeta::default()
+    let meta = |name: &str, ns: Option<&str>| ObjectMeta {
+        name: Some(name.into()),
+        namespace: ns.map(Into::into),
+        ..ObjectMeta::default()
+    };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &ClusterRoleBinding {
+                metadata: meta("viewer-node-monitor-viewer", None),
+                role_ref: role_ref("ClusterRole", "node-monitor-viewer"),
+                subjects: Some(vec![account("viewer")]),
             },
-            role_ref: role_ref("ClusterRole"),
-            subjects: Some(vec![subject("viewer")]),
-        },
-    )
-    .await
-    .expect("ClusterRoleBinding");
+        )
+        .await
+        .expect("ClusterRoleBinding");
     let rbs: Api<RoleBinding> = Api::namespaced(client.clone(), AGENT_NS);
     rbs.create(
         &PostParams::default(),
         &RoleBinding {
-            metadata: ObjectMeta {
-                name: Some("node-monitor-viewer".into()),
-                namespace: Some(AGENT_NS.into()),
-                ..ObjectMeta::default()
-            },
-            role_ref: role_ref("Role"),
-            subjects: Some(vec![subject("viewer"), subject("stranger")]),
+            metadata: meta("node-monitor-viewer", Some(AGENT_NS)),
+            role_ref: role_ref("Role", "node-monitor-viewer"),
+            subjects: Some(vec![account("viewer"), user("alice")]),
         },
     )
     .await
     .expect("RoleBinding");
+    let rule = |resource: &str, verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec![resource.into()]),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        ..PolicyRule::default()
+    };
+    Api::<Role>::namespaced(client.clone(), AGENT_NS)
+        .create(
+            &PostParams::default(),
+            &Role {
+                metadata: meta("proxy-only", Some(AGENT_NS)),
+                rules: Some(vec![
+                    rule("pods", &["get", "list"]),
+                    rule("pods/proxy", &["get"]),
+                ]),
+            },
+        )
+        .await
+        .expect("Role proxy-only");
+    rbs.create(
+        &PostParams::default(),
+        &RoleBinding {
+            metadata: meta("stranger-proxy-only", Some(AGENT_NS)),
+            role_ref: role_ref("Role", "proxy-only"),
+            subjects: Some(vec![account("stranger")]),
+        },
+    )
+    .await
+    .expect("RoleBinding proxy-only");
+}
+
+/// A token of `namespace/account` for `audience`, minted by the admin.
+async fn mint(client: &Client, namespace: &str, account: &str, audience: &str) -> String {
+    use k8s_openapi::api::{
+        authentication::v1::{TokenRequest, TokenRequestSpec},
+        core::v1::ServiceAccount,
+    };
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec![audience.to_owned()]),
+            expiration_seconds: Some(600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    api.create_token_request(account, &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .and_then(|s| s.token)
+        .expect("a token")
 }
 
 /// The stand-in node (its pods on the host's address), the agent (dry run, a hard threshold the
@@ -246,10 +306,14 @@ async fn setup() -> (Cluster, Agent, u16) {
     (cluster, agent, port)
 }
 
-/// (a) an identity without the viewer ClusterRole gets 403 from the agent; (b) the viewer gets
-/// the status and the live explain, which names the pod the agent would evict; (c) a request
-/// without a token gets 401, including one whose bearer token went in `Authorization` (the API
-/// server drops it); (d) the plugin prints status, explain and trace through the pod proxy.
+/// (a) a token of an identity without the viewer ClusterRole, for the agents' audience, gets 403
+/// from the agent, and the plugin of an identity that may not mint the viewer's token says so;
+/// (b) the viewer's token for the agents' audience gets the status and the live explain, which
+/// names the pod the agent would evict; (c) a request without a token gets 401, including one
+/// whose bearer token went in `Authorization` (the API server drops it), and so does a caller's
+/// own API token (not valid for the agents' audience); (d) the plugin mints the viewer's token
+/// with a token, a client-certificate and an exec-plugin kubeconfig alike, and prints status,
+/// explain and trace through the pod proxy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only() {
     let (cluster, agent, port) = setup().await;
@@ -278,9 +342,16 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
     );
     let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, Some("not-a-token")).await;
     assert_eq!(code, 401, "{body}");
+    // The caller's own API token, sent as is, is refused: the agents accept only tokens bound to
+    // their audience, which the API server accepts for nothing else (a replay gets nothing).
+    let viewer_token = kubeconfig_token(&viewer_kc);
+    let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, Some(&viewer_token)).await;
+    assert_eq!(code, 401, "an API token is refused by the agent: {body}");
 
-    // (a) Forbidden: the stranger reaches the proxy but may not read the agent.
-    let stranger_token = kubeconfig_token(&stranger_kc);
+    // (a) Forbidden: a token of the stranger for the agents' audience is authenticated, and
+    // refused; the stranger's plugin cannot mint the viewer's token, and with its own token the
+    // agent refuses it.
+    let stranger_token = mint(&cluster.client(), "default", "stranger", "node-monitor").await;
     let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, Some(&stranger_token)).await;
     assert_eq!(code, 403, "{body}");
     assert!(
@@ -291,14 +362,28 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
     let out = plugin(&stranger_kc, &["status", NODE]);
     assert!(!out.status.success(), "{}", text(&out.stdout));
     assert!(
+        text(&out.stderr).contains("serviceaccounts/token"),
+        "the plugin names the permission it lacks: {}",
+        text(&out.stderr)
+    );
+    let out = plugin(&stranger_kc, &["--token", &stranger_token, "status", NODE]);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(
         text(&out.stderr).contains("403 Forbidden by the agent"),
         "{}",
         text(&out.stderr)
     );
 
-    // (b) and (d): the viewer, with the plugin.
-    let viewer_token = kubeconfig_token(&viewer_kc);
-    let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, Some(&viewer_token)).await;
+    // (b) and (d): the viewer's token for the agents' audience is authorized; the viewer's
+    // plugin mints it by itself.
+    let minted = mint(
+        &cluster.client(),
+        AGENT_NS,
+        "node-monitor-viewer",
+        "node-monitor",
+    )
+    .await;
+    let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, Some(&minted)).await;
     assert_eq!(code, 200, "{body}");
     let status = plugin_until(&viewer_kc, &["status", NODE], |o| {
         o.status.success() && text(&o.stdout).contains("memory.available")
@@ -350,6 +435,23 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
     );
     let summary = fleet["summary"].as_array().expect("summary lines");
     assert!(!summary.is_empty(), "{fleet}");
+    // Any kubeconfig: a user with a client certificate (kubeadm's and kind's admin
+    // kubeconfigs), and an exec credential plugin (EKS's, GKE's, AKS's), mint the same token.
+    let alice_kc = cp
+        .user_kubeconfig("alice", None)
+        .expect("client-certificate kubeconfig");
+    let exec_kc = cp
+        .exec_kubeconfig("viewer-exec", &viewer_token)
+        .expect("exec-plugin kubeconfig");
+    for (what, kc) in [("client certificate", &alice_kc), ("exec plugin", &exec_kc)] {
+        let out = plugin(kc, &["status", NODE]);
+        assert!(
+            out.status.success() && text(&out.stdout).contains("memory.available"),
+            "{what}: {}\n{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
     let with_fleet = text(&plugin(&viewer_kc, &["status"]).stdout);
     assert!(
         with_fleet.starts_with("fleet: ") && with_fleet.contains(&format!("node {NODE}")),

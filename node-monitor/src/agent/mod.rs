@@ -122,8 +122,16 @@ pub struct Args {
     #[arg(long)]
     pub no_mlock: bool,
     /// The audiences a caller's token must be valid for on the node API (`/node-monitor/v1/`),
-    /// comma-separated; default: the API server's own (docs/security.md).
-    #[arg(long, value_delimiter = ',', value_name = "AUDIENCE")]
+    /// comma-separated: `node-monitor` by default, the tokens `kubectl node-monitor` mints,
+    /// which the API server accepts for nothing else; empty (`--api-token-audience=`): the API
+    /// server's own, so a caller's API token works, and an agent could replay it
+    /// (docs/security.md).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "AUDIENCE",
+        default_value = node_monitor_core::names::NODE_API_AUDIENCE
+    )]
     pub api_token_audience: Vec<String>,
     /// The agent's namespace, where it keeps its liveness Lease (the DaemonSet passes
     /// metadata.namespace through the downward API).
@@ -290,7 +298,11 @@ fn set_authorizer(auth: &AuthSlot, client: &kube::Client, args: &Args) {
     auth.set(Arc::new(Authorizer::new(
         Arc::new(KubeReviews::new(
             client.clone(),
-            args.api_token_audience.clone(),
+            args.api_token_audience
+                .iter()
+                .filter(|a| !a.is_empty())
+                .cloned()
+                .collect(),
         )),
         args.node_name.clone(),
     )));

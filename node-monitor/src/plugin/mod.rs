@@ -1,7 +1,8 @@
 //! `kubectl node-monitor`: the agents' status, live explain and recent kernel events, read through
-//! the API server's pod proxy. The caller's bearer token goes along in the node API's token header
-//! (the proxy drops `Authorization`), and each agent authorizes it (docs/security.md). Usage and
-//! output are in docs/cli.md.
+//! the API server's pod proxy. A short-lived token of the viewer ServiceAccount, bound to the
+//! agents' audience ([`credential`]), goes along in the node API's token header (the proxy drops
+//! `Authorization`), and each agent authorizes it (docs/security.md); the caller's own credential
+//! never leaves the kubeconfig. Usage and output are in docs/cli.md.
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::{Context as _, bail};
@@ -15,6 +16,7 @@ use serde_json::Value;
 
 use crate::http::{EXPLAIN_PATH, FLIGHT_PATH, STATUS_PATH, TRACE_PATH, auth::TOKEN_HEADER};
 
+pub mod credential;
 pub mod fleet;
 pub mod format;
 
@@ -63,7 +65,8 @@ pub struct Connection {
     /// The agents' port (default: the pod's port named `metrics`, else 9101).
     #[arg(long, global = true)]
     pub port: Option<u16>,
-    /// A bearer token to send instead of the kubeconfig's.
+    /// A bearer token to send to the agents instead of a minted one; it must be valid for the
+    /// agents' audience.
     #[arg(
         long,
         global = true,
@@ -71,9 +74,16 @@ pub struct Connection {
         hide_env_values = true
     )]
     pub token: Option<String>,
-    /// A file holding the bearer token to send instead of the kubeconfig's.
+    /// A file holding that token.
     #[arg(long, global = true, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
+    /// The ServiceAccount, in the agents' namespace, whose short-lived token is minted for the
+    /// agents (TokenRequest, with the kubeconfig's own identity).
+    #[arg(long, global = true, default_value = "node-monitor-viewer")]
+    pub viewer_account: String,
+    /// The audience of the minted token: the agents' `--api-token-audience`.
+    #[arg(long, global = true, default_value = node_monitor_core::names::NODE_API_AUDIENCE)]
+    pub audience: String,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -325,10 +335,10 @@ pub struct AgentPod {
     pub port: u16,
 }
 
-/// The API client, the token and where the agents are.
+/// The API client, the credential and where the agents are.
 struct Agents {
     client: Client,
-    token: String,
+    credential: credential::Credential,
     namespace: String,
     selector: String,
     port: Option<u16>,
@@ -350,11 +360,20 @@ impl Agents {
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
             .await
             .context("loading the kubeconfig")?;
-        let token = token(conn, &config)?;
         let client = Client::try_from(config).context("building the API client")?;
+        let credential = credential::Credential::new(
+            &credential::Choice {
+                token: conn.token.as_deref(),
+                token_file: conn.token_file.as_ref(),
+                namespace: &conn.agent_namespace,
+                account: &conn.viewer_account,
+                audience: &conn.audience,
+            },
+            &client,
+        )?;
         Ok(Agents {
             client,
-            token,
+            credential,
             namespace: conn.agent_namespace.clone(),
             selector: conn.agent_selector.clone(),
             port: conn.port,
@@ -405,8 +424,9 @@ impl Agents {
             "/api/v1/namespaces/{}/pods/{}:{}/proxy{path}",
             self.namespace, pod.name, pod.port
         );
+        let token = self.credential.token().await?;
         let request = axum::http::Request::get(&uri)
-            .header(TOKEN_HEADER, format!("Bearer {}", self.token))
+            .header(TOKEN_HEADER, format!("Bearer {token}"))
             .header("accept", "application/json")
             .body(kube::client::Body::empty())
             .context("building the request")?;
@@ -430,36 +450,4 @@ impl Agents {
         format::agent_answer(status.as_u16(), &body)
             .with_context(|| format!("node {} ({}/{})", pod.node, self.namespace, pod.name))
     }
-}
-
-/// The bearer token to send: `--token`, `--token-file`, else the kubeconfig user's.
-fn token(conn: &Connection, config: &kube::Config) -> anyhow::Result<String> {
-    if let Some(t) = &conn.token {
-        return Ok(t.trim().to_owned());
-    }
-    if let Some(p) = &conn.token_file {
-        return Ok(
-            crate::io::read_file_bounded(p, "the token file", 64 * 1024)?
-                .trim()
-                .to_owned(),
-        );
-    }
-    use secrecy::ExposeSecret as _;
-    if let Some(t) = &config.auth_info.token {
-        return Ok(t.expose_secret().trim().to_owned());
-    }
-    if let Some(p) = &config.auth_info.token_file {
-        return Ok(crate::io::read_file_bounded(
-            std::path::Path::new(p),
-            "the kubeconfig's tokenFile",
-            64 * 1024,
-        )?
-        .trim()
-        .to_owned());
-    }
-    bail!(
-        "the kubeconfig user has no bearer token (client certificates and exec plugins cannot be \
-         forwarded to the agent): pass --token or --token-file, e.g. a token from \
-         `kubectl create token <service-account>`"
-    )
 }

@@ -8,6 +8,12 @@ pub enum Credentials<'a> {
     ClientCert { cert_pem: &'a str, key_pem: &'a str },
     /// A bearer token (e.g. a ServiceAccount token from the TokenRequest API).
     Token(&'a str),
+    /// An exec credential plugin (`client.authentication.k8s.io/v1`): `command` with `args`,
+    /// whose standard output is an `ExecCredential`, as EKS's, GKE's and AKS's kubeconfigs run.
+    Exec {
+        command: &'a str,
+        args: &'a [&'a str],
+    },
 }
 
 /// Renders a kubeconfig with one cluster, one user and one current context.
@@ -19,6 +25,17 @@ pub fn render(server: &str, ca_pem: &str, user: &str, credentials: &Credentials<
             STANDARD.encode(key_pem)
         ),
         Credentials::Token(t) => format!("    token: {t}\n"),
+        Credentials::Exec { command, args } => {
+            let args: String = args
+                .iter()
+                .map(|a| format!("      - {}\n", serde_json::to_string(a).unwrap_or_default()))
+                .collect();
+            format!(
+                "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      \
+                 command: {}\n      interactiveMode: Never\n      args:\n{args}",
+                serde_json::to_string(command).unwrap_or_default()
+            )
+        }
     };
     format!(
         "apiVersion: v1\n\
