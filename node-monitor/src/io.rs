@@ -80,6 +80,32 @@ pub fn read_file_bounded(
     read_bounded(file, path, what, limit)
 }
 
+/// Checks, without opening it, that `path` is a regular file of at most `limit` bytes: for
+/// readers that open the file themselves (kube's kubeconfig loader), which would otherwise block
+/// on a FIFO or read a runaway file whole.
+pub fn check_regular_file(path: &Path, what: &'static str, limit: u64) -> Result<(), InputError> {
+    let meta = std::fs::metadata(path).map_err(|source| InputError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    })?;
+    if !meta.file_type().is_file() {
+        return Err(InputError::NotAFile {
+            what,
+            path: path.to_owned(),
+            kind: kind_of(meta.file_type()),
+        });
+    }
+    if meta.len() > limit {
+        return Err(InputError::TooLarge {
+            what,
+            path: path.to_owned(),
+            limit,
+        });
+    }
+    Ok(())
+}
+
 /// Reads standard input as UTF-8, at most `limit` bytes.
 pub fn read_stdin_bounded(what: &'static str, limit: u64) -> Result<String, InputError> {
     read_bounded(io::stdin().lock(), Path::new("-"), what, limit)
@@ -171,6 +197,20 @@ mod tests {
                 "{msg}"
             );
         }
+    }
+
+    #[test]
+    fn a_file_read_by_another_reader_is_checked_first() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("kubeconfig");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let e = check_regular_file(&fifo, "the kubeconfig", MAX_INPUT_BYTES).expect_err("FIFO");
+        assert!(e.to_string().contains("a FIFO"), "{e}");
+        let big = dir.path().join("big");
+        std::fs::write(&big, "x".repeat(101)).expect("write");
+        let e = check_regular_file(&big, "the kubeconfig", 100).expect_err("too large");
+        assert!(e.to_string().contains("larger than 100 bytes"), "{e}");
+        check_regular_file(&big, "the kubeconfig", 101).expect("at the limit");
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub enum ClientError {
         #[source]
         source: kube::config::KubeconfigError,
     },
+    #[error(transparent)]
+    Input(#[from] crate::io::InputError),
     #[error("no in-cluster config and no kubeconfig")]
     Infer(#[source] kube::config::InferConfigError),
     #[error("building the API client")]
@@ -61,6 +63,8 @@ pub const WATCH_STALL_MARGIN: Duration = Duration::from_secs(15);
 pub async fn load_config(kubeconfig: Option<&Path>) -> Result<Config, ClientError> {
     let mut config = match kubeconfig {
         Some(path) => {
+            // A FIFO or a runaway file is refused before kube opens it.
+            crate::io::check_regular_file(path, "the kubeconfig", crate::io::MAX_INPUT_BYTES)?;
             let kc = Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig {
                 path: path.display().to_string(),
                 source,
@@ -199,6 +203,19 @@ mod watch_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--kubeconfig` naming a FIFO is refused at once, never a start-up blocked on its open.
+    #[tokio::test]
+    async fn a_kubeconfig_that_is_not_a_regular_file_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("kubeconfig");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let got = tokio::time::timeout(Duration::from_secs(5), load_config(Some(&fifo)))
+            .await
+            .expect("answers at once");
+        let e = got.expect_err("a FIFO is refused");
+        assert!(e.to_string().contains("a FIFO"), "{e}");
+    }
     use k8s_openapi::api::core::v1::Node;
 
     #[test]

@@ -48,8 +48,23 @@ pub struct TraceFilter {
     #[arg(long)]
     pub node: Option<String>,
     /// Only these kinds (comma-separated): oom_kill, reclaim_stall, kswapd_wake, reboot.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
     pub kind: Vec<String>,
+}
+
+/// The kinds of kernel events the agents keep.
+pub const TRACE_KINDS: [&str; 4] = ["oom_kill", "reclaim_stall", "kswapd_wake", "reboot"];
+
+/// `--kind`: one of [`TRACE_KINDS`], else an error naming the value and the kinds.
+pub fn parse_kind(s: &str) -> Result<String, String> {
+    if TRACE_KINDS.contains(&s) {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not a kind of kernel event (one of {})",
+            TRACE_KINDS.join(", ")
+        ))
+    }
 }
 
 impl TraceFilter {

@@ -348,6 +348,7 @@ impl Agents {
     async fn connect(conn: &Connection) -> anyhow::Result<Agents> {
         let kubeconfig = match &conn.kubeconfig {
             Some(p) => {
+                crate::io::check_regular_file(p, "--kubeconfig", crate::io::MAX_INPUT_BYTES)?;
                 Kubeconfig::read_from(p).with_context(|| format!("--kubeconfig {}", p.display()))?
             }
             None => Kubeconfig::read()

@@ -269,3 +269,51 @@ fn flight_prints_the_records_and_draws_the_chosen_one() {
     let e = flight_output(&empty, "n2", &args(Output::Text, true, None)).expect_err("nothing");
     assert!(e.to_string().contains("no record to draw"), "{e}");
 }
+
+#[test]
+fn trace_kinds_are_checked_and_named_in_the_error() {
+    for k in TRACE_KINDS {
+        assert_eq!(parse_kind(k).as_deref(), Ok(k));
+    }
+    for bad in ["", "oom", "OOM_KILL", "oom_kill "] {
+        let e = parse_kind(bad).expect_err(bad);
+        assert!(
+            e.contains(&format!("{bad:?}")) && e.contains("reclaim_stall"),
+            "{e}"
+        );
+    }
+    use clap::Parser as _;
+    let e = crate::plugin::Cli::try_parse_from([
+        "kubectl-node_monitor",
+        "trace",
+        "--kind",
+        "oom_kill,oops",
+    ])
+    .expect_err("refused");
+    assert!(e.to_string().contains("\"oops\""), "{e}");
+}
+
+#[tokio::test]
+async fn an_empty_token_is_refused_naming_the_flag() {
+    use clap::Parser as _;
+    let cli =
+        crate::plugin::Cli::try_parse_from(["kubectl-node_monitor", "--token", " ", "status"])
+            .expect("parses");
+    let client = {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("uri"));
+        kube::Client::try_from(config).expect("client")
+    };
+    let e = crate::plugin::credential::Credential::new(
+        &crate::plugin::credential::Choice {
+            token: cli.conn.token.as_deref(),
+            token_file: None,
+            namespace: "node-monitor",
+            account: "node-monitor-viewer",
+            audience: "node-monitor",
+        },
+        &client,
+    )
+    .err()
+    .expect("an empty token is refused");
+    assert!(e.to_string().contains("--token: the token is empty"), "{e}");
+}
