@@ -319,13 +319,18 @@ fn memory_push(ebpf: &Ebpf, thresholds: &Source) -> Holds {
     }
 }
 
-/// The annotation's JSON: `{"reboot-probe": "yes", "psi-trigger": "no: …", …}`.
+/// The verdicts as a JSON object: `{"reboot-probe": "yes", "psi-trigger": "no: …", …}`.
+pub fn to_json(a: &Assessment) -> serde_json::Value {
+    serde_json::Value::Object(
+        a.iter()
+            .map(|(g, h)| (g.as_str().to_owned(), serde_json::Value::String(h.encode())))
+            .collect(),
+    )
+}
+
+/// The annotation's text: [`to_json`], serialized.
 pub fn encode(a: &Assessment) -> String {
-    let map: serde_json::Map<String, serde_json::Value> = a
-        .iter()
-        .map(|(g, h)| (g.as_str().to_owned(), serde_json::Value::String(h.encode())))
-        .collect();
-    serde_json::Value::Object(map).to_string()
+    to_json(a).to_string()
 }
 
 /// Reads an annotation back: the guarantees it names (unknown keys and values left out).

@@ -437,9 +437,7 @@ impl LiveView {
             "conditions": conditions,
             "recent_evictions": evictions,
             "warnings": i.warnings,
-            "guarantees": serde_json::from_str::<Value>(
-                &node_monitor_core::guarantees::encode(&self.guarantees.assessment())
-            ).unwrap_or(Value::Null),
+            "guarantees": node_monitor_core::guarantees::to_json(&self.guarantees.assessment()),
         })
     }
 

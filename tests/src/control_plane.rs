@@ -877,6 +877,38 @@ impl ControlPlane {
         Ok(path)
     }
 
+    /// A 10-minute token of the existing ServiceAccount `namespace/name` for `audience`
+    /// (TokenRequest, as the admin): what `kubectl node-monitor` mints for the agents.
+    pub async fn audience_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        audience: &str,
+    ) -> Result<String> {
+        let api: Api<ServiceAccount> = Api::namespaced(self.client(), namespace);
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                audiences: Some(vec![audience.to_owned()]),
+                expiration_seconds: Some(600),
+                ..TokenRequestSpec::default()
+            }),
+            ..TokenRequest::default()
+        };
+        api.create_token_request(name, &PostParams::default(), &request)
+            .await
+            .map_err(|source| Error::Api {
+                action: format!("request a {audience} token for ServiceAccount {namespace}/{name}"),
+                source,
+            })?
+            .status
+            .and_then(|s| s.token)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| Error::NoToken {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            })
+    }
+
     /// Creates the ServiceAccount `namespace/name` if it does not exist, requests a one-hour token
     /// for it (TokenRequest API) and writes a kubeconfig using that token; returns its path.
     pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> Result<PathBuf> {

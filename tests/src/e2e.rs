@@ -458,23 +458,15 @@ impl Agent {
             .cp
             .service_account_kubeconfig("default", "node-api-reader")
             .await?;
-        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-            Api::namespaced(cluster.client(), "default");
-        let request = k8s_openapi::api::authentication::v1::TokenRequest {
-            spec: Some(k8s_openapi::api::authentication::v1::TokenRequestSpec {
-                audiences: Some(vec![node_monitor_core::names::NODE_API_AUDIENCE.to_owned()]),
-                expiration_seconds: Some(600),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let token = accounts
-            .create_token_request("node-api-reader", &PostParams::default(), &request)
+        let token = cluster
+            .cp
+            .audience_token(
+                "default",
+                "node-api-reader",
+                node_monitor_core::names::NODE_API_AUDIENCE,
+            )
             .await
-            .context("minting node-api-reader's token for the agents' audience")?
-            .status
-            .and_then(|s| s.token)
-            .context("a minted token")?;
+            .context("minting node-api-reader's token for the agents' audience")?;
         http_get_with(
             self.metrics_port,
             path,

@@ -225,29 +225,6 @@ async fn grant_roles(client: &Client) {
     .expect("RoleBinding proxy-only");
 }
 
-/// A token of `namespace/account` for `audience`, minted by the admin.
-async fn mint(client: &Client, namespace: &str, account: &str, audience: &str) -> String {
-    use k8s_openapi::api::{
-        authentication::v1::{TokenRequest, TokenRequestSpec},
-        core::v1::ServiceAccount,
-    };
-    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            audiences: Some(vec![audience.to_owned()]),
-            expiration_seconds: Some(600),
-            ..TokenRequestSpec::default()
-        }),
-        ..TokenRequest::default()
-    };
-    api.create_token_request(account, &PostParams::default(), &request)
-        .await
-        .expect("TokenRequest")
-        .status
-        .and_then(|s| s.token)
-        .expect("a token")
-}
-
 /// The stand-in node (its pods on the host's address), the agent (dry run, a hard threshold the
 /// node is below, so it decides to evict on every cycle and evicts nothing), its pod object, and
 /// a BestEffort pod holding 300 MiB.
@@ -351,7 +328,11 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
     // (a) Forbidden: a token of the stranger for the agents' audience is authenticated, and
     // refused; the stranger's plugin cannot mint the viewer's token, and with its own token the
     // agent refuses it.
-    let stranger_token = mint(&cluster.client(), "default", "stranger", "node-monitor").await;
+    let stranger_token = cluster
+        .cp
+        .audience_token("default", "stranger", "node-monitor")
+        .await
+        .expect("stranger token");
     let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, Some(&stranger_token)).await;
     assert_eq!(code, 403, "{body}");
     assert!(
@@ -376,13 +357,11 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
 
     // (b) and (d): the viewer's token for the agents' audience is authorized; the viewer's
     // plugin mints it by itself.
-    let minted = mint(
-        &cluster.client(),
-        AGENT_NS,
-        "node-monitor-viewer",
-        "node-monitor",
-    )
-    .await;
+    let minted = cluster
+        .cp
+        .audience_token(AGENT_NS, "node-monitor-viewer", "node-monitor")
+        .await
+        .expect("viewer token");
     let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, Some(&minted)).await;
     assert_eq!(code, 200, "{body}");
     let status = plugin_until(&viewer_kc, &["status", NODE], |o| {

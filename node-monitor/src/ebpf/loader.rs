@@ -205,12 +205,12 @@ impl Probes {
         let this = Self::try_load(config);
         for s in &this.statuses {
             let required = s.requirement == Requirement::Required;
+            let fallback = this.fallback_attached(s.name);
             match &s.state {
                 ProgramState::Attached => {
                     info!(program = s.name, attach = %s.attach, prog_id = ?s.prog_id, "kernel probe attached");
                 }
-                ProgramState::Failed { reason } if this.fallback_attached(s.name).is_some() => {
-                    let fallback = this.fallback_attached(s.name).unwrap_or_default();
+                ProgramState::Failed { reason } if let Some(fallback) = fallback => {
                     info!(program = s.name, attach = %s.attach, reason, fallback, "kernel probe failed; its fallback is attached");
                 }
                 ProgramState::Failed { reason } if required => {

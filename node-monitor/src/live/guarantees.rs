@@ -60,11 +60,7 @@ impl GuaranteeBoard {
 
     /// The last look at the kubelet's configuration.
     pub fn set_kubelet_config(&self, k: KubeletConfig) {
-        self.update(|f| {
-            if f.kubelet_config != k {
-                f.kubelet_config = k;
-            }
-        });
+        self.update(|f| f.kubelet_config = k);
     }
 
     /// The verdicts on what is known now.

@@ -6,7 +6,7 @@ use kube::{Api, Client, api::ListParams};
 use serde_json::{Value, json};
 
 use node_monitor_core::{
-    guarantees::{decode, encode, fleet_summary},
+    guarantees::{decode, fleet_summary, to_json},
     names::GUARANTEES_ANNOTATION,
 };
 
@@ -51,8 +51,7 @@ pub fn json(nodes: &[(String, Option<String>)]) -> Value {
             let v = a
                 .as_deref()
                 .and_then(|a| decode(a).ok())
-                .and_then(|d| serde_json::from_str(&encode(&d)).ok())
-                .unwrap_or(Value::Null);
+                .map_or(Value::Null, |d| to_json(&d));
             (name.clone(), v)
         })
         .collect();
