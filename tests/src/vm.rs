@@ -15,6 +15,10 @@ use std::{
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -188,6 +192,17 @@ pub fn run_guest(payload: &Path, opts: &GuestOptions) -> Result<GuestRun> {
 /// [`run_guest`] with the guest's `/mnt/out` at `out`, which the caller can read while the guest
 /// runs and which outlives a failed run.
 pub fn run_guest_in(payload: &Path, opts: &GuestOptions, out: OutDir) -> Result<GuestRun> {
+    run_guest_until(payload, opts, out, &AtomicBool::new(false))
+}
+
+/// [`run_guest_in`], killing qemu as soon as `abort` is set (the run is then returned as it
+/// stands, for its files and console).
+fn run_guest_until(
+    payload: &Path,
+    opts: &GuestOptions,
+    out: OutDir,
+    abort: &AtomicBool,
+) -> Result<GuestRun> {
     if !payload.join("guest-entry.sh").is_file() {
         bail!("{} has no guest-entry.sh", payload.display());
     }
@@ -233,6 +248,16 @@ pub fn run_guest_in(payload: &Path, opts: &GuestOptions, out: OutDir) -> Result<
             started = Instant::now();
             child = boot(&out)?;
             continue;
+        }
+        if abort.load(Ordering::Relaxed) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let console = fs::read_to_string(&console_path).unwrap_or_default();
+            return Ok(GuestRun {
+                console,
+                out,
+                elapsed: started.elapsed(),
+            });
         }
         if started.elapsed() > opts.timeout {
             let _ = child.kill();
@@ -362,6 +387,7 @@ impl Payload {
 #[derive(Debug)]
 pub struct Guest {
     handle: std::thread::JoinHandle<Result<GuestRun>>,
+    abort: Arc<AtomicBool>,
     /// When the boot began.
     pub started: Instant,
 }
@@ -370,18 +396,24 @@ impl Guest {
     /// Boots the guest from `payload` ([`run_guest`]) in a thread.
     pub fn boot(payload: &Path, opts: GuestOptions) -> Guest {
         let path = payload.to_owned();
-        Self::spawn(move || run_guest(&path, &opts))
+        Self::spawn(move |abort| {
+            let out = tempfile::Builder::new().prefix("nm-guest-out").tempdir()?;
+            run_guest_until(&path, &opts, OutDir::Temp(out), abort)
+        })
     }
 
     /// [`Guest::boot`] with the guest's `/mnt/out` at `out` ([`run_guest_in`]).
     pub fn boot_in(payload: &Path, opts: GuestOptions, out: OutDir) -> Guest {
         let path = payload.to_owned();
-        Self::spawn(move || run_guest_in(&path, &opts, out))
+        Self::spawn(move |abort| run_guest_until(&path, &opts, out, abort))
     }
 
-    fn spawn(run: impl FnOnce() -> Result<GuestRun> + Send + 'static) -> Guest {
+    fn spawn(run: impl FnOnce(&AtomicBool) -> Result<GuestRun> + Send + 'static) -> Guest {
+        let abort = Arc::new(AtomicBool::new(false));
+        let flag = abort.clone();
         Guest {
-            handle: std::thread::spawn(run),
+            handle: std::thread::spawn(move || run(&flag)),
+            abort,
             started: Instant::now(),
         }
     }
@@ -407,6 +439,13 @@ impl Guest {
             Ok(run) => panic!("{what}\n{}", report(&run, files)),
             Err(e) => panic!("{what}\nguest run failed: {e:#}"),
         }
+    }
+
+    /// Fails the test with `what` and the tails of the guest's `files` and console, killing
+    /// the guest first: for a guest still running when the test gave up waiting on it.
+    pub async fn abort(self, what: &str, files: &[&str]) -> ! {
+        self.abort.store(true, Ordering::Relaxed);
+        self.fail(what, files).await
     }
 }
 
