@@ -262,7 +262,6 @@ fn kubelet_config(driver: CgroupDriver, extra: &str, layout: NodeLayout) -> Stri
 
 /// The node's entry script, after [`ENTRY_PRELUDE`].
 const ENTRY: &str = r#"H=/mnt/host
-within() { local n=$(( $1 * 5 )); shift; for _ in $(seq "$n"); do "$@" && return 0; sleep 0.2; done; return 1; }
 log "entry started; uptime $(uptime_s)"
 uname -r > /mnt/out/uname
 mkdir -p /mnt/out/steps

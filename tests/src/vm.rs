@@ -34,7 +34,10 @@ pub fn image_dir() -> Result<PathBuf> {
         );
     }
     let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    for f in ["vmlinuz", "initrd.img", "rootfs.ext4"] {
+    let kernels = GuestKernel::ALL
+        .iter()
+        .flat_map(|k| [k.files().0, k.files().1]);
+    for f in kernels.chain(["rootfs.ext4"]) {
         if !dir.join(f).is_file() {
             bail!("guest image incomplete: {} missing", dir.join(f).display());
         }
@@ -51,6 +54,43 @@ pub struct GuestOptions {
     pub cmdline: String,
     /// Hard limit for the whole run; the guest is killed past it and the run fails.
     pub timeout: Duration,
+    /// Which of the image's kernels boots.
+    pub kernel: GuestKernel,
+}
+
+/// The kernels of the guest image (`cargo xtask build guest-image`): the same bookworm user
+/// space booted on each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GuestKernel {
+    /// bookworm's 6.1, the one every other guest test runs on.
+    #[default]
+    Bookworm,
+    /// bullseye's 5.10 (Debian 11).
+    Bullseye,
+    /// bookworm-backports' 6.12 (trixie's series).
+    Backports,
+}
+
+impl GuestKernel {
+    pub const ALL: [GuestKernel; 3] = [Self::Bookworm, Self::Bullseye, Self::Backports];
+
+    /// The `uname -r` prefix of this kernel.
+    pub fn release_prefix(self) -> &'static str {
+        match self {
+            Self::Bookworm => "6.1.",
+            Self::Bullseye => "5.10.",
+            Self::Backports => "6.12.",
+        }
+    }
+
+    /// The image's file names of this kernel and its initramfs.
+    fn files(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Bookworm => ("vmlinuz", "initrd.img"),
+            Self::Bullseye => ("vmlinuz-5.10", "initrd.img-5.10"),
+            Self::Backports => ("vmlinuz-6.12", "initrd.img-6.12"),
+        }
+    }
 }
 
 impl Default for GuestOptions {
@@ -60,6 +100,7 @@ impl Default for GuestOptions {
             cpus: 2,
             cmdline: String::new(),
             timeout: Duration::from_secs(420),
+            kernel: GuestKernel::default(),
         }
     }
 }
@@ -134,13 +175,13 @@ fn qemu_command(
             "stdio",
         ])
         .arg("-kernel")
-        .arg(image.join("vmlinuz"))
+        .arg(image.join(opts.kernel.files().0))
         .arg("-initrd")
-        .arg(image.join("initrd.img"))
+        .arg(image.join(opts.kernel.files().1))
         .args([
             "-append",
             &format!(
-                "root=/dev/vda rw console=ttyS0 quiet systemd.unified_cgroup_hierarchy=1 {}",
+                "root=/dev/vda rw console=ttyS0 quiet panic=-1 systemd.unified_cgroup_hierarchy=1 {}",
                 opts.cmdline
             ),
         ])
@@ -297,6 +338,8 @@ exec >/mnt/out/entry.log 2>&1
 log() { echo "$(date +%s.%N) $*"; }
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 wait_for() { while [ ! -e "$1" ]; do sleep 0.2; done; }
+# Waits up to $1 seconds for the command that follows; false on timeout.
+within() { local n=$(( $1 * 5 )); shift; for _ in $(seq "$n"); do "$@" && return 0; sleep 0.2; done; return 1; }
 "#;
 
 /// Hard-links `src` to `dst`, or copies it when they are on different file systems.

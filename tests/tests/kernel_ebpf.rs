@@ -5,7 +5,7 @@
 //! Memory pressure is real: `nm-memhog` (tests/src/bin) runs in a test memory cgroup
 //! (`node-monitor-test/…`, removed afterwards) laid out like the kubelet's.
 use std::{
-    os::unix::process::ExitStatusExt as _,
+    os::unix::process::{CommandExt as _, ExitStatusExt as _},
     path::Path,
     process::Command,
     sync::atomic::{AtomicU32, Ordering},
@@ -114,10 +114,15 @@ async fn oom_kill_of_a_memhog(
     stream: &mut EventStream,
     cg: &TestCgroups,
     rel: &str,
+    oom_score_adj: i32,
 ) -> (u32, OomKillEvent) {
-    let mut child = cg
-        .spawn_in(rel, Command::new(MEMHOG).args(["anon", "256"]))
-        .expect("spawn nm-memhog");
+    let mut cmd = Command::new(MEMHOG);
+    cmd.args(["anon", "256"]);
+    // SAFETY: between fork and exec only a write to the child's own procfs file.
+    unsafe {
+        cmd.pre_exec(move || std::fs::write("/proc/self/oom_score_adj", oom_score_adj.to_string()));
+    }
+    let mut child = cg.spawn_in(rel, &mut cmd).expect("spawn nm-memhog");
     let pid = child.id();
     let ev = wait_for(
         stream,
@@ -194,7 +199,7 @@ fn the_tracepoint_fallback_takes_over_and_reports_an_oom_kill() {
     cg.set_memory_limit(rel, 32 * MIB).unwrap();
     runtime().block_on(async {
         let mut stream = probes.events().expect("event stream");
-        let (pid, k) = oom_kill_of_a_memhog(&mut stream, &cg, rel).await;
+        let (pid, k) = oom_kill_of_a_memhog(&mut stream, &cg, rel, 17).await;
         // The tracepoint does not carry the victim's cgroup: the trigger's (the victim itself
         // here) stands in.
         assert_eq!(k.victim_cgroup_id, None);
@@ -202,11 +207,15 @@ fn the_tracepoint_fallback_takes_over_and_reports_an_oom_kill() {
         assert_eq!(k.cgroup_id(), cg.v2_id(rel));
         assert_eq!(k.victim_comm.as_deref(), Some("nm-memhog"));
         assert_eq!(k.global(), Some(false));
-        let rss = k
-            .memory
-            .expect("the 6.x tracepoint has RSS figures")
-            .anon_rss_bytes;
+        let mem = k.memory.expect("the 6.x tracepoint has RSS figures");
+        let rss = mem.anon_rss_bytes;
         assert!((16 * MIB..=64 * MIB).contains(&rss), "anon rss {rss}");
+        // Every integer field read as one word shifted down (`tp_field`): the 8-byte sizes,
+        // the 4-byte `uid` and the 2-byte `oom_score_adj` come out whole (raising it needs no privilege; lowering it is refused here).
+        assert!(mem.total_vm_bytes >= mem.rss_bytes(), "{mem:?}");
+        assert_eq!(k.victim_pid, pid);
+        assert_eq!(k.uid, Some(0));
+        assert_eq!(k.oom_score_adj, Some(17));
     });
 }
 
@@ -224,7 +233,7 @@ fn a_memcg_oom_kill_is_reported_with_the_victims_cgroup_and_pod() {
     );
     runtime().block_on(async {
         let mut stream = probes.events().expect("event stream");
-        let (pid, k) = oom_kill_of_a_memhog(&mut stream, &cg, &rel).await;
+        let (pid, k) = oom_kill_of_a_memhog(&mut stream, &cg, &rel, 0).await;
         assert_eq!(k.victim_cgroup_id, Some(cg.v2_id(&rel)), "{k:?}");
         assert_eq!(k.victim_tid, pid);
         assert_eq!(k.victim_comm.as_deref(), Some("nm-memhog"));

@@ -14,6 +14,9 @@ use crate::sh::{self, cache_dir, log, quiet_stdout, run};
 
 /// The Kubernetes release of the control plane and the real node (one version for both).
 pub const K8S_VERSION: &str = "v1.36.3";
+/// The oldest Kubernetes release the manifests support (the chart's `kubeVersion`): the
+/// version-skew tier runs the control-plane and RBAC tests against its API server.
+pub const SKEW_K8S_VERSION: &str = "v1.30.14";
 /// etcd's release.
 pub const ETCD_VERSION: &str = "v3.6.16";
 /// containerd's release (2.x, from its Go module).
@@ -42,8 +45,13 @@ fn go() -> Result<Command> {
 /// Builds etcd, kube-apiserver and kube-controller-manager once; returns the directory that holds
 /// them (usable as `KUBEBUILDER_ASSETS`).
 pub fn control_plane() -> Result<PathBuf> {
+    control_plane_at(&version("K8S_VERSION", K8S_VERSION))
+}
+
+/// [`control_plane`] at Kubernetes release `k8s` (`v1.X.Y`).
+pub fn control_plane_at(k8s: &str) -> Result<PathBuf> {
     const CHORE: &str = "build control-plane";
-    let k8s = version("K8S_VERSION", K8S_VERSION);
+    let k8s = k8s.to_owned();
     let etcd = version("ETCD_VERSION", ETCD_VERSION);
     let out = cache_dir().join(format!("control-plane/k8s-{k8s}-etcd-{etcd}"));
     if ["kube-apiserver", "kube-controller-manager", "etcd"]

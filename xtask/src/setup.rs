@@ -70,6 +70,8 @@ pub fn setup(args: SetupArgs) -> Result<()> {
     if args.with_control_plane {
         let assets = gobuild::control_plane()?;
         symlink_force(&assets, &cache_dir().join("control-plane/current"))?;
+        let skew = gobuild::control_plane_at(gobuild::SKEW_K8S_VERSION)?;
+        symlink_force(&skew, &cache_dir().join("control-plane/skew"))?;
         let crds = gobuild::prometheus_operator_crds(PROMETHEUS_OPERATOR_VERSION)?;
         symlink_force(&crds, &cache_dir().join("prometheus-operator/current"))?;
         let helm = gobuild::helm()?;

@@ -9,6 +9,7 @@ use anyhow::{Result, bail};
 use clap::ValueEnum;
 
 use crate::{
+    gobuild,
     image::{self, ImageArgs, Profile, Which},
     remap,
     setup::{self, SetupArgs},
@@ -37,6 +38,8 @@ pub enum Tier {
     Vm,
     /// The real kubelet and containerd in the guest, node-monitor from its manifests (qemu).
     RealNode,
+    /// The control-plane and RBAC tests again, against the oldest supported API server (root).
+    Skew,
 }
 
 impl Tier {
@@ -61,8 +64,9 @@ impl Tier {
                 "dashboard",
             ],
             Tier::E2e => &["e2e", "kubectl_plugin"],
-            Tier::Vm => &["vm_guest", "vm_shutdown", "vm_cgroup2"],
+            Tier::Vm => &["vm_guest", "vm_shutdown", "vm_cgroup2", "vm_kernels"],
             Tier::RealNode => &["real_node", "real_node_shutdown"],
+            Tier::Skew => SKEW_TESTS,
         }
     }
 
@@ -70,6 +74,11 @@ impl Tier {
         matches!(self, Tier::Vm | Tier::RealNode)
     }
 }
+
+/// What the version-skew tier runs against the oldest supported API server
+/// ([`gobuild::SKEW_K8S_VERSION`]): the agent's API calls (evictions, conditions, taints,
+/// Events, Leases), the manifests applied server-side with their RBAC and admission policies.
+const SKEW_TESTS: &[&str] = &["control_plane", "eviction_api", "deploy_rbac"];
 
 /// `cargo xtask test [TIER...]`.
 #[derive(Debug, clap::Args)]
@@ -121,7 +130,12 @@ pub fn test(args: &TestArgs) -> Result<()> {
                 } else {
                     cargo()
                 };
-                cmd.env("KUBEBUILDER_ASSETS", kubebuilder_assets()).args([
+                let assets = if tier == Tier::Skew {
+                    skew_assets()
+                } else {
+                    kubebuilder_assets()
+                };
+                cmd.env("KUBEBUILDER_ASSETS", assets).args([
                     "test",
                     "--locked",
                     "-p",
@@ -162,7 +176,26 @@ fn every_tier() -> Result<()> {
         .args(HOST_CRATES)
         .args(["--locked", "--", "--test-threads=1"]));
     disk("after the tests");
-    result
+    result?;
+    log(
+        "test",
+        format!(
+            "== version skew: {} against Kubernetes {}",
+            SKEW_TESTS.join(", "),
+            gobuild::SKEW_K8S_VERSION
+        ),
+    );
+    let mut cmd = cargo();
+    cmd.env("KUBEBUILDER_ASSETS", skew_assets()).args([
+        "test",
+        "--locked",
+        "-p",
+        "node-monitor-tests",
+    ]);
+    for t in SKEW_TESTS {
+        cmd.args(["--test", t]);
+    }
+    run(cmd.args(["--", "--test-threads=1"]))
 }
 
 /// Logs the free space where target/ lives and the size of target/: a run needs about 8 GB
@@ -249,6 +282,11 @@ fn images() -> Result<()> {
         name: None,
         out: None,
     })
+}
+
+/// The oldest supported control plane, which setup links (`control-plane/skew`).
+fn skew_assets() -> PathBuf {
+    cache_dir().join("control-plane/skew")
 }
 
 fn kubebuilder_assets() -> PathBuf {

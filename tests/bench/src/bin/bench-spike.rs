@@ -54,7 +54,7 @@ use node_monitor_tests::{
     cgroup::require_root,
     control_plane::{ControlPlane, ControlPlaneOptions},
     pod::PodBuilder,
-    vm::{ENTRY_PRELUDE, Guest, GuestOptions, GuestRun, Payload},
+    vm::{ENTRY_PRELUDE, Guest, GuestKernel, GuestOptions, GuestRun, Payload},
 };
 use tokio::{
     io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines},
@@ -490,6 +490,7 @@ async fn boot(c: Contender, args: &Args, bins: &Path, logs: &Path) -> BootResult
             cpus: 2,
             cmdline: String::new(),
             timeout: Duration::from_secs(cap),
+            kernel: GuestKernel::default(),
         };
         let guest = Guest::boot(payload.path(), opts);
         let cp = ControlPlane::start(ControlPlaneOptions::default())
