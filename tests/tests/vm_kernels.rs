@@ -72,6 +72,12 @@ cat "$CG/$VICTIM/memory.events" > /mnt/out/victim-memory.events
   > /mnt/out/reclaimer.log 2>&1
 within 60 grep -q '"kind":"oom_kill"' /mnt/out/trace.jsonl || log "no oom_kill line"
 within 60 grep -q '"kind":"reclaim_stall"' /mnt/out/trace.jsonl || log "no reclaim_stall line"
+# reboot(2) calls the kernel refuses, one per reason (nm-reboot-caller checks, before each call,
+# that it cannot take the guest down).
+for m in nobody userns pidns badmagic; do
+  /mnt/host/nm-reboot-caller $m > /mnt/out/reboot-$m 2>&1
+done
+within 60 grep -q '"verdict":"refused_magic"' /mnt/out/trace.jsonl || log "no refused_magic line"
 kill -TERM $TRACE
 wait $TRACE
 echo $? > /mnt/out/trace-exit
@@ -116,7 +122,7 @@ fn probes_on(kernel: GuestKernel) {
         .replace("@CID@", &cid);
     let payload = Payload::new("nm-vm-kernels").expect("payload dir");
     payload
-        .link_binaries(&["node-monitor", "nm-memhog"])
+        .link_binaries(&["node-monitor", "nm-memhog", "nm-reboot-caller"])
         .expect("binaries");
     payload
         .entry(&format!("{ENTRY_PRELUDE}{COMMON}{script}"))
@@ -315,6 +321,28 @@ fn probes_on(kernel: GuestKernel) {
     eprintln!("reclaim_stall on {uname}: {stall}");
     assert_eq!(stall["flavor"], "memcg", "{stall}");
     assert_eq!(stall["cgroup_path"], "/node-monitor-test/trace/reclaimer");
+
+    // --- Refused reboot(2) calls, each classified by the kernel's reason: the CO-RE reads of
+    // the caller checks (`kernel_cap_t` as `u32[2]` before 6.3, one `u64` after) relocate here.
+    for (mode, verdict) in [
+        ("nobody", "refused_cap"),
+        ("userns", "refused_userns"),
+        ("pidns", "refused_pidns"),
+        ("badmagic", "refused_magic"),
+    ] {
+        let out = read(&format!("reboot-{mode}"));
+        let pid: u64 = out
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("caller="))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("nm-reboot-caller {mode}: {out}\n{report}"));
+        let ev = lines
+            .iter()
+            .find(|v| v["kind"] == "reboot" && v["pid"] == pid)
+            .unwrap_or_else(|| panic!("no reboot line for {mode} (pid {pid}): {out}\n{report}"));
+        eprintln!("reboot {mode} on {uname}: {ev}");
+        assert_eq!(ev["verdict"], verdict, "{mode}: {ev}");
+    }
 
     // --- Totals: nothing dropped or malformed.
     let totals: Value = stderr
