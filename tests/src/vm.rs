@@ -131,6 +131,13 @@ pub enum OutDir {
 }
 
 impl OutDir {
+    /// A temporary `/mnt/out`, removed with the run.
+    fn temp() -> Result<OutDir> {
+        Ok(OutDir::Temp(
+            tempfile::Builder::new().prefix("nm-guest-out").tempdir()?,
+        ))
+    }
+
     pub fn path(&self) -> &Path {
         match self {
             OutDir::Temp(t) => t.path(),
@@ -226,8 +233,7 @@ fn qemu_command(
 /// Boots the guest with `payload` shared at /mnt/host (it must contain `guest-entry.sh`) and waits
 /// until the guest powers off (the entry script ends with a shutdown of some kind).
 pub fn run_guest(payload: &Path, opts: &GuestOptions) -> Result<GuestRun> {
-    let out = tempfile::Builder::new().prefix("nm-guest-out").tempdir()?;
-    run_guest_in(payload, opts, OutDir::Temp(out))
+    run_guest_in(payload, opts, OutDir::temp()?)
 }
 
 /// [`run_guest`] with the guest's `/mnt/out` at `out`, which the caller can read while the guest
@@ -439,10 +445,7 @@ impl Guest {
     /// Boots the guest from `payload` ([`run_guest`]) in a thread.
     pub fn boot(payload: &Path, opts: GuestOptions) -> Guest {
         let path = payload.to_owned();
-        Self::spawn(move |abort| {
-            let out = tempfile::Builder::new().prefix("nm-guest-out").tempdir()?;
-            run_guest_until(&path, &opts, OutDir::Temp(out), abort)
-        })
+        Self::spawn(move |abort| run_guest_until(&path, &opts, OutDir::temp()?, abort))
     }
 
     /// [`Guest::boot`] with the guest's `/mnt/out` at `out` ([`run_guest_in`]).

@@ -39,7 +39,7 @@ const EXTRA_KERNELS: [&str; 2] = ["5.10", "6.12"];
 const PACKAGES: &str = "systemd,systemd-sysv,dbus,udev,kmod,linux-image-amd64,procps,iproute2,util-linux,stress-ng,earlyoom,runc,containernetworking-plugins,iptables";
 
 /// mmdebstrap's customize hooks, run by its shell with the root directory as `$1`.
-const HOOKS: [&str; 13] = [
+const HOOKS: [&str; 12] = [
     r#"echo nm-guest > "$1/etc/hostname""#,
     r#"printf "/dev/vda / ext4 defaults 0 1\nhost /mnt/host 9p trans=virtio,version=9p2000.L,ro,nofail 0 0\nout /mnt/out 9p trans=virtio,version=9p2000.L,rw,nofail 0 0\n" > "$1/etc/fstab""#,
     r#"mkdir -p "$1/mnt/host" "$1/mnt/out""#,
@@ -53,10 +53,6 @@ const HOOKS: [&str; 13] = [
     r#"chroot "$1" systemctl disable earlyoom.service"#,
     r#"mkdir -p "$1/opt/cni" && ln -s /usr/lib/cni "$1/opt/cni/bin""#,
     r#"chroot "$1" systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer"#,
-    // The other kernels of the matrix: the ABI package each series' `linux-image-amd64` depends on
-    // (5.10 from bullseye, 6.12 from bookworm-backports), with their initramfs built by
-    // bookworm's initramfs-tools.
-    r#"for s in 5.10 6.12; do p=$(chroot "$1" apt-cache show linux-image-amd64 | sed -n "s/^Depends: \(linux-image-$s[^ ,]*\).*/\1/p" | head -n1); [ -n "$p" ] || { echo "no linux-image for $s" >&2; exit 1; }; chroot "$1" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends -t bookworm-backports "$p" || exit 1; done"#,
 ];
 
 /// Builds the guest image once; returns the directory holding vmlinuz, initrd.img and
@@ -90,6 +86,13 @@ pub fn image() -> Result<PathBuf> {
     for hook in HOOKS {
         cmd.arg(format!("--customize-hook={hook}"));
     }
+    // The other kernels of the matrix: the ABI package each series' `linux-image-amd64` depends
+    // on (5.10 from bullseye, 6.12 from bookworm-backports), with their initramfs built by
+    // bookworm's initramfs-tools.
+    cmd.arg(format!(
+        r#"--customize-hook=for s in {}; do p=$(chroot "$1" apt-cache show linux-image-amd64 | sed -n "s/^Depends: \(linux-image-$s[^ ,]*\).*/\1/p" | head -n1); [ -n "$p" ] || {{ echo "no linux-image for $s" >&2; exit 1; }}; chroot "$1" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends -t bookworm-backports "$p" || exit 1; done"#,
+        EXTRA_KERNELS.join(" ")
+    ));
     cmd.arg("bookworm").arg(&root).args(MIRRORS);
     run(quiet_stdout(&mut cmd))?;
     // bookworm's kernel under the plain names, the others under their series.

@@ -120,32 +120,7 @@ pub fn test(args: &TestArgs) -> Result<()> {
                 if tier == Tier::RealNode {
                     images()?;
                 }
-                let mut cmd = if tier.needs_vm() {
-                    let mut c = Command::new("flock");
-                    c.arg(VM_LOCK)
-                        .arg(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-                        .current_dir(workspace_root())
-                        .env("PATH", sh::path_with_cargo_bin());
-                    c
-                } else {
-                    cargo()
-                };
-                let assets = if tier == Tier::Skew {
-                    skew_assets()
-                } else {
-                    kubebuilder_assets()
-                };
-                cmd.env("KUBEBUILDER_ASSETS", assets).args([
-                    "test",
-                    "--locked",
-                    "-p",
-                    "node-monitor-tests",
-                ]);
-                for t in tier.tests() {
-                    cmd.args(["--test", t]);
-                }
-                cmd.args(["--", "--test-threads=1"]);
-                run(&mut cmd)?;
+                run(&mut integration_tests(tier))?;
             }
         }
     }
@@ -185,17 +160,34 @@ fn every_tier() -> Result<()> {
             gobuild::SKEW_K8S_VERSION
         ),
     );
-    let mut cmd = cargo();
-    cmd.env("KUBEBUILDER_ASSETS", skew_assets()).args([
-        "test",
-        "--locked",
-        "-p",
-        "node-monitor-tests",
-    ]);
-    for t in SKEW_TESTS {
+    run(&mut integration_tests(Tier::Skew))
+}
+
+/// `cargo test` of the tier's integration tests, one at a time, against its control plane; the
+/// guest tiers under the VM lock.
+fn integration_tests(tier: Tier) -> Command {
+    let mut cmd = if tier.needs_vm() {
+        let mut c = Command::new("flock");
+        c.arg(VM_LOCK)
+            .arg(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .current_dir(workspace_root())
+            .env("PATH", sh::path_with_cargo_bin());
+        c
+    } else {
+        cargo()
+    };
+    let assets = if tier == Tier::Skew {
+        skew_assets()
+    } else {
+        kubebuilder_assets()
+    };
+    cmd.env("KUBEBUILDER_ASSETS", assets)
+        .args(["test", "--locked", "-p", "node-monitor-tests"]);
+    for t in tier.tests() {
         cmd.args(["--test", t]);
     }
-    run(cmd.args(["--", "--test-threads=1"]))
+    cmd.args(["--", "--test-threads=1"]);
+    cmd
 }
 
 /// Logs the free space where target/ lives and the size of target/: a run needs about 8 GB
