@@ -36,7 +36,11 @@ pub const MEM_PUSH_RING: &str = "NM_MEM_WAKE";
 pub mod prog {
     /// raw_tracepoint `mark_victim`: the victim's task, read through CO-RE.
     pub const OOM_RAW: &str = "oom_victim_raw";
-    /// tracepoint `oom/mark_victim`: fallback when the raw program cannot run.
+    /// raw_tracepoint `mark_victim` where it passes `(int pid)` (before the task was passed,
+    /// e.g. 5.10): the victim's pid, and the trigger's cgroup. A raw tracepoint attaches through
+    /// bpf(2) alone, so under `perf_event_paranoid` above 2 too, unlike [`OOM_TP`].
+    pub const OOM_PID: &str = "oom_victim_pid";
+    /// tracepoint `oom/mark_victim`: fallback when the raw programs cannot run.
     pub const OOM_TP: &str = "oom_victim_tp";
     pub const DIRECT_BEGIN: &str = "direct_rcl_beg";
     pub const DIRECT_END: &str = "direct_rcl_end";

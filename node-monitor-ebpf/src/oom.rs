@@ -3,10 +3,12 @@
 //! whose allocation or charge invoked the killer (the trigger), not of the victim. The envelope
 //! therefore describes the trigger; the payload describes the victim.
 //!
-//! Two programs, one attached:
+//! Three programs, one attached:
 //! - `oom_victim_raw` (raw tracepoint, preferred): `TP_PROTO(struct task_struct *task, uid_t
 //!   uid)` gives the victim's task, so the victim's own cgroup v2 id is read from
 //!   `task->cgroups->dfl_cgrp->kn->id`, through CO-RE (c/task.c, see `crate::task`).
+//! - `oom_victim_pid` (raw tracepoint, where `mark_victim` passes `(int pid)`, as on 5.10): the
+//!   victim's pid, attached through bpf(2) alone, so under `perf_event_paranoid` above 2 too.
 //! - `oom_victim_tp` (tracepoint, fallback without BTF): the stable tracepoint fields (pid, comm,
 //!   RSS figures, uid, oom_score_adj) at offsets parsed from its tracefs format; the victim's
 //!   cgroup is then unknown and only the trigger's is reported.
@@ -81,6 +83,21 @@ pub fn oom_victim_raw(ctx: RawTracePointContext) -> u32 {
         ev.victim_cgroup_id,
         ev.trigger_reclaim
     );
+    emit(EventKind::OomKill, ev);
+    0
+}
+
+/// Where `mark_victim` passes the victim's pid alone (`TP_PROTO(int pid)`, before the task was
+/// passed): what the tracepoint gives there too, through bpf(2) alone. The trigger's cgroup and
+/// comm are the envelope's.
+#[raw_tracepoint(tracepoint = "mark_victim")]
+pub fn oom_victim_pid(ctx: RawTracePointContext) -> u32 {
+    let pid: u64 = ctx.arg(0);
+    let mut ev = empty();
+    ev.victim_pid = pid as u32;
+    ev.victim_tid = pid as u32;
+    ev.trigger_reclaim = last_reclaim_flavor();
+    info!(&ctx, "oom victim pid {} (raw, pid only)", ev.victim_pid);
     emit(EventKind::OomKill, ev);
     0
 }

@@ -30,7 +30,10 @@ pub mod scenario;
 
 use crate::{
     control_plane::ControlPlane,
-    vm::{ENTRY_PRELUDE, Guest, GuestOptions, GuestRun, OutDir, Payload, link_or_copy, tail},
+    vm::{
+        ENTRY_PRELUDE, Guest, GuestKernel, GuestOptions, GuestRun, OutDir, Payload, link_or_copy,
+        tail,
+    },
 };
 
 /// The node's name, as its certificate and `--hostname-override` give it.
@@ -57,13 +60,68 @@ const POD_SUBNET: &str = "10.88.0.0/16";
 
 /// The directory `cargo xtask build node` prints (building once if needed).
 pub fn node_binaries() -> Result<PathBuf> {
-    let out = crate::xtask(&["build", "node"])?;
+    Release::Current.node_binaries()
+}
+
+/// The directory `cargo xtask build <part>` prints (building once if needed).
+fn xtask_part(part: &str) -> Result<PathBuf> {
+    let out = crate::xtask(&["build", part])?;
     if !out.status.success() {
         bail!(
-            "the real-node binaries are not available: run `scripts/setup.sh --with-vm` (`cargo xtask build node` failed)"
+            "{part} is not available: run `scripts/setup.sh --with-vm` (`cargo xtask build {part}` failed)"
         );
     }
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// The Kubernetes release of the node's kubelet and kube-scheduler and of its control plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Release {
+    /// The release every other tier runs (`cargo xtask build node`, `KUBEBUILDER_ASSETS`).
+    #[default]
+    Current,
+    /// The oldest supported release (docs/compatibility.md), the version-skew tier's: the
+    /// kubelet and its API server of the same minor (`cargo xtask build node-skew`,
+    /// `control-plane-skew`).
+    Skew,
+}
+
+impl Release {
+    /// The directory of the node's binaries of this release.
+    pub fn node_binaries(self) -> Result<PathBuf> {
+        xtask_part(match self {
+            Self::Current => "node",
+            Self::Skew => "node-skew",
+        })
+    }
+
+    /// The control plane's binaries of this release; `None`: the harness's default
+    /// (`KUBEBUILDER_ASSETS`, then the setup script's cache).
+    pub fn control_plane_assets(self) -> Result<Option<PathBuf>> {
+        match self {
+            Self::Current => Ok(None),
+            Self::Skew => xtask_part("control-plane-skew").map(Some),
+        }
+    }
+
+    /// The kubelet's version, `v1.X.Y`, read from the name of the directory of its build
+    /// (`k8s-v1.X.Y-containerd-…`).
+    pub fn kubelet_version(self) -> Result<String> {
+        let dir = self.node_binaries()?;
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        name.strip_prefix("k8s-")
+            .and_then(|n| n.split("-containerd-").next())
+            .map(str::to_owned)
+            .with_context(|| {
+                format!(
+                    "no release in the node binaries' directory {}",
+                    dir.display()
+                )
+            })
+    }
 }
 
 /// `target/images/<name>`, which must exist.
@@ -97,6 +155,10 @@ pub struct RealNodeOptions {
     pub timeout: Duration,
     /// Where the kubelet and containerd keep their configuration and state.
     pub layout: NodeLayout,
+    /// The kernel the node boots.
+    pub kernel: GuestKernel,
+    /// The kubelet's release, and its control plane's.
+    pub release: Release,
 }
 
 /// A distribution's node layout, reproduced with the real kubelet and containerd through their
@@ -179,6 +241,8 @@ impl Default for RealNodeOptions {
             kubelet_config_extra: String::new(),
             timeout: Duration::from_secs(1500),
             layout: NodeLayout::Kubeadm,
+            kernel: GuestKernel::default(),
+            release: Release::default(),
         }
     }
 }
@@ -345,7 +409,7 @@ impl RealNode {
     /// Prepares the payload (binaries, images, configuration) and boots the guest, which waits
     /// for [`RealNode::join`].
     pub fn boot(opts: &RealNodeOptions) -> Result<RealNode> {
-        let bins = node_binaries()?;
+        let bins = opts.release.node_binaries()?;
         let payload = Payload::new("nm-real-node")?;
         let p = payload.path();
         fs::create_dir_all(p.join("bin"))?;
@@ -375,6 +439,7 @@ impl RealNode {
         let guest_opts = GuestOptions {
             memory_mib: opts.memory_mib,
             timeout: opts.timeout,
+            kernel: opts.kernel,
             ..GuestOptions::default()
         };
         // The guest's /mnt/out, read while it runs (step results) and kept after a failed run

@@ -147,10 +147,11 @@ fn every_program_loads_and_attaches() {
         ..ProbeConfig::default()
     });
     let states = probes.program_states();
-    assert_eq!(states.len(), 12, "{states:#?}");
+    assert_eq!(states.len(), 13, "{states:#?}");
     for s in &states {
-        if s.name == prog::OOM_TP {
-            // The tracepoint fallback stands by while the raw tracepoint runs.
+        if [prog::OOM_PID, prog::OOM_TP].contains(&s.name) {
+            // The pid-only raw program and the tracepoint fallback stand by while the raw
+            // tracepoint runs.
             assert!(
                 matches!(&s.state, ProgramState::Disabled { reason } if reason.contains(prog::OOM_RAW)),
                 "{s:?}"

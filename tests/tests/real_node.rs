@@ -34,11 +34,13 @@ use node_monitor_tests::{
     metrics,
     real_node::{
         CgroupDriver, K3S_KUBELET_EVICTION_FLAG, NODE, NodeLayout, RealNode, RealNodeOptions,
+        Release,
         scenario::{
             Installed, Manifests, NS, agent_log, condition, create_running, evictions_of, fail,
             guest_oom_kills, guest_step, install, install_from, until, workload,
         },
     },
+    vm::GuestKernel,
 };
 use serde_json::Value;
 
@@ -788,6 +790,7 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
         &RealNodeOptions {
             kubelet_config_extra: KUBELET_SAME_THRESHOLDS.to_owned(),
             layout: NodeLayout::Kind,
+            kernel: GuestKernel::Bullseye,
             ..RealNodeOptions::default()
         },
     )
@@ -907,6 +910,7 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
 /// by itself, and the kubelet's thresholds from kubeadm's file.
 async fn kind_layout_seen(node: &mut RealNode, agent_ip: &str) {
     let m = scrape(node, agent_ip, "metrics-kind.txt").await;
+    bullseye_probes_seen(&m);
     let kubepods: Vec<&str> = m
         .lines()
         .filter(|l| l.contains("kubepods_layout"))
@@ -952,6 +956,42 @@ async fn kind_layout_seen(node: &mut RealNode, agent_ip: &str) {
             .join("\n")
     );
     eprintln!("real node: kind's layout: pods under kubelet.slice/kubelet-kubepods.slice, read");
+}
+
+/// This scenario's node boots Debian 11's 5.10 (`GuestKernel::Bullseye`), whose
+/// `perf_event_paranoid` is 3: in the DaemonSet pod (CAP_BPF and CAP_PERFMON) no perf event
+/// attaches, so the OOM probe is the pid-only raw tracepoint (5.10's `mark_victim` passes the pid
+/// alone) and the reboot probe the raw `sys_enter`.
+fn bullseye_probes_seen(m: &str) {
+    let states: Vec<&str> = m
+        .lines()
+        .filter(|l| l.starts_with("node_monitor_ebpf_program_state{") && l.ends_with(" 1"))
+        .collect();
+    for (program, state) in [
+        ("oom_victim_raw", "failed"),
+        ("oom_victim_pid", "attached"),
+        ("oom_victim_tp", "disabled"),
+        ("reboot_enter", "failed"),
+        ("reboot_raw", "attached"),
+        ("memcg_rcl_beg", "attached"),
+        ("direct_rcl_beg", "attached"),
+        ("kswapd_wake", "attached"),
+    ] {
+        assert_eq!(
+            metrics::sum(
+                m,
+                "node_monitor_ebpf_program_state",
+                &[("program", program), ("state", state)]
+            ),
+            1.0,
+            "{program} {state} in the DaemonSet pod on 5.10: {states:#?}"
+        );
+    }
+    assert_eq!(
+        metrics::sum(m, "node_monitor_degraded", &[]),
+        0.0,
+        "no required probe missing on 5.10: {states:#?}"
+    );
 }
 
 /// On k3s's layout the agent reads the kubelet's thresholds from its command line and k3s's
@@ -1028,6 +1068,7 @@ async fn disk_and_pid_pressure_from_containers() {
         &RealNodeOptions {
             cgroup_driver: CgroupDriver::Cgroupfs,
             layout: NodeLayout::K3s,
+            release: Release::Skew,
             ..RealNodeOptions::default()
         },
     )

@@ -163,6 +163,7 @@ fn probes_on(kernel: GuestKernel) {
     // --- Every program's load state on this kernel, as the loader logged it.
     let programs = [
         "oom_victim_raw",
+        "oom_victim_pid",
         "oom_victim_tp",
         "direct_rcl_beg",
         "direct_rcl_end",
@@ -184,17 +185,20 @@ fn probes_on(kernel: GuestKernel) {
     }
     let attached = |p: &str| states[p].contains("kernel probe attached");
     // `mark_victim` passes the task only from 6.1 on (Debian's 6.1 has the change); on 5.10 it
-    // passes the pid alone, the loader says so, and the tracepoint fallback runs.
+    // passes the pid alone, the loader says so, and the pid-only raw program runs (through
+    // bpf(2) alone, so in a DaemonSet pod under Debian's perf_event_paranoid too).
     let raw_oom = kernel != GuestKernel::Bullseye;
     if raw_oom {
         // The raw tracepoint program passes the 6.1 verifier (before the fix in
         // `read_task_memory` it did not, and the fallback ran with the trigger's cgroup only).
         assert!(attached("oom_victim_raw"), "{}", states["oom_victim_raw"]);
-        assert!(
-            states["oom_victim_tp"].contains("standby: oom_victim_raw is attached"),
-            "{}",
-            states["oom_victim_tp"]
-        );
+        for fallback in ["oom_victim_pid", "oom_victim_tp"] {
+            assert!(
+                states[fallback].contains("standby: oom_victim_raw is attached"),
+                "{}",
+                states[fallback]
+            );
+        }
     } else {
         assert!(
             states["oom_victim_raw"].contains("its fallback is attached")
@@ -202,9 +206,12 @@ fn probes_on(kernel: GuestKernel) {
             "{}",
             states["oom_victim_raw"]
         );
-        // Before `tp_field` read every field as one word, 5.10's verifier gave up on this
-        // program (a million instructions), leaving the node without an OOM probe.
-        assert!(attached("oom_victim_tp"), "{}", states["oom_victim_tp"]);
+        assert!(attached("oom_victim_pid"), "{}", states["oom_victim_pid"]);
+        assert!(
+            states["oom_victim_tp"].contains("standby: oom_victim_pid is attached"),
+            "{}",
+            states["oom_victim_tp"]
+        );
     }
     for p in [
         "direct_rcl_beg",

@@ -51,7 +51,6 @@ pub fn control_plane() -> Result<PathBuf> {
 /// [`control_plane`] at Kubernetes release `k8s` (`v1.X.Y`).
 pub fn control_plane_at(k8s: &str) -> Result<PathBuf> {
     const CHORE: &str = "build control-plane";
-    let k8s = k8s.to_owned();
     let etcd = version("ETCD_VERSION", ETCD_VERSION);
     let out = cache_dir().join(format!("control-plane/k8s-{k8s}-etcd-{etcd}"));
     if ["kube-apiserver", "kube-controller-manager", "etcd"]
@@ -68,7 +67,7 @@ pub fn control_plane_at(k8s: &str) -> Result<PathBuf> {
     let k8s_dir = work.join("k8s");
     k8s_module(
         &k8s_dir,
-        &k8s,
+        k8s,
         "node-monitor.local/control-plane",
         &[
             "k8s.io/kubernetes/cmd/kube-apiserver",
@@ -83,7 +82,7 @@ pub fn control_plane_at(k8s: &str) -> Result<PathBuf> {
         go()?
             .current_dir(&k8s_dir)
             .env("CGO_ENABLED", "0")
-            .args(["build", "-trimpath", "-ldflags", &k8s_ldflags(&k8s), "-o"])
+            .args(["build", "-trimpath", "-ldflags", &k8s_ldflags(k8s), "-o"])
             .arg(format!("{}/", tmp.display()))
             .args([
                 "k8s.io/kubernetes/cmd/kube-apiserver",
@@ -182,6 +181,11 @@ pub fn helm() -> Result<PathBuf> {
 /// runc shim from containerd's Go module; pause from the kubelet's own `build/pause/linux/pause.c`,
 /// compiled static. runc and the CNI plugins are Debian's, in the guest image.
 pub fn node() -> Result<PathBuf> {
+    node_at(&version("K8S_VERSION", K8S_VERSION))
+}
+
+/// [`node`] with the kubelet and kube-scheduler of Kubernetes release `k8s` (`v1.X.Y`).
+pub fn node_at(k8s: &str) -> Result<PathBuf> {
     const CHORE: &str = "build node";
     const BINARIES: [&str; 6] = [
         "kubelet",
@@ -191,7 +195,6 @@ pub fn node() -> Result<PathBuf> {
         "containerd-shim-runc-v2",
         "pause",
     ];
-    let k8s = version("K8S_VERSION", K8S_VERSION);
     let containerd = version("CONTAINERD_VERSION", CONTAINERD_VERSION);
     let out = cache_dir().join(format!("node/k8s-{k8s}-containerd-{containerd}"));
     if BINARIES.iter().all(|b| is_executable(&out.join(b))) {
@@ -209,7 +212,7 @@ pub fn node() -> Result<PathBuf> {
     let kubelet_dir = work.join(format!("kubelet-{k8s}"));
     k8s_module(
         &kubelet_dir,
-        &k8s,
+        k8s,
         "node-monitor.local/kubelet",
         &[
             "k8s.io/kubernetes/cmd/kubelet",
@@ -221,7 +224,7 @@ pub fn node() -> Result<PathBuf> {
         go()?
             .current_dir(&kubelet_dir)
             .env("CGO_ENABLED", "0")
-            .args(["build", "-trimpath", "-ldflags", &k8s_ldflags(&k8s), "-o"])
+            .args(["build", "-trimpath", "-ldflags", &k8s_ldflags(k8s), "-o"])
             .arg(format!("{}/", tmp.display()))
             .args([
                 "k8s.io/kubernetes/cmd/kubelet",

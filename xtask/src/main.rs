@@ -111,6 +111,11 @@ enum Part {
     ControlPlane,
     /// The real node's kubelet, kube-scheduler, containerd, ctr, runc shim and pause.
     Node,
+    /// The oldest supported control plane (the version-skew tier's): as `control-plane`, at the
+    /// skew release.
+    ControlPlaneSkew,
+    /// The real node's binaries with the skew release's kubelet and kube-scheduler.
+    NodeSkew,
     /// The Debian guest image of the VM tiers.
     GuestImage,
     /// helm (v3, from its Go module), for the chart's tests.
@@ -124,6 +129,8 @@ fn main() -> Result<()> {
             let dir = match part {
                 Part::ControlPlane => gobuild::control_plane()?,
                 Part::Node => gobuild::node()?,
+                Part::ControlPlaneSkew => gobuild::control_plane_at(gobuild::SKEW_K8S_VERSION)?,
+                Part::NodeSkew => gobuild::node_at(gobuild::SKEW_K8S_VERSION)?,
                 Part::GuestImage => guest::image()?,
                 Part::Helm => gobuild::helm()?,
             };

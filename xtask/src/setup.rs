@@ -81,6 +81,8 @@ pub fn setup(args: SetupArgs) -> Result<()> {
         guest::image()?;
         let node = gobuild::node()?;
         symlink_force(&node, &cache_dir().join("node/current"))?;
+        let node_skew = gobuild::node_at(gobuild::SKEW_K8S_VERSION)?;
+        symlink_force(&node_skew, &cache_dir().join("node/skew"))?;
     }
     log("setup", "ok");
     Ok(())

@@ -292,17 +292,18 @@ impl Probes {
 
         let mut states: BTreeMap<&'static str, ProgramState> = BTreeMap::new();
         for (spec, decision) in &plan {
-            let state = match decision {
-                Decision::Skip(state) => state.clone(),
-                Decision::Attach { .. } => attach(&mut ebpf, spec),
-                Decision::Fallback { primary, .. } => {
-                    if states.get(primary).is_some_and(ProgramState::is_attached) {
-                        ProgramState::Disabled {
-                            reason: format!("standby: {primary} is attached"),
-                        }
-                    } else {
-                        attach(&mut ebpf, spec)
-                    }
+            // A fallback stands by while its primary, or a fallback of the same primary listed
+            // before it, runs, whether or not it could run itself.
+            let standby = policy::standby(PROGRAMS, spec, |name| {
+                states.get(name).is_some_and(ProgramState::is_attached)
+            });
+            let state = match (standby, decision) {
+                (Some(running), _) => ProgramState::Disabled {
+                    reason: format!("standby: {running} is attached"),
+                },
+                (None, Decision::Skip(state)) => state.clone(),
+                (None, Decision::Attach { .. } | Decision::Fallback { .. }) => {
+                    attach(&mut ebpf, spec)
                 }
             };
             states.insert(spec.name, state);

@@ -149,8 +149,19 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         min_kernel: RINGBUF_KERNEL,
         requirement: Requirement::Required,
         group: None,
-        when_missing: "oom_victim_tp takes over: the victim's cgroup is not known, only the \
+        when_missing: "oom_victim_pid or oom_victim_tp takes over: the victim's cgroup is not known, only the \
                        triggering task's",
+    },
+    ProgramSpec {
+        name: prog::OOM_PID,
+        family: Family::Oom,
+        attach: raw("mark_victim"),
+        // Before the task was passed (5.10's `mark_victim`): the victim's pid alone.
+        needs: &[need_raw("mark_victim", &["int"])],
+        min_kernel: RINGBUF_KERNEL,
+        requirement: Requirement::FallbackFor(prog::OOM_RAW),
+        group: None,
+        when_missing: "oom_victim_tp takes over, through a perf event",
     },
     ProgramSpec {
         name: prog::OOM_TP,
@@ -522,6 +533,26 @@ fn decide(spec: &ProgramSpec, caps: &Capabilities, selection: &Selection) -> Dec
         Requirement::FallbackFor(primary) => Decision::Fallback { primary, layout },
         _ => Decision::Attach { layout },
     }
+}
+
+/// The program that makes `spec` stand by: when `spec` is a fallback, its primary or a fallback
+/// of the same primary listed before it in `table`, whichever `attached` says runs. Pure.
+pub fn standby(
+    table: &'static [ProgramSpec],
+    spec: &ProgramSpec,
+    attached: impl Fn(&str) -> bool,
+) -> Option<&'static str> {
+    let Requirement::FallbackFor(primary) = spec.requirement else {
+        return None;
+    };
+    let earlier = table
+        .iter()
+        .take_while(|p| p.name != spec.name)
+        .filter(|p| p.requirement == Requirement::FallbackFor(primary))
+        .map(|p| p.name);
+    std::iter::once(primary)
+        .chain(earlier)
+        .find(|name| attached(name))
 }
 
 /// After attaching: members of a group whose partner failed at load or attach time must be

@@ -12,7 +12,7 @@ use kube::{
 };
 use serde_json::Value;
 
-use super::{NODE, RealNode, RealNodeOptions, WORKLOAD_IMAGE, node_binaries};
+use super::{NODE, RealNode, RealNodeOptions, WORKLOAD_IMAGE};
 use crate::{
     control_plane::{ControlPlane, ControlPlaneOptions},
     e2e::binary,
@@ -186,11 +186,18 @@ pub async fn install_from(
 ) -> Installed {
     let t0 = Instant::now();
     let node = RealNode::boot(options).expect("real node payload and boot");
-    let scheduler = node_binaries()
+    let scheduler = options
+        .release
+        .node_binaries()
         .expect("node binaries")
         .join("kube-scheduler");
+    let kubelet_version = options.release.kubelet_version().expect("kubelet release");
     let cp = ControlPlane::start(ControlPlaneOptions {
         scheduler: Some(scheduler),
+        assets_dir: options
+            .release
+            .control_plane_assets()
+            .expect("control plane binaries"),
         ..ControlPlaneOptions::default().apiserver_arg("--enable-admission-plugins=NodeRestriction")
     })
     .await
@@ -211,9 +218,29 @@ pub async fn install_from(
         async move { nodes.get_opt(NODE).await.ok().flatten().filter(node_ready) }
     })
     .await;
+    let info = nodes
+        .get(NODE)
+        .await
+        .ok()
+        .and_then(|n| n.status?.node_info)
+        .unwrap_or_default();
+    assert!(
+        info.kernel_version
+            .starts_with(options.kernel.release_prefix()),
+        "the node booted {:?}'s kernel: its kubelet reports {:?}",
+        options.kernel,
+        info.kernel_version
+    );
+    assert_eq!(
+        info.kubelet_version, kubelet_version,
+        "the node runs the {:?} release's kubelet",
+        options.release
+    );
     eprintln!(
-        "real node: Ready {:.1} s after boot",
-        t0.elapsed().as_secs_f64()
+        "real node: Ready {:.1} s after boot, kernel {}, kubelet {}",
+        t0.elapsed().as_secs_f64(),
+        info.kernel_version,
+        info.kubelet_version
     );
 
     let mut objects = match manifests_source {

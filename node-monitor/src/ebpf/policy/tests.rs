@@ -116,8 +116,11 @@ fn plans_by_scenario() {
     /// The decisions that differ from [`EVERYTHING`].
     type Changes = Vec<(&'static str, &'static str)>;
     /// The plan on a kernel with everything, and the default selection.
-    const EVERYTHING: [(&str, &str); 12] = [
+    const EVERYTHING: [(&str, &str); 13] = [
         (prog::OOM_RAW, "attach"),
+        // 6.18's `mark_victim` passes the task: the pid-only program cannot run (and stands by
+        // behind `oom_victim_raw` at load, `standby`).
+        (prog::OOM_PID, "failed"),
         (prog::OOM_TP, "fallback"),
         (prog::DIRECT_BEGIN, "attach"),
         (prog::DIRECT_END, "attach"),
@@ -260,7 +263,8 @@ fn plans_by_scenario() {
             vec![(prog::OOM_RAW, "failed")],
         ),
         (
-            "the raw tracepoint passes only the pid (before it passed the task): fallback",
+            "the raw tracepoint passes only the pid (before it passed the task, as on 5.10): the \
+             pid-only raw program, then the tracepoint",
             |c, _| {
                 c.raw_tracepoints
                     .insert("mark_victim".into(), vec!["int".into()]);
@@ -269,7 +273,7 @@ fn plans_by_scenario() {
                     Ok(parse_format(fmt::MARK_VICTIM_5_15).unwrap()),
                 );
             },
-            vec![(prog::OOM_RAW, "failed")],
+            vec![(prog::OOM_RAW, "failed"), (prog::OOM_PID, "fallback")],
         ),
     ];
     for (scenario, tweak, changes) in cases {
@@ -456,5 +460,29 @@ fn the_reboot_program_degrades_without_kernel_btf() {
                 assert!(reason.contains(e.as_str()), "{reason}");
             }
         }
+    }
+}
+
+/// (primary attached, earlier fallback attached, this fallback) → what it stands by for.
+#[test]
+fn a_fallback_stands_by_for_its_primary_and_earlier_fallbacks() {
+    let spec = |name| PROGRAMS.iter().find(|p| p.name == name).unwrap();
+    let cases: [(&[&str], &str, Option<&str>); 7] = [
+        (&[prog::OOM_RAW], prog::OOM_PID, Some(prog::OOM_RAW)),
+        (&[prog::OOM_RAW], prog::OOM_TP, Some(prog::OOM_RAW)),
+        (&[prog::OOM_PID], prog::OOM_TP, Some(prog::OOM_PID)),
+        // A later fallback does not make an earlier one stand by.
+        (&[prog::OOM_TP], prog::OOM_PID, None),
+        (&[], prog::OOM_TP, None),
+        (&[prog::REBOOT], prog::REBOOT_RAW, Some(prog::REBOOT)),
+        // A primary never stands by.
+        (&[prog::OOM_PID, prog::OOM_TP], prog::OOM_RAW, None),
+    ];
+    for (attached, program, want) in cases {
+        assert_eq!(
+            standby(PROGRAMS, spec(program), |n| attached.contains(&n)),
+            want,
+            "{program} with {attached:?} attached"
+        );
     }
 }
