@@ -39,7 +39,10 @@ use super::{
 
 pub use self::{
     message::eviction_message,
-    report::{ConditionReport, Decision, Eviction, MetReason, ReclaimReport, ThresholdReport},
+    report::{
+        ConditionReport, Decision, Eviction, MetReason, ReclaimReport, ThresholdReport,
+        explain_json,
+    },
     schedule::{
         DRY_RUN_REPORT_INTERVAL, MIN_TIMER_INTERVAL, ReportLimiter, next_grace_deadline, next_timer,
     },

@@ -578,5 +578,14 @@ fn verdict(r: &FlightRecord) -> String {
         .to_owned()
 }
 
+/// `2026-11-26T20:15:03.123Z` for milliseconds since the epoch: the node API's time format.
+pub fn utc(ms: u64) -> String {
+    let ts = i64::try_from(ms)
+        .ok()
+        .and_then(|ms| k8s_openapi::jiff::Timestamp::from_millisecond(ms).ok())
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    ts.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
 #[cfg(test)]
 mod tests;

@@ -417,5 +417,30 @@ fn request_quantity(
     Ok(total)
 }
 
+/// A container's runtime id as the kubelet reports it (`containerd://<id>`, `cri-o://<id>`),
+/// without its scheme: the id the runtime names its cgroup and state after.
+pub fn bare_container_id(full: &str) -> &str {
+    full.split_once("://").map_or(full, |(_, id)| id)
+}
+
+/// The name of the container whose runtime id is `container_id`, from the pod's statuses.
+pub fn container_name(pod: &Pod, container_id: &str) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    [
+        &status.container_statuses,
+        &status.init_container_statuses,
+        &status.ephemeral_container_statuses,
+    ]
+    .into_iter()
+    .flatten()
+    .flatten()
+    .find(|c| {
+        c.container_id
+            .as_deref()
+            .is_some_and(|full| !container_id.is_empty() && bare_container_id(full) == container_id)
+    })
+    .map(|c| c.name.clone())
+}
+
 #[cfg(test)]
 pub(crate) mod tests;

@@ -202,7 +202,7 @@ pub fn record_text(r: &FlightRecord, node: &str) -> String {
     let mut out = format!(
         "{node} record {} at {}: {}\n  verdict: {}\n",
         r.id,
-        crate::plugin::format::utc(at),
+        node_monitor_core::flight::utc(at),
         event_label(&r.trigger.kind),
         r.verdict()
     );

@@ -446,7 +446,7 @@ impl LiveView {
     pub fn explain(&self) -> Option<Value> {
         let i = self.inner.lock().ok()?;
         let last = i.last.as_ref()?;
-        let mut out = crate::cli::explain::decision_json(
+        let mut out = node_monitor_core::eviction::explain_json(
             &last.decision,
             std::time::Duration::ZERO,
             &[],

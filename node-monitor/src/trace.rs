@@ -527,3 +527,8 @@ fn totals_text(summary: &Value) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// Property tests of decoding and formatting random kernel records (docs/testing.md):
+/// `cargo test -p node-monitor --lib prop`.
+#[cfg(test)]
+mod prop;

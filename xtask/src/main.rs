@@ -15,6 +15,7 @@ mod alert_rules;
 mod gobuild;
 mod guest;
 mod image;
+mod layers;
 mod oci;
 mod remap;
 mod setup;
@@ -48,6 +49,13 @@ enum Cmd {
     Demo,
     /// Run a benchmark (docs/benchmarks.md).
     Bench(tiers::BenchArgs),
+    /// Check that the product crates' modules import each other without a circle and never
+    /// upward, as docs/architecture.md's layer table draws them (run with the lints).
+    Layers {
+        /// The workspace to check (default: this one).
+        #[arg(long)]
+        root: Option<std::path::PathBuf>,
+    },
     /// Render the agent's alert rules (deploy/prometheus/node-monitor-rules.template.yaml) with a
     /// thresholds file: by default the shipped one into the shipped rules file.
     Alerts(AlertsArgs),
@@ -142,5 +150,6 @@ fn main() -> Result<()> {
         Cmd::Demo => tiers::demo(),
         Cmd::Bench(args) => tiers::bench(&args),
         Cmd::Alerts(args) => alerts(&args),
+        Cmd::Layers { root } => layers::check(&root.unwrap_or_else(sh::workspace_root)),
     }
 }

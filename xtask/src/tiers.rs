@@ -241,6 +241,7 @@ const BUILD_BINS: [&str; 6] = [
 
 fn lint() -> Result<()> {
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    crate::layers::check(&workspace_root())?;
     run(cargo().arg("clippy").args(HOST_CRATES).args([
         "--all-targets",
         "--locked",

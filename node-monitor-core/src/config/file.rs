@@ -15,11 +15,10 @@ use serde::{Deserialize, Deserializer, de::IgnoredAny};
 use serde_norway::Value;
 
 use self::de::{Section, describe, describe_plain, leaf, present, wrong_type};
-use super::{MemoryWorkingSet, NODE_MONITOR_KEYS, PdbPolicy};
-use crate::shutdown::{
-    KubeletInhibitorPolicy,
-    config::{LastGasp, PRIORITY_ENTRY_KEYS, SHUTDOWN_OPTION_KEYS},
+use super::shutdown_model::{
+    KubeletInhibitorPolicy, LastGasp, PRIORITY_ENTRY_KEYS, SHUTDOWN_OPTION_KEYS,
 };
+use super::{MemoryWorkingSet, NODE_MONITOR_KEYS, PdbPolicy};
 
 pub(crate) mod de;
 

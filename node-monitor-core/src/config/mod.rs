@@ -569,6 +569,7 @@ impl ConfigError {
 pub mod file;
 mod load;
 mod node_monitor;
+pub mod shutdown_model;
 mod statements;
 
 use self::{file::*, load::*, node_monitor::*, statements::*};

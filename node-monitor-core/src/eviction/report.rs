@@ -130,3 +130,37 @@ pub struct Decision {
     /// Configured signals with no observation (their thresholds cannot be evaluated).
     pub unobserved_signals: Vec<Signal>,
 }
+
+/// A decision as `explain` shows it, offline and from the agent's node API alike: the report
+/// with the reclaimed signal first and its details apart, how long the thresholds were taken as
+/// held, the pods left out as inactive, the configuration's warnings and the working-set formula
+/// of the memory signals.
+pub fn explain_json(
+    decision: &Decision,
+    held_for: std::time::Duration,
+    inactive: &[String],
+    warnings: &[String],
+    memory_working_set: crate::signals::MemoryWorkingSet,
+) -> serde_json::Result<serde_json::Value> {
+    use serde_json::{Value, json};
+    let mut out = serde_json::to_value(decision)?;
+    if let Value::Object(map) = &mut out {
+        let details = map.remove("reclaim").unwrap_or(Value::Null);
+        map.insert(
+            "reclaim".into(),
+            details.get("signal").cloned().unwrap_or(Value::Null),
+        );
+        map.insert("reclaim_details".into(), details);
+        map.insert("held_for_seconds".into(), json!(held_for.as_secs_f64()));
+        map.insert("inactive_pods".into(), json!(inactive));
+        map.insert("warnings".into(), json!(warnings));
+        map.insert(
+            "memory_working_set".into(),
+            json!({
+                "setting": memory_working_set.as_str(),
+                "formula": memory_working_set.formula(),
+            }),
+        );
+    }
+    Ok(out)
+}

@@ -235,3 +235,21 @@ fn activity() {
     v["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
     assert!(!pod_is_active(&pod_from(v)));
 }
+
+#[test]
+fn container_names_come_from_the_pod_statuses() {
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p"},
+        "status": {
+            "containerStatuses": [{"name": "app", "containerID": "containerd://abc", "image": "", "imageID": "", "ready": true, "restartCount": 0}],
+            "initContainerStatuses": [{"name": "init", "containerID": "cri-o://def", "image": "", "imageID": "", "ready": false, "restartCount": 0}]
+        }
+    }))
+    .expect("pod");
+    assert_eq!(container_name(&pod, "abc").as_deref(), Some("app"));
+    assert_eq!(container_name(&pod, "def").as_deref(), Some("init"));
+    assert_eq!(container_name(&pod, "ab"), None, "whole ids only");
+    assert_eq!(container_name(&pod, ""), None);
+    assert_eq!(bare_container_id("containerd://abc"), "abc");
+    assert_eq!(bare_container_id("abc"), "abc");
+}

@@ -21,21 +21,10 @@ use crate::{
     duration::{DurationError, format_go_duration},
 };
 
+pub use crate::config::shutdown_model::{LastGasp, PRIORITY_ENTRY_KEYS, SHUTDOWN_OPTION_KEYS};
+
 /// logind's `InhibitDelayMaxSec` when nothing configures it (logind.conf(5)).
 pub const LOGIND_DEFAULT_INHIBIT_DELAY: Duration = Duration::from_secs(5);
-
-/// What to tell the API when a reboot or power-off bypassed the inhibitor.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum LastGasp {
-    /// Nothing: log and count only.
-    None,
-    /// Set the `NodeMonitorShuttingDown` condition to True with reason `NonGracefulShutdown`.
-    #[default]
-    Condition,
-    /// Set the `node-monitor.io/last-gasp` annotation on the node.
-    Annotation,
-}
 
 /// node-monitor's own shutdown options (`nodeMonitor.shutdown`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -179,21 +168,6 @@ pub const SHUTDOWN_FILE_FIELDS: [&str; 3] = [
     "shutdownGracePeriodCriticalPods",
     "shutdownGracePeriodByPodPriority",
 ];
-
-/// The keys accepted under `nodeMonitor.shutdown`; any other key is rejected with this list.
-pub const SHUTDOWN_OPTION_KEYS: [&str; 8] = [
-    "enabled",
-    "manageInhibitDelay",
-    "inhibitDelayMargin",
-    "kubeletInhibitorPolicy",
-    "cordon",
-    "lastGasp",
-    "lastGaspTimeout",
-    "pollInterval",
-];
-
-/// The keys of one `shutdownGracePeriodByPodPriority` entry; any other key is rejected.
-pub const PRIORITY_ENTRY_KEYS: [&str; 2] = ["priority", "shutdownGracePeriodSeconds"];
 
 /// Reads the shutdown configuration from the agent's config file (`None`: no file, shutdown
 /// handling off).

@@ -36,6 +36,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::config::shutdown_model::KubeletInhibitorPolicy;
 use crate::{
     duration::{format_go_duration, parse_go_duration},
     pod::SYSTEM_CRITICAL_PRIORITY,
@@ -304,30 +305,6 @@ pub fn check_inhibit_delay(needed: Duration, allowed: Duration) -> Result<(), Sh
 
 fn secs(s: i64) -> Duration {
     Duration::from_secs(u64::try_from(s).unwrap_or(0))
-}
-
-/// What node-monitor does when the kubelet holds a shutdown inhibitor of its own
-/// (`nodeMonitor.shutdown.kubeletInhibitorPolicy`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum KubeletInhibitorPolicy {
-    /// Terminate the pods through the API anyway, with node-monitor's plan.
-    TakeOver,
-    /// Hold a lock and mark the node, but leave terminating the pods to the kubelet; wait for
-    /// the API to show them finished before releasing.
-    #[default]
-    Cooperate,
-    /// Take no lock and mark nothing; only watch (bypass detection still works).
-    StandAside,
-}
-
-impl KubeletInhibitorPolicy {
-    /// Every policy with its configuration spelling.
-    pub const ALL: [(&'static str, KubeletInhibitorPolicy); 3] = [
-        ("takeOver", KubeletInhibitorPolicy::TakeOver),
-        ("cooperate", KubeletInhibitorPolicy::Cooperate),
-        ("standAside", KubeletInhibitorPolicy::StandAside),
-    ];
 }
 
 /// node-monitor's part in a shutdown.

@@ -358,7 +358,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                 now,
                 self.next_sample_at,
                 NEAR_REFRESH,
-            ) || super::flight::read_pods_for(&wakeup.source) =>
+            ) || read_pods_for(&wakeup.source) =>
             {
                 self.read_pods(sampler, &mut timed.observations);
             }
@@ -874,3 +874,13 @@ mod storage_limits;
 
 #[cfg(test)]
 mod tests;
+
+/// Whether the pass woken by `source` reads every pod's figures, though no threshold is met or
+/// near: an OOM kill's, so that its flight record shows the pods' working sets (no poller of its
+/// own; one pod pass per OOM kill wake-up).
+fn read_pods_for(source: &crate::wakeup::WakeSource) -> bool {
+    matches!(
+        source,
+        crate::wakeup::WakeSource::Kernel(crate::wakeup::KernelWakeKind::OomKill)
+    )
+}

@@ -115,13 +115,3 @@ pub(super) fn flush_on_stop(
         }
     })
 }
-
-/// Whether the pass woken by `source` reads every pod's figures, though no threshold is met or
-/// near: an OOM kill's, so that its flight record shows the pods' working sets (no poller of its
-/// own; one pod pass per OOM kill wake-up).
-pub(super) fn read_pods_for(source: &crate::wakeup::WakeSource) -> bool {
-    matches!(
-        source,
-        crate::wakeup::WakeSource::Kernel(crate::wakeup::KernelWakeKind::OomKill)
-    )
-}

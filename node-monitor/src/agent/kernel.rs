@@ -324,32 +324,12 @@ fn buffered_event(
         pods.state()
             .iter()
             .find(|pod| pod.metadata.uid.as_deref() == Some(p.pod_uid.as_str()))
-            .and_then(|pod| container_name(pod, id))
+            .and_then(|pod| node_monitor_core::pod::container_name(pod, id))
     });
     if let serde_json::Value::Object(m) = &mut event {
         m.insert("container_name".into(), serde_json::json!(name));
     }
     event
-}
-
-/// The name of the container whose runtime id is `container_id`, from the pod's statuses.
-pub fn container_name(pod: &k8s_openapi::api::core::v1::Pod, container_id: &str) -> Option<String> {
-    let status = pod.status.as_ref()?;
-    [
-        &status.container_statuses,
-        &status.init_container_statuses,
-        &status.ephemeral_container_statuses,
-    ]
-    .into_iter()
-    .flatten()
-    .flatten()
-    .find(|c| {
-        c.container_id.as_deref().is_some_and(|full| {
-            let bare = full.split_once("://").map_or(full, |(_, id)| id);
-            !container_id.is_empty() && bare == container_id
-        })
-    })
-    .map(|c| c.name.clone())
 }
 
 /// Namespace and name from the agent's own reflector of this node's pods: no extra API calls.
@@ -498,21 +478,5 @@ mod tests {
         assert_eq!(notice.kill.container_id.as_deref(), Some("abc"));
         assert_eq!(notice.kill.global, Some(false));
         assert_eq!(notice.pod.metadata.name.as_deref(), Some("web-0"));
-    }
-
-    #[test]
-    fn container_names_come_from_the_pod_statuses() {
-        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p"},
-            "status": {
-                "containerStatuses": [{"name": "app", "containerID": "containerd://abc", "image": "", "imageID": "", "ready": true, "restartCount": 0}],
-                "initContainerStatuses": [{"name": "init", "containerID": "cri-o://def", "image": "", "imageID": "", "ready": false, "restartCount": 0}]
-            }
-        }))
-        .expect("pod");
-        assert_eq!(container_name(&pod, "abc").as_deref(), Some("app"));
-        assert_eq!(container_name(&pod, "def").as_deref(), Some("init"));
-        assert_eq!(container_name(&pod, "ab"), None, "whole ids only");
-        assert_eq!(container_name(&pod, ""), None);
     }
 }

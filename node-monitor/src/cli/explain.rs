@@ -11,15 +11,15 @@ use std::{
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::check_config;
 use crate::settings::EvictionFlags;
 use node_monitor_core::{
     clock::Timestamp,
-    config::{ConfigSource, EvictionConfig, FsLayout, MemoryWorkingSet},
+    config::{ConfigSource, EvictionConfig, FsLayout},
     duration::parse_go_duration,
-    eviction::{Decision, EvictionState, synchronize},
+    eviction::{EvictionState, synchronize},
     local_storage::{ContainerStorage, StorageLimits, StorageUsage, limit_evictions},
     pod::{ContainerUsage, PodInfo, pod_is_active},
     quantity::Quantity,
@@ -159,7 +159,7 @@ fn explain(
         );
     }
 
-    let mut out = decision_json(
+    let mut out = node_monitor_core::eviction::explain_json(
         &decision,
         held_for,
         &inactive,
@@ -212,39 +212,6 @@ fn storage_usage(name: &str, snapshot: &Snapshot) -> anyhow::Result<HashMap<Stri
                 volumes,
                 containers,
             },
-        );
-    }
-    Ok(out)
-}
-
-/// A decision as `explain` prints it: the core's report with the reclaimed signal first and its
-/// details apart, how long the thresholds were taken as held, the pods left out as inactive,
-/// the configuration's warnings and the working-set formula of the memory signals. The agent's
-/// live explain (docs/cli.md) answers with the same.
-pub fn decision_json(
-    decision: &Decision,
-    held_for: Duration,
-    inactive: &[String],
-    warnings: &[String],
-    memory_working_set: MemoryWorkingSet,
-) -> anyhow::Result<Value> {
-    let mut out = serde_json::to_value(decision)?;
-    if let Value::Object(map) = &mut out {
-        let details = map.remove("reclaim").unwrap_or(Value::Null);
-        map.insert(
-            "reclaim".into(),
-            details.get("signal").cloned().unwrap_or(Value::Null),
-        );
-        map.insert("reclaim_details".into(), details);
-        map.insert("held_for_seconds".into(), json!(held_for.as_secs_f64()));
-        map.insert("inactive_pods".into(), json!(inactive));
-        map.insert("warnings".into(), json!(warnings));
-        map.insert(
-            "memory_working_set".into(),
-            json!({
-                "setting": memory_working_set.as_str(),
-                "formula": memory_working_set.formula(),
-            }),
         );
     }
     Ok(out)

@@ -6,10 +6,7 @@
 //! Each renewal is counted (`node_monitor_liveness_lease_renewals_total{result}`) and the time of
 //! the last one that wrote the Lease is exported
 //! (`node_monitor_liveness_lease_last_renewal_timestamp_seconds`).
-use std::{
-    sync::atomic::AtomicU64,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
@@ -21,20 +18,10 @@ use kube::{
     api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
 use node_monitor_core::names::agent_lease_name;
-use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, gauge::Gauge},
-};
 use tracing::{info, warn};
 
 use crate::jitter::jittered;
-
-/// The label of `node_monitor_liveness_lease_renewals_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RenewalLabels {
-    /// [`Renewal::label`], or `error`.
-    pub result: String,
-}
+pub use crate::metrics::lease::{RenewalLabels, RenewalMetrics};
 
 /// What one renewal did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,31 +51,14 @@ impl Renewal {
     }
 }
 
-/// The renewer's metrics (detached from any registry unless given the agent's).
-#[derive(Clone, Debug, Default)]
-pub struct RenewalMetrics {
-    /// `node_monitor_liveness_lease_renewals_total`.
-    pub renewals: Family<RenewalLabels, Counter>,
-    /// `node_monitor_liveness_lease_last_renewal_timestamp_seconds`.
-    pub last_renewal: Gauge<f64, AtomicU64>,
-}
-
-impl RenewalMetrics {
-    /// Counts one renewal's outcome; a write moves the last renewal's time to `unix_secs`.
-    pub fn observe(&self, outcome: &Result<Renewal, kube::Error>, unix_secs: f64) {
-        let result = match outcome {
-            Ok(r) => r.label(),
-            Err(_) => "error",
-        };
-        self.renewals
-            .get_or_create(&RenewalLabels {
-                result: result.to_owned(),
-            })
-            .inc();
-        if outcome.as_ref().is_ok_and(|r| r.wrote()) {
-            self.last_renewal.set(unix_secs);
-        }
-    }
+/// Counts one renewal's outcome in `metrics`; a write moves the last renewal's time to
+/// `unix_secs`.
+fn observe(metrics: &RenewalMetrics, outcome: &Result<Renewal, kube::Error>, unix_secs: f64) {
+    let result = match outcome {
+        Ok(r) => r.label(),
+        Err(_) => "error",
+    };
+    metrics.record(result, outcome.as_ref().is_ok_and(|r| r.wrote()), unix_secs);
 }
 
 fn unix_secs() -> f64 {
@@ -136,7 +106,7 @@ impl LivenessLease {
     /// the Lease does not exist yet, it is created. Counted on the renewer's metrics.
     pub async fn renew(&self) -> Result<Renewal, kube::Error> {
         let outcome = self.write().await;
-        self.metrics.observe(&outcome, unix_secs());
+        observe(&self.metrics, &outcome, unix_secs());
         outcome
     }
 

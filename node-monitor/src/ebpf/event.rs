@@ -311,7 +311,3 @@ impl KernelEvent {
 
 #[cfg(test)]
 mod tests;
-
-/// Property tests (docs/testing.md): `cargo test -p node-monitor --lib prop`.
-#[cfg(test)]
-mod prop;

@@ -132,7 +132,7 @@ fn explain_words_the_decision_as_the_cli_does() {
     assert_eq!(v["evict"][0]["name"], "hog");
     assert_eq!(v["reclaim"], "memory.available");
     assert_eq!(v["node"], "n1");
-    let mut cli = crate::cli::explain::decision_json(
+    let mut cli = node_monitor_core::eviction::explain_json(
         &decision,
         std::time::Duration::ZERO,
         &[],

@@ -15,6 +15,7 @@ use prometheus_client::{
 };
 
 pub mod agent;
+pub mod lease;
 pub mod remediate;
 
 pub use self::agent::*;

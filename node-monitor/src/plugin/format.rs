@@ -184,14 +184,7 @@ pub fn node_events(answer: &Value, node: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// `2026-11-26T20:15:03.123Z` for milliseconds since the epoch.
-pub fn utc(ms: u64) -> String {
-    let ts = i64::try_from(ms)
-        .ok()
-        .and_then(|ms| k8s_openapi::jiff::Timestamp::from_millisecond(ms).ok())
-        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
-    ts.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
-}
+pub use node_monitor_core::flight::utc;
 
 /// A signal's amount: bytes in binary units, counts (PIDs, inodes) as they are.
 pub fn amount(signal: &str, v: Option<i64>) -> String {

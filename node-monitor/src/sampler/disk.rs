@@ -19,7 +19,7 @@ use node_monitor_core::local_storage::{ContainerStorage, StorageUsage};
 use super::{
     SamplerError,
     layers::LayerCache,
-    pods::{self, DiskWalk},
+    walk::{self, DiskWalk},
 };
 
 /// Where the meter looks, and how far.
@@ -91,7 +91,7 @@ impl PodDiskDetail {
             let id = cs
                 .container_id
                 .as_deref()
-                .map(|id| id.split_once("://").map_or(id, |(_, id)| id));
+                .map(node_monitor_core::pod::bare_container_id);
             let rootfs = id.and_then(|id| detail.layers.get(id).copied());
             let logs = detail.logs.get(&cs.name).copied();
             if rootfs.is_none() && logs.is_none() {
@@ -218,7 +218,7 @@ fn pod_trees(
 
 /// Measures `pods` once, synchronously.
 pub(crate) fn measure(paths: &DiskPaths, pods: &[PodRef], layers: &mut LayerCache) -> DiskReport {
-    let logs = pods::pod_log_dirs(&paths.log_root);
+    let logs = walk::pod_log_dirs(&paths.log_root);
     let mut inodes = HashSet::new();
     let mut report = DiskReport::default();
     let mut walks = Vec::new();
@@ -247,9 +247,9 @@ pub(crate) fn measure(paths: &DiskPaths, pods: &[PodRef], layers: &mut LayerCach
                 None => paths.budget,
             };
             let walked = if skip.is_empty() {
-                pods::disk_usage(tree, budget, &mut inodes)
+                walk::disk_usage(tree, budget, &mut inodes)
             } else {
-                pods::disk_usage_skipping(tree, budget, &mut inodes, |p| {
+                walk::disk_usage_skipping(tree, budget, &mut inodes, |p| {
                     skip.iter().any(|s| s == p)
                 })
             };

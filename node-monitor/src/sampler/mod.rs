@@ -19,6 +19,7 @@ pub mod parse;
 mod pods;
 mod read;
 mod sample;
+mod walk;
 mod warn;
 
 use std::path::PathBuf;

@@ -1,5 +1,7 @@
 use proptest::{collection::vec, prelude::*, sample::select};
 
+use serde_json::json;
+
 use super::*;
 
 /// Quantities from the ordinary to the absurd (the cap, tiny fractions, above the cap), and

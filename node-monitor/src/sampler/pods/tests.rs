@@ -1,7 +1,10 @@
 use std::fs;
 
+use std::{collections::HashSet, path::Path};
+
 use super::*;
 use crate::sampler::config::{CgroupVersion, SamplerConfig};
+use crate::sampler::walk::{disk_usage, pod_log_dirs};
 
 const UID_A: &str = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
 const UID_B: &str = "1a1b2c3d-4e5f-6789-abcd-ef0123456789";

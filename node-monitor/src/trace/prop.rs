@@ -1,8 +1,8 @@
-use node_monitor_common::event::EventKind;
+use node_monitor_common::event::{DecodeError, EventHeader, EventKind, oom_flags, reboot_flags};
 use proptest::{collection::vec, prelude::*, sample::select};
 
-use super::*;
 use crate::attribution::Attribution;
+use crate::ebpf::event::*;
 
 /// Everything the agent does with a decoded event: its accessors, its JSON and text forms.
 fn use_event(ev: &KernelEvent) {

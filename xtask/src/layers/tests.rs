@@ -1,0 +1,142 @@
+use super::*;
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[test]
+fn use_trees_expand_to_every_path() {
+    let mut out = Vec::new();
+    expand("", "crate::{a::{b,c@d},e::*,self}", &mut out);
+    assert_eq!(
+        out,
+        strings(&["crate::a::b", "crate::a::c", "crate::e", "crate::self"])
+    );
+}
+
+#[test]
+fn references_read_use_trees_and_paths_in_place() {
+    let text = "use std::fmt;\nuse crate::{\n    a::X as Y,\n    b,\n};\nfn f() { super::c::g(); x::crate::no(); }\n";
+    let refs = references(text);
+    assert_eq!(
+        refs,
+        vec![
+            (2, strings(&["crate", "a", "X"])),
+            (2, strings(&["crate", "b"])),
+            (6, strings(&["super", "c", "g"])),
+        ]
+    );
+}
+
+#[test]
+fn paths_resolve_from_the_module_that_names_them() {
+    let at = strings(&["agent", "cycle"]);
+    assert_eq!(
+        resolve(&at, &strings(&["super", "flight", "F"])),
+        Some(strings(&["agent", "flight", "F"]))
+    );
+    assert_eq!(
+        resolve(&at, &strings(&["super", "super", "io"])),
+        Some(strings(&["io"]))
+    );
+    assert_eq!(
+        resolve(&at, &strings(&["crate", "io", "read"])),
+        Some(strings(&["io", "read"]))
+    );
+    assert_eq!(resolve(&at, &strings(&["std", "fmt"])), None);
+    assert_eq!(resolve(&[], &strings(&["super", "x"])), None);
+}
+
+#[test]
+fn comments_and_inline_test_modules_are_left_out() {
+    let text = "use crate::a; // crate::b\n/// [`crate::c`]\n#[cfg(test)]\nmod tests {\n    use crate::d;\n    fn f() { if x { } }\n}\nuse crate::e;\n";
+    let refs: Vec<Vec<String>> = references(&strip(text))
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(
+        refs,
+        vec![strings(&["crate", "a"]), strings(&["crate", "e"])]
+    );
+    assert_eq!(
+        test_modules(
+            "#[cfg(test)]\nmod tests;\n#[cfg(test)]\n#[allow(x)]\npub(crate) mod prop;\nmod real;\n"
+        ),
+        strings(&["tests", "prop"])
+    );
+}
+
+fn import(from: &[&str], to: &[&str]) -> Import {
+    Import {
+        from: strings(from),
+        to: strings(to),
+        file: PathBuf::from("f.rs"),
+        line: 1,
+    }
+}
+
+/// (imports, layers, findings as printed)
+#[test]
+fn findings_by_case() {
+    let layers: BTreeMap<String, usize> = [("io", 0), ("sampler", 1), ("agent", 2)]
+        .into_iter()
+        .map(|(m, l)| (m.to_owned(), l))
+        .collect();
+    let cases: Vec<(Vec<Import>, Vec<&str>)> = vec![
+        (
+            vec![
+                import(&["agent"], &["sampler"]),
+                import(&["sampler"], &["io"]),
+            ],
+            vec![],
+        ),
+        (
+            vec![import(&["sampler", "disk"], &["agent", "kernel"])],
+            vec!["upward import: sampler (layer 1) imports agent (layer 2) at f.rs:1"],
+        ),
+        (
+            // Siblings at depth: a circle under their parent.
+            vec![
+                import(&["agent", "cycle"], &["agent", "flight"]),
+                import(&["agent", "flight", "store"], &["agent", "cycle"]),
+            ],
+            vec!["import circle under agent: cycle ↔ flight"],
+        ),
+        (
+            // A module and its ancestor: nesting, not an edge.
+            vec![
+                import(&["agent", "cycle"], &["agent"]),
+                import(&["agent"], &["agent", "cycle"]),
+            ],
+            vec![],
+        ),
+        (
+            vec![import(&["trace"], &["io"])],
+            vec!["module trace has no layer in docs/architecture.md (\"Layers\")"],
+        ),
+    ];
+    for (imports, want) in cases {
+        let got: Vec<String> = findings_of("c", &imports, &layers)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(got, want, "{imports:?}");
+    }
+}
+
+#[test]
+fn the_layer_table_is_read_per_crate() {
+    let doc = "# A\n\n## Layers\n\n| layer | `node-monitor-core` | `node-monitor` |\n|---|---|---|\n| 0 | `units` | `io`, `jitter` |\n| 1 | | `agent` |\n\n## Next\n| 9 | `x` | `y` |\n";
+    let t = layer_table(doc, "node-monitor").expect("table");
+    assert_eq!(
+        t.into_iter().collect::<Vec<_>>(),
+        vec![
+            ("agent".to_owned(), 1),
+            ("io".to_owned(), 0),
+            ("jitter".to_owned(), 0)
+        ]
+    );
+    let core = layer_table(doc, "node-monitor-core").expect("table");
+    assert_eq!(core.len(), 1);
+    assert!(layer_table(doc, "nope").is_err());
+}
