@@ -1,6 +1,7 @@
 //! The layering check (`cargo xtask layers`, run with the lints): the product crates' modules
-//! import each other without a circle, and no module imports one of a higher layer than its own,
-//! as docs/architecture.md ("Layers") draws them.
+//! import each other without a circle, no module imports one of a higher layer than its own,
+//! as docs/architecture.md ("Layers") draws them, and no product file is over [`MAX_LINES`]
+//! lines (its test module, inline or in `tests.rs`, apart).
 //!
 //! Imports are read from the source: `use` trees and paths that start with `crate::`, `super::`
 //! or `self::`, each resolved to the deepest module that has a file. Test-only modules
@@ -72,6 +73,9 @@ impl fmt::Display for Finding {
     }
 }
 
+/// The most lines a product file may have, before its inline test module.
+pub const MAX_LINES: usize = 600;
+
 /// The product crates checked, with their column in the layer table.
 pub const CRATES: [(&str, &str); 2] = [
     ("node-monitor-core", "node-monitor-core/src"),
@@ -93,6 +97,12 @@ pub fn check(root: &Path) -> Result<()> {
             found.len()
         );
         findings.extend(found.into_iter().map(|f| format!("{name}: {f}")));
+        for (file, lines) in long_files(&root.join(src))? {
+            findings.push(format!(
+                "{name}: {} has {lines} product lines, over {MAX_LINES}",
+                file.display()
+            ));
+        }
     }
     if !findings.is_empty() {
         bail!("the layering check failed:\n  {}", findings.join("\n  "));
@@ -297,6 +307,39 @@ pub fn crate_imports(src: &Path) -> Result<Vec<Import>> {
         }
     }
     Ok(out)
+}
+
+/// The crate's product files over [`MAX_LINES`] lines before their first `#[cfg(test)]`, with
+/// that count; test-only files left out.
+pub fn long_files(src: &Path) -> Result<Vec<(PathBuf, usize)>> {
+    let mut files = BTreeMap::new();
+    collect(src, src, &mut files)?;
+    let mut test_only: BTreeSet<ModPath> = BTreeSet::new();
+    for (path, file) in &files {
+        for name in test_modules(&fs::read_to_string(file)?) {
+            let mut p = path.clone();
+            p.push(name);
+            test_only.insert(p);
+        }
+    }
+    let mut out = Vec::new();
+    for (path, file) in &files {
+        if test_only.iter().any(|t| path.starts_with(t)) {
+            continue;
+        }
+        let lines = product_lines(&fs::read_to_string(file)?);
+        if lines > MAX_LINES {
+            out.push((file.strip_prefix(src).unwrap_or(file).to_path_buf(), lines));
+        }
+    }
+    Ok(out)
+}
+
+/// The lines before the first top-level `#[cfg(test)]`.
+fn product_lines(text: &str) -> usize {
+    text.lines()
+        .position(|l| l.starts_with("#[cfg(test)]"))
+        .unwrap_or_else(|| text.lines().count())
 }
 
 fn collect(src: &Path, dir: &Path, out: &mut BTreeMap<ModPath, PathBuf>) -> Result<()> {

@@ -1,11 +1,7 @@
 //! One agent cycle: observe, decide, act, wait for cleanup, through the ports of
 //! [`super::ports`] (the node, the pods, the cluster writes, the memcg thresholds), so it runs the
 //! same against the sampler and the API as against the fakes of its unit tests.
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
@@ -13,37 +9,30 @@ use tracing::{debug, info, warn};
 
 use node_monitor_core::{
     clock::Timestamp,
-    conditions::{pressure_taints, published_conditions},
     config::{EvictionConfig, FsLayout, LayoutConfig},
     eviction::{DRY_RUN_REPORT_INTERVAL, Decision, EvictionState, ReportLimiter, synchronize},
     headroom::{Headroom, HeadroomPolicy},
-    mem_push::{PushPolicy, batch_pages, keep_attached},
+    mem_push::PushPolicy,
     pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
     pod_figures::{NEAR_REFRESH, RANK_MAX_AGE, RankFigures, rank_figures, refresh_due},
     reclaim::PendingReclaim,
-    signals::{Observations, PodUsage, Signal},
-    threshold::{NodeConditionType, Resource, signal_resource},
+    signals::{Observations, PodUsage},
 };
 
 use super::{
     backoff::{self, Backoff},
+    conditions::PublishedConditions,
+    mem_push::{MemPush, PushArm},
     ports::{Arming, ClusterWrites, NodeView, PodSource, StopSignal},
 };
 use crate::{
-    cluster::actuator::{EvictOutcome, EvictionRequest, NodeConditionUpdate},
+    cluster::actuator::{EvictOutcome, EvictionRequest},
     http::Health,
     live::{EvictionRecord, LiveView},
-    metrics::{
-        ConditionLabels, EvictionLabels, Metrics, SignalLabels, SignalUnit, ThresholdLabels,
-    },
+    metrics::Metrics,
     sampler::{SampleKind, TimedObservations},
     wakeup::Wakeup,
 };
-
-/// Agent-owned conditions are re-published at least this often, as a heartbeat.
-pub(super) const CONDITION_HEARTBEAT: Duration = Duration::from_secs(60);
-/// The heartbeat is lengthened by up to this share of it, drawn at each publish.
-pub(super) const HEARTBEAT_JITTER: f64 = 0.25;
 
 /// How a cycle ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,15 +42,6 @@ pub(super) enum CycleEnd {
     /// An eviction did not take effect and its pod backs off (a PDB or another refusal, a
     /// failure, a stale "gone"): the next candidate should be considered now.
     Refused,
-}
-
-#[derive(Debug, Default)]
-pub(super) struct PublishedConditions {
-    values: BTreeMap<NodeConditionType, bool>,
-    at: Option<Instant>,
-    /// How long after `at` the unchanged conditions are published again: the heartbeat, jittered
-    /// per publish so that agents started together spread out.
-    heartbeat: Duration,
 }
 
 /// The agent loop's state across cycles, and its ports.
@@ -106,63 +86,6 @@ pub(super) struct Loop<C, P> {
     /// The eBPF memory push, armed while a memory threshold is near (see
     /// [`node_monitor_core::mem_push`]); `None` without it.
     pub(super) mem_push: Option<MemPush>,
-}
-
-/// The memory push as the loop drives it.
-pub(super) struct MemPush {
-    pub(super) control: Box<dyn PushArm>,
-    pub(super) policy: PushPolicy,
-    /// The batch last written (0: disarmed); `None` before the first write or after a failure.
-    pub(super) armed: Option<u64>,
-    /// The last write failed (logged once until one succeeds).
-    pub(super) failing: bool,
-    /// When a pass last chose a non-zero batch.
-    pub(super) last_armed: Option<Timestamp>,
-    /// The programs' attachment last asked for.
-    pub(super) attach_asked: bool,
-}
-
-impl MemPush {
-    /// Writes `batch` to the kernel's map when it changed; whether it did.
-    fn write_batch(&mut self, batch: u64) -> bool {
-        if self.armed == Some(batch) {
-            return false;
-        }
-        match self.control.arm(batch) {
-            Ok(()) => {
-                debug!(batch_pages = batch, "memory push armed");
-                self.armed = Some(batch);
-                self.failing = false;
-                true
-            }
-            Err(e) => {
-                if !self.failing {
-                    warn!(error = %e, batch_pages = batch, "arming the memory push failed");
-                }
-                self.armed = None;
-                self.failing = true;
-                false
-            }
-        }
-    }
-}
-
-/// Arms the kernel's memory push with a batch of pages (0 disarms).
-pub(super) trait PushArm: Send {
-    fn arm(&self, pages: u64) -> Result<(), String>;
-    /// Asks for the push's programs attached or detached; returns at once (the work, which may
-    /// wait for the kernel, is done elsewhere).
-    fn set_attached(&self, attached: bool);
-}
-
-impl PushArm for crate::ebpf::MemPushControl {
-    fn arm(&self, pages: u64) -> Result<(), String> {
-        crate::ebpf::MemPushControl::arm(self, pages).map_err(|e| e.to_string())
-    }
-
-    fn set_attached(&self, attached: bool) {
-        crate::ebpf::MemPushControl::set_attached(self, attached);
-    }
 }
 
 /// How often the agent checks that it sees the cgroups of the pods the API lists.
@@ -213,40 +136,18 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
 
     /// Arms `control` near memory thresholds, with batches sized by `policy`.
     pub(super) fn with_mem_push(mut self, control: Box<dyn PushArm>, policy: PushPolicy) -> Self {
-        self.mem_push = Some(MemPush {
-            control,
-            policy,
-            armed: None,
-            failing: false,
-            last_armed: None,
-            attach_asked: false,
-        });
+        self.mem_push = Some(MemPush::new(control, policy));
         self
     }
 
-    /// Arms the memory push for the memory thresholds near in `observations`, disarms it when
-    /// none is; writes the kernel's map only when the batch changes. Asks for the programs
-    /// attached while armed, and detached once disarmed for
-    /// [`node_monitor_core::mem_push::DETACH_AFTER`] (the batch is written first: a program
-    /// attached before it is armed returns at once).
+    /// Arms the memory push for the memory thresholds near in `observations` ([`MemPush::arm`]).
     fn arm_mem_push(&mut self, observations: &Observations) {
         let now = self.now();
-        let Some(push) = self.mem_push.as_mut() else {
-            return;
-        };
-        let batch = batch_pages(observations, &self.config.thresholds, push.policy);
-        if batch > 0 {
-            push.last_armed = Some(now);
-        }
-        let changed = push.write_batch(batch);
-        let attach = keep_attached(batch, now, push.last_armed);
-        // Asked again at each new batch while armed: an attach that failed is retried (the
-        // switch ignores a request for the state it is in).
-        if attach != push.attach_asked || (attach && batch > 0 && changed) {
-            push.control.set_attached(attach);
-            push.attach_asked = attach;
+        if let Some(push) = self.mem_push.as_mut() {
+            push.arm(observations, &self.config.thresholds, now);
         }
     }
+
     /// Reads the kubelet's configuration file at `path` (empty: off) and compares its
     /// thresholds with the agent's on each cycle.
     pub(super) fn with_kubelet_config(mut self, path: &str, proc_root: &std::path::Path) -> Self {
@@ -364,12 +265,31 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             }
             _ => {}
         }
-        self.record_observations(&timed.observations, &decision);
+        super::cycle_metrics::record(
+            &self.metrics,
+            &self.config.thresholds,
+            &timed.observations,
+            &decision,
+        );
         self.live
             .record_cycle(&self.config, &timed.observations, &decision);
         self.record_flight(&pods, &timed.observations, &decision, now);
-        self.note_disk_evictions(&decision, &answered, &timed.observations, now);
-        self.publish_conditions(&decision).await;
+        super::disk_reclaim::note_evictions(
+            &mut self.pending_reclaim,
+            &decision,
+            &answered,
+            &timed.observations,
+            now,
+        );
+        self.published
+            .publish(
+                &decision,
+                &self.actuator,
+                &self.health,
+                &self.metrics,
+                &self.config.node_monitor,
+            )
+            .await;
         self.health.progress();
         // After the evictions: the kubelet's file is read at most once a minute, never ahead of
         // an eviction request.
@@ -392,7 +312,14 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         }
         for (req, outcome) in &answered {
             if outcome.took_effect() {
-                self.wait_for_cleanup(sampler, req).await;
+                super::cleanup::wait_for_cleanup(
+                    sampler,
+                    &self.actuator,
+                    &self.health,
+                    self.config.node_monitor.pod_cleanup_timeout,
+                    req,
+                )
+                .await;
             }
         }
         if decision.evict.is_empty() {
@@ -493,7 +420,12 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         }
         self.backoff.prune(now);
         self.check_pod_sight(sampler);
-        let credited = self.credit_pending_reclaim(&timed.observations, now);
+        let credited = super::disk_reclaim::credit(
+            &mut self.pending_reclaim,
+            &self.metrics,
+            &timed.observations,
+            now,
+        );
         let mut decision = synchronize(&mut self.state, &self.config, &credited, pods, now);
         // Pod disk usage comes from a meter that walks the pods' directories off the critical
         // path, so its figures can predate the pressure (a pod that filled the disk since the
@@ -506,7 +438,12 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         {
             sampler.measure_pod_disk_now();
             self.read_pods(sampler, &mut timed.observations);
-            let credited = self.credit_pending_reclaim(&timed.observations, now);
+            let credited = super::disk_reclaim::credit(
+                &mut self.pending_reclaim,
+                &self.metrics,
+                &timed.observations,
+                now,
+            );
             decision = synchronize(&mut self.state, &self.config, &credited, pods, now);
         }
         if self.blind.is_some() && !decision.evict.is_empty() {
@@ -517,54 +454,6 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             decision.evict.clear();
         }
         decision
-    }
-
-    /// The observations with the disk evicted pods still hold added back (see
-    /// [`node_monitor_core::reclaim`]), and its gauge updated.
-    fn credit_pending_reclaim(
-        &mut self,
-        observations: &Observations,
-        now: Timestamp,
-    ) -> Observations {
-        let credited = self.pending_reclaim.credited(observations, now);
-        self.metrics
-            .disk_reclaim_pending_bytes
-            .set(self.pending_reclaim.pending_bytes());
-        credited
-    }
-
-    /// Pods evicted for a disk signal keep their writable layers and logs on disk until the
-    /// kubelet collects their dead containers: their measured usage is credited meanwhile, so
-    /// no bystander is evicted for space about to be freed.
-    fn note_disk_evictions(
-        &mut self,
-        decision: &Decision,
-        answered: &[(EvictionRequest, EvictOutcome)],
-        observations: &Observations,
-        now: Timestamp,
-    ) {
-        for (req, outcome) in answered {
-            let disk_signal = decision
-                .evict
-                .iter()
-                .find(|e| e.uid == req.uid)
-                .is_some_and(|e| node_monitor_core::threshold::ranks_by_disk(e.signal));
-            if !(disk_signal && outcome.took_effect()) {
-                continue;
-            }
-            let bytes = observations
-                .pods
-                .get(&req.uid)
-                .and_then(|u| u.disk)
-                .unwrap_or(0);
-            if bytes > 0 {
-                info!(pod = %format!("{}/{}", req.namespace, req.name), bytes,
-                      window_s = node_monitor_core::reclaim::RECLAIM_WINDOW.as_secs(),
-                      "evicted pod's disk credited until the kubelet's garbage collection frees it");
-            }
-            self.pending_reclaim
-                .record(&req.uid, bytes, observations, now);
-        }
     }
 
     /// Sends the decision's evictions in order, unless the API server asked to wait; stops at
@@ -637,33 +526,10 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         outcome: &EvictOutcome,
         reaction_time: Duration,
     ) -> backoff::Reaction {
-        self.metrics
-            .evictions
-            .get_or_create(&EvictionLabels {
-                eviction_signal: req.signal.clone(),
-                threshold: if req.hard { "hard" } else { "soft" }.to_owned(),
-                outcome: outcome.label().to_owned(),
-            })
-            .inc();
         info!(pod = %format!("{}/{}", req.namespace, req.name), outcome = outcome.label(),
               reaction_ms = reaction_time.as_secs_f64() * 1e3, "eviction answered");
         let reaction = backoff::react(outcome);
-        if let Some(reason) = reaction.failure {
-            self.metrics
-                .eviction_failures
-                .get_or_create(&crate::metrics::ReasonLabels {
-                    reason: reason.to_owned(),
-                })
-                .inc();
-        }
-        if let EvictOutcome::Failed { .. } = outcome {
-            self.metrics
-                .api_errors
-                .get_or_create(&crate::metrics::OperationLabels {
-                    operation: "evict".into(),
-                })
-                .inc();
-        }
+        super::cycle_metrics::eviction_answered(&self.metrics, req, outcome, &reaction);
         if reaction.back_off_pod {
             let delay = self.backoff.refused(&req.uid, self.now());
             debug!(uid = %req.uid, outcome = outcome.label(), ?delay,
@@ -714,158 +580,6 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             sampler.last_node_memory(),
             sampler.last_kubepods_memory(),
         );
-    }
-
-    fn record_observations(&self, obs: &Observations, decision: &Decision) {
-        for (signal, o) in &obs.signals {
-            let l = SignalLabels {
-                eviction_signal: signal.as_str().to_owned(),
-            };
-            let unit = signal_unit(*signal);
-            self.metrics
-                .signal_available
-                .unit(unit)
-                .get_or_create(&l)
-                .set(o.available);
-            self.metrics
-                .signal_capacity
-                .unit(unit)
-                .get_or_create(&l)
-                .set(o.capacity);
-        }
-        for t in &self.config.thresholds {
-            let Some(o) = obs.signals.get(&t.signal) else {
-                continue;
-            };
-            let l = ThresholdLabels {
-                eviction_signal: t.signal.as_str().to_owned(),
-                kind: if t.is_hard() { "hard" } else { "soft" }.to_owned(),
-            };
-            self.metrics
-                .eviction_threshold
-                .unit(signal_unit(t.signal))
-                .get_or_create(&l)
-                .set(t.quantity(o.capacity).value());
-            let met = decision
-                .thresholds_met
-                .iter()
-                .any(|m| m.signal == t.signal && m.hard == t.is_hard());
-            self.metrics
-                .threshold_met
-                .get_or_create(&l)
-                .set(i64::from(met));
-        }
-        for c in &decision.conditions {
-            self.metrics
-                .node_condition
-                .get_or_create(&ConditionLabels {
-                    condition: c.condition.as_str().to_owned(),
-                })
-                .set(i64::from(c.status));
-        }
-    }
-
-    /// Publishes agent-owned conditions when they change (and as a heartbeat), and the optional
-    /// NoSchedule taint. Failures are counted and retried on the next cycle.
-    async fn publish_conditions(&mut self, decision: &Decision) {
-        let values: BTreeMap<NodeConditionType, bool> = decision
-            .conditions
-            .iter()
-            .map(|c| (c.condition, c.status))
-            .collect();
-        let stale = self
-            .published
-            .at
-            .is_none_or(|at| at.elapsed() > self.published.heartbeat);
-        if values == self.published.values && !stale {
-            return;
-        }
-        let updates: Vec<NodeConditionUpdate> = published_conditions(decision)
-            .into_iter()
-            .map(|c| NodeConditionUpdate {
-                type_: c.type_.to_owned(),
-                status: c.status,
-                reason: c.reason,
-                message: c.message,
-            })
-            .collect();
-        let published = self.actuator.set_conditions(&updates).await;
-        self.health.progress();
-        match published {
-            Ok(()) => {
-                self.published = PublishedConditions {
-                    values: values.clone(),
-                    at: Some(Instant::now()),
-                    heartbeat: crate::jitter::jittered(CONDITION_HEARTBEAT, HEARTBEAT_JITTER),
-                };
-            }
-            Err(e) => {
-                warn!(error = %e, "could not publish node conditions; retrying next cycle");
-                self.metrics
-                    .api_errors
-                    .get_or_create(&crate::metrics::OperationLabels {
-                        operation: "patch_conditions".into(),
-                    })
-                    .inc();
-                return;
-            }
-        }
-        if self.config.node_monitor.taint_on_pressure && !self.config.node_monitor.dry_run {
-            for (key, on) in pressure_taints(decision) {
-                let tainted = self.actuator.set_taint(key, "", "NoSchedule", on).await;
-                self.health.progress();
-                if let Err(e) = tainted {
-                    warn!(error = %e, %key, "could not update taint");
-                    self.metrics
-                        .api_errors
-                        .get_or_create(&crate::metrics::OperationLabels {
-                            operation: "patch_taint".into(),
-                        })
-                        .inc();
-                }
-            }
-        }
-    }
-
-    /// Waits, as the kubelet does, until the evicted pod's processes have left the node (its
-    /// cgroup is gone) or the API no longer has it, bounded by the pod cleanup timeout.
-    async fn wait_for_cleanup<N: NodeView>(&self, sampler: &mut N, req: &EvictionRequest) {
-        let deadline = Instant::now() + self.config.node_monitor.pod_cleanup_timeout;
-        let mut api_check = Instant::now();
-        loop {
-            self.health.progress();
-            let obs = sampler.sample(SampleKind::Fast);
-            if !obs.pods.contains_key(&req.uid) {
-                info!(pod = %format!("{}/{}", req.namespace, req.name), "evicted pod's processes are gone");
-                return;
-            }
-            if api_check.elapsed() > Duration::from_secs(1) {
-                api_check = Instant::now();
-                if let Ok(false) = self
-                    .actuator
-                    .pod_present(&req.namespace, &req.name, &req.uid)
-                    .await
-                {
-                    info!(pod = %format!("{}/{}", req.namespace, req.name), "evicted pod is gone from the API");
-                    return;
-                }
-            }
-            if Instant::now() > deadline {
-                warn!(pod = %format!("{}/{}", req.namespace, req.name), timeout = ?self.config.node_monitor.pod_cleanup_timeout,
-                      "evicted pod still present after the cleanup timeout; deciding again");
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-/// The unit of `signal`'s amounts, which picks its metric families.
-pub(super) fn signal_unit(signal: Signal) -> SignalUnit {
-    match signal_resource(signal) {
-        Resource::Memory | Resource::EphemeralStorage => SignalUnit::Bytes,
-        Resource::Inodes => SignalUnit::Inodes,
-        Resource::Pids => SignalUnit::Pids,
     }
 }
 

@@ -6,12 +6,17 @@
 //! counted and retried on later cycles, and the pod reflector catches up on reconnect. Nothing the
 //! API answers can end the loop; only SIGTERM/SIGINT do.
 pub mod backoff;
+mod cleanup;
+mod conditions;
 mod cycle;
+mod cycle_metrics;
+mod disk_reclaim;
 mod flight;
 mod guarantees;
 pub mod kernel;
 mod kubelet_config;
 mod kubelet_source;
+mod mem_push;
 pub mod memcg;
 pub mod ports;
 pub mod protect;

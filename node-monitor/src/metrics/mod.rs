@@ -15,6 +15,7 @@ use prometheus_client::{
 };
 
 pub mod agent;
+mod labels;
 pub mod lease;
 pub mod remediate;
 

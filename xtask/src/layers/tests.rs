@@ -140,3 +140,14 @@ fn the_layer_table_is_read_per_crate() {
     assert_eq!(core.len(), 1);
     assert!(layer_table(doc, "nope").is_err());
 }
+
+#[test]
+fn product_lines_stop_at_the_test_module() {
+    assert_eq!(product_lines("a\nb\n#[cfg(test)]\nmod tests;\n"), 2);
+    assert_eq!(product_lines("a\nb\nc"), 3);
+    assert_eq!(
+        product_lines("a\n    #[cfg(test)]\nb"),
+        3,
+        "only a top-level test module"
+    );
+}

@@ -20,11 +20,14 @@ use serde_json::json;
 use super::*;
 use crate::{
     agent::{
-        STOP_RELEASE_BOUND, decide_until_stopped,
+        STOP_RELEASE_BOUND,
+        conditions::{CONDITION_HEARTBEAT, HEARTBEAT_JITTER},
+        decide_until_stopped,
         ports::{KubepodsSight, StopSignal},
         release_on_stop,
     },
-    cluster::actuator::{ActuatorError, FailureKind, Release, ReleasePlan},
+    cluster::actuator::{ActuatorError, FailureKind, NodeConditionUpdate, Release, ReleasePlan},
+    metrics::EvictionLabels,
     sampler::{MemoryReading, SamplerError, TimedObservations},
     wakeup::WakeSource,
 };

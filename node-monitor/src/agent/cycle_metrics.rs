@@ -1,0 +1,111 @@
+//! The cycle's metrics: the signals' gauges after a pass, and each eviction's answer.
+use node_monitor_core::{
+    eviction::Decision,
+    signals::{Observations, Signal},
+    threshold::{Resource, Threshold, signal_resource},
+};
+
+use super::backoff::Reaction;
+use crate::{
+    cluster::actuator::{EvictOutcome, EvictionRequest},
+    metrics::{
+        ConditionLabels, EvictionLabels, Metrics, OperationLabels, ReasonLabels, SignalLabels,
+        SignalUnit, ThresholdLabels,
+    },
+};
+
+/// The signals' gauges after a pass: each signal's available amount and capacity, each
+/// threshold's quantity and whether it is met, each condition's status.
+pub(super) fn record(
+    metrics: &Metrics,
+    thresholds: &[Threshold],
+    obs: &Observations,
+    decision: &Decision,
+) {
+    for (signal, o) in &obs.signals {
+        let l = SignalLabels {
+            eviction_signal: signal.as_str().to_owned(),
+        };
+        let unit = signal_unit(*signal);
+        metrics
+            .signal_available
+            .unit(unit)
+            .get_or_create(&l)
+            .set(o.available);
+        metrics
+            .signal_capacity
+            .unit(unit)
+            .get_or_create(&l)
+            .set(o.capacity);
+    }
+    for t in thresholds {
+        let Some(o) = obs.signals.get(&t.signal) else {
+            continue;
+        };
+        let l = ThresholdLabels {
+            eviction_signal: t.signal.as_str().to_owned(),
+            kind: if t.is_hard() { "hard" } else { "soft" }.to_owned(),
+        };
+        metrics
+            .eviction_threshold
+            .unit(signal_unit(t.signal))
+            .get_or_create(&l)
+            .set(t.quantity(o.capacity).value());
+        let met = decision
+            .thresholds_met
+            .iter()
+            .any(|m| m.signal == t.signal && m.hard == t.is_hard());
+        metrics.threshold_met.get_or_create(&l).set(i64::from(met));
+    }
+    for c in &decision.conditions {
+        metrics
+            .node_condition
+            .get_or_create(&ConditionLabels {
+                condition: c.condition.as_str().to_owned(),
+            })
+            .set(i64::from(c.status));
+    }
+}
+
+/// The unit of `signal`'s amounts, which picks its metric families.
+pub(crate) fn signal_unit(signal: Signal) -> SignalUnit {
+    match signal_resource(signal) {
+        Resource::Memory | Resource::EphemeralStorage => SignalUnit::Bytes,
+        Resource::Inodes => SignalUnit::Inodes,
+        Resource::Pids => SignalUnit::Pids,
+    }
+}
+
+/// Counts an eviction's answer: by signal, threshold kind and outcome; its failure reason; an
+/// API error.
+pub(super) fn eviction_answered(
+    metrics: &Metrics,
+    req: &EvictionRequest,
+    outcome: &EvictOutcome,
+    reaction: &Reaction,
+) {
+    metrics
+        .evictions
+        .get_or_create(&EvictionLabels {
+            eviction_signal: req.signal.clone(),
+            threshold: if req.hard { "hard" } else { "soft" }.to_owned(),
+            outcome: outcome.label().to_owned(),
+        })
+        .inc();
+    if let Some(reason) = reaction.failure {
+        metrics
+            .eviction_failures
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+    if let EvictOutcome::Failed { .. } = outcome {
+        metrics
+            .api_errors
+            .get_or_create(&OperationLabels {
+                operation: "evict".into(),
+            })
+            .inc();
+    }
+}

@@ -1,0 +1,183 @@
+//! The agent's metric label sets, and the per-unit gauge families of the eviction signals.
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{family::Family, gauge::Gauge},
+};
+
+use super::Reg;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabels {
+    pub eviction_signal: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ThresholdLabels {
+    pub eviction_signal: String,
+    /// `hard` or `soft`.
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabels {
+    pub condition: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionLabels {
+    pub eviction_signal: String,
+    /// `hard` or `soft`: the kind of threshold that drove the eviction.
+    pub threshold: String,
+    /// `evicted`, `pdb_blocked`, `escalated`, `dry_run`, `gone`, `throttled`, `failed`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitKindLabels {
+    /// `emptydir`, `pod` or `container`: the local-storage limit the pod went over.
+    pub kind: String,
+    /// As in `node_monitor_evictions_total`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OomLabels {
+    /// `global` (node-level OOM) or `pod` (a pod or container limit).
+    pub scope: String,
+    pub namespace: String,
+    pub pod: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubeletSourceLabels {
+    /// `file`, `drop_in` or `command_line`.
+    pub kind: String,
+    /// The file's path, or the program and its process ID.
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GuaranteeLabels {
+    /// `reboot-probe`, `core-reads`, `memcg-thresholds`, `psi-trigger`, `memory-push`,
+    /// `kubelet-config` (`node_monitor_core::guarantees::Guarantee`).
+    pub guarantee: String,
+    /// `yes`, `no`, `not_applicable`.
+    pub holds: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubepodsLabels {
+    /// `systemd`, `cgroupfs` or `unknown` (not yet detected).
+    pub driver: String,
+    /// The kubepods cgroup's directory as the agent reads it.
+    pub path: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProgramLabels {
+    pub program: String,
+    /// `attached`, `degraded`, `loaded`, `failed`, `disabled`.
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceStateLabels {
+    pub source: String,
+    /// `active`, `unavailable`.
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub operation: String,
+}
+
+/// The base unit of an eviction signal's amounts. Each unit has its own families
+/// (`node_monitor_signal_available_bytes`, `_inodes`, `_pids`): one family never mixes units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalUnit {
+    /// Memory and filesystem space.
+    Bytes,
+    /// Filesystem inodes.
+    Inodes,
+    /// Process IDs.
+    Pids,
+}
+
+impl SignalUnit {
+    /// Every unit, in the order the families are registered.
+    pub const ALL: [SignalUnit; 3] = [SignalUnit::Bytes, SignalUnit::Inodes, SignalUnit::Pids];
+
+    /// The family name's unit suffix, as Prometheus conventions spell it.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Self::Bytes => "bytes",
+            Self::Inodes => "inodes",
+            Self::Pids => "pids",
+        }
+    }
+}
+
+/// One gauge family per [`SignalUnit`], for an amount that every signal has in its own unit.
+#[derive(Clone)]
+pub struct PerUnit<L> {
+    pub bytes: Family<L, Gauge>,
+    pub inodes: Family<L, Gauge>,
+    pub pids: Family<L, Gauge>,
+}
+
+impl<L: Clone + std::hash::Hash + Eq> Default for PerUnit<L> {
+    fn default() -> Self {
+        Self {
+            bytes: Family::default(),
+            inodes: Family::default(),
+            pids: Family::default(),
+        }
+    }
+}
+
+impl<L> PerUnit<L>
+where
+    L: EncodeLabelSet + Clone + std::hash::Hash + Eq + std::fmt::Debug + Send + Sync + 'static,
+{
+    /// The family of `unit`.
+    pub fn unit(&self, unit: SignalUnit) -> &Family<L, Gauge> {
+        match unit {
+            SignalUnit::Bytes => &self.bytes,
+            SignalUnit::Inodes => &self.inodes,
+            SignalUnit::Pids => &self.pids,
+        }
+    }
+
+    /// Registers `<name>_bytes`, `<name>_inodes` and `<name>_pids`.
+    pub(super) fn register(&self, reg: &mut Reg, name: &str, help: &str) {
+        for unit in SignalUnit::ALL {
+            let suffix = unit.suffix();
+            reg.add(
+                &format!("{name}_{suffix}"),
+                &format!("{help}, in {suffix}"),
+                self.unit(unit).clone(),
+            );
+        }
+    }
+}
