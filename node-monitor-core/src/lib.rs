@@ -14,6 +14,7 @@ pub mod agent_config;
 pub mod clock;
 pub mod conditions;
 pub mod config;
+pub mod contract;
 pub mod duration;
 pub mod eviction;
 pub mod flight;

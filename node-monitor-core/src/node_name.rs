@@ -35,9 +35,40 @@ pub fn parse_node_name(value: &str) -> Result<String, String> {
     Ok(value.to_owned())
 }
 
+/// Checks `value` as a namespace name (an RFC 1123 DNS label, as the API server requires), for
+/// the flags that name the agents' namespace; the error names the value.
+pub fn parse_namespace(value: &str) -> Result<String, String> {
+    let ok = !value.is_empty()
+        && value.len() <= 63
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !value.starts_with('-')
+        && !value.ends_with('-');
+    if ok {
+        Ok(value.to_owned())
+    } else {
+        Err(format!(
+            "namespace {value:?} is not a DNS label (1 to 63 lowercase letters, digits and '-', \
+             starting and ending with a letter or digit)"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn namespaces_are_dns_labels() {
+        for good in ["node-monitor", "a", "kube-system", &"a".repeat(63)] {
+            assert_eq!(parse_namespace(good).as_deref(), Ok(good));
+        }
+        for bad in ["", "-a", "a-", "A", "a.b", "a_b", &"a".repeat(64)] {
+            let e = parse_namespace(bad).expect_err(bad);
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
 
     #[test]
     fn node_names() {

@@ -226,12 +226,8 @@ pub struct NodeApi {
     pub auth: Arc<auth::AuthSlot>,
 }
 
-/// The node API's paths.
-pub const STATUS_PATH: &str = "/node-monitor/v1/status";
-pub const EXPLAIN_PATH: &str = "/node-monitor/v1/explain";
-pub const TRACE_PATH: &str = "/node-monitor/v1/trace";
-/// The OOM flight recorder's records (docs/runbook.md).
-pub const FLIGHT_PATH: &str = "/node-monitor/v1/flight";
+/// The node API's paths (the contract, in the core).
+pub use node_monitor_core::contract::{EXPLAIN_PATH, FLIGHT_PATH, STATUS_PATH, TRACE_PATH};
 
 /// What the endpoint allows a client. It is reachable by anything that reaches the node's port,
 /// tenants included: a client cannot hold more than one of `max_connections` slots, nor hold one
@@ -537,7 +533,7 @@ async fn flight_handler(State(s): State<AppState>, headers: HeaderMap) -> Respon
 /// `since=<number>&limit=<number>` of a trace request, both optional. Pure.
 pub fn parse_trace_query(query: &str) -> Result<(u64, usize), String> {
     let mut since = 0u64;
-    let mut limit = crate::live::TRACE_PAGE_MAX;
+    let mut limit = node_monitor_core::contract::TRACE_PAGE_MAX;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {

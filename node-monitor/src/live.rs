@@ -23,8 +23,8 @@ use node_monitor_core::{
 pub const EVICTIONS_KEPT: usize = 32;
 /// Recent kernel events kept for `trace`.
 pub const TRACE_EVENTS_KEPT: usize = 1024;
-/// The most events one `trace` answer carries.
-pub const TRACE_PAGE_MAX: usize = 1024;
+/// The most events one `trace` answer carries (the contract).
+pub use node_monitor_core::contract::TRACE_PAGE_MAX;
 
 /// Milliseconds since the Unix epoch, now.
 pub fn unix_ms() -> u64 {

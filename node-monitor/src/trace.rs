@@ -94,8 +94,16 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
             "duration {s:?} must be a positive number of seconds"
         ));
     }
+    if secs > MAX_DURATION_SECS {
+        return Err(format!(
+            "duration {s:?} is too long: at most {MAX_DURATION_SECS} seconds (7 days)"
+        ));
+    }
     Duration::try_from_secs_f64(secs).map_err(|_| format!("duration {s:?} is too long"))
 }
+
+/// The longest `--duration` (7 days): beyond it, run without one and stop it with a signal.
+const MAX_DURATION_SECS: f64 = 7.0 * 24.0 * 3600.0;
 
 impl Args {
     /// The probe configuration these arguments ask for. Families whose events are filtered out

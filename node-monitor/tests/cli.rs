@@ -829,3 +829,68 @@ fn cleanup_bad_input_is_named() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("/nonexistent/kubeconfig"), "{stderr}");
 }
+
+/// Every bounded flag refuses a value out of its bounds before anything runs, naming the flag and
+/// the value: (binary's arguments, what the error must name).
+#[test]
+fn flags_out_of_bounds_are_refused_by_name() {
+    let plugin = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kubectl-node_monitor"))
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run kubectl-node_monitor {args:?}: {e}"))
+    };
+    let cases: [(Output, &[&str]); 8] = [
+        (
+            node_monitor(&[
+                "cleanup",
+                "--all-nodes",
+                "--agent-namespace",
+                "node-monitor",
+                "--wait-for-agents",
+                "18446744073709551615",
+            ]),
+            &["--wait-for-agents", "18446744073709551615", "0..=3600"],
+        ),
+        (
+            node_monitor(&[
+                "cleanup",
+                "--all-nodes",
+                "--agent-namespace",
+                "Bad_NS",
+                "--wait-for-agents",
+                "5",
+            ]),
+            &["--agent-namespace", "\"Bad_NS\"", "DNS label"],
+        ),
+        (
+            node_monitor(&["trace", "--duration", "1e19"]),
+            &["--duration", "\"1e19\"", "at most 604800"],
+        ),
+        (
+            node_monitor(&["run", "--node-name", "n1", "--oom-score-adj", "5000"]),
+            &["--oom-score-adj", "5000", "-1000..=1000"],
+        ),
+        (
+            node_monitor(&["run", "--node-name", "n1", "--namespace", "a b"]),
+            &["--namespace", "\"a b\""],
+        ),
+        (
+            node_monitor(&["remediate", "--namespace=-x"]),
+            &["--namespace", "\"-x\""],
+        ),
+        (plugin(&["status", "--token", ""]), &["--token", "empty"]),
+        (
+            plugin(&["status", "--token", &"t".repeat(16 * 1024 + 1)]),
+            &["--token", "16384"],
+        ),
+    ];
+    for (out, wants) in cases {
+        assert!(!out.status.success(), "{wants:?} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{err}");
+        for want in wants {
+            assert!(err.contains(want), "{want} not in: {err}");
+        }
+    }
+}

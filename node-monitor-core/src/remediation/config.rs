@@ -259,6 +259,28 @@ fn duration_field(
     Ok(d)
 }
 
+/// The shortest period of a loop that calls the API server (`tickInterval`,
+/// `leaderElection.retryPeriod`): shorter would be a tight loop on the API server.
+pub const MIN_LOOP_PERIOD: Duration = Duration::from_millis(100);
+
+/// [`duration_field`] for a loop's period: at least [`MIN_LOOP_PERIOD`].
+fn period_field(
+    field: &'static str,
+    value: Option<String>,
+    default: Duration,
+) -> Result<Duration, RemediationConfigError> {
+    let text = value.clone();
+    let d = duration_field(field, value, default)?;
+    if d < MIN_LOOP_PERIOD {
+        return Err(RemediationConfigError::Invalid {
+            field,
+            value: text.unwrap_or_default(),
+            reason: "must be at least 100ms: a shorter period is a tight loop on the API server",
+        });
+    }
+    Ok(d)
+}
+
 fn fraction_field(
     field: &'static str,
     value: Option<f64>,
@@ -328,7 +350,7 @@ pub fn parse_config(
     };
     let leader = parse_leader(raw.leader_election.take().unwrap_or_default(), d.leader)?;
     Ok(RemediationConfig {
-        tick_interval: duration_field("tickInterval", raw.tick_interval.take(), d.tick_interval)?,
+        tick_interval: period_field("tickInterval", raw.tick_interval.take(), d.tick_interval)?,
         detection,
         storm: parse_storm(&mut raw, &d.storm)?,
         fencing: FencingPolicy {
@@ -448,7 +470,7 @@ fn parse_leader(
         leader.renew_deadline,
         d.renew_deadline,
     )?;
-    let retry_period = duration_field(
+    let retry_period = period_field(
         "leaderElection.retryPeriod",
         leader.retry_period,
         d.retry_period,
@@ -574,6 +596,13 @@ mod tests {
                 "renewInterval: \"1h\"",
             ),
             ("tickInterval: 721h", "tickInterval: \"721h\""),
+            // A loop's period has a floor: 1ns would be a tight loop on the API server.
+            ("tickInterval: 1ns", "tickInterval: \"1ns\""),
+            ("tickInterval: 99ms", "tickInterval: \"99ms\""),
+            (
+                "leaderElection: {retryPeriod: 1ns}",
+                "leaderElection.retryPeriod: \"1ns\"",
+            ),
             ("agentHeartbeatTimeout: 2562047h", "agentHeartbeatTimeout"),
             ("leaderElection: {retryPeriod: 2562047h}", "retryPeriod"),
             (

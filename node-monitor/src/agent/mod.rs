@@ -121,7 +121,12 @@ pub struct Args {
     #[arg(long)]
     pub no_ebpf: bool,
     /// The agent's own oom_score_adj.
-    #[arg(long, default_value_t = protect::DEFAULT_OOM_SCORE_ADJ, allow_hyphen_values = true)]
+    #[arg(
+        long,
+        default_value_t = protect::DEFAULT_OOM_SCORE_ADJ,
+        allow_hyphen_values = true,
+        value_parser = clap::value_parser!(i32).range(-1000..=1000)
+    )]
     pub oom_score_adj: i32,
     /// Do not lock the agent's memory.
     #[arg(long)]
@@ -140,7 +145,12 @@ pub struct Args {
     pub api_token_audience: Vec<String>,
     /// The agent's namespace, where it keeps its liveness Lease (the DaemonSet passes
     /// metadata.namespace through the downward API).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "node-monitor")]
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = "node-monitor",
+        value_parser = node_monitor_core::node_name::parse_namespace
+    )]
     pub namespace: String,
 }
 

@@ -42,10 +42,16 @@ pub struct Args {
     pub all_nodes: bool,
     /// First wait up to this many seconds until no agent pod runs in `--agent-namespace` (a
     /// stopping agent writes its conditions one last time); then clean anyway, with a warning.
-    #[arg(long, value_name = "SECONDS", requires = "agent_namespace")]
+    /// At most 3600.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        requires = "agent_namespace",
+        value_parser = clap::value_parser!(u64).range(0..=MAX_WAIT_FOR_AGENTS_SECS)
+    )]
     pub wait_for_agents: Option<u64>,
     /// The namespace of the agent's pods, for `--wait-for-agents`.
-    #[arg(long, value_name = "NAMESPACE")]
+    #[arg(long, value_name = "NAMESPACE", value_parser = node_monitor_core::node_name::parse_namespace)]
     pub agent_namespace: Option<String>,
     /// Kubeconfig; default: $KUBECONFIG, then the in-cluster config.
     #[arg(long)]
@@ -117,6 +123,9 @@ async fn clean(client: &kube::Client, node: &str, dry_run: bool) -> anyhow::Resu
     }
     Ok(())
 }
+
+/// The longest `--wait-for-agents`: an agent stops within its termination grace period, far less.
+pub const MAX_WAIT_FOR_AGENTS_SECS: u64 = 3600;
 
 /// Waits until no active agent pod is left in `namespace`, at most `limit`.
 async fn wait_for_agents(client: &kube::Client, namespace: &str, limit: Duration) {

@@ -539,19 +539,10 @@ fn status(spec: &'static ProgramSpec, state: ProgramState, prog_id: Option<u32>)
     }
 }
 
-/// An error and its causes on one line.
+/// An error and its causes on one line, its end kept: verifier logs can be long, and the
+/// verifier says at the end what it refused.
 fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = crate::telemetry::error_chain(e);
-    // Verifier logs can be long: keep the end, where the verifier says what it refused.
-    const MAX: usize = 2000;
-    if s.len() > MAX {
-        let mut cut = s.len() - MAX;
-        while !s.is_char_boundary(cut) {
-            cut += 1;
-        }
-        s = format!("…{}", &s[cut..]);
-    }
-    s
+    crate::telemetry::error_chain_tail(e, 2000)
 }
 
 /// Hands aya-log records (the `log` facade) to tracing.

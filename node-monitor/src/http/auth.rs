@@ -22,10 +22,10 @@ use k8s_openapi::api::{
 use kube::{Api, api::PostParams};
 use tokio::sync::Semaphore;
 
-/// The header that carries the caller's bearer token through the pod proxy.
-pub const TOKEN_HEADER: &str = "x-node-monitor-token";
-/// The longest token accepted (service-account and OIDC tokens are a few KiB).
-pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+/// The longest token accepted (the contract).
+pub use node_monitor_core::contract::MAX_TOKEN_BYTES;
+/// The header that carries the caller's bearer token through the pod proxy (the contract).
+pub use node_monitor_core::contract::TOKEN_HEADER;
 /// How long a positive decision is reused.
 pub const CACHE_TTL: Duration = Duration::from_secs(30);
 /// How many positive decisions are kept.

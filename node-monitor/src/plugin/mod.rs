@@ -14,7 +14,9 @@ use kube::{
 };
 use serde_json::Value;
 
-use crate::http::{EXPLAIN_PATH, FLIGHT_PATH, STATUS_PATH, TRACE_PATH, auth::TOKEN_HEADER};
+use node_monitor_core::contract::{
+    EXPLAIN_PATH, FLIGHT_PATH, MAX_TOKEN_BYTES, STATUS_PATH, TOKEN_HEADER, TRACE_PATH,
+};
 
 pub mod credential;
 pub mod fleet;
@@ -53,7 +55,12 @@ pub struct Connection {
     #[arg(long, global = true)]
     pub context: Option<String>,
     /// The namespace of the agents' pods.
-    #[arg(long, global = true, default_value = "node-monitor")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "node-monitor",
+        value_parser = node_monitor_core::node_name::parse_namespace
+    )]
     pub agent_namespace: String,
     /// The label selector of the agents' pods.
     #[arg(
@@ -71,7 +78,8 @@ pub struct Connection {
         long,
         global = true,
         env = "NODE_MONITOR_TOKEN",
-        hide_env_values = true
+        hide_env_values = true,
+        value_parser = parse_token
     )]
     pub token: Option<String>,
     /// A file holding that token.
@@ -451,4 +459,22 @@ impl Agents {
         format::agent_answer(status.as_u16(), &body)
             .with_context(|| format!("node {} ({}/{})", pod.node, self.namespace, pod.name))
     }
+}
+/// `--token`: not empty (an empty one would send no credential and be answered 401, which
+/// names nothing), and not over the agents' bound on a token.
+fn parse_token(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err(
+            "the token is empty: pass a token, or leave --token (and NODE_MONITOR_TOKEN) \
+                    out to mint one"
+                .into(),
+        );
+    }
+    if s.len() > MAX_TOKEN_BYTES {
+        return Err(format!(
+            "the token is {} bytes long; the agents accept at most {MAX_TOKEN_BYTES}",
+            s.len()
+        ));
+    }
+    Ok(s.trim().to_owned())
 }

@@ -66,7 +66,12 @@ pub struct Args {
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// Namespace of the leader Lease, the fence configuration and the fencing operations.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "node-monitor")]
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = "node-monitor",
+        value_parser = node_monitor_core::node_name::parse_namespace
+    )]
     pub namespace: String,
     /// This replica's identity in the leader Lease (default: $POD_NAME, else hostname and pid).
     #[arg(long, env = "POD_NAME")]
