@@ -253,6 +253,14 @@ fn observations<'s>(
         if capacity < 0 {
             bail!("snapshot {name}: observations.{signal_name}.capacity {capacity} is negative");
         }
+        // More available than there is: no node can report it. (Less than nothing can happen:
+        // the kubelet's memory.available is negative when the working set exceeds capacity.)
+        if available > capacity {
+            bail!(
+                "snapshot {name}: observations.{signal_name}.available {available} is more than \
+                 its capacity {capacity}"
+            );
+        }
         observations.signals.insert(
             signal,
             SignalObservation {

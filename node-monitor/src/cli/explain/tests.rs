@@ -113,6 +113,13 @@ fn bad_snapshots_name_the_field() {
             ),
             "lots",
         ),
+        (
+            snapshot(
+                json!({"memory.available": {"available": "3Gi", "capacity": "2Gi"}}),
+                json!({}),
+            ),
+            "observations.memory.available.available 3221225472 is more than its capacity 2147483648",
+        ),
         (snapshot(json!({}), json!({"podz": []})), "podz"),
         (
             snapshot(json!({}), json!({"pods": [{"metadata": {"name": 7}}]})),
