@@ -764,7 +764,8 @@ async fn a_pdb_at_its_minimum_makes_eviction_return_429() {
     let victim = must(pods.get("guarded-0").await, "get guarded-0");
     let victim_pids = fx
         .standin
-        .pod_pids(victim.metadata.uid.as_deref().expect("uid"));
+        .running_pod_pids(victim.metadata.uid.as_deref().expect("uid"))
+        .await;
     assert!(!victim_pids.is_empty());
     match pods.evict("guarded-0", &EvictParams::default()).await {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 429, "{s:?}"),
@@ -873,8 +874,11 @@ async fn a_paused_standin_goes_unknown_and_its_deleted_pods_wait_for_it() {
     create_pod(&pods, &workload_pod("stranded", &[], &["--sleep"], None)).await;
     let pod = wait_running(&pods, "stranded").await;
     let uid = pod.metadata.uid.clone().expect("uid");
-    let pids = standin.pod_pids(&uid);
-    assert!(!pids.is_empty());
+    let pids = standin.running_pod_pids(&uid).await;
+    assert!(
+        !pids.is_empty(),
+        "the running pod's processes in its cgroup"
+    );
 
     // A dead kubelet: the node lifecycle controller marks the node Unknown, the taint eviction
     // controller deletes the pod, and nobody completes the deletion.

@@ -869,8 +869,11 @@ async fn a_partitioned_node_whose_fencing_fails_is_never_released() {
     )
     .await;
     fx.start_remediate("remediate-1", CONFIG).await;
-    let pids = fx.standin(&node).pod_pids(&uid);
-    assert!(!pids.is_empty());
+    let pids = fx.standin(&node).running_pod_pids(&uid).await;
+    assert!(
+        !pids.is_empty(),
+        "the running pod's processes in its cgroup"
+    );
 
     fx.standin(&node).stop_renewing();
     // Two cycles of (1 + 1 retry) failed isolation attempts, with a FencingUnconfirmed between.
@@ -1090,7 +1093,7 @@ async fn a_last_gasp_is_immediate_and_a_reporting_agent_keeps_its_node_alive() {
     // The pod's node goes down with a last gasp, as the agent writes it.
     fx.kill_node(&node, &uid);
     let gasp = format!(
-        "{{\"time\":{:.3},\"cmd\":\"POWER_OFF\",\"comm\":\"test\",\"pid\":1}}",
+        "{{\"time\":{:.3},\"cmd\":\"POWER_OFF\",\"comm\":\"test\",\"pid\":1,\"verdict\":\"allowed\"}}",
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("clock")

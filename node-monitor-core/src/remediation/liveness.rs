@@ -206,6 +206,18 @@ pub fn renew_interval(cfg: &DetectionConfig, lease: &LeaseFacts) -> Duration {
     })
 }
 
+/// How far ahead of the controller's clock a last gasp may be dated: the clock skew between a
+/// node and the controller. A gasp dated further ahead is not believed: it would stand against
+/// every renewal until that time, keeping a live node "dead" (and fenced again) for as long.
+pub const GASP_MAX_AHEAD: Duration = Duration::from_secs(60);
+
+/// Whether a last gasp dated `gasp` (the node's clock) can have happened by `wall_now` (the
+/// controller's clock, both in µs since the epoch), within [`GASP_MAX_AHEAD`] of skew.
+pub fn gasp_not_in_future(gasp: WallMicros, wall_now: WallMicros) -> bool {
+    let ahead = i64::try_from(GASP_MAX_AHEAD.as_micros()).unwrap_or(i64::MAX);
+    gasp <= wall_now.saturating_add(ahead)
+}
+
 /// Whether a last gasp at `gasp` is the latest thing the node said: neither its Lease nor its
 /// agent's heartbeat is newer (both written by the node's clock, like the gasp). The agent's
 /// liveness Lease is not asked: it renews every few seconds, and a renewal in the moments
@@ -440,6 +452,26 @@ mod tests {
                 "{configured:?} {duration:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_gasp_dated_in_the_future_is_not_believed() {
+        let now = 1_700_000_000_000_000;
+        let s = 1_000_000;
+        // (gasp, believed)
+        let cases = [
+            (now - 3600 * s, true),
+            (now, true),
+            (now + 59 * s, true),
+            (now + 60 * s, true),
+            (now + 61 * s, false),
+            (now + 86_400 * s, false),
+            (i64::MAX, false),
+        ];
+        for (gasp, want) in cases {
+            assert_eq!(gasp_not_in_future(gasp, now), want, "gasp {gasp}");
+        }
+        assert!(gasp_not_in_future(i64::MAX, i64::MAX), "no overflow");
     }
 
     #[test]

@@ -3,10 +3,7 @@
 //! gasp) are reported and ignored, never trusted.
 use std::collections::BTreeMap;
 
-use k8s_openapi::{
-    api::{coordination::v1::Lease, core::v1::Node},
-    jiff::Timestamp,
-};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
 use tracing::warn;
 
 use node_monitor_core::{
@@ -14,43 +11,59 @@ use node_monitor_core::{
         CONDITION_PREFIX, LAST_GASP_ANNOTATION, NON_GRACEFUL_SHUTDOWN_REASON, OPT_OUT_ANNOTATION,
         SHUTTING_DOWN_CONDITION,
     },
-    remediation::{AgentLeaseFacts, LeaseFacts, NodeFacts, ReadyStatus, WallMicros, ZoneKey},
+    remediation::{
+        AgentLeaseFacts, LeaseFacts, NodeFacts, ReadyStatus, WallMicros, ZoneKey,
+        liveness::gasp_not_in_future,
+    },
 };
 
 /// A malformed last gasp: the annotation's value names what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "node {node}: annotation {LAST_GASP_ANNOTATION}={value:?} is neither JSON with a numeric \"time\" (Unix seconds) nor an RFC 3339 time"
+    "node {node}: annotation {LAST_GASP_ANNOTATION}={value:?} is not the agent's last gasp: JSON with a numeric \"time\" (Unix seconds) and \"verdict\": \"allowed\""
 )]
 pub struct LastGaspError {
     pub node: String,
     pub value: String,
 }
 
-/// Parses the last-gasp annotation: the agent's JSON (`{"time": <Unix seconds>, …}`) or an
-/// RFC 3339 time.
+/// Parses the last-gasp annotation as the agent writes it: JSON with the call's `time` (Unix
+/// seconds) and the probe's `verdict`, which must be `allowed` (a reboot(2) the kernel would
+/// carry out; the agent writes no other). Anything else, an RFC 3339 time alone included, is not
+/// a last gasp.
 pub fn parse_last_gasp(node: &str, value: &str) -> Result<WallMicros, LastGaspError> {
     let err = || LastGaspError {
         node: node.to_owned(),
         value: value.to_owned(),
     };
-    let v = value.trim();
-    if v.starts_with('{') {
-        let json: serde_json::Value = serde_json::from_str(v).map_err(|_| err())?;
-        let secs = json
-            .get("time")
-            .and_then(serde_json::Value::as_f64)
-            .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e11)
-            .ok_or_else(err)?;
-        #[expect(
-            clippy::cast_possible_truncation,
-            reason = "bounded above: below 1e17 microseconds"
-        )]
-        return Ok((secs * 1e6).round() as i64);
+    let json: serde_json::Value = serde_json::from_str(value.trim()).map_err(|_| err())?;
+    if json.get("verdict").and_then(serde_json::Value::as_str) != Some("allowed") {
+        return Err(err());
     }
-    v.parse::<Timestamp>()
-        .map(|t| t.as_microsecond())
-        .map_err(|_| err())
+    let secs = json
+        .get("time")
+        .and_then(serde_json::Value::as_f64)
+        .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e11)
+        .ok_or_else(err)?;
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "bounded above: below 1e17 microseconds"
+    )]
+    Ok((secs * 1e6).round() as i64)
+}
+
+/// Whether the last gasp dated `gasp` is believed at `wall_now`; a future one is logged.
+fn believed(node: &str, gasp: WallMicros, wall_now: WallMicros) -> bool {
+    let ok = gasp_not_in_future(gasp, wall_now);
+    if !ok {
+        warn!(
+            node,
+            gasp_us = gasp,
+            now_us = wall_now,
+            "last gasp ignored: dated in the future, beyond the clock skew allowed"
+        );
+    }
+    ok
 }
 
 fn labels(node: &Node) -> BTreeMap<String, String> {
@@ -70,11 +83,14 @@ pub fn eligible(node: &Node, selector: &BTreeMap<String, String>) -> bool {
 }
 
 /// The facts of one node (its Lease may be missing).
+/// A last gasp dated later than `wall_now` allows ([`gasp_not_in_future`]) is left out, with a
+/// warning.
 pub fn node_facts(
     node: &Node,
     lease: Option<&Lease>,
     agent_lease: Option<&Lease>,
     selector: &BTreeMap<String, String>,
+    wall_now: WallMicros,
 ) -> NodeFacts {
     let name = node.metadata.name.clone().unwrap_or_default();
     let conditions = node
@@ -152,7 +168,9 @@ pub fn node_facts(
         ready,
         lease,
         agent_heartbeat,
-        last_gasp: gasp_condition.max(gasp_annotation),
+        last_gasp: gasp_condition
+            .max(gasp_annotation)
+            .filter(|&gasp| believed(&name, gasp, wall_now)),
         eligible: eligible(node, selector),
         boot_id,
         ready_heartbeat,
@@ -170,7 +188,12 @@ mod tests {
         apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time},
     };
 
+    use k8s_openapi::jiff::Timestamp;
+
     use super::*;
+
+    /// The controller's clock in the tests: well after every time they write.
+    const NOW_US: WallMicros = 1_800_000_000_000_000;
 
     fn ts(secs: i64) -> Timestamp {
         Timestamp::from_second(secs).expect("valid")
@@ -216,13 +239,19 @@ mod tests {
     }
 
     #[test]
-    fn last_gasp_accepts_the_agents_json_and_rfc3339() {
+    fn last_gasp_is_the_agents_json_with_an_allowed_verdict() {
         let cases = [
             (
-                r#"{"time":1700000000.250,"cmd":"POWER_OFF","comm":"kill","pid":1}"#,
+                r#"{"time":1700000000.250,"cmd":"POWER_OFF","comm":"kill","pid":1,"verdict":"allowed"}"#,
                 Some(1_700_000_000_250_000),
             ),
-            ("2023-11-14T22:13:20Z", Some(1_700_000_000_000_000)),
+            // Only a reboot(2) the kernel carries out is a last gasp.
+            (
+                r#"{"time":1700000000.250,"cmd":"POWER_OFF","verdict":"refused_cap"}"#,
+                None,
+            ),
+            (r#"{"time":1700000000.250,"cmd":"POWER_OFF"}"#, None),
+            ("2023-11-14T22:13:20Z", None),
             (r#"{"cmd":"POWER_OFF"}"#, None),
             (r#"{"time":"soon"}"#, None),
             ("yesterday", None),
@@ -265,7 +294,7 @@ mod tests {
             }),
             ..Lease::default()
         };
-        let f = node_facts(&n, Some(&lease), Some(&agent), &BTreeMap::new());
+        let f = node_facts(&n, Some(&lease), Some(&agent), &BTreeMap::new(), NOW_US);
         assert_eq!(
             f.agent_lease,
             Some(AgentLeaseFacts {
@@ -285,6 +314,27 @@ mod tests {
     }
 
     #[test]
+    fn a_last_gasp_dated_in_the_future_is_left_out() {
+        let n = node(
+            vec![cond(
+                "NodeMonitorShuttingDown",
+                "True",
+                "NonGracefulShutdown",
+                60,
+            )],
+            &[],
+        );
+        // At 60 s (the gasp's time) and 60 s of skew later: believed.
+        for now in [60_000_000, 120_000_000] {
+            let f = node_facts(&n, None, None, &BTreeMap::new(), now);
+            assert_eq!(f.last_gasp, Some(60_000_000), "at {now}");
+        }
+        // More than the skew before it (60 s and 1 µs): a gasp from the future, left out.
+        let f = node_facts(&n, None, None, &BTreeMap::new(), -1);
+        assert_eq!(f.last_gasp, None);
+    }
+
+    #[test]
     fn a_graceful_shutdown_is_no_last_gasp() {
         let n = node(
             vec![cond(
@@ -295,7 +345,7 @@ mod tests {
             )],
             &[],
         );
-        let f = node_facts(&n, None, None, &BTreeMap::new());
+        let f = node_facts(&n, None, None, &BTreeMap::new(), NOW_US);
         assert_eq!(f.agent_lease, None);
         assert_eq!(f.last_gasp, None);
         assert_eq!(f.ready, ReadyStatus::Unknown);

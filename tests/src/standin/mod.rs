@@ -695,6 +695,20 @@ impl StandIn {
         self.shared.runtime().pod_pids(uid)
     }
 
+    /// The pod's processes once its cgroup holds any, waiting up to 10 s: a pod is reported
+    /// Running as its processes start, and they reach the cgroup's `cgroup.procs` a moment
+    /// later under load. Empty when none arrived in time.
+    pub async fn running_pod_pids(&self, uid: &str) -> Vec<i32> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let pids = self.pod_pids(uid);
+            if !pids.is_empty() || Instant::now() > deadline {
+                return pids;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Waits until the API shows the node Ready and its Lease exists.
     pub async fn wait_ready(&self, timeout: Duration) -> Result<()> {
         let nodes: Api<Node> = Api::all(self.shared.client.clone());

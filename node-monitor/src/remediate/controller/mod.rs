@@ -233,6 +233,7 @@ impl<P: Ports> Controller<P> {
             .collect();
         let mut facts = BTreeMap::new();
         let mut uids = BTreeMap::new();
+        let wall_now = self.ports.unix_millis().saturating_mul(1000);
         for n in self.ports.nodes() {
             let Some(name) = n.metadata.name.clone() else {
                 continue;
@@ -242,6 +243,7 @@ impl<P: Ports> Controller<P> {
                 leases.get(&name).map(AsRef::as_ref),
                 agent_leases.get(&name).map(AsRef::as_ref),
                 &self.cfg.node_selector,
+                wall_now,
             );
             uids.insert(name.clone(), n.metadata.uid.clone().unwrap_or_default());
             facts.insert(name, f);
