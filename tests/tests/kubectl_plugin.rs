@@ -622,3 +622,66 @@ async fn flight_shows_the_kill_and_the_dry_run(
         text(&refused.stderr)
     );
 }
+
+/// `kubectl node-monitor flight` on the agent's own answer (its live view's records): the
+/// records as text (newest first) or the agent's JSON, and
+/// with `--svg` the picture of the newest record or of `--record ID`; an unknown id or a node
+/// without records is an error naming it.
+#[test]
+fn flight_prints_the_records_and_draws_the_chosen_one() {
+    use kubectl_node_monitor::format::Output;
+    let live = node_monitor::live::LiveView::new("n1");
+    for (at, name) in [(1_000u64, "first"), (60_000, "second")] {
+        live.record_eviction(node_monitor::live::EvictionRecord {
+            at_ms: at,
+            namespace: "default".into(),
+            name: name.into(),
+            signal: "memory.available".into(),
+            hard: true,
+            outcome: "pdb_blocked".into(),
+            message: String::new(),
+        });
+    }
+    let answer = live.flight();
+    let args = |output: Output, svg: bool, record: Option<u64>| kubectl_node_monitor::FlightArgs {
+        node: "n1".into(),
+        output,
+        svg: svg.then(|| "out.svg".into()),
+        record,
+    };
+    let (text, svg) =
+        kubectl_node_monitor::flight_output(&answer, "n1", &args(Output::Text, false, None))
+            .expect("text");
+    assert!(svg.is_none());
+    let second = text.find("n1 record 1").expect("record 1");
+    let first = text.find("n1 record 0").expect("record 0");
+    assert!(second < first, "newest first:\n{text}");
+    assert!(text.contains("a PodDisruptionBudget refused it"), "{text}");
+    let (_, svg) =
+        kubectl_node_monitor::flight_output(&answer, "n1", &args(Output::Text, true, None))
+            .expect("svg");
+    let svg = svg.expect("an svg");
+    assert!(
+        svg.contains("default/second") && !svg.contains("default/first"),
+        "{svg}"
+    );
+    let (_, svg) =
+        kubectl_node_monitor::flight_output(&answer, "n1", &args(Output::Text, true, Some(0)))
+            .expect("svg");
+    assert!(svg.expect("an svg").contains("default/first"));
+    let e = kubectl_node_monitor::flight_output(&answer, "n1", &args(Output::Text, true, Some(7)))
+        .expect_err("no 7");
+    assert!(e.to_string().contains("--record 7"), "{e}");
+    let (json, _) =
+        kubectl_node_monitor::flight_output(&answer, "n1", &args(Output::Json, false, None))
+            .expect("json");
+    assert!(json.contains("\"records\""), "{json}");
+    let empty = node_monitor::live::LiveView::new("n2").flight();
+    let (text, _) =
+        kubectl_node_monitor::flight_output(&empty, "n2", &args(Output::Text, false, None))
+            .expect("empty");
+    assert_eq!(text, "n2: no OOM kill or eviction recorded");
+    let e = kubectl_node_monitor::flight_output(&empty, "n2", &args(Output::Text, true, None))
+        .expect_err("nothing");
+    assert!(e.to_string().contains("no record to draw"), "{e}");
+}

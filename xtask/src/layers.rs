@@ -77,9 +77,11 @@ impl fmt::Display for Finding {
 pub const MAX_LINES: usize = 600;
 
 /// The product crates checked, with their column in the layer table.
-pub const CRATES: [(&str, &str); 2] = [
+pub const CRATES: [(&str, &str); 4] = [
     ("node-monitor-core", "node-monitor-core/src"),
+    ("node-monitor-base", "node-monitor-base/src"),
     ("node-monitor", "node-monitor/src"),
+    ("kubectl-node-monitor", "node-monitor-plugin/src"),
 ];
 
 /// `cargo xtask layers`: checks every crate of [`CRATES`] against docs/architecture.md.
@@ -108,6 +110,71 @@ pub fn check(root: &Path) -> Result<()> {
         bail!("the layering check failed:\n  {}", findings.join("\n  "));
     }
     Ok(())
+}
+
+/// Crates a product without the agent must not build: the agent, its eBPF object and the
+/// toolchain it needs (nightly, bpf-linker, through aya-build), its kernel and D-Bus clients.
+pub const AGENT_ONLY: [&str; 7] = [
+    "node-monitor",
+    "node-monitor-ebpf",
+    "aya",
+    "aya-build",
+    "aya-obj",
+    "libbpf-sys",
+    "zbus",
+];
+
+/// The products that build apart from the agent, checked against [`AGENT_ONLY`].
+pub const APART: [&str; 2] = ["kubectl-node-monitor", "node-monitor-base"];
+
+/// Checks that each crate of [`APART`] has none of [`AGENT_ONLY`] among its normal and build
+/// dependencies (`cargo tree`), so it builds on stable Rust without the eBPF toolchain.
+pub fn check_apart(root: &Path) -> Result<()> {
+    for krate in APART {
+        let out =
+            std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+                .current_dir(root)
+                .args([
+                    "tree",
+                    "--locked",
+                    "-e",
+                    "normal,build",
+                    "--prefix",
+                    "none",
+                    "-p",
+                    krate,
+                ])
+                .output()
+                .context("running cargo tree")?;
+        if !out.status.success() {
+            bail!(
+                "cargo tree -p {krate}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let found = agent_only_in(&String::from_utf8_lossy(&out.stdout));
+        if !found.is_empty() {
+            bail!(
+                "{krate} depends on the agent's crates: {}",
+                found.join(", ")
+            );
+        }
+        eprintln!("layers: {krate} builds without the agent and its eBPF toolchain");
+    }
+    Ok(())
+}
+
+/// The crates of [`AGENT_ONLY`] in a `cargo tree --prefix none` listing.
+fn agent_only_in(tree: &str) -> Vec<String> {
+    let mut out: Vec<String> = tree
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| AGENT_ONLY.contains(name))
+        .map(str::to_owned)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The layer of each top-level module of `krate`, from the table under docs/architecture.md's

@@ -150,6 +150,10 @@ fn main() -> Result<()> {
         Cmd::Demo => tiers::demo(),
         Cmd::Bench(args) => tiers::bench(&args),
         Cmd::Alerts(args) => alerts(&args),
-        Cmd::Layers { root } => layers::check(&root.unwrap_or_else(sh::workspace_root)),
+        Cmd::Layers { root } => {
+            let root = root.unwrap_or_else(sh::workspace_root);
+            layers::check(&root)?;
+            layers::check_apart(&root)
+        }
     }
 }

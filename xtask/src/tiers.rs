@@ -248,7 +248,8 @@ fn lint() -> Result<()> {
         "--",
         "-D",
         "warnings",
-    ]))
+    ]))?;
+    crate::layers::check_apart(&workspace_root())
 }
 
 /// The real-node tier's image archives: pause (the node's own static binary), the workload

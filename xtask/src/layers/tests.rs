@@ -151,3 +151,14 @@ fn product_lines_stop_at_the_test_module() {
         "only a top-level test module"
     );
 }
+
+#[test]
+fn the_agents_crates_are_found_in_a_dependency_listing() {
+    let tree = "kubectl-node-monitor v0.1.0 (/w/node-monitor-plugin)\nkube v3.0.0\nnode-monitor-core v0.1.0 (/w/node-monitor-core)\n";
+    assert!(agent_only_in(tree).is_empty());
+    let tree = "x v0.1.0\nnode-monitor v0.1.0 (/w/node-monitor)\naya v0.16.0\naya v0.16.0\nnode-monitor-ebpf v0.1.0\n";
+    assert_eq!(
+        agent_only_in(tree),
+        ["aya", "node-monitor", "node-monitor-ebpf"]
+    );
+}

@@ -179,7 +179,7 @@ async fn flight(agents: &Agents, args: &FlightArgs) -> anyhow::Result<ExitCode> 
     if let (Some(path), Some(svg)) = (&args.svg, svg) {
         std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
     }
-    crate::io::print_line(&text)?;
+    node_monitor_base::io::print_line(&text)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -189,13 +189,13 @@ pub fn flight_output(
     node: &str,
     args: &FlightArgs,
 ) -> anyhow::Result<(String, Option<String>)> {
-    let records = crate::flight::records_of(answer)?;
+    let records = node_monitor_base::flight_view::records_of(answer)?;
     let text = match args.output {
         Output::Json => serde_json::to_string_pretty(answer)?,
         _ if records.is_empty() => format!("{node}: no OOM kill or eviction recorded"),
         _ => records
             .iter()
-            .map(|r| crate::flight::record_text(r, node))
+            .map(|r| node_monitor_base::flight_view::record_text(r, node))
             .collect::<Vec<_>>()
             .join("\n\n"),
     };
@@ -210,7 +210,7 @@ pub fn flight_output(
                     .first()
                     .with_context(|| format!("--svg: node {node} has no record to draw"))?,
             };
-            Some(crate::flight::svg::render(record, node)?)
+            Some(node_monitor_base::flight_view::svg::render(record, node)?)
         }
     };
     Ok((text, svg))
@@ -223,13 +223,13 @@ async fn status(agents: &Agents, args: &StatusArgs) -> anyhow::Result<ExitCode> 
             Output::Json => serde_json::to_string_pretty(&fleet::json(&nodes))?,
             _ => fleet::text(&nodes),
         };
-        crate::io::print_line(&text)?;
+        node_monitor_base::io::print_line(&text)?;
         return Ok(ExitCode::SUCCESS);
     }
     // Every node: the fleet's summary first, when the nodes can be listed.
     if args.node.is_none() && !matches!(args.output, Output::Json) {
         match fleet::annotations(&agents.client).await {
-            Ok(nodes) => crate::io::print_line(&fleet::text(&nodes))?,
+            Ok(nodes) => node_monitor_base::io::print_line(&fleet::text(&nodes))?,
             Err(e) => eprintln!(
                 "kubectl-node_monitor: cannot list nodes ({e:#}); the fleet summary is left out"
             ),
@@ -259,7 +259,7 @@ async fn status(agents: &Agents, args: &StatusArgs) -> anyhow::Result<ExitCode> 
             .collect::<Vec<_>>()
             .join("\n"),
     };
-    crate::io::print_line(&text)?;
+    node_monitor_base::io::print_line(&text)?;
     Ok(if failed {
         ExitCode::FAILURE
     } else {
@@ -277,7 +277,7 @@ async fn explain(agents: &Agents, args: &ExplainArgs) -> anyhow::Result<ExitCode
         Output::Text | Output::Columns => format::explain_text(&answer),
         Output::Json => serde_json::to_string_pretty(&answer)?,
     };
-    crate::io::print_line(&text)?;
+    node_monitor_base::io::print_line(&text)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -318,7 +318,7 @@ async fn trace(agents: &Agents, args: &TraceArgs) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default();
         }
         if !text.is_empty() {
-            crate::io::print_line(&text)?;
+            node_monitor_base::io::print_line(&text)?;
         }
         if !args.follow {
             return Ok(if failed {
@@ -356,7 +356,11 @@ impl Agents {
     async fn connect(conn: &Connection) -> anyhow::Result<Agents> {
         let kubeconfig = match &conn.kubeconfig {
             Some(p) => {
-                crate::io::check_regular_file(p, "--kubeconfig", crate::io::MAX_INPUT_BYTES)?;
+                node_monitor_base::io::check_regular_file(
+                    p,
+                    "--kubeconfig",
+                    node_monitor_base::io::MAX_INPUT_BYTES,
+                )?;
                 Kubeconfig::read_from(p).with_context(|| format!("--kubeconfig {}", p.display()))?
             }
             None => Kubeconfig::read()
@@ -434,7 +438,7 @@ impl Agents {
             self.namespace, pod.name, pod.port
         );
         let token = self.credential.token().await?;
-        let request = axum::http::Request::get(&uri)
+        let request = http::Request::get(&uri)
             .header(TOKEN_HEADER, format!("Bearer {token}"))
             .header("accept", "application/json")
             .body(kube::client::Body::empty())

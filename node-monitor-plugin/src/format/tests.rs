@@ -220,56 +220,6 @@ fn outputs_parse() {
     );
 }
 
-/// `kubectl node-monitor flight`: the records as text (newest first) or the agent's JSON, and
-/// with `--svg` the picture of the newest record or of `--record ID`; an unknown id or a node
-/// without records is an error naming it.
-#[test]
-fn flight_prints_the_records_and_draws_the_chosen_one() {
-    use crate::plugin::{FlightArgs, flight_output};
-    let live = crate::live::LiveView::new("n1");
-    for (at, name) in [(1_000u64, "first"), (60_000, "second")] {
-        live.record_eviction(crate::live::EvictionRecord {
-            at_ms: at,
-            namespace: "default".into(),
-            name: name.into(),
-            signal: "memory.available".into(),
-            hard: true,
-            outcome: "pdb_blocked".into(),
-            message: String::new(),
-        });
-    }
-    let answer = live.flight();
-    let args = |output: Output, svg: bool, record: Option<u64>| FlightArgs {
-        node: "n1".into(),
-        output,
-        svg: svg.then(|| "out.svg".into()),
-        record,
-    };
-    let (text, svg) = flight_output(&answer, "n1", &args(Output::Text, false, None)).expect("text");
-    assert!(svg.is_none());
-    let second = text.find("n1 record 1").expect("record 1");
-    let first = text.find("n1 record 0").expect("record 0");
-    assert!(second < first, "newest first:\n{text}");
-    assert!(text.contains("a PodDisruptionBudget refused it"), "{text}");
-    let (_, svg) = flight_output(&answer, "n1", &args(Output::Text, true, None)).expect("svg");
-    let svg = svg.expect("an svg");
-    assert!(
-        svg.contains("default/second") && !svg.contains("default/first"),
-        "{svg}"
-    );
-    let (_, svg) = flight_output(&answer, "n1", &args(Output::Text, true, Some(0))).expect("svg");
-    assert!(svg.expect("an svg").contains("default/first"));
-    let e = flight_output(&answer, "n1", &args(Output::Text, true, Some(7))).expect_err("no 7");
-    assert!(e.to_string().contains("--record 7"), "{e}");
-    let (json, _) = flight_output(&answer, "n1", &args(Output::Json, false, None)).expect("json");
-    assert!(json.contains("\"records\""), "{json}");
-    let empty = crate::live::LiveView::new("n2").flight();
-    let (text, _) = flight_output(&empty, "n2", &args(Output::Text, false, None)).expect("empty");
-    assert_eq!(text, "n2: no OOM kill or eviction recorded");
-    let e = flight_output(&empty, "n2", &args(Output::Text, true, None)).expect_err("nothing");
-    assert!(e.to_string().contains("no record to draw"), "{e}");
-}
-
 #[test]
 fn trace_kinds_are_checked_and_named_in_the_error() {
     for k in TRACE_KINDS {
@@ -283,29 +233,27 @@ fn trace_kinds_are_checked_and_named_in_the_error() {
         );
     }
     use clap::Parser as _;
-    let e = crate::plugin::Cli::try_parse_from([
-        "kubectl-node_monitor",
-        "trace",
-        "--kind",
-        "oom_kill,oops",
-    ])
-    .expect_err("refused");
+    let e =
+        crate::Cli::try_parse_from(["kubectl-node_monitor", "trace", "--kind", "oom_kill,oops"])
+            .expect_err("refused");
     assert!(e.to_string().contains("\"oops\""), "{e}");
 }
 
 #[tokio::test]
 async fn an_empty_token_is_refused_naming_the_flag() {
     use clap::Parser as _;
-    let cli =
-        crate::plugin::Cli::try_parse_from(["kubectl-node_monitor", "--token", " ", "status"])
-            .expect("parses");
+    // The command line refuses it first, naming the flag.
+    let e = crate::Cli::try_parse_from(["kubectl-node_monitor", "--token", " ", "status"])
+        .expect_err("refused at parse");
+    assert!(e.to_string().contains("--token"), "{e}");
+    // And the credential, whatever gave it the token.
     let client = {
         let config = kube::Config::new("http://127.0.0.1:1".parse().expect("uri"));
         kube::Client::try_from(config).expect("client")
     };
-    let e = crate::plugin::credential::Credential::new(
-        &crate::plugin::credential::Choice {
-            token: cli.conn.token.as_deref(),
+    let e = crate::credential::Credential::new(
+        &crate::credential::Choice {
+            token: Some(" "),
             token_file: None,
             namespace: "node-monitor",
             account: "node-monitor-viewer",

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use node_monitor::plugin::{Cli, run};
+use kubectl_node_monitor::{Cli, run};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -14,7 +14,7 @@ fn main() -> ExitCode {
         .and_then(|rt| rt.block_on(run(&cli)));
     match result {
         Ok(code) => code,
-        Err(e) if node_monitor::io::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if node_monitor_base::io::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("kubectl-node_monitor: {e:#}");
             ExitCode::FAILURE

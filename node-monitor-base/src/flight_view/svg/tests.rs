@@ -15,7 +15,7 @@ fn texts(svg: &str) -> Vec<String> {
 /// crossing and the reclaim events, and the verdict; it is one well-formed SVG document.
 #[test]
 fn the_svg_holds_the_series_and_the_markers() {
-    let rec = crate::flight::tests::climb();
+    let rec = crate::flight_view::tests::climb();
     let svg = render(&rec, "node-a").expect("render");
     assert!(
         svg.trim_start().starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
@@ -58,7 +58,7 @@ fn the_svg_holds_the_series_and_the_markers() {
 /// A record without PSI, pods or events still renders (an empty panel is drawn with its axes).
 #[test]
 fn a_sparse_record_renders() {
-    let mut rec = crate::flight::tests::climb();
+    let mut rec = crate::flight_view::tests::climb();
     rec.samples.truncate(1);
     for s in &mut rec.samples {
         s.psi = None;

@@ -64,7 +64,8 @@ impl Credential {
         let source = if let Some(t) = choice.token {
             Source::Given(non_empty(t.trim(), "--token")?)
         } else if let Some(p) = choice.token_file {
-            let text = crate::io::read_file_bounded(p, "the token file", MAX_TOKEN_FILE)?;
+            let text =
+                node_monitor_base::io::read_file_bounded(p, "the token file", MAX_TOKEN_FILE)?;
             Source::Given(non_empty(
                 text.trim(),
                 &format!("--token-file {}", p.display()),
