@@ -80,6 +80,16 @@ pub fn read_file_bounded(
     read_bounded(file, path, what, limit)
 }
 
+/// Reads a procfs or cgroupfs file up to `limit` bytes: such files report a size of 0, so no
+/// `stat` bounds them, and a tenant decides how long some are (its mounts in `mountinfo`, its
+/// processes in `cgroup.procs`). `Ok(None)` when the file is longer than `limit`.
+pub fn read_proc_bounded(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    let file = std::fs::File::open(path)?;
+    let mut out = Vec::new();
+    file.take(limit.saturating_add(1)).read_to_end(&mut out)?;
+    Ok((out.len() as u64 <= limit).then_some(out))
+}
+
 /// Checks, without opening it, that `path` is a regular file of at most `limit` bytes: for
 /// readers that open the file themselves (kube's kubeconfig loader), which would otherwise block
 /// on a FIFO or read a runaway file whole.
@@ -176,6 +186,23 @@ pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> io::Result<P
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn proc_files_are_read_up_to_their_bound() {
+        let dir = tempfile::tempdir().expect("dir");
+        let f = dir.path().join("mountinfo");
+        std::fs::write(&f, "0123456789").expect("write");
+        assert_eq!(
+            read_proc_bounded(&f, 10).expect("read").as_deref(),
+            Some(b"0123456789".as_slice())
+        );
+        assert_eq!(
+            read_proc_bounded(&f, 9).expect("read"),
+            None,
+            "one byte over"
+        );
+        assert!(read_proc_bounded(&dir.path().join("gone"), 9).is_err());
+    }
+
     use super::*;
 
     #[test]

@@ -388,7 +388,9 @@ impl Fixture {
 
     /// A dead machine: the stand-in stops (no heartbeats, nothing finalized) and the pod's
     /// processes die.
-    fn kill_node(&self, node: &str, pod_uid: &str) {
+    async fn kill_node(&self, node: &str, pod_uid: &str) {
+        // Its processes first reach the cgroup (a pod is Running as they start).
+        self.standin(node).running_pod_pids(pod_uid).await;
         let killed = workload::power_off(self.standin(node), pod_uid);
         assert!(killed > 0, "pod {pod_uid} has no processes on {node}");
     }
@@ -463,6 +465,16 @@ impl Fixture {
             .collect()
     }
 
+    /// The node's Events of `reason`, once there is one: the controller writes an Event after
+    /// the state it reports, so a test that saw the state may ask a moment early.
+    async fn node_events_soon(&self, node: &str, reason: &str) -> Vec<Event> {
+        eventually(&format!("a {reason} event on {node}"), async || {
+            let found = self.node_events(node, reason).await;
+            (!found.is_empty()).then_some(found)
+        })
+        .await
+    }
+
     async fn pods(&self, app: &str) -> Vec<Pod> {
         must(workload::app_pods(&self.client(), app).await, "list pods")
     }
@@ -518,7 +530,7 @@ async fn create_statefulset(client: &Client, app: &str, claim: Option<&str>) {
 /// nothing is released while it runs, then lets it finish. Returns (node, old pod uid).
 async fn kill_and_check_the_fence_comes_first(fx: &Fixture, app: &str) -> (String, String) {
     let (pod, uid, node) = fx.running_pod(app, None).await;
-    fx.kill_node(&node, &uid);
+    fx.kill_node(&node, &uid).await;
     fx.wait_count(
         "the isolation method to be called",
         ("start", "isolation", &node),
@@ -555,7 +567,7 @@ async fn resume_and_check_recovery(fx: &Fixture, node: &str) {
     fx.wait_recovered(node).await;
     fx.wait_out_of_service(node, false).await;
     assert!(
-        !fx.node_events(node, "NodeRecovered").await.is_empty(),
+        !fx.node_events_soon(node, "NodeRecovered").await.is_empty(),
         "a NodeRecovered event"
     );
 }
@@ -593,7 +605,7 @@ async fn a_dead_deployment_pod_is_replaced_after_fencing_and_the_node_recovers()
     );
     for reason in ["FencingStarted", "FencingConfirmed", "NodeReleased"] {
         assert!(
-            !fx.node_events(&node, reason).await.is_empty(),
+            !fx.node_events_soon(&node, reason).await.is_empty(),
             "a {reason} event on {node}"
         );
     }
@@ -633,7 +645,7 @@ async fn recovery_waits_until_the_kubelet_is_back_not_just_the_lease() {
     fx.start_remediate("remediate-1", CONFIG).await;
     create_deployment(&fx.client(), "web", 1).await;
     let (_, old_uid, node) = fx.running_pod("web", None).await;
-    fx.kill_node(&node, &old_uid);
+    fx.kill_node(&node, &old_uid).await;
     fx.wait_out_of_service(&node, true).await;
     let (_, _, new_node) = fx.running_pod("web", Some(&old_uid)).await;
     assert_ne!(new_node, node);
@@ -655,7 +667,7 @@ async fn recovery_waits_until_the_kubelet_is_back_not_just_the_lease() {
         (!fx.node_events(&node, "RecoveryHeld").await.is_empty()).then_some(())
     })
     .await;
-    assert!(!fx.node_events(&node, "NodeBack").await.is_empty());
+    assert!(!fx.node_events_soon(&node, "NodeBack").await.is_empty());
     assert_eq!(
         fx.count("start", "recovery", &node),
         0,
@@ -723,7 +735,7 @@ async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
     create_statefulset(&fx.client(), "db", None).await;
     let (pod, old_uid, node) = fx.running_pod("db", None).await;
     assert_eq!(pod, "db-0");
-    fx.kill_node(&node, &old_uid);
+    fx.kill_node(&node, &old_uid).await;
 
     // Without remediate this pod stays: the StatefulSet controller waits for the kubelet to
     // confirm db-0 stopped, and the paused stand-in never will. With it, db-0 comes back
@@ -738,7 +750,7 @@ async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
         "fencing ran: {:?}",
         fx.calls()
     );
-    let released = fx.node_events(&node, "NodeReleased").await;
+    let released = fx.node_events_soon(&node, "NodeReleased").await;
     assert!(mentions(&released, "1 pods deleted"), "{released:?}");
     resume_and_check_recovery(&fx, &node).await;
     let log = fx.remediate().log();
@@ -812,7 +824,7 @@ async fn a_statefulset_volume_moves_after_fencing() {
         attachment(&client, &pv_name, &new_node).await
     })
     .await;
-    let released = fx.node_events(&node, "NodeReleased").await;
+    let released = fx.node_events_soon(&node, "NodeReleased").await;
     assert!(mentions(&released, "1 volume attachments"), "{released:?}");
     attacher.abort();
     resume_and_check_recovery(&fx, &node).await;
@@ -831,7 +843,7 @@ async fn kill_and_check_the_fence_comes_first_with_volume(
     uid: &str,
     va: &VolumeAttachment,
 ) {
-    fx.kill_node(node, uid);
+    fx.kill_node(node, uid).await;
     fx.wait_count(
         "the isolation method to be called",
         ("start", "isolation", node),
@@ -891,7 +903,11 @@ async fn a_partitioned_node_whose_fencing_fails_is_never_released() {
             .then_some(())
     })
     .await;
-    assert!(!fx.node_events(&node, "FencingUnconfirmed").await.is_empty());
+    assert!(
+        !fx.node_events_soon(&node, "FencingUnconfirmed")
+            .await
+            .is_empty()
+    );
     assert!(
         !fx.out_of_service(&node).await,
         "an unconfirmed node is never tainted"
@@ -1091,7 +1107,7 @@ async fn a_last_gasp_is_immediate_and_a_reporting_agent_keeps_its_node_alive() {
     fx.standin(&quiet).stop_renewing();
 
     // The pod's node goes down with a last gasp, as the agent writes it.
-    fx.kill_node(&node, &uid);
+    fx.kill_node(&node, &uid).await;
     let gasp = format!(
         "{{\"time\":{:.3},\"cmd\":\"POWER_OFF\",\"comm\":\"test\",\"pid\":1,\"verdict\":\"allowed\"}}",
         std::time::SystemTime::now()
@@ -1112,7 +1128,7 @@ async fn a_last_gasp_is_immediate_and_a_reporting_agent_keeps_its_node_alive() {
     );
     let (_, _, new_node) = fx.running_pod("web", Some(&uid)).await;
     assert_ne!(new_node, node);
-    let started = fx.node_events(&node, "FencingStarted").await;
+    let started = fx.node_events_soon(&node, "FencingStarted").await;
     assert!(
         mentions(&started, "last gasp"),
         "fenced on the last gasp, not on the Lease: {started:?}"
@@ -1167,7 +1183,7 @@ async fn fencing_resumes_after_a_controller_restart() {
     fx.start_remediate("remediate-1", CONFIG).await;
     create_deployment(&fx.client(), "web", 1).await;
     let (_, old_uid, node) = fx.running_pod("web", None).await;
-    fx.kill_node(&node, &old_uid);
+    fx.kill_node(&node, &old_uid).await;
     fx.wait_count(
         "the isolation method to be called",
         ("start", "isolation", &node),
@@ -1352,7 +1368,7 @@ async fn a_silent_node_running_the_agent_is_found_dead_by_its_liveness_lease() {
     agents[&node].send_replace(true);
     let (killed, uid) = kill_and_check_the_fence_comes_first(&fx, "web").await;
     assert_eq!(killed, node);
-    let started = fx.node_events(&node, "FencingStarted").await;
+    let started = fx.node_events_soon(&node, "FencingStarted").await;
     assert!(
         mentions(&started, "liveness Lease not renewed"),
         "found dead from its agent's liveness Lease, not the kubelet's 600-renewal window: {started:?}"

@@ -10,6 +10,7 @@
 //! (`node_monitor_flight_store_errors_total{reason}`) and set aside as
 //! `flight-records.json.bad` (replacing an earlier one), and the agent starts without records.
 use std::{
+    os::unix::fs::OpenOptionsExt as _,
     path::{Path, PathBuf},
     sync::{Arc, Condvar, Mutex},
     time::{Duration, Instant},
@@ -104,15 +105,34 @@ impl FlightStore {
             path: shown.clone(),
             source,
         };
-        let bytes = match std::fs::metadata(&path) {
-            Ok(m) => m.len(),
+        // Opened without blocking (a FIFO planted at the path would otherwise hold start-up
+        // until a writer came), then judged by what was opened.
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+        {
+            Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(unreadable(e)),
         };
+        let meta = file.metadata().map_err(unreadable)?;
+        if !meta.file_type().is_file() {
+            return Err(unreadable(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file",
+            )));
+        }
+        let bytes = meta.len();
         if bytes > self.max_bytes as u64 {
             return Err(LoadError::Oversized { path: shown, bytes });
         }
-        let text = std::fs::read(&path).map_err(unreadable)?;
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(file, self.max_bytes as u64 + 1),
+            &mut text,
+        )
+        .map_err(unreadable)?;
         let file: FileIn = serde_json::from_slice(&text).map_err(|e| LoadError::Corrupt {
             path: shown.clone(),
             reason: e.to_string(),

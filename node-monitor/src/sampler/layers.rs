@@ -23,6 +23,11 @@ use std::{
 };
 
 use super::parse::ParseError;
+use crate::io::read_proc_bounded;
+
+/// The most of a container's `cgroup.procs` or a process's `mountinfo` read (a few KiB each on
+/// a real node).
+const MAX_PROC_FILE: u64 = 4 * 1024 * 1024;
 
 /// What a process's root mount is, from its `mountinfo`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,7 +241,9 @@ impl LayerCache {
 
     /// `Some(answer)` to cache; `None` when the container has no process to ask yet.
     fn look_up(&mut self, container: &Path) -> Option<Option<PathBuf>> {
-        let text = fs::read(container.join("cgroup.procs")).ok()?;
+        let text = read_proc_bounded(&container.join("cgroup.procs"), MAX_PROC_FILE)
+            .ok()
+            .flatten()?;
         let (visible, _hidden) = procs(&text);
         // No visible pid: hidden (`0` entries, cgroup v2) or left out altogether (cgroup v1,
         // which omits processes outside the reader's pid namespace), or no process yet; the
@@ -245,7 +252,14 @@ impl LayerCache {
             Some(&p) => p,
             None => self.scanned_pid(container)?,
         };
-        let mountinfo = fs::read(self.proc_root.join(pid.to_string()).join("mountinfo")).ok()?;
+        // A tenant decides how many mounts its process has: read a bounded prefix only, and
+        // count no layer for a process whose mount table is longer.
+        let mountinfo = read_proc_bounded(
+            &self.proc_root.join(pid.to_string()).join("mountinfo"),
+            MAX_PROC_FILE,
+        )
+        .ok()
+        .flatten()?;
         match root_layer(&mountinfo) {
             Ok(RootLayer::Upper(u)) => {
                 let resolved = fs::canonicalize(&u).ok()?;

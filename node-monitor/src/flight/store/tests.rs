@@ -116,6 +116,23 @@ fn a_bad_file_is_counted_and_set_aside() {
     assert_eq!(store.restore(&e).len(), 1);
 }
 
+/// A FIFO planted at the record file's path neither blocks start-up nor is read: it is counted
+/// as unreadable, and the next save replaces it with a real file.
+#[test]
+fn a_fifo_at_the_record_path_does_not_block() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FlightStore::new(dir.path());
+    let e = errors();
+    let file = dir.path().join(FILE);
+    nix::unistd::mkfifo(&file, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    let before = count(&e, "unreadable");
+    assert!(store.restore(&e).is_empty());
+    assert_eq!(count(&e, "unreadable"), before + 1);
+    store.save(&records(1)).expect("save over the FIFO");
+    assert!(std::fs::metadata(&file).expect("file").is_file());
+    assert_eq!(store.restore(&e).len(), 1);
+}
+
 /// The writer thread writes what it is handed; a failed write is counted, and the next
 /// succeeds once the directory is back.
 #[test]
