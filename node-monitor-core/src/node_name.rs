@@ -18,15 +18,7 @@ pub fn parse_node_name(value: &str) -> Result<String, String> {
             value.len()
         ));
     }
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    if !value.split('.').all(label_ok) {
+    if !value.split('.').all(dns_label) {
         return Err(format!(
             "node name {value:?} is not a DNS subdomain (lowercase letters, digits, '-' and '.', \
              each part starting and ending with a letter or digit)"
@@ -38,14 +30,7 @@ pub fn parse_node_name(value: &str) -> Result<String, String> {
 /// Checks `value` as a namespace name (an RFC 1123 DNS label, as the API server requires), for
 /// the flags that name the agents' namespace; the error names the value.
 pub fn parse_namespace(value: &str) -> Result<String, String> {
-    let ok = !value.is_empty()
-        && value.len() <= 63
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !value.starts_with('-')
-        && !value.ends_with('-');
-    if ok {
+    if dns_label(value) {
         Ok(value.to_owned())
     } else {
         Err(format!(
@@ -53,6 +38,17 @@ pub fn parse_namespace(value: &str) -> Result<String, String> {
              starting and ending with a letter or digit)"
         ))
     }
+}
+
+/// An RFC 1123 label: 1 to 63 lowercase letters, digits and '-', starting and ending with a
+/// letter or digit.
+fn dns_label(l: &str) -> bool {
+    !l.is_empty()
+        && l.len() <= 63
+        && l.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !l.starts_with('-')
+        && !l.ends_with('-')
 }
 
 #[cfg(test)]

@@ -337,24 +337,9 @@ fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 /// Every import between modules of the crate whose source is `src` (the library's `lib.rs` tree;
 /// `main.rs` and `bin/` are the binaries' own roots).
 pub fn crate_imports(src: &Path) -> Result<Vec<Import>> {
-    let mut files = BTreeMap::new();
-    collect(src, src, &mut files)?;
-    let modules: BTreeSet<ModPath> = files.keys().cloned().collect();
-    // Test-only files: declared `#[cfg(test)] mod x;` by their parent, and what is under them.
-    let mut test_only: BTreeSet<ModPath> = BTreeSet::new();
-    for (path, file) in &files {
-        let text = fs::read_to_string(file)?;
-        for name in test_modules(&text) {
-            let mut p = path.clone();
-            p.push(name);
-            test_only.insert(p);
-        }
-    }
+    let (modules, files) = product_files(src)?;
     let mut out = Vec::new();
     for (path, file) in &files {
-        if test_only.iter().any(|t| path.starts_with(t)) {
-            continue;
-        }
         let text = strip(&fs::read_to_string(file)?);
         for (line, reference) in references(&text) {
             let Some(absolute) = resolve(path, &reference) else {
@@ -379,21 +364,8 @@ pub fn crate_imports(src: &Path) -> Result<Vec<Import>> {
 /// The crate's product files over [`MAX_LINES`] lines before their first `#[cfg(test)]`, with
 /// that count; test-only files left out.
 pub fn long_files(src: &Path) -> Result<Vec<(PathBuf, usize)>> {
-    let mut files = BTreeMap::new();
-    collect(src, src, &mut files)?;
-    let mut test_only: BTreeSet<ModPath> = BTreeSet::new();
-    for (path, file) in &files {
-        for name in test_modules(&fs::read_to_string(file)?) {
-            let mut p = path.clone();
-            p.push(name);
-            test_only.insert(p);
-        }
-    }
     let mut out = Vec::new();
-    for (path, file) in &files {
-        if test_only.iter().any(|t| path.starts_with(t)) {
-            continue;
-        }
+    for file in product_files(src)?.1.values() {
         let lines = product_lines(&fs::read_to_string(file)?);
         if lines > MAX_LINES {
             out.push((file.strip_prefix(src).unwrap_or(file).to_path_buf(), lines));
@@ -407,6 +379,25 @@ fn product_lines(text: &str) -> usize {
     text.lines()
         .position(|l| l.starts_with("#[cfg(test)]"))
         .unwrap_or_else(|| text.lines().count())
+}
+
+/// Every module of the crate whose source is `src`, and the product ones with their files:
+/// test-only files (declared `#[cfg(test)] mod x;` by their parent, and what is under them) left
+/// out.
+fn product_files(src: &Path) -> Result<(BTreeSet<ModPath>, BTreeMap<ModPath, PathBuf>)> {
+    let mut files = BTreeMap::new();
+    collect(src, src, &mut files)?;
+    let modules: BTreeSet<ModPath> = files.keys().cloned().collect();
+    let mut test_only: BTreeSet<ModPath> = BTreeSet::new();
+    for (path, file) in &files {
+        for name in test_modules(&fs::read_to_string(file)?) {
+            let mut p = path.clone();
+            p.push(name);
+            test_only.insert(p);
+        }
+    }
+    files.retain(|path, _| !test_only.iter().any(|t| path.starts_with(t)));
+    Ok((modules, files))
 }
 
 fn collect(src: &Path, dir: &Path, out: &mut BTreeMap<ModPath, PathBuf>) -> Result<()> {
