@@ -3,7 +3,8 @@
 //! Layering (imports point down only): the decision core is its own crate, `node_monitor_core`,
 //! pure (no I/O, no async, time passed in); adapters ([`ebpf`], [`sampler`], [`cluster`])
 //! translate between the outside world and core values; [`wakeup`] (the wake-up sources) sits on
-//! the sampler's layout; the agent loop, `remediate` and the CLI sit on top.
+//! the sampler's layout; the agent loop and the CLI sit on top. What the agent shares with
+//! remediate (the API client, the endpoint, the metrics base, logging) is `node_monitor_service`.
 pub mod agent;
 pub mod attribution;
 pub mod cli;
@@ -12,14 +13,13 @@ pub mod ebpf;
 pub mod flight;
 pub mod http;
 pub use node_monitor_base::io;
-pub mod jitter;
+pub use node_monitor_service::jitter;
 pub mod live;
 pub mod metrics;
-pub mod remediate;
 pub mod sampler;
 pub mod settings;
 pub mod shutdown;
-pub mod telemetry;
+pub use node_monitor_service::telemetry;
 pub mod trace;
 pub mod wakeup;
 

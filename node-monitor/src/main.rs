@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use node_monitor::{agent, cli, remediate, telemetry, trace};
+use node_monitor::{agent, cli, telemetry, trace};
 
 /// eBPF-assisted Kubernetes node agent: kubelet-compatible node-pressure eviction, graceful
 /// shutdown and kernel-event tracing.
@@ -17,9 +17,6 @@ enum Command {
     /// Run the agent: watch this node's pods, decide with the kubelet's eviction rules the moment
     /// pressure builds, and evict through the API.
     Run(Box<agent::Args>),
-    /// Fail over from dead nodes: detect them from their Leases, fence them, then release their
-    /// workload (out-of-service taint, pod deletion); a leader-elected Deployment.
-    Remediate(Box<remediate::Args>),
     /// Stream kernel events (OOM kills, reclaim stalls, kswapd wake-ups, reboots), attributed to pods.
     Trace(trace::Args),
     /// Validate the eviction configuration and print the effective thresholds as JSON.
@@ -38,7 +35,6 @@ fn main() -> ExitCode {
         Command::CheckConfig(args) => cli::check_config::run(args),
         Command::Explain(args) => cli::explain::run(args),
         Command::Run(args) => runtime().and_then(|rt| rt.block_on(agent::run(args))),
-        Command::Remediate(args) => runtime().and_then(|rt| rt.block_on(remediate::run(args))),
         Command::Trace(args) => runtime().and_then(|rt| rt.block_on(trace::run(args))),
         Command::Cleanup(args) => runtime().and_then(|rt| rt.block_on(cli::cleanup::run(args))),
     };

@@ -723,19 +723,6 @@ fn inputs_that_are_not_regular_files_are_refused() {
             vec!["explain", "--input", "/dev/zero"],
             "the snapshot /dev/zero is not a regular file",
         ),
-        // The remediation controller reads its configuration before it looks for an API server.
-        (
-            vec!["remediate", "--config", "/dev/zero"],
-            "/dev/zero is not a regular file (a character device)",
-        ),
-        (
-            vec!["remediate", "--config", fifo],
-            "is not a regular file (a FIFO)",
-        ),
-        (
-            vec!["remediate", "--config", dir_path],
-            "is not a regular file (a directory)",
-        ),
     ] {
         let out = node_monitor(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -748,9 +735,9 @@ fn inputs_that_are_not_regular_files_are_refused() {
 }
 
 /// Every loader of an operator-supplied file refuses what is not a regular file, naming the path:
-/// the graceful-shutdown settings (read after the eviction settings by `run` and `check-config`),
-/// the remediation settings and the kubelet's own configuration (a hint for the cgroup driver,
-/// ignored when unreadable).
+/// the graceful-shutdown settings (read after the eviction settings by `run` and `check-config`)
+/// and the kubelet's own configuration (a hint for the cgroup driver, ignored when unreadable).
+/// remediate's are checked in its own crate.
 #[test]
 fn configuration_loaders_refuse_devices_and_fifos() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -767,9 +754,6 @@ fn configuration_loaders_refuse_devices_and_fifos() {
         let e = node_monitor::shutdown::load_shutdown_config(Some(path))
             .expect_err("shutdown settings");
         let msg = format!("{:#}", anyhow::Error::from(e));
-        assert!(msg.contains(&shown) && msg.contains(kind), "{msg}");
-        let e = node_monitor::remediate::load_config(Some(path)).expect_err("remediate settings");
-        let msg = format!("{e:#}");
         assert!(msg.contains(&shown) && msg.contains(kind), "{msg}");
         assert_eq!(node_monitor::sampler::kubelet_config_driver(path), None);
     }
@@ -834,7 +818,7 @@ fn cleanup_bad_input_is_named() {
 /// the value: (binary's arguments, what the error must name).
 #[test]
 fn flags_out_of_bounds_are_refused_by_name() {
-    let cases: [(Output, &[&str]); 6] = [
+    let cases: [(Output, &[&str]); 5] = [
         (
             node_monitor(&[
                 "cleanup",
@@ -868,10 +852,6 @@ fn flags_out_of_bounds_are_refused_by_name() {
         (
             node_monitor(&["run", "--node-name", "n1", "--namespace", "a b"]),
             &["--namespace", "\"a b\""],
-        ),
-        (
-            node_monitor(&["remediate", "--namespace=-x"]),
-            &["--namespace", "\"-x\""],
         ),
     ];
     for (out, wants) in cases {

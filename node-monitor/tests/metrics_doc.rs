@@ -4,7 +4,7 @@
 //! remediate's.
 use std::collections::BTreeMap;
 
-use node_monitor::metrics::{Family_, Metrics, RemediateMetrics};
+use node_monitor::metrics::{Family_, Metrics};
 
 /// The heading of remediate's section; everything above it is the agent's.
 const REMEDIATE_SECTION: &str = "\n## `node-monitor remediate`\n";
@@ -93,13 +93,14 @@ fn docs_list_exactly_the_exported_families_with_their_types() {
     let agent = exported(Metrics::new().families());
     assert!(agent.len() >= 20, "registry looks empty: {agent:?}");
     check("the agent", &agent, &documented(&agent_doc));
-    let remediate = exported(RemediateMetrics::new().families());
-    assert!(remediate.len() >= 10, "registry looks empty: {remediate:?}");
-    check(
-        "node-monitor remediate",
-        &remediate,
-        &documented(&remediate_doc),
-    );
+    // remediate's section is checked against its registry in its own crate
+    // (node-monitor-remediate/tests/metrics_doc.rs); none of its families is the agent's.
+    for name in documented(&remediate_doc).keys() {
+        assert!(
+            !agent.contains_key(name) || name == "node_monitor_build_info",
+            "{name} is in remediate's section of docs/metrics.md, but the agent exports it"
+        );
+    }
 }
 
 /// The rename table is true of this build: no old name is exported any more, every new one is.

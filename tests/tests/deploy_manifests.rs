@@ -429,6 +429,71 @@ fn daemonset_command_line_starts_the_agent() {
     }
 }
 
+/// remediate's Deployment, with its ConfigMap's configuration, gets `node-monitor-remediate`
+/// (its own image and binary) through argument parsing and configuration loading to its first
+/// API call: the shipped command line is the binary's.
+#[test]
+fn remediate_command_line_starts_remediate() {
+    let bin = node_monitor_tests::e2e::binary("node-monitor-remediate");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let objects = render(&node_monitor_tests::manifests::deploy_dir().join("remediate"))
+        .unwrap_or_else(|e| panic!("render deploy/remediate: {e}"));
+    let config = find(&objects, "ConfigMap", "node-monitor-remediate-config")
+        .and_then(|m| m.object["data"]["remediate.yaml"].as_str())
+        .expect("ConfigMap node-monitor-remediate-config with data.remediate.yaml");
+    let config_path = dir.path().join("remediate.yaml");
+    std::fs::write(&config_path, config).expect("write config");
+    let deployment = find(&objects, "Deployment", "node-monitor-remediate").expect("deployment");
+    let c = &deployment.object["spec"]["template"]["spec"]["containers"][0];
+    assert!(
+        c["image"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("ghcr.io/node-monitor/node-monitor-remediate:")),
+        "{}",
+        c["image"]
+    );
+    let args: Vec<String> = strings(&c["args"])
+        .into_iter()
+        .map(|a| {
+            if a == "--config=/etc/node-monitor-remediate/remediate.yaml" {
+                format!("--config={}", config_path.display())
+            } else if a.starts_with("--metrics-addr=") {
+                "--metrics-addr=127.0.0.1:0".to_owned()
+            } else {
+                a.replace("$(POD_NAMESPACE)", "node-monitor")
+                    .replace("$(POD_NAME)", "remediate-0")
+            }
+        })
+        .collect();
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.contains("/etc/node-monitor-remediate")),
+        "a --config this test does not map: {args:?}"
+    );
+    let out = Command::new(&bin)
+        .args(&args)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run node-monitor-remediate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        !stderr.contains("no longer needed"),
+        "the shipped arguments still start with the old subcommand: {args:?}"
+    );
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("node-monitor-remediate: "))
+        .unwrap_or_else(|| panic!("no error line in {stderr}"));
+    assert!(
+        error.contains("no in-cluster config and no kubeconfig"),
+        "{args:?}: stopped before the API client: {error}"
+    );
+}
+
 /// The base runs under the runtime's default seccomp filter, with no host namespace, no privilege
 /// escalation, every capability dropped but the five the probes and the sampler need, and only
 /// the cgroup tree mounted read-write.

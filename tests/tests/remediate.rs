@@ -28,7 +28,7 @@ use kube::{
     Api, Client,
     api::{DynamicObject, ListParams, Patch, PatchParams},
 };
-use node_monitor::remediate::store::{node_fence_name, node_fence_resource};
+use node_monitor_remediate::store::{node_fence_name, node_fence_resource};
 
 use node_monitor_core::remediation::{OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE};
 use node_monitor_tests::{
@@ -99,7 +99,7 @@ struct Call {
     result: Option<String>,
 }
 
-/// A running `node-monitor remediate`.
+/// A running `node-monitor-remediate`.
 struct Remediate {
     child: Option<Child>,
     log: PathBuf,
@@ -113,15 +113,17 @@ impl Remediate {
         let log = dir.join(format!("{identity}.log"));
         let out = fs::File::create(&log).expect("create the remediate log");
         let port = free_port().expect("a free port");
-        let child = Command::new(binary("node-monitor"))
-            .arg("remediate")
+        let child = Command::new(binary("node-monitor-remediate"))
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--namespace", NS, "--identity", identity])
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
             .arg("--config")
             .arg(&cfg)
-            .env("RUST_LOG", "info,node_monitor=debug")
+            .env(
+                "RUST_LOG",
+                "info,node_monitor_remediate=debug,node_monitor_service=debug",
+            )
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log fd"))

@@ -5,6 +5,7 @@
 //! (`ctr -n k8s.io images import`), podman (`podman load`) or skopeo import. The same command
 //! builds the image the real-node test tier runs (with `--profile debug`). `deploy/Dockerfile`
 //! is the equivalent for a machine with a registry and a container builder.
+//! `cargo xtask image node-monitor-remediate` builds remediate's, from its own crate.
 use std::{
     collections::BTreeMap,
     fs,
@@ -22,6 +23,8 @@ use crate::{
 
 /// The agent's image, as deploy/kustomize/base/daemonset.yaml names it.
 const AGENT_IMAGE: &str = "ghcr.io/node-monitor/node-monitor:0.1.0";
+/// remediate's image, as deploy/remediate/deployment.yaml names it.
+const REMEDIATE_IMAGE: &str = "ghcr.io/node-monitor/node-monitor-remediate:0.1.0";
 /// The test workload image of the real-node tier.
 const WORKLOAD_IMAGE: &str = "node-monitor.local/workload:0.1.0";
 /// The sandbox image containerd is configured with on the real-node tier.
@@ -31,6 +34,9 @@ const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.1";
 pub enum Which {
     /// The agent: `node-monitor` and its shared libraries.
     NodeMonitor,
+    /// remediate: `node-monitor-remediate` and its shared libraries (no eBPF object, aya or zbus),
+    /// without fence agents (deploy/remediate/Dockerfile.fence-agents adds ClusterLabs').
+    NodeMonitorRemediate,
     /// The real-node tier's workload: `nm-workload`, `nm-memhog`, `nm-reboot-caller` and their
     /// libraries.
     Workload,
@@ -173,6 +179,17 @@ fn spec(args: &ImageArgs, mtime: u64) -> Result<(&'static str, oci::Image)> {
             let mut image = base(AGENT_IMAGE, "/usr/local/bin/node-monitor", "0");
             image.files = binaries_with_libraries(&bins)?;
             ("node-monitor", image)
+        }
+        Which::NodeMonitorRemediate => {
+            let bins = binaries(args, "node-monitor-remediate", &["node-monitor-remediate"])?;
+            // The Deployment runs it as a non-root user with every capability dropped.
+            let mut image = base(
+                REMEDIATE_IMAGE,
+                "/usr/local/bin/node-monitor-remediate",
+                "65532",
+            );
+            image.files = binaries_with_libraries(&bins)?;
+            ("node-monitor-remediate", image)
         }
         Which::Workload => {
             let bins = binaries(

@@ -77,10 +77,12 @@ impl fmt::Display for Finding {
 pub const MAX_LINES: usize = 600;
 
 /// The product crates checked, with their column in the layer table.
-pub const CRATES: [(&str, &str); 4] = [
+pub const CRATES: [(&str, &str); 6] = [
     ("node-monitor-core", "node-monitor-core/src"),
     ("node-monitor-base", "node-monitor-base/src"),
+    ("node-monitor-service", "node-monitor-service/src"),
     ("node-monitor", "node-monitor/src"),
+    ("node-monitor-remediate", "node-monitor-remediate/src"),
     ("kubectl-node-monitor", "node-monitor-plugin/src"),
 ];
 
@@ -125,7 +127,12 @@ pub const AGENT_ONLY: [&str; 7] = [
 ];
 
 /// The products that build apart from the agent, checked against [`AGENT_ONLY`].
-pub const APART: [&str; 2] = ["kubectl-node-monitor", "node-monitor-base"];
+pub const APART: [&str; 4] = [
+    "kubectl-node-monitor",
+    "node-monitor-base",
+    "node-monitor-remediate",
+    "node-monitor-service",
+];
 
 /// Checks that each crate of [`APART`] has none of [`AGENT_ONLY`] among its normal and build
 /// dependencies (`cargo tree`), so it builds on stable Rust without the eBPF toolchain.

@@ -406,14 +406,16 @@ fn start_http(
     let live = Arc::new(LiveView::new(&args.node_name));
     live.set_config(config);
     let auth = Arc::new(AuthSlot::default());
+    let api = NodeApi {
+        live: live.clone(),
+        auth: auth.clone(),
+    };
+    let routes = http::router(api, health.clone());
     let task = http::spawn(
         args.metrics_addr,
         metrics.clone(),
         health.clone(),
-        Some(NodeApi {
-            live: live.clone(),
-            auth: auth.clone(),
-        }),
+        routes,
         stop_rx.clone(),
     );
     (task, live, auth)

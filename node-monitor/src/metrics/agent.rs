@@ -22,7 +22,7 @@ pub const OOM_POD_LABEL_LIMIT: usize = 200;
 const OTHER: &str = "_other";
 
 /// Every metric the agent exports: its own registry, served on the agent's `/metrics`; the
-/// families of `node-monitor remediate` are not among them ([`super::RemediateMetrics`]).
+/// families of remediate are not among them (its own crate).
 pub struct Metrics {
     registry: Registry,
     families: Vec<Family_>,

@@ -8,10 +8,10 @@ use kube::{
     Api, Client,
     api::{DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams},
 };
-use node_monitor::remediate::store::{OpStore, node_fence_resource, op_object};
 use node_monitor_core::remediation::{
     DeathEvidence, FenceOp, NodeFacts, Phase, ReadyStatus, Step, ZoneKey,
 };
+use node_monitor_remediate::store::{OpStore, node_fence_resource, op_object};
 use node_monitor_tests::{
     control_plane::{ControlPlane, client_from_kubeconfig},
     manifests, wait,
@@ -283,7 +283,7 @@ async fn deleting_the_node_deletes_its_operation(admin: &Client, store: &OpStore
     .await;
 }
 
-fn allowed_store<T>(what: &str, r: Result<T, node_monitor::remediate::store::StoreError>) -> T {
+fn allowed_store<T>(what: &str, r: Result<T, node_monitor_remediate::store::StoreError>) -> T {
     r.unwrap_or_else(|e| panic!("{what}: {e:?}"))
 }
 

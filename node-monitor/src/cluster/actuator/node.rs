@@ -1,6 +1,7 @@
 //! The node writes: agent-owned conditions, taints, the cordon, annotations, and taking
 //! node-monitor's marks back on a clean stop.
 use super::*;
+use node_monitor_service::taint::{TaintSpec, conflict_status, set_taint};
 
 impl Actuator {
     /// Sets agent-owned conditions on the node's status. A strategic merge patch keyed by `type`
@@ -51,63 +52,20 @@ impl Actuator {
         effect: &str,
         present: bool,
     ) -> Result<bool, ActuatorError> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let err = |what, source| ActuatorError::Api {
-            node: self.cfg.node_name.clone(),
-            what,
-            source,
-        };
-        for attempt in 0..5u32 {
-            let node = self
-                .bounded(nodes.get(&self.cfg.node_name))
-                .await
-                .map_err(|e| err("get node", e))?;
-            let mut taints = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.clone())
-                .unwrap_or_default();
-            let has = taints.iter().any(|t| t.key == key && t.effect == effect);
-            if has == present {
-                return Ok(false);
-            }
-            if present {
-                taints.push(Taint {
-                    key: key.to_owned(),
-                    value: Some(value.to_owned()),
-                    effect: effect.to_owned(),
-                    time_added: None,
-                });
-            } else {
-                taints.retain(|t| !(t.key == key && t.effect == effect));
-            }
-            let patch = json!({
-                "metadata": { "resourceVersion": node.metadata.resource_version },
-                "spec": { "taints": taints },
-            });
-            match self
-                .bounded(nodes.patch(
-                    &self.cfg.node_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(patch),
-                ))
-                .await
-            {
-                Ok(_) => {
-                    info!(key, effect, present, "node taint updated");
-                    return Ok(true);
-                }
-                Err(kube::Error::Api(s)) if s.code == 409 => {
-                    debug!(attempt, "node changed under us; retrying taint update");
-                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt + 1))).await;
-                }
-                Err(e) => return Err(err("patch taints", e)),
-            }
-        }
-        Err(err(
-            "patch taints",
-            kube::Error::Api(Box::new(conflict_status())),
-        ))
+        let taint = TaintSpec { key, value, effect };
+        set_taint(
+            &self.client,
+            &self.cfg.node_name,
+            taint,
+            present,
+            self.timeout,
+        )
+        .await
+        .map_err(|e| ActuatorError::Api {
+            node: e.node,
+            what: e.what,
+            source: e.source,
+        })
     }
 
     /// Cordons (`true`) or uncordons the node (`spec.unschedulable`). Returns whether it was
@@ -350,9 +308,4 @@ pub fn condition_patch(
             })
         })
         .collect()
-}
-
-fn conflict_status() -> kube::core::Status {
-    kube::core::Status::failure("node kept changing during the taint update", "Conflict")
-        .with_code(409)
 }

@@ -116,7 +116,7 @@ struct Args {
 
 /// The `node-monitor` binary under test, copied once at start so a rebuild during a long run
 /// cannot change it half-way.
-static NODE_MONITOR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+static REMEDIATE_BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
 #[derive(Debug, Clone, Copy)]
 struct Setup {
@@ -328,9 +328,10 @@ impl Bench {
         fs::write(&cfg, REMEDIATE_CONFIG)?;
         let log = self.remediate_log();
         let out = fs::File::create(&log)?;
-        let program = NODE_MONITOR.get().context("the node-monitor copy")?;
+        let program = REMEDIATE_BIN
+            .get()
+            .context("the node-monitor-remediate copy")?;
         let child = Command::new(program)
-            .arg("remediate")
             .arg("--kubeconfig")
             .arg(self.cp.kubeconfig_path())
             .args(["--namespace", NS, "--identity", "bench"])
@@ -343,7 +344,7 @@ impl Bench {
             .stdout(out.try_clone()?)
             .stderr(out)
             .spawn()
-            .context("start node-monitor remediate")?;
+            .context("start node-monitor-remediate")?;
         self.remediate = Some(Remediate(child));
         let deadline = Instant::now() + Duration::from_secs(60);
         while !fs::read_to_string(&log)
@@ -526,9 +527,10 @@ async fn main() -> Result<()> {
     let keep = tempfile::Builder::new()
         .prefix("nm-bench-failover-bin-")
         .tempdir()?;
-    let copy = keep.path().join("node-monitor");
-    fs::copy(binary("node-monitor"), &copy).context("copy the node-monitor binary")?;
-    let _ = NODE_MONITOR.set(copy);
+    let copy = keep.path().join("node-monitor-remediate");
+    fs::copy(binary("node-monitor-remediate"), &copy)
+        .context("copy the node-monitor-remediate binary")?;
+    let _ = REMEDIATE_BIN.set(copy);
     let scenarios: Vec<Scenario> = match args.scenario {
         Scenario::All => vec![
             Scenario::Deployment,

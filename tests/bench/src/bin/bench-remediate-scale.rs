@@ -556,8 +556,7 @@ impl Remediate {
         let log = dir.join(format!("{identity}.log"));
         let out = fs::File::create(&log)?;
         let port = free_port()?;
-        let child = Command::new(binary("node-monitor"))
-            .arg("remediate")
+        let child = Command::new(binary("node-monitor-remediate"))
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--namespace", NS, "--identity", identity])
@@ -766,7 +765,7 @@ async fn run(args: &Args) -> Result<bool> {
         } else {
             String::new()
         },
-        binary("node-monitor").display()
+        binary("node-monitor-remediate").display()
     );
 
     let opts = ControlPlaneOptions {

@@ -20,7 +20,7 @@ fn op(node: &str) -> FenceOp {
 
 /// The shipped CustomResourceDefinition.
 fn crd() -> Value {
-    let text = include_str!("../../../../deploy/remediate/crd.yaml");
+    let text = include_str!("../../../deploy/remediate/crd.yaml");
     serde_norway::from_str(text).expect("crd.yaml is YAML")
 }
 

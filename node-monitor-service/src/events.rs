@@ -1,11 +1,11 @@
 //! The one writer of Kubernetes Events, for both products: the agent's (evictions on the pod and
-//! the node, shutdown and last-gasp Events on the node, through [`super::actuator::Actuator`]) and
+//! the node, shutdown and last-gasp Events on the node, through the agent's actuator) and
 //! remediate's (fencing Events on the node, `DeletedAfterFencing` on each deleted pod).
 //!
 //! Every Event is a core/v1 Event, one per occurrence, as the kubelet's recorder writes one
 //! before it aggregates: `count: 1`, `firstTimestamp` = `lastTimestamp` = `eventTime`, the
 //! component in both `source.component` and `reportingComponent`.
-//! The `OOMKilling` Events ([`super::oom_events`]) start from the same object and aggregate
+//! The agent's `OOMKilling` Events start from the same object and aggregate
 //! their repeats into its `count`.
 //!
 //! Not kube-runtime's `Recorder` (`kube::runtime::events`, kube 5), because it cannot write

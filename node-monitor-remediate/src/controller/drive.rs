@@ -3,7 +3,7 @@
 use tracing::{debug, info, warn};
 
 use super::{Controller, MAX_STEPS_PER_PASS, View, chain};
-use crate::remediate::{
+use crate::{
     methods::{FenceConfigError, NodeFencePlan},
     ports::Ports,
     store::{StoreError, StoredOp},

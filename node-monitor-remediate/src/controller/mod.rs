@@ -19,8 +19,9 @@ use super::{
     ports::Ports,
     store::{StoreError, StoredOp},
 };
-use crate::metrics::{ReasonLabels, RemediateMetrics, StepOutcomeLabels};
-pub use crate::telemetry::error_chain as chain;
+use crate::metrics::{RemediateMetrics, StepOutcomeLabels};
+use node_monitor_service::metrics::ReasonLabels;
+pub use node_monitor_service::telemetry::error_chain as chain;
 
 use node_monitor_core::{
     clock::Timestamp,

@@ -30,17 +30,13 @@ use node_monitor_core::{
 
 use super::Controller;
 use crate::{
-    cluster::events::EventRecord,
-    metrics::{ReasonLabels, RemediateMetrics},
-    remediate::{
-        ApiHealth,
-        methods::MethodSpec,
-        ports::{
-            Clock, ClusterView, Events, FenceRunner, NodePods, OpRecords, PodDeletion, Taints,
-        },
-        store::{StoreError, StoredOp, decode_op, node_fence_name, op_object},
-    },
+    ApiHealth,
+    methods::MethodSpec,
+    metrics::RemediateMetrics,
+    ports::{Clock, ClusterView, Events, FenceRunner, NodePods, OpRecords, PodDeletion, Taints},
+    store::{StoreError, StoredOp, decode_op, node_fence_name, op_object},
 };
+use node_monitor_service::{events::EventRecord, metrics::ReasonLabels};
 
 /// The wall clock at the controller's start (Unix ms).
 const UNIX0: i64 = 1_700_000_000_000;

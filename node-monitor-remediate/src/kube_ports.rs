@@ -21,7 +21,6 @@ use kube::{
 
 use node_monitor_core::{
     clock::Timestamp,
-    config::PdbPolicy,
     remediation::{
         FenceOp, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, Step,
     },
@@ -33,11 +32,10 @@ use super::{
     ports::{Clock, ClusterView, Events, FenceRunner, NodePods, OpRecords, PodDeletion, Taints},
     store::{OpStore, StoreError, StoredOp},
 };
-use crate::{
-    cluster::{
-        actuator::{Actuator, ActuatorConfig},
-        events::{EventRecord, EventWriter, Reporter},
-    },
+use node_monitor_service::{
+    client::DEFAULT_API_TIMEOUT,
+    events::{EventRecord, EventWriter, Reporter},
+    taint::{TaintSpec, set_taint},
     telemetry::error_chain as chain,
 };
 
@@ -174,22 +172,14 @@ impl OpRecords for KubePorts {
 
 impl Taints for KubePorts {
     async fn set_out_of_service(&self, node: &str, present: bool) -> Result<(), String> {
-        let actuator = Actuator::new(
-            self.client.clone(),
-            ActuatorConfig {
-                node_name: node.to_owned(),
-                pdb_policy: PdbPolicy::Respect,
-                dry_run: false,
-            },
-        );
+        let taint = TaintSpec {
+            key: OUT_OF_SERVICE_TAINT,
+            value: OUT_OF_SERVICE_VALUE,
+            effect: OUT_OF_SERVICE_EFFECT,
+        };
         match tokio::time::timeout(
             REQUEST_TIMEOUT,
-            actuator.set_taint(
-                OUT_OF_SERVICE_TAINT,
-                OUT_OF_SERVICE_VALUE,
-                OUT_OF_SERVICE_EFFECT,
-                present,
-            ),
+            set_taint(&self.client, node, taint, present, DEFAULT_API_TIMEOUT),
         )
         .await
         {

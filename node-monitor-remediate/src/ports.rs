@@ -19,7 +19,7 @@ use super::{
     methods::MethodSpec,
     store::{StoreError, StoredOp},
 };
-use crate::cluster::events::EventRecord;
+use node_monitor_service::events::EventRecord;
 
 /// The controller's clock: monotonic time for liveness and rate limits (never compared with a
 /// node's clock), wall time for what the operation record says.

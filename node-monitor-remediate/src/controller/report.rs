@@ -9,9 +9,12 @@ use node_monitor_core::remediation::{Assessment, Liveness, Phase, SkipReason, Zo
 
 use super::Controller;
 use crate::{
-    cluster::events::{EventRecord, pod_ref},
-    metrics::{ReasonLabels, StateLabels, ZoneLabels, ZoneStateLabels},
-    remediate::ports::Ports,
+    metrics::{StateLabels, ZoneLabels, ZoneStateLabels},
+    ports::Ports,
+};
+use node_monitor_service::{
+    events::{EventRecord, pod_ref},
+    metrics::ReasonLabels,
 };
 
 impl<P: Ports> Controller<P> {

@@ -11,7 +11,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::{Exposition, Family_, ReasonLabels, Reg, encode_registry};
+use node_monitor_service::metrics::{Exposition, Family_, ReasonLabels, Reg, encode_registry};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {

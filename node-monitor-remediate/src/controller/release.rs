@@ -8,7 +8,7 @@ use node_monitor_core::remediation::{
 };
 
 use super::{Controller, chain};
-use crate::remediate::{
+use crate::{
     ports::{PodDeletion, Ports},
     store::StoredOp,
 };

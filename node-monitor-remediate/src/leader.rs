@@ -362,7 +362,7 @@ pub fn spawn(mut elector: LeaderElector, api_health: Arc<ApiHealth>) -> Renewal 
             match outcome {
                 Some(Ok(_)) => api_health.ok(),
                 Some(Err(e)) => {
-                    warn!(error = %crate::telemetry::error_chain(&e), "leader election round failed");
+                    warn!(error = %node_monitor_service::telemetry::error_chain(&e), "leader election round failed");
                 }
                 None => warn!("leader election round cut off at the renew deadline"),
             }
