@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod agent_config;
+pub mod arming;
 pub mod clock;
 pub mod conditions;
 pub mod config;

@@ -1,7 +1,11 @@
-//! One agent cycle: observe, decide, act, wait for cleanup, through the ports of
-//! [`super::ports`] (the node, the pods, the cluster writes, the memcg thresholds), so it runs the
-//! same against the sampler and the API as against the fakes of its unit tests.
-use std::{collections::HashMap, sync::Arc, time::Duration};
+//! One agent cycle, in stages: observe (the signals, the pod figures when a ranking needs them,
+//! then the arming of the memcg thresholds and the memory push), decide (the core's
+//! `synchronize`, with the agent's own holds), act (the eviction requests), then the recorders on
+//! the cycle's report ([`super::recorders`]), the Events and the wait for cleanup. Through the
+//! ports of [`super::ports`] (the node, the pods, the cluster writes, the memcg thresholds), so it
+//! runs the same against the sampler and the API as against the fakes of its unit tests. The
+//! loop keeps only what the next decision needs; what is recorded is the recorders'.
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
@@ -16,14 +20,16 @@ use node_monitor_core::{
     pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
     pod_figures::{NEAR_REFRESH, RANK_MAX_AGE, RankFigures, rank_figures, refresh_due},
     reclaim::PendingReclaim,
-    signals::{Observations, PodUsage},
+    signals::Observations,
 };
 
+pub(super) use super::report::CycleEnd;
 use super::{
     backoff::{self, Backoff},
-    conditions::PublishedConditions,
     mem_push::{MemPush, PushArm},
     ports::{Arming, ClusterWrites, NodeView, PodSource, StopSignal},
+    recorders::{Outputs, Recorders},
+    report::{CycleReport, PodFigures},
 };
 use crate::{
     cluster::actuator::{EvictOutcome, EvictionRequest},
@@ -33,16 +39,6 @@ use crate::{
     sampler::{SampleKind, TimedObservations},
     wakeup::Wakeup,
 };
-
-/// How a cycle ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum CycleEnd {
-    /// Nothing left to do for this wake-up.
-    Done,
-    /// An eviction did not take effect and its pod backs off (a PDB or another refusal, a
-    /// failure, a stale "gone"): the next candidate should be considered now.
-    Refused,
-}
 
 /// The agent loop's state across cycles, and its ports.
 pub(super) struct Loop<C, P> {
@@ -56,7 +52,6 @@ pub(super) struct Loop<C, P> {
     pub(super) actuator: C,
     pub(super) store: P,
     pub(super) backoff: Backoff,
-    pub(super) published: PublishedConditions,
     /// After a failed API call under pressure: decide again then, not at the next tick.
     pub(super) retry_at: Option<Timestamp>,
     /// The API server throttled an eviction: no eviction request before this (its Retry-After).
@@ -76,16 +71,15 @@ pub(super) struct Loop<C, P> {
     /// Disk that pods evicted for disk pressure still hold until the kubelet's container
     /// garbage collection frees it, credited back to the disk signals meanwhile.
     pub(super) pending_reclaim: PendingReclaim,
-    /// What the node API shows: the last decision, the recent evictions.
-    pub(super) live: Arc<LiveView>,
-    /// The kubelet's own thresholds, to tell which signals it acts on first; `None`: not read.
-    pub(super) kubelet: Option<super::kubelet_config::KubeletThresholds>,
     /// The per-pod figures of the last pass that read them, and when: a ranking at a crossing
     /// uses them if they are recent enough (see [`node_monitor_core::pod_figures`]).
-    pub(super) pod_figures: Option<(Timestamp, HashMap<String, PodUsage>)>,
+    pub(super) pod_figures: Option<PodFigures>,
     /// The eBPF memory push, armed while a memory threshold is near (see
     /// [`node_monitor_core::mem_push`]); `None` without it.
     pub(super) mem_push: Option<MemPush>,
+    /// What runs on each cycle's report: metrics, the live view and flight record, conditions
+    /// and taints, the kubelet cross-check.
+    pub(super) recorders: Recorders,
 }
 
 /// How often the agent checks that it sees the cgroups of the pods the API lists.
@@ -114,7 +108,6 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             actuator,
             store,
             backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
-            published: PublishedConditions::default(),
             retry_at: None,
             evictions_held_until: None,
             retry_delay: RETRY_INITIAL,
@@ -127,10 +120,9 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             blind: None,
             sight_checked: None,
             kubepods_reported: None,
-            live: Arc::new(LiveView::new("")),
-            kubelet: None,
             pod_figures: None,
             mem_push: None,
+            recorders: Recorders::new(Arc::new(LiveView::new(""))),
         }
     }
 
@@ -140,8 +132,16 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         self
     }
 
-    /// Arms the memory push for the memory thresholds near in `observations` ([`MemPush::arm`]).
-    fn arm_mem_push(&mut self, observations: &Observations) {
+    /// The arming stage, after each observation: the memcg thresholds re-armed at the fresh
+    /// readings, and the memory push for the memory thresholds near in `observations`; both
+    /// pure policies of the core ([`node_monitor_core::arming`], [`node_monitor_core::mem_push`]).
+    fn arm<N: NodeView, A: Arming>(
+        &mut self,
+        sampler: &N,
+        wakeups: &mut A,
+        observations: &Observations,
+    ) {
+        self.rearm(sampler, wakeups);
         let now = self.now();
         if let Some(push) = self.mem_push.as_mut() {
             push.arm(observations, &self.config.thresholds, now);
@@ -151,13 +151,13 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
     /// Reads the kubelet's configuration file at `path` (empty: off) and compares its
     /// thresholds with the agent's on each cycle.
     pub(super) fn with_kubelet_config(mut self, path: &str, proc_root: &std::path::Path) -> Self {
-        self.kubelet = super::kubelet_config::KubeletThresholds::new(path, proc_root);
+        self.recorders.kubelet = super::kubelet_config::KubeletThresholds::new(path, proc_root);
         self
     }
 
     /// Shows the loop's decisions and evictions in `live`.
     pub(super) fn with_live(mut self, live: Arc<LiveView>) -> Self {
-        self.live = live;
+        self.recorders.live = live;
         self
     }
 
@@ -194,7 +194,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
     ) -> bool {
         loop {
             let end = tokio::select! {
-                end = self.cycle(sampler, wakeups, wakeup, label) => Some(end),
+                report = self.cycle(sampler, wakeups, wakeup, label) => Some(report.end),
                 signal = stop.stopped() => { info!(signal, "stop during a decision: stopping"); None }
             };
             let Some(end) = end else {
@@ -211,7 +211,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         }
     }
 
-    /// One pass: observe, decide, act, wait for cleanup.
+    /// One pass: observe, decide, act; then the recorders on its report, the Events and the wait
+    /// for cleanup. Returns the report.
     pub(super) async fn cycle<N: NodeView, A: Arming>(
         &mut self,
         sampler: &mut N,
@@ -219,14 +220,60 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         wakeup: Wakeup,
         // What woke the agent, as in `node_monitor_wakeups_total` (`headroom`, `timer`, …).
         label: &'static str,
-    ) -> CycleEnd {
+    ) -> CycleReport {
         // A wake-up that arrived while the previous cycle was still running (acting, waiting for
         // an evicted pod to go) has queued since; reported apart from this cycle's own work.
         let started = std::time::Instant::now();
         let pods = self.candidate_pods(self.now());
-        let (mut timed, figures) = self.observe(sampler, wakeups, wakeup, &pods);
+        let (mut timed, figures) = self.observe(sampler, wakeup, &pods);
+        self.arm(sampler, wakeups, &timed.observations);
         let now = self.now();
         let decision = self.decide(sampler, &mut timed, &pods, now);
+        self.decided(&timed, figures, wakeup, label, started);
+        // Eviction requests first: the recorders, the Events and the wait for cleanup follow, so
+        // neither their work nor an API round trip of theirs delays an eviction.
+        let (end, answered) = self.send_evictions(&decision, wakeup, label, now).await;
+        self.refresh_pod_figures(sampler, &mut timed.observations, figures, &wakeup, now);
+        let report = CycleReport {
+            now,
+            pods,
+            observations: timed.observations,
+            decision,
+            answered,
+            pod_figures: self.pod_figures.clone(),
+            end,
+        };
+        super::disk_reclaim::note_evictions(
+            &mut self.pending_reclaim,
+            &report.decision,
+            &report.answered,
+            &report.observations,
+            now,
+        );
+        let outputs = Outputs {
+            config: &self.config,
+            metrics: &self.metrics,
+            actuator: &self.actuator,
+            health: &self.health,
+        };
+        self.recorders.record(&report, outputs).await;
+        self.after_evictions(sampler, &report).await;
+        if report.decision.evict.is_empty() {
+            self.enforce_storage_limits(sampler, report.observations.filesystem)
+                .await;
+        }
+        report
+    }
+
+    /// The decision's latency, observed and logged.
+    fn decided(
+        &self,
+        timed: &TimedObservations<Wakeup>,
+        figures: Option<RankFigures>,
+        wakeup: Wakeup,
+        label: &'static str,
+        started: std::time::Instant,
+    ) {
         let decided = wakeup.at.elapsed();
         self.metrics
             .wakeup_to_decision_seconds
@@ -243,15 +290,22 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             },
             "decision"
         );
-        // Eviction requests first: the metrics and the live view of this cycle, the node
-        // conditions, the Events and the wait for cleanup follow, so neither their work nor an
-        // API round trip of theirs delays an eviction (the kubelet too updates the node status
-        // apart from its eviction loop).
-        let (end, answered) = self.send_evictions(&decision, wakeup, label, now).await;
+    }
+
+    /// After the requests, the pass that reads every pod when the next ranking, the metrics or
+    /// the flight record needs fresh figures.
+    fn refresh_pod_figures<N: NodeView>(
+        &mut self,
+        sampler: &mut N,
+        observations: &mut Observations,
+        figures: Option<RankFigures>,
+        wakeup: &Wakeup,
+        now: Timestamp,
+    ) {
         match figures {
             // The ranking used an earlier pass's pod figures: the pass that refreshes them comes
             // now, after the requests, for the next ranking, the metrics and the live view.
-            Some(RankFigures::Earlier { .. }) => self.read_pods(sampler, &mut timed.observations),
+            Some(RankFigures::Earlier { .. }) => self.read_pods(sampler, observations),
             // No ranking now, but a threshold is near: read the pods for the crossing's ranking;
             // or an OOM kill woke the pass: read them for its flight record.
             None if refresh_due(
@@ -261,56 +315,19 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                 NEAR_REFRESH,
             ) || read_pods_for(&wakeup.source) =>
             {
-                self.read_pods(sampler, &mut timed.observations);
+                self.read_pods(sampler, observations);
             }
             _ => {}
         }
-        super::cycle_metrics::record(
-            &self.metrics,
-            &self.config.thresholds,
-            &timed.observations,
-            &decision,
-        );
-        self.live
-            .record_cycle(&self.config, &timed.observations, &decision);
-        self.record_flight(&pods, &timed.observations, &decision, now);
-        super::disk_reclaim::note_evictions(
-            &mut self.pending_reclaim,
-            &decision,
-            &answered,
-            &timed.observations,
-            now,
-        );
-        self.published
-            .publish(
-                &decision,
-                &self.actuator,
-                &self.health,
-                &self.metrics,
-                &self.config.node_monitor,
-            )
-            .await;
-        self.health.progress();
-        // After the evictions: the kubelet's file is read at most once a minute, never ahead of
-        // an eviction request.
-        if let Some(k) = &mut self.kubelet {
-            k.check(
-                Instant::now(),
-                &self.config.thresholds,
-                &timed.observations.signals,
-                &self.metrics,
-            );
-        }
-        let kubelet = self.kubelet.as_ref().map_or(
-            node_monitor_core::guarantees::KubeletConfig::Off,
-            super::kubelet_config::KubeletThresholds::fact,
-        );
-        self.live.guarantees.set_kubelet_config(kubelet);
-        for (req, outcome) in &answered {
+    }
+
+    /// The evictions' Events, then the wait for each evicted pod's cleanup.
+    async fn after_evictions<N: NodeView>(&mut self, sampler: &mut N, report: &CycleReport) {
+        for (req, outcome) in &report.answered {
             self.actuator.record_eviction_events(req, outcome).await;
             self.health.progress();
         }
-        for (req, outcome) in &answered {
+        for (req, outcome) in &report.answered {
             if outcome.took_effect() {
                 super::cleanup::wait_for_cleanup(
                     sampler,
@@ -322,24 +339,17 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                 .await;
             }
         }
-        if decision.evict.is_empty() {
-            self.enforce_storage_limits(sampler, timed.observations.filesystem)
-                .await;
-        }
-        end
     }
 
     /// The signals first (tens of µs whatever the pod count); per-pod usage only when a
     /// threshold is met or a condition still holds, since ranking is the only thing that needs
     /// it: from the last pass that read the pods if it is recent enough, from a pass made now
     /// otherwise (while a threshold is near, the cycle reads them after its decision, so that
-    /// they are recent at the crossing). Then the memcg thresholds are re-armed at the fresh
-    /// readings.
+    /// they are recent at the crossing). The arming stage follows ([`Self::arm`]).
     /// Returns where the ranking's pod figures come from (`None`: no ranking needed).
-    fn observe<N: NodeView, A: Arming>(
+    fn observe<N: NodeView>(
         &mut self,
         sampler: &mut N,
-        wakeups: &mut A,
         wakeup: Wakeup,
         pods: &[PodInfo],
     ) -> (TimedObservations<Wakeup>, Option<RankFigures>) {
@@ -363,7 +373,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             let figures = rank_figures(taken, now, RANK_MAX_AGE, cover);
             match (figures, &self.pod_figures) {
                 (RankFigures::Earlier { .. }, Some((_, pods))) => {
-                    timed.observations.pods = pods.clone();
+                    timed.observations.pods = pods.as_ref().clone();
                 }
                 _ => self.read_pods(sampler, &mut timed.observations),
             }
@@ -377,8 +387,6 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         } else {
             None
         };
-        self.rearm(sampler, wakeups);
-        self.arm_mem_push(&timed.observations);
         (timed, figures)
     }
 
@@ -386,7 +394,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
     /// figures.
     fn read_pods<N: NodeView>(&mut self, sampler: &mut N, out: &mut Observations) {
         sampler.sample_into(SampleKind::Fast, out);
-        self.pod_figures = Some((self.now(), out.pods.clone()));
+        self.pod_figures = Some((self.now(), Arc::new(out.pods.clone())));
     }
 
     /// The `containerfs.*` thresholds for the filesystems the sampler found (the kubelet's
@@ -502,7 +510,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             if !report {
                 continue;
             }
-            self.live
+            self.recorders
+                .live
                 .record_eviction(EvictionRecord::answered(&req, &outcome));
             let reaction = self.take_answer(&req, &outcome, reaction_time);
             if reaction.next_candidate_now {

@@ -4,55 +4,42 @@
 //! pods ([`read_pods_for`]), so a record shows the pods' working sets around a kill even on a
 //! calm node, where no other pass reads them; the killed pod is kept in the samples whatever its
 //! rank.
-use node_monitor_core::{
-    clock::Timestamp, eviction::Decision, pod::PodInfo, signals::Observations,
-};
+use node_monitor_core::threshold::Threshold;
 
-use super::{
-    cycle::Loop,
-    ports::{ClusterWrites, PodSource},
-};
+use super::report::CycleReport;
+use crate::{live::LiveView, metrics::Metrics};
 
-impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
-    /// Records the pass in the flight recorder.
-    pub(super) fn record_flight(
-        &self,
-        pods: &[PodInfo],
-        observations: &Observations,
-        decision: &Decision,
-        now: Timestamp,
-    ) {
-        let psi = self
-            .live
-            .psi_path()
-            .and_then(|p| crate::flight::read_psi(&p));
-        let figures = self.pod_figures.as_ref().map(|(t, f)| {
-            let age = now.saturating_since(*t).as_millis();
-            (u64::try_from(age).unwrap_or(u64::MAX), f)
-        });
-        let at_ms = crate::live::unix_ms();
-        let sample = crate::flight::sample_of(
-            at_ms,
-            &self.config.thresholds,
-            observations,
-            decision,
-            pods,
-            figures,
-            psi,
-        );
-        // Read in this pass: every pod's figure is offered, for the pod of an OOM kill recorded
-        // before or after this sample.
-        let read_now = figures
-            .filter(|(age, _)| *age == 0)
-            .map(|(_, f)| crate::flight::named_figures(pods, f));
-        let (records, bytes) = self.live.flight_sample_with_pods(sample, read_now);
-        self.metrics
-            .flight_records
-            .set(i64::try_from(records).unwrap_or(i64::MAX));
-        self.metrics
-            .flight_recorder_bytes
-            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
-    }
+/// Records the pass of `report` in the flight recorder of `live`, and its gauges.
+pub(super) fn record(
+    live: &LiveView,
+    metrics: &Metrics,
+    thresholds: &[Threshold],
+    report: &CycleReport,
+) {
+    let psi = live.psi_path().and_then(|p| crate::flight::read_psi(&p));
+    let figures = report.figures_by_age();
+    let at_ms = crate::live::unix_ms();
+    let sample = crate::flight::sample_of(
+        at_ms,
+        thresholds,
+        &report.observations,
+        &report.decision,
+        &report.pods,
+        figures,
+        psi,
+    );
+    // Read in this pass: every pod's figure is offered, for the pod of an OOM kill recorded
+    // before or after this sample.
+    let read_now = figures
+        .filter(|(age, _)| *age == 0)
+        .map(|(_, f)| crate::flight::named_figures(&report.pods, f));
+    let (records, bytes) = live.flight_sample_with_pods(sample, read_now);
+    metrics
+        .flight_records
+        .set(i64::try_from(records).unwrap_or(i64::MAX));
+    metrics
+        .flight_recorder_bytes
+        .set(i64::try_from(bytes).unwrap_or(i64::MAX));
 }
 
 /// The PSI file the recorder reads: the one the PSI wake-up source watches on this host.
@@ -67,11 +54,7 @@ pub(super) fn psi_path(layout: &crate::sampler::Layout) -> Option<std::path::Pat
 /// run are restored into `live`, and each record is written there when it freezes and when its
 /// tail ends. An empty `stateDir`, a directory that cannot be created or a thread that cannot
 /// start leave the records in memory only (logged; never fatal).
-pub(super) fn persist_flight(
-    live: &crate::live::LiveView,
-    state_dir: &str,
-    metrics: &crate::metrics::Metrics,
-) {
+pub(super) fn persist_flight(live: &LiveView, state_dir: &str, metrics: &Metrics) {
     use crate::flight::store;
     let store = match store::open(state_dir) {
         None => {
@@ -105,9 +88,7 @@ const FLIGHT_FLUSH_BOUND: std::time::Duration = std::time::Duration::from_secs(3
 
 /// At a stop, beside the other stop work: the flight records, an open tail included, written
 /// to the state directory within [`FLIGHT_FLUSH_BOUND`].
-pub(super) fn flush_on_stop(
-    live: std::sync::Arc<crate::live::LiveView>,
-) -> tokio::task::JoinHandle<()> {
+pub(super) fn flush_on_stop(live: std::sync::Arc<LiveView>) -> tokio::task::JoinHandle<()> {
     tokio::task::spawn_blocking(move || {
         if live.flush_flight(FLIGHT_FLUSH_BOUND) == Some(false) {
             tracing::warn!(bound = ?FLIGHT_FLUSH_BOUND,

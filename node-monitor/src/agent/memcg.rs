@@ -1,80 +1,25 @@
-//! Which cgroup v1 memcg thresholds to arm after a pass, like the kubelet's
-//! `memoryThresholdNotifier`s: one per `memory.available` threshold on the node cgroup, one per
-//! `allocatableMemory.available` threshold on the kubepods cgroup (capacity = allocatable). Each
-//! threshold has a second level where its near band begins, the edge at which adaptive sampling
-//! takes over and the pods are read ahead of the crossing.
+//! Arms the cgroup v1 memcg thresholds the core's arming policy picks
+//! ([`node_monitor_core::arming`]) at the sampler's last readings.
 
-use node_monitor_core::{signals::Signal, threshold::Threshold};
+use node_monitor_core::{
+    arming::{CgroupMemory, memcg_arming},
+    threshold::Threshold,
+};
 
 use crate::{
     sampler::MemoryReading,
     wakeup::{MemcgTarget, Wakeups},
 };
 
-/// The thresholds to arm on one cgroup: levels on `available` in bytes, with the capacity of
-/// that cgroup from the last pass and the page cache its working set left out
-/// ([`MemoryReading::file_outside_working_set`]: `inactive_file`, plus the reclaimable active
-/// file pages with `memoryWorkingSet: reclaimable`), so the level on `memory.usage_in_bytes`
-/// follows the same formula as the signal.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemcgArming {
-    pub target: MemcgTarget,
-    pub levels: Vec<u64>,
-    pub capacity: u64,
-    pub file_outside_working_set: u64,
+/// What the arming policy needs of a reading.
+pub fn cgroup_memory(m: MemoryReading) -> CgroupMemory {
+    CgroupMemory {
+        capacity: m.capacity,
+        file_outside_working_set: m.file_outside_working_set(),
+    }
 }
 
-/// What to arm given the configured thresholds and the last readings of the node and kubepods
-/// memory. A target without a reading (not read yet, no allocatable) or without a threshold of
-/// its signal is left as it is.
-pub fn memcg_arming(
-    thresholds: &[Threshold],
-    node: Option<MemoryReading>,
-    kubepods: Option<MemoryReading>,
-) -> Vec<MemcgArming> {
-    [
-        (MemcgTarget::Node, Signal::MemoryAvailable, node),
-        (
-            MemcgTarget::Allocatable,
-            Signal::AllocatableMemoryAvailable,
-            kubepods,
-        ),
-    ]
-    .into_iter()
-    .filter_map(|(target, signal, reading)| {
-        let m = reading?;
-        let capacity = i64::try_from(m.capacity).unwrap_or(i64::MAX);
-        let mut levels: Vec<u64> = thresholds
-            .iter()
-            .filter(|t| t.signal == signal)
-            .filter_map(|t| u64::try_from(t.quantity(capacity).value()).ok())
-            .flat_map(|level| [Some(level), approach_level(level, m.capacity)])
-            .flatten()
-            .collect();
-        levels.sort_unstable();
-        levels.dedup();
-        (!levels.is_empty()).then_some(MemcgArming {
-            target,
-            levels,
-            capacity: m.capacity,
-            file_outside_working_set: m.file_outside_working_set(),
-        })
-    })
-    .collect()
-}
-
-/// The level at which `available` enters a threshold's near band (see
-/// [`node_monitor_core::headroom::near_band`]): crossing it wakes the agent, whose adaptive
-/// sampling then looks every `fastSamplingInterval` and reads the pods ahead of the crossing
-/// ([`node_monitor_core::pod_figures`]). `None` when the band reaches the capacity.
-fn approach_level(level: u64, capacity: u64) -> Option<u64> {
-    let band = node_monitor_core::headroom::near_band(i128::from(level), i128::from(capacity));
-    u64::try_from(i128::from(level) + band)
-        .ok()
-        .filter(|l| *l < capacity)
-}
-
-/// Arms (or re-arms at the fresh page-cache figures) the memcg thresholds [`memcg_arming`] picks,
+/// Arms (or re-arms at the fresh page-cache figures) the memcg thresholds `memcg_arming` picks,
 /// as the kubelet does on each synchronize. The agent calls it after every pass with the
 /// sampler's last readings (`Sampler::last_node_memory`, `Sampler::last_kubepods_memory`).
 pub fn rearm(
@@ -83,7 +28,11 @@ pub fn rearm(
     node: Option<MemoryReading>,
     kubepods: Option<MemoryReading>,
 ) {
-    for a in memcg_arming(thresholds, node, kubepods) {
+    for a in memcg_arming(
+        thresholds,
+        node.map(cgroup_memory),
+        kubepods.map(cgroup_memory),
+    ) {
         match a.target {
             MemcgTarget::Node => {
                 wakeups.arm_memory_thresholds(&a.levels, a.capacity, a.file_outside_working_set);
@@ -105,6 +54,7 @@ mod tests {
 
     use node_monitor_core::{
         quantity::{Format, Quantity},
+        signals::Signal,
         threshold::{Operator, ThresholdSource, ThresholdValue},
     };
 
@@ -127,72 +77,6 @@ mod tests {
         }
     }
 
-    fn reading(capacity: u64, inactive_file: u64) -> MemoryReading {
-        MemoryReading {
-            capacity,
-            usage: capacity / 2,
-            inactive_file,
-            reclaimable_active_file: 0,
-            working_set: capacity / 2 - inactive_file,
-        }
-    }
-
-    #[test]
-    fn node_and_allocatable_thresholds_are_armed_on_their_cgroups() {
-        let thresholds = [
-            threshold(
-                Signal::MemoryAvailable,
-                100 * MIB,
-                ThresholdSource::EvictionHard,
-            ),
-            threshold(
-                Signal::MemoryAvailable,
-                300 * MIB,
-                ThresholdSource::EvictionSoft,
-            ),
-            threshold(
-                Signal::AllocatableMemoryAvailable,
-                100 * MIB,
-                ThresholdSource::Allocatable,
-            ),
-            threshold(
-                Signal::NodeFsAvailable,
-                100 * MIB,
-                ThresholdSource::EvictionHard,
-            ),
-        ];
-        let node = reading(4096 * MIB, 50 * MIB);
-        let kubepods = reading(3000 * MIB, 20 * MIB);
-        assert_eq!(
-            memcg_arming(&thresholds, Some(node), Some(kubepods)),
-            vec![
-                MemcgArming {
-                    target: MemcgTarget::Node,
-                    // 100 and 300 MiB, and where their near bands (a tenth of the capacity,
-                    // 409.6 MiB, larger than either threshold) begin.
-                    levels: vec![
-                        100 * MIB,
-                        300 * MIB,
-                        100 * MIB + 4096 * MIB / 10,
-                        300 * MIB + 4096 * MIB / 10
-                    ],
-                    capacity: 4096 * MIB,
-                    file_outside_working_set: 50 * MIB,
-                },
-                MemcgArming {
-                    target: MemcgTarget::Allocatable,
-                    // 100 MiB, and 300 MiB (a tenth of 3000 MiB) above it.
-                    levels: vec![100 * MIB, 400 * MIB],
-                    capacity: 3000 * MIB,
-                    file_outside_working_set: 20 * MIB,
-                },
-            ]
-        );
-    }
-
-    /// With `memoryWorkingSet: reclaimable` the sampler leaves reclaimable active page cache
-    /// out of the working set; the armed usage level must sit that much higher, or the kernel
-    /// notifies while the signal is still far above its threshold.
     #[test]
     fn the_armed_level_follows_the_working_set_formula() {
         use node_monitor_core::signals::{
@@ -227,7 +111,7 @@ mod tests {
                 reclaimable_active_file: file_outside_working_set(mode, &m) - m.inactive_file,
                 working_set: ws,
             };
-            let arming = memcg_arming(&t, Some(reading), None);
+            let arming = memcg_arming(&t, Some(cgroup_memory(reading)), None);
             assert_eq!(arming[0].file_outside_working_set, outside, "{mode:?}");
             // The kernel fires when usage reaches the level; at that usage (page cache
             // unchanged) the signal sits exactly at the threshold.
@@ -235,56 +119,5 @@ mod tests {
             let ws_at_level = memory_working_set(mode, &MemoryStatFigures { usage: level, ..m });
             assert_eq!(capacity - ws_at_level, 100 * MIB, "{mode:?}");
         }
-    }
-
-    #[test]
-    fn percentages_resolve_against_each_cgroups_capacity() {
-        let mut t = threshold(
-            Signal::AllocatableMemoryAvailable,
-            0,
-            ThresholdSource::Allocatable,
-        );
-        t.value = ThresholdValue::Percentage {
-            fraction: 0.1,
-            percent: 10.0,
-        };
-        let arming = memcg_arming(&[t], None, Some(reading(1000 * MIB, 0)));
-        assert_eq!(arming.len(), 1);
-        assert_eq!(arming[0].target, MemcgTarget::Allocatable);
-        // 10 % of 1000 MiB, with the kubelet's float32 rounding.
-        let level = arming[0].levels[0];
-        assert!(level.abs_diff(100 * MIB) < MIB, "{level}");
-    }
-
-    #[test]
-    fn a_near_band_that_reaches_the_capacity_arms_no_approach_level() {
-        // 600 MiB of 1000: its band (600 MiB, the threshold itself) would end above the capacity.
-        let t = [threshold(
-            Signal::MemoryAvailable,
-            600 * MIB,
-            ThresholdSource::EvictionHard,
-        )];
-        let arming = memcg_arming(&t, Some(reading(1000 * MIB, 0)), None);
-        assert_eq!(arming[0].levels, [600 * MIB]);
-    }
-
-    #[test]
-    fn a_target_without_reading_or_threshold_is_left_alone() {
-        let node_only = [threshold(
-            Signal::MemoryAvailable,
-            100 * MIB,
-            ThresholdSource::EvictionHard,
-        )];
-        let kubepods = Some(reading(3000 * MIB, 0));
-        // No allocatable threshold: nothing on kubepods.
-        let arming = memcg_arming(&node_only, None, kubepods);
-        assert!(arming.is_empty(), "{arming:?}");
-        // An allocatable threshold but no kubepods reading (no allocatable known).
-        let alloc = [threshold(
-            Signal::AllocatableMemoryAvailable,
-            100 * MIB,
-            ThresholdSource::Allocatable,
-        )];
-        assert!(memcg_arming(&alloc, Some(reading(4096 * MIB, 0)), None).is_empty());
     }
 }

@@ -18,8 +18,11 @@ mod kubelet_config;
 mod kubelet_source;
 mod mem_push;
 pub mod memcg;
+mod node_api;
 pub mod ports;
 pub mod protect;
+mod recorders;
+mod report;
 pub mod sources;
 mod start;
 
@@ -37,10 +40,7 @@ use crate::{
         self as kube_adapter,
         actuator::{Actuator, ActuatorConfig},
     },
-    http::{
-        self, Health, NodeApi,
-        auth::{AuthSlot, Authorizer, KubeReviews},
-    },
+    http::Health,
     live::LiveView,
     metrics::Metrics,
     wakeup::{WakeSource, Wakeup},
@@ -215,7 +215,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
     // Metrics and health first, so a stuck start-up is visible.
-    let (http_task, live, auth) = start_http(args, &config, &metrics, &health, &stop_rx);
+    let (http_task, live, auth) = node_api::start_http(args, &config, &metrics, &health, &stop_rx);
     flight::persist_flight(&live, &config.node_monitor.state_dir, &metrics);
 
     let api_timeout = config.node_monitor.api_timeout;
@@ -223,7 +223,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     let (fast_gasp, fast_gasp_shared) = fast_gasp(args, &shutdown_config, &kube_config, &metrics);
     let clients = kube_adapter::clients(kube_config, api_timeout)?;
     let client = clients.api.clone();
-    set_authorizer(&auth, &client, args);
+    node_api::set_authorizer(&auth, &client, args);
     let (store, reflector_task) = start_pod_reflector(&clients, &args.node_name, &health, &metrics);
     let liveness_task = start_liveness_lease(args, &config, &client, &stop_rx, &metrics);
 
@@ -302,25 +302,10 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     let _ = stop_tx.send(true);
     reflector_task.abort();
     liveness_task.abort();
-    let flight = flight::flush_on_stop(agent.live.clone());
+    let flight = flight::flush_on_stop(agent.recorders.live.clone());
     stop_cleanly(&agent.actuator, http_task, shutdown_task, flight).await;
     info!("stopped");
     Ok(std::process::ExitCode::SUCCESS)
-}
-
-/// The node API's authorizer: TokenReview and SubjectAccessReview through `client`.
-fn set_authorizer(auth: &AuthSlot, client: &kube::Client, args: &Args) {
-    auth.set(Arc::new(Authorizer::new(
-        Arc::new(KubeReviews::new(
-            client.clone(),
-            args.api_token_audience
-                .iter()
-                .filter(|a| !a.is_empty())
-                .cloned()
-                .collect(),
-        )),
-        args.node_name.clone(),
-    )));
 }
 
 /// The memory push's batch sizing for this node: its page size and online CPUs.
@@ -392,33 +377,6 @@ fn decision_loop<C: ports::ClusterWrites, P: ports::PodSource>(
     )
     .with_live(live)
     .with_kubelet_config(&kubelet_config_path, &args.proc_root)
-}
-
-/// The HTTP endpoint, with the node API (which answers 503 until the API client exists to
-/// authorize its callers); the live view it shows and the slot of its authorizer.
-fn start_http(
-    args: &Args,
-    config: &config::EvictionConfig,
-    metrics: &Arc<Metrics>,
-    health: &Arc<Health>,
-    stop_rx: &tokio::sync::watch::Receiver<bool>,
-) -> (tokio::task::JoinHandle<()>, Arc<LiveView>, Arc<AuthSlot>) {
-    let live = Arc::new(LiveView::new(&args.node_name));
-    live.set_config(config);
-    let auth = Arc::new(AuthSlot::default());
-    let api = NodeApi {
-        live: live.clone(),
-        auth: auth.clone(),
-    };
-    let routes = http::router(api, health.clone());
-    let task = http::spawn(
-        args.metrics_addr,
-        metrics.clone(),
-        health.clone(),
-        routes,
-        stop_rx.clone(),
-    );
-    (task, live, auth)
 }
 
 /// The decision loop: a cycle for each wake-up, grace-period timer or adaptive-sampling timer,

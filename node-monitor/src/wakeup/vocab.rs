@@ -34,15 +34,8 @@ impl KernelWakeKind {
     }
 }
 
-/// Which memory cgroup a memcg threshold watches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MemcgTarget {
-    /// The node cgroup (`memory.available`).
-    Node,
-    /// The kubepods cgroup (`allocatableMemory.available`).
-    Allocatable,
-}
+/// Which memory cgroup a memcg threshold watches (the core's arming vocabulary).
+pub use node_monitor_core::arming::MemcgTarget;
 
 /// What woke the sampler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

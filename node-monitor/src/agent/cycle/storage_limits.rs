@@ -101,7 +101,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                     outcome: outcome.label().to_owned(),
                 })
                 .inc();
-            self.live
+            self.recorders
+                .live
                 .record_eviction(EvictionRecord::answered(&req, &outcome));
             let reaction = self.take_answer(&req, &outcome, started.elapsed());
             self.actuator.record_eviction_events(&req, &outcome).await;

@@ -453,6 +453,11 @@ impl Rig {
     }
 
     async fn cycle(&mut self) -> CycleEnd {
+        self.report().await.end
+    }
+
+    /// One housekeeping pass; its report.
+    async fn report(&mut self) -> CycleReport {
         let wakeup = Wakeup {
             source: WakeSource::Housekeeping,
             at: std::time::Instant::now(),
@@ -517,6 +522,40 @@ fn three_pods() -> Vec<(Pod, u64)> {
         (pod("burstable", 0, Some(("256Mi", "4Gi"))), GI),
         (pod("guaranteed", 0, Some(("1Gi", "1Gi"))), 900 * MI),
     ]
+}
+
+/// A cycle returns one report of what it saw, decided and did: the recorders' only input.
+#[tokio::test(start_paused = true)]
+async fn the_cycle_reports_what_it_observed_decided_and_sent() {
+    let mut rig = Rig::new(HARD_1GI, 500 * MI, &three_pods());
+    let report = rig.report().await;
+    assert_eq!(report.end, CycleEnd::Done);
+    assert_eq!(report.pods.len(), 3);
+    assert_eq!(
+        report.observations.signals[&Signal::MemoryAvailable].available,
+        500 * MI as i64
+    );
+    let evicted: Vec<&str> = report
+        .decision
+        .evict
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(evicted, ["besteffort"]);
+    let answered: Vec<(&str, &EvictOutcome)> = report
+        .answered
+        .iter()
+        .map(|(req, outcome)| (req.name.as_str(), outcome))
+        .collect();
+    assert_eq!(answered, [("besteffort", &EvictOutcome::Evicted)]);
+    // The ranking read the pods in this pass: the report holds their figures, age 0.
+    let (age, figures) = report.figures_by_age().expect("pod figures");
+    assert_eq!(age, 0);
+    assert_eq!(figures.len(), 3);
+    // Calm, the next pass decides nothing, sends nothing, and reads no pod.
+    rig.set_available(4 * GI);
+    let calm = rig.report().await;
+    assert!(calm.decision.evict.is_empty() && calm.answered.is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -1169,7 +1208,7 @@ async fn an_oom_kill_wake_up_reads_the_pods_for_its_flight_record() {
         .cycle(&mut rig.node, &mut rig.arming, wakeup, "kernel_oom_kill")
         .await;
     assert_eq!(take_log(&rig), ["read pods"]);
-    rig.agent.live.flight_event(FlightEvent {
+    rig.agent.recorders.live.flight_event(FlightEvent {
         at_ms: crate::live::unix_ms() + 1,
         kind: EventKind::OomKill {
             pod: "default/guaranteed".into(),
@@ -1178,7 +1217,7 @@ async fn an_oom_kill_wake_up_reads_the_pods_for_its_flight_record() {
             global: Some(false),
         },
     });
-    let v = rig.agent.live.flight();
+    let v = rig.agent.recorders.live.flight();
     let pods: Vec<(String, u64)> = v["records"][0]["samples"]
         .as_array()
         .expect("samples")
@@ -1246,7 +1285,7 @@ async fn a_pod_over_its_empty_dir_size_limit_is_evicted_without_pressure_once_pe
         }),
         "{writes:?}"
     );
-    let status = rig.agent.live.status(true, "", &[]);
+    let status = rig.agent.recorders.live.status(true, "", &[]);
     assert_eq!(
         status["recent_evictions"][0]["message"],
         "Usage of EmptyDir volume \"cache\" exceeds the limit \"64Mi\". ",
