@@ -4,7 +4,7 @@
 //! `node-monitor-rules.yaml` is the template rendered with the shipped thresholds (a test checks
 //! they agree); `cargo xtask alerts --thresholds <file> --out <file>` renders a site's own.
 //!
-//! Standard library only: the test suite includes this file as it is (`tests/tests/alerts.rs`).
+//! Standard library only: the test suite includes this file as it is (`tests/tests/deploy/alerts.rs`).
 
 /// The first lines of a rendered rules file.
 pub const GENERATED_HEADER: &str = "\

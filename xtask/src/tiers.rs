@@ -43,30 +43,34 @@ pub enum Tier {
 }
 
 impl Tier {
-    /// The integration test targets of the tier (`--test NAME`), in the `node-monitor-tests`
-    /// crate; empty for the tiers that are not integration tests.
-    fn tests(self) -> &'static [&'static str] {
+    /// The tier's integration test binary (`--test NAME`, `tests/tests/NAME/main.rs` in the
+    /// `node-monitor-tests` crate); `None` for the tiers that are not integration tests.
+    fn binary(self) -> Option<&'static str> {
         match self {
-            Tier::Lint | Tier::Unit => &[],
-            Tier::Kernel => &[
-                "kernel_ebpf",
-                "kernel_sampler",
-                "kernel_reboot",
-                "trace_cli",
-            ],
-            Tier::ControlPlane => &["control_plane", "eviction_api", "node_release", "remediate"],
-            Tier::Deploy => &[
-                "deploy_manifests",
-                "deploy_rbac",
-                "deploy_monitoring",
-                "deploy_helm",
-                "alerts",
-                "dashboard",
-            ],
-            Tier::E2e => &["e2e", "kubectl_plugin"],
-            Tier::Vm => &["vm_guest", "vm_shutdown", "vm_cgroup2", "vm_kernels"],
-            Tier::RealNode => &["real_node", "real_node_shutdown"],
-            Tier::Skew => SKEW_TESTS,
+            Tier::Lint | Tier::Unit => None,
+            Tier::Kernel => Some("kernel"),
+            Tier::ControlPlane | Tier::Skew => Some("control_plane"),
+            Tier::Deploy => Some("deploy"),
+            Tier::E2e => Some("e2e"),
+            Tier::Vm => Some("vm"),
+            Tier::RealNode => Some("real_node"),
+        }
+    }
+
+    /// The integration test binaries of the tier: its own, and for the skew tier the binaries
+    /// that hold [`SKEW_TESTS`].
+    fn binaries(self) -> Vec<&'static str> {
+        match self {
+            Tier::Skew => vec!["control_plane", "deploy"],
+            t => t.binary().into_iter().collect(),
+        }
+    }
+
+    /// The filters of the tier's run: the skew tier runs only [`SKEW_TESTS`]' modules.
+    fn filters(self) -> Vec<String> {
+        match self {
+            Tier::Skew => SKEW_TESTS.iter().map(|m| format!("{m}::")).collect(),
+            _ => Vec::new(),
         }
     }
 
@@ -78,6 +82,7 @@ impl Tier {
 /// What the version-skew tier runs against the oldest supported API server
 /// ([`gobuild::SKEW_K8S_VERSION`]): the agent's API calls (evictions, conditions, taints,
 /// Events, Leases), the manifests applied server-side with their RBAC and admission policies.
+/// Modules of the control-plane and deploy binaries.
 const SKEW_TESTS: &[&str] = &["control_plane", "eviction_api", "deploy_rbac"];
 
 /// `cargo xtask test [TIER...]`.
@@ -183,10 +188,10 @@ fn integration_tests(tier: Tier) -> Command {
     };
     cmd.env("KUBEBUILDER_ASSETS", assets)
         .args(["test", "--locked", "-p", "node-monitor-tests"]);
-    for t in tier.tests() {
+    for t in tier.binaries() {
         cmd.args(["--test", t]);
     }
-    cmd.args(["--", "--test-threads=1"]);
+    cmd.args(["--", "--test-threads=1"]).args(tier.filters());
     cmd
 }
 
@@ -443,32 +448,42 @@ fn with_assets(dir: &Path, bin: &str) -> Command {
 mod tests {
     use super::*;
 
-    /// Every integration test file belongs to exactly one tier, so `cargo xtask test TIER` runs
-    /// them all between the tiers.
+    /// Every integration test binary is one tier's, and every tier of integration tests has
+    /// one, so `cargo xtask test TIER` runs all of them between the tiers; the skew tier's
+    /// modules are in the binaries it runs.
     #[test]
-    fn every_integration_test_has_one_tier() {
+    fn every_integration_test_binary_is_one_tiers() {
         let dir = workspace_root().join("tests/tests");
-        let mut files: Vec<String> = std::fs::read_dir(&dir)
+        let mut binaries: Vec<String> = std::fs::read_dir(&dir)
             .expect("tests/tests")
             .filter_map(|e| {
-                let name = e.ok()?.file_name().into_string().ok()?;
-                name.strip_suffix(".rs").map(str::to_owned)
+                let e = e.ok()?;
+                e.path()
+                    .join("main.rs")
+                    .is_file()
+                    .then(|| e.file_name().into_string().ok())?
             })
             .collect();
-        files.sort();
-        // The skew tier runs again tests that belong to another tier.
-        let mut assigned: Vec<String> = Tier::value_variants()
+        binaries.sort();
+        let mut tiers: Vec<String> = Tier::value_variants()
             .iter()
             .filter(|t| **t != Tier::Skew)
-            .flat_map(|t| t.tests().iter().map(|s| (*s).to_owned()))
+            .filter_map(|t| t.binary().map(str::to_owned))
             .collect();
-        assigned.sort();
-        assert_eq!(files, assigned);
+        tiers.sort();
+        assert_eq!(binaries, tiers);
+        let loose: Vec<_> = std::fs::read_dir(&dir)
+            .expect("tests/tests")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "rs"))
+            .collect();
+        assert!(loose.is_empty(), "a test file outside a tier: {loose:?}");
         for t in SKEW_TESTS {
-            assert!(
-                assigned.iter().any(|a| a == t),
-                "the skew tier's {t} is in no other tier"
-            );
+            let found = Tier::Skew
+                .binaries()
+                .iter()
+                .any(|b| dir.join(b).join(format!("{t}.rs")).is_file());
+            assert!(found, "the skew tier's {t} is in none of its binaries");
         }
     }
 }

@@ -384,7 +384,7 @@ async fn create_workload(client: &Client, scenario: Scenario) -> Result<&'static
     }
 }
 
-/// The CSI volume of the volume scenario, as in tests/tests/remediate.rs: a PV pre-bound to the
+/// The CSI volume of the volume scenario, as in tests/tests/control_plane/remediate.rs: a PV pre-bound to the
 /// claim, both marked Bound, every node managed by the attach-detach controller. Returns the PV's
 /// name.
 async fn create_volume(client: &Client) -> Result<String> {

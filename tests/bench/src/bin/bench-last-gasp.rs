@@ -82,7 +82,7 @@ struct Args {
     no_fast_path: bool,
 }
 
-/// The guest: the stand-in and the agent (as in tests/tests/vm_shutdown.rs), then the reboot.
+/// The guest: the stand-in and the agent (as in tests/tests/vm/vm_shutdown.rs), then the reboot.
 const SCRIPT: &str = r#"log "entry started; uptime $(uptime_s)"
 for _ in $(seq 750); do [ -e /mnt/host/kubeconfig ] && break; sleep 0.2; done
 [ -e /mnt/host/kubeconfig ] || { log "no kubeconfig from the host"; systemctl poweroff -ff; }

@@ -57,7 +57,7 @@ static GLOBAL: Counting = Counting;
 
 const MIB: u64 = 1 << 20;
 
-/// An allocator process driven over stdin (see tests/tests/kernel_sampler.rs); `timed <MiB>`
+/// An allocator process driven over stdin (see tests/tests/kernel/kernel_sampler.rs); `timed <MiB>`
 /// also reports CLOCK_MONOTONIC before and after the allocation, in nanoseconds.
 const HOG: &str = r#"
 use Time::HiRes qw(clock_gettime CLOCK_MONOTONIC);

@@ -1,13 +1,13 @@
 //! The shipped PrometheusRules: the agent's groups pass `promtool check rules`, and
 //! `promtool test rules` runs cases that fire and cases that must not
-//! (deploy/prometheus/rules.test.yaml; remediate's in tests/tests/remediate.rs). The agent's rules
+//! (deploy/prometheus/rules.test.yaml; remediate's in tests/tests/control_plane/remediate.rs). The agent's rules
 //! are the template rendered with the shipped thresholds (`cargo xtask alerts`), and every alert of
 //! both products has a severity and a runbook_url that links an existing section of
 //! docs/runbook.md.
 use std::{collections::BTreeSet, path::Path, process::Command};
 
 /// The renderer `cargo xtask alerts` uses, as it is (standard library only).
-#[path = "../../xtask/src/alert_rules.rs"]
+#[path = "../../../xtask/src/alert_rules.rs"]
 mod alert_rules;
 
 /// The base every `runbook_url` starts with; the anchor follows.

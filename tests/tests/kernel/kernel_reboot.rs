@@ -5,7 +5,7 @@
 //! refuses or confines: a process without CAP_SYS_BOOT (EPERM), one in a child user namespace
 //! (EPERM), the init of a child PID namespace (the namespace ends, not the machine), root with an
 //! invalid magic number (EINVAL). No test here calls reboot(2) in a way that could reboot the
-//! host; an `allowed` verdict on a real reboot is the guest VM tier's (tests/tests/vm_shutdown.rs).
+//! host; an `allowed` verdict on a real reboot is the guest VM tier's (tests/tests/vm/vm_shutdown.rs).
 use std::{path::PathBuf, process::Command, time::Duration};
 
 use node_monitor::{

@@ -1,0 +1,6 @@
+//! The real-node tier (the guest VM with a real kubelet and containerd, under /tmp/nm-vm.lock):
+//! node-monitor installed from its own manifests. One test binary for the tier (`cargo test -p
+//! node-monitor-tests --test real_node`); each module is one concern, run alone with a filter (`--
+//! real_node::`).
+mod real_node;
+mod real_node_shutdown;
