@@ -21,6 +21,7 @@ use tracing::debug;
 use crate::live::LiveView;
 
 pub mod auth;
+pub mod review_budget;
 
 pub use node_monitor_service::http::{
     Health, POD_WATCH_UNREADY_AFTER, ServeLimits, serve, serve_on, serve_with, spawn,
@@ -69,6 +70,10 @@ fn json_response(code: StatusCode, body: &Value) -> Response {
 fn denied_response(d: &auth::Denied) -> Response {
     let code = StatusCode::from_u16(d.status()).unwrap_or(StatusCode::FORBIDDEN);
     let mut r = json_response(code, &json!({"error": d.message(), "code": d.status()}));
+    if let Some(secs) = d.retry_after_secs() {
+        r.headers_mut()
+            .insert("retry-after", axum::http::HeaderValue::from(secs));
+    }
     if code == StatusCode::UNAUTHORIZED {
         r.headers_mut().insert(
             "www-authenticate",

@@ -43,15 +43,17 @@ pub(super) fn start_http(
 
 /// The node API's authorizer: TokenReview and SubjectAccessReview through `client`.
 pub(super) fn set_authorizer(auth: &AuthSlot, client: &kube::Client, args: &Args) {
-    auth.set(Arc::new(Authorizer::new(
-        Arc::new(KubeReviews::new(
-            client.clone(),
-            args.api_token_audience
-                .iter()
-                .filter(|a| !a.is_empty())
-                .cloned()
-                .collect(),
-        )),
-        args.node_name.clone(),
-    )));
+    let audiences: Vec<String> = args
+        .api_token_audience
+        .iter()
+        .filter(|a| !a.is_empty())
+        .cloned()
+        .collect();
+    auth.set(Arc::new(
+        Authorizer::new(
+            Arc::new(KubeReviews::new(client.clone(), audiences.clone())),
+            args.node_name.clone(),
+        )
+        .expecting(audiences),
+    ));
 }

@@ -1,8 +1,10 @@
 //! Authorization of the agent's node API (`/node-monitor/v1/...`), as kube-rbac-proxy does it: the
 //! caller's bearer token is authenticated with a TokenReview, then the identity it names is
 //! authorized with a SubjectAccessReview for `get nodes/node-monitor` on this node. Positive
-//! answers are cached briefly, keyed by a SHA-256 of the token, in a bounded cache; refusals are
-//! never cached. The model is in docs/security.md.
+//! answers are cached briefly, keyed by a SHA-256 of the token, in a bounded cache, and refusals
+//! for less long; what a caller may cost the API server before that is bounded
+//! ([`super::review_budget`]: a precheck of the token's claims, a budget of reviews). The model
+//! is in docs/security.md.
 //!
 //! Through the API server's pod proxy the `Authorization` header does not arrive (the API
 //! server's authentication filter removes it once it has authenticated the caller), so the token
@@ -21,6 +23,8 @@ use k8s_openapi::api::{
 };
 use kube::{Api, api::PostParams};
 use tokio::sync::Semaphore;
+
+use super::review_budget::{REFUSAL_TTL, ReviewBudget, precheck};
 
 /// The longest token accepted (the contract).
 pub use node_monitor_core::contract::MAX_TOKEN_BYTES;
@@ -57,6 +61,8 @@ pub enum Denied {
     Unauthenticated(String),
     /// 403: the identity may not read this node's agent.
     Forbidden(String),
+    /// 429: the budget of reviews is spent; retry after the duration.
+    Throttled(Duration),
     /// 503: the agent cannot reach the API server to decide (it fails closed).
     Unavailable(String),
 }
@@ -67,6 +73,7 @@ impl Denied {
             Self::Malformed(_) => 400,
             Self::Unauthenticated(_) => 401,
             Self::Forbidden(_) => 403,
+            Self::Throttled(_) => 429,
             Self::Unavailable(_) => 503,
         }
     }
@@ -77,6 +84,15 @@ impl Denied {
             | Self::Unauthenticated(m)
             | Self::Forbidden(m)
             | Self::Unavailable(m) => m,
+            Self::Throttled(_) => "too many requests to authorize: retry later",
+        }
+    }
+
+    /// Whole seconds to wait before retrying, for `Retry-After` (at least 1).
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Self::Throttled(d) => Some(d.as_secs().max(1)),
+            _ => None,
         }
     }
 }
@@ -296,6 +312,9 @@ pub struct Authorizer {
     reviews: Arc<dyn Reviews>,
     node: String,
     cache: Mutex<AuthCache<String>>,
+    refused: Mutex<AuthCache<Denied>>,
+    budget: Mutex<ReviewBudget>,
+    audiences: Vec<String>,
     gate: Semaphore,
 }
 
@@ -305,8 +324,24 @@ impl Authorizer {
             reviews,
             node: node.into(),
             cache: Mutex::new(AuthCache::new(CACHE_ENTRIES, CACHE_TTL)),
+            refused: Mutex::new(AuthCache::new(CACHE_ENTRIES, REFUSAL_TTL)),
+            budget: Mutex::new(ReviewBudget::default()),
+            audiences: Vec::new(),
             gate: Semaphore::new(REVIEWS_AT_ONCE),
         }
+    }
+
+    /// Refuses, before any review, a token whose unverified claims do not name one of
+    /// `audiences` or have expired ([`precheck`]); empty: no precheck.
+    pub fn expecting(mut self, audiences: Vec<String>) -> Self {
+        self.audiences = audiences;
+        self
+    }
+
+    /// Spends [`ReviewBudget`]'s budget with `budget` instead (tests).
+    pub fn with_budget(mut self, budget: ReviewBudget) -> Self {
+        self.budget = Mutex::new(budget);
+        self
     }
 
     /// The caller's username when it may read this node's agent; why not otherwise.
@@ -321,12 +356,48 @@ impl Authorizer {
         {
             return Ok(user);
         }
+        if let Some(refused) = self
+            .refused
+            .lock()
+            .ok()
+            .and_then(|mut c| c.get(&key, Instant::now()))
+        {
+            return Err(refused);
+        }
+        let unix_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        if let Err(why) = precheck(&token, &self.audiences, unix_now) {
+            return Err(Denied::Unauthenticated(format!("token rejected: {why}")));
+        }
+        let spent = self
+            .budget
+            .lock()
+            .map_or(Ok(()), |mut b| b.take(Instant::now()));
+        if let Err(wait) = spent {
+            return Err(Denied::Throttled(wait));
+        }
+        let decided = self.review(&token).await;
+        if let Err(d @ (Denied::Unauthenticated(_) | Denied::Forbidden(_))) = &decided
+            && let Ok(mut c) = self.refused.lock()
+        {
+            c.insert(key, d.clone(), Instant::now());
+        }
+        let user = decided?;
+        if let Ok(mut c) = self.cache.lock() {
+            c.insert(key, user.clone(), Instant::now());
+        }
+        Ok(user)
+    }
+
+    /// The two reviews of `token`: the caller's username when it may read this node's agent.
+    async fn review(&self, token: &str) -> Result<String, Denied> {
         let _permit = self
             .gate
             .acquire()
             .await
             .map_err(|_| Denied::Unavailable("the agent is stopping".to_owned()))?;
-        let user = match self.reviews.authenticate(&token).await {
+        let user = match self.reviews.authenticate(token).await {
             Ok(Ok(user)) => user,
             Ok(Err(why)) => return Err(Denied::Unauthenticated(format!("token rejected: {why}"))),
             Err(e) => {
@@ -360,9 +431,6 @@ impl Authorizer {
                 "user {:?} cannot {VERB} resource \"{RESOURCE}/{SUBRESOURCE}\" named {:?}{why}",
                 user.username, self.node
             )));
-        }
-        if let Ok(mut c) = self.cache.lock() {
-            c.insert(key, user.username.clone(), Instant::now());
         }
         Ok(user.username)
     }

@@ -125,7 +125,7 @@ impl Reviews for FakeReviews {
 }
 
 #[tokio::test]
-async fn reviews_decide_and_only_allowed_answers_are_cached() {
+async fn reviews_decide_and_answers_are_reused() {
     let reviews = Arc::new(FakeReviews::default());
     let authorizer = Authorizer::new(reviews.clone(), "n1");
     let h = |t: &str| headers(&[(TOKEN_HEADER, t)]);
@@ -149,11 +149,14 @@ async fn reviews_decide_and_only_allowed_answers_are_cached() {
         ),
         other => panic!("{other:?}"),
     }
-    let _ = authorizer.check(&h("t-stranger")).await;
+    assert!(matches!(
+        authorizer.check(&h("t-stranger")).await,
+        Err(Denied::Forbidden(_))
+    ));
     assert_eq!(
         reviews.accesses.load(Ordering::SeqCst),
-        3,
-        "refusals are asked again"
+        2,
+        "a refusal is reused for the same token (REFUSAL_TTL), not asked again"
     );
     assert!(matches!(
         authorizer.check(&h("t-bogus")).await,
@@ -182,4 +185,61 @@ async fn an_unreachable_api_server_fails_closed() {
         !d.message().contains("connection refused"),
         "the details go to the log, not to an unauthenticated caller: {d:?}"
     );
+}
+
+/// A pod spraying junk at the node API: tokens that cannot be for the agent's audience cost no
+/// review; JWT-shaped forgeries cost at most the budget's burst, then are answered 429 with a
+/// retry time, without a review; a repeated token costs one review.
+#[tokio::test]
+async fn a_token_flood_costs_at_most_the_review_budget() {
+    use base64::Engine as _;
+    let b64 = |v: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+    let forged = |i: usize| {
+        let claims = serde_json::json!({"aud": ["node-monitor"], "exp": 4_000_000_000_i64, "i": i});
+        format!(
+            "{}.{}.{}",
+            b64(b"{}"),
+            b64(claims.to_string().as_bytes()),
+            b64(b"sig")
+        )
+    };
+    let reviews = Arc::new(FakeReviews::default());
+    let authorizer = Authorizer::new(reviews.clone(), "n1")
+        .expecting(vec!["node-monitor".to_owned()])
+        .with_budget(ReviewBudget::new(5, 1));
+    let h = |t: &str| headers(&[(TOKEN_HEADER, t)]);
+    for i in 0..200 {
+        let d = authorizer
+            .check(&h(&format!("junk-{i}")))
+            .await
+            .expect_err("junk is refused");
+        assert_eq!(d.status(), 401, "{d:?}");
+    }
+    assert_eq!(
+        reviews.tokens.load(Ordering::SeqCst),
+        0,
+        "junk costs no review"
+    );
+    let mut throttled = 0;
+    for i in 0..50 {
+        let d = authorizer.check(&h(&forged(i))).await.expect_err("forged");
+        match d.status() {
+            401 => {}
+            429 => {
+                throttled += 1;
+                assert!(d.retry_after_secs().is_some_and(|s| s >= 1), "{d:?}");
+            }
+            other => panic!("{other}: {d:?}"),
+        }
+    }
+    assert_eq!(
+        reviews.tokens.load(Ordering::SeqCst),
+        5,
+        "50 forgeries in a burst cost the budget's 5 reviews"
+    );
+    assert_eq!(throttled, 45);
+    // The first forgery again: its refusal is remembered, no review and no budget spent.
+    let again = authorizer.check(&h(&forged(0))).await.expect_err("refused");
+    assert_eq!(again.status(), 401);
+    assert_eq!(reviews.tokens.load(Ordering::SeqCst), 5);
 }
