@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use anyhow::bail;
 use k8s_openapi::api::core::v1::Pod;
+use node_monitor_core::contract::{EvictionEntry, StatusAnswer, ThresholdStatus, TraceAnswer};
 use serde_json::{Value, json};
 
 use super::AgentPod;
@@ -159,29 +160,26 @@ pub fn agent_answer(status: u16, body: &[u8]) -> anyhow::Result<Value> {
     }
 }
 
-/// The events of one agent's trace answer, each with its node.
+/// The events of one agent's trace answer (the contract's [`TraceAnswer`]), each with its
+/// node; an answer that does not read has none.
 pub fn node_events(answer: &Value, node: &str) -> Vec<Value> {
-    let node = answer
-        .get("node")
-        .and_then(Value::as_str)
-        .unwrap_or(node)
-        .to_owned();
-    answer
-        .get("events")
-        .and_then(Value::as_array)
-        .map(|events| {
-            events
-                .iter()
-                .cloned()
-                .map(|mut e| {
-                    if let Value::Object(m) = &mut e {
-                        m.insert("node".into(), json!(node));
-                    }
-                    e
-                })
-                .collect()
+    let Ok(page) = serde_json::from_value::<TraceAnswer>(answer.clone()) else {
+        return Vec::new();
+    };
+    let node = if page.node.is_empty() {
+        node.to_owned()
+    } else {
+        page.node
+    };
+    page.events
+        .into_iter()
+        .map(|mut e| {
+            if let Value::Object(m) = &mut e {
+                m.insert("node".into(), json!(node));
+            }
+            e
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 pub use node_monitor_core::flight::utc;
@@ -207,46 +205,39 @@ fn s<'a>(v: &'a Value, k: &str) -> &'a str {
     v.get(k).and_then(Value::as_str).unwrap_or("")
 }
 
+/// An agent's `status` answer read into the contract's type; an answer that does not read (not
+/// the node API's) becomes an error answer that says so.
+pub fn read_status(v: &Value) -> StatusAnswer {
+    serde_json::from_value(v.clone()).unwrap_or_else(|e| StatusAnswer {
+        node: s(v, "node").to_owned(),
+        error: Some(format!("the agent's status answer does not read: {e}")),
+        ..StatusAnswer::default()
+    })
+}
+
 /// One agent's `status` answer (or its error) as text.
-pub fn status_text(v: &Value) -> String {
+pub fn status_text(v: &StatusAnswer) -> String {
     let mut out = String::new();
-    let node = s(v, "node");
-    if let Some(e) = v.get("error").and_then(Value::as_str) {
+    let node = &v.node;
+    if let Some(e) = &v.error {
         let _ = writeln!(out, "node {node}: error: {e}");
         return out;
     }
-    let observed = v
-        .get("observed_at_ms")
-        .and_then(Value::as_u64)
-        .map_or_else(|| "never".to_owned(), utc);
-    let dry = if v.get("dry_run").and_then(Value::as_bool) == Some(true) {
-        " (dry run)"
-    } else {
-        ""
-    };
+    let observed = v.observed_at_ms.map_or_else(|| "never".to_owned(), utc);
+    let dry = if v.dry_run { " (dry run)" } else { "" };
     let _ = writeln!(
         out,
         "node {node}{dry}: {} ({}), observed {observed}",
-        if v.get("ready").and_then(Value::as_bool) == Some(true) {
-            "ready"
-        } else {
-            "not ready"
-        },
-        s(v, "readiness")
+        if v.ready { "ready" } else { "not ready" },
+        v.readiness
     );
-    thresholds_text(&mut out, v);
+    thresholds_text(&mut out, &v.thresholds);
     let conditions: Vec<String> = v
-        .get("conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+        .conditions
+        .iter()
         .map(|c| {
-            let status = if c.get("status").and_then(Value::as_bool) == Some(true) {
-                "True"
-            } else {
-                "False"
-            };
-            format!("{}={status}", s(c, "type"))
+            let status = if c.status { "True" } else { "False" };
+            format!("{}={status}", c.type_)
         })
         .collect();
     let _ = writeln!(
@@ -258,42 +249,29 @@ pub fn status_text(v: &Value) -> String {
             conditions.join(" ")
         }
     );
-    let degraded: Vec<&str> = v
-        .get("degraded")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
     let _ = writeln!(
         out,
         "  degraded: {}",
-        if degraded.is_empty() {
+        if v.degraded.is_empty() {
             "none".to_owned()
         } else {
-            degraded.join("; ")
+            v.degraded.join("; ")
         }
     );
-    evictions_text(&mut out, v);
+    evictions_text(&mut out, &v.recent_evictions);
     out
 }
 
 /// The thresholds of a `status` answer, one line each, under a header.
-fn thresholds_text(out: &mut String, v: &Value) {
+fn thresholds_text(out: &mut String, thresholds: &[ThresholdStatus]) {
     let _ = writeln!(
         *out,
         "  {:<30} {:<5} {:<8} {:>10} {:>10} {:>10}  MET",
         "THRESHOLD", "KIND", "VALUE", "AVAILABLE", "THRESHOLD", "HEADROOM"
     );
-    for t in v
-        .get("thresholds")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let signal = s(t, "signal");
-        let num = |k: &str| t.get(k).and_then(Value::as_i64);
-        let met = match t.get("met").and_then(Value::as_bool) {
+    for t in thresholds {
+        let signal = t.signal.as_str();
+        let met = match t.met {
             Some(true) => "yes",
             Some(false) => "no",
             None => "unobserved",
@@ -301,40 +279,32 @@ fn thresholds_text(out: &mut String, v: &Value) {
         let _ = writeln!(
             *out,
             "  {signal:<30} {:<5} {:<8} {:>10} {:>10} {:>10}  {met}",
-            s(t, "kind"),
-            s(t, "value"),
-            amount(signal, num("available")),
-            amount(signal, num("threshold")),
-            amount(signal, num("headroom")),
+            t.kind,
+            t.value,
+            amount(signal, t.available),
+            amount(signal, t.threshold),
+            amount(signal, t.headroom),
         );
     }
 }
 
 /// The recent evictions of a `status` answer, newest first.
-fn evictions_text(out: &mut String, v: &Value) {
-    let evictions = v
-        .get("recent_evictions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+fn evictions_text(out: &mut String, evictions: &[EvictionEntry]) {
     if evictions.is_empty() {
         let _ = writeln!(*out, "  recent evictions: none");
     } else {
         let _ = writeln!(*out, "  recent evictions (newest first):");
-        for e in &evictions {
-            let at = e
-                .get("at_ms")
-                .and_then(Value::as_u64)
-                .map_or_else(String::new, utc);
+        for e in evictions {
             let _ = writeln!(
                 *out,
-                "    {at} {}/{} {} {} {}: {}",
-                s(e, "namespace"),
-                s(e, "name"),
-                s(e, "signal"),
-                s(e, "kind"),
-                s(e, "outcome"),
-                s(e, "message")
+                "    {} {}/{} {} {} {}: {}",
+                utc(e.at_ms),
+                e.namespace,
+                e.name,
+                e.signal,
+                e.kind,
+                e.outcome,
+                e.message
             );
         }
     }

@@ -255,7 +255,7 @@ async fn status(agents: &Agents, args: &StatusArgs) -> anyhow::Result<ExitCode> 
         Output::Json => serde_json::to_string_pretty(&answers)?,
         _ => answers
             .iter()
-            .map(format::status_text)
+            .map(|a| format::status_text(&format::read_status(a)))
             .collect::<Vec<_>>()
             .join("\n"),
     };

@@ -13,6 +13,9 @@ use serde_json::{Value, json};
 
 use node_monitor_core::{
     config::EvictionConfig,
+    contract::{
+        ConditionStatus, EvictionEntry, FlightAnswer, StatusAnswer, ThresholdStatus, TraceAnswer,
+    },
     eviction::Decision,
     flight::{EventKind, FlightEvent, FlightRecord, FlightRecorder, PodPoint, Sample, WINDOW_MS},
     signals::Observations,
@@ -371,6 +374,11 @@ impl LiveView {
 
     /// The `flight` answer: the records, newest first, each with its verdict.
     pub fn flight(&self) -> Value {
+        serde_json::to_value(self.flight_answer()).unwrap_or(Value::Null)
+    }
+
+    /// The `flight` answer, typed ([`FlightAnswer`]).
+    pub fn flight_answer(&self) -> FlightAnswer {
         // Shared, not copied, and serialized after the lock is released: the loop's next
         // eviction record never waits on a reader.
         let shared = self
@@ -378,22 +386,26 @@ impl LiveView {
             .lock()
             .map(|i| i.flight.shared_records())
             .unwrap_or_default();
-        let records: Vec<Value> = shared
-            .iter()
-            .rev()
-            .map(|r| crate::flight::record_json(r, &self.node))
-            .collect();
-        json!({
-            "node": self.node,
-            "window_seconds": WINDOW_MS / 1000,
-            "tail_seconds": node_monitor_core::flight::TAIL_MS / 1000,
-            "capacity": node_monitor_core::flight::RECORDS_KEPT,
-            "records": records,
-        })
+        FlightAnswer {
+            node: self.node.clone(),
+            window_seconds: WINDOW_MS / 1000,
+            tail_seconds: node_monitor_core::flight::TAIL_MS / 1000,
+            capacity: node_monitor_core::flight::RECORDS_KEPT,
+            records: shared
+                .iter()
+                .rev()
+                .map(|r| crate::flight::record_json(r, &self.node))
+                .collect(),
+        }
     }
 
     /// The trace buffer's events from `since`, at most `limit` (capped at [`TRACE_PAGE_MAX`]).
     pub fn trace(&self, since: u64, limit: usize) -> Value {
+        serde_json::to_value(self.trace_answer(since, limit)).unwrap_or(Value::Null)
+    }
+
+    /// The `trace` answer, typed ([`TraceAnswer`]).
+    pub fn trace_answer(&self, since: u64, limit: usize) -> TraceAnswer {
         let page = self
             .inner
             .lock()
@@ -403,42 +415,60 @@ impl LiveView {
                 next: since,
                 missed: 0,
             });
-        json!({
-            "node": self.node,
-            "next": page.next,
-            "missed": page.missed,
-            "capacity": TRACE_EVENTS_KEPT,
-            "events": page.events,
-        })
+        TraceAnswer {
+            node: self.node.clone(),
+            next: page.next,
+            missed: page.missed,
+            capacity: TRACE_EVENTS_KEPT,
+            events: page.events,
+        }
     }
 
     /// The `status` answer; `ready`, `readiness` and `degraded` come from the health state.
     pub fn status(&self, ready: bool, readiness: &str, degraded: &[String]) -> Value {
+        serde_json::to_value(self.status_answer(ready, readiness, degraded)).unwrap_or(Value::Null)
+    }
+
+    /// The `status` answer, typed ([`StatusAnswer`]).
+    pub fn status_answer(&self, ready: bool, readiness: &str, degraded: &[String]) -> StatusAnswer {
         let Ok(i) = self.inner.lock() else {
-            return json!({"node": self.node, "error": "the agent's view is unavailable"});
+            return StatusAnswer {
+                node: self.node.clone(),
+                error: Some("the agent's view is unavailable".to_owned()),
+                ..StatusAnswer::default()
+            };
         };
-        let (observed_at, thresholds, conditions) = match &i.last {
+        let (observed_at_ms, thresholds, conditions) = match &i.last {
             Some(last) => (
-                json!(last.at_ms),
-                last.thresholds.iter().map(threshold_json).collect(),
-                serde_json::to_value(&last.decision.conditions).unwrap_or(Value::Null),
+                Some(last.at_ms),
+                last.thresholds.iter().map(threshold_status).collect(),
+                last.decision
+                    .conditions
+                    .iter()
+                    .map(|c| ConditionStatus {
+                        type_: c.condition.as_str().to_owned(),
+                        status: c.status,
+                        observed_now: c.observed_now,
+                        transition_remaining_seconds: c.transition_remaining_seconds,
+                    })
+                    .collect(),
             ),
-            None => (Value::Null, Vec::new(), json!([])),
+            None => (None, Vec::new(), Vec::new()),
         };
-        let evictions: Vec<Value> = i.evictions.iter().rev().map(eviction_json).collect();
-        json!({
-            "node": self.node,
-            "dry_run": i.dry_run,
-            "ready": ready,
-            "readiness": readiness,
-            "degraded": degraded,
-            "observed_at_ms": observed_at,
-            "thresholds": thresholds,
-            "conditions": conditions,
-            "recent_evictions": evictions,
-            "warnings": i.warnings,
-            "guarantees": node_monitor_core::guarantees::to_json(&self.guarantees.assessment()),
-        })
+        StatusAnswer {
+            node: self.node.clone(),
+            error: None,
+            dry_run: i.dry_run,
+            ready,
+            readiness: readiness.to_owned(),
+            degraded: degraded.to_vec(),
+            observed_at_ms,
+            thresholds,
+            conditions,
+            recent_evictions: i.evictions.iter().rev().map(eviction_entry).collect(),
+            warnings: i.warnings.clone(),
+            guarantees: node_monitor_core::guarantees::to_json(&self.guarantees.assessment()),
+        }
     }
 
     /// The `explain` answer: the last decision, worded as `node-monitor explain` words it, with
@@ -476,38 +506,34 @@ fn threshold_seen(t: &Threshold, obs: &Observations) -> ThresholdSeen {
     }
 }
 
-fn threshold_json(t: &ThresholdSeen) -> Value {
-    let mut v = json!({
-        "signal": t.signal,
-        "kind": if t.hard { "hard" } else { "soft" },
-        "value": t.value,
-        "grace_period_seconds": t.grace_period_seconds,
-        "available": null,
-        "capacity": null,
-        "threshold": null,
-        "headroom": null,
-        "met": null,
-    });
-    if let (Some((available, capacity, quantity, met)), Value::Object(m)) = (t.observed, &mut v) {
-        m.insert("available".into(), json!(available));
-        m.insert("capacity".into(), json!(capacity));
-        m.insert("threshold".into(), json!(quantity));
-        m.insert("headroom".into(), json!(available.saturating_sub(quantity)));
-        m.insert("met".into(), json!(met));
+fn threshold_status(t: &ThresholdSeen) -> ThresholdStatus {
+    let mut out = ThresholdStatus {
+        signal: t.signal.clone(),
+        kind: if t.hard { "hard" } else { "soft" }.to_owned(),
+        value: t.value.clone(),
+        grace_period_seconds: t.grace_period_seconds,
+        ..ThresholdStatus::default()
+    };
+    if let Some((available, capacity, quantity, met)) = t.observed {
+        out.available = Some(available);
+        out.capacity = Some(capacity);
+        out.threshold = Some(quantity);
+        out.headroom = Some(available.saturating_sub(quantity));
+        out.met = Some(met);
     }
-    v
+    out
 }
 
-fn eviction_json(e: &EvictionRecord) -> Value {
-    json!({
-        "at_ms": e.at_ms,
-        "namespace": e.namespace,
-        "name": e.name,
-        "signal": e.signal,
-        "kind": if e.hard { "hard" } else { "soft" },
-        "outcome": e.outcome,
-        "message": e.message,
-    })
+fn eviction_entry(e: &EvictionRecord) -> EvictionEntry {
+    EvictionEntry {
+        at_ms: e.at_ms,
+        namespace: e.namespace.clone(),
+        name: e.name.clone(),
+        signal: e.signal.clone(),
+        kind: if e.hard { "hard" } else { "soft" }.to_owned(),
+        outcome: e.outcome.clone(),
+        message: e.message.clone(),
+    }
 }
 
 pub mod guarantees;

@@ -94,7 +94,8 @@ pub fn check(root: &Path) -> Result<()> {
     for (name, src) in CRATES {
         let layers = layer_table(&doc, name)?;
         let imports = crate_imports(&root.join(src))?;
-        let found = findings_of(name, &imports, &layers);
+        let mut found = findings_of(name, &imports, &layers);
+        found.extend(unplaced(&root.join(src), &layers, &found)?);
         eprintln!(
             "layers: {name}: {} imports between modules, {} finding(s)",
             imports.len(),
@@ -284,6 +285,28 @@ pub fn findings_of(
         }
     }
     out
+}
+
+/// The top-level modules of the crate at `src` that the layer table does not place and that
+/// `found` does not name yet: also a module that imports nothing of the crate and that nothing
+/// imports.
+fn unplaced(
+    src: &Path,
+    layers: &BTreeMap<String, usize>,
+    found: &[Finding],
+) -> Result<Vec<Finding>> {
+    let (_, files) = product_files(src)?;
+    let tops: BTreeSet<&String> = files.keys().filter_map(|m| m.first()).collect();
+    Ok(tops
+        .into_iter()
+        .filter(|m| !layers.contains_key(*m))
+        .filter(|m| {
+            !found
+                .iter()
+                .any(|f| matches!(f, Finding::Unplaced { module } if module == *m))
+        })
+        .map(|m| Finding::Unplaced { module: m.clone() })
+        .collect())
 }
 
 /// The strongly connected components of more than one node (Tarjan's algorithm).

@@ -175,7 +175,7 @@ fn status_text_shows_headroom_conditions_and_evictions() {
         "recent_evictions": [{"at_ms": 0, "namespace": "d", "name": "hog", "signal": "memory.available",
                               "kind": "hard", "outcome": "evicted", "message": "low"}]
     });
-    let t = status_text(&v);
+    let t = status_text(&read_status(&v));
     assert!(t.contains("node n1: ready (ok)"), "{t}");
     assert!(t.contains("memory.available"), "{t}");
     assert!(t.contains("400.0Mi") && t.contains("100.0Mi"), "{t}");
@@ -186,8 +186,14 @@ fn status_text_shows_headroom_conditions_and_evictions() {
         "{t}"
     );
     assert_eq!(
-        status_text(&json!({"node": "n2", "error": "403"})),
+        status_text(&read_status(&json!({"node": "n2", "error": "403"}))),
         "node n2: error: 403\n"
+    );
+    // Not the node API's answer: said so, not shown as an empty status.
+    let odd = status_text(&read_status(&json!({"node": "n3", "ready": "yes"})));
+    assert!(
+        odd.starts_with("node n3: error: the agent's status answer does not read"),
+        "{odd}"
     );
 }
 

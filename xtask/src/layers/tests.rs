@@ -162,3 +162,33 @@ fn the_agents_crates_are_found_in_a_dependency_listing() {
         ["aya", "node-monitor", "node-monitor-ebpf"]
     );
 }
+
+/// A top-level module that imports nothing of its crate and that nothing imports is still a module
+/// the table must place; one in the table, a test module and the binary's `main.rs` are not
+/// findings.
+#[test]
+fn a_module_outside_every_import_is_still_placed() {
+    let dir = std::env::temp_dir().join(format!("nm-layers-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("a")).expect("mkdir");
+    for (file, text) in [
+        ("lib.rs", "pub mod a;\npub mod leaf;\n"),
+        ("main.rs", "fn main() {}\n"),
+        ("a.rs", "#[cfg(test)]\nmod tests;\n"),
+        ("a/tests.rs", "use crate::leaf;\n"),
+        ("leaf.rs", "pub const X: u8 = 1;\n"),
+    ] {
+        fs::write(dir.join(file), text).expect("write");
+    }
+    let layers = BTreeMap::from([("a".to_owned(), 0)]);
+    let found = unplaced(&dir, &layers, &[]).expect("read");
+    assert_eq!(
+        found,
+        [Finding::Unplaced {
+            module: "leaf".to_owned()
+        }]
+    );
+    let named = unplaced(&dir, &layers, &found).expect("read");
+    assert!(named.is_empty(), "named once: {named:?}");
+    let _ = fs::remove_dir_all(&dir);
+}
