@@ -264,12 +264,20 @@ pub(super) struct FileSettings {
 }
 
 impl FileSettings {
-    /// Every document in order: each replaces the fields it sets (maps whole, `nodeMonitor`
-    /// key by key).
+    /// Every document in order: each replaces the fields it sets; the signal maps and
+    /// `nodeMonitor` are merged key by key, as the kubelet merges its drop-ins (a drop-in that
+    /// sets one disk threshold keeps the memory threshold of the file before it).
     fn from_documents(documents: &[Document]) -> Self {
         fn over<T>(a: &mut Option<T>, b: Option<T>) {
             if b.is_some() {
                 *a = b;
+            }
+        }
+        fn merge(a: &mut Option<StatementMap>, b: Option<StatementMap>) {
+            match (a.as_mut(), b) {
+                (Some(a), Some(b)) => a.entries.extend(b.entries),
+                (None, b) => *a = b,
+                (Some(_), None) => {}
             }
         }
         let mut out = Self::default();
@@ -278,19 +286,19 @@ impl FileSettings {
                 m.as_ref()
                     .map(|m| statement_map(&format!("{name}: {field}"), m))
             };
-            over(
+            merge(
                 &mut out.eviction_hard,
                 map("evictionHard", &file.eviction_hard),
             );
-            over(
+            merge(
                 &mut out.eviction_soft,
                 map("evictionSoft", &file.eviction_soft),
             );
-            over(
+            merge(
                 &mut out.eviction_soft_grace_period,
                 map("evictionSoftGracePeriod", &file.eviction_soft_grace_period),
             );
-            over(
+            merge(
                 &mut out.eviction_minimum_reclaim,
                 map("evictionMinimumReclaim", &file.eviction_minimum_reclaim),
             );

@@ -510,8 +510,8 @@ pub fn load(
     load_sources(&sources, flags)
 }
 
-/// Reads config documents (later ones override earlier ones field by field; maps are replaced
-/// whole) and then the flags (which override every document).
+/// Reads config documents (later ones override earlier ones field by field; the signal maps key
+/// by key) and then the flags (which override every document, each the whole field it names).
 pub fn load_sources(
     sources: &[ConfigSource<'_>],
     flags: &EvictionOverrides,

@@ -260,6 +260,49 @@ fn later_documents_override_earlier_ones() {
     assert!(c.node_monitor.dry_run);
 }
 
+/// A drop-in that sets one threshold keeps the thresholds of the documents before it: the signal
+/// maps are merged key by key, as the kubelet merges its drop-ins; a key set again is replaced
+/// alone, an empty map changes nothing, and an error still names the document that set the value.
+#[test]
+fn drop_ins_merge_the_signal_maps_key_by_key() {
+    let base = ConfigSource {
+        name: "config.yaml",
+        text: "evictionHard:\n  memory.available: 100Mi\n  nodefs.available: 10%\nevictionSoft:\n  memory.available: 300Mi\nevictionSoftGracePeriod:\n  memory.available: 1m\n",
+    };
+    let disk = ConfigSource {
+        name: "10-disk.yaml",
+        text: "evictionHard:\n  nodefs.available: 15%\n  imagefs.available: 20%\nevictionSoft: {}\n",
+    };
+    let c = load_sources(&[base, disk], &flags()).expect("merged");
+    let mut got: Vec<String> = c
+        .thresholds
+        .iter()
+        .filter(|t| !t.signal.as_str().starts_with("containerfs"))
+        .map(|t| {
+            let kind = if t.is_hard() { "hard" } else { "soft" };
+            format!("{kind} {}<{}", t.signal, t.value)
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            // The allocatable copy of the memory threshold (enforceNodeAllocatable: pods).
+            "hard allocatableMemory.available<100Mi",
+            "hard imagefs.available<20%",
+            "hard memory.available<100Mi",
+            "hard nodefs.available<15%",
+            "soft memory.available<300Mi",
+        ]
+    );
+    let bad = ConfigSource {
+        name: "20-bad.yaml",
+        text: "evictionHard:\n  memory.available: lots\n",
+    };
+    let e = load_sources(&[base, bad], &flags()).expect_err("a bad value in a drop-in");
+    assert!(e.to_string().contains("20-bad.yaml"), "{e}");
+}
+
 #[test]
 fn allocatable_copies_follow_enforce_node_allocatable() {
     let c = load_yaml("enforceNodeAllocatable: [\"none\"]\n", &flags()).expect("none");
