@@ -51,6 +51,10 @@ pub(crate) struct PodDisk {
     pub inodes: u64,
     /// The part of `inodes` in its containers' writable layers.
     pub layer_inodes: u64,
+    /// A walk hit its budget: the figures are a lower bound, and the pod ranks as a pod without
+    /// statistics for the disk signals (first, as the kubelet ranks one), so decoy files that
+    /// use up the budget cannot hide a large file behind them.
+    pub truncated: bool,
 }
 
 /// One pod's disk in parts, for the local-storage limits: its emptyDir volumes, and per
@@ -295,7 +299,8 @@ pub(crate) fn measure(paths: &DiskPaths, pods: &[PodRef], layers: &mut LayerCach
         }
         let bytes = walks.iter().fold(0u64, |a, w| a.saturating_add(w.bytes));
         let inode_count = walks.iter().fold(0u64, |a, w| a.saturating_add(w.inodes));
-        if walks.iter().any(|w: &DiskWalk| !w.complete) {
+        let truncated = walks.iter().any(|w: &DiskWalk| !w.complete);
+        if truncated {
             report.truncated.push(uid.clone());
         }
         detail.total = bytes;
@@ -307,6 +312,7 @@ pub(crate) fn measure(paths: &DiskPaths, pods: &[PodRef], layers: &mut LayerCach
                 layers: layer_bytes.min(bytes),
                 inodes: inode_count,
                 layer_inodes: layer_inodes.min(inode_count),
+                truncated,
             },
         );
     }

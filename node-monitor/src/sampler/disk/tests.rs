@@ -72,6 +72,7 @@ fn volumes_and_logs_are_summed_and_a_budget_gives_a_lower_bound() {
         r.usage[UID_B].total
     );
     assert_eq!(r.truncated, vec![UID_B.to_owned()]);
+    assert!(r.usage[UID_B].truncated && !r.usage[UID_A].truncated);
     assert!(!r.usage.contains_key("absent"));
     // Inodes of pod A: its pod directory, volumes, the plugin directory, the volume and the
     // blob; its log directory, the container's directory and the log file.

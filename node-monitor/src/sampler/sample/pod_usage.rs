@@ -77,12 +77,16 @@ impl Sampler {
                     None
                 }
             };
+            // A truncated walk's lower bound would rank the pod by what its decoys let be
+            // counted: without figures it ranks first for the disk signals, as the kubelet ranks
+            // a pod without statistics (its local-storage limits still see the lower bound).
+            let disk = pod.disk.filter(|d| !d.truncated);
             let usage = PodUsage {
                 memory,
-                disk: pod.disk.map(|d| d.total),
-                writable_layers: pod.disk.map(|d| d.layers),
-                inodes: pod.disk.map(|d| d.inodes),
-                writable_layer_inodes: pod.disk.map(|d| d.layer_inodes),
+                disk: disk.map(|d| d.total),
+                writable_layers: disk.map(|d| d.layers),
+                inodes: disk.map(|d| d.inodes),
+                writable_layer_inodes: disk.map(|d| d.layer_inodes),
                 processes,
             };
             match out.pods.get_mut(pod.uid.as_str()) {

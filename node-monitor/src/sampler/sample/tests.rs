@@ -336,6 +336,38 @@ fn unreadable_values_are_left_out_never_guessed() {
     assert_eq!(obs(&o, Signal::PidAvailable), None);
 }
 
+/// A pod whose walk hits the budget (decoy files in front of a large one) has no disk figures
+/// for ranking, so it ranks first for the disk signals, as a pod without statistics; its memory
+/// figure stays.
+#[test]
+fn a_truncated_pod_disk_walk_leaves_the_pod_without_disk_figures() {
+    let f = Fixture::new();
+    let pod = format!("cg/kubepods/pod{UID_A}");
+    f.write(&format!("{pod}/memory.current"), "4096\n");
+    f.write(&format!("{pod}/memory.stat"), "inactive_file 0\n");
+    f.write(&format!("{pod}/pids.current"), "1\n");
+    let vol = f.root.join(format!(
+        "kubelet/pods/{UID_A}/volumes/kubernetes.io~empty-dir/data"
+    ));
+    fs::create_dir_all(&vol).expect("mkdir");
+    for i in 0..40 {
+        fs::write(vol.join(format!("decoy{i}")), b"x").expect("write");
+    }
+    fs::write(vol.join("zz-large"), vec![1u8; 1024 * 1024]).expect("write");
+    let mut cfg = f.config(CgroupVersion::V2, "/");
+    cfg.full_sample_interval = Duration::from_secs(3600);
+    cfg.pod_disk_budget = 10;
+    let mut s = Sampler::new(cfg).expect("sampler");
+    let mut o = Observations::default();
+    s.sample_into(SampleKind::Fast, &mut o);
+    s.disk.as_ref().expect("disk meter").wait_passes(1);
+    s.sample_into(SampleKind::Fast, &mut o);
+    let usage = &o.pods[UID_A];
+    assert_eq!(usage.disk, None, "{usage:?}");
+    assert_eq!(usage.inodes, None, "{usage:?}");
+    assert!(usage.memory.is_some(), "{usage:?}");
+}
+
 #[test]
 fn pod_disk_is_measured_off_the_pass_and_kept_between() {
     let f = Fixture::new();
