@@ -349,6 +349,32 @@ fn toggles_change_what_they_name() {
         )
         .is_none()
     );
+    // The hook runs on a cluster whose nodes are all tainted, never on a node that is not ready.
+    let job = find(&default, "Job", "node-monitor-cleanup").expect("cleanup job");
+    let tolerations = job.object["spec"]["template"]["spec"]["tolerations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let effects: Vec<&str> = tolerations
+        .iter()
+        .filter(|t| t["operator"] == "Exists" && t.get("key").is_none())
+        .filter_map(|t| t["effect"].as_str())
+        .collect();
+    assert_eq!(
+        effects,
+        ["NoSchedule", "PreferNoSchedule"],
+        "{tolerations:?}"
+    );
+    // A namespace the chart renders is kept on uninstall while the hook must run in it.
+    let ns = |set: &[&str]| {
+        find(&template(set), "Namespace", helm::NAMESPACE)
+            .map(|m| m.object["metadata"]["annotations"]["helm.sh/resource-policy"].clone())
+    };
+    assert_eq!(ns(&["createNamespace=true"]), Some(json!("keep")));
+    assert_eq!(
+        ns(&["createNamespace=true", "cleanup.enabled=false"]),
+        Some(Value::Null)
+    );
 }
 
 /// The schema refuses a value the chart cannot honour, naming it.
@@ -880,4 +906,101 @@ async fn the_priority_class_quota_admits_the_agent() {
     pods.create(&PostParams::default(), &pod)
         .await
         .unwrap_or_else(|e| panic!("the quota admits the agent's pod: {e}"));
+}
+
+/// A real `helm install` and `helm uninstall` against a real API server. No kubelet or Job
+/// controller runs here, so the post-delete cleanup Job never completes: uninstall deletes the
+/// release's objects, waits for the hook until its timeout and fails. That is the failure path
+/// an operator meets when the Job fails or cannot be scheduled: the hook's cluster-wide
+/// node-patch account (ServiceAccount, ClusterRole, ClusterRoleBinding) must not be left behind,
+/// the failed Job stays for its logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_uninstall_leaves_no_cleanup_account_when_its_job_fails() {
+    use k8s_openapi::api::{
+        apps::v1::DaemonSet,
+        batch::v1::Job,
+        core::v1::ServiceAccount,
+        rbac::v1::{ClusterRole, ClusterRoleBinding},
+    };
+    node_monitor_tests::cgroup::require_root("the control-plane tier");
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        controller_manager: false,
+        ..ControlPlaneOptions::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("control plane: {}", error_chain(&e)));
+    let kubeconfig = cp.kubeconfig_path().to_string_lossy().into_owned();
+    let chart = helm::chart_dir().to_string_lossy().into_owned();
+    let base = [
+        "--kubeconfig",
+        kubeconfig.as_str(),
+        "--namespace",
+        helm::NAMESPACE,
+    ];
+    let mut install = vec!["install", "node-monitor", chart.as_str()];
+    install.extend(base);
+    install.extend(["--create-namespace", "--timeout", "60s"]);
+    helm::run(&install).unwrap_or_else(|e| panic!("helm install: {}", error_chain(&e)));
+    let admin = cp.client();
+    let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), helm::NAMESPACE);
+    assert!(
+        daemonsets
+            .get_opt("node-monitor")
+            .await
+            .expect("get")
+            .is_some(),
+        "installed"
+    );
+    let mut uninstall = vec!["uninstall", "node-monitor"];
+    uninstall.extend(base);
+    uninstall.extend(["--timeout", "20s"]);
+    let failed = helm::run(&uninstall).expect_err("the hook's Job cannot complete here");
+    let shown = error_chain(&failed);
+    // helm reports the hook's wait: the Job never completes without a Job controller.
+    assert!(
+        shown.contains("timed out waiting for the condition"),
+        "{shown}"
+    );
+    // The release's objects are gone; the hook's account and roles too.
+    assert!(
+        daemonsets
+            .get_opt("node-monitor")
+            .await
+            .expect("get")
+            .is_none()
+    );
+    let gone_or_going = |deletion: Option<bool>| deletion.is_none_or(|terminating| terminating);
+    let sa = Api::<ServiceAccount>::namespaced(admin.clone(), helm::NAMESPACE)
+        .get_opt("node-monitor-cleanup")
+        .await
+        .expect("get");
+    assert!(
+        gone_or_going(sa.map(|o| o.metadata.deletion_timestamp.is_some())),
+        "the cleanup ServiceAccount was left behind"
+    );
+    let role = Api::<ClusterRole>::all(admin.clone())
+        .get_opt("node-monitor-cleanup")
+        .await
+        .expect("get");
+    assert!(
+        gone_or_going(role.map(|o| o.metadata.deletion_timestamp.is_some())),
+        "the cleanup ClusterRole (patch every node) was left behind"
+    );
+    let binding = Api::<ClusterRoleBinding>::all(admin.clone())
+        .get_opt("node-monitor-cleanup")
+        .await
+        .expect("get");
+    assert!(
+        gone_or_going(binding.map(|o| o.metadata.deletion_timestamp.is_some())),
+        "the cleanup ClusterRoleBinding was left behind"
+    );
+    // The failed Job stays for its logs.
+    assert!(
+        Api::<Job>::namespaced(admin.clone(), helm::NAMESPACE)
+            .get_opt("node-monitor-cleanup")
+            .await
+            .expect("get")
+            .is_some(),
+        "the failed Job stays for its logs"
+    );
 }
