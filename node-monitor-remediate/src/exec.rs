@@ -12,7 +12,10 @@ use tokio::{
 };
 use tracing::{info, warn};
 
-use super::methods::{MethodSpec, stdin_text};
+use super::{
+    methods::{MethodSpec, stdin_text},
+    ports::StepError,
+};
 use node_monitor_core::remediation::Step;
 
 /// Output shown from a failed method, per stream.
@@ -219,14 +222,14 @@ pub async fn run_method(node: &str, step: Step, spec: &MethodSpec) -> MethodOutc
 
 /// Runs a step's methods in order; the step succeeds when every method does and stops at the
 /// first failure (the proposal: a step is done when all its jobs succeeded).
-pub async fn run_step(node: &str, step: Step, methods: &[MethodSpec]) -> Result<(), String> {
+pub async fn run_step(node: &str, step: Step, methods: &[MethodSpec]) -> Result<(), StepError> {
     if methods.is_empty() {
-        return Err(format!("no {} methods configured", step.as_str()));
+        return Err(StepError::NoMethods(step.as_str()));
     }
     for m in methods {
         let outcome = run_method(node, step, m).await;
         if outcome != MethodOutcome::Success {
-            return Err(outcome.describe(&m.method));
+            return Err(StepError::Method(outcome.describe(&m.method)));
         }
         info!(node, step = step.as_str(), method = %m.method, "fence method succeeded");
     }
@@ -348,9 +351,13 @@ mod tests {
         let err = run_step("n1", Step::PowerManagement, &methods)
             .await
             .expect_err("b fails");
-        assert!(err.contains("failed"), "{err}");
+        assert!(err.to_string().contains("failed"), "{err}");
+        assert_eq!(err.metric_label(), "method_failed");
         assert_eq!(std::fs::read_to_string(&log).expect("log"), "a\nb\n");
-        assert!(run_step("n1", Step::Recovery, &[]).await.is_err());
+        assert_eq!(
+            run_step("n1", Step::Recovery, &[]).await,
+            Err(StepError::NoMethods("recovery"))
+        );
     }
 
     #[tokio::test]

@@ -29,7 +29,10 @@ use node_monitor_core::{
 use super::{
     WatchFreshness, exec,
     methods::{self, MethodSpec},
-    ports::{Clock, ClusterView, Events, FenceRunner, NodePods, OpRecords, PodDeletion, Taints},
+    ports::{
+        ApiError, Clock, ClusterView, Events, FenceRunner, NodePods, OpRecords, PodDeletion,
+        StepError, Taints,
+    },
     store::{OpStore, StoreError, StoredOp},
 };
 use node_monitor_service::{
@@ -89,11 +92,11 @@ impl KubePorts {
 }
 
 /// A request within [`REQUEST_TIMEOUT`]; its error as text ("no answer" when it ran out).
-async fn bounded<T>(fut: impl Future<Output = Result<T, kube::Error>>) -> Result<T, String> {
+async fn bounded<T>(fut: impl Future<Output = Result<T, kube::Error>>) -> Result<T, ApiError> {
     match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(chain(&e)),
-        Err(_) => Err("no answer".to_owned()),
+        Ok(Err(e)) => Err(ApiError::of(&e)),
+        Err(_) => Err(ApiError::Timeout(REQUEST_TIMEOUT)),
     }
 }
 
@@ -171,7 +174,7 @@ impl OpRecords for KubePorts {
 }
 
 impl Taints for KubePorts {
-    async fn set_out_of_service(&self, node: &str, present: bool) -> Result<(), String> {
+    async fn set_out_of_service(&self, node: &str, present: bool) -> Result<(), ApiError> {
         let taint = TaintSpec {
             key: OUT_OF_SERVICE_TAINT,
             value: OUT_OF_SERVICE_VALUE,
@@ -184,22 +187,20 @@ impl Taints for KubePorts {
         .await
         {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(chain(&e)),
-            Err(_) => Err(format!(
-                "the taint update got no answer within {REQUEST_TIMEOUT:?}"
-            )),
+            Ok(Err(e)) => Err(ApiError::of(&e.source)),
+            Err(_) => Err(ApiError::Timeout(REQUEST_TIMEOUT)),
         }
     }
 }
 
 impl NodePods for KubePorts {
-    async fn node_pods(&self, node: &str) -> Result<Vec<Pod>, String> {
+    async fn node_pods(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
         let pods: Api<Pod> = Api::all(self.client.clone());
         let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
         bounded(pods.list(&lp)).await.map(|l| l.items)
     }
 
-    async fn force_delete_pod(&self, pod: &Pod) -> Result<PodDeletion, String> {
+    async fn force_delete_pod(&self, pod: &Pod) -> Result<PodDeletion, ApiError> {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
         let dp = DeleteParams {
@@ -214,18 +215,18 @@ impl NodePods for KubePorts {
         match tokio::time::timeout(REQUEST_TIMEOUT, api.delete(&name, &dp)).await {
             Ok(Ok(_)) => Ok(PodDeletion::Deleted),
             Ok(Err(kube::Error::Api(s))) if s.code == 404 || s.code == 409 => Ok(PodDeletion::Gone),
-            Ok(Err(e)) => Err(chain(&e)),
-            Err(_) => Err("no answer".to_owned()),
+            Ok(Err(e)) => Err(ApiError::of(&e)),
+            Err(_) => Err(ApiError::Timeout(REQUEST_TIMEOUT)),
         }
     }
 
-    async fn node_volume_attachments(&self, node: &str) -> Result<Vec<String>, String> {
+    async fn node_volume_attachments(&self, node: &str) -> Result<Vec<String>, ApiError> {
         let vas: Api<VolumeAttachment> = Api::all(self.client.clone());
         let l = match tokio::time::timeout(REQUEST_TIMEOUT, vas.list(&ListParams::default())).await
         {
             Ok(Ok(l)) => l,
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(_) => return Err("no answer".to_owned()),
+            Ok(Err(e)) => return Err(ApiError::of(&e)),
+            Err(_) => return Err(ApiError::Timeout(REQUEST_TIMEOUT)),
         };
         Ok(l.items
             .iter()
@@ -241,10 +242,12 @@ impl FenceRunner for KubePorts {
         node: String,
         step: Step,
         mut specs: Vec<MethodSpec>,
-    ) -> impl Future<Output = Result<(), String>> + Send + 'static {
+    ) -> impl Future<Output = Result<(), StepError>> + Send + 'static {
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
         async move {
-            add_secrets(&secrets, &mut specs).await?;
+            add_secrets(&secrets, &mut specs)
+                .await
+                .map_err(StepError::Config)?;
             exec::run_step(&node, step, &specs).await
         }
     }

@@ -1,7 +1,7 @@
 //! The metrics of `node-monitor remediate` (`node_monitor_remediation_*`): its own registry,
 //! served on remediate's `/metrics`, with none of the agent's families.
 use prometheus_client::{
-    encoding::EncodeLabelSet,
+    encoding::{EncodeLabelSet, EncodeLabelValue},
     metrics::{
         counter::Counter,
         family::Family,
@@ -30,6 +30,28 @@ pub struct ZoneStateLabels {
     pub state: String,
 }
 
+/// The port whose call failed (`node_monitor_remediation_port_errors_total`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[expect(
+    non_camel_case_types,
+    reason = "the derive writes a variant's name as the label value, which is snake_case"
+)]
+pub enum Port {
+    /// The out-of-service taint.
+    taints,
+    /// The pods and VolumeAttachments of a node, and their deletion.
+    node_pods,
+    /// A fence step's methods.
+    fence_runner,
+}
+
+/// A failed port call: its port and its kind (the error's `metric_label`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PortErrorLabels {
+    pub port: Port,
+    pub reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StepOutcomeLabels {
     /// `isolation`, `power_management`, `recovery`.
@@ -49,6 +71,7 @@ pub struct RemediateMetrics {
     pub zone_unhealthy_nodes: Family<ZoneLabels, Gauge>,
     pub skips: Family<ReasonLabels, Counter>,
     pub fence_steps: Family<StepOutcomeLabels, Counter>,
+    pub port_errors: Family<PortErrorLabels, Counter>,
     pub releases: Counter,
     pub pods_deleted: Counter,
     pub recoveries: Counter,
@@ -72,6 +95,7 @@ impl RemediateMetrics {
             zone_unhealthy_nodes: Family::default(),
             skips: Family::default(),
             fence_steps: Family::default(),
+            port_errors: Family::default(),
             releases: Counter::default(),
             pods_deleted: Counter::default(),
             recoveries: Counter::default(),
@@ -115,6 +139,11 @@ impl RemediateMetrics {
             "remediation_fence_steps",
             "Fencing step runs by step and outcome",
             m.fence_steps.clone(),
+        );
+        reg.add(
+            "remediation_port_errors",
+            "Failed calls of the controller's ports (the taint, the node's pods, fence steps), by port and kind",
+            m.port_errors.clone(),
         );
         reg.add(
             "remediation_releases",

@@ -21,6 +21,75 @@ use super::{
 };
 use node_monitor_service::events::EventRecord;
 
+/// A failed call of an API port ([`Taints`], [`NodePods`]), by kind: its `metric_label` is the
+/// `reason` of `node_monitor_remediation_port_errors_total`, its text what the logs, Events and
+/// the operation record say.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// No answer within the request's bound.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The API server answered with an error status.
+    #[error("{message} (HTTP {code})")]
+    Status { code: u16, message: String },
+    /// No answer could be had (connection, TLS, a body that does not decode).
+    #[error("{0}")]
+    Transport(String),
+}
+
+impl ApiError {
+    /// From a client error.
+    pub fn of(e: &kube::Error) -> Self {
+        match e {
+            kube::Error::Api(s) => Self::Status {
+                code: s.code,
+                message: s.message.clone(),
+            },
+            other => Self::Transport(node_monitor_service::telemetry::error_chain(other)),
+        }
+    }
+
+    /// The error's kind, as a metric label.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Timeout(_) => "timeout",
+            Self::Status { code: 403, .. } => "forbidden",
+            Self::Status { code: 404, .. } => "not_found",
+            Self::Status { code: 409, .. } => "conflict",
+            Self::Status { code: 429, .. } => "throttled",
+            Self::Status { code, .. } if *code >= 500 => "server_error",
+            Self::Status { .. } => "refused",
+            Self::Transport(_) => "transport",
+        }
+    }
+}
+
+/// Why a fence step's run did not confirm ([`FenceRunner`]); its `metric_label` is the `reason`
+/// of `node_monitor_remediation_port_errors_total`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// The step has no method in the node's fence configuration.
+    #[error("no {0} methods configured")]
+    NoMethods(&'static str),
+    /// The fence configuration, or a Secret it names, could not be used.
+    #[error("{0}")]
+    Config(String),
+    /// A method ran and did not confirm (failed, timed out, could not be started).
+    #[error("{0}")]
+    Method(String),
+}
+
+impl StepError {
+    /// The error's kind, as a metric label.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::NoMethods(_) => "no_methods",
+            Self::Config(_) => "config",
+            Self::Method(_) => "method_failed",
+        }
+    }
+}
+
 /// The controller's clock: monotonic time for liveness and rate limits (never compared with a
 /// node's clock), wall time for what the operation record says.
 pub trait Clock {
@@ -73,7 +142,7 @@ pub trait Taints {
         &self,
         node: &str,
         present: bool,
-    ) -> impl Future<Output = Result<(), String>> + Send;
+    ) -> impl Future<Output = Result<(), ApiError>> + Send;
 }
 
 /// What a forced deletion did.
@@ -87,17 +156,17 @@ pub enum PodDeletion {
 /// The pods bound to a node, and its VolumeAttachments (only counted: the attach-detach
 /// controller detaches them). Errors are what went wrong, without the action.
 pub trait NodePods {
-    fn node_pods(&self, node: &str) -> impl Future<Output = Result<Vec<Pod>, String>> + Send;
+    fn node_pods(&self, node: &str) -> impl Future<Output = Result<Vec<Pod>, ApiError>> + Send;
     /// Deletes the pod with a zero grace period, on the condition of its UID.
     fn force_delete_pod(
         &self,
         pod: &Pod,
-    ) -> impl Future<Output = Result<PodDeletion, String>> + Send;
+    ) -> impl Future<Output = Result<PodDeletion, ApiError>> + Send;
     /// The names of the VolumeAttachments on the node.
     fn node_volume_attachments(
         &self,
         node: &str,
-    ) -> impl Future<Output = Result<Vec<String>, String>> + Send;
+    ) -> impl Future<Output = Result<Vec<String>, ApiError>> + Send;
 }
 
 /// Runs one fence step's methods, in order, until one confirms; the run outlives the pass that
@@ -108,10 +177,10 @@ pub trait FenceRunner {
         node: String,
         step: Step,
         specs: Vec<MethodSpec>,
-    ) -> impl Future<Output = Result<(), String>> + Send + 'static;
+    ) -> impl Future<Output = Result<(), StepError>> + Send + 'static;
 }
 
-/// Kubernetes Events (the [`crate::cluster::events`] writer).
+/// Kubernetes Events (the `node_monitor_service::events` writer).
 pub trait Events {
     fn record(&self, rec: EventRecord) -> impl Future<Output = ()> + Send;
 }

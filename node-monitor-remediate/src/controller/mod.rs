@@ -19,7 +19,10 @@ use super::{
     ports::Ports,
     store::{StoreError, StoredOp},
 };
-use crate::metrics::{RemediateMetrics, StepOutcomeLabels};
+use crate::{
+    metrics::{Port, PortErrorLabels, RemediateMetrics, StepOutcomeLabels},
+    ports::StepError,
+};
 use node_monitor_service::metrics::ReasonLabels;
 pub use node_monitor_service::telemetry::error_chain as chain;
 
@@ -47,7 +50,7 @@ struct StepResult {
     node: String,
     step: Step,
     attempt: u32,
-    result: Result<(), String>,
+    result: Result<(), StepError>,
 }
 
 struct Running {
@@ -167,6 +170,9 @@ impl<P: Ports> Controller<P> {
             } else {
                 "failure"
             };
+            if let Err(e) = &r.result {
+                self.port_error(Port::fence_runner, e.metric_label());
+            }
             self.metrics
                 .fence_steps
                 .get_or_create(&StepOutcomeLabels {
@@ -183,7 +189,7 @@ impl<P: Ports> Controller<P> {
                     &r.node,
                     OpEvent::StepDone {
                         step: r.step,
-                        result: r.result,
+                        result: r.result.map_err(|e| e.to_string()),
                     },
                     &view,
                 )
@@ -395,7 +401,7 @@ impl<P: Ports> Controller<P> {
         attempt: u32,
         plan: &Result<Option<NodeFencePlan>, FenceConfigError>,
     ) {
-        let specs: Result<Vec<MethodSpec>, String> = match plan {
+        let specs: Result<Vec<MethodSpec>, StepError> = match plan {
             Ok(Some(p)) => {
                 // Method and template ConfigMaps as watched now (templates may have any name).
                 let all = self.ports.configmaps();
@@ -405,12 +411,12 @@ impl<P: Ports> Controller<P> {
                         methods::resolve_method(m, node, self.cfg.fencing.method_timeout, |n| {
                             all.get(n)
                         })
-                        .map_err(|e| e.to_string())
+                        .map_err(|e| StepError::Config(e.to_string()))
                     })
                     .collect()
             }
-            Ok(None) => Err(SkipReason::NoFenceConfig.message()),
-            Err(e) => Err(e.to_string()),
+            Ok(None) => Err(StepError::Config(SkipReason::NoFenceConfig.message())),
+            Err(e) => Err(StepError::Config(e.to_string())),
         };
         let tx = self.tx.clone();
         info!(node, step = step.as_str(), attempt, "fence step starting");
@@ -441,9 +447,24 @@ impl<P: Ports> Controller<P> {
     }
 
     async fn set_taint(&self, node: &str, present: bool) -> Result<(), String> {
-        self.ports.set_out_of_service(node, present).await?;
-        self.api_health.ok();
-        Ok(())
+        match self.ports.set_out_of_service(node, present).await {
+            Ok(()) => {
+                self.api_health.ok();
+                Ok(())
+            }
+            Err(e) => {
+                self.port_error(Port::taints, e.metric_label());
+                Err(format!("the out-of-service taint: {e}"))
+            }
+        }
+    }
+
+    /// Counts a failed port call by port and kind.
+    fn port_error(&self, port: Port, reason: &'static str) {
+        self.metrics
+            .port_errors
+            .get_or_create(&PortErrorLabels { port, reason })
+            .inc();
     }
 
     /// What allowed a release, re-checked before each of its steps from the caches as they are

@@ -8,6 +8,7 @@ use node_monitor_core::remediation::{
 };
 
 use super::{Controller, chain};
+use crate::metrics::Port;
 use crate::{
     ports::{PodDeletion, Ports},
     store::StoredOp,
@@ -24,6 +25,7 @@ impl<P: Ports> Controller<P> {
                 Some(u32::try_from(n).unwrap_or(u32::MAX))
             }
             Err(e) => {
+                self.port_error(Port::node_pods, e.metric_label());
                 warn!(%node, error = %e, "could not list the node's pods");
                 None
             }
@@ -69,15 +71,17 @@ impl<P: Ports> Controller<P> {
                 }
             }
             // Only reported: the attach-detach controller does the detaching either way.
-            Err(e) => warn!(%node, error = %e, "could not list VolumeAttachments"),
+            Err(e) => {
+                self.port_error(Port::node_pods, e.metric_label());
+                warn!(%node, error = %e, "could not list VolumeAttachments");
+            }
         }
         self.set_taint(node, true).await?;
         if self.cfg.force_delete_pods {
-            let pods = self
-                .ports
-                .node_pods(node)
-                .await
-                .map_err(|e| format!("list the node's pods: {e}"))?;
+            let pods = self.ports.node_pods(node).await.map_err(|e| {
+                self.port_error(Port::node_pods, e.metric_label());
+                format!("list the node's pods: {e}")
+            })?;
             for pod in pods {
                 if let Some(why) = keep_pod(&pod) {
                     debug!(%node, pod = ?pod.metadata.name, why, "pod left in place");
@@ -98,7 +102,10 @@ impl<P: Ports> Controller<P> {
                         .await;
                     }
                     Ok(PodDeletion::Gone) => {}
-                    Err(e) => return Err(format!("delete pod {ns}/{name}: {e}")),
+                    Err(e) => {
+                        self.port_error(Port::node_pods, e.metric_label());
+                        return Err(format!("delete pod {ns}/{name}: {e}"));
+                    }
                 }
             }
         }

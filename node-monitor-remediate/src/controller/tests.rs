@@ -33,7 +33,10 @@ use crate::{
     ApiHealth,
     methods::MethodSpec,
     metrics::RemediateMetrics,
-    ports::{Clock, ClusterView, Events, FenceRunner, NodePods, OpRecords, PodDeletion, Taints},
+    ports::{
+        ApiError, Clock, ClusterView, Events, FenceRunner, NodePods, OpRecords, PodDeletion,
+        StepError, Taints,
+    },
     store::{StoreError, StoredOp, decode_op, node_fence_name, op_object},
 };
 use node_monitor_service::{events::EventRecord, metrics::ReasonLabels};
@@ -377,7 +380,7 @@ impl OpRecords for Fake {
 }
 
 impl Taints for Fake {
-    async fn set_out_of_service(&self, node: &str, present: bool) -> Result<(), String> {
+    async fn set_out_of_service(&self, node: &str, present: bool) -> Result<(), ApiError> {
         let mut w = self.w();
         if present {
             w.tainted.insert(node.to_owned());
@@ -391,7 +394,7 @@ impl Taints for Fake {
 }
 
 impl NodePods for Fake {
-    async fn node_pods(&self, node: &str) -> Result<Vec<Pod>, String> {
+    async fn node_pods(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
         Ok(self
             .w()
             .pods
@@ -401,7 +404,7 @@ impl NodePods for Fake {
             .collect())
     }
 
-    async fn force_delete_pod(&self, pod: &Pod) -> Result<PodDeletion, String> {
+    async fn force_delete_pod(&self, pod: &Pod) -> Result<PodDeletion, ApiError> {
         let mut w = self.w();
         let before = w.pods.len();
         w.pods.retain(|p| p.metadata.uid != pod.metadata.uid);
@@ -413,7 +416,7 @@ impl NodePods for Fake {
         Ok(PodDeletion::Deleted)
     }
 
-    async fn node_volume_attachments(&self, _node: &str) -> Result<Vec<String>, String> {
+    async fn node_volume_attachments(&self, _node: &str) -> Result<Vec<String>, ApiError> {
         Ok(Vec::new())
     }
 }
@@ -424,7 +427,7 @@ impl FenceRunner for Fake {
         node: String,
         step: Step,
         specs: Vec<MethodSpec>,
-    ) -> impl Future<Output = Result<(), String>> + Send + 'static {
+    ) -> impl Future<Output = Result<(), StepError>> + Send + 'static {
         let agents: Vec<String> = specs.iter().map(|s| s.agent.clone()).collect();
         self.w()
             .log
@@ -435,7 +438,7 @@ impl FenceRunner for Fake {
             let _ = held.wait_for(|h| !*h).await;
             let key = format!("{node}/{}", step.as_str());
             if world.lock().expect("world").failing.contains(&key) {
-                Err(format!("{key} failed"))
+                Err(StepError::Method(format!("{key} failed")))
             } else {
                 Ok(())
             }
@@ -609,6 +612,51 @@ async fn a_dead_node_is_fenced_then_tainted_out_of_service() {
     assert_eq!(fake.events("web-1", "DeletedAfterFencing"), 1);
     assert_eq!(h.metrics.releases.get(), 1);
     assert_eq!(h.metrics.pods_deleted.get(), 1);
+}
+
+/// A fence step whose method does not confirm is a failure of the fence runner port, counted
+/// by its kind (`method_failed`) and retried; nothing is released while it fails.
+#[tokio::test]
+async fn a_failing_fence_step_is_counted_by_kind_and_releases_nothing() {
+    let fake = cluster();
+    fake.world
+        .lock()
+        .expect("world")
+        .failing
+        .insert("n1/isolation".to_owned());
+    let mut h = Harness::new(&fake, RemediationConfig::default());
+    h.passes(5).await;
+    h.kill("n1");
+    let label = |reason: &'static str| crate::metrics::PortErrorLabels {
+        port: crate::metrics::Port::fence_runner,
+        reason,
+    };
+    let failed = |h: &Harness| {
+        h.metrics
+            .port_errors
+            .get_or_create(&label("method_failed"))
+            .get()
+    };
+    for _ in 0..40 {
+        if failed(&h) > 0 {
+            break;
+        }
+        h.pass().await;
+    }
+    assert!(failed(&h) >= 1, "{:?}", fake.log());
+    assert_eq!(
+        h.metrics.port_errors.get_or_create(&label("config")).get(),
+        0,
+        "the configuration is usable: the method itself failed"
+    );
+    assert!(fake.w().tainted.is_empty(), "released after a failed step");
+    let text = h.metrics.encode();
+    assert!(
+        text.contains(
+            r#"node_monitor_remediation_port_errors_total{port="fence_runner",reason="method_failed"}"#
+        ),
+        "{text}"
+    );
 }
 
 /// Nodes running the agent: a node whose kubelet and agent fall silent together is fenced from
