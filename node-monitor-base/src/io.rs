@@ -156,9 +156,32 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-/// Prints `text` and a newline on stdout. A closed pipe is not an error: the reader has what it
-/// wanted.
+/// `text` with every control character a terminal could act on written as a `\u00XX` escape: C0
+/// controls but newline and tab, DEL, and the C1 controls (U+0080–U+009F, among them the 8-bit
+/// CSI). Process names, pod names and kernel strings are chosen by workloads; printed as they
+/// are, an escape sequence in one would move the operator's cursor, rewrite the screen or set
+/// the terminal's title. The escape is valid in a JSON string, so JSON output stays JSON.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char =
+        |c: char| (c.is_control() && c != '\n' && c != '\t') || ('\u{80}'..='\u{9f}').contains(&c);
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Prints `text` and a newline on stdout, its control characters escaped
+/// ([`terminal_safe`]). A closed pipe is not an error: the reader has what it wanted.
 pub fn print_line(text: &str) -> io::Result<()> {
+    let text = terminal_safe(text);
     let mut out = io::stdout().lock();
     match writeln!(out, "{text}").and_then(|()| out.flush()) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
@@ -186,6 +209,24 @@ pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> io::Result<P
 
 #[cfg(test)]
 mod tests {
+    /// A workload's escape sequences reach no terminal: C0 (ESC, BEL, CR) and C1 (CSI) controls
+    /// and DEL are written as `\u00XX`; newlines, tabs and other text stay as they are; a JSON
+    /// string with such an escape still parses to the original characters.
+    #[test]
+    fn control_characters_are_escaped_for_terminals() {
+        use super::terminal_safe;
+        assert_eq!(terminal_safe("pod web-1\tok\nnext"), "pod web-1\tok\nnext");
+        assert_eq!(
+            terminal_safe("comm=\u{1b}]0;owned\u{7}x\r\u{9b}2J\u{7f}é"),
+            "comm=\\u001b]0;owned\\u0007x\\u000d\\u009b2J\\u007fé"
+        );
+        let json = serde_json::json!({"comm": "a\u{9b}b"}).to_string();
+        let safe = terminal_safe(&json);
+        assert!(!safe.contains('\u{9b}'), "{safe}");
+        let back: serde_json::Value = serde_json::from_str(&safe).expect("still JSON");
+        assert_eq!(back["comm"], "a\u{9b}b");
+    }
+
     #[test]
     fn proc_files_are_read_up_to_their_bound() {
         let dir = tempfile::tempdir().expect("dir");

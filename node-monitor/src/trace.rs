@@ -345,7 +345,7 @@ async fn emit(
     } else {
         event_text(ev, &at)
     };
-    writeln!(out, "{line}").context("writing to stdout")?;
+    writeln!(out, "{}", crate::io::terminal_safe(&line)).context("writing to stdout")?;
     out.flush().context("writing to stdout")?;
     totals.printed += 1;
     *totals.by_kind.entry(ev.kind()).or_default() += 1;

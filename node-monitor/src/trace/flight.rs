@@ -153,7 +153,7 @@ impl TraceFlight {
                 std::fs::write(&path, svg)
                     .with_context(|| format!("writing {}", path.display()))?;
             }
-            writeln!(out, "{line}").context("writing to stdout")?;
+            writeln!(out, "{}", crate::io::terminal_safe(&line)).context("writing to stdout")?;
             out.flush().context("writing to stdout")?;
             self.printed = r.id + 1;
         }
