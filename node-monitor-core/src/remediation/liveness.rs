@@ -194,14 +194,20 @@ pub struct LivenessTracker {
     seen: BTreeMap<String, Seen>,
 }
 
+/// The longest `leaseDurationSeconds` believed: a node's Lease is written by that node, and a
+/// duration of years would keep a dead node "alive" (its workload never released) for as long.
+/// An hour is far above any kubelet's (40 s by default).
+pub const MAX_LEASE_DURATION_SECONDS: i32 = 3600;
+
 /// The renewal interval for a Lease: the configured one, else the kubelet's fraction of its
-/// duration.
+/// duration (at most [`MAX_LEASE_DURATION_SECONDS`]).
 pub fn renew_interval(cfg: &DetectionConfig, lease: &LeaseFacts) -> Duration {
     cfg.renew_interval.unwrap_or_else(|| {
         let secs = lease
             .duration_seconds
             .filter(|s| *s > 0)
-            .unwrap_or(DEFAULT_LEASE_DURATION_SECONDS);
+            .unwrap_or(DEFAULT_LEASE_DURATION_SECONDS)
+            .min(MAX_LEASE_DURATION_SECONDS);
         Duration::from_secs_f64(f64::from(secs) * NODE_LEASE_RENEW_INTERVAL_FRACTION)
     })
 }
@@ -438,6 +444,10 @@ mod tests {
             (None, Some(4), Duration::from_secs(1)),
             (None, None, Duration::from_secs(10)),
             (None, Some(0), Duration::from_secs(10)),
+            (None, Some(-5), Duration::from_secs(10)),
+            // A node's own Lease cannot make it undying: an hour at most.
+            (None, Some(i32::MAX), Duration::from_secs(900)),
+            (None, Some(3600), Duration::from_secs(900)),
             (
                 Some(Duration::from_secs(3)),
                 Some(40),
