@@ -224,6 +224,7 @@ async fn only_remediate_writes_fencing_state() {
 
     cannot_write_node_fences("the namespace admin", &ns_admin, &forged).await;
     cannot_write_node_fences("the node agent", agent, &forged).await;
+    namespace_admin_acts_as_remediate(&base.cp).await;
 
     // Where operations used to live, the namespace admin writes freely: a forged confirmed
     // operation, as earlier releases stored it (name, node annotation, owner).
@@ -251,6 +252,33 @@ async fn only_remediate_writes_fencing_state() {
         "deleted"
     );
     deleting_the_node_deletes_its_operation(admin, &store).await;
+}
+
+/// The boundary as it is (docs/security.md, "Remediation state"): Kubernetes' built-in `admin`
+/// (and `edit`) role lets its holder impersonate the namespace's ServiceAccounts, so a namespace
+/// admin may act as remediate and write fencing state in its name. The agents' namespace is a
+/// cluster-admin boundary; this test fails, and the document must change, the day it is not.
+async fn namespace_admin_acts_as_remediate(cp: &ControlPlane) {
+    let path = cp
+        .user_kubeconfig("ns-admin", None)
+        .expect("a namespace admin's kubeconfig");
+    let text = std::fs::read_to_string(&path).expect("read the kubeconfig");
+    let kc = kube::config::Kubeconfig::from_yaml(&text).expect("parse the kubeconfig");
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("config");
+    config.auth_info.impersonate =
+        Some(format!("system:serviceaccount:{NS}:node-monitor-remediate"));
+    let as_remediate = Client::try_from(config).expect("client");
+    // The same display field remediate itself wrote above, so the stored operation is unchanged.
+    let status = Patch::Merge(json!({"status": {"step": "power_management"}}));
+    allowed(
+        "a namespace admin, impersonating remediate, patches a NodeFence's status",
+        Api::<DynamicObject>::all_with(as_remediate, &node_fence_resource())
+            .patch_status("node-a", &PatchParams::default(), &status)
+            .await,
+    );
 }
 
 /// A NodeFence is owned by its Node: the garbage collector deletes it with the Node.
