@@ -64,6 +64,7 @@ impl OomEvent {
     /// The aggregation key: pod, container, reason.
     pub fn key(&self) -> SeriesKey {
         SeriesKey {
+            namespace: self.namespace.clone(),
             pod_uid: self.pod_uid.clone(),
             container: self.container.clone().unwrap_or_default(),
             reason: REASON,
@@ -193,6 +194,8 @@ fn bytes(n: u64) -> String {
 /// What aggregates: the same pod, container and reason.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SeriesKey {
+    /// The pod's namespace: the tenant whose share of the node's budget the series spends.
+    pub namespace: String,
     pub pod_uid: String,
     /// Empty when the container is unknown.
     pub container: String,
@@ -219,7 +222,44 @@ struct Entry {
     last: Timestamp,
 }
 
-/// Recent series (bounded) and the node's token bucket. Pure: `now` comes in.
+/// The share of the node's Event budget one namespace may spend, so that one tenant's pods
+/// killed in a loop cannot use it all and leave the other tenants' kills without an Event.
+pub const TENANT_SHARE: f64 = 0.5;
+/// At most this many namespaces' buckets are remembered (the least recently used go first).
+const TENANTS_MAX: usize = 256;
+
+/// A token bucket: `tokens`, refilled up to a burst at a rate per minute.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    refilled: Option<Timestamp>,
+}
+
+impl Bucket {
+    fn full(burst: f64) -> Self {
+        Self {
+            tokens: burst,
+            refilled: None,
+        }
+    }
+
+    /// Refills for the time since the last refill, up to `burst`.
+    fn refill(&mut self, now: Timestamp, burst: f64, per_minute: f64) {
+        if let Some(then) = self.refilled {
+            let elapsed_ns = (now.as_nanosecond() - then.as_nanosecond()).max(0);
+            #[expect(
+                clippy::cast_precision_loss,
+                reason = "token arithmetic; nanoseconds of a few minutes fit"
+            )]
+            let add = elapsed_ns as f64 / 60e9 * per_minute;
+            self.tokens = (self.tokens + add).min(burst);
+        }
+        self.refilled = Some(now);
+    }
+}
+
+/// Recent series (bounded), the node's token bucket and each namespace's share of it. Pure:
+/// `now` comes in.
 #[derive(Debug, Clone)]
 pub struct OomSeries {
     entries: HashMap<SeriesKey, Entry>,
@@ -227,13 +267,16 @@ pub struct OomSeries {
     max: usize,
     burst: u32,
     per_minute: u32,
-    tokens: f64,
-    refilled: Option<Timestamp>,
+    node: Bucket,
+    /// The share of the node's budget one namespace may spend (1: no share of its own).
+    tenant_share: f64,
+    tenants: HashMap<String, Bucket>,
 }
 
 impl Default for OomSeries {
     fn default() -> Self {
         Self::new(SERIES_WINDOW, SERIES_MAX, RATE_BURST, RATE_PER_MINUTE)
+            .with_tenant_share(TENANT_SHARE)
     }
 }
 
@@ -245,9 +288,16 @@ impl OomSeries {
             max: max.max(1),
             burst,
             per_minute,
-            tokens: f64::from(burst),
-            refilled: None,
+            node: Bucket::full(f64::from(burst)),
+            tenant_share: 1.0,
+            tenants: HashMap::new(),
         }
+    }
+
+    /// Each namespace may spend at most `share` (0 to 1) of the node's burst and rate.
+    pub fn with_tenant_share(mut self, share: f64) -> Self {
+        self.tenant_share = share.clamp(0.0, 1.0);
+        self
     }
 
     /// The series remembered now.
@@ -280,7 +330,7 @@ impl OomSeries {
                 },
             );
         }
-        let allowed = self.take_token(now);
+        let allowed = self.take_token(&key.namespace, now);
         let Some(entry) = self.entries.get_mut(key) else {
             return Write::Drop;
         };
@@ -326,23 +376,49 @@ impl OomSeries {
         }
     }
 
-    fn take_token(&mut self, now: Timestamp) -> bool {
-        if let Some(then) = self.refilled {
-            let elapsed_ns = (now.as_nanosecond() - then.as_nanosecond()).max(0);
-            #[expect(
-                clippy::cast_precision_loss,
-                reason = "token arithmetic; nanoseconds of a few minutes fit"
-            )]
-            let add = elapsed_ns as f64 / 60e9 * f64::from(self.per_minute);
-            self.tokens = (self.tokens + add).min(f64::from(self.burst));
+    /// One write at `now` for `namespace`: from its own share, and from the node's budget.
+    fn take_token(&mut self, namespace: &str, now: Timestamp) -> bool {
+        let (burst, rate) = (f64::from(self.burst), f64::from(self.per_minute));
+        self.node.refill(now, burst, rate);
+        if self.tenant_share >= 1.0 {
+            return take(&mut self.node);
         }
-        self.refilled = Some(now);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
+        let (t_burst, t_rate) = (
+            (burst * self.tenant_share).max(1.0),
+            rate * self.tenant_share,
+        );
+        if !self.tenants.contains_key(namespace)
+            && self.tenants.len() >= TENANTS_MAX
+            && let Some(oldest) = self
+                .tenants
+                .iter()
+                .min_by_key(|(_, b)| b.refilled)
+                .map(|(k, _)| k.clone())
+        {
+            self.tenants.remove(&oldest);
+        }
+        let tenant = self
+            .tenants
+            .entry(namespace.to_owned())
+            .or_insert_with(|| Bucket::full(t_burst));
+        tenant.refill(now, t_burst, t_rate);
+        if tenant.tokens >= 1.0 && self.node.tokens >= 1.0 {
+            tenant.tokens -= 1.0;
+            self.node.tokens -= 1.0;
             true
         } else {
             false
         }
+    }
+}
+
+/// Takes one token from `b`, if it has one.
+fn take(b: &mut Bucket) -> bool {
+    if b.tokens >= 1.0 {
+        b.tokens -= 1.0;
+        true
+    } else {
+        false
     }
 }
 

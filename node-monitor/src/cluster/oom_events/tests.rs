@@ -167,7 +167,12 @@ fn the_event_is_a_warning_on_the_pod_and_its_container() {
 }
 
 fn key(pod: &str, container: &str) -> SeriesKey {
+    key_in("default", pod, container)
+}
+
+fn key_in(namespace: &str, pod: &str, container: &str) -> SeriesKey {
     SeriesKey {
+        namespace: namespace.to_owned(),
         pod_uid: pod.to_owned(),
         container: container.to_owned(),
         reason: REASON,
@@ -346,4 +351,34 @@ fn sizes_are_written_in_binary_units() {
     assert_eq!(bytes(1536), "1.5Ki");
     assert_eq!(bytes(32 * MI), "32.0Mi");
     assert_eq!(bytes(3 << 30), "3.0Gi");
+}
+
+/// One tenant whose pods are OOM-killed in a loop spends at most its share of the node's Event
+/// budget: another namespace's kill still gets its Event.
+#[test]
+fn one_tenant_cannot_spend_the_whole_event_budget() {
+    // Burst 4, 4 per minute; each namespace half of it.
+    let mut s = OomSeries::new(Duration::from_secs(600), 64, 4, 4).with_tenant_share(0.5);
+    let mut written = 0;
+    for i in 0..20 {
+        if s.observe(&key_in("noisy", &format!("p{i}"), "a"), at(i)) != Write::Drop {
+            written += 1;
+        }
+    }
+    assert_eq!(written, 2, "the noisy namespace is held to its share");
+    assert_eq!(
+        s.observe(&key_in("quiet", "q", "a"), at(21)),
+        Write::Create {
+            count: 1,
+            first: at(21)
+        },
+        "another tenant's kill is still written"
+    );
+    // The default series shares the node's budget the same way.
+    let mut d = OomSeries::default();
+    let noisy = (0..100)
+        .filter(|i| d.observe(&key_in("noisy", &format!("p{i}"), "a"), at(0)) != Write::Drop)
+        .count();
+    assert_eq!(noisy as u32, RATE_BURST / 2);
+    assert_ne!(d.observe(&key_in("quiet", "q", "a"), at(0)), Write::Drop);
 }
