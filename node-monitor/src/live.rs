@@ -88,7 +88,9 @@ impl EvictionRecord {
 
 #[derive(Debug, Default)]
 struct Inner {
-    last: Option<LastCycle>,
+    /// Shared with readers: an answer is built after the lock is released, so the decision
+    /// loop never waits on a node-API reader.
+    last: Option<std::sync::Arc<LastCycle>>,
     warnings: Vec<String>,
     memory_working_set: node_monitor_core::signals::MemoryWorkingSet,
     dry_run: bool,
@@ -241,7 +243,7 @@ impl LiveView {
             decision: decision.clone(),
         };
         if let Ok(mut i) = self.inner.lock() {
-            i.last = Some(last);
+            i.last = Some(std::sync::Arc::new(last));
         }
     }
 
@@ -431,14 +433,23 @@ impl LiveView {
 
     /// The `status` answer, typed ([`StatusAnswer`]).
     pub fn status_answer(&self, ready: bool, readiness: &str, degraded: &[String]) -> StatusAnswer {
-        let Ok(i) = self.inner.lock() else {
+        // What the answer needs, taken under the lock (an Arc and the small lists); the answer
+        // is built after it is released.
+        let Ok((last, evictions, warnings, dry_run)) = self.inner.lock().map(|i| {
+            (
+                i.last.clone(),
+                i.evictions.clone(),
+                i.warnings.clone(),
+                i.dry_run,
+            )
+        }) else {
             return StatusAnswer {
                 node: self.node.clone(),
                 error: Some("the agent's view is unavailable".to_owned()),
                 ..StatusAnswer::default()
             };
         };
-        let (observed_at_ms, thresholds, conditions) = match &i.last {
+        let (observed_at_ms, thresholds, conditions) = match &last {
             Some(last) => (
                 Some(last.at_ms),
                 last.thresholds.iter().map(threshold_status).collect(),
@@ -458,15 +469,15 @@ impl LiveView {
         StatusAnswer {
             node: self.node.clone(),
             error: None,
-            dry_run: i.dry_run,
+            dry_run,
             ready,
             readiness: readiness.to_owned(),
             degraded: degraded.to_vec(),
             observed_at_ms,
             thresholds,
             conditions,
-            recent_evictions: i.evictions.iter().rev().map(eviction_entry).collect(),
-            warnings: i.warnings.clone(),
+            recent_evictions: evictions.iter().rev().map(eviction_entry).collect(),
+            warnings,
             guarantees: node_monitor_core::guarantees::to_json(&self.guarantees.assessment()),
         }
     }
@@ -474,20 +485,28 @@ impl LiveView {
     /// The `explain` answer: the last decision, worded as `node-monitor explain` words it, with
     /// the node and when it was observed; `None` before the first cycle.
     pub fn explain(&self) -> Option<Value> {
-        let i = self.inner.lock().ok()?;
-        let last = i.last.as_ref()?;
+        // Taken under the lock, built after it.
+        let (last, warnings, memory_working_set, dry_run) = {
+            let i = self.inner.lock().ok()?;
+            (
+                i.last.clone()?,
+                i.warnings.clone(),
+                i.memory_working_set,
+                i.dry_run,
+            )
+        };
         let mut out = node_monitor_core::eviction::explain_json(
             &last.decision,
             std::time::Duration::ZERO,
             &[],
-            &i.warnings,
-            i.memory_working_set,
+            &warnings,
+            memory_working_set,
         )
         .ok()?;
         if let Value::Object(m) = &mut out {
             m.insert("node".into(), json!(self.node));
             m.insert("observed_at_ms".into(), json!(last.at_ms));
-            m.insert("dry_run".into(), json!(i.dry_run));
+            m.insert("dry_run".into(), json!(dry_run));
         }
         Some(out)
     }
