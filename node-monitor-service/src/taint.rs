@@ -39,8 +39,9 @@ pub fn conflict_status() -> kube::core::Status {
         .with_code(409)
 }
 
-/// `call`, failed as a service error when it takes longer than `timeout`.
-async fn bounded<T>(
+/// `call`, failed as a service error when it takes longer than `timeout`: one API call bounded
+/// as a whole (the agent's actuator bounds every call this way too).
+pub async fn bounded<T>(
     timeout: Duration,
     call: impl Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, kube::Error> {

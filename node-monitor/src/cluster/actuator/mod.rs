@@ -124,9 +124,7 @@ impl Actuator {
         &self,
         call: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, kube::Error> {
-        tokio::time::timeout(self.timeout, call)
-            .await
-            .unwrap_or_else(|elapsed| Err(kube::Error::Service(Box::new(elapsed))))
+        node_monitor_service::taint::bounded(self.timeout, call).await
     }
 
     pub fn config(&self) -> &ActuatorConfig {
