@@ -545,6 +545,12 @@ impl RealNode {
             .await
     }
 
+    /// The guest kernel's report of a lockup ([`crate::vm::stalled`]), when its console has one.
+    pub fn stalled(&self) -> Option<String> {
+        let console = fs::read_to_string(self.out.join(".console.log")).ok()?;
+        crate::vm::stalled(&console).map(str::to_owned)
+    }
+
     /// The guest's logs, for a failure message.
     pub fn report(&self) -> String {
         // The agent's log first: a failure's output may be shortened in the middle, and the

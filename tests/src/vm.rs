@@ -188,7 +188,7 @@ fn qemu_command(
         .args([
             "-append",
             &format!(
-                "root=/dev/vda rw console=ttyS0 quiet panic=-1 systemd.unified_cgroup_hierarchy=1 {}",
+                "root=/dev/vda rw console=ttyS0 quiet loglevel=5 panic=-1 systemd.unified_cgroup_hierarchy=1 {}",
                 opts.cmdline
             ),
         ])
@@ -239,7 +239,52 @@ pub fn run_guest(payload: &Path, opts: &GuestOptions) -> Result<GuestRun> {
 /// [`run_guest`] with the guest's `/mnt/out` at `out`, which the caller can read while the guest
 /// runs and which outlives a failed run.
 pub fn run_guest_in(payload: &Path, opts: &GuestOptions, out: OutDir) -> Result<GuestRun> {
-    run_guest_until(payload, opts, out, &AtomicBool::new(false))
+    run_guest_until(
+        payload,
+        opts,
+        out,
+        &AtomicBool::new(false),
+        OnStall::BootAgain,
+    )
+}
+
+/// What the runner does with a guest whose kernel locked up ([`stalled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnStall {
+    /// Boots it again with an emptied `/mnt/out`, at most twice: a guest that runs its entry
+    /// script alone, with nothing on the host waiting on its state.
+    BootAgain,
+    /// Ends it at once: the test talking to it sees the guest gone, with the console's report.
+    End,
+}
+
+/// The guest kernel's own report of a lockup that lasted [`STALL_LIMIT`] or more: `watchdog:
+/// BUG: soft lockup - CPU#0 stuck for 130s!`. Both emulated CPUs have been seen spinning in the
+/// kernel for the rest of the run under TCG on a loaded host; a shorter report is a host that
+/// did not schedule the vCPU thread for a while, which the guest survives.
+pub fn stalled(console: &str) -> Option<&str> {
+    console.lines().find(|l| {
+        l.split_once("soft lockup - CPU#")
+            .and_then(|(_, rest)| rest.split_once("stuck for ")?.1.split_once('s'))
+            .and_then(|(secs, _)| secs.parse::<u64>().ok())
+            .is_some_and(|secs| secs >= STALL_LIMIT.as_secs())
+    })
+}
+
+/// How long a reported soft lockup must have lasted to count as the guest's end ([`stalled`]).
+pub const STALL_LIMIT: Duration = Duration::from_secs(120);
+
+/// Empties a guest's `/mnt/out` before it is booted again.
+fn empty_out(out: &OutDir) -> Result<()> {
+    for entry in fs::read_dir(out.path())? {
+        let path = entry?.path();
+        if path.is_dir() {
+            fs::remove_dir_all(&path)?;
+        } else {
+            fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
 }
 
 /// [`run_guest_in`], killing qemu as soon as `abort` is set (the run is then returned as it
@@ -249,6 +294,7 @@ fn run_guest_until(
     opts: &GuestOptions,
     out: OutDir,
     abort: &AtomicBool,
+    on_stall: OnStall,
 ) -> Result<GuestRun> {
     if !payload.join("guest-entry.sh").is_file() {
         bail!("{} has no guest-entry.sh", payload.display());
@@ -280,14 +326,12 @@ fn run_guest_until(
                 elapsed: started.elapsed(),
             });
         }
+        let console = fs::read_to_string(&console_path).unwrap_or_default();
         // virtio-9p sometimes attaches after the guest's early mounts ("9pnet_virtio: no
         // channels available for device host"): the share is missing and the guest's entry
         // never runs. That is qemu's and the guest kernel's boot race, not the test's subject:
         // boot again, at most twice, and say so.
-        if boots < 3
-            && fs::read_to_string(&console_path)
-                .is_ok_and(|c| c.contains("no channels available for device"))
-        {
+        if boots < 3 && console.contains("no channels available for device") {
             let _ = child.kill();
             let _ = child.wait();
             eprintln!("guest boot {boots}: a 9p share did not attach; booting again");
@@ -295,6 +339,26 @@ fn run_guest_until(
             started = Instant::now();
             child = boot(&out)?;
             continue;
+        }
+        // A kernel locked up under emulation: the same kind of race, booted again where nothing
+        // on the host depends on the guest's state, and ended at once elsewhere.
+        if let Some(report) = stalled(&console) {
+            let _ = child.kill();
+            let _ = child.wait();
+            if on_stall == OnStall::BootAgain && boots < 3 {
+                eprintln!(
+                    "guest boot {boots}: the guest's kernel locked up ({report}); booting again"
+                );
+                boots += 1;
+                empty_out(&out)?;
+                started = Instant::now();
+                child = boot(&out)?;
+                continue;
+            }
+            bail!(
+                "the guest's kernel locked up ({report}); console:\n{}",
+                tail(&console, 80)
+            );
         }
         if abort.load(Ordering::Relaxed) {
             let _ = child.kill();
@@ -435,7 +499,8 @@ impl Payload {
 /// A guest booting or running in a thread while the test talks to the API.
 #[derive(Debug)]
 pub struct Guest {
-    handle: std::thread::JoinHandle<Result<GuestRun>>,
+    /// Taken by [`Guest::finish`]; a guest dropped with it still here is ended ([`Drop`]).
+    handle: Option<std::thread::JoinHandle<Result<GuestRun>>>,
     abort: Arc<AtomicBool>,
     /// When the boot began.
     pub started: Instant,
@@ -445,20 +510,22 @@ impl Guest {
     /// Boots the guest from `payload` ([`run_guest`]) in a thread.
     pub fn boot(payload: &Path, opts: GuestOptions) -> Guest {
         let path = payload.to_owned();
-        Self::spawn(move |abort| run_guest_until(&path, &opts, OutDir::temp()?, abort))
+        Self::spawn(move |abort| {
+            run_guest_until(&path, &opts, OutDir::temp()?, abort, OnStall::End)
+        })
     }
 
     /// [`Guest::boot`] with the guest's `/mnt/out` at `out` ([`run_guest_in`]).
     pub fn boot_in(payload: &Path, opts: GuestOptions, out: OutDir) -> Guest {
         let path = payload.to_owned();
-        Self::spawn(move |abort| run_guest_until(&path, &opts, out, abort))
+        Self::spawn(move |abort| run_guest_until(&path, &opts, out, abort, OnStall::End))
     }
 
     fn spawn(run: impl FnOnce(&AtomicBool) -> Result<GuestRun> + Send + 'static) -> Guest {
         let abort = Arc::new(AtomicBool::new(false));
         let flag = abort.clone();
         Guest {
-            handle: std::thread::spawn(move || run(&flag)),
+            handle: Some(std::thread::spawn(move || run(&flag))),
             abort,
             started: Instant::now(),
         }
@@ -466,12 +533,15 @@ impl Guest {
 
     /// Is qemu still running?
     pub fn running(&self) -> bool {
-        !self.handle.is_finished()
+        self.handle.as_ref().is_some_and(|h| !h.is_finished())
     }
 
     /// Waits until qemu exits (the guest powered off, or the run's timeout killed it).
-    pub async fn finish(self) -> Result<GuestRun> {
-        let handle = self.handle;
+    pub async fn finish(mut self) -> Result<GuestRun> {
+        let handle = self
+            .handle
+            .take()
+            .context("the guest was already finished")?;
         tokio::task::spawn_blocking(move || handle.join())
             .await
             .context("join task")?
@@ -492,6 +562,16 @@ impl Guest {
     pub async fn abort(self, what: &str, files: &[&str]) -> ! {
         self.abort.store(true, Ordering::Relaxed);
         self.fail(what, files).await
+    }
+}
+
+/// A guest dropped before it finished (its test failed) is killed within the runner's 200 ms
+/// poll: it must not run on, holding two cores, through the tests that follow.
+impl Drop for Guest {
+    fn drop(&mut self) {
+        if self.handle.is_some() {
+            self.abort.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -549,5 +629,21 @@ mod tests {
             names,
             ["go", "guest-entry.sh", "kubeconfig", "linked", "src"]
         );
+    }
+
+    #[test]
+    fn a_lockup_counts_once_it_lasted_the_limit() {
+        let short = "[   64.38] watchdog: BUG: soft lockup - CPU#1 stuck for 26s! [bash:627]";
+        let long =
+            "[  972.38] watchdog: BUG: soft lockup - CPU#0 stuck for 872s! [tokio-rt-worker:623]";
+        let limit = "[  200.00] watchdog: BUG: soft lockup - CPU#1 stuck for 120s! [bash:627]";
+        assert_eq!(stalled(short), None, "a host that paused the vCPU thread");
+        assert_eq!(stalled(&format!("boot\n{short}\n{long}\n")), Some(long));
+        assert_eq!(stalled(limit), Some(limit));
+        assert_eq!(
+            stalled("rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:"),
+            None
+        );
+        assert_eq!(stalled("soft lockup - CPU#0 stuck for lots! [x]"), None);
     }
 }

@@ -32,7 +32,28 @@ pub fn fail(node: &RealNode, what: &str) -> ! {
 
 /// Polls `check` every 500 ms until it returns `Some`, failing with the guest's logs at `limit`
 /// or when the guest ends. A liveness bound, not a speed assertion.
-pub async fn until<T, F, Fut>(node: &RealNode, what: &str, limit: Duration, mut check: F) -> T
+pub async fn until<T, F, Fut>(node: &RealNode, what: &str, limit: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    match poll(node, limit, check).await {
+        Ok(v) => v,
+        Err(Gone::Ended) => fail(node, &format!("the guest ended while waiting for {what}")),
+        Err(Gone::Late) => fail(node, &format!("{what}: not within {limit:?}")),
+    }
+}
+
+/// Why [`poll`] gave up.
+enum Gone {
+    /// The guest ended (powered off, or its runner ended a locked-up kernel).
+    Ended,
+    /// The limit passed.
+    Late,
+}
+
+/// [`until`], returning why it gave up instead of failing.
+async fn poll<T, F, Fut>(node: &RealNode, limit: Duration, mut check: F) -> Result<T, Gone>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -40,13 +61,13 @@ where
     let deadline = Instant::now() + limit;
     loop {
         if let Some(v) = check().await {
-            return v;
+            return Ok(v);
         }
         if !node.running() {
-            fail(node, &format!("the guest ended while waiting for {what}"));
+            return Err(Gone::Ended);
         }
         if Instant::now() > deadline {
-            fail(node, &format!("{what}: not within {limit:?}"));
+            return Err(Gone::Late);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -178,12 +199,63 @@ pub async fn install(
     install_from(Manifests::Kustomize(kustomization), agent_config, options).await
 }
 
-/// As [`install`], from the Kustomize manifests or the Helm chart.
+/// How many times [`install_from`] boots a node whose kernel locked up before the agent was Ready.
+const BOOTS: u32 = 2;
+
+/// As [`install`], from the Kustomize manifests or the Helm chart. A guest whose kernel locked up
+/// under emulation before the agent was Ready ([`RealNode::stalled`]) is ended with its control
+/// plane and the node booted again, once, saying so on stderr.
 pub async fn install_from(
     manifests_source: Manifests<'_>,
     agent_config: Option<&str>,
     options: &RealNodeOptions,
 ) -> Installed {
+    let mut boot = 1;
+    loop {
+        match install_once(manifests_source, agent_config, options).await {
+            Ok(installed) => return installed,
+            Err(node) if boot < BOOTS => {
+                eprintln!(
+                    "real node: boot {boot}: the guest's kernel locked up before node-monitor was \
+                     Ready ({}); its files: {}; booting again",
+                    node.stalled().unwrap_or_default(),
+                    node.out_dir().display()
+                );
+                boot += 1;
+            }
+            Err(node) => fail(
+                &node,
+                &format!("the guest's kernel locked up at each of {BOOTS} boots"),
+            ),
+        }
+    }
+}
+
+/// Waits as [`until`] does, giving the node back when its kernel locked up.
+async fn until_or_stall<T, F, Fut>(
+    node: RealNode,
+    what: &str,
+    limit: Duration,
+    check: F,
+) -> Result<(RealNode, T), RealNode>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    match poll(&node, limit, check).await {
+        Ok(v) => Ok((node, v)),
+        Err(_) if node.stalled().is_some() => Err(node),
+        Err(Gone::Ended) => fail(&node, &format!("the guest ended while waiting for {what}")),
+        Err(Gone::Late) => fail(&node, &format!("{what}: not within {limit:?}")),
+    }
+}
+
+/// One boot of [`install_from`]: the node back when its kernel locked up.
+async fn install_once(
+    manifests_source: Manifests<'_>,
+    agent_config: Option<&str>,
+    options: &RealNodeOptions,
+) -> Result<Installed, RealNode> {
     let t0 = Instant::now();
     let node = RealNode::boot(options).expect("real node payload and boot");
     let scheduler = options
@@ -213,11 +285,11 @@ pub async fn install_from(
 
     // --- 1. the node joins; node-monitor from the shipped manifests ------------------------------
     let nodes: Api<Node> = Api::all(client.clone());
-    until(&node, "the node Ready", Duration::from_secs(600), || {
+    let (node, _) = until_or_stall(node, "the node Ready", Duration::from_secs(600), || {
         let nodes = nodes.clone();
         async move { nodes.get_opt(NODE).await.ok().flatten().filter(node_ready) }
     })
-    .await;
+    .await?;
     let info = nodes
         .get(NODE)
         .await
@@ -268,13 +340,13 @@ pub async fn install_from(
     manifests::apply(&client, &objects)
         .await
         .unwrap_or_else(|e| panic!("apply {manifests_source:?}: {e:#}"));
-    let agent = until(
-        &node,
+    let (node, agent) = until_or_stall(
+        node,
         "node-monitor's DaemonSet pod Ready on the node",
         Duration::from_secs(420),
         || agent_pod(&client),
     )
-    .await;
+    .await?;
     let agent_ip = agent
         .status
         .as_ref()
@@ -291,13 +363,13 @@ pub async fn install_from(
         Some(1),
         "the DaemonSet reports its pod ready"
     );
-    Installed {
+    Ok(Installed {
         cp,
         client,
         node,
         agent,
         agent_ip,
-    }
+    })
 }
 
 /// `Evicted` Events on pod `name`, by the component that reported them.

@@ -726,24 +726,42 @@ async fn conditions_are_written_on_a_change_and_as_a_heartbeat() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_failed_condition_write_is_counted_and_written_again_next_cycle() {
+async fn a_failed_condition_write_is_counted_and_tried_again_after_a_growing_wait() {
+    use super::super::conditions::retry_delay;
     let mut rig = Rig::new(HARD_1GI, 5 * GI, &three_pods());
-    *rig.cluster().conditions_fail.borrow_mut() = true;
-    rig.cycle().await;
-    assert!(rig.cluster().condition_writes().is_empty());
-    *rig.cluster().conditions_fail.borrow_mut() = false;
-    rig.cycle().await;
-    assert_eq!(rig.cluster().condition_writes().len(), 1);
-    assert_eq!(
+    let failed = |rig: &Rig| {
         rig.agent
             .metrics
             .api_errors
             .get_or_create(&crate::metrics::OperationLabels {
-                operation: "patch_conditions".into()
+                operation: "patch_conditions".into(),
             })
-            .get(),
-        1
+            .get()
+    };
+    *rig.cluster().conditions_fail.borrow_mut() = true;
+    rig.cycle().await;
+    assert_eq!(failed(&rig), 1);
+    // Cycles within the wait do not call the API again.
+    for _ in 0..5 {
+        tokio::time::advance(Duration::from_millis(100)).await;
+        rig.cycle().await;
+    }
+    assert_eq!(failed(&rig), 1, "no call within the first wait");
+    tokio::time::advance(retry_delay(1)).await;
+    rig.cycle().await;
+    assert_eq!(failed(&rig), 2, "tried again after the first wait");
+    tokio::time::advance(retry_delay(1)).await;
+    rig.cycle().await;
+    assert_eq!(failed(&rig), 2, "the second wait is longer");
+    *rig.cluster().conditions_fail.borrow_mut() = false;
+    tokio::time::advance(retry_delay(2)).await;
+    rig.cycle().await;
+    assert_eq!(
+        rig.cluster().condition_writes().len(),
+        1,
+        "written once the API answers"
     );
+    assert_eq!(failed(&rig), 2);
 }
 
 #[tokio::test(start_paused = true)]
