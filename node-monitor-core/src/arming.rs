@@ -4,10 +4,12 @@
 //! `allocatableMemory.available` threshold on the kubepods cgroup (capacity = allocatable). Each
 //! threshold has a second level where its near band begins, the edge at which adaptive sampling
 //! takes over and the pods are read ahead of the crossing. The eBPF memory push's batches are
-//! [`crate::mem_push`]'s.
+//! [`crate::arming::mem_push`]'s.
+
+pub mod mem_push;
 use serde::Serialize;
 
-use crate::{signals::Signal, threshold::Threshold};
+use crate::{signals::Signal, signals::threshold::Threshold};
 
 /// Which memory cgroup a memcg threshold watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -85,11 +87,11 @@ pub fn memcg_arming(
 }
 
 /// The level at which `available` enters a threshold's near band (see
-/// [`crate::headroom::near_band`]): crossing it wakes the agent, whose adaptive
+/// [`crate::eviction::headroom::near_band`]): crossing it wakes the agent, whose adaptive
 /// sampling then looks every `fastSamplingInterval` and reads the pods ahead of the crossing
-/// ([`crate::pod_figures`]). `None` when the band reaches the capacity.
+/// ([`crate::eviction::pod_figures`]). `None` when the band reaches the capacity.
 fn approach_level(level: u64, capacity: u64) -> Option<u64> {
-    let band = crate::headroom::near_band(i128::from(level), i128::from(capacity));
+    let band = crate::eviction::headroom::near_band(i128::from(level), i128::from(capacity));
     u64::try_from(i128::from(level) + band)
         .ok()
         .filter(|l| *l < capacity)
@@ -100,8 +102,8 @@ mod tests {
     use std::time::Duration;
 
     use crate::{
-        quantity::{Format, Quantity},
-        threshold::{Operator, ThresholdSource, ThresholdValue},
+        signals::threshold::{Operator, ThresholdSource, ThresholdValue},
+        units::quantity::{Format, Quantity},
     };
 
     use super::*;

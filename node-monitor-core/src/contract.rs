@@ -4,6 +4,8 @@
 //! the agent writes them, the plugin reads them. Time is `crate::flight::utc`'s. docs/cli.md
 //! describes the answers.
 
+pub mod names;
+
 /// The agent's status: its configuration in force, the last decision, recent evictions.
 pub const STATUS_PATH: &str = "/node-monitor/v1/status";
 /// The live explain of the last decision.

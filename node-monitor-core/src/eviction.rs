@@ -9,7 +9,7 @@
 //!    (`nodeConditionsLastObservedAt`, `nodeConditionsObservedSince`);
 //! 4. thresholds whose grace period has elapsed (`thresholdsMetGracePeriod`);
 //! 5. the threshold to reclaim for (`byEvictionPriority`, `getReclaimableThreshold`);
-//! 6. pods ranked for its resource ([`super::rank`]) and the evictions, critical pods skipped.
+//! 6. pods ranked for its resource ([`rank`]) and the evictions, critical pods skipped.
 //!
 //! Differences, all deliberate:
 //! - The kubelet orders thresholds of equal eviction priority by Go map iteration (random);
@@ -20,21 +20,28 @@
 //!   still runs on the node; observation timestamps are not tracked (every sample counts as
 //!   fresh, as the kubelet treats observations without a time). The disk a pod evicted for disk
 //!   pressure still holds until that collection is credited back by the caller
-//!   ([`super::reclaim`]), so no second pod is evicted for it.
+//!   ([`reclaim`]), so no second pod is evicted for it.
+
+pub mod conditions;
+pub mod headroom;
+pub mod local_storage;
+pub mod pod_figures;
+pub mod rank;
+pub mod reclaim;
 
 use std::{collections::BTreeMap, time::Duration};
 
-use super::{
-    clock::Timestamp,
+use crate::{
     config::EvictionConfig,
-    pod::PodInfo,
-    quantity::Quantity,
-    rank::{DiskShare, RankedPod, rank_pods_by},
-    signals::{Observations, Signal, SignalObservation},
-    threshold::{
+    eviction::rank::{DiskShare, RankedPod, rank_pods_by},
+    kubelet::pod::PodInfo,
+    signals::threshold::{
         NodeConditionType, Resource, Threshold, ThresholdKey, ThresholdSource, signal_condition,
         signal_resource,
     },
+    signals::{Observations, Signal, SignalObservation},
+    units::clock::Timestamp,
+    units::quantity::Quantity,
 };
 
 pub use self::{

@@ -1,7 +1,7 @@
 //! What holds on this node: which of the agent's guarantees the node lets it keep, and why not
 //! where one does not. Pure: the agent gathers the facts (its kernel probes, its wake-up
 //! sources, the kubelet's configuration), [`assess`] judges them, and the verdicts go to the
-//! node's [`crate::names::GUARANTEES_ANNOTATION`] ([`encode`]), to `node_monitor_guarantee` and
+//! node's [`crate::contract::names::GUARANTEES_ANNOTATION`] ([`encode`]), to `node_monitor_guarantee` and
 //! to the `status` answer. `kubectl node-monitor status` reads the annotations of every node
 //! back ([`decode`]) and sums them up ([`fleet_summary`]).
 use std::collections::BTreeMap;

@@ -12,32 +12,17 @@
 
 pub mod agent_config;
 pub mod arming;
-pub mod clock;
-pub mod conditions;
 pub mod config;
 pub mod contract;
-pub mod duration;
 pub mod eviction;
 pub mod flight;
 pub mod guarantees;
-pub mod headroom;
-pub mod kubelet_invocation;
-pub mod kubelet_layout;
-pub mod kubelet_thresholds;
-pub mod local_storage;
-pub mod mem_push;
-pub mod names;
-pub mod node_name;
-pub mod pod;
-pub mod pod_figures;
-pub mod quantity;
-pub mod rank;
-pub mod reclaim;
+pub mod kubelet;
 pub mod release;
 pub mod remediation;
 pub mod shutdown;
 pub mod signals;
-pub mod threshold;
+pub mod units;
 
 /// The settings of the property tests (`mod prop` next to the code they test, docs/testing.md):
 /// proptest's defaults (256 cases, `PROPTEST_CASES` overrides), without regression files: a

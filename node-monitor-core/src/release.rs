@@ -10,7 +10,7 @@
 //! down, and the next start clears them.
 use k8s_openapi::api::core::v1::Node;
 
-use crate::names::{
+use crate::contract::names::{
     CONDITION_PREFIX, CORDONED_ANNOTATION, GUARANTEES_ANNOTATION, LAST_GASP_ANNOTATION,
     PRESSURE_TAINTS, SHUTDOWN_TAINT, SHUTTING_DOWN_CONDITION, STOPPED_REASON, TAINT_PREFIX,
 };

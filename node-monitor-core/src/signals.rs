@@ -1,5 +1,7 @@
 //! The kubelet's eviction signals (`pkg/kubelet/eviction/api/types.go`) and what the sampler
 //! observes for them. Values are in base units: bytes, inodes or process IDs.
+
+pub mod threshold;
 use std::{
     collections::{BTreeMap, HashMap},
     fmt,

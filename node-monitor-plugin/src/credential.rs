@@ -71,7 +71,7 @@ impl Credential {
                 &format!("--token-file {}", p.display()),
             )?)
         } else {
-            node_monitor_core::node_name::parse_node_name(choice.account)
+            node_monitor_core::kubelet::node_name::parse_node_name(choice.account)
                 .map_err(|e| anyhow::anyhow!("--viewer-account {:?}: {e}", choice.account))?;
             if choice.audience.is_empty() || choice.audience.len() > 253 {
                 anyhow::bail!(

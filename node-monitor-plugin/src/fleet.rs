@@ -6,8 +6,8 @@ use kube::{Api, Client, api::ListParams};
 use serde_json::{Value, json};
 
 use node_monitor_core::{
+    contract::names::GUARANTEES_ANNOTATION,
     guarantees::{decode, fleet_summary, to_json},
-    names::GUARANTEES_ANNOTATION,
 };
 
 /// Nodes listed per page.

@@ -59,7 +59,7 @@ pub struct Connection {
         long,
         global = true,
         default_value = "node-monitor",
-        value_parser = node_monitor_core::node_name::parse_namespace
+        value_parser = node_monitor_core::kubelet::node_name::parse_namespace
     )]
     pub agent_namespace: String,
     /// The label selector of the agents' pods.
@@ -90,7 +90,7 @@ pub struct Connection {
     #[arg(long, global = true, default_value = "node-monitor-viewer")]
     pub viewer_account: String,
     /// The audience of the minted token: the agents' `--api-token-audience`.
-    #[arg(long, global = true, default_value = node_monitor_core::names::NODE_API_AUDIENCE)]
+    #[arg(long, global = true, default_value = node_monitor_core::contract::names::NODE_API_AUDIENCE)]
     pub audience: String,
 }
 
@@ -398,7 +398,7 @@ impl Agents {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
         let mut params = ListParams::default().labels(&self.selector);
         if let Some(node) = node {
-            node_monitor_core::node_name::parse_node_name(node)
+            node_monitor_core::kubelet::node_name::parse_node_name(node)
                 .map_err(|e| anyhow::anyhow!("node {node:?}: {e}"))?;
             params = params.fields(&format!("spec.nodeName={node}"));
         }

@@ -7,7 +7,7 @@ use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
 use tracing::warn;
 
 use node_monitor_core::{
-    names::{
+    contract::names::{
         CONDITION_PREFIX, LAST_GASP_ANNOTATION, NON_GRACEFUL_SHUTDOWN_REASON, OPT_OUT_ANNOTATION,
         SHUTTING_DOWN_CONDITION,
     },

@@ -20,10 +20,10 @@ use kube::{
 };
 
 use node_monitor_core::{
-    clock::Timestamp,
     remediation::{
         FenceOp, OUT_OF_SERVICE_EFFECT, OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, Step,
     },
+    units::clock::Timestamp,
 };
 
 use super::{

@@ -24,7 +24,7 @@
 //! and the offending line.
 use std::{collections::BTreeMap, time::Duration};
 
-use node_monitor_core::{duration::parse_non_negative, remediation::Step};
+use node_monitor_core::{remediation::Step, units::duration::parse_non_negative};
 
 pub const CONFIG_KEY: &str = "config.properties";
 pub const METHOD_KEY: &str = "method.properties";

@@ -11,8 +11,8 @@ use k8s_openapi::api::{
 };
 
 use node_monitor_core::{
-    clock::Timestamp,
     remediation::{FenceOp, Step},
+    units::clock::Timestamp,
 };
 
 use super::{

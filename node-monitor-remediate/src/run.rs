@@ -51,7 +51,7 @@ pub struct Args {
         long,
         env = "POD_NAMESPACE",
         default_value = "node-monitor",
-        value_parser = node_monitor_core::node_name::parse_namespace
+        value_parser = node_monitor_core::kubelet::node_name::parse_namespace
     )]
     pub namespace: String,
     /// This replica's identity in the leader Lease (default: $POD_NAME, else hostname and pid).

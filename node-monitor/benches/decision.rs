@@ -15,11 +15,11 @@ use std::{
 
 use k8s_openapi::api::core::v1::Pod;
 use node_monitor_core::{
-    clock::Timestamp,
     config::{ConfigSource, EvictionConfig, EvictionOverrides, load_sources},
     eviction::{EvictionState, synchronize},
-    pod::{ContainerUsage, PodInfo},
+    kubelet::pod::{ContainerUsage, PodInfo},
     signals::{Observations, PodUsage, Signal, SignalObservation},
+    units::clock::Timestamp,
 };
 use serde_json::json;
 

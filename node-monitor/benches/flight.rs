@@ -16,12 +16,12 @@ use node_monitor::flight::{
     sample_of,
 };
 use node_monitor_core::{
-    clock::Timestamp,
     config::{ConfigSource, EvictionOverrides, load_sources},
     eviction::{EvictionState, synchronize},
     flight::{RECORDS_KEPT, SAMPLES_KEPT, TAIL_MS},
-    pod::PodInfo,
+    kubelet::pod::PodInfo,
     signals::{Observations, PodUsage, Signal, SignalObservation},
+    units::clock::Timestamp,
 };
 use serde_json::json;
 

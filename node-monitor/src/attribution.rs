@@ -9,7 +9,7 @@
 //! once), so [`CgroupPaths::watch`] also notes every cgroup the moment it is created (inotify on
 //! the hierarchy's directories) and keeps what it learned for [`CREATED_RETENTION`] after the
 //! cgroup is removed. The path then goes
-//! through the kubelet-layout parser ([`node_monitor_core::kubelet_layout::parse_cgroup_path`]) for the
+//! through the kubelet-layout parser ([`node_monitor_core::kubelet::layout::parse_cgroup_path`]) for the
 //! pod UID, QoS class and container id, and optionally through the API for namespace and name.
 use std::{
     collections::HashMap,
@@ -23,7 +23,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use tracing::{debug, warn};
 
-use node_monitor_core::kubelet_layout::{PodCgroup, parse_cgroup_path};
+use node_monitor_core::kubelet::layout::{PodCgroup, parse_cgroup_path};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AttributionError {

@@ -10,9 +10,9 @@ pub use node_monitor_core::flight::{
 };
 use node_monitor_core::{
     eviction::Decision,
-    pod::PodInfo,
+    kubelet::pod::PodInfo,
+    signals::threshold::{Resource, Threshold, signal_resource},
     signals::{Observations, PodUsage},
-    threshold::{Resource, Threshold, signal_resource},
 };
 
 pub mod store;

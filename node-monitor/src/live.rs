@@ -19,7 +19,7 @@ use node_monitor_core::{
     eviction::Decision,
     flight::{EventKind, FlightEvent, FlightRecord, FlightRecorder, PodPoint, Sample, WINDOW_MS},
     signals::Observations,
-    threshold::Threshold,
+    signals::threshold::Threshold,
 };
 
 /// Recent evictions kept for `status`.

@@ -52,7 +52,7 @@ pub struct Args {
     #[arg(long)]
     pub in_cluster: bool,
     /// Node name for the API lookup (default: $NODE_NAME; unset lists pods of every node).
-    #[arg(long, env = "NODE_NAME", value_parser = node_monitor_core::node_name::parse_node_name)]
+    #[arg(long, env = "NODE_NAME", value_parser = node_monitor_core::kubelet::node_name::parse_node_name)]
     pub node_name: Option<String>,
     /// Also print an OOM flight record of each OOM kill, 5 s after it: PSI (and with
     /// --flight-cgroup that cgroup's memory.available) sampled every second, the reclaim stalls

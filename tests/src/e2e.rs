@@ -463,7 +463,7 @@ impl Agent {
             .audience_token(
                 "default",
                 "node-api-reader",
-                node_monitor_core::names::NODE_API_AUDIENCE,
+                node_monitor_core::contract::names::NODE_API_AUDIENCE,
             )
             .await
             .context("minting node-api-reader's token for the agents' audience")?;

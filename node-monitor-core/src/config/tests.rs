@@ -317,7 +317,7 @@ fn allocatable_copies_follow_enforce_node_allocatable() {
     )
     .expect("pods");
     let copy = c
-        .threshold(super::super::threshold::ThresholdKey {
+        .threshold(crate::signals::threshold::ThresholdKey {
             signal: Signal::AllocatableMemoryAvailable,
             source: ThresholdSource::Allocatable,
         })

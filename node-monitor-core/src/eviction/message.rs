@@ -6,10 +6,10 @@ use super::{
     OFFENDING_POD_USAGE_KEY, STARVED_RESOURCE_KEY,
 };
 use crate::{
-    pod::PodInfo,
-    quantity::{Format, Quantity},
+    kubelet::pod::PodInfo,
+    signals::threshold::{Resource, Threshold, signal_format, signal_resource},
     signals::{Observations, PodUsage},
-    threshold::{Resource, Threshold, signal_format, signal_resource},
+    units::quantity::{Format, Quantity},
 };
 
 /// `evictionMessage`: the kubelet's wording, and its event annotations.

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::{
-    rank::RankedPod,
+    eviction::rank::RankedPod,
     signals::Signal,
-    threshold::{NodeConditionType, Operator, Resource, ThresholdSource},
+    signals::threshold::{NodeConditionType, Operator, Resource, ThresholdSource},
 };
 
 /// Why a threshold counts as met.

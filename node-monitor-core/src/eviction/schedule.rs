@@ -2,7 +2,7 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use super::EvictionState;
-use crate::{clock::Timestamp, config::EvictionConfig, signals::Signal};
+use crate::{config::EvictionConfig, signals::Signal, units::clock::Timestamp};
 
 /// The shortest delay between a decision and the next one a timer schedules: a timer that is due
 /// (or overdue) wakes the loop this long after `now`, never at once, so no state in which every

@@ -1,8 +1,8 @@
 use super::*;
 use crate::{
     config::{ConfigSource, EvictionOverrides, load_sources},
-    pod::ContainerUsage,
-    rank::tests::{mem, pod},
+    eviction::rank::tests::{mem, pod},
+    kubelet::pod::ContainerUsage,
     signals::{FsLayout, PodUsage, SignalObservation},
 };
 

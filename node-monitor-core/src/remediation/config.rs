@@ -4,7 +4,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use serde::Deserialize;
 
-use crate::duration::{DurationError, parse_non_negative};
+use crate::units::duration::{DurationError, parse_non_negative};
 
 /// How a dead node is recognised.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,9 +3,11 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use super::{DetectionConfig, WallMicros, ZoneKey, mul_f64_saturating};
-use crate::clock::Timestamp;
 #[cfg(doc)]
-use crate::names::{LAST_GASP_ANNOTATION, NON_GRACEFUL_SHUTDOWN_REASON, SHUTTING_DOWN_CONDITION};
+use crate::contract::names::{
+    LAST_GASP_ANNOTATION, NON_GRACEFUL_SHUTDOWN_REASON, SHUTTING_DOWN_CONDITION,
+};
+use crate::units::clock::Timestamp;
 
 /// The kubelet renews its Lease every `nodeLeaseDurationSeconds × 0.25`
 /// (`nodeLeaseRenewIntervalFraction`, pkg/kubelet/kubelet.go).

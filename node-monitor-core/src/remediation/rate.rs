@@ -2,7 +2,7 @@
 use std::collections::BTreeMap;
 
 use super::{Assessment, ZoneKey};
-use crate::clock::Timestamp;
+use crate::units::clock::Timestamp;
 
 /// `scheduler.EvictionRateLimiterBurst`: the node lifecycle controller's buckets hold one token.
 pub const FENCE_RATE_BURST: u32 = 1;

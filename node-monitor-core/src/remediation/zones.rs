@@ -3,7 +3,7 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use super::StormConfig;
-use crate::names::OPT_OUT_ANNOTATION;
+use crate::contract::names::OPT_OUT_ANNOTATION;
 
 /// Where a node is, by its topology labels: the node lifecycle controller's zone key
 /// (`GetZoneKey`, k8s.io/component-helpers/node/topology: the beta labels first, then the GA

@@ -18,7 +18,7 @@ use crate::{
         file::{DurationText, PriorityList, ShutdownSection},
         ser_go_duration,
     },
-    duration::{DurationError, format_go_duration},
+    units::duration::{DurationError, format_go_duration},
 };
 
 pub use crate::config::shutdown_model::{LastGasp, PRIORITY_ENTRY_KEYS, SHUTDOWN_OPTION_KEYS};

@@ -4,7 +4,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use node_monitor_common::logic::{RebootCaller, RebootGate, reboot_gate};
 
-use crate::clock::Timestamp;
+use crate::units::clock::Timestamp;
 
 /// A last gasp is sent at most once in this long: a process that may reboot the node but keeps
 /// calling reboot(2) without effect (a kexec with no kernel loaded fails with EINVAL) makes one

@@ -5,7 +5,7 @@ use std::{collections::BTreeSet, fmt, time::Duration};
 use serde::Serialize;
 
 use super::Group;
-use crate::clock::Timestamp;
+use crate::units::clock::Timestamp;
 
 /// What the plan needs to know of a pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::clock::Timestamp;
+use crate::units::clock::Timestamp;
 use node_monitor_common::logic::{RebootCaller, RebootGate};
 
 fn pod(name: &str, priority: i32, tgp: Option<i64>) -> ShutdownPod {

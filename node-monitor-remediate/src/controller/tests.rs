@@ -23,9 +23,9 @@ use kube::api::DynamicObject;
 use tokio::sync::watch;
 
 use node_monitor_core::{
-    clock::Timestamp,
-    names::agent_lease_name,
+    contract::names::agent_lease_name,
     remediation::{FenceOp, RemediationConfig, Step},
+    units::clock::Timestamp,
 };
 
 use super::Controller;

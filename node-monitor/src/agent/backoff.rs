@@ -7,7 +7,7 @@ use std::{collections::HashMap, time::Duration};
 
 use crate::cluster::actuator::{EvictOutcome, FailureKind};
 
-use node_monitor_core::clock::Timestamp;
+use node_monitor_core::units::clock::Timestamp;
 
 /// What the loop does after one eviction answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,12 +5,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::ports::{ClusterWrites, NodeView};
+use super::ports::{ClusterWrites, NodeSignals};
 use crate::{cluster::actuator::EvictionRequest, http::Health, sampler::SampleKind};
 
 /// Waits, as the kubelet does, until the evicted pod's processes have left the node (its
 /// cgroup is gone) or the API no longer has it, bounded by the pod cleanup timeout.
-pub(super) async fn wait_for_cleanup<N: NodeView, C: ClusterWrites>(
+pub(super) async fn wait_for_cleanup<N: NodeSignals, C: ClusterWrites>(
     sampler: &mut N,
     actuator: &C,
     health: &Health,

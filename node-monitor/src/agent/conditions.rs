@@ -3,10 +3,10 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use node_monitor_core::{
-    conditions::{pressure_taints, published_conditions},
     config::NodeMonitorSettings,
     eviction::Decision,
-    threshold::NodeConditionType,
+    eviction::conditions::{pressure_taints, published_conditions},
+    signals::threshold::NodeConditionType,
 };
 use tokio::time::Instant;
 use tracing::warn;
@@ -97,7 +97,7 @@ impl PublishedConditions {
                 metrics
                     .api_errors
                     .get_or_create(&crate::metrics::OperationLabels {
-                        operation: "patch_conditions".into(),
+                        operation: crate::metrics::ApiOperation::patch_conditions,
                     })
                     .inc();
                 return;
@@ -112,7 +112,7 @@ impl PublishedConditions {
                     metrics
                         .api_errors
                         .get_or_create(&crate::metrics::OperationLabels {
-                            operation: "patch_taint".into(),
+                            operation: crate::metrics::ApiOperation::patch_taint,
                         })
                         .inc();
                 }

@@ -12,22 +12,22 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use node_monitor_core::{
-    clock::Timestamp,
+    arming::mem_push::PushPolicy,
     config::{EvictionConfig, FsLayout, LayoutConfig},
+    eviction::headroom::{Headroom, HeadroomPolicy},
+    eviction::pod_figures::{NEAR_REFRESH, RANK_MAX_AGE, RankFigures, rank_figures, refresh_due},
+    eviction::reclaim::PendingReclaim,
     eviction::{DRY_RUN_REPORT_INTERVAL, Decision, EvictionState, ReportLimiter, synchronize},
-    headroom::{Headroom, HeadroomPolicy},
-    mem_push::PushPolicy,
-    pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
-    pod_figures::{NEAR_REFRESH, RANK_MAX_AGE, RankFigures, rank_figures, refresh_due},
-    reclaim::PendingReclaim,
+    kubelet::pod::{POD_CGROUP_SETTLE, PodInfo, PodPresence, blind_to_pods},
     signals::Observations,
+    units::clock::Timestamp,
 };
 
 pub(super) use super::report::CycleEnd;
 use super::{
     backoff::{self, Backoff},
     mem_push::{MemPush, PushArm},
-    ports::{Arming, ClusterWrites, NodeView, PodSource, StopSignal},
+    ports::{Arming, ClusterWrites, NodeSignals, NodeView, PodSource, PodView, StopSignal},
     recorders::{Outputs, Recorders},
     report::{CycleReport, PodFigures},
 };
@@ -72,10 +72,10 @@ pub(super) struct Loop<C, P> {
     /// garbage collection frees it, credited back to the disk signals meanwhile.
     pub(super) pending_reclaim: PendingReclaim,
     /// The per-pod figures of the last pass that read them, and when: a ranking at a crossing
-    /// uses them if they are recent enough (see [`node_monitor_core::pod_figures`]).
+    /// uses them if they are recent enough (see [`node_monitor_core::eviction::pod_figures`]).
     pub(super) pod_figures: Option<PodFigures>,
     /// The eBPF memory push, armed while a memory threshold is near (see
-    /// [`node_monitor_core::mem_push`]); `None` without it.
+    /// [`node_monitor_core::arming::mem_push`]); `None` without it.
     pub(super) mem_push: Option<MemPush>,
     /// What runs on each cycle's report: metrics, the live view and flight record, conditions
     /// and taints, the kubelet cross-check.
@@ -134,7 +134,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
 
     /// The arming stage, after each observation: the memcg thresholds re-armed at the fresh
     /// readings, and the memory push for the memory thresholds near in `observations`; both
-    /// pure policies of the core ([`node_monitor_core::arming`], [`node_monitor_core::mem_push`]).
+    /// pure policies of the core ([`node_monitor_core::arming`], [`node_monitor_core::arming::mem_push`]).
     fn arm<N: NodeView, A: Arming>(
         &mut self,
         sampler: &N,
@@ -294,7 +294,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
 
     /// After the requests, the pass that reads every pod when the next ranking, the metrics or
     /// the flight record needs fresh figures.
-    fn refresh_pod_figures<N: NodeView>(
+    fn refresh_pod_figures<N: PodView>(
         &mut self,
         sampler: &mut N,
         observations: &mut Observations,
@@ -392,7 +392,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
 
     /// A pass that reads every pod (and every signal again) into `out`, kept as the latest pod
     /// figures.
-    fn read_pods<N: NodeView>(&mut self, sampler: &mut N, out: &mut Observations) {
+    fn read_pods<N: PodView>(&mut self, sampler: &mut N, out: &mut Observations) {
         sampler.sample_into(SampleKind::Fast, out);
         self.pod_figures = Some((self.now(), Arc::new(out.pods.clone())));
     }
@@ -442,7 +442,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         if decision
             .evict
             .iter()
-            .any(|e| node_monitor_core::threshold::ranks_by_disk(e.signal))
+            .any(|e| node_monitor_core::signals::threshold::ranks_by_disk(e.signal))
         {
             sampler.measure_pod_disk_now();
             self.read_pods(sampler, &mut timed.observations);
@@ -568,7 +568,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
     fn candidate_pods(&self, now: Timestamp) -> Vec<PodInfo> {
         let mut out = Vec::new();
         for pod in self.store.pods() {
-            if !node_monitor_core::pod::pod_is_active(&pod) {
+            if !node_monitor_core::kubelet::pod::pod_is_active(&pod) {
                 continue;
             }
             match PodInfo::from_pod(&pod) {
@@ -583,7 +583,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
     /// Re-arms the memcg thresholds for `memory.available` (node cgroup) and
     /// `allocatableMemory.available` (kubepods) at the fresh inactive_file, as the kubelet does
     /// on each synchronize.
-    fn rearm<N: NodeView, A: Arming>(&self, sampler: &N, wakeups: &mut A) {
+    fn rearm<N: NodeSignals, A: Arming>(&self, sampler: &N, wakeups: &mut A) {
         wakeups.rearm(
             &self.config.thresholds,
             sampler.last_node_memory(),

@@ -1,8 +1,8 @@
 //! The cycle's metrics: the signals' gauges after a pass, and each eviction's answer.
 use node_monitor_core::{
     eviction::Decision,
+    signals::threshold::{Resource, Threshold, signal_resource},
     signals::{Observations, Signal},
-    threshold::{Resource, Threshold, signal_resource},
 };
 
 use super::backoff::Reaction;
@@ -104,7 +104,7 @@ pub(super) fn eviction_answered(
         metrics
             .api_errors
             .get_or_create(&OperationLabels {
-                operation: "evict".into(),
+                operation: crate::metrics::ApiOperation::evict,
             })
             .inc();
     }

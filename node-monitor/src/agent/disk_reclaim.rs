@@ -1,8 +1,9 @@
 //! The disk evicted pods still hold: pods evicted for a disk signal keep their writable layers
 //! and logs until the kubelet collects their dead containers, so their measured usage is
-//! credited back to the disk signals meanwhile (see [`node_monitor_core::reclaim`]).
+//! credited back to the disk signals meanwhile (see [`node_monitor_core::eviction::reclaim`]).
 use node_monitor_core::{
-    clock::Timestamp, eviction::Decision, reclaim::PendingReclaim, signals::Observations,
+    eviction::Decision, eviction::reclaim::PendingReclaim, signals::Observations,
+    units::clock::Timestamp,
 };
 use tracing::info;
 
@@ -12,7 +13,7 @@ use crate::{
 };
 
 /// The observations with the disk evicted pods still hold added back (see
-/// [`node_monitor_core::reclaim`]), and its gauge updated.
+/// [`node_monitor_core::eviction::reclaim`]), and its gauge updated.
 pub(super) fn credit(
     pending: &mut PendingReclaim,
     metrics: &Metrics,
@@ -41,7 +42,7 @@ pub(super) fn note_evictions(
             .evict
             .iter()
             .find(|e| e.uid == req.uid)
-            .is_some_and(|e| node_monitor_core::threshold::ranks_by_disk(e.signal));
+            .is_some_and(|e| node_monitor_core::signals::threshold::ranks_by_disk(e.signal));
         if !(disk_signal && outcome.took_effect()) {
             continue;
         }
@@ -52,7 +53,7 @@ pub(super) fn note_evictions(
             .unwrap_or(0);
         if bytes > 0 {
             info!(pod = %format!("{}/{}", req.namespace, req.name), bytes,
-                  window_s = node_monitor_core::reclaim::RECLAIM_WINDOW.as_secs(),
+                  window_s = node_monitor_core::eviction::reclaim::RECLAIM_WINDOW.as_secs(),
                   "evicted pod's disk credited until the kubelet's garbage collection frees it");
         }
         pending.record(&req.uid, bytes, observations, now);

@@ -4,7 +4,7 @@
 //! pods ([`read_pods_for`]), so a record shows the pods' working sets around a kill even on a
 //! calm node, where no other pass reads them; the killed pod is kept in the samples whatever its
 //! rank.
-use node_monitor_core::threshold::Threshold;
+use node_monitor_core::signals::threshold::Threshold;
 
 use super::report::CycleReport;
 use crate::{live::LiveView, metrics::Metrics};

@@ -10,8 +10,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use node_monitor_core::{
+    contract::names::GUARANTEES_ANNOTATION,
     guarantees::{Assessment, Guarantee, Holds, encode},
-    names::GUARANTEES_ANNOTATION,
 };
 
 use crate::{

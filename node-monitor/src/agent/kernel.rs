@@ -324,7 +324,7 @@ fn buffered_event(
         pods.state()
             .iter()
             .find(|pod| pod.metadata.uid.as_deref() == Some(p.pod_uid.as_str()))
-            .and_then(|pod| node_monitor_core::pod::container_name(pod, id))
+            .and_then(|pod| node_monitor_core::kubelet::pod::container_name(pod, id))
     });
     if let serde_json::Value::Object(m) = &mut event {
         m.insert("container_name".into(), serde_json::json!(name));
@@ -435,7 +435,7 @@ mod tests {
         let path = format!("/kubepods/burstable/pod{pod_uid}/abc");
         Attribution {
             cgroup_id: 1,
-            pod: node_monitor_core::kubelet_layout::parse_cgroup_path(&path),
+            pod: node_monitor_core::kubelet::layout::parse_cgroup_path(&path),
             cgroup_path: Some(path),
             pod_ref: None,
         }

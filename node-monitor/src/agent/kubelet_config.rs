@@ -1,7 +1,7 @@
 //! Coexisting with the kubelet: its own eviction thresholds, read from its command line,
 //! configuration file and drop-ins (`nodeMonitor.kubeletConfigPath`, `auto` by default:
 //! [`super::kubelet_source`]), set against node-monitor's by
-//! [`node_monitor_core::kubelet_thresholds`].
+//! [`node_monitor_core::config::kubelet_thresholds`].
 //!
 //! They are read on the decision loop's first cycle and again on the first cycle after each
 //! [`REREAD_INTERVAL`] (a few kilobytes, once a minute); the comparison runs on every cycle with
@@ -20,10 +20,10 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use node_monitor_core::{
+    config::kubelet_thresholds::{Comparison, Kind, Precedence, compare, parse_kubelet_layers},
     config::{ConfigSource, KUBELET_CONFIG_AUTO},
-    kubelet_thresholds::{Comparison, Kind, Precedence, compare, parse_kubelet_layers},
+    signals::threshold::Threshold,
     signals::{Signal, SignalObservation},
-    threshold::Threshold,
 };
 
 use super::kubelet_source::{self, Origin};

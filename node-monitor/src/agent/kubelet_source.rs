@@ -1,13 +1,13 @@
 //! Finding the kubelet's configuration on this node (`nodeMonitor.kubeletConfigPath: auto`):
 //! the kubelet's command line from the host's `/proc` (or k3s's and RKE2's, whose kubelet runs
 //! in-process), then the files it names, else the places the distributions write them
-//! ([`node_monitor_core::kubelet_invocation`]). Reads are bounded, and never open anything but
+//! ([`node_monitor_core::config::kubelet_invocation`]). Reads are bounded, and never open anything but
 //! a regular file.
 use std::{fs, path::Path};
 
 use node_monitor_core::{
     config::EvictionOverrides,
-    kubelet_invocation::{self, KubeletInvocation, Launcher},
+    config::kubelet_invocation::{self, KubeletInvocation, Launcher},
 };
 
 use crate::io::{InputError, MAX_INPUT_BYTES, read_file_bounded};

@@ -1,10 +1,10 @@
 //! The memory push as the loop drives it: armed while a memory threshold is near (see
-//! [`node_monitor_core::mem_push`]), its programs attached while armed.
+//! [`node_monitor_core::arming::mem_push`]), its programs attached while armed.
 use node_monitor_core::{
-    clock::Timestamp,
-    mem_push::{PushPolicy, batch_pages, keep_attached},
+    arming::mem_push::{PushPolicy, batch_pages, keep_attached},
     signals::Observations,
-    threshold::Threshold,
+    signals::threshold::Threshold,
+    units::clock::Timestamp,
 };
 use tracing::{debug, warn};
 
@@ -37,7 +37,7 @@ impl MemPush {
 
     /// Arms the push for the memory `thresholds` near in `observations`, disarms it when none
     /// is; writes the kernel's map only when the batch changes. Asks for the programs attached
-    /// while armed, and detached once disarmed for [`node_monitor_core::mem_push::DETACH_AFTER`]
+    /// while armed, and detached once disarmed for [`node_monitor_core::arming::mem_push::DETACH_AFTER`]
     /// (the batch is written first: a program attached before it is armed returns at once).
     pub(super) fn arm(
         &mut self,
@@ -85,15 +85,15 @@ impl MemPush {
 
 /// Arms the kernel's memory push with a batch of pages (0 disarms).
 pub(super) trait PushArm: Send {
-    fn arm(&self, pages: u64) -> Result<(), String>;
+    fn arm(&self, pages: u64) -> Result<(), crate::ebpf::ProbeError>;
     /// Asks for the push's programs attached or detached; returns at once (the work, which may
     /// wait for the kernel, is done elsewhere).
     fn set_attached(&self, attached: bool);
 }
 
 impl PushArm for crate::ebpf::MemPushControl {
-    fn arm(&self, pages: u64) -> Result<(), String> {
-        crate::ebpf::MemPushControl::arm(self, pages).map_err(|e| e.to_string())
+    fn arm(&self, pages: u64) -> Result<(), crate::ebpf::ProbeError> {
+        crate::ebpf::MemPushControl::arm(self, pages)
     }
 
     fn set_attached(&self, attached: bool) {

@@ -3,7 +3,7 @@
 
 use node_monitor_core::{
     arming::{CgroupMemory, memcg_arming},
-    threshold::Threshold,
+    signals::threshold::Threshold,
 };
 
 use crate::{
@@ -53,9 +53,9 @@ mod tests {
     use std::time::Duration;
 
     use node_monitor_core::{
-        quantity::{Format, Quantity},
         signals::Signal,
-        threshold::{Operator, ThresholdSource, ThresholdValue},
+        signals::threshold::{Operator, ThresholdSource, ThresholdValue},
+        units::quantity::{Format, Quantity},
     };
 
     use super::*;

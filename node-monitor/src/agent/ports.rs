@@ -7,7 +7,7 @@ use std::{collections::HashMap, future::Future, sync::Arc};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::Store;
-use node_monitor_core::{signals::Observations, threshold::Threshold};
+use node_monitor_core::{signals::Observations, signals::threshold::Threshold};
 
 use crate::{
     cluster::actuator::{
@@ -18,15 +18,24 @@ use crate::{
     wakeup::{Wakeup, Wakeups},
 };
 
-/// The node as the agent observes it (the sampler). Calls may block on cgroup and proc reads:
-/// the production implementation runs them with `block_in_place`.
-pub trait NodeView {
+/// The node's signals as the agent observes them (the sampler). Calls may block on cgroup and
+/// proc reads: the production implementation runs them with `block_in_place`.
+pub trait NodeSignals {
     /// A pass of `kind` for `wakeup`, timed from the wake-up.
     fn observe(&mut self, wakeup: Wakeup, kind: SampleKind) -> TimedObservations<Wakeup>;
-    /// Completes `out` with a pass of `kind` (per-pod usage for ranking).
-    fn sample_into(&mut self, kind: SampleKind, out: &mut Observations);
     /// A fresh pass of `kind`.
     fn sample(&mut self, kind: SampleKind) -> Observations;
+    /// The node cgroup's memory at the last pass.
+    fn last_node_memory(&self) -> Option<MemoryReading>;
+    /// The kubepods cgroup's memory at the last pass.
+    fn last_kubepods_memory(&self) -> Option<MemoryReading>;
+}
+
+/// The pods' usage as the agent reads it (the sampler): their cgroups, their figures for a
+/// ranking, their disk. Calls may block, as [`NodeSignals`]' do.
+pub trait PodView {
+    /// Completes `out` with a pass of `kind` (per-pod usage for ranking).
+    fn sample_into(&mut self, kind: SampleKind, out: &mut Observations);
     /// Measures the pods' disk usage now, instead of the background meter's last walk.
     fn measure_pod_disk_now(&mut self);
     /// Lists the pod cgroups again.
@@ -35,10 +44,6 @@ pub trait NodeView {
     fn has_pod_cgroup(&self, uid: &str) -> bool;
     /// Where the pods are read from.
     fn kubepods(&self) -> KubepodsSight;
-    /// The node cgroup's memory at the last pass.
-    fn last_node_memory(&self) -> Option<MemoryReading>;
-    /// The kubepods cgroup's memory at the last pass.
-    fn last_kubepods_memory(&self) -> Option<MemoryReading>;
     /// Asks for a per-pod disk measurement if none was asked for within the full-sample
     /// interval (the walk runs apart).
     fn request_pod_disk(&mut self) {}
@@ -48,17 +53,32 @@ pub trait NodeView {
     }
 }
 
-impl NodeView for Sampler {
+/// The node as the cycle observes it: its signals and its pods' usage. A stage that needs only
+/// one of them takes only that port.
+pub trait NodeView: NodeSignals + PodView {}
+
+impl<T: NodeSignals + PodView> NodeView for T {}
+
+impl NodeSignals for Sampler {
     fn observe(&mut self, wakeup: Wakeup, kind: SampleKind) -> TimedObservations<Wakeup> {
         tokio::task::block_in_place(|| self.observe_as(wakeup, kind))
     }
+    fn sample(&mut self, kind: SampleKind) -> Observations {
+        tokio::task::block_in_place(|| Sampler::sample(self, kind))
+    }
+    fn last_node_memory(&self) -> Option<MemoryReading> {
+        Sampler::last_node_memory(self)
+    }
+    fn last_kubepods_memory(&self) -> Option<MemoryReading> {
+        Sampler::last_kubepods_memory(self)
+    }
+}
+
+impl PodView for Sampler {
     fn sample_into(&mut self, kind: SampleKind, out: &mut Observations) {
         tokio::task::block_in_place(|| {
             Sampler::sample_into(self, kind, out);
         });
-    }
-    fn sample(&mut self, kind: SampleKind) -> Observations {
-        tokio::task::block_in_place(|| Sampler::sample(self, kind))
     }
     fn measure_pod_disk_now(&mut self) {
         tokio::task::block_in_place(|| Sampler::measure_pod_disk_now(self));
@@ -79,12 +99,6 @@ impl NodeView for Sampler {
             path: layout.kubepods_memory.display().to_string(),
             detection: format!("{:?}", layout.kubepods_detection),
         }
-    }
-    fn last_node_memory(&self) -> Option<MemoryReading> {
-        Sampler::last_node_memory(self)
-    }
-    fn last_kubepods_memory(&self) -> Option<MemoryReading> {
-        Sampler::last_kubepods_memory(self)
     }
     fn request_pod_disk(&mut self) {
         tokio::task::block_in_place(|| Sampler::request_pod_disk(self));

@@ -5,10 +5,10 @@
 use std::{collections::HashMap, sync::Arc};
 
 use node_monitor_core::{
-    clock::Timestamp,
     eviction::Decision,
-    pod::PodInfo,
+    kubelet::pod::PodInfo,
     signals::{Observations, PodUsage},
+    units::clock::Timestamp,
 };
 
 use crate::cluster::actuator::{EvictOutcome, EvictionRequest};

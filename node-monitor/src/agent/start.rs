@@ -19,7 +19,8 @@ use crate::{
     wakeup::{SourceKind, SourceSetting, SourceState, WakeupConfig, Wakeups},
 };
 use node_monitor_core::{
-    config::EvictionConfig, headroom::HeadroomPolicy, threshold::NodeConditionType,
+    config::EvictionConfig, eviction::headroom::HeadroomPolicy,
+    signals::threshold::NodeConditionType,
 };
 
 /// Starts the reflector of this node's pods; /readyz reports the pod cache synced once it is, and
@@ -267,7 +268,7 @@ pub(super) async fn node_allocatable_memory(client: &kube::Client, node: &str) -
         }
     };
     let q = n.status?.allocatable?.get("memory")?.0.clone();
-    match node_monitor_core::quantity::Quantity::parse(&q) {
+    match node_monitor_core::units::quantity::Quantity::parse(&q) {
         Ok(q) => u64::try_from(q.value()).ok(),
         Err(e) => {
             warn!(value = %q, error = %e, "node status.allocatable.memory is not a quantity");
@@ -294,12 +295,10 @@ pub(super) fn init_metrics(m: &Metrics, config: &EvictionConfig) {
                 reason: reason.to_owned(),
             });
     }
-    for operation in ["evict", "patch_conditions", "patch_taint"] {
+    for operation in crate::metrics::ApiOperation::ALL {
         let _ = m
             .api_errors
-            .get_or_create(&crate::metrics::OperationLabels {
-                operation: operation.to_owned(),
-            });
+            .get_or_create(&crate::metrics::OperationLabels { operation });
     }
     // 0 until a graceful shutdown happens, like the kubelet's graceful_shutdown_*_time_seconds.
     let total = crate::metrics::PhaseLabels {

@@ -13,7 +13,7 @@ use crate::shutdown::ShutdownConfig;
 use crate::settings::EvictionFlags;
 use node_monitor_core::{
     config::{ConfigSource, EvictionConfig, load_sources},
-    threshold::{Threshold, ThresholdValue},
+    signals::threshold::{Threshold, ThresholdValue},
 };
 
 /// Validate the configuration as the agent does at start and print the effective thresholds (or,

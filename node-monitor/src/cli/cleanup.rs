@@ -35,7 +35,7 @@ pub const AGENT_POD_SELECTOR: &str = "app.kubernetes.io/name=node-monitor";
 #[command(group(clap::ArgGroup::new("which").required(true).args(["node_name", "all_nodes"])))]
 pub struct Args {
     /// The node to clean.
-    #[arg(long, value_parser = node_monitor_core::node_name::parse_node_name)]
+    #[arg(long, value_parser = node_monitor_core::kubelet::node_name::parse_node_name)]
     pub node_name: Option<String>,
     /// Clean every node of the cluster (after an uninstall: the Helm chart's post-delete hook).
     #[arg(long)]
@@ -51,7 +51,7 @@ pub struct Args {
     )]
     pub wait_for_agents: Option<u64>,
     /// The namespace of the agent's pods, for `--wait-for-agents`.
-    #[arg(long, value_name = "NAMESPACE", value_parser = node_monitor_core::node_name::parse_namespace)]
+    #[arg(long, value_name = "NAMESPACE", value_parser = node_monitor_core::kubelet::node_name::parse_namespace)]
     pub agent_namespace: Option<String>,
     /// Kubeconfig; default: $KUBECONFIG, then the in-cluster config.
     #[arg(long)]
@@ -181,7 +181,7 @@ async fn running_agent(client: &kube::Client, node: &str) -> Option<String> {
     };
     list.items
         .iter()
-        .find(|p| node_monitor_core::pod::pod_is_active(p))
+        .find(|p| node_monitor_core::kubelet::pod::pod_is_active(p))
         .map(|p| {
             format!(
                 "{}/{}",

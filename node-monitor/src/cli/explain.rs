@@ -16,14 +16,14 @@ use serde_json::Value;
 use super::check_config;
 use crate::settings::EvictionFlags;
 use node_monitor_core::{
-    clock::Timestamp,
     config::{ConfigSource, EvictionConfig, FsLayout},
-    duration::parse_go_duration,
+    eviction::local_storage::{ContainerStorage, StorageLimits, StorageUsage, limit_evictions},
     eviction::{EvictionState, synchronize},
-    local_storage::{ContainerStorage, StorageLimits, StorageUsage, limit_evictions},
-    pod::{ContainerUsage, PodInfo, pod_is_active},
-    quantity::Quantity,
+    kubelet::pod::{ContainerUsage, PodInfo, pod_is_active},
     signals::{Observations, PodUsage, Signal, SignalObservation},
+    units::clock::Timestamp,
+    units::duration::parse_go_duration,
+    units::quantity::Quantity,
 };
 
 /// Read a snapshot (pods, usage, observations) and print the eviction decision as JSON.

@@ -17,7 +17,7 @@ use kube::{
     Api, Client,
     api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
-use node_monitor_core::names::agent_lease_name;
+use node_monitor_core::contract::names::agent_lease_name;
 use tracing::{info, warn};
 
 use crate::jitter::jittered;

@@ -142,7 +142,7 @@ pub fn oom_event(kill: &OomKill, pod: &Pod) -> Option<OomEvent> {
 /// The container whose runtime id is `id`; else, for a pod with a single container and no init
 /// containers, that one (a container killed at start can die before its status names its id).
 fn container_of(pod: &Pod, id: &str) -> Option<String> {
-    if let Some(name) = node_monitor_core::pod::container_name(pod, id) {
+    if let Some(name) = node_monitor_core::kubelet::pod::container_name(pod, id) {
         return Some(name);
     }
     let spec = pod.spec.as_ref()?;

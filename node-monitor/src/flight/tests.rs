@@ -11,10 +11,10 @@ const MI: i64 = 1 << 20;
 #[test]
 fn a_sample_keeps_memory_signals_top_pods_and_the_decision() {
     use node_monitor_core::{
-        clock::Timestamp,
         config::{ConfigSource, EvictionOverrides, load_sources},
         eviction::{EvictionState, synchronize},
         signals::{Signal, SignalObservation},
+        units::clock::Timestamp,
     };
     let config = load_sources(
         &[ConfigSource {

@@ -204,19 +204,72 @@ impl<V: Clone> AuthCache<V> {
     }
 }
 
+/// Which review an authorization makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Review {
+    TokenReview,
+    SubjectAccessReview,
+}
+
+impl std::fmt::Display for Review {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::TokenReview => "TokenReview",
+            Self::SubjectAccessReview => "SubjectAccessReview",
+        })
+    }
+}
+
+/// A review the API server did not give: the caller is neither accepted nor refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("{review} failed: {source}")]
+    Api {
+        review: Review,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl ReviewError {
+    /// The error's kind, for a log field or a metric label.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Api { .. } => "api",
+        }
+    }
+}
+
+/// A TokenReview's answer about a token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authentication {
+    /// The token's identity.
+    Accepted(UserInfo),
+    /// Not accepted, with the API server's reason.
+    Rejected { why: String },
+}
+
+/// A SubjectAccessReview's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    pub allowed: bool,
+    /// The authorizer's reason, often empty.
+    pub reason: String,
+}
+
 /// The two API calls an authorization makes; the Kubernetes one is [`KubeReviews`].
 pub trait Reviews: Send + Sync {
-    /// TokenReview: the identity, `Ok(None)` when the token is not accepted (with why).
+    /// TokenReview: the identity, or why the token is not accepted.
     fn authenticate<'a>(
         &'a self,
         token: &'a str,
-    ) -> BoxFuture<'a, Result<Result<UserInfo, String>, String>>;
-    /// SubjectAccessReview of `get nodes/node-monitor` named `node`: (allowed, reason).
+    ) -> BoxFuture<'a, Result<Authentication, ReviewError>>;
+    /// SubjectAccessReview of `get nodes/node-monitor` named `node`.
     fn authorize<'a>(
         &'a self,
         user: &'a UserInfo,
         node: &'a str,
-    ) -> BoxFuture<'a, Result<(bool, String), String>>;
+    ) -> BoxFuture<'a, Result<Access, ReviewError>>;
 }
 
 /// TokenReview and SubjectAccessReview through the API server.
@@ -236,7 +289,7 @@ impl Reviews for KubeReviews {
     fn authenticate<'a>(
         &'a self,
         token: &'a str,
-    ) -> BoxFuture<'a, Result<Result<UserInfo, String>, String>> {
+    ) -> BoxFuture<'a, Result<Authentication, ReviewError>> {
         Box::pin(async move {
             let review = TokenReview {
                 spec: TokenReviewSpec {
@@ -249,17 +302,20 @@ impl Reviews for KubeReviews {
             let answer = api
                 .create(&PostParams::default(), &review)
                 .await
-                .map_err(|e| format!("TokenReview failed: {e}"))?;
+                .map_err(|source| ReviewError::Api {
+                    review: Review::TokenReview,
+                    source,
+                })?;
             let status = answer.status.unwrap_or_default();
             if status.authenticated != Some(true) {
                 let why = status
                     .error
                     .filter(|e| !e.is_empty())
                     .unwrap_or_else(|| "the token is not valid".to_owned());
-                return Ok(Err(why));
+                return Ok(Authentication::Rejected { why });
             }
             let user = status.user.unwrap_or_default();
-            Ok(Ok(UserInfo {
+            Ok(Authentication::Accepted(UserInfo {
                 username: user.username.unwrap_or_default(),
                 uid: user.uid.unwrap_or_default(),
                 groups: user.groups.unwrap_or_default(),
@@ -272,7 +328,7 @@ impl Reviews for KubeReviews {
         &'a self,
         user: &'a UserInfo,
         node: &'a str,
-    ) -> BoxFuture<'a, Result<(bool, String), String>> {
+    ) -> BoxFuture<'a, Result<Access, ReviewError>> {
         Box::pin(async move {
             let review = SubjectAccessReview {
                 spec: SubjectAccessReviewSpec {
@@ -296,13 +352,19 @@ impl Reviews for KubeReviews {
             let answer = api
                 .create(&PostParams::default(), &review)
                 .await
-                .map_err(|e| format!("SubjectAccessReview failed: {e}"))?;
+                .map_err(|source| ReviewError::Api {
+                    review: Review::SubjectAccessReview,
+                    source,
+                })?;
             let status = answer.status.unwrap_or_default();
             let reason = status
                 .reason
                 .or(status.evaluation_error)
                 .unwrap_or_default();
-            Ok((status.allowed && status.denied != Some(true), reason))
+            Ok(Access {
+                allowed: status.allowed && status.denied != Some(true),
+                reason,
+            })
         })
     }
 }
@@ -398,19 +460,21 @@ impl Authorizer {
             .await
             .map_err(|_| Denied::Unavailable("the agent is stopping".to_owned()))?;
         let user = match self.reviews.authenticate(token).await {
-            Ok(Ok(user)) => user,
-            Ok(Err(why)) => return Err(Denied::Unauthenticated(format!("token rejected: {why}"))),
+            Ok(Authentication::Accepted(user)) => user,
+            Ok(Authentication::Rejected { why }) => {
+                return Err(Denied::Unauthenticated(format!("token rejected: {why}")));
+            }
             Err(e) => {
                 // The details (the agent's own RBAC, the API server's address) are for the log,
                 // not for a caller not yet authenticated.
-                tracing::warn!(error = %e, "node API: cannot authenticate a caller");
+                tracing::warn!(error = %e, kind = e.metric_label(), "node API: cannot authenticate a caller");
                 return Err(Denied::Unavailable(
                     "the agent cannot authenticate callers now (TokenReview failed; see its log)"
                         .to_owned(),
                 ));
             }
         };
-        let (allowed, reason) = self
+        let Access { allowed, reason } = self
             .reviews
             .authorize(&user, &self.node)
             .await

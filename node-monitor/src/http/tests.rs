@@ -12,14 +12,16 @@ impl auth::Reviews for AllowViewer {
     fn authenticate<'a>(
         &'a self,
         token: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<Result<auth::UserInfo, String>, String>> {
+    ) -> futures::future::BoxFuture<'a, Result<auth::Authentication, auth::ReviewError>> {
         Box::pin(async move {
             Ok(match token {
-                "viewer" | "stranger" => Ok(auth::UserInfo {
+                "viewer" | "stranger" => auth::Authentication::Accepted(auth::UserInfo {
                     username: token.to_owned(),
                     ..auth::UserInfo::default()
                 }),
-                _ => Err("invalid".to_owned()),
+                _ => auth::Authentication::Rejected {
+                    why: "invalid".to_owned(),
+                },
             })
         })
     }
@@ -28,8 +30,13 @@ impl auth::Reviews for AllowViewer {
         &'a self,
         user: &'a auth::UserInfo,
         _node: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<(bool, String), String>> {
-        Box::pin(async move { Ok((user.username == "viewer", String::new())) })
+    ) -> futures::future::BoxFuture<'a, Result<auth::Access, auth::ReviewError>> {
+        Box::pin(async move {
+            Ok(auth::Access {
+                allowed: user.username == "viewer",
+                reason: String::new(),
+            })
+        })
     }
 }
 

@@ -2,11 +2,11 @@ use super::*;
 
 use k8s_openapi::api::core::v1::Pod;
 use node_monitor_core::{
-    clock::Timestamp,
     config::ConfigSource,
     eviction::{EvictionState, synchronize},
-    pod::PodInfo,
+    kubelet::pod::PodInfo,
     signals::{PodUsage, Signal, SignalObservation},
+    units::clock::Timestamp,
 };
 
 use crate::settings::EvictionFlags;

@@ -1,6 +1,6 @@
 //! The agent's metric label sets, and the per-unit gauge families of the eviction signals.
 use prometheus_client::{
-    encoding::EncodeLabelSet,
+    encoding::{EncodeLabelSet, EncodeLabelValue},
     metrics::{family::Family, gauge::Gauge},
 };
 
@@ -107,9 +107,48 @@ pub struct PhaseLabels {
     pub phase: String,
 }
 
+/// A Kubernetes API call of the agent (`node_monitor_api_errors_total{operation}`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[expect(
+    non_camel_case_types,
+    reason = "the derive writes a variant's name as the label value, which is snake_case"
+)]
+pub enum ApiOperation {
+    /// An eviction request (policy/v1 Eviction).
+    evict,
+    /// The node's conditions.
+    patch_conditions,
+    /// A node taint.
+    patch_taint,
+    /// The node's `spec.unschedulable` (graceful shutdown).
+    patch_unschedulable,
+    /// A node annotation (graceful shutdown).
+    patch_annotation,
+    /// A pod deletion (graceful shutdown).
+    delete_pod,
+    /// The node's pods listed (graceful shutdown).
+    list_pods,
+    /// The last gasp's node writes.
+    last_gasp,
+}
+
+impl ApiOperation {
+    /// Every operation, each series created at start-up at 0.
+    pub const ALL: [ApiOperation; 8] = [
+        Self::evict,
+        Self::patch_conditions,
+        Self::patch_taint,
+        Self::patch_unschedulable,
+        Self::patch_annotation,
+        Self::delete_pod,
+        Self::list_pods,
+        Self::last_gasp,
+    ];
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabels {
-    pub operation: String,
+    pub operation: ApiOperation,
 }
 
 /// The base unit of an eviction signal's amounts. Each unit has its own families

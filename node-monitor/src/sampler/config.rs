@@ -9,7 +9,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use node_monitor_core::{
-    kubelet_layout::{CgroupDriver, DriverEvidence, detect_driver},
+    kubelet::layout::{CgroupDriver, DriverEvidence, detect_driver},
     signals::MemoryWorkingSet,
 };
 
@@ -431,7 +431,7 @@ impl SamplerConfig {
             let named: Vec<(CgroupDriver, String)> = drivers
                 .into_iter()
                 .filter_map(|d| {
-                    node_monitor_core::kubelet_layout::kubepods_relative(root, d).map(|kp| (d, kp))
+                    node_monitor_core::kubelet::layout::kubepods_relative(root, d).map(|kp| (d, kp))
                 })
                 .collect();
             if let Some((d, kp)) = named.iter().find(|(_, kp)| node_memory.join(kp).is_dir()) {

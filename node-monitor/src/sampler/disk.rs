@@ -14,7 +14,7 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Pod;
-use node_monitor_core::local_storage::{ContainerStorage, StorageUsage};
+use node_monitor_core::eviction::local_storage::{ContainerStorage, StorageUsage};
 
 use super::{
     SamplerError,
@@ -95,7 +95,7 @@ impl PodDiskDetail {
             let id = cs
                 .container_id
                 .as_deref()
-                .map(node_monitor_core::pod::bare_container_id);
+                .map(node_monitor_core::kubelet::pod::bare_container_id);
             let rootfs = id.and_then(|id| detail.layers.get(id).copied());
             let logs = detail.logs.get(&cs.name).copied();
             if rootfs.is_none() && logs.is_none() {

@@ -2,7 +2,7 @@
 //!
 //! The walk lists kubepods and, one level down, every directory that is not itself a pod (the
 //! QoS tiers of either driver); each name is classified by
-//! [`parse_cgroup_path`](node_monitor_core::kubelet_layout::parse_cgroup_path), so the layout rules
+//! [`parse_cgroup_path`](node_monitor_core::kubelet::layout::parse_cgroup_path), so the layout rules
 //! live in one place. Names seen before are looked up, not parsed again: in steady state a walk
 //! costs the `readdir` calls and one hash lookup per directory.
 
@@ -14,7 +14,7 @@ use std::{
     path::PathBuf,
 };
 
-use node_monitor_core::kubelet_layout::parse_cgroup_path;
+use node_monitor_core::kubelet::layout::parse_cgroup_path;
 
 use super::{SamplerError, config::Layout, read::CgroupFiles};
 

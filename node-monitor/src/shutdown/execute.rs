@@ -19,7 +19,7 @@ use crate::{
     telemetry::error_chain as chain,
 };
 use node_monitor_core::{
-    names::{
+    contract::names::{
         CORDONED_ANNOTATION, LAST_GASP_ANNOTATION, NON_GRACEFUL_SHUTDOWN_REASON,
         SHUTTING_DOWN_CONDITION,
     },
@@ -100,7 +100,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                     Ok(()) => true,
                     Err(e) => {
                         warn!(error = %chain(&*e), "could not remove the shutdown taint");
-                        self.api_error("patch_taint");
+                        self.api_error(crate::metrics::ApiOperation::patch_taint);
                         false
                     }
                 };
@@ -126,7 +126,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                     && let Err(e) = self.api.annotate_node(LAST_GASP_ANNOTATION, None).await
                 {
                     warn!(error = %chain(&*e), "could not remove the last-gasp annotation");
-                    self.api_error("patch_annotation");
+                    self.api_error(crate::metrics::ApiOperation::patch_annotation);
                 }
                 return Ok(None);
             }
@@ -303,7 +303,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
         }
     }
 
-    fn api_error(&self, operation: &str) {
+    fn api_error(&self, operation: crate::metrics::ApiOperation) {
         api_error(&self.metrics, operation);
     }
 
@@ -318,7 +318,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
             Ok(()) => true,
             Err(e) => {
                 warn!(error = %chain(&*e), reason, "could not set the shutdown condition");
-                self.api_error("patch_conditions");
+                self.api_error(crate::metrics::ApiOperation::patch_conditions);
                 false
             }
         }
@@ -335,7 +335,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
             }
             Err(e) => {
                 warn!(error = %chain(&*e), "could not uncordon the node");
-                self.api_error("patch_unschedulable");
+                self.api_error(crate::metrics::ApiOperation::patch_unschedulable);
                 false
             }
         }
@@ -365,7 +365,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                 Ok(DeleteOutcome::Gone) => done.push(p.pod.uid.clone()),
                 Err(e) => {
                     warn!(%pod, error = %chain(&*e), "pod deletion failed; retried while the group runs");
-                    self.api_error("delete_pod");
+                    self.api_error(crate::metrics::ApiOperation::delete_pod);
                 }
             }
         }
@@ -392,7 +392,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                 }
                 Err(e) => {
                     error!(error = %e, "could not list the node's pods; no pod is terminated through the API");
-                    self.api_error("list_pods");
+                    self.api_error(crate::metrics::ApiOperation::list_pods);
                     return Vec::new();
                 }
             }
@@ -409,7 +409,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
             ),
             Err(e) => {
                 debug!(error = %e, "could not list the node's pods; assuming all still present");
-                self.api_error("list_pods");
+                self.api_error(crate::metrics::ApiOperation::list_pods);
                 None
             }
         }
@@ -503,12 +503,12 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
             Ok(Ok(())) => true,
             Ok(Err(e)) => {
                 warn!(error = %chain(&*e), "last gasp failed");
-                self.api_error("last_gasp");
+                self.api_error(crate::metrics::ApiOperation::last_gasp);
                 false
             }
             Err(_) => {
                 warn!(?timeout, "last gasp timed out");
-                self.api_error("last_gasp");
+                self.api_error(crate::metrics::ApiOperation::last_gasp);
                 false
             }
         }

@@ -30,7 +30,9 @@ use axum::http;
 use aya::maps::{MapData, RingBuf};
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use node_monitor_core::{
-    names::{LAST_GASP_ANNOTATION, NON_GRACEFUL_SHUTDOWN_REASON, SHUTTING_DOWN_CONDITION},
+    contract::names::{
+        LAST_GASP_ANNOTATION, NON_GRACEFUL_SHUTDOWN_REASON, SHUTTING_DOWN_CONDITION,
+    },
     shutdown::{LAST_GASP_MIN_INTERVAL, config::LastGasp},
 };
 use tokio::sync::watch;

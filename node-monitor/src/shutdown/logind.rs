@@ -98,6 +98,12 @@ pub enum LogindError {
     },
     #[error("the system bus connection ended")]
     Disconnected,
+    #[error("a malformed {signal} signal")]
+    Signal {
+        signal: &'static str,
+        #[source]
+        source: Box<zbus::Error>,
+    },
 }
 
 impl LogindError {
@@ -114,6 +120,27 @@ impl LogindError {
         move |source| Self::Subscribe {
             signal,
             source: Box::new(source),
+        }
+    }
+
+    /// A signal whose arguments did not read.
+    pub(super) fn signal(signal: &'static str) -> impl Fn(zbus::Error) -> Self {
+        move |source| Self::Signal {
+            signal,
+            source: Box::new(source),
+        }
+    }
+
+    /// The error's kind, for a log field or a metric label.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Connect(_) => "connect",
+            Self::Call { .. } => "call",
+            Self::Subscribe { .. } => "subscribe",
+            Self::DropIn { .. } => "drop_in",
+            Self::Reload { .. } => "reload",
+            Self::Disconnected => "disconnected",
+            Self::Signal { .. } => "signal",
         }
     }
 }

@@ -11,19 +11,17 @@ use crate::{
     telemetry::error_chain as chain,
 };
 use node_monitor_core::{
-    names::{CORDONED_ANNOTATION, SHUTTING_DOWN_CONDITION},
+    contract::names::{CORDONED_ANNOTATION, SHUTTING_DOWN_CONDITION},
     shutdown::{
         ShutdownPod,
         lifecycle::{EVENT_DETECTED, Marks},
     },
 };
 
-pub(super) fn api_error(metrics: &Metrics, operation: &str) {
+pub(super) fn api_error(metrics: &Metrics, operation: crate::metrics::ApiOperation) {
     metrics
         .api_errors
-        .get_or_create(&OperationLabels {
-            operation: operation.to_owned(),
-        })
+        .get_or_create(&OperationLabels { operation })
         .inc();
 }
 
@@ -62,14 +60,14 @@ pub(super) async fn mark_node<N: NodeApi>(
         Ok(()) => marks.condition = true,
         Err(e) => {
             warn!(error = %chain(&*e), "could not set the shutdown condition");
-            api_error(&metrics, "patch_conditions");
+            api_error(&metrics, crate::metrics::ApiOperation::patch_conditions);
         }
     }
     match t {
         Ok(()) => marks.taint = true,
         Err(e) => {
             warn!(error = %chain(&*e), "could not taint the node");
-            api_error(&metrics, "patch_taint");
+            api_error(&metrics, crate::metrics::ApiOperation::patch_taint);
         }
     }
     match k {
@@ -83,7 +81,7 @@ pub(super) async fn mark_node<N: NodeApi>(
         Ok(None) => {}
         Err(e) => {
             warn!(error = %chain(&*e), "could not cordon the node");
-            api_error(&metrics, "patch_unschedulable");
+            api_error(&metrics, crate::metrics::ApiOperation::patch_unschedulable);
         }
     }
     marks

@@ -13,7 +13,7 @@ use crate::{
     cluster::actuator::{Actuator, DeleteOutcome, NodeConditionUpdate},
     telemetry::error_chain as chain,
 };
-use node_monitor_core::{names::SHUTDOWN_TAINT, shutdown::Inhibitor};
+use node_monitor_core::{contract::names::SHUTDOWN_TAINT, shutdown::Inhibitor};
 
 /// `who` of node-monitor's inhibitor.
 pub const INHIBITOR_WHO: &str = "node-monitor";
@@ -44,9 +44,9 @@ impl HeldLock {
 /// logind's signals on one connection; both end when the connection does.
 pub struct Signals {
     /// `PrepareForShutdown`'s argument (an error: a malformed signal).
-    pub prepare: BoxStream<'static, Result<bool, String>>,
+    pub prepare: BoxStream<'static, Result<bool, LogindError>>,
     /// logind's new bus owner (`NameOwnerChanged`), `None` when it left the bus.
-    pub owners: BoxStream<'static, Result<Option<String>, String>>,
+    pub owners: BoxStream<'static, Result<Option<String>, LogindError>>,
 }
 
 /// The way to logind.
@@ -131,12 +131,12 @@ impl LogindPort for SystemLogind {
         let prepare = logind
             .prepare_for_shutdown()
             .await?
-            .map(|s| s.map_err(|e| e.to_string()))
+            .map(|s| s.map_err(LogindError::signal("PrepareForShutdown")))
             .boxed();
         let owners = logind
             .owner_changes()
             .await?
-            .map(|s| s.map_err(|e| e.to_string()))
+            .map(|s| s.map_err(LogindError::signal("NameOwnerChanged")))
             .boxed();
         Ok((logind, Signals { prepare, owners }))
     }

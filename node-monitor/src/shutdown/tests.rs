@@ -181,8 +181,8 @@ struct BusState {
     locks_held: usize,
     /// logind's `PreparingForShutdown` at a connection.
     preparing: bool,
-    prepare: Option<fmpsc::UnboundedSender<Result<bool, String>>>,
-    owners: Option<fmpsc::UnboundedSender<Result<Option<String>, String>>>,
+    prepare: Option<fmpsc::UnboundedSender<Result<bool, LogindError>>>,
+    owners: Option<fmpsc::UnboundedSender<Result<Option<String>, LogindError>>>,
 }
 
 /// logind: connections, locks, `InhibitDelayMaxSec`, the signals the test sends.

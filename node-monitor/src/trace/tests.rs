@@ -5,7 +5,7 @@ use crate::ebpf::{
     OomKillEvent, OomMemory, OomScope, RebootCmd, RebootEvent, ReclaimFlavor, TaskInfo,
 };
 
-use node_monitor_core::kubelet_layout::parse_cgroup_path;
+use node_monitor_core::kubelet::layout::parse_cgroup_path;
 
 #[derive(Parser)]
 struct Cli {

@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 use k8s_openapi::api::core::v1::{
     Container, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration,
 };
-use node_monitor_core::kubelet_layout::{CgroupDriver, QosClass};
+use node_monitor_core::kubelet::layout::{CgroupDriver, QosClass};
 
 /// A Kubernetes quantity in milli-units, rounded up (`1Ki` → 1 024 000, `100m` → 100).
 ///
@@ -14,7 +14,7 @@ use node_monitor_core::kubelet_layout::{CgroupDriver, QosClass};
 /// Negative quantities are rejected: nothing here (requests, limits, capacities) may be negative.
 ///
 /// The stand-in parses quantities itself on purpose, rather than with the product's
-/// `node_monitor_core::quantity::Quantity`: it models the kubelet independently of the agent it
+/// `node_monitor_core::units::quantity::Quantity`: it models the kubelet independently of the agent it
 /// tests, so that a bug in the product's parser (a misread suffix, exponent or fraction) makes the
 /// agent's requests, QoS classes and ranks disagree with the cgroup limits, QoS and
 /// `oom_score_adj` the stand-in applies, and a tier fails, instead of both sides sharing the bug.
@@ -561,7 +561,7 @@ mod tests {
         api::core::v1::{Affinity, NodeAffinity, NodeSelector, ResourceRequirements},
         apimachinery::pkg::api::resource::Quantity,
     };
-    use node_monitor_core::kubelet_layout::parse_cgroup_path;
+    use node_monitor_core::kubelet::layout::parse_cgroup_path;
 
     fn container(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Container {
         let map = |kv: &[(&str, &str)]| {

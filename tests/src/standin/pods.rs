@@ -29,7 +29,7 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 use nix::{sys::signal::Signal, unistd::Pid};
-use node_monitor_core::kubelet_layout::{CgroupDriver, QosClass};
+use node_monitor_core::kubelet::layout::{CgroupDriver, QosClass};
 use tracing::{debug, info, warn};
 
 use super::{

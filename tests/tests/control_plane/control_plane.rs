@@ -30,7 +30,7 @@ use kube::{
     Api,
     api::{EvictParams, ListParams, Patch, PatchParams, PostParams},
 };
-use node_monitor_core::kubelet_layout::{QosClass, parse_cgroup_path};
+use node_monitor_core::kubelet::layout::{QosClass, parse_cgroup_path};
 use node_monitor_tests::{
     cgroup::{MEMORY_V1, PIDS_V1, TestCgroups, UNIFIED, require_root},
     control_plane::{ControlPlane, ControlPlaneOptions},

@@ -20,7 +20,7 @@ use node_monitor::{
     agent::{STOP_RELEASE_BOUND, release_on_stop},
     cluster::actuator::{Actuator, ActuatorConfig, NodeConditionUpdate, PdbPolicy},
 };
-use node_monitor_core::names::{
+use node_monitor_core::contract::names::{
     CORDONED_ANNOTATION, LAST_GASP_ANNOTATION, SHUTDOWN_TAINT, SHUTTING_DOWN_CONDITION,
 };
 use node_monitor_tests::{

@@ -1380,7 +1380,7 @@ async fn a_silent_node_running_the_agent_is_found_dead_by_its_liveness_lease() {
 
     // The node whose agent alone stopped: its liveness Lease has long been silent, and it is
     // alive, never fenced.
-    let name = node_monitor_core::names::agent_lease_name(&crashed);
+    let name = node_monitor_core::contract::names::agent_lease_name(&crashed);
     eventually("the stopped agent's Lease to be 6 s old", async || {
         let renew = leases.get(&name).await.ok()?.spec?.renew_time?.0;
         let age = k8s_openapi::jiff::Timestamp::now().duration_since(renew);

@@ -25,7 +25,9 @@ use node_monitor::{
         NodeConditionUpdate, PdbPolicy,
     },
 };
-use node_monitor_core::names::{CORDONED_ANNOTATION, SHUTDOWN_TAINT, SHUTTING_DOWN_CONDITION};
+use node_monitor_core::contract::names::{
+    CORDONED_ANNOTATION, SHUTDOWN_TAINT, SHUTTING_DOWN_CONDITION,
+};
 use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions, error_chain},
     manifests,

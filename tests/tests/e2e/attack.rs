@@ -74,7 +74,7 @@ async fn token_reviews(cluster: &Cluster) -> u64 {
 fn forged(i: u64) -> String {
     let b64 = |v: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
     let claims = serde_json::json!({
-        "aud": [node_monitor_core::names::NODE_API_AUDIENCE],
+        "aud": [node_monitor_core::contract::names::NODE_API_AUDIENCE],
         "exp": 4_000_000_000_i64,
         "jti": i,
     });

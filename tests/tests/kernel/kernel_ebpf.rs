@@ -20,7 +20,7 @@ use node_monitor::{
     },
 };
 
-use node_monitor_core::kubelet_layout::{CgroupDriver, QosClass, parse_cgroup_path};
+use node_monitor_core::kubelet::layout::{CgroupDriver, QosClass, parse_cgroup_path};
 use node_monitor_tests::cgroup::{TestCgroups, UNIFIED, require_root};
 
 const MEMHOG: &str = env!("CARGO_BIN_EXE_nm-memhog");

@@ -17,8 +17,8 @@ use node_monitor::{
 };
 
 use node_monitor_core::{
-    clock::Timestamp,
     shutdown::{RebootAction, RebootRequest, RebootRequests},
+    units::clock::Timestamp,
 };
 use node_monitor_tests::cgroup::require_root;
 

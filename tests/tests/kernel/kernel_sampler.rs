@@ -1124,8 +1124,8 @@ fn du_bytes(root: &Path) -> u64 {
 #[test]
 fn an_empty_dir_over_its_size_limit_is_found_by_the_real_walk() {
     use node_monitor_core::{
-        local_storage::{LimitKind, StorageLimits, limit_evictions},
-        pod::PodInfo,
+        eviction::local_storage::{LimitKind, StorageLimits, limit_evictions},
+        kubelet::pod::PodInfo,
     };
     const WRITE_MIB: u64 = 6;
     require_root("an emptyDir over its sizeLimit on a real walk");

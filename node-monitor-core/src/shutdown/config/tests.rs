@@ -1,5 +1,5 @@
 use super::*;
-use crate::{config::tests::assert_rejections, pod::SYSTEM_CRITICAL_PRIORITY};
+use crate::{config::tests::assert_rejections, kubelet::pod::SYSTEM_CRITICAL_PRIORITY};
 
 #[test]
 fn no_file_or_no_fields_means_off() {

@@ -6,7 +6,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
     /// Checks, at most every [`SIGHT_CHECK_INTERVAL`], that the sampler finds the cgroups of the
     /// pods the API lists as running here; while it finds none, the agent is not ready and holds
     /// its evictions ([`blind_to_pods`]).
-    pub(super) fn check_pod_sight<N: NodeView>(&mut self, sampler: &mut N) {
+    pub(super) fn check_pod_sight<N: PodView>(&mut self, sampler: &mut N) {
         if self
             .sight_checked
             .is_some_and(|t| t.elapsed() < SIGHT_CHECK_INTERVAL)
@@ -37,7 +37,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             .store
             .pods()
             .iter()
-            .filter(|p| node_monitor_core::pod::pod_is_active(p))
+            .filter(|p| node_monitor_core::kubelet::pod::pod_is_active(p))
             .map(|p| PodPresence {
                 running_for: running_for(p, wall_now),
                 cgroup_found: p

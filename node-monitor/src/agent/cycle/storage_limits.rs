@@ -1,4 +1,4 @@
-//! The kubelet's local-storage limit evictions ([`node_monitor_core::local_storage`]), on each
+//! The kubelet's local-storage limit evictions ([`node_monitor_core::eviction::local_storage`]), on each
 //! new per-pod disk measurement (asked for at least once per full-sample interval, pressure or
 //! not): pods over an emptyDir `sizeLimit` or an ephemeral-storage
 //! limit are evicted whatever the node's pressure, without ranking, with the immediate grace
@@ -9,13 +9,13 @@ use tracing::{info, warn};
 
 use node_monitor_core::{
     config::FsLayout,
-    local_storage::{StorageLimits, limit_evictions},
-    pod::{PodInfo, pod_is_active},
+    eviction::local_storage::{StorageLimits, limit_evictions},
+    kubelet::pod::{PodInfo, pod_is_active},
 };
 
 use super::Loop;
 use crate::{
-    agent::ports::{ClusterWrites, NodeView, PodSource},
+    agent::ports::{ClusterWrites, PodSource, PodView},
     cluster::actuator::EvictionRequest,
     live::EvictionRecord,
 };
@@ -24,7 +24,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
     /// Judges the pods against their local-storage limits when the disk meter has finished a
     /// measurement since the last look, and evicts those over one. Returns how many evictions
     /// were requested.
-    pub(super) async fn enforce_storage_limits<N: NodeView>(
+    pub(super) async fn enforce_storage_limits<N: PodView>(
         &mut self,
         sampler: &mut N,
         layout: FsLayout,

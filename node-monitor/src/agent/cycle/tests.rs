@@ -12,8 +12,8 @@ use std::{
 use k8s_openapi::api::core::v1::{Node, Pod};
 use node_monitor_core::{
     config::{ConfigSource, EvictionOverrides, load_sources},
+    signals::threshold::Threshold,
     signals::{Observations, PodUsage, Signal, SignalObservation},
-    threshold::Threshold,
 };
 use serde_json::json;
 
@@ -48,7 +48,7 @@ struct NodeState {
 
 struct FakeNode(Rc<RefCell<NodeState>>);
 
-impl NodeView for FakeNode {
+impl NodeSignals for FakeNode {
     fn observe(&mut self, wakeup: Wakeup, kind: SampleKind) -> TimedObservations<Wakeup> {
         let mut observations = self.0.borrow().observations.clone();
         if kind == SampleKind::Signals {
@@ -65,12 +65,21 @@ impl NodeView for FakeNode {
             since_wakeup: Duration::ZERO,
         }
     }
+    fn sample(&mut self, _kind: SampleKind) -> Observations {
+        self.0.borrow().observations.clone()
+    }
+    fn last_node_memory(&self) -> Option<MemoryReading> {
+        None
+    }
+    fn last_kubepods_memory(&self) -> Option<MemoryReading> {
+        None
+    }
+}
+
+impl PodView for FakeNode {
     fn sample_into(&mut self, _kind: SampleKind, out: &mut Observations) {
         out.pods = self.0.borrow().observations.pods.clone();
         self.0.borrow_mut().log.push("read pods".into());
-    }
-    fn sample(&mut self, _kind: SampleKind) -> Observations {
-        self.0.borrow().observations.clone()
     }
     fn measure_pod_disk_now(&mut self) {}
     fn refresh_pod_cgroups(&mut self) -> Result<(), SamplerError> {
@@ -85,12 +94,6 @@ impl NodeView for FakeNode {
             path: "/sys/fs/cgroup/kubepods.slice".into(),
             detection: "Configured".into(),
         }
-    }
-    fn last_node_memory(&self) -> Option<MemoryReading> {
-        None
-    }
-    fn last_kubepods_memory(&self) -> Option<MemoryReading> {
-        None
     }
     fn take_pod_disk_detail(&mut self) -> Option<HashMap<String, crate::sampler::PodDiskDetail>> {
         self.0.borrow_mut().disk_detail.take()
@@ -299,7 +302,7 @@ impl ClusterWrites for FakeCluster {
                 c.clone(),
                 (
                     "Unknown".to_owned(),
-                    node_monitor_core::names::STOPPED_REASON.to_owned(),
+                    node_monitor_core::contract::names::STOPPED_REASON.to_owned(),
                 ),
             );
         }
@@ -666,7 +669,7 @@ async fn an_unavailable_api_server_is_counted_and_retried_soon() {
             .metrics
             .api_errors
             .get_or_create(&crate::metrics::OperationLabels {
-                operation: "evict".into()
+                operation: crate::metrics::ApiOperation::evict
             })
             .get(),
         1
@@ -734,7 +737,7 @@ async fn a_failed_condition_write_is_counted_and_tried_again_after_a_growing_wai
             .metrics
             .api_errors
             .get_or_create(&crate::metrics::OperationLabels {
-                operation: "patch_conditions".into(),
+                operation: crate::metrics::ApiOperation::patch_conditions,
             })
             .get()
     };
@@ -809,7 +812,10 @@ fn assert_released(marks: &Marks) {
     for (c, (status, reason)) in &marks.conditions {
         assert_eq!(
             (status.as_str(), reason.as_str()),
-            ("Unknown", node_monitor_core::names::STOPPED_REASON),
+            (
+                "Unknown",
+                node_monitor_core::contract::names::STOPPED_REASON
+            ),
             "{c}: {marks:?}"
         );
     }
@@ -1161,7 +1167,7 @@ async fn a_split_container_filesystem_gets_the_nodefs_thresholds() {
 }
 
 use super::PushArm;
-use node_monitor_core::mem_push::{FLOOR_PAGES, PushPolicy};
+use node_monitor_core::arming::mem_push::{FLOOR_PAGES, PushPolicy};
 
 /// Records every batch the loop writes to the memory push, and every attach (`true`) and
 /// detach it asks for.
@@ -1172,7 +1178,7 @@ struct FakePush(
 );
 
 impl PushArm for FakePush {
-    fn arm(&self, pages: u64) -> Result<(), String> {
+    fn arm(&self, pages: u64) -> Result<(), crate::ebpf::ProbeError> {
         self.0.lock().expect("not poisoned").push(pages);
         Ok(())
     }

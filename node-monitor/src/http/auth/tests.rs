@@ -97,19 +97,26 @@ impl Reviews for FakeReviews {
     fn authenticate<'a>(
         &'a self,
         token: &'a str,
-    ) -> BoxFuture<'a, Result<Result<UserInfo, String>, String>> {
+    ) -> BoxFuture<'a, Result<Authentication, ReviewError>> {
         self.tokens.fetch_add(1, Ordering::SeqCst);
         let down = self.down;
         Box::pin(async move {
             if down {
-                return Err("connection refused".to_owned());
+                return Err(ReviewError::Api {
+                    review: Review::TokenReview,
+                    source: kube::Error::Service(Box::new(std::io::Error::other(
+                        "connection refused",
+                    ))),
+                });
             }
             Ok(match token {
-                "t-viewer" | "t-stranger" => Ok(UserInfo {
+                "t-viewer" | "t-stranger" => Authentication::Accepted(UserInfo {
                     username: token.trim_start_matches("t-").to_owned(),
                     ..UserInfo::default()
                 }),
-                _ => Err("invalid bearer token".to_owned()),
+                _ => Authentication::Rejected {
+                    why: "invalid bearer token".to_owned(),
+                },
             })
         })
     }
@@ -118,9 +125,14 @@ impl Reviews for FakeReviews {
         &'a self,
         user: &'a UserInfo,
         node: &'a str,
-    ) -> BoxFuture<'a, Result<(bool, String), String>> {
+    ) -> BoxFuture<'a, Result<Access, ReviewError>> {
         self.accesses.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async move { Ok((user.username == "viewer" && node == "n1", String::new())) })
+        Box::pin(async move {
+            Ok(Access {
+                allowed: user.username == "viewer" && node == "n1",
+                reason: String::new(),
+            })
+        })
     }
 }
 

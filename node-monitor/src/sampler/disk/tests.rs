@@ -1,6 +1,6 @@
 use std::{fs, path::Path};
 
-use node_monitor_core::local_storage::ContainerStorage;
+use node_monitor_core::eviction::local_storage::ContainerStorage;
 use serde_json::json;
 
 use super::*;

@@ -59,7 +59,7 @@ use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams},
 };
-use node_monitor_core::{names::agent_lease_name, remediation::OUT_OF_SERVICE_TAINT};
+use node_monitor_core::{contract::names::agent_lease_name, remediation::OUT_OF_SERVICE_TAINT};
 use node_monitor_tests::{
     cgroup::require_root,
     control_plane::{ControlPlane, ControlPlaneOptions},

@@ -18,7 +18,7 @@
 //!   `memory.events` (`low` counts reclaim that breaches the protection);
 //! - `ebpf-push`: the agent's memory push (`kmem:mm_page_alloc`/`mm_page_free` programs, loaded
 //!   from the agent's own object), driven as the agent drives it: re-armed after each read with
-//!   `node_monitor_core::mem_push::batch_pages`, a read at each push record and, to arm it at all,
+//!   `node_monitor_core::arming::mem_push::batch_pages`, a read at each push record and, to arm it at all,
 //!   every 100 ms (the agent's sampling inside the near band). Timed to the first read that sees
 //!   the crossing, with what prompted that read (`push` or the 100 ms look);
 //! - `memory.high` (its own trial, since it throttles): `memory.high` = level on the node cgroup
@@ -449,10 +449,10 @@ fn spawn_push(
     stop: &Arc<AtomicBool>,
 ) -> thread::JoinHandle<()> {
     use node_monitor_core::{
-        mem_push::{self, PushPolicy, batch_pages},
-        quantity::{Format, Quantity},
+        arming::mem_push::{self, PushPolicy, batch_pages},
+        signals::threshold::{Operator, Threshold, ThresholdSource, ThresholdValue},
         signals::{Observations, Signal, SignalObservation},
-        threshold::{Operator, Threshold, ThresholdSource, ThresholdValue},
+        units::quantity::{Format, Quantity},
     };
     let (node, push, firsts, stop) = (
         node.to_path_buf(),

@@ -6,9 +6,9 @@ use std::{fmt, time::Duration};
 
 use serde::Serialize;
 
-use super::{
-    quantity::{Format, Quantity},
+use crate::{
     signals::{Signal, SignalObservation},
+    units::quantity::{Format, Quantity},
 };
 
 /// The only operator the kubelet supports (`evictionapi.OpLessThan`).

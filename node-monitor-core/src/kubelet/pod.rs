@@ -12,9 +12,9 @@ use k8s_openapi::{
 };
 use serde::Serialize;
 
-use super::{
-    kubelet_layout::QosClass,
-    quantity::{Format, Quantity, QuantityError},
+use crate::{
+    kubelet::layout::QosClass,
+    units::quantity::{Format, Quantity, QuantityError},
 };
 
 /// `scheduling.SystemCriticalPriority`: `2 * HighestUserDefinablePriority`.

@@ -22,9 +22,9 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use crate::{
-    clock::Timestamp,
     signals::Observations,
-    threshold::{Threshold, ThresholdKey},
+    signals::threshold::{Threshold, ThresholdKey},
+    units::clock::Timestamp,
 };
 
 /// The limits of adaptive sampling.
@@ -110,9 +110,9 @@ impl Headroom {
 mod tests {
     use super::*;
     use crate::{
-        quantity::{Format, Quantity},
+        signals::threshold::{Operator, ThresholdSource, ThresholdValue},
         signals::{Signal, SignalObservation},
-        threshold::{Operator, ThresholdSource, ThresholdValue},
+        units::quantity::{Format, Quantity},
     };
 
     const MI: i64 = 1 << 20;

@@ -2,9 +2,9 @@
 //! `NodeMonitor*Pressure` condition per pressure the kubelet knows, with node-monitor's reasons
 //! and messages, and the optional `node-monitor.io/*-pressure` NoSchedule taints.
 use crate::{
+    contract::names::{pressure_condition, pressure_taint},
     eviction::Decision,
-    names::{pressure_condition, pressure_taint},
-    threshold::{NodeConditionType, signal_condition},
+    signals::threshold::{NodeConditionType, signal_condition},
 };
 
 /// One agent-owned pressure condition, as the agent writes it on its Node.
@@ -78,10 +78,10 @@ pub fn pressure_taints(decision: &Decision) -> Vec<(&'static str, bool)> {
 mod tests {
     use super::*;
     use crate::{
-        clock::Timestamp,
         config::{ConfigSource, EvictionOverrides, load_sources},
         eviction::{EvictionState, synchronize},
         signals::{Observations, Signal, SignalObservation},
+        units::clock::Timestamp,
     };
 
     const GI: i64 = 1 << 30;

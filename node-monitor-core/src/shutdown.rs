@@ -38,8 +38,8 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::config::shutdown_model::KubeletInhibitorPolicy;
 use crate::{
-    duration::{format_go_duration, parse_go_duration},
-    pod::SYSTEM_CRITICAL_PRIORITY,
+    kubelet::pod::SYSTEM_CRITICAL_PRIORITY,
+    units::duration::{format_go_duration, parse_go_duration},
 };
 
 /// A Go duration as a KubeletConfiguration holds it (`metav1.Duration`): signed nanoseconds,
@@ -62,7 +62,7 @@ impl GoDuration {
     }
 
     /// Parses a Go duration string.
-    pub fn parse(s: &str) -> Result<Self, crate::duration::DurationError> {
+    pub fn parse(s: &str) -> Result<Self, crate::units::duration::DurationError> {
         parse_go_duration(s).map(Self)
     }
 

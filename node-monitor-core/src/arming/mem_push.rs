@@ -1,12 +1,12 @@
 //! Arming the memory push: how many pages a CPU may add before the kernel wakes the agent.
 //!
-//! On cgroup v2 no interface notifies a crossing of `memory.available` (see [`crate::headroom`]).
+//! On cgroup v2 no interface notifies a crossing of `memory.available` (see [`crate::eviction::headroom`]).
 //! The agent's eBPF memory push keeps a net page count per CPU in the kernel (allocations minus
 //! frees) and wakes the agent when one CPU's growth reaches a batch. This module picks that
 //! batch from the last observation:
 //!
 //! - **disarmed** (0) while every memory threshold is outside its near band
-//!   ([`crate::headroom::near_band`]), or already met (left to the eviction logic): the programs
+//!   ([`crate::eviction::headroom::near_band`]), or already met (left to the eviction logic): the programs
 //!   then return after one map lookup;
 //! - otherwise the smallest, over the memory thresholds inside their band, of
 //!   `headroom / DISTANCE_DIVISOR / cpus` in pages, at least `floor_pages`. With every CPU just
@@ -23,10 +23,10 @@
 use std::time::Duration;
 
 use crate::{
-    clock::Timestamp,
-    headroom::near_band,
+    eviction::headroom::near_band,
     signals::Observations,
-    threshold::{Resource, Threshold, signal_resource},
+    signals::threshold::{Resource, Threshold, signal_resource},
+    units::clock::Timestamp,
 };
 
 /// The share of the distance to the nearest threshold the node may grow by without a wake-up.
@@ -104,9 +104,9 @@ pub fn keep_attached(batch: u64, now: Timestamp, last_armed: Option<Timestamp>) 
 mod tests {
     use super::*;
     use crate::{
-        quantity::{Format, Quantity},
+        signals::threshold::{Operator, ThresholdSource, ThresholdValue},
         signals::{Signal, SignalObservation},
-        threshold::{Operator, ThresholdSource, ThresholdValue},
+        units::quantity::{Format, Quantity},
     };
     use std::time::Duration;
 

@@ -16,8 +16,8 @@ use serde_norway::{Mapping, Value};
 
 use crate::{
     config::{self, ConfigError, ConfigSource, EvictionOverrides},
+    signals::threshold::{Threshold, ThresholdSource, ThresholdValue},
     signals::{Signal, SignalObservation},
-    threshold::{Threshold, ThresholdSource, ThresholdValue},
 };
 
 /// The kubelet's effective eviction configuration, as its configuration file sets it.
@@ -329,7 +329,7 @@ pub fn compare(
                 } else {
                     format!(
                         "{text}, soft, grace period {}",
-                        crate::duration::format_go_duration(k.grace_period)
+                        crate::units::duration::format_go_duration(k.grace_period)
                     )
                 }
             }),

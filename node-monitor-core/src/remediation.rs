@@ -42,7 +42,7 @@ pub use rate::*;
 pub use zones::*;
 
 #[cfg(doc)]
-use crate::clock::Timestamp;
+use crate::units::clock::Timestamp;
 
 /// Microseconds since the Unix epoch, as written by a node (Lease `renewTime`, condition times).
 pub type WallMicros = i64;

@@ -27,12 +27,12 @@ use node_monitor_service::metrics::ReasonLabels;
 pub use node_monitor_service::telemetry::error_chain as chain;
 
 use node_monitor_core::{
-    clock::Timestamp,
-    names::AGENT_LEASE_PREFIX,
+    contract::names::AGENT_LEASE_PREFIX,
     remediation::{
         Assessment, DeathEvidence, FenceOp, Liveness, LivenessTracker, NodeFacts, OpEvent,
         ReadyStatus, RemediationConfig, SkipReason, Step, ZoneLimiters, assess, node_is_back,
     },
+    units::clock::Timestamp,
 };
 
 mod drive;

@@ -22,7 +22,7 @@ use super::{
     config::{LastGasp, ShutdownConfig},
     group_phase, plan, plan_summary, role,
 };
-use crate::clock::Timestamp;
+use crate::units::clock::Timestamp;
 
 mod events;
 pub use events::*;

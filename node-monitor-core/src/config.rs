@@ -17,15 +17,18 @@
 //!
 //! Pure: callers read files and pass their contents.
 
+pub mod kubelet_invocation;
+pub mod kubelet_thresholds;
+
 use std::{collections::BTreeMap, time::Duration};
 
 use serde::Serialize;
 
 use crate::{
-    duration::{DurationError, format_go_duration, parse_go_duration},
-    quantity::{Quantity, QuantityError},
     signals::Signal,
-    threshold::{Operator, Threshold, ThresholdSource, ThresholdValue},
+    signals::threshold::{Operator, Threshold, ThresholdSource, ThresholdValue},
+    units::duration::{DurationError, format_go_duration, parse_go_duration},
+    units::quantity::{Quantity, QuantityError},
 };
 
 /// The kubelet's Linux `DefaultEvictionHard` (`pkg/kubelet/eviction/defaults_linux.go`).
@@ -39,7 +42,7 @@ pub const DEFAULT_EVICTION_HARD: [(Signal, &str); 5] = [
 
 /// The default of `nodeMonitor.kubeletConfigPath`: find the kubelet's configuration from its
 /// command line, else in the places the distributions write it
-/// ([`crate::kubelet_invocation`]).
+/// ([`crate::config::kubelet_invocation`]).
 pub const DEFAULT_KUBELET_CONFIG_PATH: &str = KUBELET_CONFIG_AUTO;
 /// The `nodeMonitor.kubeletConfigPath` value that finds the kubelet's configuration.
 pub const KUBELET_CONFIG_AUTO: &str = "auto";
@@ -215,7 +218,7 @@ pub struct EvictionConfig {
     /// node-monitor's own settings (`nodeMonitor:`).
     pub node_monitor: NodeMonitorSettings,
     /// `localStorageCapacityIsolation` (default `true`): pods over an emptyDir `sizeLimit` or an
-    /// ephemeral-storage limit are evicted ([`crate::local_storage`]).
+    /// ephemeral-storage limit are evicted ([`crate::eviction::local_storage`]).
     pub local_storage_capacity_isolation: bool,
     /// Accepted but worth knowing: ignored entries, kubelet quirks that apply.
     pub warnings: Vec<String>,
@@ -275,7 +278,7 @@ impl EvictionConfig {
     }
 
     /// The threshold with this key, if configured.
-    pub fn threshold(&self, key: super::threshold::ThresholdKey) -> Option<&Threshold> {
+    pub fn threshold(&self, key: crate::signals::threshold::ThresholdKey) -> Option<&Threshold> {
         self.thresholds.iter().find(|t| t.key() == key)
     }
 }

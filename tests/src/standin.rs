@@ -52,7 +52,7 @@ use kube::{
         watcher,
     },
 };
-pub use node_monitor_core::kubelet_layout::{CgroupDriver, QosClass};
+pub use node_monitor_core::kubelet::layout::{CgroupDriver, QosClass};
 use serde_json::json;
 use tokio::{sync::Notify, task::JoinHandle};
 use tracing::{debug, info, warn};

@@ -64,11 +64,11 @@ pub use node_monitor_core::shutdown::config::{
 pub use ports::INHIBITOR_WHO;
 
 use node_monitor_core::{
-    clock::Timestamp,
     shutdown::{
         self as core_shutdown, RebootRequest,
         lifecycle::{Action, Event, Lifecycle, Marks},
     },
+    units::clock::Timestamp,
 };
 
 /// The kubelet's reconnect period to logind (`dbusReconnectPeriod`).
@@ -368,7 +368,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
     /// latest at its end. Returns true when a `PrepareForShutdown(false)` cancelled the run.
     async fn run_groups(
         &mut self,
-        prepare: &mut BoxStream<'static, Result<bool, String>>,
+        prepare: &mut BoxStream<'static, Result<bool, LogindError>>,
         stop: &mut watch::Receiver<bool>,
         conn: &L::Conn,
     ) -> bool {

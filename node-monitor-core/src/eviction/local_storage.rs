@@ -19,10 +19,10 @@ use k8s_openapi::{
 };
 use serde::Serialize;
 
-use super::{
+use crate::{
     eviction::{EVICTION_REASON, HARD_EVICTION_GRACE_PERIOD_SECONDS},
-    pod::{PodError, PodInfo},
-    quantity::{Format, Quantity},
+    kubelet::pod::{PodError, PodInfo},
+    units::quantity::{Format, Quantity},
 };
 
 /// Which limit a pod went over.

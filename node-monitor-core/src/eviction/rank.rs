@@ -18,11 +18,11 @@ use std::{cmp::Ordering, collections::HashMap};
 
 use serde::Serialize;
 
-use super::{
-    kubelet_layout::QosClass,
-    pod::PodInfo,
+use crate::{
+    kubelet::layout::QosClass,
+    kubelet::pod::PodInfo,
+    signals::threshold::Resource,
     signals::{FsLayout, PodUsage, Signal},
-    threshold::Resource,
 };
 
 const NANO: i128 = 1_000_000_000;
@@ -301,7 +301,7 @@ pub fn rank_pods_by(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::{pod::ContainerInfo, quantity::Quantity};
+    use crate::{kubelet::pod::ContainerInfo, units::quantity::Quantity};
 
     /// A pod builder in the style of the kubelet's `newPod` test helpers.
     pub(crate) fn pod(name: &str, priority: i32, memory_request: &str) -> PodInfo {

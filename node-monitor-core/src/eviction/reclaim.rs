@@ -20,10 +20,10 @@
 
 use std::time::Duration;
 
-use super::{
-    clock::Timestamp,
-    rank::DiskShare,
+use crate::{
+    eviction::rank::DiskShare,
     signals::{Observations, Signal},
+    units::clock::Timestamp,
 };
 
 /// How long an evicted pod's disk is credited: the kubelet's container garbage collection

@@ -75,7 +75,7 @@ pub struct Args {
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// This node's name (the DaemonSet passes spec.nodeName through the downward API).
-    #[arg(long, env = "NODE_NAME", value_parser = node_monitor_core::node_name::parse_node_name)]
+    #[arg(long, env = "NODE_NAME", value_parser = node_monitor_core::kubelet::node_name::parse_node_name)]
     pub node_name: String,
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:9101")]
@@ -140,7 +140,7 @@ pub struct Args {
         long,
         value_delimiter = ',',
         value_name = "AUDIENCE",
-        default_value = node_monitor_core::names::NODE_API_AUDIENCE
+        default_value = node_monitor_core::contract::names::NODE_API_AUDIENCE
     )]
     pub api_token_audience: Vec<String>,
     /// The agent's namespace, where it keeps its liveness Lease (the DaemonSet passes
@@ -149,7 +149,7 @@ pub struct Args {
         long,
         env = "POD_NAMESPACE",
         default_value = "node-monitor",
-        value_parser = node_monitor_core::node_name::parse_namespace
+        value_parser = node_monitor_core::kubelet::node_name::parse_namespace
     )]
     pub namespace: String,
 }
@@ -309,7 +309,7 @@ pub async fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
 }
 
 /// The memory push's batch sizing for this node: its page size and online CPUs.
-fn mem_push_policy() -> node_monitor_core::mem_push::PushPolicy {
+fn mem_push_policy() -> node_monitor_core::arming::mem_push::PushPolicy {
     use nix::unistd::{SysconfVar, sysconf};
     let read = |v| {
         sysconf(v)
@@ -318,7 +318,7 @@ fn mem_push_policy() -> node_monitor_core::mem_push::PushPolicy {
             .and_then(|n| u64::try_from(n).ok())
             .filter(|n| *n > 0)
     };
-    let policy = node_monitor_core::mem_push::PushPolicy::new(
+    let policy = node_monitor_core::arming::mem_push::PushPolicy::new(
         read(SysconfVar::PAGE_SIZE).unwrap_or(4096),
         read(SysconfVar::_NPROCESSORS_ONLN)
             .and_then(|n| u32::try_from(n).ok())

@@ -17,7 +17,7 @@
 //! Pure: the time of the figures and `now` are passed in.
 use std::time::Duration;
 
-use crate::clock::Timestamp;
+use crate::units::clock::Timestamp;
 
 /// The oldest per-pod figures a ranking uses without reading the pods again.
 pub const RANK_MAX_AGE: Duration = Duration::from_secs(1);

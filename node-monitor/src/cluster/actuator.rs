@@ -20,7 +20,7 @@ use tracing::{debug, info, warn};
 pub use node_monitor_core::config::PdbPolicy;
 pub use node_monitor_core::release::{Release, ReleasePlan};
 use node_monitor_core::{
-    names::STOPPED_REASON,
+    contract::names::STOPPED_REASON,
     release::{STOPPED_MESSAGE, release_plan},
 };
 

@@ -6,7 +6,7 @@
 //! Conditions are `NodeMonitor*`; taints and annotations are `node-monitor.io/*`. The agent
 //! re-publishes its conditions at least every 60 s: their `lastHeartbeatTime` is the agent's
 //! heartbeat, which remediate reads by [`CONDITION_PREFIX`].
-use crate::threshold::NodeConditionType;
+use crate::signals::threshold::NodeConditionType;
 
 /// Prefix of every agent-owned node condition (`NodeMonitorMemoryPressure`, …,
 /// [`SHUTTING_DOWN_CONDITION`]). remediate takes the newest `lastHeartbeatTime` among the
