@@ -81,9 +81,15 @@ impl Tier {
 
 /// What the version-skew tier runs against the oldest supported API server
 /// ([`gobuild::SKEW_K8S_VERSION`]): the agent's API calls (evictions, conditions, taints,
-/// Events, Leases), the manifests applied server-side with their RBAC and admission policies.
+/// Events, Leases), the manifests applied server-side with their RBAC, admission policies and
+/// API Priority and Fairness objects.
 /// Modules of the control-plane and deploy binaries.
-const SKEW_TESTS: &[&str] = &["control_plane", "eviction_api", "deploy_rbac"];
+const SKEW_TESTS: &[&str] = &[
+    "control_plane",
+    "eviction_api",
+    "deploy_rbac",
+    "deploy_flowcontrol",
+];
 
 /// `cargo xtask test [TIER...]`.
 #[derive(Debug, clap::Args)]

@@ -235,6 +235,20 @@ fn toggles_change_what_they_name() {
         assert!(!has(&default, kind, name), "default renders {kind} {name}");
         assert!(has(&all, kind, name), "all toggles: no {kind} {name}");
     }
+    // API Priority and Fairness: on by default, off when asked.
+    let no_apf = template(&["flowControl.enabled=false"]);
+    for (kind, name) in [
+        ("PriorityLevelConfiguration", "node-monitor-agents"),
+        ("PriorityLevelConfiguration", "node-monitor-reviews"),
+        ("FlowSchema", "node-monitor-agents"),
+        ("FlowSchema", "node-monitor-reviews"),
+    ] {
+        assert!(has(&default, kind, name), "default lacks {kind} {name}");
+        assert!(
+            !has(&no_apf, kind, name),
+            "flowControl off renders {kind} {name}"
+        );
+    }
     // The NodeFence CRD survives an uninstall (its objects are the fencing state).
     assert_eq!(
         find(

@@ -4,6 +4,7 @@
 //! module is one concern, run alone with a filter (`-- deploy_manifests::`).
 mod alerts;
 mod dashboard;
+mod deploy_flowcontrol;
 mod deploy_helm;
 mod deploy_manifests;
 mod deploy_monitoring;

@@ -133,8 +133,16 @@ impl Sampler {
     }
 
     /// Measures per-pod disk usage now, on the caller's thread (tools and tests that need the
-    /// figures of this instant rather than the meter's last).
+    /// figures of this instant rather than the meter's last). The pod cgroups are listed again
+    /// first: a pod started since the last pass (the one filling the disk, often) is measured
+    /// too, not left without figures behind the pods the last list knew.
     pub fn measure_pod_disk_now(&mut self) {
+        if self.disk.is_none() {
+            return;
+        }
+        if let Err(e) = self.refresh_pod_cgroups() {
+            tracing::debug!(error = %e, "listing the pod cgroups before a disk measurement failed");
+        }
         if let Some(meter) = &self.disk {
             meter.measure_now(
                 self.pods
