@@ -20,6 +20,7 @@ use tracing::debug;
 
 use crate::live::LiveView;
 
+pub mod answers;
 pub mod auth;
 pub mod review_budget;
 
@@ -41,6 +42,8 @@ pub struct NodeApi {
 struct AppState {
     health: Arc<Health>,
     node_api: NodeApi,
+    /// The large answers, one at a time ([`answers`]).
+    answers: answers::AnswerGate,
 }
 
 /// The node API's routes, to serve beside the shared endpoint's ([`serve_with`], [`spawn`]).
@@ -53,6 +56,7 @@ pub fn router(api: NodeApi, health: Arc<Health>) -> Router {
         .with_state(AppState {
             health,
             node_api: api,
+            answers: answers::AnswerGate::default(),
         })
 }
 
@@ -129,8 +133,9 @@ async fn explain_handler(State(s): State<AppState>, headers: HeaderMap) -> Respo
         Ok(l) => l,
         Err(r) => return *r,
     };
+    let permit = s.answers.enter().await;
     match live.explain() {
-        Some(v) => json_response(StatusCode::OK, &v),
+        Some(v) => answers::json_answer(StatusCode::OK, &v, permit),
         None => json_response(
             StatusCode::SERVICE_UNAVAILABLE,
             &json!({"error": "the agent has not decided yet", "code": 503}),
@@ -144,14 +149,20 @@ async fn trace_handler(State(s): State<AppState>, headers: HeaderMap, uri: Uri) 
         Err(r) => return *r,
     };
     match parse_trace_query(uri.query().unwrap_or_default()) {
-        Ok((since, limit)) => json_response(StatusCode::OK, &live.trace(since, limit)),
+        Ok((since, limit)) => {
+            let permit = s.answers.enter().await;
+            answers::json_answer(StatusCode::OK, &live.trace(since, limit), permit)
+        }
         Err(e) => json_response(StatusCode::BAD_REQUEST, &json!({"error": e, "code": 400})),
     }
 }
 
 async fn flight_handler(State(s): State<AppState>, headers: HeaderMap) -> Response {
     match authorized(&s, &headers, FLIGHT_PATH).await {
-        Ok(live) => json_response(StatusCode::OK, &live.flight()),
+        Ok(live) => {
+            let permit = s.answers.enter().await;
+            answers::json_answer(StatusCode::OK, &live.flight(), permit)
+        }
         Err(r) => *r,
     }
 }

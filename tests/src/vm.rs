@@ -56,10 +56,6 @@ pub struct GuestOptions {
     pub timeout: Duration,
     /// Which of the image's kernels boots.
     pub kernel: GuestKernel,
-    /// Emulates every vCPU on one host thread (`-accel tcg,thread=single`) instead of one thread
-    /// each: no vCPU then runs while another patches the kernel's text, which the emulator's
-    /// multi-threaded mode does not always make safe (see [`stalled`]).
-    pub single_threaded: bool,
 }
 
 /// The kernels of the guest image (`cargo xtask build guest-image`): the same bookworm user
@@ -105,7 +101,6 @@ impl Default for GuestOptions {
             cmdline: String::new(),
             timeout: Duration::from_secs(420),
             kernel: GuestKernel::default(),
-            single_threaded: false,
         }
     }
 }
@@ -172,12 +167,7 @@ fn qemu_command(
     let accel = accelerator();
     let cpu = if accel == "tcg" { "max" } else { "host" };
     let mut cmd = Command::new(qemu);
-    if accel == "tcg" && opts.single_threaded {
-        cmd.args(["-machine", "q35", "-accel", "tcg,thread=single"]);
-    } else {
-        cmd.args(["-machine", &format!("q35,accel={accel}")]);
-    }
-    cmd.args(["-cpu", cpu])
+    cmd.args(["-machine", &format!("q35,accel={accel}"), "-cpu", cpu])
         .args([
             "-smp",
             &opts.cpus.to_string(),

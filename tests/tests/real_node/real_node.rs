@@ -1069,6 +1069,8 @@ async fn disk_and_pid_pressure_from_containers() {
             cgroup_driver: CgroupDriver::Cgroupfs,
             layout: NodeLayout::K3s,
             release: Release::Skew,
+            // Trixie's kernel series (bookworm-backports' 6.12): the third kernel of the tier.
+            kernel: GuestKernel::Backports,
             ..RealNodeOptions::default()
         },
     )

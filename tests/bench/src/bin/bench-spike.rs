@@ -491,7 +491,6 @@ async fn boot(c: Contender, args: &Args, bins: &Path, logs: &Path) -> BootResult
             cmdline: String::new(),
             timeout: Duration::from_secs(cap),
             kernel: GuestKernel::default(),
-            single_threaded: false,
         };
         let guest = Guest::boot(payload.path(), opts);
         let cp = ControlPlane::start(ControlPlaneOptions::default())
