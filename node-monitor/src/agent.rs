@@ -182,7 +182,7 @@ fn fast_gasp(
         kube_config.clone(),
         shutdown.options.last_gasp_timeout,
     )
-    .map(|f| f.with_realtime_gauge(metrics.last_gasp_realtime.clone()));
+    .map(|f| f.with_realtime_gauge(metrics.shutdown.last_gasp_realtime.clone()));
     let shared = fast.as_ref().map(|f| f.shared.clone());
     (fast, shared)
 }

@@ -10,8 +10,10 @@
 //! This is a leaf: anything may record into it; it imports nothing from the rest of the binary.
 //! docs/metrics.md lists every family of each product; a test fails when they disagree.
 pub mod agent;
+pub mod flight;
 mod labels;
 pub mod lease;
+pub mod shutdown;
 
 pub use self::agent::*;
 pub use node_monitor_service::metrics::{

@@ -261,7 +261,8 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
         self.arm_fast();
         self.set_held(false);
         self.metrics
-            .shutdown_budget_seconds
+            .shutdown
+            .budget_seconds
             .set(self.cfg().budget().as_secs_f64());
         for w in &self.cfg().warnings {
             warn!(warning = %w, "shutdown configuration");

@@ -35,10 +35,12 @@ pub(super) fn record(
         .map(|(_, f)| crate::flight::named_figures(&report.pods, f));
     let (records, bytes) = live.flight_sample_with_pods(sample, read_now);
     metrics
-        .flight_records
+        .flight
+        .records
         .set(i64::try_from(records).unwrap_or(i64::MAX));
     metrics
-        .flight_recorder_bytes
+        .flight
+        .recorder_bytes
         .set(i64::try_from(bytes).unwrap_or(i64::MAX));
 }
 
@@ -65,7 +67,8 @@ pub(super) fn persist_flight(live: &LiveView, state_dir: &str, metrics: &Metrics
             tracing::warn!(dir = %dir.display(), error = %e,
                            "no state directory: flight records are kept in memory only");
             metrics
-                .flight_store_errors
+                .flight
+                .store_errors
                 .get_or_create(&crate::metrics::ReasonLabels {
                     reason: "write".to_owned(),
                 })
@@ -74,8 +77,8 @@ pub(super) fn persist_flight(live: &LiveView, state_dir: &str, metrics: &Metrics
         }
         Some(Ok(s)) => s,
     };
-    let restored = store.restore(&metrics.flight_store_errors);
-    match store::FlightWriter::spawn(store, metrics.flight_store_errors.clone()) {
+    let restored = store.restore(&metrics.flight.store_errors);
+    match store::FlightWriter::spawn(store, metrics.flight.store_errors.clone()) {
         Ok(writer) => live.persist_flight(restored, writer),
         Err(e) => {
             tracing::warn!(error = %e, "flight records are kept in memory only");

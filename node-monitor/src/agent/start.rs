@@ -304,10 +304,12 @@ pub(super) fn init_metrics(m: &Metrics, config: &EvictionConfig) {
     let total = crate::metrics::PhaseLabels {
         phase: "total".to_owned(),
     };
-    m.shutdown_phase_start_time_seconds
+    m.shutdown
+        .phase_start_time_seconds
         .get_or_create(&total)
         .set(0.0);
-    m.shutdown_phase_end_time_seconds
+    m.shutdown
+        .phase_end_time_seconds
         .get_or_create(&total)
         .set(0.0);
     for c in NodeConditionType::ALL {

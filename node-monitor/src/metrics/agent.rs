@@ -47,26 +47,17 @@ pub struct Metrics {
     pub memory_push_attached: Gauge,
     pub memory_push_switches: Family<OutcomeLabels, Counter>,
     pub wakeup_source_state: Family<SourceStateLabels, Gauge>,
-    pub shutdown_inhibitor_held: Gauge,
-    pub shutdown_phase_start_time_seconds: Family<PhaseLabels, Gauge<f64, AtomicU64>>,
-    pub shutdown_phase_end_time_seconds: Family<PhaseLabels, Gauge<f64, AtomicU64>>,
-    pub shutdowns_bypassing_inhibitor: Counter,
-    pub shutdown_last_gasps_suppressed: Counter,
-    pub last_gasp_realtime: Gauge,
     pub liveness_lease: super::lease::RenewalMetrics,
-    pub reboot_requests_refused: Family<ReasonLabels, Counter>,
-    pub reboot_requests_unverified: Counter,
-    pub shutdown_budget_seconds: Gauge<f64, AtomicU64>,
-    pub shutdown_inhibit_delay_max_seconds: Gauge<f64, AtomicU64>,
+    /// The graceful shutdown manager's and the reboot probe's families.
+    pub shutdown: super::shutdown::ShutdownMetrics,
+    /// The OOM flight recorder's families.
+    pub flight: super::flight::FlightMetrics,
     pub api_errors: Family<OperationLabels, Counter>,
     pub events_dropped: Family<ReasonLabels, Counter>,
     pub degraded: Gauge,
     pub kubepods_layout: Family<KubepodsLabels, Gauge>,
     pub pod_cgroups_missing: Gauge,
     pub disk_reclaim_pending_bytes: Gauge,
-    pub flight_records: Gauge,
-    pub flight_recorder_bytes: Gauge,
-    pub flight_store_errors: Family<ReasonLabels, Counter>,
     pub pod_watch_failing: Gauge,
     pub pod_watch_errors: Counter,
     pub loop_last_progress_timestamp_seconds: Gauge<f64, AtomicU64>,
@@ -120,17 +111,9 @@ impl Metrics {
             memory_push_attached: Gauge::default(),
             memory_push_switches: Family::default(),
             wakeup_source_state: Family::default(),
-            shutdown_inhibitor_held: Gauge::default(),
-            shutdown_phase_start_time_seconds: Family::default(),
-            shutdown_phase_end_time_seconds: Family::default(),
-            shutdowns_bypassing_inhibitor: Counter::default(),
-            shutdown_last_gasps_suppressed: Counter::default(),
-            last_gasp_realtime: Gauge::default(),
             liveness_lease: super::lease::RenewalMetrics::default(),
-            reboot_requests_refused: Family::default(),
-            reboot_requests_unverified: Counter::default(),
-            shutdown_budget_seconds: Gauge::default(),
-            shutdown_inhibit_delay_max_seconds: Gauge::default(),
+            shutdown: super::shutdown::ShutdownMetrics::default(),
+            flight: super::flight::FlightMetrics::default(),
             api_errors: Family::default(),
             events_dropped: Family::default(),
             degraded: Gauge::default(),
@@ -139,9 +122,6 @@ impl Metrics {
             pod_watch_failing: Gauge::default(),
             pod_watch_errors: Counter::default(),
             disk_reclaim_pending_bytes: Gauge::default(),
-            flight_records: Gauge::default(),
-            flight_recorder_bytes: Gauge::default(),
-            flight_store_errors: Family::default(),
             loop_last_progress_timestamp_seconds: Gauge::default(),
             loop_liveness_bound_seconds: Gauge::default(),
             kubelet_config_read: Gauge::default(),
@@ -256,56 +236,7 @@ impl Metrics {
             "1 for the current state of each wake-up source",
             m.wakeup_source_state.clone(),
         );
-        reg.add(
-            "shutdown_inhibitor_held",
-            "1 while the systemd-logind delay inhibitor is held",
-            m.shutdown_inhibitor_held.clone(),
-        );
-        reg.add(
-            "shutdown_phase_start_time_seconds",
-            "Unix time at which a graceful shutdown phase started",
-            m.shutdown_phase_start_time_seconds.clone(),
-        );
-        reg.add(
-            "shutdown_phase_end_time_seconds",
-            "Unix time at which a graceful shutdown phase ended",
-            m.shutdown_phase_end_time_seconds.clone(),
-        );
-        reg.add(
-            "shutdowns_bypassing_inhibitor",
-            "Reboots or power-offs seen by the kernel probe without a preceding PrepareForShutdown",
-            m.shutdowns_bypassing_inhibitor.clone(),
-        );
-        reg.add(
-            "shutdown_last_gasps_suppressed",
-            "Last gasps not sent because one went out less than 10 minutes earlier",
-            m.shutdown_last_gasps_suppressed.clone(),
-        );
-        reg.add(
-            "last_gasp_realtime",
-            "1 when the last gasp's thread runs at SCHED_FIFO priority (CAP_SYS_NICE granted); 0 when refused or no last gasp is configured",
-            m.last_gasp_realtime.clone(),
-        );
-        reg.add(
-            "reboot_requests_refused",
-            "reboot(2) calls the kernel refuses or confines to a child PID namespace, by reason; never a shutdown",
-            m.reboot_requests_refused.clone(),
-        );
-        reg.add(
-            "reboot_requests_unverified",
-            "reboot(2) calls whose caller the probe could not check; never taken for a shutdown",
-            m.reboot_requests_unverified.clone(),
-        );
-        reg.add(
-            "shutdown_budget_seconds",
-            "Sum of the graceful shutdown groups' periods",
-            m.shutdown_budget_seconds.clone(),
-        );
-        reg.add(
-            "shutdown_inhibit_delay_max_seconds",
-            "systemd-logind's InhibitDelayMaxSec as last read",
-            m.shutdown_inhibit_delay_max_seconds.clone(),
-        );
+        m.shutdown.register(&mut reg);
         reg.add(
             "api_errors",
             "Kubernetes API calls that failed, by operation",
@@ -331,21 +262,7 @@ impl Metrics {
             "Bytes of the node's disk that pods evicted for disk pressure still hold until the kubelet's container garbage collection frees them; credited back to the disk signals meanwhile",
             m.disk_reclaim_pending_bytes.clone(),
         );
-        reg.add(
-            "flight_records",
-            "OOM flight records kept (one per OOM kill or eviction, with the trajectory of the seconds before it; at most 16)",
-            m.flight_records.clone(),
-        );
-        reg.add(
-            "flight_recorder_bytes",
-            "Approximate heap the OOM flight recorder holds: its window of samples and events and its records",
-            m.flight_recorder_bytes.clone(),
-        );
-        reg.add(
-            "flight_store_errors",
-            "Flight record file problems by reason: corrupt, oversized or unreadable at start (the file set aside, no record restored), write (records stay in memory)",
-            m.flight_store_errors.clone(),
-        );
+        m.flight.register(&mut reg);
         reg.add(
             "pod_cgroups_missing",
             "1 while the API lists pods running on this node and none of their cgroups is found; evictions are held",

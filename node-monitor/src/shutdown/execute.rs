@@ -279,7 +279,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
     }
 
     pub(super) fn set_held(&self, held: bool) {
-        self.metrics.shutdown_inhibitor_held.set(i64::from(held));
+        self.metrics.shutdown.inhibitor_held.set(i64::from(held));
     }
 
     fn release_lock(&mut self) {
@@ -291,7 +291,8 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
 
     fn set_delay_metric(&self, d: Duration) {
         self.metrics
-            .shutdown_inhibit_delay_max_seconds
+            .shutdown
+            .inhibit_delay_max_seconds
             .set(d.as_secs_f64());
     }
 
@@ -422,6 +423,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
         match action {
             RebootAction::CountRefused { reason, n } => {
                 self.metrics
+                    .shutdown
                     .reboot_requests_refused
                     .get_or_create(&ReasonLabels {
                         reason: reason.to_owned(),
@@ -429,7 +431,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                     .inc_by(n);
             }
             RebootAction::CountUnverified { n } => {
-                self.metrics.reboot_requests_unverified.inc_by(n);
+                self.metrics.shutdown.reboot_requests_unverified.inc_by(n);
             }
             RebootAction::Log { gate, unlogged } => match gate {
                 RebootGate::NotShutdown => {
@@ -449,11 +451,11 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                 info!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm, "reboot(2) at the end of a graceful shutdown");
             }
             RebootAction::Bypassed => {
-                self.metrics.shutdowns_bypassing_inhibitor.inc();
+                self.metrics.shutdown.bypassing_inhibitor.inc();
             }
             RebootAction::LastGasp => {}
             RebootAction::LastGaspSuppressed { previous } => {
-                self.metrics.shutdown_last_gasps_suppressed.inc();
+                self.metrics.shutdown.last_gasps_suppressed.inc();
                 warn!(cmd = seen.cmd.as_str(), pid = seen.pid, comm = %seen.comm,
                       previous_s_ago = self.now().saturating_since(previous).as_secs(),
                       "reboot(2) bypassed the shutdown inhibitor again; no second last gasp this soon");
@@ -524,12 +526,14 @@ fn phase_start(metrics: &Metrics, phase: &str, at: f64) {
         phase: phase.to_owned(),
     };
     metrics
-        .shutdown_phase_start_time_seconds
+        .shutdown
+        .phase_start_time_seconds
         .get_or_create(&l)
         .set(at);
     // As the kubelet does for its end-time gauge: a new start clears the previous end.
     metrics
-        .shutdown_phase_end_time_seconds
+        .shutdown
+        .phase_end_time_seconds
         .get_or_create(&l)
         .set(0.0);
 }
@@ -539,7 +543,8 @@ fn phase_end(metrics: &Metrics, phase: &str, at: f64) {
         phase: phase.to_owned(),
     };
     metrics
-        .shutdown_phase_end_time_seconds
+        .shutdown
+        .phase_end_time_seconds
         .get_or_create(&l)
         .set(at);
 }

@@ -494,8 +494,8 @@ async fn start_up_raises_the_delay_takes_the_lock_and_a_stop_removes_the_dropin(
         ]
     );
     assert_eq!(h.bus.locks_held(), 1);
-    assert_eq!(h.metrics.shutdown_inhibitor_held.get(), 1);
-    assert_eq!(h.metrics.shutdown_inhibit_delay_max_seconds.get(), 35.0);
+    assert_eq!(h.metrics.shutdown.inhibitor_held.get(), 1);
+    assert_eq!(h.metrics.shutdown.inhibit_delay_max_seconds.get(), 35.0);
     h.stop.send(true).expect("manager runs");
     let stopped = h.task.await.expect("manager ends");
     assert_eq!(
@@ -565,7 +565,7 @@ async fn a_shutdown_deletes_groups_in_priority_order_and_waits_each_period() {
         Duration::from_millis(20_250)
     );
     assert_eq!(h.bus.locks_held(), 0);
-    assert_eq!(h.metrics.shutdown_inhibitor_held.get(), 0);
+    assert_eq!(h.metrics.shutdown.inhibitor_held.get(), 0);
     // Stopping now keeps the drop-in and the marks for the next boot.
     h.stop.send(true).expect("manager runs");
     assert_eq!(
@@ -626,7 +626,7 @@ async fn a_shutdown_already_pending_at_start_is_drained_and_released() {
         "{lines:?}"
     );
     assert_eq!(h.bus.locks_held(), 0);
-    assert_eq!(h.metrics.shutdown_inhibitor_held.get(), 0);
+    assert_eq!(h.metrics.shutdown.inhibitor_held.get(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -716,8 +716,8 @@ async fn a_bypassing_reboot_sends_one_last_gasp_and_takes_it_back_when_the_node_
             .count()
     };
     assert_eq!(gasps(&h), 1, "{:?}", h.clock.lines());
-    assert_eq!(h.metrics.shutdowns_bypassing_inhibitor.get(), 3);
-    assert_eq!(h.metrics.shutdown_last_gasps_suppressed.get(), 2);
+    assert_eq!(h.metrics.shutdown.bypassing_inhibitor.get(), 3);
+    assert_eq!(h.metrics.shutdown.last_gasps_suppressed.get(), 2);
     let gasp = h.clock.at("condition true NonGracefulShutdown");
     settle(Duration::from_secs(35)).await;
     // Still up after 30s: the condition goes back to False, once.
@@ -746,7 +746,7 @@ async fn logind_loss_degrades_and_the_lock_comes_back_with_logind() {
     h.bus.disconnect(true);
     settle(Duration::from_secs(5)).await;
     assert_eq!(h.bus.locks_held(), 0);
-    assert_eq!(h.metrics.shutdown_inhibitor_held.get(), 0);
+    assert_eq!(h.metrics.shutdown.inhibitor_held.get(), 0);
     // Each distinct cause once: the connection that ended, then the bus that is not there.
     assert_eq!(
         h.health.degraded(),
@@ -761,12 +761,12 @@ async fn logind_loss_degrades_and_the_lock_comes_back_with_logind() {
         .await
         .expect("manager runs");
     settle(Duration::from_millis(10)).await;
-    assert_eq!(h.metrics.shutdowns_bypassing_inhibitor.get(), 1);
+    assert_eq!(h.metrics.shutdown.bypassing_inhibitor.get(), 1);
     // logind is back: reconnected within the reconnect period, the lock taken again.
     h.bus.disconnect(false);
     settle(Duration::from_secs(2)).await;
     assert_eq!(h.bus.locks_held(), 1);
-    assert_eq!(h.metrics.shutdown_inhibitor_held.get(), 1);
+    assert_eq!(h.metrics.shutdown.inhibitor_held.get(), 1);
     let connects = h
         .clock
         .lines()
