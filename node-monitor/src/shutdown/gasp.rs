@@ -49,6 +49,12 @@ use crate::{
 /// connections idle for 90 s).
 pub const WARM_INTERVAL: Duration = Duration::from_secs(60);
 
+/// The most one warm-up may take (connect, handshake, `GET /version`). The warm-up runs on the
+/// gasp's own thread, between two reads of the ring buffer: a reboot seen meanwhile waits for it,
+/// so it is bounded far below the API timeout the gasp itself is given. A warm-up that does not
+/// finish in time leaves no connection, and the gasp connects when it goes.
+pub const WARM_BOUND: Duration = Duration::from_secs(2);
+
 /// The `SCHED_FIFO` priority asked for (of 1–99; the kernel's own threads that matter here run at
 /// 50 and up, so this never starves them).
 const FIFO_PRIORITY: i32 = 10;
@@ -502,13 +508,14 @@ impl Sender {
         }
     }
 
-    /// One cheap request on the connection, so it is established when the gasp comes.
+    /// One cheap request on the connection, so it is established when the gasp comes; each step
+    /// bounded by [`WARM_BOUND`].
     async fn keep_warm(&mut self) {
         if let Some(target) = &mut self.target {
             target.refresh_token();
             let warmed = match self.raw.take() {
                 Some(mut c) => c
-                    .exchange(&target.request("GET", "/version", None, ""))
+                    .exchange_within(&target.request("GET", "/version", None, ""), WARM_BOUND)
                     .ok()
                     .filter(|(_, reusable)| *reusable)
                     .map(|_| c),
@@ -516,7 +523,7 @@ impl Sender {
             };
             self.raw = match warmed {
                 Some(c) => Some(c),
-                None => match target.connect() {
+                None => match target.connect_within(WARM_BOUND) {
                     Ok(c) => Some(c),
                     Err(e) => {
                         warn!(error = %e, "last gasp fast path: cannot reach the API server; retrying in {:?}", WARM_INTERVAL);
@@ -529,8 +536,14 @@ impl Sender {
         let Ok(req) = http::Request::get("/version").body(Vec::new()) else {
             return;
         };
-        if let Err(e) = self.client.request_text(req).await {
-            warn!(error = %chain(&e), "last gasp fast path: the API server did not answer; retrying in {:?}", WARM_INTERVAL);
+        match tokio::time::timeout(WARM_BOUND, self.client.request_text(req)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                warn!(error = %chain(&e), "last gasp fast path: the API server did not answer; retrying in {:?}", WARM_INTERVAL);
+            }
+            Err(_) => {
+                warn!(bound = ?WARM_BOUND, "last gasp fast path: the API server did not answer in time; retrying in {:?}", WARM_INTERVAL);
+            }
         }
     }
 }
@@ -704,5 +717,54 @@ mod tests {
         let call = seen();
         let (claimed, ()) = tokio::join!(fast.claim(&call, Duration::from_secs(5)), answer);
         assert_eq!(claimed, Some(true));
+    }
+
+    /// A server that accepts connections and never answers; its address.
+    fn black_hole() -> std::net::SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for conn in listener.incoming() {
+                held.push(conn);
+            }
+        });
+        addr
+    }
+
+    /// An API server that accepts and never answers holds the warm-up at most [`WARM_BOUND`]
+    /// per step, not the gasp's API timeout (a minute here): a reboot seen meanwhile is read
+    /// soon after. Both ways: the gasp's own connection, and the API client.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_silent_api_server_holds_the_warm_up_only_its_bound() {
+        let addr = black_hole();
+        let minute = Duration::from_secs(60);
+        let mut config = kube::Config::new(format!("https://{addr}").parse().expect("url"));
+        config.auth_info.token = Some("t".to_owned().into());
+        config.read_timeout = Some(minute);
+        config.connect_timeout = Some(minute);
+        let target = RawTarget::new(&config, minute)
+            .expect("target")
+            .expect("static credentials");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(target.connect_within(WARM_BOUND).is_err());
+        });
+        // Far past the bound's two steps, far short of the minute the gasp may take.
+        let failed = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the warm-up's connection returned within its bound");
+        assert!(failed, "a silent server gives no connection");
+
+        let mut http = kube::Config::new(format!("http://{addr}").parse().expect("url"));
+        http.read_timeout = Some(minute);
+        let mut sender = Sender {
+            client: kube::Client::try_from(http).expect("client"),
+            target: None,
+            raw: None,
+        };
+        tokio::time::timeout(Duration::from_secs(20), sender.keep_warm())
+            .await
+            .expect("the warm-up through the API client returned within its bound");
     }
 }

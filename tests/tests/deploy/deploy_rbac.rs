@@ -734,6 +734,15 @@ async fn agent_token_writes_only_its_own_fields_of_its_node() {
     let (admin, agent) = (&base.admin, &base.agent);
     let admin_nodes: Api<Node> = Api::all(admin.clone());
     let nodes: Api<Node> = Api::all(agent.clone());
+    kubelet_and_operator_marks(&admin_nodes).await;
+    its_own_fields_allowed(&nodes).await;
+    other_writes_denied(&nodes).await;
+    an_operators_cordon_stays_the_operators(&admin_nodes, &nodes).await;
+    the_clean_stop_takes_back_its_own(&admin_nodes, &base).await;
+}
+
+/// What the kubelet and an operator put on `node-a`.
+async fn kubelet_and_operator_marks(admin_nodes: &Api<Node>) {
     let pp = PatchParams::default();
     // What the kubelet and an operator put there.
     admin_nodes
@@ -762,7 +771,11 @@ async fn agent_token_writes_only_its_own_fields_of_its_node() {
         )
         .await
         .expect("operator's marks");
+}
 
+/// Allowed: its own condition, taint, annotation, and a cordon it claims on a schedulable node.
+async fn its_own_fields_allowed(nodes: &Api<Node>) {
+    let pp = PatchParams::default();
     // Allowed: its own condition, taint, annotation, and a cordon it claims on a schedulable node.
     allowed(
         "write its own condition",
@@ -851,7 +864,11 @@ async fn agent_token_writes_only_its_own_fields_of_its_node() {
             )
             .await,
     );
+}
 
+/// Denied, each with the policy's own reason.
+async fn other_writes_denied(nodes: &Api<Node>) {
+    let pp = PatchParams::default();
     // Denied, each with the policy's own reason.
     let cases: Vec<(&str, &str, bool, serde_json::Value)> = vec![
         (
@@ -930,7 +947,12 @@ async fn agent_token_writes_only_its_own_fields_of_its_node() {
             other => panic!("{what} must be denied, got {other:?}"),
         }
     }
+}
 
+/// An operator's cordon cannot be claimed, and so cannot be undone by the agent; the kubelet's
+/// status and the operator's taint stay.
+async fn an_operators_cordon_stays_the_operators(admin_nodes: &Api<Node>, nodes: &Api<Node>) {
+    let pp = PatchParams::default();
     // An operator's cordon cannot be claimed, and so cannot be undone by the agent.
     admin_nodes
         .patch(
@@ -994,9 +1016,11 @@ async fn agent_token_writes_only_its_own_fields_of_its_node() {
             .any(|c| c.type_ == "Ready" && c.status == "True"),
         "Ready stays the kubelet's"
     );
+}
 
-    // The agent's clean stop goes through with its own token: its pressure taint goes and its
-    // condition turns Unknown; the operator's cordon and taint stay.
+/// The agent's clean stop goes through with its own token: its pressure taint goes and its
+/// condition turns Unknown; the operator's cordon and taint stay.
+async fn the_clean_stop_takes_back_its_own(admin_nodes: &Api<Node>, base: &Base) {
     assert!(
         release_on_stop(
             &base.actuator(PdbPolicy::Respect),

@@ -216,10 +216,25 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     .await;
     let nodes: Api<Node> = Api::all(client.clone());
     let first = scrape(&mut node, &agent_ip, "metrics-start.txt").await;
+    layout_and_wakeups_seen(&first).await;
+    let reboot_probe = probes_attached_in_the_pod(&mut node, &first).await;
+    the_reboot_probe_sees_a_container(&client, &mut node, &agent_ip, reboot_probe).await;
+    guarantees_published(&mut node, &nodes).await;
+    signal_parity_with_the_kubelet(&mut node, &agent_ip).await;
+    let oom_before = oom_attribution_on_containerds_paths(&client, &mut node, &agent_ip).await;
+    memory_pressure_from_a_container(&client, &mut node, &agent_ip, &nodes, oom_before).await;
+    agent_footprint(&mut node, &agent).await;
+    let run = node.finish().await.expect("guest run");
+    eprintln!("real node: guest run {:.1} s", run.elapsed.as_secs_f64());
+}
+
+/// The agent as shipped finds the systemd driver's kubepods slice, sees the pods'
+/// cgroups and arms its PSI trigger under the read-only /host/proc.
+async fn layout_and_wakeups_seen(first: &str) {
     // As shipped, with no --kubepods-cgroup: the systemd driver's slice is found by itself.
     assert_eq!(
         metrics::sum(
-            &first,
+            first,
             "node_monitor_kubepods_layout",
             &[
                 ("driver", "systemd"),
@@ -255,7 +270,12 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
 
+/// The kernel probes attach in the DaemonSet pod, the reboot probe by the path
+/// `perf_event_paranoid` leaves it.
+/// Returns `perf_event_paranoid` and the reboot program that attached.
+async fn probes_attached_in_the_pod(node: &mut RealNode, first: &str) -> (i32, &'static str) {
     // The kernel probes in the DaemonSet pod (CAP_BPF and CAP_PERFMON, no CAP_SYS_ADMIN). The
     // raw tracepoint programs (OOM, reclaim, kswapd, the memory push) attach through bpf(2)
     // alone, whatever perf_event_paranoid says. The reboot probe's syscall tracepoint goes
@@ -264,7 +284,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     // instead, and the log says why.
     let in_state = |p: &str, state: &str| {
         metrics::sum(
-            &first,
+            first,
             "node_monitor_ebpf_program_state",
             &[("program", p), ("state", state)],
         ) == 1.0
@@ -285,7 +305,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         assert!(in_state(p, "loaded"), "{p} is loaded in the pod");
     }
     let paranoid: i32 = guest_step(
-        &mut node,
+        node,
         "perf_event_paranoid",
         "cat /proc/sys/kernel/perf_event_paranoid",
         Duration::from_secs(30),
@@ -309,7 +329,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
             .join("\n")
     );
     if paranoid > 2 {
-        let agent_log = agent_log(&node);
+        let agent_log = agent_log(node);
         assert!(
             agent_log.lines().any(|l| l.contains("reboot_enter")
                 && l.contains(&format!("kernel.perf_event_paranoid is {paranoid}"))
@@ -317,6 +337,16 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
             "the agent says why reboot_enter failed and that reboot_raw took over:\n{agent_log}"
         );
     }
+    (paranoid, probe)
+}
+
+/// A container's refused reboot(2) reaches the agent through the probe.
+async fn the_reboot_probe_sees_a_container(
+    client: &Client,
+    node: &mut RealNode,
+    agent_ip: &str,
+    (paranoid, probe): (i32, &str),
+) {
     // The probe sees a container's reboot(2): a pod holding no capability calls it three times,
     // the kernel refuses each call (EPERM), and the agent receives the probe's event (the first
     // call; the others are withheld by the per-verdict rate limit until the next event of that
@@ -332,7 +362,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         .await
         .expect("create the reboot-caller pod");
     until(
-        &node,
+        node,
         "the reboot-caller pod Succeeded (every call refused with EPERM)",
         Duration::from_secs(180),
         || {
@@ -350,7 +380,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     .await;
     let mut seen = 0.0;
     for i in 0..10 {
-        let text = scrape(&mut node, &agent_ip, &format!("metrics-reboot-{i}.txt")).await;
+        let text = scrape(node, agent_ip, &format!("metrics-reboot-{i}.txt")).await;
         seen = metrics::sum(
             &text,
             "node_monitor_kernel_events_total",
@@ -365,7 +395,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         seen >= 1.0,
         "{probe} saw the pod's reboot(2) calls: kernel_events_total{{kind=reboot}} {seen}"
     );
-    let agent_log = agent_log(&node);
+    let agent_log = agent_log(node);
     assert!(
         agent_log
             .lines()
@@ -380,11 +410,14 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         "real node: perf_event_paranoid {paranoid}; raw tracepoint programs attached; the \
          reboot probe attached as {probe}; reboot events from a pod's refused calls: {seen}"
     );
+}
 
+/// What holds on this node, as the agent publishes it on the Node.
+async fn guarantees_published(node: &mut RealNode, nodes: &Api<Node>) {
     // What holds on this node, as the agent publishes it on the Node: on Debian's cgroup v2
     // node every guarantee holds but the cgroup v1 thresholds, which cannot apply.
     let published = until(
-        &node,
+        node,
         "the node-monitor.io/guarantees annotation",
         Duration::from_secs(90),
         || {
@@ -416,13 +449,16 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         );
     }
     eprintln!("real node: published guarantees {published}");
+}
 
+/// Signal parity with the kubelet's /stats/summary.
+async fn signal_parity_with_the_kubelet(node: &mut RealNode, agent_ip: &str) {
     // --- 2. signal parity with the kubelet's /stats/summary ------------------------------------
     // Both sides sample on their own clocks (the kubelet's cadvisor housekeeping and the agent's
     // 10 s tick), so one pair of reads can straddle a change; five pairs 11 s apart, each signal
     // judged on the median difference, every pair recorded.
     guest_step(
-        &mut node,
+        node,
         "signals side by side",
         &format!(
             "for i in 1 2 3 4 5; do\n\
@@ -464,7 +500,15 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     );
     assert_eq!(pairs.len(), 5, "every signal compared: {report:?}");
     assert!(off.is_empty(), "signals off parity:\n{}", off.join("\n"));
+}
 
+/// OOM attribution on containerd's paths.
+/// Returns the kernel's OOM kill count before the kill.
+async fn oom_attribution_on_containerds_paths(
+    client: &Client,
+    node: &mut RealNode,
+    agent_ip: &str,
+) -> u64 {
     // --- 3. OOM attribution on containerd's paths ----------------------------------------------
     node.step(
         "node-monitor trace",
@@ -475,8 +519,8 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         Duration::from_secs(360),
     )
     .await
-    .unwrap_or_else(|e| fail(&node, &format!("{e:#}")));
-    let oom_before = guest_oom_kills(&mut node).await;
+    .unwrap_or_else(|e| fail(node, &format!("{e:#}")));
+    let oom_before = guest_oom_kills(node).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     pods.create(
         &PostParams::default(),
@@ -489,7 +533,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     .await
     .expect("create oom-victim");
     let container_id = until(
-        &node,
+        node,
         "oom-victim's container terminated OOMKilled",
         Duration::from_secs(300),
         || {
@@ -508,7 +552,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         .expect("a containerd container id")
         .to_owned();
     guest_step(
-        &mut node,
+        node,
         "the trace's OOM line",
         "for _ in $(seq 240); do grep -q '\"kind\":\"oom_kill\"' /mnt/out/trace.jsonl && break; sleep 0.5; done\n\
          sleep 2; pkill -TERM -f 'node-monitor trace'; sleep 1; true",
@@ -522,7 +566,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         .find(|v| v["kind"] == "oom_kill" && v["pod_name"] == "oom-victim")
         .unwrap_or_else(|| {
             fail(
-                &node,
+                node,
                 &format!("no oom_kill line names default/oom-victim in the trace:\n{trace}"),
             )
         });
@@ -538,7 +582,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     eprintln!("real node: trace attributed the OOM kill: {line}");
     let mut metrics = String::new();
     for _ in 0..60 {
-        metrics = scrape(&mut node, &agent_ip, "metrics-oom.txt").await;
+        metrics = scrape(node, agent_ip, "metrics-oom.txt").await;
         let labels = [("scope", "pod"), ("namespace", NS), ("pod", "oom-victim")];
         if metrics::sum(&metrics, "node_monitor_oom_kills_total", &labels) >= 1.0 {
             break;
@@ -561,16 +605,28 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     pods.delete("oom-victim", &Default::default())
         .await
         .expect("delete oom-victim");
+    oom_before
+}
 
+/// Memory pressure from a container: the agent evicts the climber, with the kubelet's
+/// wording, before the kernel OOM-kills anything.
+async fn memory_pressure_from_a_container(
+    client: &Client,
+    node: &mut RealNode,
+    agent_ip: &str,
+    nodes: &Api<Node>,
+    oom_before: u64,
+) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     // --- 4. memory pressure from a container ---------------------------------------------------
-    let oom_before_pressure = guest_oom_kills(&mut node).await;
+    let oom_before_pressure = guest_oom_kills(node).await;
     assert!(
         oom_before_pressure > oom_before,
         "the kernel counted the OOM kill"
     );
     let database = create_running(
-        &client,
-        &node,
+        client,
+        node,
         pod(
             "database",
             &["/usr/local/bin/nm-workload", "--hold", "64Mi"],
@@ -580,8 +636,8 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     .await;
     let ramp_started = Instant::now();
     create_running(
-        &client,
-        &node,
+        client,
+        node,
         pod(
             "leaky",
             &[
@@ -598,7 +654,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     )
     .await;
     let evicted_by = until(
-        &node,
+        node,
         "an Evicted Event on default/leaky",
         Duration::from_secs(300),
         || {
@@ -612,7 +668,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     .await;
     let evicted_after = ramp_started.elapsed();
     until(
-        &node,
+        node,
         "the kubelet stopped leaky's container and removed the pod",
         Duration::from_secs(180),
         || {
@@ -625,7 +681,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     // Give a second eviction, by either side, time to show.
     tokio::time::sleep(Duration::from_secs(15)).await;
     let evicted_by = {
-        let again = evictions_of(&client, "leaky").await;
+        let again = evictions_of(client, "leaky").await;
         if again.len() > evicted_by.len() {
             again
         } else {
@@ -658,10 +714,10 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         "the Guaranteed pod's container never restarted"
     );
     assert!(
-        evictions_of(&client, "database").await.is_empty(),
+        evictions_of(client, "database").await.is_empty(),
         "the Guaranteed pod was never evicted"
     );
-    let oom_after = guest_oom_kills(&mut node).await;
+    let oom_after = guest_oom_kills(node).await;
     assert_eq!(
         oom_after, oom_before_pressure,
         "no kernel OOM kill during the pressure"
@@ -672,7 +728,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         Some("False"),
         "the kubelet's eviction manager never saw memory pressure"
     );
-    let final_metrics = scrape(&mut node, &agent_ip, "metrics-final.txt").await;
+    let final_metrics = scrape(node, agent_ip, "metrics-final.txt").await;
     assert_eq!(
         metrics::sum(
             &final_metrics,
@@ -692,7 +748,11 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         gone_after.as_secs_f64(),
         oom_after - oom_before_pressure
     );
+}
 
+/// The agent container's footprint in its real pod: figures for docs/benchmarks.md, not
+/// assertions.
+async fn agent_footprint(node: &mut RealNode, agent: &Pod) {
     // The agent container's footprint in its real pod (release build): figures for
     // docs/benchmarks.md, not assertions.
     let agent_cid = agent
@@ -704,7 +764,7 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
         .and_then(|id| id.strip_prefix("containerd://").map(str::to_owned))
         .expect("the agent's container id");
     let footprint = guest_step(
-        &mut node,
+        node,
         "the agent container's CPU and memory",
         &format!(
             "cg=$(find /sys/fs/cgroup/kubepods.slice -type d -name 'cri-containerd-{agent_cid}.scope' | head -1)\n\
@@ -721,9 +781,6 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     )
     .await;
     eprintln!("real node: the agent container, idle after the scenarios:\n{footprint}");
-
-    let run = node.finish().await.expect("guest run");
-    eprintln!("real node: guest run {:.1} s", run.elapsed.as_secs_f64());
 }
 
 /// The kubelet's thresholds for the ranking comparison: its defaults with `memory.available` at
@@ -1053,6 +1110,51 @@ fn disk_and_pid_config() -> String {
 /// crosses `nodefs.available` again. Each is evicted by node-monitor with the kubelet's wording
 /// for the resource, the bystanders are not, and the kubelet (whose defaults neither crosses)
 /// evicts nothing.
+/// Creates `p` and waits until it runs, then until node-monitor evicts it for `signal` with the
+/// kubelet's wording for `resource`, then until it has left the API; prints how long the eviction
+/// took (`since`: what the time counts from).
+async fn evicted_and_gone(
+    client: &Client,
+    node: &RealNode,
+    p: Pod,
+    signal: &str,
+    resource: &str,
+    since: &str,
+) {
+    let name = p.metadata.name.clone().expect("pod name");
+    let started = Instant::now();
+    create_running(client, node, p).await;
+    let message = until(
+        node,
+        &format!("{name} evicted for {signal}"),
+        Duration::from_secs(420),
+        || {
+            let (client, name) = (client.clone(), name.clone());
+            async move { eviction_message(&client, &name).await }
+        },
+    )
+    .await;
+    eprintln!(
+        "real node: {name} evicted {:.1} s {since}: {message}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        message.contains(&format!("The node was low on resource: {resource}.")),
+        "the kubelet's wording for {signal}: {message}"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    until(
+        node,
+        &format!("{name} gone from the API"),
+        Duration::from_secs(180),
+        || {
+            let (pods, name) = (pods.clone(), name.clone());
+            async move { pods.get_opt(&name).await.ok()?.is_none().then_some(()) }
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_and_pid_pressure_from_containers() {
     let Installed {
@@ -1136,133 +1238,56 @@ async fn disk_and_pid_pressure_from_containers() {
         mount_path: "/data".into(),
         ..Default::default()
     }]);
-    let started = Instant::now();
-    create_running(&client, &node, filler).await;
-    let message = until(
+    evicted_and_gone(
+        &client,
         &node,
-        "filler evicted for nodefs",
-        Duration::from_secs(420),
-        || {
-            let client = client.clone();
-            async move { eviction_message(&client, "filler").await }
-        },
-    )
-    .await;
-    eprintln!(
-        "real node: filler evicted {:.1} s after it started writing: {message}",
-        started.elapsed().as_secs_f64()
-    );
-    assert!(
-        message.contains("The node was low on resource: ephemeral-storage."),
-        "the kubelet's wording for nodefs: {message}"
-    );
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    until(
-        &node,
-        "filler gone from the API",
-        Duration::from_secs(180),
-        || {
-            let pods = pods.clone();
-            async move { pods.get_opt("filler").await.ok()?.is_none().then_some(()) }
-        },
+        filler,
+        "nodefs",
+        "ephemeral-storage",
+        "after it started writing",
     )
     .await;
 
     // pid.available: 3 000 sleeping processes in one container.
-    let started = Instant::now();
-    create_running(
+    let forker = pod(
+        "forker",
+        &["/usr/local/bin/nm-workload", "--procs", "3000"],
+        None,
+    );
+    evicted_and_gone(
         &client,
         &node,
-        pod(
-            "forker",
-            &["/usr/local/bin/nm-workload", "--procs", "3000"],
-            None,
-        ),
-    )
-    .await;
-    let message = until(
-        &node,
-        "forker evicted for pid.available",
-        Duration::from_secs(420),
-        || {
-            let client = client.clone();
-            async move { eviction_message(&client, "forker").await }
-        },
-    )
-    .await;
-    eprintln!(
-        "real node: forker evicted {:.1} s after it started: {message}",
-        started.elapsed().as_secs_f64()
-    );
-    assert!(
-        message.contains("The node was low on resource: pids."),
-        "the kubelet's wording for pid.available: {message}"
-    );
-    until(
-        &node,
-        "forker gone from the API",
-        Duration::from_secs(180),
-        || {
-            let pods = pods.clone();
-            async move { pods.get_opt("forker").await.ok()?.is_none().then_some(()) }
-        },
+        forker,
+        "pid.available",
+        "pids",
+        "after it started",
     )
     .await;
 
     // nodefs again, from a container's writable layer: 600 MiB written to its root file
     // system (the image's /tmp, writable by its non-root user), which only the overlay upper
     // directory under /var/lib/containerd holds.
-    let started = Instant::now();
-    create_running(
+    let layer_filler = pod(
+        "layer-filler",
+        &[
+            "/usr/local/bin/nm-memhog",
+            "pagecache",
+            "/tmp/fill",
+            "600",
+            "600",
+        ],
+        None,
+    );
+    evicted_and_gone(
         &client,
         &node,
-        pod(
-            "layer-filler",
-            &[
-                "/usr/local/bin/nm-memhog",
-                "pagecache",
-                "/tmp/fill",
-                "600",
-                "600",
-            ],
-            None,
-        ),
+        layer_filler,
+        "nodefs",
+        "ephemeral-storage",
+        "after it started writing",
     )
     .await;
-    let message = until(
-        &node,
-        "layer-filler evicted for nodefs",
-        Duration::from_secs(420),
-        || {
-            let client = client.clone();
-            async move { eviction_message(&client, "layer-filler").await }
-        },
-    )
-    .await;
-    eprintln!(
-        "real node: layer-filler evicted {:.1} s after it started writing: {message}",
-        started.elapsed().as_secs_f64()
-    );
-    assert!(
-        message.contains("The node was low on resource: ephemeral-storage."),
-        "the kubelet's wording for nodefs: {message}"
-    );
-    until(
-        &node,
-        "layer-filler gone from the API",
-        Duration::from_secs(180),
-        || {
-            let pods = pods.clone();
-            async move {
-                pods.get_opt("layer-filler")
-                    .await
-                    .ok()?
-                    .is_none()
-                    .then_some(())
-            }
-        },
-    )
-    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
 
     // The layer stays on disk until the kubelet's container garbage collection (every minute):
     // the agent credits it meanwhile, and evicts no bystander before and after it is freed.

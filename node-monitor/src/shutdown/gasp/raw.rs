@@ -119,32 +119,60 @@ impl RawTarget {
 
     /// A new connection, its TLS handshake done by a first `GET /version`.
     pub(super) fn connect(&self) -> std::io::Result<RawConn> {
+        self.connect_within(self.timeout)
+    }
+
+    /// [`RawTarget::connect`], the connection, the handshake and the first answer each bounded
+    /// by `bound` (at most the target's timeout); the connection keeps the target's timeout after.
+    pub(super) fn connect_within(&self, bound: Duration) -> std::io::Result<RawConn> {
+        let bound = bound.min(self.timeout);
         use std::net::ToSocketAddrs as _;
         let addr = self
             .addr
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| std::io::Error::other(format!("{}: no address", self.addr)))?;
-        let sock = std::net::TcpStream::connect_timeout(&addr, self.timeout)?;
+        let sock = std::net::TcpStream::connect_timeout(&addr, bound)?;
         sock.set_nodelay(true)?;
-        sock.set_read_timeout(Some(self.timeout))?;
-        sock.set_write_timeout(Some(self.timeout))?;
         let conn = rustls::ClientConnection::new(self.tls.clone(), self.server_name.clone())
             .map_err(std::io::Error::other)?;
         let mut c = RawConn {
             tls: rustls::StreamOwned::new(conn, sock),
         };
-        let (status, _) = c.exchange(&self.request("GET", "/version", None, ""))?;
+        let (status, _) = c.exchange_within(&self.request("GET", "/version", None, ""), bound)?;
         if !(200..300).contains(&status) {
             return Err(std::io::Error::other(format!(
                 "GET /version: HTTP {status}"
             )));
         }
+        c.set_timeout(self.timeout)?;
         Ok(c)
     }
 }
 
 impl RawConn {
+    /// The socket's read and write timeouts.
+    fn set_timeout(&self, timeout: Duration) -> std::io::Result<()> {
+        self.tls.sock.set_read_timeout(Some(timeout))?;
+        self.tls.sock.set_write_timeout(Some(timeout))
+    }
+
+    /// [`RawConn::exchange`] with each read and write bounded by `bound`, the socket's timeouts
+    /// put back after.
+    pub(super) fn exchange_within(
+        &mut self,
+        request: &[u8],
+        bound: Duration,
+    ) -> std::io::Result<(u16, bool)> {
+        let before = self.tls.sock.read_timeout()?;
+        self.set_timeout(bound)?;
+        let answer = self.exchange(request);
+        if let Some(t) = before {
+            self.set_timeout(t)?;
+        }
+        answer
+    }
+
     /// Writes `request` (one TLS record, one write) and reads the answer; its HTTP status.
     pub(super) fn exchange(&mut self, request: &[u8]) -> std::io::Result<(u16, bool)> {
         use std::io::{Read as _, Write as _};
