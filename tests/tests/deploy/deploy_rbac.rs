@@ -918,6 +918,18 @@ async fn other_writes_denied(nodes: &Api<Node>) {
             json!({"spec": {"providerID": "fake://elsewhere"}}),
         ),
         (
+            "a finalizer, which would hold the node's deletion",
+            "may not change the node's owner references or finalizers",
+            false,
+            json!({"metadata": {"finalizers": ["attacker.example/hold"]}}),
+        ),
+        (
+            "an owner reference, which would hand the node to a garbage collector",
+            "may not change the node's owner references or finalizers",
+            false,
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "default", "uid": "00000000-0000-0000-0000-000000000001"}]}}),
+        ),
+        (
             "the kubelet's Ready condition",
             "may only write its own node conditions",
             true,
