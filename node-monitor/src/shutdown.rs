@@ -282,7 +282,8 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                         // The bus goes away as the machine shuts down: expected.
                         info!(error = %chain(&e), "system bus gone during the shutdown");
                     } else {
-                        warn!(error = %chain(&e), retry_in = ?RECONNECT, "logind unavailable; shutdowns are not delayed until it is back");
+                        warn!(error = %chain(&e), kind = e.metric_label(), retry_in = ?RECONNECT,
+                              "logind unavailable; shutdowns are not delayed until it is back");
                     }
                     self.dispatch_offline(Event::LogindLost { error: chain(&e) })
                         .await;
@@ -340,7 +341,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                         }
                     }
                     Some(Ok(false)) => self.on_cancel(conn).await?,
-                    Some(Err(e)) => warn!(error = %e, "malformed PrepareForShutdown signal ignored"),
+                    Some(Err(e)) => warn!(error = %chain(&e), "malformed PrepareForShutdown signal ignored"),
                     None => return Err(LogindError::Disconnected),
                 },
                 o = signals.owners.next() => match o {
@@ -349,7 +350,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                         self.dispatch(Event::LogindRestarted, Some(conn)).await?;
                     }
                     Some(Ok(None)) => warn!("logind left the bus; the inhibitor is re-taken when it is back"),
-                    Some(Err(e)) => warn!(error = %e, "malformed NameOwnerChanged signal ignored"),
+                    Some(Err(e)) => warn!(error = %chain(&e), "malformed NameOwnerChanged signal ignored"),
                     None => return Err(LogindError::Disconnected),
                 },
                 _ = ping.tick() => conn.ping().await?,
@@ -388,7 +389,7 @@ impl<L: LogindPort, N: NodeApi> Manager<L, N> {
                     }
                     Some(Ok(true)) => Event::PrepareForShutdown(true),
                     Some(Err(e)) => {
-                        warn!(error = %e, "malformed PrepareForShutdown signal ignored");
+                        warn!(error = %chain(&e), "malformed PrepareForShutdown signal ignored");
                         Event::Wake
                     }
                     // The lock is a descriptor: it holds without the bus; carry on.
