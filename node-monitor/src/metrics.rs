@@ -10,10 +10,15 @@
 //! This is a leaf: anything may record into it; it imports nothing from the rest of the binary.
 //! docs/metrics.md lists every family of each product; a test fails when they disagree.
 pub mod agent;
+pub mod eviction;
 pub mod flight;
+pub mod kernel;
+pub mod kubelet;
 mod labels;
 pub mod lease;
+pub mod pods;
 pub mod shutdown;
+pub mod wakeup;
 
 pub use self::agent::*;
 pub use node_monitor_service::metrics::{

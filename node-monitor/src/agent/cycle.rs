@@ -171,12 +171,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
 
     /// One wake-up received, by source (`timer` and `headroom` for the agent's own timers).
     pub(super) fn count_wakeup(&self, label: &str) {
-        self.metrics
-            .wakeups
-            .get_or_create(&crate::metrics::SourceLabels {
-                source: label.to_owned(),
-            })
-            .inc();
+        self.metrics.wakeups.count(label);
     }
 
     /// Cycles for one wake-up: a refusal or failure makes the next candidate eligible at once, so
@@ -276,7 +271,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
     ) {
         let decided = wakeup.at.elapsed();
         self.metrics
-            .wakeup_to_decision_seconds
+            .wakeups
+            .to_decision_seconds
             .observe(decided.as_secs_f64());
         debug!(
             source = label,
@@ -378,6 +374,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                 _ => self.read_pods(sampler, &mut timed.observations),
             }
             self.metrics
+                .eviction
                 .rank_pod_figures_age_seconds
                 .observe(match figures {
                     RankFigures::Earlier { age } => age.as_secs_f64(),
@@ -556,6 +553,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             self.retry_at = None;
             self.retry_delay = RETRY_INITIAL;
             self.metrics
+                .eviction
                 .detection_to_eviction_seconds
                 .observe(reaction_time.as_secs_f64());
             self.backoff.forget(&req.uid);

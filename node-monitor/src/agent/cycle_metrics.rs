@@ -28,11 +28,13 @@ pub(super) fn record(
         };
         let unit = signal_unit(*signal);
         metrics
+            .eviction
             .signal_available
             .unit(unit)
             .get_or_create(&l)
             .set(o.available);
         metrics
+            .eviction
             .signal_capacity
             .unit(unit)
             .get_or_create(&l)
@@ -47,6 +49,7 @@ pub(super) fn record(
             kind: if t.is_hard() { "hard" } else { "soft" }.to_owned(),
         };
         metrics
+            .eviction
             .eviction_threshold
             .unit(signal_unit(t.signal))
             .get_or_create(&l)
@@ -55,10 +58,15 @@ pub(super) fn record(
             .thresholds_met
             .iter()
             .any(|m| m.signal == t.signal && m.hard == t.is_hard());
-        metrics.threshold_met.get_or_create(&l).set(i64::from(met));
+        metrics
+            .eviction
+            .threshold_met
+            .get_or_create(&l)
+            .set(i64::from(met));
     }
     for c in &decision.conditions {
         metrics
+            .eviction
             .node_condition
             .get_or_create(&ConditionLabels {
                 condition: c.condition.as_str().to_owned(),
@@ -85,6 +93,7 @@ pub(super) fn eviction_answered(
     reaction: &Reaction,
 ) {
     metrics
+        .eviction
         .evictions
         .get_or_create(&EvictionLabels {
             eviction_signal: req.signal.clone(),
@@ -94,6 +103,7 @@ pub(super) fn eviction_answered(
         .inc();
     if let Some(reason) = reaction.failure {
         metrics
+            .eviction
             .eviction_failures
             .get_or_create(&ReasonLabels {
                 reason: reason.to_owned(),

@@ -22,6 +22,7 @@ pub(super) fn credit(
 ) -> Observations {
     let credited = pending.credited(observations, now);
     metrics
+        .eviction
         .disk_reclaim_pending_bytes
         .set(pending.pending_bytes());
     credited

@@ -50,7 +50,7 @@ pub async fn start(
         }
     };
     for s in probes.program_states() {
-        metrics.set_program_state(s.name, s.state.label());
+        metrics.kernel.set_program_state(s.name, s.state.label());
         if s.state.label() == "failed" && probes.fallback_attached(s.name).is_none() {
             warn!(program = s.name, state = ?s.state, "eBPF program unavailable; the agent continues without it");
             health.report_degraded(format!("eBPF program {} failed", s.name));
@@ -188,7 +188,7 @@ async fn consume(
                 return;
             }
             Err(e) => {
-                metrics.kernel_event_errors.inc();
+                metrics.kernel.event_errors.inc();
                 warn!(error = %e, "malformed kernel event skipped");
                 continue;
             }
@@ -209,7 +209,8 @@ async fn consume(
             warn!("shutdown manager not listening for reboot events");
         }
         metrics
-            .kernel_events
+            .kernel
+            .events
             .get_or_create(&KindLabels {
                 kind: ev.kind().to_owned(),
             })
@@ -238,7 +239,7 @@ async fn consume(
                     (None, Some(uid)) => Some((String::new(), uid.clone())),
                     (None, None) => None,
                 };
-                metrics.record_oom_kill(
+                metrics.kernel.record_oom_kill(
                     global,
                     labels.as_ref().map(|(n, p)| (n.as_str(), p.as_str())),
                 );
@@ -367,7 +368,7 @@ pub async fn mirror_counters(
         }
         match probes.counters() {
             Ok(c) => {
-                metrics.observe_ringbuf_drops(c.total_drops());
+                metrics.kernel.observe_ringbuf_drops(c.total_drops());
                 if let Some(push) = probes.mem_push() {
                     observe_memory_push(&metrics, &c, &push.switch().state());
                 }
@@ -384,7 +385,7 @@ fn observe_memory_push(
     c: &crate::ebpf::Counters,
     s: &crate::ebpf::PushAttachment,
 ) {
-    metrics.observe_memory_push(
+    metrics.kernel.observe_memory_push(
         [
             ("sent", c.mem_push_wakes),
             ("withheld", c.mem_push_suppressed),
@@ -402,7 +403,7 @@ fn observe_memory_push(
         node_monitor_common::names::prog::MEM_PUSH_ALLOC,
         node_monitor_common::names::prog::MEM_PUSH_FREE,
     ] {
-        metrics.set_program_state(program, state);
+        metrics.kernel.set_program_state(program, state);
     }
 }
 

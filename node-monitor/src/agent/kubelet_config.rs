@@ -122,10 +122,11 @@ impl KubeletThresholds {
             return;
         }
         let before = self.verdicts.take().unwrap_or_default();
-        metrics.kubelet_threshold_preempts.clear();
+        metrics.kubelet.threshold_preempts.clear();
         for c in &comparisons {
             metrics
-                .kubelet_threshold_preempts
+                .kubelet
+                .threshold_preempts
                 .get_or_create(&ThresholdLabels {
                     eviction_signal: c.signal.as_str().to_owned(),
                     kind: c.kind.as_str().to_owned(),
@@ -170,14 +171,16 @@ impl KubeletThresholds {
                 }
             };
         metrics
-            .kubelet_config_read
+            .kubelet
+            .config_read
             .set(i64::from(matches!(status, Status::Read(_))));
         if self.status.as_ref() != Some(&status) {
-            metrics.kubelet_config_source.clear();
+            metrics.kubelet.config_source.clear();
             if let Status::Read(origins) = &status {
                 for o in origins {
                     metrics
-                        .kubelet_config_source
+                        .kubelet
+                        .config_source
                         .get_or_create(&KubeletSourceLabels {
                             kind: o.kind().to_owned(),
                             source: o.name(),
@@ -259,7 +262,7 @@ mod tests {
     }
 
     fn read_gauge(m: &Metrics) -> i64 {
-        m.kubelet_config_read.get()
+        m.kubelet.config_read.get()
     }
 
     #[test]

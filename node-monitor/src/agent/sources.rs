@@ -172,8 +172,8 @@ mod tests {
     #[test]
     fn the_state_metric_is_one_hot_over_every_documented_state() {
         let m = Metrics::new();
-        m.set_source_state("memcg_oom", "unavailable");
-        m.set_source_state("memcg_oom", "not_applicable");
+        m.wakeups.set_source_state("memcg_oom", "unavailable");
+        m.wakeups.set_source_state("memcg_oom", "not_applicable");
         let text = m.encode();
         for (state, value) in [
             ("not_applicable", 1),

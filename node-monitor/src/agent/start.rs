@@ -39,12 +39,12 @@ pub(super) fn start_pod_reflector(
         let (health, metrics) = (health.clone(), metrics.clone());
         move |event: kube_adapter::PodWatchEvent| match event {
             kube_adapter::PodWatchEvent::Failed(error) => {
-                metrics.pod_watch_errors.inc();
-                metrics.pod_watch_failing.set(1);
+                metrics.pods.watch_errors.inc();
+                metrics.pods.watch_failing.set(1);
                 health.pod_watch_failed(error, std::time::Instant::now());
             }
             kube_adapter::PodWatchEvent::Recovered => {
-                metrics.pod_watch_failing.set(0);
+                metrics.pods.watch_failing.set(0);
                 health.pod_watch_recovered();
             }
         }
@@ -170,7 +170,7 @@ pub(super) async fn start_probes(
         .await
         .map(Arc::new)
     };
-    metrics.set_source_state(
+    metrics.wakeups.set_source_state(
         SourceKind::Kernel.as_str(),
         sources::kernel_state(
             !(args.no_ebpf || args.polling_only),
@@ -232,7 +232,7 @@ pub(super) fn start_wakeups(
         {
             warn!(source = s.source.as_str(), %reason, "wake-up source unavailable");
         }
-        metrics.set_source_state(s.source.as_str(), state);
+        metrics.wakeups.set_source_state(s.source.as_str(), state);
         if degraded {
             health.report_degraded(format!("wake-up source {} unavailable", s.source.as_str()));
         }
@@ -281,7 +281,7 @@ pub(super) async fn node_allocatable_memory(client: &kube::Client, node: &str) -
 pub(super) fn init_metrics(m: &Metrics, config: &EvictionConfig) {
     for t in &config.thresholds {
         for outcome in ["evicted", "pdb_blocked", "escalated", "dry_run"] {
-            let _ = m.evictions.get_or_create(&EvictionLabels {
+            let _ = m.eviction.evictions.get_or_create(&EvictionLabels {
                 eviction_signal: t.signal.as_str().to_owned(),
                 threshold: if t.is_hard() { "hard" } else { "soft" }.to_owned(),
                 outcome: outcome.to_owned(),
@@ -290,6 +290,7 @@ pub(super) fn init_metrics(m: &Metrics, config: &EvictionConfig) {
     }
     for reason in backoff::failure_labels() {
         let _ = m
+            .eviction
             .eviction_failures
             .get_or_create(&crate::metrics::ReasonLabels {
                 reason: reason.to_owned(),
@@ -313,7 +314,8 @@ pub(super) fn init_metrics(m: &Metrics, config: &EvictionConfig) {
         .get_or_create(&total)
         .set(0.0);
     for c in NodeConditionType::ALL {
-        m.node_condition
+        m.eviction
+            .node_condition
             .get_or_create(&ConditionLabels {
                 condition: c.as_str().to_owned(),
             })

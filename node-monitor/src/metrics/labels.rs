@@ -178,7 +178,7 @@ impl SignalUnit {
 }
 
 /// One gauge family per [`SignalUnit`], for an amount that every signal has in its own unit.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct PerUnit<L> {
     pub bytes: Family<L, Gauge>,
     pub inodes: Family<L, Gauge>,

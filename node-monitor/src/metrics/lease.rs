@@ -6,6 +6,8 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family, gauge::Gauge},
 };
 
+use super::Reg;
+
 /// The label of `node_monitor_liveness_lease_renewals_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RenewalLabels {
@@ -23,6 +25,20 @@ pub struct RenewalMetrics {
 }
 
 impl RenewalMetrics {
+    /// Adds both families to the agent's registry.
+    pub fn register(&self, reg: &mut Reg) {
+        reg.add(
+            "liveness_lease_renewals",
+            "Renewals of the agent's liveness Lease by result: renewed (patched), created, conflict (created meanwhile by another writer: nothing written), error",
+            self.renewals.clone(),
+        );
+        reg.add(
+            "liveness_lease_last_renewal_timestamp_seconds",
+            "Unix time of the last renewal that wrote the agent's liveness Lease (renewed or created); 0 until one does",
+            self.last_renewal.clone(),
+        );
+    }
+
     /// Counts one renewal with its `result`; one that wrote the Lease moves the last renewal's
     /// time to `unix_secs`.
     pub fn record(&self, result: &str, wrote: bool, unix_secs: f64) {

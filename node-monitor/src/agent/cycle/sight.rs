@@ -22,8 +22,9 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         if self.kubepods_reported.as_ref() != Some(&reported) {
             info!(driver = %reported.0, kubepods = %reported.1, detection = %sight.detection,
                   "reading pods from this kubepods cgroup");
-            self.metrics.kubepods_layout.clear();
+            self.metrics.pods.kubepods_layout.clear();
             self.metrics
+                .pods
                 .kubepods_layout
                 .get_or_create(&crate::metrics::KubepodsLabels {
                     driver: reported.0.clone(),
@@ -56,12 +57,12 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                 );
                 warn!(%reason, "blind to the pods: evictions held");
                 self.health.set_blind(Some(reason));
-                self.metrics.pod_cgroups_missing.set(1);
+                self.metrics.pods.cgroups_missing.set(1);
             }
             (Some(_), None) => {
                 info!("the pods' cgroups are found again: evictions resume");
                 self.health.set_blind(None);
-                self.metrics.pod_cgroups_missing.set(0);
+                self.metrics.pods.cgroups_missing.set(0);
             }
             _ => {}
         }

@@ -95,6 +95,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             let outcome = self.actuator.evict(&req).await;
             self.health.progress();
             self.metrics
+                .eviction
                 .local_storage_limit_evictions
                 .get_or_create(&crate::metrics::LimitKindLabels {
                     kind: e.kind.as_str().to_owned(),

@@ -613,6 +613,7 @@ async fn a_pdb_refusal_backs_the_pod_off_and_the_next_candidate_goes_next() {
     assert_eq!(
         rig.agent
             .metrics
+            .eviction
             .evictions
             .get_or_create(&EvictionLabels {
                 eviction_signal: "memory.available".into(),
@@ -685,7 +686,7 @@ async fn blind_to_the_pods_cgroups_it_holds_evictions_and_is_not_ready() {
         rig.cluster().evicted().is_empty(),
         "no eviction ranked without usage"
     );
-    assert_eq!(rig.agent.metrics.pod_cgroups_missing.get(), 1);
+    assert_eq!(rig.agent.metrics.pods.cgroups_missing.get(), 1);
     let (ready, why) = rig.agent.health.readiness();
     assert!(!ready, "{why}");
     assert!(why.contains("no cgroup found"), "{why}");
@@ -935,7 +936,10 @@ async fn an_evicted_pods_disk_is_not_blamed_on_a_bystander_until_the_kubelet_col
     set_nodefs(&rig, 500 * MI);
     rig.cycle().await;
     assert_eq!(rig.cluster().evicted(), ["filler"]);
-    assert_eq!(rig.agent.metrics.disk_reclaim_pending_bytes.get(), 0);
+    assert_eq!(
+        rig.agent.metrics.eviction.disk_reclaim_pending_bytes.get(),
+        0
+    );
 
     // The filler is gone from the API and its processes too, but not its layer: the disk is as
     // low as before.
@@ -951,7 +955,7 @@ async fn an_evicted_pods_disk_is_not_blamed_on_a_bystander_until_the_kubelet_col
         "the bystander is not evicted for the filler's uncollected layer"
     );
     assert_eq!(
-        rig.agent.metrics.disk_reclaim_pending_bytes.get(),
+        rig.agent.metrics.eviction.disk_reclaim_pending_bytes.get(),
         (2 * GI) as i64
     );
 
