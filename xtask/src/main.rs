@@ -17,6 +17,7 @@ mod guest;
 mod image;
 mod layers;
 mod oci;
+mod plugin_targets;
 mod remap;
 mod setup;
 mod sh;

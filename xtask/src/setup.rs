@@ -15,7 +15,7 @@ pub const HOST_TOOLCHAIN: &str = "1.99.0";
 /// The eBPF toolchain: LLVM 22, like bpf-linker's; node-monitor/build.rs names the same (checked).
 pub const EBPF_TOOLCHAIN: &str = "nightly-2026-07-20";
 const BPF_LINKER_VERSION: &str = "0.13.0";
-const LLVM_MAJOR: u32 = 22;
+pub const LLVM_MAJOR: u32 = 22;
 /// The prometheus-operator release whose CRDs (ServiceMonitor, PrometheusRule) the monitoring
 /// manifests are applied against.
 pub const PROMETHEUS_OPERATOR_VERSION: &str = "v0.85.0";
@@ -148,6 +148,28 @@ fn toolchains() -> Result<()> {
             "--component",
             "clippy,rustfmt",
         ])))?;
+    }
+    let installed = output(Command::new("rustup").args([
+        "target",
+        "list",
+        "--toolchain",
+        HOST_TOOLCHAIN,
+        "--installed",
+    ]))?;
+    let missing: Vec<&str> = crate::plugin_targets::MACOS_TARGETS
+        .into_iter()
+        .filter(|t| !installed.lines().any(|l| l.trim() == *t))
+        .collect();
+    if !missing.is_empty() {
+        log(
+            "setup",
+            format!("adding the plugin's targets {}", missing.join(", ")),
+        );
+        run(quiet_stdout(
+            Command::new("rustup")
+                .args(["target", "add", "--toolchain", HOST_TOOLCHAIN])
+                .args(&missing),
+        ))?;
     }
     let has_src = output(Command::new("rustup").args([
         "component",

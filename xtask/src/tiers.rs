@@ -22,7 +22,8 @@ const VM_LOCK: &str = "/tmp/nm-vm.lock";
 /// A test tier (docs/testing.md, "Tiers").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Tier {
-    /// Format and lints: rustfmt --check, clippy -D warnings on every host crate.
+    /// Format and lints: rustfmt --check, clippy -D warnings on every host crate, the layering,
+    /// and the kubectl plugin type-checked for macOS (`cargo check --target`).
     Lint,
     /// The default members' tests: pure logic, the CLI, the docs held to the code. No root.
     Unit,
@@ -260,7 +261,8 @@ fn lint() -> Result<()> {
         "-D",
         "warnings",
     ]))?;
-    crate::layers::check_apart(&workspace_root())
+    crate::layers::check_apart(&workspace_root())?;
+    crate::plugin_targets::check_macos()
 }
 
 /// The real-node tier's image archives: pause (the node's own static binary), the workload
