@@ -473,60 +473,10 @@ impl ControlPlane {
 
         let etcd_url = format!("http://127.0.0.1:{etcd_client}");
         let peer_url = format!("http://127.0.0.1:{etcd_peer}");
-        let mut etcd = Command::new(assets.join("etcd"));
-        etcd.args([
-            "--name=default".to_owned(),
-            format!("--data-dir={}", d.join("etcd").display()),
-            format!("--listen-client-urls={etcd_url}"),
-            format!("--advertise-client-urls={etcd_url}"),
-            format!("--listen-peer-urls={peer_url}"),
-            format!("--initial-advertise-peer-urls={peer_url}"),
-            format!("--initial-cluster=default={peer_url}"),
-            "--initial-cluster-state=new".to_owned(),
-            "--unsafe-no-fsync=true".to_owned(),
-            "--log-level=warn".to_owned(),
-        ])
-        .args(&opts.etcd_args);
+        let etcd = etcd_command(assets, &d, &etcd_url, &peer_url, opts);
         cp.spawn("etcd", etcd)?;
 
-        let mut apiserver = Command::new(assets.join("kube-apiserver"));
-        apiserver
-            .args([
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".to_owned(),
-                format!("--secure-port={port}"),
-                "--advertise-address=127.0.0.1".to_owned(),
-                // The `kubernetes` Endpoints would name a loopback address, which validation
-                // rejects; nothing in the tests reaches the apiserver through the service.
-                "--endpoint-reconciler-type=none".to_owned(),
-                format!("--cert-dir={}", d.join("pki").display()),
-                format!("--tls-cert-file={}", files.apiserver_cert.display()),
-                format!("--tls-private-key-file={}", files.apiserver_key.display()),
-                format!("--client-ca-file={}", files.ca.display()),
-                // Published in kube-system/extension-apiserver-authentication, where the controller
-                // manager's delegated authentication expects a request-header CA. No front proxy
-                // certificate is ever issued, so the headers are never trusted.
-                format!("--requestheader-client-ca-file={}", files.ca.display()),
-                "--requestheader-allowed-names=front-proxy-client".to_owned(),
-                "--requestheader-username-headers=X-Remote-User".to_owned(),
-                "--requestheader-group-headers=X-Remote-Group".to_owned(),
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
-                "--authorization-mode=Node,RBAC".to_owned(),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
-                format!("--service-account-key-file={}", files.sa_pub.display()),
-                format!(
-                    "--service-account-signing-key-file={}",
-                    files.sa_key.display()
-                ),
-                format!(
-                    "--service-cluster-ip-range={}",
-                    opts.service_cluster_ip_range
-                ),
-                "--allow-privileged=true".to_owned(),
-                "--profiling=false".to_owned(),
-                "--v=1".to_owned(),
-            ])
-            .args(&opts.apiserver_args);
+        let apiserver = apiserver_command(assets, &d, &files, port, &etcd_url, opts);
         cp.apiserver_command = Some((
             PathBuf::from(apiserver.get_program()),
             apiserver.get_args().map(ToOwned::to_owned).collect(),
@@ -541,69 +491,12 @@ impl ControlPlane {
         .await?;
 
         if opts.controller_manager {
-            let mut kcm = Command::new(assets.join("kube-controller-manager"));
-            kcm.args([
-                format!("--kubeconfig={}", kcm_kubeconfig.display()),
-                format!("--authentication-kubeconfig={}", kcm_kubeconfig.display()),
-                format!("--authorization-kubeconfig={}", kcm_kubeconfig.display()),
-                "--bind-address=127.0.0.1".to_owned(),
-                format!("--secure-port={kcm_port}"),
-                format!("--cert-dir={}", d.join("pki").display()),
-                format!("--tls-cert-file={}", files.kcm_cert.display()),
-                format!("--tls-private-key-file={}", files.kcm_key.display()),
-                format!("--client-ca-file={}", files.ca.display()),
-                "--leader-elect=false".to_owned(),
-                format!("--controllers={}", opts.controllers.join(",")),
-                "--use-service-account-credentials=true".to_owned(),
-                format!(
-                    "--service-account-private-key-file={}",
-                    files.sa_key.display()
-                ),
-                format!("--root-ca-file={}", files.ca.display()),
-                format!(
-                    "--service-cluster-ip-range={}",
-                    opts.service_cluster_ip_range
-                ),
-                "--cluster-name=node-monitor-test".to_owned(),
-                "--v=1".to_owned(),
-            ])
-            .args(&opts.controller_manager_args);
+            let kcm =
+                controller_manager_command(assets, &d, &files, &kcm_kubeconfig, kcm_port, opts);
             cp.spawn("kube-controller-manager", kcm)?;
 
-            let mut kcm_config = cp.config.clone();
-            let kcm_url = format!("https://127.0.0.1:{kcm_port}");
-            kcm_config.cluster_url = kcm_url.parse().map_err(|source| Error::InvalidUrl {
-                url: kcm_url.clone(),
-                source,
-            })?;
-            let kcm_client = Client::try_from(kcm_config).map_err(|source| Error::Client {
-                server: format!("https://127.0.0.1:{kcm_port}"),
-                source,
-            })?;
-            cp.wait_for(
-                "kube-controller-manager /healthz",
-                deadline,
-                started,
-                |_| {
-                    let client = kcm_client.clone();
-                    async move {
-                        get_text(&client, "/healthz")
-                            .await
-                            .is_some_and(|t| t == "ok")
-                    }
-                },
-            )
-            .await?;
-            cp.wait_for(
-                "the ServiceAccount default/default (serviceaccount controller)",
-                deadline,
-                started,
-                |cp| {
-                    let api: Api<ServiceAccount> = Api::namespaced(cp.client.clone(), "default");
-                    async move { matches!(api.get_opt("default").await, Ok(Some(_))) }
-                },
-            )
-            .await?;
+            cp.wait_controller_manager(kcm_port, deadline, started)
+                .await?;
         }
         if let Some(bin) = &opts.scheduler {
             // Serving on a port of its own, which nothing scrapes; the admin identity spares
@@ -632,6 +525,51 @@ impl ControlPlane {
         Ok(cp)
     }
 
+    /// Waits until kube-controller-manager answers its `/healthz` and its serviceaccount
+    /// controller created `default/default`.
+    async fn wait_controller_manager(
+        &mut self,
+        kcm_port: u16,
+        deadline: Instant,
+        started: Instant,
+    ) -> Result<()> {
+        let mut kcm_config = self.config.clone();
+        let kcm_url = format!("https://127.0.0.1:{kcm_port}");
+        kcm_config.cluster_url = kcm_url.parse().map_err(|source| Error::InvalidUrl {
+            url: kcm_url.clone(),
+            source,
+        })?;
+        let kcm_client = Client::try_from(kcm_config).map_err(|source| Error::Client {
+            server: format!("https://127.0.0.1:{kcm_port}"),
+            source,
+        })?;
+        self.wait_for(
+            "kube-controller-manager /healthz",
+            deadline,
+            started,
+            |_| {
+                let client = kcm_client.clone();
+                async move {
+                    get_text(&client, "/healthz")
+                        .await
+                        .is_some_and(|t| t == "ok")
+                }
+            },
+        )
+        .await?;
+        self.wait_for(
+            "the ServiceAccount default/default (serviceaccount controller)",
+            deadline,
+            started,
+            |cp| {
+                let api: Api<ServiceAccount> = Api::namespaced(cp.client.clone(), "default");
+                async move { matches!(api.get_opt("default").await, Ok(Some(_))) }
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
     fn spawn(&mut self, name: &str, cmd: Command) -> Result<()> {
         let dir = self.dir().to_owned();
         let log = dir.join("logs").join(format!("{name}.log"));
@@ -648,7 +586,6 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Polls `check` until it holds, failing early when a process exits and at `deadline`.
     /// Waits until kube-apiserver answers `/readyz` with `ok`.
     async fn wait_apiserver_ready(&mut self, deadline: Instant, started: Instant) -> Result<()> {
         self.wait_for("kube-apiserver /readyz", deadline, started, |cp| {
@@ -662,6 +599,7 @@ impl ControlPlane {
         .await
     }
 
+    /// Polls `check` until it holds, failing early when a process exits and at `deadline`.
     async fn wait_for<F, Fut>(
         &mut self,
         what: &str,
@@ -1280,4 +1218,119 @@ mod tests {
     fn sanitize_keeps_file_names_flat() {
         assert_eq!(sanitize("system:node:a/b"), "system_node_a_b");
     }
+}
+
+/// etcd for the control plane: its data in `d/etcd`, no fsync.
+fn etcd_command(
+    assets: &Path,
+    d: &Path,
+    etcd_url: &str,
+    peer_url: &str,
+    opts: &ControlPlaneOptions,
+) -> Command {
+    let mut etcd = Command::new(assets.join("etcd"));
+    etcd.args([
+        "--name=default".to_owned(),
+        format!("--data-dir={}", d.join("etcd").display()),
+        format!("--listen-client-urls={etcd_url}"),
+        format!("--advertise-client-urls={etcd_url}"),
+        format!("--listen-peer-urls={peer_url}"),
+        format!("--initial-advertise-peer-urls={peer_url}"),
+        format!("--initial-cluster=default={peer_url}"),
+        "--initial-cluster-state=new".to_owned(),
+        "--unsafe-no-fsync=true".to_owned(),
+        "--log-level=warn".to_owned(),
+    ])
+    .args(&opts.etcd_args);
+    etcd
+}
+
+/// kube-apiserver on `port`, with RBAC and the Node authorizer, the test PKI and etcd at
+/// `etcd_url`.
+fn apiserver_command(
+    assets: &Path,
+    d: &Path,
+    files: &PkiFiles,
+    port: u16,
+    etcd_url: &str,
+    opts: &ControlPlaneOptions,
+) -> Command {
+    let mut apiserver = Command::new(assets.join("kube-apiserver"));
+    apiserver
+        .args([
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".to_owned(),
+            format!("--secure-port={port}"),
+            "--advertise-address=127.0.0.1".to_owned(),
+            // The `kubernetes` Endpoints would name a loopback address, which validation
+            // rejects; nothing in the tests reaches the apiserver through the service.
+            "--endpoint-reconciler-type=none".to_owned(),
+            format!("--cert-dir={}", d.join("pki").display()),
+            format!("--tls-cert-file={}", files.apiserver_cert.display()),
+            format!("--tls-private-key-file={}", files.apiserver_key.display()),
+            format!("--client-ca-file={}", files.ca.display()),
+            // Published in kube-system/extension-apiserver-authentication, where the controller
+            // manager's delegated authentication expects a request-header CA. No front proxy
+            // certificate is ever issued, so the headers are never trusted.
+            format!("--requestheader-client-ca-file={}", files.ca.display()),
+            "--requestheader-allowed-names=front-proxy-client".to_owned(),
+            "--requestheader-username-headers=X-Remote-User".to_owned(),
+            "--requestheader-group-headers=X-Remote-Group".to_owned(),
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
+            "--authorization-mode=Node,RBAC".to_owned(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
+            format!("--service-account-key-file={}", files.sa_pub.display()),
+            format!(
+                "--service-account-signing-key-file={}",
+                files.sa_key.display()
+            ),
+            format!(
+                "--service-cluster-ip-range={}",
+                opts.service_cluster_ip_range
+            ),
+            "--allow-privileged=true".to_owned(),
+            "--profiling=false".to_owned(),
+            "--v=1".to_owned(),
+        ])
+        .args(&opts.apiserver_args);
+    apiserver
+}
+
+/// kube-controller-manager on `kcm_port`, with the controllers of `opts`.
+fn controller_manager_command(
+    assets: &Path,
+    d: &Path,
+    files: &PkiFiles,
+    kcm_kubeconfig: &Path,
+    kcm_port: u16,
+    opts: &ControlPlaneOptions,
+) -> Command {
+    let mut kcm = Command::new(assets.join("kube-controller-manager"));
+    kcm.args([
+        format!("--kubeconfig={}", kcm_kubeconfig.display()),
+        format!("--authentication-kubeconfig={}", kcm_kubeconfig.display()),
+        format!("--authorization-kubeconfig={}", kcm_kubeconfig.display()),
+        "--bind-address=127.0.0.1".to_owned(),
+        format!("--secure-port={kcm_port}"),
+        format!("--cert-dir={}", d.join("pki").display()),
+        format!("--tls-cert-file={}", files.kcm_cert.display()),
+        format!("--tls-private-key-file={}", files.kcm_key.display()),
+        format!("--client-ca-file={}", files.ca.display()),
+        "--leader-elect=false".to_owned(),
+        format!("--controllers={}", opts.controllers.join(",")),
+        "--use-service-account-credentials=true".to_owned(),
+        format!(
+            "--service-account-private-key-file={}",
+            files.sa_key.display()
+        ),
+        format!("--root-ca-file={}", files.ca.display()),
+        format!(
+            "--service-cluster-ip-range={}",
+            opts.service_cluster_ip_range
+        ),
+        "--cluster-name=node-monitor-test".to_owned(),
+        "--v=1".to_owned(),
+    ])
+    .args(&opts.controller_manager_args);
+    kcm
 }

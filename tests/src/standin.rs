@@ -383,26 +383,7 @@ impl StandIn {
             created: &mut created,
             armed: true,
         };
-        let memory_capacity = match cfg.memory_capacity {
-            Some(m) => {
-                cgroups
-                    .set_memory_limit(&cfg.cgroup_root, m)
-                    .map_err(cg_err)?;
-                m
-            }
-            None => cgroups
-                .memory_limit(&cfg.cgroup_root)
-                .map_err(cg_err)?
-                .ok_or_else(|| Error::Config {
-                    field: "memory_capacity",
-                    value: "None".to_owned(),
-                    reason: format!(
-                        "the node cgroup {} has no memory limit to read the capacity from; set \
-                         one or StandInConfig::memory",
-                        cfg.cgroup_root.display()
-                    ),
-                })?,
-        };
+        let memory_capacity = memory_capacity(&cgroups, &cfg)?;
         let pods_limit = memory_capacity.saturating_sub(cfg.memory_reserved);
         let memory_allocatable = pods_limit.saturating_sub(cfg.eviction_hard_memory);
         if memory_allocatable == 0 {
@@ -425,51 +406,10 @@ impl StandIn {
             .set_memory_limit(&kubepods, pods_limit)
             .map_err(cg_err)?;
 
-        let state_dir = match &cfg.state_dir {
-            Some(p) => {
-                std::fs::create_dir_all(p).map_err(|source| Error::StateDir {
-                    path: p.clone(),
-                    source,
-                })?;
-                StateDir::Kept(p.clone())
-            }
-            None => StateDir::Temp(
-                tempfile::Builder::new()
-                    .prefix(&format!("nm-standin-{name}-"))
-                    .tempdir()
-                    .map_err(|source| Error::StateDir {
-                        path: std::env::temp_dir(),
-                        source,
-                    })?,
-            ),
-        };
+        let state_dir = state_dir(&cfg)?;
 
-        let mut labels = BTreeMap::from([
-            ("kubernetes.io/hostname".to_owned(), name.clone()),
-            ("kubernetes.io/os".to_owned(), "linux".to_owned()),
-            (
-                "kubernetes.io/arch".to_owned(),
-                std::env::consts::ARCH
-                    .replace("x86_64", "amd64")
-                    .replace("aarch64", "arm64"),
-            ),
-        ]);
-        labels.extend(cfg.labels.clone());
-        let quantities = |memory: u64| {
-            BTreeMap::from([
-                ("cpu".to_owned(), Quantity(cfg.cpu.clone())),
-                ("memory".to_owned(), bytes_quantity(memory)),
-                ("pods".to_owned(), Quantity(cfg.max_pods.to_string())),
-                (
-                    "ephemeral-storage".to_owned(),
-                    Quantity(cfg.ephemeral_storage.clone()),
-                ),
-            ])
-        };
-        let resources = Resources {
-            capacity: quantities(memory_capacity),
-            allocatable: quantities(memory_allocatable),
-        };
+        let labels = node_labels(&cfg);
+        let resources = node_resources(&cfg, memory_capacity, memory_allocatable);
         let facts = NodeFacts {
             name: name.clone(),
             ip: cfg.node_ip.clone(),
@@ -523,42 +463,15 @@ impl StandIn {
             node: node_store.clone(),
         });
 
-        let pods_api: Api<Pod> = Api::all(client.clone());
-        let nodes_api: Api<Node> = Api::all(client.clone());
-        let mut tasks = vec![
-            spawn_watch(
-                &shared,
-                "pods on the node",
-                watcher(
-                    pods_api.clone(),
-                    watcher::Config::default().fields(&format!("spec.nodeName={name}")),
-                )
-                .default_backoff()
-                .reflect(bound_writer),
-            ),
-            spawn_watch(
-                &shared,
-                "nodes",
-                watcher(
-                    nodes_api,
-                    watcher::Config::default().fields(&format!("metadata.name={name}")),
-                )
-                .default_backoff()
-                .reflect(node_writer),
-            ),
-        ];
-        if cfg.bind_pods {
-            tasks.push(spawn_watch(
-                &shared,
-                "unscheduled pods",
-                watcher(
-                    pods_api,
-                    watcher::Config::default().fields("spec.nodeName="),
-                )
-                .default_backoff()
-                .reflect(pending_writer),
-            ));
-        }
+        let tasks = spawn_watches(
+            &shared,
+            &client,
+            Writers {
+                bound: bound_writer,
+                node: node_writer,
+                pending: pending_writer,
+            },
+        );
         let mut standin = StandIn {
             shared: shared.clone(),
             tasks,
@@ -820,6 +733,146 @@ impl Drop for CreatedGuard<'_> {
             self.cgroups.remove_shared_parent();
         }
     }
+}
+
+/// The node's memory capacity: the configured one, set as the node cgroup's limit, or the node
+/// cgroup's own limit.
+fn memory_capacity(cgroups: &Cgroups, cfg: &StandInConfig) -> Result<u64> {
+    let cg_err = |source| Error::Cgroup {
+        node: cfg.node_name.clone(),
+        source,
+    };
+    Ok(match cfg.memory_capacity {
+        Some(m) => {
+            cgroups
+                .set_memory_limit(&cfg.cgroup_root, m)
+                .map_err(cg_err)?;
+            m
+        }
+        None => cgroups
+            .memory_limit(&cfg.cgroup_root)
+            .map_err(cg_err)?
+            .ok_or_else(|| Error::Config {
+                field: "memory_capacity",
+                value: "None".to_owned(),
+                reason: format!(
+                    "the node cgroup {} has no memory limit to read the capacity from; set \
+                     one or StandInConfig::memory",
+                    cfg.cgroup_root.display()
+                ),
+            })?,
+    })
+}
+
+/// The stand-in's state directory: the configured one, or a temporary one removed at the end.
+fn state_dir(cfg: &StandInConfig) -> Result<StateDir> {
+    let name = &cfg.node_name;
+    let state_dir = match &cfg.state_dir {
+        Some(p) => {
+            std::fs::create_dir_all(p).map_err(|source| Error::StateDir {
+                path: p.clone(),
+                source,
+            })?;
+            StateDir::Kept(p.clone())
+        }
+        None => StateDir::Temp(
+            tempfile::Builder::new()
+                .prefix(&format!("nm-standin-{name}-"))
+                .tempdir()
+                .map_err(|source| Error::StateDir {
+                    path: std::env::temp_dir(),
+                    source,
+                })?,
+        ),
+    };
+    Ok(state_dir)
+}
+
+/// The node's labels: the kubelet's own (hostname, os, arch) and the configured ones.
+fn node_labels(cfg: &StandInConfig) -> BTreeMap<String, String> {
+    let name = &cfg.node_name;
+    let mut labels = BTreeMap::from([
+        ("kubernetes.io/hostname".to_owned(), name.clone()),
+        ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+        (
+            "kubernetes.io/arch".to_owned(),
+            std::env::consts::ARCH
+                .replace("x86_64", "amd64")
+                .replace("aarch64", "arm64"),
+        ),
+    ]);
+    labels.extend(cfg.labels.clone());
+    labels
+}
+
+/// The node's capacity and allocatable: the configured CPU, pods and ephemeral storage, and
+/// memory.
+fn node_resources(cfg: &StandInConfig, memory_capacity: u64, memory_allocatable: u64) -> Resources {
+    let quantities = |memory: u64| {
+        BTreeMap::from([
+            ("cpu".to_owned(), Quantity(cfg.cpu.clone())),
+            ("memory".to_owned(), bytes_quantity(memory)),
+            ("pods".to_owned(), Quantity(cfg.max_pods.to_string())),
+            (
+                "ephemeral-storage".to_owned(),
+                Quantity(cfg.ephemeral_storage.clone()),
+            ),
+        ])
+    };
+    Resources {
+        capacity: quantities(memory_capacity),
+        allocatable: quantities(memory_allocatable),
+    }
+}
+
+/// The reflectors' writers of the stand-in's stores.
+struct Writers {
+    bound: reflector::store::Writer<Pod>,
+    node: reflector::store::Writer<Node>,
+    pending: reflector::store::Writer<Pod>,
+}
+
+/// The watches that fill the stand-in's stores: its node's pods, its Node, and the
+/// unscheduled pods when it binds them.
+fn spawn_watches(shared: &Arc<Shared>, client: &Client, writers: Writers) -> Vec<JoinHandle<()>> {
+    let name = &shared.cfg.node_name;
+    let pods_api: Api<Pod> = Api::all(client.clone());
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let mut tasks = vec![
+        spawn_watch(
+            shared,
+            "pods on the node",
+            watcher(
+                pods_api.clone(),
+                watcher::Config::default().fields(&format!("spec.nodeName={name}")),
+            )
+            .default_backoff()
+            .reflect(writers.bound),
+        ),
+        spawn_watch(
+            shared,
+            "nodes",
+            watcher(
+                nodes_api,
+                watcher::Config::default().fields(&format!("metadata.name={name}")),
+            )
+            .default_backoff()
+            .reflect(writers.node),
+        ),
+    ];
+    if shared.cfg.bind_pods {
+        tasks.push(spawn_watch(
+            shared,
+            "unscheduled pods",
+            watcher(
+                pods_api,
+                watcher::Config::default().fields("spec.nodeName="),
+            )
+            .default_backoff()
+            .reflect(writers.pending),
+        ));
+    }
+    tasks
 }
 
 fn spawn_watch<K, S>(shared: &Arc<Shared>, what: &'static str, stream: S) -> JoinHandle<()>

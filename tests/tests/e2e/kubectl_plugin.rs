@@ -304,6 +304,22 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
         .await
         .expect("stranger kubeconfig");
 
+    let viewer_token = kubeconfig_token(&viewer_kc);
+    unauthenticated_callers_are_refused(&cluster, port, &viewer_token).await;
+    the_stranger_is_forbidden(&cluster, port, &stranger_kc).await;
+    viewers_read_the_status(&cluster, &agent, port, &viewer_kc).await;
+    any_kubeconfig_mints_the_token(cp, &viewer_kc, &viewer_token).await;
+    explain_names_the_hog_and_evicts_nobody(&cluster, &agent, &viewer_kc).await;
+    trace_attributes_the_oom_kill(&cluster, &agent, &viewer_kc, &stranger_kc).await;
+    flight_shows_the_kill_and_the_dry_run(&viewer_kc, &stranger_kc, &agent).await;
+    drop(agent);
+    cluster.stop().await.expect("stop");
+}
+
+/// (c) Unauthenticated: no token at all, the caller's own token in Authorization only (the API
+/// server drops it), a token that is none, and the caller's own API token sent as is.
+async fn unauthenticated_callers_are_refused(cluster: &Cluster, port: u16, viewer_token: &str) {
+    let cp = &cluster.cp;
     // (c) Unauthenticated: no token at all, and the viewer's own token in Authorization only.
     let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, None).await;
     assert_eq!(code, 401, "{body}");
@@ -321,10 +337,13 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
     assert_eq!(code, 401, "{body}");
     // The caller's own API token, sent as is, is refused: the agents accept only tokens bound to
     // their audience, which the API server accepts for nothing else (a replay gets nothing).
-    let viewer_token = kubeconfig_token(&viewer_kc);
     let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, Some(&viewer_token)).await;
     assert_eq!(code, 401, "an API token is refused by the agent: {body}");
+}
 
+/// (a) Forbidden: a token of the stranger for the agents' audience is authenticated, and
+/// refused, by the agent and through the plugin.
+async fn the_stranger_is_forbidden(cluster: &Cluster, port: u16, stranger_kc: &Path) {
     // (a) Forbidden: a token of the stranger for the agents' audience is authenticated, and
     // refused; the stranger's plugin cannot mint the viewer's token, and with its own token the
     // agent refuses it.
@@ -354,7 +373,11 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
         "{}",
         text(&out.stderr)
     );
+}
 
+/// (b) and (d): the viewer's token for the agents' audience is authorized; the viewer's plugin
+/// mints it and prints the node's status, every agent's, and the fleet's guarantees.
+async fn viewers_read_the_status(cluster: &Cluster, agent: &Agent, port: u16, viewer_kc: &Path) {
     // (b) and (d): the viewer's token for the agents' audience is authorized; the viewer's
     // plugin mints it by itself.
     let minted = cluster
@@ -414,6 +437,14 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
     );
     let summary = fleet["summary"].as_array().expect("summary lines");
     assert!(!summary.is_empty(), "{fleet}");
+}
+
+/// A client-certificate and an exec-plugin kubeconfig mint the same token as a token one.
+async fn any_kubeconfig_mints_the_token(
+    cp: &node_monitor_tests::control_plane::ControlPlane,
+    viewer_kc: &Path,
+    viewer_token: &str,
+) {
     // Any kubeconfig: a user with a client certificate (kubeadm's and kind's admin
     // kubeconfigs), and an exec credential plugin (EKS's, GKE's, AKS's), mint the same token.
     let alice_kc = cp
@@ -436,7 +467,14 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
         with_fleet.starts_with("fleet: ") && with_fleet.contains(&format!("node {NODE}")),
         "{with_fleet}"
     );
+}
 
+/// The live explain names the hog, as JSON and text, and a dry run evicts nobody.
+async fn explain_names_the_hog_and_evicts_nobody(
+    cluster: &Cluster,
+    agent: &Agent,
+    viewer_kc: &Path,
+) {
     let explained = plugin_until(&viewer_kc, &["explain", NODE], |o| {
         serde_json::from_slice::<Value>(&o.stdout).is_ok_and(|v| v["evict"][0]["name"] == "hog")
     })
@@ -464,7 +502,16 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
         cluster.is_live("default", "hog").await.expect("get"),
         "a dry run evicts nobody"
     );
+}
 
+/// `trace`: the oomer's kill in the agent's buffer, to `--follow` and to each filter; nothing
+/// for another pod or node; the stranger refused.
+async fn trace_attributes_the_oom_kill(
+    cluster: &Cluster,
+    agent: &Agent,
+    viewer_kc: &Path,
+    stranger_kc: &Path,
+) {
     // Trace: a container OOM-killed by its limit shows up in the agent's buffer, and to a
     // `trace --follow` started before it (its OOM kills only: the capped pod's memcg reclaim
     // stalls may come first).
@@ -562,9 +609,6 @@ async fn kubectl_plugin_reads_the_agent_through_the_pod_proxy_for_viewers_only()
         "{}",
         text(&stranger_trace.stderr)
     );
-    flight_shows_the_kill_and_the_dry_run(&viewer_kc, &stranger_kc, &agent).await;
-    drop(agent);
-    cluster.stop().await.expect("stop");
 }
 
 /// `kubectl node-monitor flight NODE --svg`: the agent's flight records of the oomer's kill (in

@@ -478,10 +478,85 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
     )
     .await;
     let armed = guest.started.elapsed();
+    let guest = cancel_a_shutdown(&client, &payload, guest).await;
 
-    // --- A cancelled shutdown: marks set, then undone, and the lock taken again.
+    // --- The real shutdown: three groups.
+    let pods: Vec<Pod> = GROUPS
+        .iter()
+        .flat_map(|(class, _, names)| names.iter().map(|n| slow_pod(n, class, EXIT_DELAY)))
+        .collect();
+    let names: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    let guest = create_running(&client, pods, guest).await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (seen, watcher) = watch_api(client.clone(), names.clone(), stop_rx);
+    let shutdown_at = Instant::now();
+    payload.signal("go-shutdown").expect("flag file");
+    let (run, exited) = finish(guest).await;
+    // The API has nothing more to say once the guest is gone, but let the last poll land.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = stop_tx.send(true);
+    watcher.await.expect("watcher");
+    let seen = seen.lock().expect("observations");
+    let report = report(&run, REPORT_FILES);
+
+    assert_logind_delay_raised_and_the_lock_taken_again(&run, &report);
+    let group_times = assert_every_group_gone_in_order(&seen, &names, exited, &report);
+    let m = run
+        .read_out("metrics.txt")
+        .expect("metrics after the shutdown");
+    let phases = assert_phases_in_order_within_their_periods(&run, &m, &report);
+
+    // logind honoured the raised delay: the shutdown was held far longer than the default 5 s.
+    // Pods exit 3 s after SIGTERM and the groups run one after another, so the last group's
+    // pods cannot be gone before 3 × 3 s; only the guest's stand-in can remove them, so the
+    // guest was still up (not powering off at logind's default 5 s).
+    let held = phases.total_end - phases.total_start;
+    assert!(
+        held > 5.0,
+        "the shutdown was delayed {held:.1}s, not past logind's default 5 s\n{report}"
+    );
+    let last_gone = group_times.last().expect("groups").1;
+    assert!(
+        last_gone.duration_since(shutdown_at) > Duration::from_secs(5),
+        "the last group was gone {:?} after the shutdown request",
+        last_gone.duration_since(shutdown_at)
+    );
+
+    eprintln!("vm_shutdown timings (host clock, API polled every 100 ms):");
+    let entry = run.read_out("entry.log").unwrap_or_default();
+    eprintln!(
+        "  guest uptime at nm-guest.service start: {:.1}s; at agent ready: {:.1}s",
+        uptime_at(&entry, "entry started"),
+        uptime_at(&entry, "agent ready")
+    );
+    eprintln!(
+        "  guest boot to agent armed: {:.1}s; guest run total: {:.1}s",
+        secs(armed),
+        secs(run.elapsed)
+    );
+    print_phase_timings(&m, &phases, &group_times);
+    let finalized = last_pod_deleted_at(&run.read_out("standin.log").unwrap_or_default());
+    eprintln!(
+        "  last pod deleted from the API (stand-in) to lock release: {:.0} ms",
+        (phases.total_end - finalized) * 1e3
+    );
+    eprintln!(
+        "  shutdown request to last pod gone (host): {:.2}s; to qemu exit: {:.2}s",
+        secs(last_gone.duration_since(shutdown_at)),
+        secs(exited.duration_since(shutdown_at))
+    );
+    drop(seen);
+    cp.stop().expect("stop control plane");
+}
+
+/// A cancelled shutdown: the node marked, then unmarked, and the lock taken again; the canary
+/// pod the cancelled shutdown terminated before logind gave up on it.
+async fn cancel_a_shutdown(client: &Client, payload: &Payload, guest: Guest) -> Guest {
     let guest = create_running(
-        &client,
+        client,
         vec![slow_pod("canary", "nm-low", EXIT_DELAY)],
         guest,
     )
@@ -490,7 +565,7 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
     let (cancel_seen, cancel_watch) = watch_api(client.clone(), vec!["canary".into()], stop_rx);
     payload.signal("go-cancel").expect("flag file");
     let guest = wait_node(
-        &client,
+        client,
         guest,
         Duration::from_secs(60),
         "the node marked, then unmarked after the cancellation",
@@ -515,37 +590,17 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
             .contains_key("canary"),
         "the canary pod was terminated by the cancelled shutdown before logind gave up on it"
     );
+    guest
+}
 
-    // --- The real shutdown: three groups.
-    let pods: Vec<Pod> = GROUPS
-        .iter()
-        .flat_map(|(class, _, names)| names.iter().map(|n| slow_pod(n, class, EXIT_DELAY)))
-        .collect();
-    let names: Vec<String> = pods
-        .iter()
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
-    let guest = create_running(&client, pods, guest).await;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let (seen, watcher) = watch_api(client.clone(), names.clone(), stop_rx);
-    let shutdown_at = Instant::now();
-    payload.signal("go-shutdown").expect("flag file");
-    let (run, exited) = finish(guest).await;
-    // The API has nothing more to say once the guest is gone, but let the last poll land.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let _ = stop_tx.send(true);
-    watcher.await.expect("watcher");
-    let seen = seen.lock().expect("observations");
-    let report = report(&run, REPORT_FILES);
-
-    // Cancellation, from the guest's side: the inhibitor was held again afterwards.
+/// From the guest's side: the inhibitor held again after the cancellation, and logind's delay
+/// raised by the drop-in to the budget (3 × 8 s) plus the margin (5 s).
+fn assert_logind_delay_raised_and_the_lock_taken_again(run: &GuestRun, report: &str) {
     let after_cancel = run.read_out("inhibitors-after-cancel").unwrap_or_default();
     assert!(
         after_cancel.contains("node-monitor"),
         "inhibitor after the cancellation:\n{after_cancel}\n{report}"
     );
-
-    // The drop-in raised logind's delay to the budget (3 × 8 s) plus the margin (5 s).
     let delay = run.read_out("inhibit-delay-usec").unwrap_or_default();
     assert_eq!(
         delay.trim(),
@@ -557,9 +612,17 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
         dropin.contains("InhibitDelayMaxSec=29"),
         "drop-in:\n{dropin}"
     );
+}
 
-    // Every pod went, and before the guest went down.
-    for n in &names {
+/// Every pod went, and before the guest went down; a group's deletions started only once the
+/// previous group was gone; the node was marked. Each group's (first deletion, last gone).
+fn assert_every_group_gone_in_order(
+    seen: &Observed,
+    names: &[String],
+    exited: Instant,
+    report: &str,
+) -> Vec<(Instant, Instant)> {
+    for n in names {
         let gone = seen.gone.get(n).unwrap_or_else(|| {
             panic!("pod {n} still in the API after the guest went down\n{report}")
         });
@@ -572,7 +635,6 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
             "pod {n} never terminated"
         );
     }
-    // Groups in order: a group's deletions start only once the previous group is gone.
     let group_times: Vec<(Instant, Instant)> = GROUPS
         .iter()
         .map(|(_, _, pods)| {
@@ -597,7 +659,6 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
             "a group started before the previous one was gone: {group_times:?}"
         );
     }
-    // The node was marked.
     assert!(
         seen.condition_true.is_some(),
         "NodeMonitorShuttingDown=True never seen\n{report}"
@@ -610,39 +671,37 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
         seen.cordoned.is_some(),
         "the node was never cordoned\n{report}"
     );
+    group_times
+}
 
-    // The agent's metrics recorded every phase, in order, each group within its period.
+/// The shutdown's phases as the agent's metrics recorded them (Unix seconds).
+struct Phases {
+    total_start: f64,
+    total_end: f64,
+    /// The last group's end.
+    last_end: f64,
+}
+
+/// The agent's metrics recorded every phase, in order, each group within its period; the lock
+/// held before and released at the end; each group ended with its pods gone.
+fn assert_phases_in_order_within_their_periods(run: &GuestRun, m: &str, report: &str) -> Phases {
     let before = run
         .read_out("metrics-before-shutdown.txt")
         .expect("metrics before the shutdown");
-    assert_eq!(
-        samples(&before, "node_monitor_shutdown_inhibitor_held")
+    let held = |text: &str| {
+        samples(text, "node_monitor_shutdown_inhibitor_held")
             .values()
             .copied()
-            .collect::<Vec<_>>(),
-        vec![1.0]
-    );
-    let m = run
-        .read_out("metrics.txt")
-        .expect("metrics after the shutdown");
-    assert_eq!(
-        samples(&m, "node_monitor_shutdown_inhibitor_held")
-            .values()
-            .copied()
-            .collect::<Vec<_>>(),
-        vec![0.0],
-        "the lock is released at the end"
-    );
-    let mut last_end = phase(
-        &m,
-        "node_monitor_shutdown_phase_start_time_seconds",
-        "total",
-    );
-    let total_start = last_end;
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(held(&before), vec![1.0]);
+    assert_eq!(held(m), vec![0.0], "the lock is released at the end");
+    let total_start = phase(m, "node_monitor_shutdown_phase_start_time_seconds", "total");
+    let mut last_end = total_start;
     for (_, priority, _) in GROUPS {
         let p = format!("priority_{priority}");
-        let start = phase(&m, "node_monitor_shutdown_phase_start_time_seconds", &p);
-        let end = phase(&m, "node_monitor_shutdown_phase_end_time_seconds", &p);
+        let start = phase(m, "node_monitor_shutdown_phase_start_time_seconds", &p);
+        let end = phase(m, "node_monitor_shutdown_phase_end_time_seconds", &p);
         assert!(
             start >= last_end && end >= start,
             "{p}: start {start}, end {end}, previous end {last_end}"
@@ -654,7 +713,7 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
         );
         last_end = end;
     }
-    let total_end = phase(&m, "node_monitor_shutdown_phase_end_time_seconds", "total");
+    let total_end = phase(m, "node_monitor_shutdown_phase_end_time_seconds", "total");
     assert!(
         total_end >= last_end,
         "the total phase ends after the last group"
@@ -671,57 +730,40 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
         !agent_log.contains("period elapsed with pods left"),
         "{report}"
     );
+    Phases {
+        total_start,
+        total_end,
+        last_end,
+    }
+}
 
-    // logind honoured the raised delay: the shutdown was held far longer than the default 5 s.
-    // Pods exit 3 s after SIGTERM and the groups run one after another, so the last group's
-    // pods cannot be gone before 3 × 3 s; only the guest's stand-in can remove them, so the
-    // guest was still up (not powering off at logind's default 5 s).
-    let held = total_end - total_start;
-    assert!(
-        held > 5.0,
-        "the shutdown was delayed {held:.1}s, not past logind's default 5 s\n{report}"
-    );
-    let last_gone = group_times.last().expect("groups").1;
-    assert!(
-        last_gone.duration_since(shutdown_at) > Duration::from_secs(5),
-        "the last group was gone {:?} after the shutdown request",
-        last_gone.duration_since(shutdown_at)
-    );
-
-    eprintln!("vm_shutdown timings (host clock, API polled every 100 ms):");
-    let entry = run.read_out("entry.log").unwrap_or_default();
-    eprintln!(
-        "  guest uptime at nm-guest.service start: {:.1}s; at agent ready: {:.1}s",
-        uptime_at(&entry, "entry started"),
-        uptime_at(&entry, "agent ready")
-    );
-    eprintln!(
-        "  guest boot to agent armed: {:.1}s; guest run total: {:.1}s",
-        secs(armed),
-        secs(run.elapsed)
-    );
+/// Each group's span in the metrics and in the API.
+fn print_phase_timings(m: &str, phases: &Phases, group_times: &[(Instant, Instant)]) {
     eprintln!(
         "  metrics: PrepareForShutdown to release {:.2}s",
-        total_end - total_start
+        phases.total_end - phases.total_start
     );
     for (i, (_, priority, _)) in GROUPS.iter().enumerate() {
         let p = format!("priority_{priority}");
-        let start = phase(&m, "node_monitor_shutdown_phase_start_time_seconds", &p);
-        let end = phase(&m, "node_monitor_shutdown_phase_end_time_seconds", &p);
+        let start = phase(m, "node_monitor_shutdown_phase_start_time_seconds", &p);
+        let end = phase(m, "node_monitor_shutdown_phase_end_time_seconds", &p);
         eprintln!(
             "  group {priority}: metrics {:.2}s (from PrepareForShutdown: {:.2}s); API deletion→gone {:.2}s",
             end - start,
-            end - total_start,
+            end - phases.total_start,
             secs(group_times[i].1.duration_since(group_times[i].0))
         );
     }
     eprintln!(
         "  metrics: last group end to release {:.3}s",
-        total_end - last_end
+        phases.total_end - phases.last_end
     );
-    // The stand-in's final delete of the last pod (its log, guest clock) to the release.
-    let standin = run.read_out("standin.log").unwrap_or_default();
-    let finalized = standin
+}
+
+/// The stand-in's final delete of the last pod (its log, guest clock), in Unix seconds; NaN
+/// when its log has none.
+fn last_pod_deleted_at(standin: &str) -> f64 {
+    standin
         .lines()
         .filter(|l| l.contains("pod deletion completed") && l.contains("default/high-a"))
         .filter_map(|l| {
@@ -740,18 +782,7 @@ async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one
         })
         .map(|t| t.as_millisecond() as f64 / 1e3)
         .next_back()
-        .unwrap_or(f64::NAN);
-    eprintln!(
-        "  last pod deleted from the API (stand-in) to lock release: {:.0} ms",
-        (total_end - finalized) * 1e3
-    );
-    eprintln!(
-        "  shutdown request to last pod gone (host): {:.2}s; to qemu exit: {:.2}s",
-        secs(last_gone.duration_since(shutdown_at)),
-        secs(exited.duration_since(shutdown_at))
-    );
-    drop(seen);
-    cp.stop().expect("stop control plane");
+        .unwrap_or(f64::NAN)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
