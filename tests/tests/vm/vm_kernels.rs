@@ -160,7 +160,66 @@ fn probes_on(kernel: GuestKernel) {
     );
     let stderr = run.read_out("trace.stderr").expect("trace stderr");
 
-    // --- Every program's load state on this kernel, as the loader logged it.
+    // `mark_victim` passes the task only from 6.1 on (Debian's 6.1 has the change); on 5.10 it
+    // passes the pid alone, the loader says so, and the pid-only raw program runs (through
+    // bpf(2) alone, so in a DaemonSet pod under Debian's perf_event_paranoid too).
+    let raw_oom = kernel != GuestKernel::Bullseye;
+    assert_program_states(&stderr, raw_oom, &uname);
+
+    assert_mark_victim_format(&read("mark_victim.format"), raw_oom);
+
+    // --- The OOM kill.
+    let victim_pid: u64 = read("victim-pid").parse().expect("victim pid");
+    let victim_cgroup: u64 = read("victim-cgroup-id").parse().expect("victim cgroup id");
+    let victim_path = format!(
+        "/node-monitor-test/trace/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{cid}.scope",
+        uid.replace('-', "_")
+    );
+    let lines: Vec<Value> = run
+        .read_out("trace.jsonl")
+        .expect("trace output")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let oom = lines
+        .iter()
+        .find(|v| v["kind"] == "oom_kill" && v["pid"] == victim_pid)
+        .unwrap_or_else(|| panic!("no oom_kill for pid {victim_pid}: {lines:#?}\n{report}"));
+    eprintln!("oom_kill on {uname}: {oom}");
+    assert_the_oom_kill_attributed(
+        oom,
+        &Victim {
+            pid: victim_pid,
+            cgroup: victim_cgroup,
+            path: &victim_path,
+            uid: &uid,
+            cid: &cid,
+        },
+        raw_oom,
+    );
+
+    // --- memcg reclaim stalls of the page-cache reader's cgroup.
+    let reclaimer: u64 = read("reclaimer-cgroup-id").parse().expect("reclaimer id");
+    let stall = lines
+        .iter()
+        .find(|v| v["kind"] == "reclaim_stall" && v["cgroup_id"] == reclaimer)
+        .unwrap_or_else(|| panic!("no reclaim_stall for cgroup {reclaimer}\n{report}"));
+    eprintln!("reclaim_stall on {uname}: {stall}");
+    assert_eq!(stall["flavor"], "memcg", "{stall}");
+    assert_eq!(stall["cgroup_path"], "/node-monitor-test/trace/reclaimer");
+
+    assert_refused_reboots_classified(&lines, &read, &uname, &report);
+    assert_nothing_dropped(&stderr);
+
+    eprintln!("guest kernel: {uname}");
+    eprintln!("btf: {}", read("btf"));
+    eprintln!("mark_victim format:\n{}", read("mark_victim.format"));
+    eprintln!("trace stderr:\n{stderr}");
+    eprintln!("guest run total: {:.1?}", run.elapsed);
+}
+
+/// Every program's load state on this kernel, as the loader logged it.
+fn assert_program_states(stderr: &str, raw_oom: bool, uname: &str) {
     let programs = [
         "oom_victim_raw",
         "oom_victim_pid",
@@ -176,7 +235,7 @@ fn probes_on(kernel: GuestKernel) {
     ];
     let mut states = BTreeMap::new();
     for p in programs {
-        let line = program_line(&stderr, p)
+        let line = program_line(stderr, p)
             .unwrap_or_else(|| panic!("no load state logged for {p}\n{stderr}"));
         states.insert(p, line.to_owned());
     }
@@ -184,10 +243,6 @@ fn probes_on(kernel: GuestKernel) {
         eprintln!("{p}: {line}");
     }
     let attached = |p: &str| states[p].contains("kernel probe attached");
-    // `mark_victim` passes the task only from 6.1 on (Debian's 6.1 has the change); on 5.10 it
-    // passes the pid alone, the loader says so, and the pid-only raw program runs (through
-    // bpf(2) alone, so in a DaemonSet pod under Debian's perf_event_paranoid too).
-    let raw_oom = kernel != GuestKernel::Bullseye;
     if raw_oom {
         // The raw tracepoint program passes the 6.1 verifier (before the fix in
         // `read_task_memory` it did not, and the fallback ran with the trigger's cgroup only).
@@ -233,11 +288,12 @@ fn probes_on(kernel: GuestKernel) {
         "{}",
         states["synthetic_evt"]
     );
+}
 
-    // The tracepoint fallback's fields on this kernel: from 6.1 on, every one the program can
-    // read, at the offsets 6.18 has too; on 5.10, the pid alone (docs/kernel-probes.md, "Per
-    // kernel").
-    let format = read("mark_victim.format");
+/// The tracepoint fallback's fields on this kernel: from 6.1 on, every one the program can
+/// read, at the offsets 6.18 has too; on 5.10, the pid alone (docs/kernel-probes.md, "Per
+/// kernel").
+fn assert_mark_victim_format(format: &str, raw_oom: bool) {
     let fields: &[(&str, u32)] = if raw_oom {
         &[
             ("int pid", 8),
@@ -265,27 +321,22 @@ fn probes_on(kernel: GuestKernel) {
             "5.10's mark_victim:\n{format}"
         );
     }
+}
 
-    // --- The OOM kill.
-    let victim_pid: u64 = read("victim-pid").parse().expect("victim pid");
-    let victim_cgroup: u64 = read("victim-cgroup-id").parse().expect("victim cgroup id");
-    let victim_path = format!(
-        "/node-monitor-test/trace/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{cid}.scope",
-        uid.replace('-', "_")
-    );
-    let lines: Vec<Value> = run
-        .read_out("trace.jsonl")
-        .expect("trace output")
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
-    let oom = lines
-        .iter()
-        .find(|v| v["kind"] == "oom_kill" && v["pid"] == victim_pid)
-        .unwrap_or_else(|| panic!("no oom_kill for pid {victim_pid}: {lines:#?}\n{report}"));
-    eprintln!("oom_kill on {uname}: {oom}");
-    assert_eq!(oom["cgroup_id"], victim_cgroup, "{oom}");
-    assert_eq!(oom["cgroup_path"], victim_path.as_str(), "{oom}");
+/// The OOM-killed hog, as the guest recorded it.
+struct Victim<'a> {
+    pid: u64,
+    cgroup: u64,
+    path: &'a str,
+    uid: &'a str,
+    cid: &'a str,
+}
+
+/// The memcg OOM kill's trace line: its cgroup, pod, container and QoS class, its victim and
+/// trigger, and on 6.1 and later the victim's memory figures.
+fn assert_the_oom_kill_attributed(oom: &Value, v: &Victim<'_>, raw_oom: bool) {
+    assert_eq!(oom["cgroup_id"], v.cgroup, "{oom}");
+    assert_eq!(oom["cgroup_path"], v.path, "{oom}");
     assert_eq!(oom["global"], false, "{oom}");
     assert_eq!(oom["scope"], "memcg", "{oom}");
     assert_eq!(oom["trigger_reclaim"], "memcg", "{oom}");
@@ -296,9 +347,9 @@ fn probes_on(kernel: GuestKernel) {
         assert_eq!(oom["comm"], Value::Null, "{oom}");
     }
     assert_eq!(oom["trigger_comm"], "nm-memhog", "{oom}");
-    assert_eq!(oom["trigger_pid"], victim_pid, "{oom}");
-    assert_eq!(oom["pod_uid"], uid.as_str(), "{oom}");
-    assert_eq!(oom["container_id"], cid.as_str(), "{oom}");
+    assert_eq!(oom["trigger_pid"], v.pid, "{oom}");
+    assert_eq!(oom["pod_uid"], v.uid, "{oom}");
+    assert_eq!(oom["container_id"], v.cid, "{oom}");
     assert_eq!(oom["qos_class"], "Burstable", "{oom}");
     if raw_oom {
         // Read from the victim's task_struct through CO-RE, relocated against this kernel's
@@ -318,19 +369,16 @@ fn probes_on(kernel: GuestKernel) {
         // process shares with the victim; 5.10's tracepoint carries no memory figures.
         assert_eq!(oom["cgroup_source"], "trigger", "{oom}");
     }
+}
 
-    // --- memcg reclaim stalls of the page-cache reader's cgroup.
-    let reclaimer: u64 = read("reclaimer-cgroup-id").parse().expect("reclaimer id");
-    let stall = lines
-        .iter()
-        .find(|v| v["kind"] == "reclaim_stall" && v["cgroup_id"] == reclaimer)
-        .unwrap_or_else(|| panic!("no reclaim_stall for cgroup {reclaimer}\n{report}"));
-    eprintln!("reclaim_stall on {uname}: {stall}");
-    assert_eq!(stall["flavor"], "memcg", "{stall}");
-    assert_eq!(stall["cgroup_path"], "/node-monitor-test/trace/reclaimer");
-
-    // --- Refused reboot(2) calls, each classified by the kernel's reason: the CO-RE reads of
-    // the caller checks (`kernel_cap_t` as `u32[2]` before 6.3, one `u64` after) relocate here.
+/// Refused reboot(2) calls, each classified by the kernel's reason: the CO-RE reads of the
+/// caller checks (`kernel_cap_t` as `u32[2]` before 6.3, one `u64` after) relocate here.
+fn assert_refused_reboots_classified(
+    lines: &[Value],
+    read: &dyn Fn(&str) -> String,
+    uname: &str,
+    report: &str,
+) {
     for (mode, verdict) in [
         ("nobody", "refused_cap"),
         ("userns", "refused_userns"),
@@ -350,8 +398,10 @@ fn probes_on(kernel: GuestKernel) {
         eprintln!("reboot {mode} on {uname}: {ev}");
         assert_eq!(ev["verdict"], verdict, "{mode}: {ev}");
     }
+}
 
-    // --- Totals: nothing dropped or malformed.
+/// The trace's totals: nothing dropped or malformed, and the OOM kill counted.
+fn assert_nothing_dropped(stderr: &str) {
     let totals: Value = stderr
         .lines()
         .find_map(|l| {
@@ -367,12 +417,6 @@ fn probes_on(kernel: GuestKernel) {
         totals["kernel_events"]["oom_kill"].as_u64() >= Some(1),
         "{totals}"
     );
-
-    eprintln!("guest kernel: {uname}");
-    eprintln!("btf: {}", read("btf"));
-    eprintln!("mark_victim format:\n{}", read("mark_victim.format"));
-    eprintln!("trace stderr:\n{stderr}");
-    eprintln!("guest run total: {:.1?}", run.elapsed);
 }
 
 #[test]
