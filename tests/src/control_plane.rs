@@ -1172,54 +1172,6 @@ fn cert_err(what: &'static str) -> impl FnOnce(rcgen::Error) -> Error {
     move |source| Error::Certificate { what, source }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn first_service_ip_is_the_network_plus_one() {
-        let cases = [
-            ("10.0.0.0/24", Some(Ipv4Addr::new(10, 0, 0, 1))),
-            ("10.96.0.0/12", Some(Ipv4Addr::new(10, 96, 0, 1))),
-            ("10.96.7.9/16", Some(Ipv4Addr::new(10, 96, 0, 1))),
-            ("10.0.0.0/31", None),
-            ("fd00::/108", None),
-            ("10.0.0.0", None),
-        ];
-        for (cidr, want) in cases {
-            assert_eq!(first_service_ip(cidr), want, "{cidr}");
-        }
-    }
-
-    #[test]
-    fn missing_assets_name_the_setup_command() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let err = assets_dir(Some(dir.path())).expect_err("an empty directory has no binaries");
-        let msg = err.to_string();
-        assert!(msg.contains("etcd"), "{msg}");
-        assert!(msg.contains(SETUP_COMMAND), "{msg}");
-    }
-
-    #[test]
-    fn fast_node_failover_sets_both_sides() {
-        let o = ControlPlaneOptions::default()
-            .fast_node_failover(Duration::from_secs(6), Duration::from_secs(4));
-        assert!(
-            o.controller_manager_args
-                .contains(&"--node-monitor-grace-period=6s".to_owned())
-        );
-        assert!(
-            o.apiserver_args
-                .contains(&"--default-unreachable-toleration-seconds=4".to_owned())
-        );
-    }
-
-    #[test]
-    fn sanitize_keeps_file_names_flat() {
-        assert_eq!(sanitize("system:node:a/b"), "system_node_a_b");
-    }
-}
-
 /// etcd for the control plane: its data in `d/etcd`, no fsync.
 fn etcd_command(
     assets: &Path,
@@ -1333,4 +1285,52 @@ fn controller_manager_command(
     ])
     .args(&opts.controller_manager_args);
     kcm
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_service_ip_is_the_network_plus_one() {
+        let cases = [
+            ("10.0.0.0/24", Some(Ipv4Addr::new(10, 0, 0, 1))),
+            ("10.96.0.0/12", Some(Ipv4Addr::new(10, 96, 0, 1))),
+            ("10.96.7.9/16", Some(Ipv4Addr::new(10, 96, 0, 1))),
+            ("10.0.0.0/31", None),
+            ("fd00::/108", None),
+            ("10.0.0.0", None),
+        ];
+        for (cidr, want) in cases {
+            assert_eq!(first_service_ip(cidr), want, "{cidr}");
+        }
+    }
+
+    #[test]
+    fn missing_assets_name_the_setup_command() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = assets_dir(Some(dir.path())).expect_err("an empty directory has no binaries");
+        let msg = err.to_string();
+        assert!(msg.contains("etcd"), "{msg}");
+        assert!(msg.contains(SETUP_COMMAND), "{msg}");
+    }
+
+    #[test]
+    fn fast_node_failover_sets_both_sides() {
+        let o = ControlPlaneOptions::default()
+            .fast_node_failover(Duration::from_secs(6), Duration::from_secs(4));
+        assert!(
+            o.controller_manager_args
+                .contains(&"--node-monitor-grace-period=6s".to_owned())
+        );
+        assert!(
+            o.apiserver_args
+                .contains(&"--default-unreachable-toleration-seconds=4".to_owned())
+        );
+    }
+
+    #[test]
+    fn sanitize_keeps_file_names_flat() {
+        assert_eq!(sanitize("system:node:a/b"), "system_node_a_b");
+    }
 }

@@ -337,7 +337,7 @@ async fn unauthenticated_callers_are_refused(cluster: &Cluster, port: u16, viewe
     assert_eq!(code, 401, "{body}");
     // The caller's own API token, sent as is, is refused: the agents accept only tokens bound to
     // their audience, which the API server accepts for nothing else (a replay gets nothing).
-    let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, Some(&viewer_token)).await;
+    let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, Some(viewer_token)).await;
     assert_eq!(code, 401, "an API token is refused by the agent: {body}");
 }
 
@@ -359,14 +359,14 @@ async fn the_stranger_is_forbidden(cluster: &Cluster, port: u16, stranger_kc: &P
             && body.contains("nodes/node-monitor"),
         "{body}"
     );
-    let out = plugin(&stranger_kc, &["status", NODE]);
+    let out = plugin(stranger_kc, &["status", NODE]);
     assert!(!out.status.success(), "{}", text(&out.stdout));
     assert!(
         text(&out.stderr).contains("serviceaccounts/token"),
         "the plugin names the permission it lacks: {}",
         text(&out.stderr)
     );
-    let out = plugin(&stranger_kc, &["--token", &stranger_token, "status", NODE]);
+    let out = plugin(stranger_kc, &["--token", &stranger_token, "status", NODE]);
     assert!(!out.status.success(), "{}", text(&out.stdout));
     assert!(
         text(&out.stderr).contains("403 Forbidden by the agent"),
@@ -387,7 +387,7 @@ async fn viewers_read_the_status(cluster: &Cluster, agent: &Agent, port: u16, vi
         .expect("viewer token");
     let (code, body) = proxied(&cluster.client(), port, STATUS_PATH, Some(&minted)).await;
     assert_eq!(code, 200, "{body}");
-    let status = plugin_until(&viewer_kc, &["status", NODE], |o| {
+    let status = plugin_until(viewer_kc, &["status", NODE], |o| {
         o.status.success() && text(&o.stdout).contains("memory.available")
     })
     .await
@@ -402,7 +402,7 @@ async fn viewers_read_the_status(cluster: &Cluster, agent: &Agent, port: u16, vi
     let shown = text(&status.stdout);
     assert!(shown.contains(&format!("node {NODE} (dry run)")), "{shown}");
     assert!(shown.contains("900Mi"), "{shown}");
-    let all = plugin(&viewer_kc, &["status", "-o", "json"]);
+    let all = plugin(viewer_kc, &["status", "-o", "json"]);
     assert!(all.status.success(), "{}", text(&all.stderr));
     let all: Value = serde_json::from_slice(&all.stdout).expect("status JSON");
     assert_eq!(all[0]["node"], NODE, "{all}");
@@ -417,7 +417,7 @@ async fn viewers_read_the_status(cluster: &Cluster, agent: &Agent, port: u16, vi
             "{g:?} in {holds}"
         );
     }
-    let fleet = plugin_until(&viewer_kc, &["status", "--fleet", "-o", "json"], |o| {
+    let fleet = plugin_until(viewer_kc, &["status", "--fleet", "-o", "json"], |o| {
         serde_json::from_slice::<Value>(&o.stdout).is_ok_and(|v| v["guarantees"][NODE].is_object())
     })
     .await
@@ -451,7 +451,7 @@ async fn any_kubeconfig_mints_the_token(
         .user_kubeconfig("alice", None)
         .expect("client-certificate kubeconfig");
     let exec_kc = cp
-        .exec_kubeconfig("viewer-exec", &viewer_token)
+        .exec_kubeconfig("viewer-exec", viewer_token)
         .expect("exec-plugin kubeconfig");
     for (what, kc) in [("client certificate", &alice_kc), ("exec plugin", &exec_kc)] {
         let out = plugin(kc, &["status", NODE]);
@@ -462,7 +462,7 @@ async fn any_kubeconfig_mints_the_token(
             text(&out.stderr)
         );
     }
-    let with_fleet = text(&plugin(&viewer_kc, &["status"]).stdout);
+    let with_fleet = text(&plugin(viewer_kc, &["status"]).stdout);
     assert!(
         with_fleet.starts_with("fleet: ") && with_fleet.contains(&format!("node {NODE}")),
         "{with_fleet}"
@@ -475,7 +475,7 @@ async fn explain_names_the_hog_and_evicts_nobody(
     agent: &Agent,
     viewer_kc: &Path,
 ) {
-    let explained = plugin_until(&viewer_kc, &["explain", NODE], |o| {
+    let explained = plugin_until(viewer_kc, &["explain", NODE], |o| {
         serde_json::from_slice::<Value>(&o.stdout).is_ok_and(|v| v["evict"][0]["name"] == "hog")
     })
     .await
@@ -492,7 +492,7 @@ async fn explain_names_the_hog_and_evicts_nobody(
     assert_eq!(v["evict"][0]["namespace"], "default", "{v}");
     assert_eq!(v["ranked"][0]["name"], "hog", "{v}");
     assert_eq!(v["node"], NODE, "{v}");
-    let as_text = plugin(&viewer_kc, &["explain", NODE, "-o", "text"]);
+    let as_text = plugin(viewer_kc, &["explain", NODE, "-o", "text"]);
     assert!(
         text(&as_text.stdout).contains("would evict #1: default/hog (memory.available hard)"),
         "{}",
@@ -516,7 +516,7 @@ async fn trace_attributes_the_oom_kill(
     // `trace --follow` started before it (its OOM kills only: the capped pod's memcg reclaim
     // stalls may come first).
     let follow = Follow::start(
-        &viewer_kc,
+        viewer_kc,
         &[
             "trace", "--follow", "-o", "json", "--pod", "oomer", "--kind", "oom_kill",
         ],
@@ -530,7 +530,7 @@ async fn trace_attributes_the_oom_kill(
         )
         .await
         .expect("oomer");
-    let traced = plugin_until(&viewer_kc, &["trace", "--node", NODE, "-o", "json"], |o| {
+    let traced = plugin_until(viewer_kc, &["trace", "--node", NODE, "-o", "json"], |o| {
         text(&o.stdout)
             .lines()
             .any(|l| l.contains(r#""kind":"oom_kill""#))
@@ -563,7 +563,7 @@ async fn trace_attributes_the_oom_kill(
     assert_eq!(event["comm"], "nm-workload", "{event}");
     // The filters: namespace, pod, container and kind all match; another pod matches nothing.
     let columns = plugin(
-        &viewer_kc,
+        viewer_kc,
         &[
             "trace",
             "-n",
@@ -587,22 +587,22 @@ async fn trace_attributes_the_oom_kill(
             .any(|l| l.contains("oom_kill") && l.contains(NODE) && l.contains("default/oomer")),
         "{shown}"
     );
-    let text_out = text(&plugin(&viewer_kc, &["trace", "--pod", "oomer"]).stdout);
+    let text_out = text(&plugin(viewer_kc, &["trace", "--pod", "oomer"]).stdout);
     assert!(
         text_out.contains("oom_kill")
             && text_out.contains("pod=default/oomer container=main oom=memcg"),
         "{text_out}"
     );
-    let none = plugin(&viewer_kc, &["trace", "-n", "default", "--pod", "hog"]);
+    let none = plugin(viewer_kc, &["trace", "-n", "default", "--pod", "hog"]);
     assert!(none.status.success(), "{}", text(&none.stderr));
     assert_eq!(text(&none.stdout), "", "no event of the hog");
-    let elsewhere = plugin(&viewer_kc, &["trace", "--node", "no-such-node"]);
+    let elsewhere = plugin(viewer_kc, &["trace", "--node", "no-such-node"]);
     assert!(
         text(&elsewhere.stderr).contains("no running agent pod on node \"no-such-node\""),
         "{}",
         text(&elsewhere.stderr)
     );
-    let stranger_trace = plugin(&stranger_kc, &["trace"]);
+    let stranger_trace = plugin(stranger_kc, &["trace"]);
     assert!(!stranger_trace.status.success());
     assert!(
         text(&stranger_trace.stderr).contains("403"),

@@ -1177,22 +1177,7 @@ async fn disk_and_pid_pressure_from_containers() {
         },
     )
     .await;
-    // The cgroupfs driver's `kubepods` tree, found by the agent itself.
-    let m = scrape(&mut node, &agent_ip, "metrics-cgroupfs.txt").await;
-    let layout = metrics::parse(&m)
-        .expect("the agent's metrics")
-        .into_iter()
-        .filter(|s| s.name == "node_monitor_kubepods_layout" && s.value == 1.0)
-        .map(|s| s.labels)
-        .collect::<Vec<_>>();
-    assert!(
-        layout
-            .iter()
-            .any(|l| l.get("driver").map(String::as_str) == Some("cgroupfs")
-                && l.get("path").is_some_and(|p| p.ends_with("/kubepods"))),
-        "the agent reads pods from the cgroupfs driver's kubepods tree: {layout:?}"
-    );
-    k3s_layout_seen(&m);
+    cgroupfs_layout_found(&mut node, &agent_ip).await;
     create_running(
         &client,
         &node,
@@ -1214,34 +1199,10 @@ async fn disk_and_pid_pressure_from_containers() {
     )
     .await;
 
-    // nodefs: 600 MiB written into an emptyDir (its re-reads keep memory.available far above
-    // the memory threshold).
-    let mut filler = pod(
-        "filler",
-        &[
-            "/usr/local/bin/nm-memhog",
-            "pagecache",
-            "/data/fill",
-            "600",
-            "600",
-        ],
-        None,
-    );
-    let spec = filler.spec.as_mut().expect("spec");
-    spec.volumes = Some(vec![k8s_openapi::api::core::v1::Volume {
-        name: "data".into(),
-        empty_dir: Some(Default::default()),
-        ..Default::default()
-    }]);
-    spec.containers[0].volume_mounts = Some(vec![k8s_openapi::api::core::v1::VolumeMount {
-        name: "data".into(),
-        mount_path: "/data".into(),
-        ..Default::default()
-    }]);
     evicted_and_gone(
         &client,
         &node,
-        filler,
+        filler_pod(),
         "nodefs",
         "ephemeral-storage",
         "after it started writing",
@@ -1289,36 +1250,7 @@ async fn disk_and_pid_pressure_from_containers() {
     .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
 
-    // The layer stays on disk until the kubelet's container garbage collection (every minute):
-    // the agent credits it meanwhile, and evicts no bystander before and after it is freed.
-    let credited_from = Instant::now();
-    let mut credited_max = 0.0_f64;
-    loop {
-        let m = scrape(&mut node, &agent_ip, "metrics-reclaim.txt").await;
-        let pending = metrics::sum(&m, "node_monitor_disk_reclaim_pending_bytes", &[]);
-        credited_max = credited_max.max(pending);
-        if pending == 0.0 {
-            break;
-        }
-        if credited_from.elapsed() > Duration::from_secs(240) {
-            fail(
-                &node,
-                "the evicted layer-filler's disk still credited after 240 s",
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-    eprintln!(
-        "real node: layer-filler's disk credited (at most {:.0} MiB) until {:.1} s after it left the API",
-        credited_max / MI,
-        credited_from.elapsed().as_secs_f64()
-    );
-    assert!(
-        agent_log(&node).lines().any(
-            |l| l.contains("evicted pod's disk credited") && l.contains("default/layer-filler")
-        ),
-        "the layer-filler's disk was not credited at its eviction"
-    );
+    layer_credited_until_freed(&mut node, &agent_ip).await;
 
     for name in ["database", "bystander"] {
         let by = evictions_of(&client, name).await;
@@ -1342,6 +1274,86 @@ async fn disk_and_pid_pressure_from_containers() {
         );
     }
     node.finish().await.expect("guest run");
+}
+
+/// The cgroupfs driver's `kubepods` tree, found by the agent itself, and k3s's layout seen.
+async fn cgroupfs_layout_found(node: &mut RealNode, agent_ip: &str) {
+    let m = scrape(node, agent_ip, "metrics-cgroupfs.txt").await;
+    let layout = metrics::parse(&m)
+        .expect("the agent's metrics")
+        .into_iter()
+        .filter(|s| s.name == "node_monitor_kubepods_layout" && s.value == 1.0)
+        .map(|s| s.labels)
+        .collect::<Vec<_>>();
+    assert!(
+        layout
+            .iter()
+            .any(|l| l.get("driver").map(String::as_str) == Some("cgroupfs")
+                && l.get("path").is_some_and(|p| p.ends_with("/kubepods"))),
+        "the agent reads pods from the cgroupfs driver's kubepods tree: {layout:?}"
+    );
+    k3s_layout_seen(&m);
+}
+
+/// nodefs: 600 MiB written into an emptyDir (its re-reads keep memory.available far above the
+/// memory threshold).
+fn filler_pod() -> Pod {
+    let mut filler = pod(
+        "filler",
+        &[
+            "/usr/local/bin/nm-memhog",
+            "pagecache",
+            "/data/fill",
+            "600",
+            "600",
+        ],
+        None,
+    );
+    let spec = filler.spec.as_mut().expect("spec");
+    spec.volumes = Some(vec![k8s_openapi::api::core::v1::Volume {
+        name: "data".into(),
+        empty_dir: Some(Default::default()),
+        ..Default::default()
+    }]);
+    spec.containers[0].volume_mounts = Some(vec![k8s_openapi::api::core::v1::VolumeMount {
+        name: "data".into(),
+        mount_path: "/data".into(),
+        ..Default::default()
+    }]);
+    filler
+}
+
+/// The layer stays on disk until the kubelet's container garbage collection (every minute): the
+/// agent credits it meanwhile, and says so in its log.
+async fn layer_credited_until_freed(node: &mut RealNode, agent_ip: &str) {
+    let credited_from = Instant::now();
+    let mut credited_max = 0.0_f64;
+    loop {
+        let m = scrape(node, agent_ip, "metrics-reclaim.txt").await;
+        let pending = metrics::sum(&m, "node_monitor_disk_reclaim_pending_bytes", &[]);
+        credited_max = credited_max.max(pending);
+        if pending == 0.0 {
+            break;
+        }
+        if credited_from.elapsed() > Duration::from_secs(240) {
+            fail(
+                node,
+                "the evicted layer-filler's disk still credited after 240 s",
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    eprintln!(
+        "real node: layer-filler's disk credited (at most {:.0} MiB) until {:.1} s after it left the API",
+        credited_max / MI,
+        credited_from.elapsed().as_secs_f64()
+    );
+    assert!(
+        agent_log(node).lines().any(
+            |l| l.contains("evicted pod's disk credited") && l.contains("default/layer-filler")
+        ),
+        "the layer-filler's disk was not credited at its eviction"
+    );
 }
 
 /// The message of node-monitor's `Evicted` Event on pod `name`, once there is one.
