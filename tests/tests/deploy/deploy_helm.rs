@@ -260,6 +260,14 @@ fn toggles_change_what_they_name() {
         .object["metadata"]["annotations"]["helm.sh/resource-policy"],
         "keep"
     );
+}
+
+/// The shutdown toggle's capabilities and bus, and the runtime and cgroup driver toggles, in the
+/// DaemonSet.
+#[test]
+fn shutdown_runtime_and_cgroup_driver_toggles_change_the_daemonset() {
+    let default = template(&[]);
+    let all = template(&ALL_ON);
     // Shutdown: the capabilities, the bus and the drop-in directory.
     let caps = |o: &[Manifest]| strings(&container(o)["securityContext"]["capabilities"]["add"]);
     // CAP_SYS_NICE: the last gasp's thread at SCHED_FIFO priority, only where shutdown is on.
@@ -295,6 +303,22 @@ fn toggles_change_what_they_name() {
         args(&template(&["cgroupDriver=cgroupfs"]))
             .contains(&"--kubepods-cgroup=kubepods".to_owned())
     );
+}
+
+/// The host paths and the state directory mounted where the values name them; the config
+/// checksum follows the configuration only.
+#[test]
+fn host_paths_and_the_config_checksum_follow_their_values() {
+    let default = template(&[]);
+    let mounts = |o: &[Manifest]| -> Vec<String> {
+        container(o)["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .filter_map(|m| m["mountPath"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let args = |o: &[Manifest]| strings(&container(o)["args"]);
     // Host paths: the kubelet root is mounted where it is and named to the agent.
     let custom = template(&[
         "hostPaths.kubeletRoot=/data/kubelet",
@@ -330,6 +354,12 @@ fn toggles_change_what_they_name() {
         checksum(&default),
         checksum(&template(&["escalate.enabled=true"]))
     );
+}
+
+/// A pinned image digest, the test hook and the cleanup hook.
+#[test]
+fn the_image_digest_and_the_hooks() {
+    let default = template(&[]);
     // A pinned digest wins over the tag, in the DaemonSet and the hook.
     let digest = format!("sha256:{}", "a".repeat(64));
     let pinned = template(&[&format!("image.digest={digest}")]);
@@ -458,50 +488,8 @@ async fn chart_applies_server_side_and_its_cleanup_hook_cleans_every_node() {
         .await
         .unwrap_or_else(|e| panic!("apply the helm test pod: {}", error_chain(&e)));
 
-    // Two nodes an agent left marked.
     let nodes: Api<Node> = Api::all(admin.clone());
-    for name in ["worker-1", "worker-2"] {
-        let mut annotations = BTreeMap::new();
-        annotations.insert("node-monitor.io/last-gasp".to_owned(), "{}".to_owned());
-        annotations.insert("operator/keep".to_owned(), "yes".to_owned());
-        let node = Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                annotations: Some(annotations),
-                ..Default::default()
-            },
-            spec: Some(k8s_openapi::api::core::v1::NodeSpec {
-                taints: Some(vec![
-                    k8s_openapi::api::core::v1::Taint {
-                        key: "node-monitor.io/memory-pressure".into(),
-                        effect: "NoSchedule".into(),
-                        ..Default::default()
-                    },
-                    k8s_openapi::api::core::v1::Taint {
-                        key: "operator/dedicated".into(),
-                        effect: "NoSchedule".into(),
-                        ..Default::default()
-                    },
-                ]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        nodes
-            .create(&PostParams::default(), &node)
-            .await
-            .unwrap_or_else(|e| panic!("create node {name}: {e}"));
-        nodes
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Strategic(json!({"status": {"conditions": [
-                    {"type": "NodeMonitorMemoryPressure", "status": "True", "reason": "Test", "message": "left"}
-                ]}})),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("condition on {name}: {e}"));
-    }
+    create_marked_nodes(&nodes).await;
 
     // The hook's account: it may clean nodes and nothing else.
     let kubeconfig = cp
@@ -586,6 +574,53 @@ async fn chart_applies_server_side_and_its_cleanup_hook_cleans_every_node() {
     }
 }
 
+/// Two nodes an agent left marked (a taint, a condition, an annotation), beside an operator's
+/// own taint and annotation.
+async fn create_marked_nodes(nodes: &Api<Node>) {
+    for name in ["worker-1", "worker-2"] {
+        let mut annotations = BTreeMap::new();
+        annotations.insert("node-monitor.io/last-gasp".to_owned(), "{}".to_owned());
+        annotations.insert("operator/keep".to_owned(), "yes".to_owned());
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                annotations: Some(annotations),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+                taints: Some(vec![
+                    k8s_openapi::api::core::v1::Taint {
+                        key: "node-monitor.io/memory-pressure".into(),
+                        effect: "NoSchedule".into(),
+                        ..Default::default()
+                    },
+                    k8s_openapi::api::core::v1::Taint {
+                        key: "operator/dedicated".into(),
+                        effect: "NoSchedule".into(),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .unwrap_or_else(|e| panic!("create node {name}: {e}"));
+        nodes
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"status": {"conditions": [
+                    {"type": "NodeMonitorMemoryPressure", "status": "True", "reason": "Test", "message": "left"}
+                ]}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("condition on {name}: {e}"));
+    }
+}
+
 /// `hostPaths.containerFs`: the writable-layer filesystem is named to the agent
 /// (`--container-fs`) and mounted read-only at its own path, unless the runtime's directory,
 /// mounted already, holds it; off by default; a relative path is refused.
@@ -652,48 +687,51 @@ fn container_fs_is_named_to_the_agent_and_mounted_where_it_is() {
 /// Volume name → (host path, hostPath type).
 type Mounts<'a> = Vec<(&'a str, (String, String))>;
 
+/// The runtime-state and kubelet-config volumes of the DaemonSet rendered with `set`, by name:
+/// (host path, hostPath type); each mounted read-only at its host path.
+fn preset_mounts(set: &[&str]) -> BTreeMap<String, (String, String)> {
+    let objects = template(set);
+    let ds = daemonset(&objects);
+    let spec = &ds["spec"]["template"]["spec"];
+    let volumes: BTreeMap<String, (String, String)> = spec["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .filter_map(|v| {
+            let hp = v.get("hostPath")?;
+            Some((
+                v["name"].as_str()?.to_owned(),
+                (
+                    hp["path"].as_str()?.to_owned(),
+                    hp["type"].as_str().unwrap_or_default().to_owned(),
+                ),
+            ))
+        })
+        .collect();
+    for m in spec["containers"][0]["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+    {
+        let name = m["name"].as_str().expect("name");
+        if name == "runtime-state" || name.starts_with("kubelet-config-") {
+            assert_eq!(m["readOnly"], json!(true), "{set:?}: {name} read-only");
+            assert_eq!(
+                m["mountPath"].as_str(),
+                volumes.get(name).map(|(p, _)| p.as_str()),
+                "{set:?}: {name} at its host path"
+            );
+        }
+    }
+    volumes
+        .into_iter()
+        .filter(|(n, _)| n == "runtime-state" || n.starts_with("kubelet-config-"))
+        .collect()
+}
+
 /// Each distribution preset mounts its runtime's state and its kubelet's configuration, read-only,
 /// and changes nothing else of the DaemonSet's.
 #[test]
 fn distribution_presets_mount_their_layouts() {
-    let mounts = |set: &[&str]| -> BTreeMap<String, (String, String)> {
-        let objects = template(set);
-        let ds = daemonset(&objects);
-        let spec = &ds["spec"]["template"]["spec"];
-        let volumes: BTreeMap<String, (String, String)> = spec["volumes"]
-            .as_array()
-            .expect("volumes")
-            .iter()
-            .filter_map(|v| {
-                let hp = v.get("hostPath")?;
-                Some((
-                    v["name"].as_str()?.to_owned(),
-                    (
-                        hp["path"].as_str()?.to_owned(),
-                        hp["type"].as_str().unwrap_or_default().to_owned(),
-                    ),
-                ))
-            })
-            .collect();
-        for m in spec["containers"][0]["volumeMounts"]
-            .as_array()
-            .expect("mounts")
-        {
-            let name = m["name"].as_str().expect("name");
-            if name == "runtime-state" || name.starts_with("kubelet-config-") {
-                assert_eq!(m["readOnly"], json!(true), "{set:?}: {name} read-only");
-                assert_eq!(
-                    m["mountPath"].as_str(),
-                    volumes.get(name).map(|(p, _)| p.as_str()),
-                    "{set:?}: {name} at its host path"
-                );
-            }
-        }
-        volumes
-            .into_iter()
-            .filter(|(n, _)| n == "runtime-state" || n.starts_with("kubelet-config-"))
-            .collect()
-    };
     let one = |p: &str, t: &str| (p.to_owned(), t.to_owned());
     let cases: Vec<(&[&str], Mounts<'_>)> = vec![
         (
@@ -775,7 +813,7 @@ fn distribution_presets_mount_their_layouts() {
     for (set, want) in cases {
         let want: BTreeMap<String, (String, String)> =
             want.into_iter().map(|(n, v)| (n.to_owned(), v)).collect();
-        assert_eq!(mounts(set), want, "{set:?}");
+        assert_eq!(preset_mounts(set), want, "{set:?}");
     }
     // Only gke renders the quota by itself.
     assert!(
@@ -794,7 +832,11 @@ fn distribution_presets_mount_their_layouts() {
         )
         .is_none()
     );
-    // extraArgs and extraEnv reach the agent's container; kubepodsCgroup wins over cgroupDriver.
+}
+
+/// extraArgs and extraEnv reach the agent's container; kubepodsCgroup wins over cgroupDriver.
+#[test]
+fn extra_args_and_env_reach_the_agent() {
     let objects = template(&[
         "extraArgs[0]=--no-mlock",
         "extraEnv[0].name=RUST_LOG",

@@ -393,7 +393,23 @@ async fn manifests_apply_and_grant_least_privilege() {
             .await,
     );
 
-    // The escalate overlay adds exactly pods/delete, for pods on its own node.
+    the_escalate_overlay_deletes_on_its_own_node_only(&base, &victim, &elsewhere).await;
+    base.cp.stop().expect("stop");
+}
+
+/// The escalate overlay adds exactly pods/delete, for pods on the agent's own node; the agent's
+/// actuator escalates a blocked eviction there and is refused on another node.
+async fn the_escalate_overlay_deletes_on_its_own_node_only(
+    base: &Base,
+    victim: &Pod,
+    elsewhere: &Pod,
+) {
+    let (admin, agent) = (&base.admin, &base.agent);
+    let victims: Api<Pod> = Api::namespaced(agent.clone(), "default");
+    let delete_dry = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
     assert!(apply_kustomization(admin, "overlays/escalate").await >= 11);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
@@ -416,9 +432,9 @@ async fn manifests_apply_and_grant_least_privilege() {
     // The escalation itself, by the agent's own actuator: a PDB blocks the eviction on its own
     // node (429) and the delete that follows goes through; on another node the eviction policy
     // refuses the eviction first, so no delete is ever tried.
-    block_evictions(admin, &[&victim, &elsewhere]).await;
+    block_evictions(admin, &[victim, elsewhere]).await;
     let actuator = base.actuator(PdbPolicy::Escalate);
-    match actuator.evict(&hard_eviction(&elsewhere)).await {
+    match actuator.evict(&hard_eviction(elsewhere)).await {
         EvictOutcome::Failed {
             code: Some(403 | 422),
             reason,
@@ -427,7 +443,7 @@ async fn manifests_apply_and_grant_least_privilege() {
         other => panic!("escalating on another node must be denied by the policy, got {other:?}"),
     }
     assert_eq!(
-        actuator.evict(&hard_eviction(&victim)).await,
+        actuator.evict(&hard_eviction(victim)).await,
         EvictOutcome::Escalated
     );
     let pods_as_admin = Api::<Pod>::namespaced(admin.clone(), "default");
@@ -444,7 +460,6 @@ async fn manifests_apply_and_grant_least_privilege() {
             .list(&Default::default())
             .await,
     );
-    base.cp.stop().expect("stop");
 }
 
 fn forbidden_by_actuator<T: std::fmt::Debug>(
@@ -475,75 +490,8 @@ async fn shutdown_overlay_grants_the_drain_on_its_own_node_only() {
 
     // The shutdown manager's calls, made by its own actuator.
     let actuator = base.actuator(PdbPolicy::Respect);
-    let admin_nodes: Api<Node> = Api::all(admin.clone());
 
-    // Marking the node and listing its pods need nothing beyond the base.
-    allowed(
-        "list the node's pods",
-        Api::<Pod>::all(agent.clone())
-            .list(&ListParams::default().fields("spec.nodeName=node-a"))
-            .await,
-    );
-    actuator
-        .set_conditions(&[NodeConditionUpdate {
-            type_: SHUTTING_DOWN_CONDITION.into(),
-            status: true,
-            reason: "NodeShuttingDown".into(),
-            message: "test".into(),
-        }])
-        .await
-        .expect("the shutdown condition");
-    assert!(
-        actuator
-            .set_taint(SHUTDOWN_TAINT, "", "NoSchedule", true)
-            .await
-            .expect("the shutdown taint")
-    );
-    actuator
-        .annotate_node(CORDONED_ANNOTATION, Some("true"))
-        .await
-        .expect("the cordon annotation");
-    assert!(
-        !actuator.set_unschedulable(true).await.expect("cordon"),
-        "node-a was schedulable before"
-    );
-    assert_eq!(
-        actuator
-            .node_annotation(CORDONED_ANNOTATION)
-            .await
-            .expect("read the annotation"),
-        Some("true".to_owned())
-    );
-    actuator
-        .record_node_event("NodeShutdown", "Shutdown manager detected shutdown event")
-        .await;
-    let n = admin_nodes.get("node-a").await.expect("node-a");
-    let spec = n.spec.clone().unwrap_or_default();
-    assert_eq!(spec.unschedulable, Some(true));
-    assert!(
-        spec.taints
-            .unwrap_or_default()
-            .iter()
-            .any(|t| t.key == SHUTDOWN_TAINT && t.effect == "NoSchedule")
-    );
-    assert!(
-        n.status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == SHUTTING_DOWN_CONDITION && c.status == "True")
-    );
-    let events = Api::<Event>::namespaced(admin.clone(), "default")
-        .list(&ListParams::default().fields("involvedObject.name=node-a"))
-        .await
-        .expect("events");
-    assert!(
-        events
-            .items
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("NodeShutdown")),
-        "the node Event was posted"
-    );
+    marking_the_node_needs_nothing_beyond_the_base(&actuator, agent, admin).await;
     // Undone as after a cancellation.
     assert!(actuator.set_unschedulable(false).await.expect("uncordon"));
     actuator
@@ -636,6 +584,82 @@ async fn shutdown_overlay_grants_the_drain_on_its_own_node_only() {
         pods.create(&PostParams::default(), &p).await,
     );
     base.cp.stop().expect("stop");
+}
+
+/// Marking the node (condition, taint, cordon and its annotation, an Event) and listing its
+/// pods need nothing beyond the base.
+async fn marking_the_node_needs_nothing_beyond_the_base(
+    actuator: &Actuator,
+    agent: &Client,
+    admin: &Client,
+) {
+    let admin_nodes: Api<Node> = Api::all(admin.clone());
+    allowed(
+        "list the node's pods",
+        Api::<Pod>::all(agent.clone())
+            .list(&ListParams::default().fields("spec.nodeName=node-a"))
+            .await,
+    );
+    actuator
+        .set_conditions(&[NodeConditionUpdate {
+            type_: SHUTTING_DOWN_CONDITION.into(),
+            status: true,
+            reason: "NodeShuttingDown".into(),
+            message: "test".into(),
+        }])
+        .await
+        .expect("the shutdown condition");
+    assert!(
+        actuator
+            .set_taint(SHUTDOWN_TAINT, "", "NoSchedule", true)
+            .await
+            .expect("the shutdown taint")
+    );
+    actuator
+        .annotate_node(CORDONED_ANNOTATION, Some("true"))
+        .await
+        .expect("the cordon annotation");
+    assert!(
+        !actuator.set_unschedulable(true).await.expect("cordon"),
+        "node-a was schedulable before"
+    );
+    assert_eq!(
+        actuator
+            .node_annotation(CORDONED_ANNOTATION)
+            .await
+            .expect("read the annotation"),
+        Some("true".to_owned())
+    );
+    actuator
+        .record_node_event("NodeShutdown", "Shutdown manager detected shutdown event")
+        .await;
+    let n = admin_nodes.get("node-a").await.expect("node-a");
+    let spec = n.spec.clone().unwrap_or_default();
+    assert_eq!(spec.unschedulable, Some(true));
+    assert!(
+        spec.taints
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == SHUTDOWN_TAINT && t.effect == "NoSchedule")
+    );
+    assert!(
+        n.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == SHUTTING_DOWN_CONDITION && c.status == "True")
+    );
+    let events = Api::<Event>::namespaced(admin.clone(), "default")
+        .list(&ListParams::default().fields("involvedObject.name=node-a"))
+        .await
+        .expect("events");
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("NodeShutdown")),
+        "the node Event was posted"
+    );
 }
 
 /// The eviction the agent's token may send: only for pods bound to its own node. The eviction's
