@@ -44,31 +44,8 @@ async fn main() -> Result<()> {
 }
 
 async fn run(cluster: &Cluster) -> Result<()> {
-    say("2. pods through the stand-in: one per QoS class, two priorities");
-    cluster
-        .create_priority_class("business-critical", 100_000)
-        .await?;
+    start_pods(cluster).await?;
     let node = cluster.node.clone();
-    let pods = [
-        (
-            PodBuilder::workload("database", &node, &["--hold", "150Mi"])
-                .memory("200Mi", Some("200Mi"))
-                .priority_class("business-critical"),
-            "Guaranteed, priority 100000",
-        ),
-        (
-            PodBuilder::workload("api", &node, &["--hold", "60Mi"]).memory("100Mi", None),
-            "Burstable, under its request",
-        ),
-        (
-            PodBuilder::workload("batch", &node, &["--hold", "40Mi"]),
-            "BestEffort, steady",
-        ),
-    ];
-    for (pod, what) in pods {
-        let name = cluster.run_pod(pod).await?;
-        println!("   {name:<10} Running   {what}");
-    }
 
     say("3. the agent: `node-monitor run` with evictionHard memory.available<300Mi");
     let mut agent = Agent::start(
@@ -142,6 +119,44 @@ async fn run(cluster: &Cluster) -> Result<()> {
         .await?;
     anyhow::ensure!(gone.is_some(), "leaky was not evicted:\n{}", agent.log());
 
+    what_happened(cluster, &agent, crossed).await?;
+    agent.terminate()?;
+    Ok(())
+}
+
+/// Step 2: pods through the stand-in, one per QoS class, two priorities.
+async fn start_pods(cluster: &Cluster) -> Result<()> {
+    say("2. pods through the stand-in: one per QoS class, two priorities");
+    cluster
+        .create_priority_class("business-critical", 100_000)
+        .await?;
+    let node = cluster.node.clone();
+    let pods = [
+        (
+            PodBuilder::workload("database", &node, &["--hold", "150Mi"])
+                .memory("200Mi", Some("200Mi"))
+                .priority_class("business-critical"),
+            "Guaranteed, priority 100000",
+        ),
+        (
+            PodBuilder::workload("api", &node, &["--hold", "60Mi"]).memory("100Mi", None),
+            "Burstable, under its request",
+        ),
+        (
+            PodBuilder::workload("batch", &node, &["--hold", "40Mi"]),
+            "BestEffort, steady",
+        ),
+    ];
+    for (pod, what) in pods {
+        let name = cluster.run_pod(pod).await?;
+        println!("   {name:<10} Running   {what}");
+    }
+    Ok(())
+}
+
+/// Step 5: what the agent logged, the Event, the node's conditions, the pods left, the
+/// reaction time from the ground truth's crossing, and the kernel's OOM kills.
+async fn what_happened(cluster: &Cluster, agent: &Agent, crossed: SystemTime) -> Result<()> {
     say("5. what happened");
     let log = agent.log();
     println!("   the agent's log (wake-up, decision, eviction):");
@@ -210,7 +225,6 @@ async fn run(cluster: &Cluster) -> Result<()> {
         .metric_sum("node_monitor_evictions_total", &[("outcome", "evicted")])
         .await?;
     println!("   node_monitor_evictions_total{{outcome=\"evicted\"}} = {evicted}");
-    agent.terminate()?;
     Ok(())
 }
 

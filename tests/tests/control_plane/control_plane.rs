@@ -562,36 +562,7 @@ async fn standin_registers_a_ready_node_and_runs_pods_in_kubelet_cgroups() {
     assert_eq!(parsed.pod_uid, uid);
     assert_eq!(parsed.container_id.as_deref(), Some(id.as_str()));
 
-    // A pod that runs to completion: Succeeded, its exit code reported, its cgroup removed.
-    let mut once = workload_pod("once", &[], &["--sleep", "1s", "--exit-code", "0"], None);
-    if let Some(spec) = once.spec.as_mut() {
-        spec.restart_policy = Some("Never".to_owned());
-    }
-    let once = create_pod(&pods, &once).await;
-    let once_uid = once.metadata.uid.expect("uid");
-    let done = eventually("once to succeed", async || {
-        let p = pods.get_opt("once").await.ok().flatten()?;
-        let st = p.status?;
-        (st.phase.as_deref() == Some("Succeeded")).then_some(st)
-    })
-    .await;
-    let term = done.container_statuses.expect("statuses")[0]
-        .state
-        .clone()
-        .and_then(|s| s.terminated)
-        .expect("terminated state");
-    assert_eq!(
-        (term.exit_code, term.reason.as_deref()),
-        (0, Some("Completed"))
-    );
-    let once_dir = Path::new(MEMORY_V1)
-        .join(&node.node_rel)
-        .join("kubepods/besteffort")
-        .join(format!("pod{once_uid}"));
-    eventually("the finished pod's cgroup to go", async || {
-        (!once_dir.exists()).then_some(())
-    })
-    .await;
+    a_finished_pod_succeeds_and_its_cgroup_goes(&pods, node).await;
 
     // node-monitor's own conditions survive the stand-in's status updates. (MemoryPressure=True
     // taints the node NoSchedule, so this comes after the pod is placed.)
@@ -646,6 +617,39 @@ async fn standin_registers_a_ready_node_and_runs_pods_in_kubelet_cgroups() {
         let kubepods = Path::new(root).join(&node_rel).join("kubepods");
         assert!(!kubepods.exists(), "{} remains", kubepods.display());
     }
+}
+
+/// A pod that runs to completion: Succeeded, its exit code reported, its cgroup removed.
+async fn a_finished_pod_succeeds_and_its_cgroup_goes(pods: &Api<Pod>, node: &NodeCgroup) {
+    let mut once = workload_pod("once", &[], &["--sleep", "1s", "--exit-code", "0"], None);
+    if let Some(spec) = once.spec.as_mut() {
+        spec.restart_policy = Some("Never".to_owned());
+    }
+    let once = create_pod(pods, &once).await;
+    let once_uid = once.metadata.uid.expect("uid");
+    let done = eventually("once to succeed", async || {
+        let p = pods.get_opt("once").await.ok().flatten()?;
+        let st = p.status?;
+        (st.phase.as_deref() == Some("Succeeded")).then_some(st)
+    })
+    .await;
+    let term = done.container_statuses.expect("statuses")[0]
+        .state
+        .clone()
+        .and_then(|s| s.terminated)
+        .expect("terminated state");
+    assert_eq!(
+        (term.exit_code, term.reason.as_deref()),
+        (0, Some("Completed"))
+    );
+    let once_dir = Path::new(MEMORY_V1)
+        .join(&node.node_rel)
+        .join("kubepods/besteffort")
+        .join(format!("pod{once_uid}"));
+    eventually("the finished pod's cgroup to go", async || {
+        (!once_dir.exists()).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
