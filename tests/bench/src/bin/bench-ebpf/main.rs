@@ -243,50 +243,7 @@ fn main() -> Result<()> {
     // Ring buffer at controlled rates, then as fast as one thread can call getppid.
     let mut rows = Vec::new();
     for rate in [1_000u64, 10_000, 0] {
-        {
-            let mut r = received.lock().unwrap_or_else(|p| p.into_inner());
-            r.synthetic = 0;
-            r.latencies_ns.clear();
-        }
-        let before = probes.counters()?;
-        let stats_before = run_stats(&probes);
-        let start = Instant::now();
-        let sent = if rate == 0 {
-            let deadline = Instant::now() + Duration::from_secs(1);
-            let mut n = 0;
-            while Instant::now() < deadline {
-                for _ in 0..1000 {
-                    getppid();
-                }
-                n += 1000;
-            }
-            n
-        } else {
-            generate(rate, args.rate_secs)
-        };
-        let elapsed = start.elapsed();
-        std::thread::sleep(Duration::from_millis(500));
-        let after = probes.counters()?;
-        let kernel_ns = mean_ns(&stats_before, &run_stats(&probes), "synthetic_evt");
-        let drops = after.drops[&EventKind::Synthetic] - before.drops[&EventKind::Synthetic];
-        let mut r = received.lock().unwrap_or_else(|p| p.into_inner());
-        r.latencies_ns.sort_unstable();
-        let us = |ns: u64| ns as f64 / 1000.0;
-        rows.push(RateRow {
-            label: if rate == 0 {
-                "max (1 s burst)".to_owned()
-            } else {
-                format!("{rate}/s for {} s", args.rate_secs)
-            },
-            sent,
-            received: r.synthetic,
-            drops,
-            p50_us: us(percentile(&r.latencies_ns, 0.50)),
-            p99_us: us(percentile(&r.latencies_ns, 0.99)),
-            max_us: us(r.latencies_ns.last().copied().unwrap_or(0)),
-            achieved_rate: sent as f64 / elapsed.as_secs_f64(),
-            kernel_ns,
-        });
+        rows.push(measure_rate(rate, &args, &probes, &received)?);
     }
 
     // The generator's cost for other processes' calls: a config lookup and a compare.
@@ -301,33 +258,7 @@ fn main() -> Result<()> {
     let after = run_stats(&probes);
     let filtered_mean_ns = mean_ns(&before, &after, "synthetic_evt");
 
-    // Real work for the real programs: OOM kills and memcg reclaim in test cgroups.
-    let oom_kills = 5;
-    {
-        let mut cg = TestCgroups::new("bench-oom");
-        cg.create("hog")?;
-        cg.set_memory_limit("hog", 32 * MIB)?;
-        for _ in 0..oom_kills {
-            let mut child = cg.spawn_in(
-                "hog",
-                Command::new(&args.memhog)
-                    .args(["anon", "256"])
-                    .stdout(Stdio::null()),
-            )?;
-            child.wait()?;
-        }
-        cg.create("cache")?;
-        cg.set_memory_limit("cache", 64 * MIB)?;
-        let dir = tempfile::tempdir_in("/var/tmp")?;
-        let file = dir.path().join("cache");
-        let mut child = cg.spawn_in(
-            "cache",
-            Command::new(&args.memhog)
-                .args(["pagecache", &file.to_string_lossy(), "200", "5"])
-                .stdout(Stdio::null()),
-        )?;
-        child.wait()?;
-    }
+    oom_kills_and_memcg_reclaim(&args.memhog, 5)?;
     std::thread::sleep(Duration::from_millis(500));
     let end: Vec<RunStats> = run_stats(&probes)
         .into_iter()
@@ -361,35 +292,7 @@ fn main() -> Result<()> {
             .unwrap_or_default(),
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    println!("### Per-program run time (kernel BPF statistics)\n");
-    println!("| program | runs | mean ns/run | workload |");
-    println!("|---|---:|---:|---|");
-    for s in &end {
-        let base = baseline.iter().find(|b| b.name == s.name);
-        let runs = s.run_count - base.map_or(0, |b| b.run_count);
-        let time = s
-            .run_time
-            .saturating_sub(base.map_or(Duration::ZERO, |b| b.run_time));
-        let mean = if runs == 0 {
-            "n/a".to_owned()
-        } else {
-            format!("{:.0}", time.as_nanos() as f64 / runs as f64)
-        };
-        let workload = match s.name {
-            "synthetic_evt" => "getppid from every process on the host (events only for ours)",
-            "oom_victim_raw" => "5 memcg OOM kills",
-            "direct_rcl_beg" | "direct_rcl_end" => "direct reclaim on the host (if any)",
-            "memcg_rcl_beg" | "memcg_rcl_end" => "page-cache churn in a 64 MiB memcg + OOM kills",
-            "kswapd_wake" => "needs node-level pressure (not generated)",
-            "reboot_enter" => "never triggered",
-            _ => "",
-        };
-        println!("| {} | {runs} | {mean} | {workload} |", s.name);
-    }
-    println!(
-        "| synthetic_evt (other processes, filtered out) | {filtered_runs} | {} | getppid from a child process |",
-        filtered_mean_ns.map_or("n/a".to_owned(), |m| format!("{m:.0}"))
-    );
+    print_program_times(&end, &baseline, filtered_runs, filtered_mean_ns);
     println!("\n### Ring buffer at controlled rates (synthetic events)\n");
     println!(
         "| rate | achieved/s | sent | received | kernel drops | kernel ns/event | p50 µs | p99 µs | max µs |"
@@ -421,6 +324,128 @@ fn main() -> Result<()> {
         idle.cpu_percent, idle.ticks, idle.secs, idle.rss_kib, idle.hwm_kib, idle.events
     );
     Ok(())
+}
+
+/// One row of the ring buffer's table: synthetic events at `rate` a second for the configured
+/// time (0: as fast as one thread can call getppid, for 1 s), with the consumer's latencies.
+fn measure_rate(
+    rate: u64,
+    args: &Args,
+    probes: &Probes,
+    received: &Mutex<Received>,
+) -> Result<RateRow> {
+    {
+        let mut r = received.lock().unwrap_or_else(|p| p.into_inner());
+        r.synthetic = 0;
+        r.latencies_ns.clear();
+    }
+    let before = probes.counters()?;
+    let stats_before = run_stats(probes);
+    let start = Instant::now();
+    let sent = if rate == 0 {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let mut n = 0;
+        while Instant::now() < deadline {
+            for _ in 0..1000 {
+                getppid();
+            }
+            n += 1000;
+        }
+        n
+    } else {
+        generate(rate, args.rate_secs)
+    };
+    let elapsed = start.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    let after = probes.counters()?;
+    let kernel_ns = mean_ns(&stats_before, &run_stats(probes), "synthetic_evt");
+    let drops = after.drops[&EventKind::Synthetic] - before.drops[&EventKind::Synthetic];
+    let mut r = received.lock().unwrap_or_else(|p| p.into_inner());
+    r.latencies_ns.sort_unstable();
+    let us = |ns: u64| ns as f64 / 1000.0;
+    Ok(RateRow {
+        label: if rate == 0 {
+            "max (1 s burst)".to_owned()
+        } else {
+            format!("{rate}/s for {} s", args.rate_secs)
+        },
+        sent,
+        received: r.synthetic,
+        drops,
+        p50_us: us(percentile(&r.latencies_ns, 0.50)),
+        p99_us: us(percentile(&r.latencies_ns, 0.99)),
+        max_us: us(r.latencies_ns.last().copied().unwrap_or(0)),
+        achieved_rate: sent as f64 / elapsed.as_secs_f64(),
+        kernel_ns,
+    })
+}
+
+/// Real work for the real programs: `oom_kills` OOM kills of a hog in a 32 MiB memcg, and
+/// page-cache churn in a 64 MiB one (memcg reclaim).
+fn oom_kills_and_memcg_reclaim(memhog: &std::path::Path, oom_kills: u32) -> Result<()> {
+    let mut cg = TestCgroups::new("bench-oom");
+    cg.create("hog")?;
+    cg.set_memory_limit("hog", 32 * MIB)?;
+    for _ in 0..oom_kills {
+        let mut child = cg.spawn_in(
+            "hog",
+            Command::new(memhog)
+                .args(["anon", "256"])
+                .stdout(Stdio::null()),
+        )?;
+        child.wait()?;
+    }
+    cg.create("cache")?;
+    cg.set_memory_limit("cache", 64 * MIB)?;
+    let dir = tempfile::tempdir_in("/var/tmp")?;
+    let file = dir.path().join("cache");
+    let mut child = cg.spawn_in(
+        "cache",
+        Command::new(memhog)
+            .args(["pagecache", &file.to_string_lossy(), "200", "5"])
+            .stdout(Stdio::null()),
+    )?;
+    child.wait()?;
+    Ok(())
+}
+
+/// The per-program run time table: each program's runs and mean run time since `baseline`, and
+/// the generator's cost for other processes' calls.
+fn print_program_times(
+    end: &[RunStats],
+    baseline: &[RunStats],
+    filtered_runs: u64,
+    filtered_mean_ns: Option<f64>,
+) {
+    println!("### Per-program run time (kernel BPF statistics)\n");
+    println!("| program | runs | mean ns/run | workload |");
+    println!("|---|---:|---:|---|");
+    for s in end {
+        let base = baseline.iter().find(|b| b.name == s.name);
+        let runs = s.run_count - base.map_or(0, |b| b.run_count);
+        let time = s
+            .run_time
+            .saturating_sub(base.map_or(Duration::ZERO, |b| b.run_time));
+        let mean = if runs == 0 {
+            "n/a".to_owned()
+        } else {
+            format!("{:.0}", time.as_nanos() as f64 / runs as f64)
+        };
+        let workload = match s.name {
+            "synthetic_evt" => "getppid from every process on the host (events only for ours)",
+            "oom_victim_raw" => "5 memcg OOM kills",
+            "direct_rcl_beg" | "direct_rcl_end" => "direct reclaim on the host (if any)",
+            "memcg_rcl_beg" | "memcg_rcl_end" => "page-cache churn in a 64 MiB memcg + OOM kills",
+            "kswapd_wake" => "needs node-level pressure (not generated)",
+            "reboot_enter" => "never triggered",
+            _ => "",
+        };
+        println!("| {} | {runs} | {mean} | {workload} |", s.name);
+    }
+    println!(
+        "| synthetic_evt (other processes, filtered out) | {filtered_runs} | {} | getppid from a child process |",
+        filtered_mean_ns.map_or("n/a".to_owned(), |m| format!("{m:.0}"))
+    );
 }
 
 fn run_stats(probes: &Probes) -> Vec<RunStats> {
