@@ -462,6 +462,10 @@ async fn flap(
     parallelism: usize,
     stop: Arc<AtomicBool>,
 ) -> (u64, u64) {
+    if nodes.is_empty() {
+        // Nothing flaps (too few nodes for the fraction): no rounds to wait for.
+        return (0, 0);
+    }
     let api: Api<Node> = Api::all(client);
     let sem = Arc::new(Semaphore::new(parallelism));
     let ok = Arc::new(AtomicU64::new(0));
@@ -814,27 +818,132 @@ async fn run(args: &Args) -> Result<bool> {
             Leases::Agent,
         ))
     });
-    // Stops node `i`: its kubelet's Lease and its agent's.
-    let stop_node = |i: usize| {
-        renewer.paused[i].store(true, Ordering::Relaxed);
-        agents.paused[i].store(true, Ordering::Relaxed);
+    let calls_log = configure_fencing(&client, dir.path()).await?;
+    let s = Scale {
+        args,
+        n,
+        interval,
+        window: Duration::from_secs(args.seconds),
+        target_rate,
+        agent_target_rate,
+        client: client.clone(),
+        cp_pids,
+        calls_log,
+        renewer: renewer.clone(),
+        agents: agents.clone(),
     };
-    let print_agents = |phase: &str, w: &RenewWindow, secs: f64| {
-        if args.agent_leases {
+
+    // The leader.
+    let spawned = unix_now();
+    let mut leader = Remediate::spawn(cp.kubeconfig_path(), dir.path(), "remediate-1")?;
+    let led = leader
+        .wait_ready("leading", Duration::from_secs(300))
+        .await?;
+    let ready = unix_now();
+    println!(
+        "remediate-scale: leader started: leading after {:.1} s, caches synced (/readyz) after {:.1} s",
+        led - spawned,
+        ready - spawned
+    );
+    let _ = renewer.take_window();
+
+    idle(&s, &mut leader).await?;
+
+    let killed: Vec<usize> = (0..args.kill).collect();
+    let mut dead_set: BTreeSet<String> = BTreeSet::new();
+    detection(&s, &mut leader, &killed, &mut dead_set).await?;
+
+    churn(&s, &mut leader, &killed).await?;
+
+    let verdict = zone_kill(&s, &mut leader, &mut dead_set).await?;
+
+    // Healthy nodes fenced (over the whole run so far).
+    let wrong: Vec<String> = first_isolations(&s.calls_log)
+        .into_keys()
+        .filter(|node| !dead_set.contains(node))
+        .collect();
+    println!(
+        "remediate-scale: live nodes fenced during the run: {}",
+        if wrong.is_empty() {
+            "none".to_owned()
+        } else {
+            format!("{} {wrong:?}", wrong.len())
+        }
+    );
+
+    failover(&s, &cp, dir.path(), &mut leader).await?;
+
+    renewer.stop.store(true, Ordering::Relaxed);
+    renew_task.abort();
+    agents.stop.store(true, Ordering::Relaxed);
+    if let Some(task) = agent_task {
+        task.abort();
+    }
+    if args.keep {
+        let kept = dir.keep();
+        println!("remediate-scale: work directory kept: {}", kept.display());
+    }
+    drop(cp);
+    println!(
+        "remediate-scale: storm protection check: {}",
+        if verdict { "PASS" } else { "FAIL" }
+    );
+    Ok(verdict)
+}
+
+/// What every phase of the run shares.
+struct Scale<'a> {
+    args: &'a Args,
+    n: usize,
+    interval: Duration,
+    /// Each measuring window (`--seconds`).
+    window: Duration,
+    /// The kubelets' Lease renewals a second.
+    target_rate: f64,
+    /// The agents' Lease renewals a second.
+    agent_target_rate: f64,
+    client: Client,
+    cp_pids: Vec<(String, u32)>,
+    /// The fence agent's log of its calls.
+    calls_log: PathBuf,
+    renewer: Arc<Renewer>,
+    agents: Arc<Renewer>,
+}
+
+impl Scale<'_> {
+    /// Stops node `i`: its kubelet's Lease and its agent's.
+    fn stop_node(&self, i: usize) {
+        self.renewer.paused[i].store(true, Ordering::Relaxed);
+        self.agents.paused[i].store(true, Ordering::Relaxed);
+    }
+
+    fn print_agents(&self, phase: &str, w: &RenewWindow, secs: f64) {
+        if self.args.agent_leases {
             print_renewer(
                 &format!("{phase} (agents' liveness Leases)"),
                 w,
                 secs,
-                agent_target_rate,
+                self.agent_target_rate,
             );
         }
-    };
+    }
 
-    // The fence configuration.
-    let agent = dir.path().join("fence-agent");
+    /// The processes measured: the leader, the control plane's, and the bench's own.
+    fn pids(&self, leader: &Remediate) -> Vec<u32> {
+        let mut pids = vec![leader.pid];
+        pids.extend(self.cp_pids.iter().map(|(_, p)| *p));
+        pids.push(std::process::id());
+        pids
+    }
+}
+
+/// The fence configuration: a template naming the bench's fence agent, which logs each call to
+/// the returned file, an isolate method and the default config.
+async fn configure_fencing(client: &Client, dir: &Path) -> Result<PathBuf> {
+    let agent = dir.join("fence-agent");
     fs::write(&agent, FENCE_AGENT)?;
     fs::set_permissions(&agent, fs::Permissions::from_mode(0o755))?;
-    let calls_log = dir.path().join("calls.log");
+    let calls_log = dir.join("calls.log");
     for (name, key, text) in [
         (
             "fence-method-template-bench",
@@ -856,35 +965,27 @@ async fn run(args: &Args) -> Result<bool> {
             "isolation=isolate\n".to_owned(),
         ),
     ] {
-        node_monitor_tests::workload::create_configmap(&client, NS, name, key, &text).await?;
+        node_monitor_tests::workload::create_configmap(client, NS, name, key, &text).await?;
     }
+    Ok(calls_log)
+}
 
-    // The leader.
-    let spawned = unix_now();
-    let mut leader = Remediate::spawn(cp.kubeconfig_path(), dir.path(), "remediate-1")?;
-    let led = leader
-        .wait_ready("leading", Duration::from_secs(300))
-        .await?;
-    let ready = unix_now();
-    println!(
-        "remediate-scale: leader started: leading after {:.1} s, caches synced (/readyz) after {:.1} s",
-        led - spawned,
-        ready - spawned
-    );
-    let _ = renewer.take_window();
-
+/// Phase 1, idle: the leader's, the control plane's and the renewers' load over the window, and what
+/// the leader judges of the nodes and zones.
+async fn idle(s: &Scale<'_>, leader: &mut Remediate) -> Result<()> {
+    let n = s.n;
     // 1. Idle. remediate counts a node first seen as just renewed: wait a whole detection window
     // (and more) before measuring or killing anything.
-    tokio::time::sleep(interval * 4).await;
-    let _ = renewer.take_window();
-    let _ = agents.take_window();
+    tokio::time::sleep(s.interval * 4).await;
+    let _ = s.renewer.take_window();
+    let _ = s.agents.take_window();
     let mut pids = vec![leader.pid];
-    pids.extend(cp_pids.iter().map(|(_, p)| *p));
+    pids.extend(s.cp_pids.iter().map(|(_, p)| *p));
     pids.push(std::process::id());
-    let window = Duration::from_secs(args.seconds);
+    let window = Duration::from_secs(s.args.seconds);
     let u = observe(&pids, window, async || leader.check_running()).await?;
-    let rw = renewer.take_window();
-    let aw = agents.take_window();
+    let rw = s.renewer.take_window();
+    let aw = s.agents.take_window();
     println!(
         "remediate-scale: idle leader at {n} nodes: CPU {:.1} % of a core, RSS {:.1} MiB (max over {} s; peak since start {:.1} MiB)",
         u[0].cpu_pct,
@@ -892,7 +993,8 @@ async fn run(args: &Args) -> Result<bool> {
         window.as_secs(),
         mib(u[0].hwm_kib)
     );
-    let names: Vec<&str> = cp_pids
+    let names: Vec<&str> = s
+        .cp_pids
         .iter()
         .map(|(name, _)| name.as_str())
         .chain(["bench (renewer)"])
@@ -910,9 +1012,8 @@ async fn run(args: &Args) -> Result<bool> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    print_renewer("idle", &rw, window.as_secs_f64(), target_rate);
-    print_agents("idle", &aw, window.as_secs_f64());
-    let nodes_api: Api<Node> = Api::all(client.clone());
+    print_renewer("idle", &rw, window.as_secs_f64(), s.target_rate);
+    s.print_agents("idle", &aw, window.as_secs_f64());
     let text = leader.metrics().await?;
     println!(
         "remediate-scale: idle: nodes judged alive {}, suspect {}, dead {}; zones not Normal: {:?}",
@@ -936,26 +1037,36 @@ async fn run(args: &Args) -> Result<bool> {
             .filter(|(_, s)| s != "Normal")
             .collect::<Vec<_>>()
     );
+    Ok(())
+}
 
+/// Phase 2, detection: `kill` nodes, one in each of the first zones, stopped; the time from each one's
+/// last renewal to its death, its fence call and its out-of-service taint.
+async fn detection(
+    s: &Scale<'_>,
+    leader: &mut Remediate,
+    killed: &[usize],
+    dead_set: &mut BTreeSet<String>,
+) -> Result<()> {
+    let n = s.n;
+    let nodes_api: Api<Node> = Api::all(s.client.clone());
     // 2. Detection: `kill` nodes, one in each of the first zones.
-    let killed: Vec<usize> = (0..args.kill).collect();
-    let mut dead_set: BTreeSet<String> = BTreeSet::new();
     if !killed.is_empty() {
-        for &i in &killed {
-            stop_node(i);
+        for &i in killed.iter() {
+            s.stop_node(i);
             dead_set.insert(node_name(i));
         }
         let t0 = Instant::now();
         let mut taint_at: BTreeMap<String, f64> = BTreeMap::new();
         while taint_at.len() < killed.len() {
             leader.check_running()?;
-            for &i in &killed {
+            for &i in killed.iter() {
                 let name = node_name(i);
                 if !taint_at.contains_key(&name) && tainted(&nodes_api.get(&name).await?) {
                     taint_at.insert(name, unix_now());
                 }
             }
-            if t0.elapsed() > Duration::from_secs(30) + interval * 6 {
+            if t0.elapsed() > Duration::from_secs(30) + s.interval * 6 {
                 bail!(
                     "killed nodes not all tainted within {:?} (tainted: {:?}):\n{}",
                     t0.elapsed(),
@@ -966,14 +1077,14 @@ async fn run(args: &Args) -> Result<bool> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let dead_logs = leader.log_entries("node is dead");
-        let fences = first_isolations(&calls_log);
+        let fences = first_isolations(&s.calls_log);
         let (mut to_dead, mut to_fence, mut to_taint) = (Vec::new(), Vec::new(), Vec::new());
-        for &i in &killed {
+        for &i in killed.iter() {
             let name = node_name(i);
             // The death: the last renewal of either Lease.
-            let mut last_ms = renewer.last_ok_ms[i].load(Ordering::Relaxed);
-            if args.agent_leases {
-                last_ms = last_ms.max(agents.last_ok_ms[i].load(Ordering::Relaxed));
+            let mut last_ms = s.renewer.last_ok_ms[i].load(Ordering::Relaxed);
+            if s.args.agent_leases {
+                last_ms = last_ms.max(s.agents.last_ok_ms[i].load(Ordering::Relaxed));
             }
             let last = last_ms as f64 / 1000.0;
             let dead = dead_logs
@@ -1002,28 +1113,34 @@ async fn run(args: &Args) -> Result<bool> {
             show(&to_taint)
         );
     }
+    Ok(())
+}
 
+/// Phase 3, churn: a share of every zone flapping Ready; the leader's and the API server's load, the
+/// zone states seen, and no node fenced.
+async fn churn(s: &Scale<'_>, leader: &mut Remediate, killed: &[usize]) -> Result<()> {
+    let n = s.n;
     // 3. Churn.
-    if !args.skip_churn && args.churn_fraction > 0.0 {
+    if !s.args.skip_churn && s.args.churn_fraction > 0.0 {
         // The same share of every zone: by the node's index within its zone.
-        let every = (1.0 / args.churn_fraction).round().max(1.0) as usize;
+        let every = (1.0 / s.args.churn_fraction).round().max(1.0) as usize;
         let flapping: Vec<usize> = (0..n)
-            .filter(|i| (i / args.zones) % every == every / 2 && !killed.contains(i))
+            .filter(|i| (i / s.args.zones) % every == every / 2 && !killed.contains(i))
             .collect();
-        let fences_before = fence_calls(&calls_log).len();
+        let fences_before = fence_calls(&s.calls_log).len();
         let stop = Arc::new(AtomicBool::new(false));
         let flapper = tokio::spawn(flap(
-            client.clone(),
+            s.client.clone(),
             flapping.clone(),
-            Duration::from_secs(args.churn_period.max(1)),
-            args.parallelism.min(16),
+            Duration::from_secs(s.args.churn_period.max(1)),
+            s.args.parallelism.min(16),
             stop.clone(),
         ));
-        let _ = renewer.take_window();
-        let _ = agents.take_window();
+        let _ = s.renewer.take_window();
+        let _ = s.agents.take_window();
         let mut seen_states: BTreeSet<(String, String)> = BTreeSet::new();
         let mut max_unhealthy = 0.0f64;
-        let u = observe(&pids, window, async || {
+        let u = observe(&s.pids(leader), s.window, async || {
             leader.check_running()?;
             let text = leader.metrics().await?;
             for (z, s) in zone_states(&text)? {
@@ -1037,11 +1154,11 @@ async fn run(args: &Args) -> Result<bool> {
             Ok(())
         })
         .await?;
-        let rw = renewer.take_window();
-        let aw = agents.take_window();
+        let rw = s.renewer.take_window();
+        let aw = s.agents.take_window();
         stop.store(true, Ordering::Relaxed);
         let (writes, errors) = flapper.await?;
-        let new_fences: Vec<String> = fence_calls(&calls_log)[fences_before..]
+        let new_fences: Vec<String> = fence_calls(&s.calls_log)[fences_before..]
             .iter()
             .map(|(_, _, node)| node.clone())
             .collect();
@@ -1049,11 +1166,11 @@ async fn run(args: &Args) -> Result<bool> {
         println!(
             "remediate-scale: churn at {n} nodes ({} nodes flapping Ready every {} s, {} status writes, {errors} errors): leader CPU {:.1} % of a core, RSS {:.1} MiB; apiserver CPU {:.0} %; zone states seen {:?}; unhealthy nodes at most {max_unhealthy}; nodes fenced during churn: {}",
             flapping.len(),
-            args.churn_period,
+            s.args.churn_period,
             writes,
             u[0].cpu_pct,
             mib(u[0].rss_max_kib),
-            cp_pids
+            s.cp_pids
                 .iter()
                 .position(|(name, _)| name == "kube-apiserver")
                 .and_then(|k| u.get(k + 1))
@@ -1065,18 +1182,27 @@ async fn run(args: &Args) -> Result<bool> {
                 format!("{new_fences:?}")
             }
         );
-        print_renewer("churn", &rw, window.as_secs_f64(), target_rate);
-        print_agents("churn", &aw, window.as_secs_f64());
+        print_renewer("churn", &rw, s.window.as_secs_f64(), s.target_rate);
+        s.print_agents("churn", &aw, s.window.as_secs_f64());
     }
+    Ok(())
+}
 
-    // 4. Zone kill.
-    let mut verdict = true;
-    if !args.skip_zone_kill {
-        let zone_seconds = args.zone_seconds.unwrap_or(3 * interval.as_secs() + 90);
-        let z = args.zones - 1;
+/// Phase 4, zone kill: most of the last zone stopped at once; the fence calls in the zone held to the
+/// storm protection's rate. Whether they were.
+async fn zone_kill(
+    s: &Scale<'_>,
+    leader: &mut Remediate,
+    dead_set: &mut BTreeSet<String>,
+) -> Result<bool> {
+    let n = s.n;
+    let mut within_rate = true;
+    if !s.args.skip_zone_kill {
+        let zone_seconds = s.args.zone_seconds.unwrap_or(3 * s.interval.as_secs() + 90);
+        let z = s.args.zones - 1;
         let zone = zone_name(z);
-        let members: Vec<usize> = (0..n).filter(|i| i % args.zones == z).collect();
-        let count = ((members.len() as f64) * args.zone_fraction).round() as usize;
+        let members: Vec<usize> = (0..n).filter(|i| i % s.args.zones == z).collect();
+        let count = ((members.len() as f64) * s.args.zone_fraction).round() as usize;
         let victims: Vec<usize> = members.iter().copied().take(count).collect();
         let partial = count < members.len()
             && count > 2
@@ -1090,11 +1216,11 @@ async fn run(args: &Args) -> Result<bool> {
         } else {
             NODE_FENCE_RATE
         };
-        let _ = renewer.take_window();
-        let _ = agents.take_window();
+        let _ = s.renewer.take_window();
+        let _ = s.agents.take_window();
         let killed_at = unix_now();
         for &i in &victims {
-            stop_node(i);
+            s.stop_node(i);
             dead_set.insert(node_name(i));
         }
         let victim_names: BTreeSet<String> = victims.iter().map(|&i| node_name(i)).collect();
@@ -1119,9 +1245,9 @@ async fn run(args: &Args) -> Result<bool> {
             },
         )
         .await?;
-        let rw = renewer.take_window();
-        let aw = agents.take_window();
-        let mut calls: Vec<f64> = first_isolations(&calls_log)
+        let rw = s.renewer.take_window();
+        let aw = s.agents.take_window();
+        let mut calls: Vec<f64> = first_isolations(&s.calls_log)
             .into_iter()
             .filter(|(node, t)| victim_names.contains(node) && *t >= killed_at)
             .map(|(_, t)| t)
@@ -1136,7 +1262,7 @@ async fn run(args: &Args) -> Result<bool> {
         }
         let whole = victims.len() > 2 && calls.len() >= victims.len();
         let pass = worst_excess <= 0.0 && !whole;
-        verdict &= pass;
+        within_rate = pass;
         let skips = metrics::parse(&leader.metrics().await?)?
             .into_iter()
             .filter(|s| s.name == "node_monitor_remediation_skips_total" && s.value > 0.0)
@@ -1172,35 +1298,31 @@ async fn run(args: &Args) -> Result<bool> {
             "zone kill",
             &rw,
             zone_seconds as f64,
-            target_rate * (1.0 - count as f64 / n as f64),
+            s.target_rate * (1.0 - count as f64 / n as f64),
         );
-        if args.agent_leases {
+        if s.args.agent_leases {
             print_renewer(
                 "zone kill (agents' liveness Leases)",
                 &aw,
                 zone_seconds as f64,
-                agent_target_rate * (1.0 - count as f64 / n as f64),
+                s.agent_target_rate * (1.0 - count as f64 / n as f64),
             );
         }
     }
+    Ok(within_rate)
+}
 
-    // Healthy nodes fenced (over the whole run so far).
-    let wrong: Vec<String> = first_isolations(&calls_log)
-        .into_keys()
-        .filter(|node| !dead_set.contains(node))
-        .collect();
-    println!(
-        "remediate-scale: live nodes fenced during the run: {}",
-        if wrong.is_empty() {
-            "none".to_owned()
-        } else {
-            format!("{} {wrong:?}", wrong.len())
-        }
-    );
-
+/// Phase 5, failover: a second replica follows, then leads once the leader is killed.
+async fn failover(
+    s: &Scale<'_>,
+    cp: &ControlPlane,
+    dir: &Path,
+    leader: &mut Remediate,
+) -> Result<()> {
+    let n = s.n;
     // 5. Failover.
-    if !args.skip_failover {
-        let mut second = Remediate::spawn(cp.kubeconfig_path(), dir.path(), "remediate-2")?;
+    if !s.args.skip_failover {
+        let mut second = Remediate::spawn(cp.kubeconfig_path(), dir, "remediate-2")?;
         let t0 = Instant::now();
         let follower_ready = loop {
             second.check_running()?;
@@ -1218,7 +1340,7 @@ async fn run(args: &Args) -> Result<bool> {
             u[0].cpu_pct,
             mib(u[0].rss_max_kib)
         );
-        let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+        let leases: Api<Lease> = Api::namespaced(s.client.clone(), NS);
         let holder = async || -> Result<String> {
             Ok(leases
                 .get(LEADER_LEASE)
@@ -1251,21 +1373,5 @@ async fn run(args: &Args) -> Result<bool> {
             lease_at - killed_at
         );
     }
-
-    renewer.stop.store(true, Ordering::Relaxed);
-    renew_task.abort();
-    agents.stop.store(true, Ordering::Relaxed);
-    if let Some(task) = agent_task {
-        task.abort();
-    }
-    if args.keep {
-        let kept = dir.keep();
-        println!("remediate-scale: work directory kept: {}", kept.display());
-    }
-    drop(cp);
-    println!(
-        "remediate-scale: storm protection check: {}",
-        if verdict { "PASS" } else { "FAIL" }
-    );
-    Ok(verdict)
+    Ok(())
 }
