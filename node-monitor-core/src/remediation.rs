@@ -22,6 +22,7 @@
 //! persisted fencing operation and its vocabulary), [`fencing`] (the fencing state machine) and
 //! [`out_of_service`] (the taint a release applies and the pods it spares). Everything public is
 //! re-exported here: `node_monitor_core::remediation::X` names any of it.
+pub mod admission;
 pub mod config;
 pub mod fencing;
 pub mod liveness;

@@ -76,6 +76,8 @@ pub struct RemediateMetrics {
     pub pods_deleted: Counter,
     pub recoveries: Counter,
     pub detection_to_release_seconds: Histogram,
+    /// `node_monitor_remediation_admission_policy`: the NodeFence status policy's state.
+    pub admission_policy: Family<StateLabels, Gauge>,
 }
 
 impl Default for RemediateMetrics {
@@ -101,10 +103,16 @@ impl RemediateMetrics {
             recoveries: Counter::default(),
             // 0.5 s … ~17 min.
             detection_to_release_seconds: Histogram::new(exponential_buckets(0.5, 2.0, 12)),
+            admission_policy: Family::default(),
             registry: Registry::default(),
             families: Vec::new(),
         };
         reg.add_build_info("Build information of the running remediate controller");
+        reg.add(
+            "remediation_admission_policy",
+            "1 for the current state of the NodeFence status admission policy for this controller: enforced, policy_missing, binding_missing, not_denying, other_user (installed for another namespace or account), unknown (not readable)",
+            m.admission_policy.clone(),
+        );
         reg.add(
             "remediation_leader",
             "1 while this remediate replica holds the leader Lease",
@@ -173,6 +181,17 @@ impl RemediateMetrics {
     }
 
     /// The text exposition format.
+    /// Sets `node_monitor_remediation_admission_policy`: `state` is 1, the other states 0.
+    pub fn set_admission_policy(&self, state: &str) {
+        for s in node_monitor_core::remediation::admission::AdmissionState::LABELS {
+            self.admission_policy
+                .get_or_create(&StateLabels {
+                    state: s.to_owned(),
+                })
+                .set(i64::from(s == state));
+        }
+    }
+
     pub fn encode(&self) -> String {
         encode_registry(&self.registry)
     }

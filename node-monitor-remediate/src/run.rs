@@ -166,6 +166,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let client: Client = kube_adapter::client(args.kubeconfig.as_deref()).await?;
     let api_health = Arc::new(ApiHealth::default());
     let (caches, tasks) = start_caches(&client, &args.namespace, &cfg, &api_health);
+    let admission_task = crate::admission_check::spawn(client.clone(), metrics.clone());
 
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -208,6 +209,7 @@ pub async fn run(args: &Args) -> anyhow::Result<ExitCode> {
     for t in &tasks {
         t.abort();
     }
+    admission_task.abort();
     let _ = http_task.await;
     info!("stopped");
     Ok(ExitCode::SUCCESS)

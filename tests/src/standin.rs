@@ -414,6 +414,7 @@ impl StandIn {
             name: name.clone(),
             ip: cfg.node_ip.clone(),
             kubelet_version: cfg.kubelet_version.clone(),
+            reboots: Arc::default(),
         };
         let now = Timestamp::now();
         let conditions = node::kubelet_conditions(now);
@@ -562,6 +563,14 @@ impl StandIn {
     /// deletions completed, no bindings. Processes already running keep running.
     pub fn pause(&self) {
         self.shared.paused.store(true, Ordering::Relaxed);
+    }
+
+    /// Resumes a paused stand-in as a rebooted node: the status it reports from now on carries a
+    /// new `bootID`. (Its processes are not killed: pods force-deleted meanwhile are stopped by
+    /// its sync as they would be by a kubelet after a reboot.)
+    pub fn reboot(&self) {
+        self.shared.facts.reboots.fetch_add(1, Ordering::Relaxed);
+        self.resume();
     }
 
     /// Undoes [`StandIn::pause`].

@@ -405,7 +405,9 @@ fn tick_recovering(op: &mut FenceOp, actions: &mut Vec<OpAction>, ctx: &OpContex
     // Pods may have been released (confirmed_by is set on the way to Releasing): their
     // containers may still run on the node while their replacements run elsewhere. Nothing is
     // undone before the node confirms they are gone.
-    if op.confirmed_by.is_some() && !ctx.kubelet.confirms_old_pods_gone() {
+    // Confirmed by isolation and never powered off: only a reboot tells the containers gone.
+    let isolated_only = op.confirmed_by == Some(Step::Isolation) && !op.power_cycled;
+    if op.confirmed_by.is_some() && !ctx.kubelet.confirms_old_pods_gone(isolated_only) {
         if !op.recovery_held {
             op.recovery_held = true;
             actions.push(notice(
@@ -413,7 +415,7 @@ fn tick_recovering(op: &mut FenceOp, actions: &mut Vec<OpAction>, ctx: &OpContex
                 "RecoveryHeld",
                 format!(
                     "the node is back but recovery waits until it rebooted or its kubelet confirms the released pods are gone: {}",
-                    ctx.kubelet.describe_wait()
+                    ctx.kubelet.describe_wait(isolated_only)
                 ),
             ));
         }

@@ -230,13 +230,23 @@ impl KubeletReturn {
         }
     }
 
-    /// The released pods' containers are known to be gone: the machine rebooted, or its kubelet is
-    /// Ready again and no pod of before the fence is left bound to it.
-    pub fn confirms_old_pods_gone(&self) -> bool {
-        self.rebooted || (self.ready_again && self.old_pods == Some(0))
+    /// The released pods' containers are known to be gone: the machine rebooted; or, when it was
+    /// powered off (`isolated_only` false), its kubelet is Ready again and no pod of before the
+    /// fence is left bound to it. A node confirmed by storage isolation alone never powered off:
+    /// its released pods were force-deleted from the API, so none is left bound to it whatever
+    /// still runs, and a Ready kubelet need not have stopped their containers yet. Only a new
+    /// boot ID proves them gone.
+    pub fn confirms_old_pods_gone(&self, isolated_only: bool) -> bool {
+        self.rebooted || (!isolated_only && self.ready_again && self.old_pods == Some(0))
     }
 
-    pub(super) fn describe_wait(&self) -> String {
+    pub(super) fn describe_wait(&self, isolated_only: bool) -> String {
+        if isolated_only {
+            return "its storage was isolated and it has not rebooted since (its bootID is the one \
+                    of before the fence): containers of the released pods may still run on it; \
+                    reboot the node"
+                .to_owned();
+        }
         let mut missing = Vec::new();
         if !self.ready_again {
             missing.push("its kubelet has not reported Ready since".to_owned());
@@ -410,6 +420,6 @@ mod tests {
         let mut old = op.clone();
         old.boot_id = None;
         let k = KubeletReturn::observe(&old, &f(ReadyStatus::False, None, Some("boot-2")), None);
-        assert!(!k.rebooted && !k.confirms_old_pods_gone());
+        assert!(!k.rebooted && !k.confirms_old_pods_gone(false));
     }
 }

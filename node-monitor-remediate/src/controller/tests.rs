@@ -238,13 +238,15 @@ impl Fake {
 
     /// One fence configuration for every node: isolation, then recovery.
     fn configure_fencing(&self) {
+        self.configure_fencing_with("isolation=fc-off\nrecovery=fc-on\n");
+    }
+
+    /// One fence configuration for every node, with the plan `config` (`config.properties`).
+    fn configure_fencing_with(&self, config: &str) {
         let mut w = self.w();
         w.configmaps.insert(
             "fence-config-default".to_owned(),
-            BTreeMap::from([(
-                "config.properties".to_owned(),
-                "isolation=fc-off\nrecovery=fc-on\n".to_owned(),
-            )]),
+            BTreeMap::from([("config.properties".to_owned(), config.to_owned())]),
         );
         for m in ["fc-off", "fc-on"] {
             w.configmaps.insert(
@@ -740,12 +742,14 @@ async fn released(h: &mut Harness) {
     );
 }
 
-/// After a release, the node's Lease renews but its kubelet stays silent: recovery is held, the
-/// taint stays; once the kubelet reports Ready again (no old pod left), recovery runs, then the
-/// taint comes off and the operation is forgotten.
+/// After a release confirmed by powering the node off, the node's Lease renews but its kubelet
+/// stays silent: recovery is held, the taint stays; once the kubelet reports Ready again (no old
+/// pod left), recovery runs, then the taint comes off and the operation is forgotten.
 #[tokio::test]
 async fn recovery_waits_until_the_kubelet_is_ready_not_just_the_lease() {
     let fake = cluster();
+    // Powered off (the power management step confirms): only its kubelet can tell.
+    fake.configure_fencing_with("power_management=fc-off\nrecovery=fc-on\n");
     let mut h = Harness::new(&fake, RemediationConfig::default());
     released(&mut h).await;
     h.revive("n1");
@@ -771,11 +775,13 @@ async fn recovery_waits_until_the_kubelet_is_ready_not_just_the_lease() {
     assert_eq!(h.metrics.recoveries.get(), 1);
 }
 
-/// Without pod deletion, a node whose kubelet is Ready again still has pods from before the
-/// fence bound to it: recovery waits until they are gone.
+/// Without pod deletion, a powered-off node whose kubelet is Ready again still has pods from
+/// before the fence bound to it: recovery waits until they are gone.
 #[tokio::test]
 async fn recovery_waits_until_the_old_pods_are_gone() {
     let fake = cluster();
+    // Powered off (the power management step confirms): only its kubelet can tell.
+    fake.configure_fencing_with("power_management=fc-off\nrecovery=fc-on\n");
     let cfg = RemediationConfig {
         force_delete_pods: false,
         ..RemediationConfig::default()
@@ -802,6 +808,41 @@ async fn recovery_waits_until_the_old_pods_are_gone() {
         fake.log()
     );
     assert!(fake.log().iter().any(|l| l.starts_with("run n1 recovery")));
+    assert!(fake.w().tainted.is_empty());
+}
+
+/// After a release confirmed by storage isolation alone, the force-deleted pods are gone from
+/// the API whatever still runs on the node: a Ready kubelet with no pod left bound is no proof.
+/// Recovery (the storage back) and the taint removal wait for a new bootID.
+#[tokio::test]
+async fn after_isolation_alone_recovery_waits_for_a_reboot() {
+    let fake = cluster();
+    let mut h = Harness::new(&fake, RemediationConfig::default());
+    released(&mut h).await;
+    h.revive("n1");
+    fake.kubelet_ready("n1", "True");
+    h.passes(15).await;
+    assert!(fake.events("n1", "RecoveryHeld") >= 1);
+    assert!(
+        !fake.log().iter().any(|l| l.starts_with("run n1 recovery")),
+        "{:?}",
+        fake.log()
+    );
+    assert!(fake.w().tainted.contains("n1"));
+    let op = fake.stored_op("n1").expect("the operation is kept");
+    assert!(op.recovery_held, "{op:?}");
+
+    fake.reboot("n1", "boot-n1-2");
+    assert!(
+        h.until(15, |f| f.stored_op("n1").is_none()).await,
+        "{:?}",
+        fake.log()
+    );
+    let log = fake.log();
+    assert!(
+        position(&log, "run n1 recovery") < position(&log, "untaint n1"),
+        "{log:?}"
+    );
     assert!(fake.w().tainted.is_empty());
 }
 

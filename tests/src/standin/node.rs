@@ -91,6 +91,9 @@ pub struct NodeFacts {
     pub name: String,
     pub ip: String,
     pub kubelet_version: String,
+    /// Reboots simulated so far ([`crate::standin::StandIn::reboot`]): each one gives the node a
+    /// new `bootID`.
+    pub reboots: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 fn conditions(
@@ -116,9 +119,13 @@ fn system_info(facts: &NodeFacts) -> NodeSystemInfo {
         .as_ref()
         .map(|u| u.release().to_string_lossy().into_owned())
         .unwrap_or_default();
-    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+    let host_boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_owned())
         .unwrap_or_default();
+    let boot_id = match facts.reboots.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => host_boot_id,
+        n => format!("{host_boot_id}-reboot-{n}"),
+    };
     let machine_id = std::fs::read_to_string("/etc/machine-id")
         .map(|s| s.trim().to_owned())
         .unwrap_or_default();
@@ -325,6 +332,7 @@ mod tests {
             name: "n1".to_owned(),
             ip: "127.0.0.1".to_owned(),
             kubelet_version: "v1.36.3".to_owned(),
+            reboots: Default::default(),
         };
         let res = Resources {
             capacity: BTreeMap::from([("memory".to_owned(), Quantity("1Gi".to_owned()))]),

@@ -563,9 +563,10 @@ async fn kill_and_check_the_fence_comes_first(fx: &Fixture, app: &str) -> (Strin
     (node, uid)
 }
 
-/// The node resumes: recovery runs, the taint goes, the operation is forgotten.
-async fn resume_and_check_recovery(fx: &Fixture, node: &str) {
-    fx.standin(node).resume();
+/// The node comes back rebooted (a new bootID): recovery runs, the taint goes, the operation is
+/// forgotten.
+async fn reboot_and_check_recovery(fx: &Fixture, node: &str) {
+    fx.standin(node).reboot();
     fx.wait_recovered(node).await;
     fx.wait_out_of_service(node, false).await;
     assert!(
@@ -597,6 +598,15 @@ async fn a_dead_deployment_pod_is_replaced_after_fencing_and_the_node_recovers()
     fx.start_remediate("remediate-1", CONFIG).await;
     create_deployment(&fx.client(), "web", 1).await;
 
+    // No admission policy in this cluster: remediate says its operations are unprotected.
+    fx.remediate()
+        .wait_metric(
+            "the NodeFence status policy seen missing",
+            "node_monitor_remediation_admission_policy",
+            &[("state", "policy_missing")],
+            |v| v == 1.0,
+        )
+        .await;
     let (node, old_uid) = kill_and_check_the_fence_comes_first(&fx, "web").await;
     let (_, new_uid, new_node) = fx.running_pod("web", Some(&old_uid)).await;
     assert_ne!(new_node, node, "the replacement runs on another node");
@@ -627,7 +637,7 @@ async fn a_dead_deployment_pod_is_replaced_after_fencing_and_the_node_recovers()
     );
     assert_eq!(fx.count("start", "isolation", &node), 1, "{:?}", fx.calls());
 
-    resume_and_check_recovery(&fx, &node).await;
+    reboot_and_check_recovery(&fx, &node).await;
     assert!(
         fx.remediate()
             .total("node_monitor_remediation_recoveries_total")
@@ -636,10 +646,11 @@ async fn a_dead_deployment_pod_is_replaced_after_fencing_and_the_node_recovers()
     );
 }
 
-/// A released node whose Lease renews again before its kubelet has synced (nothing says yet that
-/// the force-deleted pods' containers are gone, while their replacements run elsewhere): recovery
-/// — the step that gives the node its storage back — and the taint removal wait until the kubelet
-/// reports Ready again.
+/// A node released after storage isolation, whose Lease renews again before its kubelet has
+/// synced (nothing says yet that the force-deleted pods' containers are gone, while their
+/// replacements run elsewhere): recovery — the step that gives the node its storage back — and the
+/// taint removal wait. Its kubelet Ready again without a reboot is no proof either (the pods were
+/// force-deleted, so none is left bound to it whatever still runs): they wait for a new bootID.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_waits_until_the_kubelet_is_back_not_just_the_lease() {
     let mut fx = Fixture::start("rem-held", ControlPlaneOptions::default(), &three_nodes()).await;
@@ -684,8 +695,33 @@ async fn recovery_waits_until_the_kubelet_is_back_not_just_the_lease() {
     assert_eq!(op["phase"]["name"], "recovering", "{op}");
     assert_eq!(op["recoveryHeld"], true, "{op}");
 
-    // The kubelet reports Ready again: recovery runs, then the taint goes.
-    resume_and_check_recovery(&fx, &node).await;
+    let held = fx.node_events(&node, "RecoveryHeld").await;
+    assert!(mentions(&held, "reboot the node"), "{held:?}");
+
+    // The kubelet reports Ready again, with the bootID of before: still held.
+    fx.standin(&node).resume();
+    let nodes: Api<Node> = Api::all(fx.client());
+    eventually("the kubelet's Ready=True back on the node", async || {
+        let n = nodes.get(&node).await.ok()?;
+        n.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    // Eight of remediate's 250 ms ticks with the kubelet Ready.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        fx.count("start", "recovery", &node),
+        0,
+        "recovery ran without a reboot: {:?}",
+        fx.calls()
+    );
+    assert!(fx.out_of_service(&node).await, "the taint stays");
+
+    // Rebooted (a new bootID): recovery runs, then the taint goes.
+    reboot_and_check_recovery(&fx, &node).await;
 }
 
 /// Also: remediate runs as the ServiceAccount of deploy/remediate, with exactly the shipped RBAC.
@@ -734,6 +770,15 @@ async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
     );
     fx.start_remediate_as("remediate-1", CONFIG, &kubeconfig)
         .await;
+    // The shipped policy is in force for remediate's own ServiceAccount, and remediate says so.
+    fx.remediate()
+        .wait_metric(
+            "the NodeFence status policy seen enforced",
+            "node_monitor_remediation_admission_policy",
+            &[("state", "enforced")],
+            |v| v == 1.0,
+        )
+        .await;
     create_statefulset(&fx.client(), "db", None).await;
     let (pod, old_uid, node) = fx.running_pod("db", None).await;
     assert_eq!(pod, "db-0");
@@ -754,7 +799,7 @@ async fn a_dead_statefulset_pod_is_replaced_after_fencing() {
     );
     let released = fx.node_events_soon(&node, "NodeReleased").await;
     assert!(mentions(&released, "1 pods deleted"), "{released:?}");
-    resume_and_check_recovery(&fx, &node).await;
+    reboot_and_check_recovery(&fx, &node).await;
     let log = fx.remediate().log();
     assert!(
         !log.to_lowercase().contains("forbidden"),
@@ -829,7 +874,7 @@ async fn a_statefulset_volume_moves_after_fencing() {
     let released = fx.node_events_soon(&node, "NodeReleased").await;
     assert!(mentions(&released, "1 volume attachments"), "{released:?}");
     attacher.abort();
-    resume_and_check_recovery(&fx, &node).await;
+    reboot_and_check_recovery(&fx, &node).await;
 }
 
 /// The attached VolumeAttachment of `pv` on `node`; `None` also while the API cannot say.
@@ -1249,7 +1294,7 @@ async fn fencing_resumes_after_a_controller_restart() {
             .await,
         1.0
     );
-    resume_and_check_recovery(&fx, &node).await;
+    reboot_and_check_recovery(&fx, &node).await;
 }
 
 /// The shipped alerts (deploy/remediate/prometheusrule.yaml) pass `promtool check rules` and

@@ -177,7 +177,7 @@ fn every_alert_has_a_severity_a_runbook_url_and_a_firing_case() {
         (
             "deploy/remediate/prometheusrule.yaml",
             "deploy/remediate/rules.test.yaml",
-            4,
+            5,
         ),
     ] {
         let rules_of = alerts_of(rules);

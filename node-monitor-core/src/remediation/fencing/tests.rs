@@ -80,6 +80,12 @@ fn back(mut c: OpContext) -> OpContext {
     c
 }
 
+/// The node's bootID changed since it was found dead.
+fn rebooted(mut c: OpContext) -> OpContext {
+    c.kubelet.rebooted = true;
+    c
+}
+
 #[test]
 fn isolation_success_releases_then_recovery_when_the_node_is_back() {
     let released = OpEvent::ReleaseDone {
@@ -106,9 +112,16 @@ fn isolation_success_releases_then_recovery_when_the_node_is_back() {
             "recovering",
             &["event:NodeBack"],
         ),
+        // Isolated, never powered off: back without a reboot is held.
         (
             OpEvent::Tick,
             back(ctx(120)),
+            "recovering",
+            &["event:RecoveryHeld"],
+        ),
+        (
+            OpEvent::Tick,
+            rebooted(back(ctx(121))),
             "recovering",
             &["run:recovery"],
         ),
@@ -352,49 +365,78 @@ fn release_failure_is_retried_after_the_backoff() {
 
 #[test]
 fn recovery_after_a_release_waits_until_the_kubelet_confirms_the_old_pods_gone() {
-    let mut op = new_op();
-    op.phase = Phase::Released;
-    op.confirmed_by = Some(Step::Isolation);
-    op.released_at = Some(0);
     let k = |rebooted, ready_again, old_pods| KubeletReturn {
         rebooted,
         ready_again,
         old_pods,
     };
-    // (what the node says once its Lease renews again, recovery runs?)
+    // (the step that confirmed the node, power management ran after it, what the node says once
+    // its Lease renews again, recovery runs?)
     let cases = [
-        // The Lease renews but the kubelet has not reported Ready since: hold.
-        (k(false, false, Some(0)), false),
+        // Powered off: the Lease renews but the kubelet has not reported Ready since: hold.
+        (
+            Step::PowerManagement,
+            false,
+            k(false, false, Some(0)),
+            false,
+        ),
         // Ready again but a pod of before the fence is still bound to it: hold.
-        (k(false, true, Some(1)), false),
+        (Step::PowerManagement, false, k(false, true, Some(1)), false),
         // Ready again, pods unknown (the list failed): hold.
-        (k(false, true, None), false),
+        (Step::PowerManagement, false, k(false, true, None), false),
         // Ready again and no pod of before is left: recover.
-        (k(false, true, Some(0)), true),
+        (Step::PowerManagement, false, k(false, true, Some(0)), true),
+        // Isolated, then powered off by the power management step: the same.
+        (Step::Isolation, true, k(false, true, Some(0)), true),
+        (Step::Isolation, true, k(false, false, Some(0)), false),
+        // Isolated only: the released pods were force-deleted, so none is left bound to the
+        // node whatever still runs on it; Ready and no pod left is no proof: hold until reboot.
+        (Step::Isolation, false, k(false, true, Some(0)), false),
+        (Step::Isolation, false, k(false, false, Some(0)), false),
         // Rebooted: nothing of before runs, whatever else.
-        (k(true, false, None), true),
-        (k(true, false, Some(3)), true),
+        (Step::Isolation, false, k(true, false, None), true),
+        (Step::PowerManagement, false, k(true, false, None), true),
+        (Step::Isolation, false, k(true, false, Some(3)), true),
     ];
-    for (kubelet, runs) in cases {
+    for (confirmed_by, power_cycled, kubelet, runs) in cases {
+        let mut op = new_op();
+        op.phase = Phase::Released;
+        op.confirmed_by = Some(confirmed_by);
+        op.power_cycled = power_cycled;
+        op.released_at = Some(0);
         let mut c = back(ctx(120));
         c.kubelet = kubelet;
         let t = advance(&op, &OpEvent::Tick, &c, &policy());
         assert_eq!(t.op.phase, Phase::Recovering { recovered: false });
         let t = advance(&t.op, &OpEvent::Tick, &c, &policy());
+        let case = format!("{confirmed_by:?} power_cycled={power_cycled} {kubelet:?}");
         assert_eq!(
             t.actions.contains(&OpAction::Run(Step::Recovery)),
             runs,
-            "{kubelet:?}: {:?}",
+            "{case}: {:?}",
             t.actions
         );
         if !runs {
-            assert_eq!(kinds(&t.actions), ["event:RecoveryHeld"], "{kubelet:?}");
+            assert_eq!(kinds(&t.actions), ["event:RecoveryHeld"], "{case}");
             assert!(t.op.recovery_held);
+            let isolated_only = confirmed_by == Step::Isolation && !power_cycled;
+            let OpAction::Notify(Notice { message, .. }) = &t.actions[0] else {
+                panic!("{case}: {:?}", t.actions)
+            };
+            assert_eq!(
+                message.contains("reboot the node"),
+                isolated_only,
+                "{case}: {message}"
+            );
             // Announced once; the taint is never removed while held.
             let again = advance(&t.op, &OpEvent::Tick, &c, &policy());
-            assert!(again.actions.is_empty(), "{kubelet:?}: {:?}", again.actions);
+            assert!(again.actions.is_empty(), "{case}: {:?}", again.actions);
         }
     }
+    let mut op = new_op();
+    op.phase = Phase::Released;
+    op.confirmed_by = Some(Step::Isolation);
+    op.released_at = Some(0);
     // Without recovery methods the taint removal waits the same way.
     let mut c = back(ctx(120));
     c.configured.recovery = false;
