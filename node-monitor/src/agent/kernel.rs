@@ -8,7 +8,7 @@ use tracing::{info, warn};
 
 use crate::{
     attribution::{Attribution, Attributor, CgroupPaths, PodDirectory, PodRef},
-    cluster::oom_events::{OomKill, OomNotice},
+    cluster::oom_events::{NodeKill, OomEvents, OomKill, OomNotice, tells_the_node},
     ebpf::{KernelEvent, ProbeConfig, Probes},
     http::Health,
     live::LiveView,
@@ -36,7 +36,7 @@ pub async fn start(
     wake: KernelSender,
     live: Arc<LiveView>,
     reboots: mpsc::Sender<RebootSeen>,
-    oom_events: Option<mpsc::Sender<OomNotice>>,
+    oom_events: Option<OomEvents>,
     fast_gasp: Option<crate::shutdown::gasp::FastStart>,
     stop: watch::Receiver<bool>,
 ) -> Option<Probes> {
@@ -159,7 +159,7 @@ struct Sinks {
     wake: KernelSender,
     reboots: mpsc::Sender<RebootSeen>,
     /// The `OOMKilling` Event writer ([`crate::cluster::oom_events`]).
-    oom_events: Option<mpsc::Sender<OomNotice>>,
+    oom_events: Option<OomEvents>,
 }
 
 async fn consume(
@@ -270,16 +270,38 @@ async fn consume(
     }
 }
 
-/// Hands an attributed OOM kill to the Event writer, with the pod from this node's own cache:
-/// a kill attributed to no pod of this node gets no Event.
+/// Hands an OOM kill to the Event writer: to its pod (from this node's own cache) when it is
+/// attributed to one of this node's pods, and to the Node when it is node-level or its victim is
+/// in no pod ([`tells_the_node`]). A kill attributed to a pod this node does not list gets no pod
+/// Event.
 fn notify_oom(
-    tx: &mpsc::Sender<OomNotice>,
+    sink: &OomEvents,
     o: &crate::ebpf::OomKillEvent,
     attribution: Option<&Attribution>,
     pods: &kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
     metrics: &Metrics,
 ) {
-    let Some(cg) = attribution.and_then(|a| a.pod.as_ref()) else {
+    let send = |notice| {
+        if sink.tx.try_send(notice).is_err() {
+            metrics.record_event_dropped(crate::cluster::oom_events::REASON);
+        }
+    };
+    let in_pod = attribution.and_then(|a| a.pod.as_ref());
+    if tells_the_node(o.global(), in_pod.is_some()) {
+        send(OomNotice::Node {
+            kill: NodeKill {
+                victim_pid: o.victim_pid,
+                victim_comm: o.victim_comm.clone(),
+                global: o.global(),
+                memory: o.memory,
+                uid: o.uid,
+                oom_score_adj: o.oom_score_adj,
+                cgroup: attribution.and_then(|a| a.cgroup_path.clone()),
+            },
+            node: sink.node.clone(),
+        });
+    }
+    let Some(cg) = in_pod else {
         return;
     };
     let Some(pod) = pods
@@ -290,7 +312,7 @@ fn notify_oom(
     else {
         return;
     };
-    let notice = OomNotice {
+    send(OomNotice::Pod {
         kill: OomKill {
             victim_pid: o.victim_pid,
             victim_comm: o.victim_comm.clone(),
@@ -299,11 +321,8 @@ fn notify_oom(
             pod_uid: cg.pod_uid.clone(),
             container_id: cg.container_id.clone(),
         },
-        pod,
-    };
-    if tx.try_send(notice).is_err() {
-        metrics.record_event_dropped(crate::cluster::oom_events::REASON);
-    }
+        pod: Box::new(pod),
+    });
 }
 
 /// An event as the node API's trace buffer keeps it: `node-monitor trace`'s JSON object, with the
@@ -442,10 +461,11 @@ mod tests {
         }
     }
 
-    /// A kill gets an `OOMKilling` notice only when its pod is in the agent's own cache (this
-    /// node's pods), and the notice carries that cached pod.
+    /// A memcg kill gets a pod `OOMKilling` notice only when its pod is in the agent's own cache
+    /// (this node's pods), with that cached pod; a victim in no pod, or with no cgroup known,
+    /// gets a Node notice; a node-level kill gets a Node notice, and the pod's too.
     #[test]
-    fn only_pods_of_this_nodes_cache_get_an_oom_event() {
+    fn pods_of_this_nodes_cache_and_the_node_get_oom_events() {
         let uid = "0f8e1a2b-3c4d-5e6f-7a8b-9c0d1e2f3a4b";
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web-0", "namespace": "apps", "uid": uid},
@@ -455,29 +475,62 @@ mod tests {
         let (reader, mut writer) = kube::runtime::reflector::store();
         writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod));
         let metrics = Metrics::new();
-        let (tx, mut rx) = mpsc::channel(4);
+        let (tx, mut rx) = mpsc::channel(8);
+        let sink = OomEvents {
+            tx,
+            node: "n1".to_owned(),
+        };
+        let mut next = || rx.try_recv().ok();
 
         let elsewhere = attributed("11111111-2222-3333-4444-555555555555");
         assert!(elsewhere.pod.is_some(), "a pod cgroup path");
-        notify_oom(&tx, &oom(1), Some(&elsewhere), &reader, &metrics);
-        notify_oom(&tx, &oom(1), None, &reader, &metrics);
-        let not_a_pod = Attribution {
-            cgroup_id: 1,
-            cgroup_path: Some("/system.slice/sshd.service".to_owned()),
-            pod: None,
-            pod_ref: None,
-        };
-        notify_oom(&tx, &oom(1), Some(&not_a_pod), &reader, &metrics);
-        assert!(
-            rx.try_recv().is_err(),
-            "no notice for a pod not in the cache"
-        );
+        notify_oom(&sink, &oom(1), Some(&elsewhere), &reader, &metrics);
+        assert!(next().is_none(), "no notice for a pod not in the cache");
 
-        notify_oom(&tx, &oom(1), Some(&attributed(uid)), &reader, &metrics);
-        let notice = rx.try_recv().expect("a notice for this node's pod");
-        assert_eq!(notice.kill.pod_uid, uid);
-        assert_eq!(notice.kill.container_id.as_deref(), Some("abc"));
-        assert_eq!(notice.kill.global, Some(false));
-        assert_eq!(notice.pod.metadata.name.as_deref(), Some("web-0"));
+        for attribution in [
+            None,
+            Some(Attribution {
+                cgroup_id: 1,
+                cgroup_path: Some("/system.slice/sshd.service".to_owned()),
+                pod: None,
+                pod_ref: None,
+            }),
+        ] {
+            notify_oom(&sink, &oom(1), attribution.as_ref(), &reader, &metrics);
+            match next() {
+                Some(OomNotice::Node { kill, node }) => {
+                    assert_eq!(node, "n1");
+                    assert_eq!(kill.victim_comm.as_deref(), Some("hog"));
+                    assert_eq!(
+                        kill.cgroup,
+                        attribution.as_ref().and_then(|a| a.cgroup_path.clone())
+                    );
+                }
+                other => panic!("a Node notice for a victim in no pod: {other:?}"),
+            }
+            assert!(next().is_none());
+        }
+
+        notify_oom(&sink, &oom(1), Some(&attributed(uid)), &reader, &metrics);
+        let Some(OomNotice::Pod { kill, pod }) = next() else {
+            panic!("a pod notice for this node's pod")
+        };
+        assert_eq!(kill.pod_uid, uid);
+        assert_eq!(kill.container_id.as_deref(), Some("abc"));
+        assert_eq!(kill.global, Some(false));
+        assert_eq!(pod.metadata.name.as_deref(), Some("web-0"));
+        assert!(next().is_none(), "a memcg kill in a pod: no Node notice");
+
+        let mut global = oom(1);
+        global.scope = node_monitor_common::logic::OomScope::Global;
+        notify_oom(&sink, &global, Some(&attributed(uid)), &reader, &metrics);
+        assert!(
+            matches!(next(), Some(OomNotice::Node { .. })),
+            "node-level: the Node's"
+        );
+        assert!(
+            matches!(next(), Some(OomNotice::Pod { .. })),
+            "and the pod's"
+        );
     }
 }

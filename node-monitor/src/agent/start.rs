@@ -142,7 +142,7 @@ pub(super) async fn start_probes(
                 .disable
                 .insert(crate::ebpf::prog::REBOOT_RAW.to_owned());
         }
-        // OOMKilling Events on the pods: one writer task, fed without waiting.
+        // OOMKilling Events on the pods and the Node: one writer task, fed without waiting.
         let (oom_tx, oom_rx) = tokio::sync::mpsc::channel(OOM_EVENT_QUEUE);
         tokio::spawn(crate::cluster::oom_events::run(
             client.clone(),
@@ -163,7 +163,10 @@ pub(super) async fn start_probes(
             wakeups.kernel_sender(),
             live.clone(),
             reboot_tx,
-            Some(oom_tx),
+            Some(crate::cluster::oom_events::OomEvents {
+                tx: oom_tx,
+                node: args.node_name.clone(),
+            }),
             fast_gasp,
             stop_rx.clone(),
         )

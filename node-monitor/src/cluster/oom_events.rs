@@ -24,6 +24,10 @@ use tracing::{debug, warn};
 use super::events::{EventRecord, Reporter, event_object, pod_ref};
 use crate::{ebpf::OomMemory, metrics::Metrics};
 
+pub mod node;
+
+pub use self::node::{NodeKill, NodeOomEvent, node_oom_event, tells_the_node};
+
 /// node-problem-detector's reason for a kernel OOM kill.
 pub const REASON: &str = "OOMKilling";
 /// Repeats within this window after the latest occurrence join the existing Event.
@@ -422,11 +426,38 @@ fn take(b: &mut Bucket) -> bool {
     }
 }
 
-/// An attributed OOM kill and the pod it names, from the agent's own pod cache.
+/// A kernel OOM kill to tell.
 #[derive(Debug, Clone)]
-pub struct OomNotice {
-    pub kill: OomKill,
-    pub pod: Pod,
+pub enum OomNotice {
+    /// A kill attributed to a pod, and that pod from the agent's own pod cache.
+    Pod { kill: OomKill, pod: Box<Pod> },
+    /// A kill the Node's Event tells ([`tells_the_node`]), on Node `node`.
+    Node { kill: NodeKill, node: String },
+}
+
+impl OomNotice {
+    /// The series the Event joins, and the Event; `None` when the pod is not the one the kill
+    /// names.
+    fn event(&self) -> Option<(SeriesKey, EventRecord)> {
+        match self {
+            OomNotice::Pod { kill, pod } => {
+                let ev = oom_event(kill, pod)?;
+                Some((ev.key(), ev.record()))
+            }
+            OomNotice::Node { kill, node } => {
+                let ev = node_oom_event(kill, node);
+                Some((ev.key(), ev.record()))
+            }
+        }
+    }
+}
+
+/// Where the kernel side hands OOM kills: the writer's queue, and this node's name (for the
+/// Node's own Events).
+#[derive(Debug, Clone)]
+pub struct OomEvents {
+    pub tx: mpsc::Sender<OomNotice>,
+    pub node: String,
 }
 
 /// Writes the `OOMKilling` Events of the notices until the channel closes.
@@ -439,16 +470,15 @@ pub async fn run(
 ) {
     let mut series = OomSeries::default();
     while let Some(n) = notices.recv().await {
-        let Some(ev) = oom_event(&n.kill, &n.pod) else {
+        let Some((key, ev)) = n.event() else {
             continue;
         };
         let now = Timestamp::now();
-        let key = ev.key();
         let api: Api<Event> = Api::namespaced(client.clone(), &ev.namespace);
         match series.observe(&key, now) {
             Write::Drop => {
                 metrics.record_event_dropped(REASON);
-                debug!(pod = %ev.pod_name, "OOMKilling Event dropped by the node's rate limit");
+                debug!(object = ?ev.involved.name, "OOMKilling Event dropped by the node's rate limit");
             }
             Write::Patch { name, count } => {
                 let patch = serde_json::json!({
@@ -492,7 +522,7 @@ pub async fn run(
 async fn create(
     api: &Api<Event>,
     reporter: &Reporter,
-    ev: &OomEvent,
+    ev: &EventRecord,
     count: i32,
     first: Timestamp,
     now: Timestamp,
@@ -515,12 +545,12 @@ async fn create(
 /// The Event object for a series of `count` occurrences from `first` to `now`.
 pub fn series_object(
     reporter: &Reporter,
-    ev: &OomEvent,
+    ev: &EventRecord,
     count: i32,
     first: Timestamp,
     now: Timestamp,
 ) -> Event {
-    let mut obj = event_object(reporter, &ev.record(), now);
+    let mut obj = event_object(reporter, ev, now);
     obj.count = Some(count);
     obj.first_timestamp = Some(Time(first));
     obj

@@ -597,6 +597,77 @@ async fn repeated_oom_kills_make_one_oomkilling_event_with_a_count() {
     flight_record_survives_a_restart(&cluster, &mut agent, config, &kill).await;
 }
 
+/// A process in no pod (a system daemon under its own memory limit) OOM-killed by the kernel:
+/// no pod carries an Event for it, so the agent writes node-problem-detector's `OOMKilling` on
+/// the Node, in `default`, in the kernel's wording.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oom_kill_outside_any_pod_is_an_oomkilling_event_on_the_node() {
+    let cluster = Cluster::start("e2e-oom-node", NODE_MEMORY)
+        .await
+        .expect("cluster");
+    let agent = Agent::start(
+        &cluster,
+        "evictionHard:\n  memory.available: 100Mi\n",
+        &["--no-mlock"],
+    )
+    .await
+    .expect("agent up");
+    // A daemon in a cgroup of its own with a 32 MiB limit, touching 256 MiB.
+    let mut cg = node_monitor_tests::cgroup::TestCgroups::new("e2e-oom-daemon");
+    cg.create("daemon").expect("daemon cgroup");
+    cg.set_memory_limit("daemon", 32 * MI).expect("limit");
+    let status = cg
+        .spawn_in(
+            "daemon",
+            std::process::Command::new(node_monitor_tests::e2e::binary("nm-memhog"))
+                .args(["anon", "256"])
+                .stdout(std::process::Stdio::null()),
+        )
+        .expect("spawn the daemon")
+        .wait()
+        .expect("wait for the daemon");
+    assert!(!status.success(), "the daemon was OOM-killed: {status:?}");
+    let node = cluster.node.clone();
+    let event = node_monitor_tests::wait::eventually(
+        "an OOMKilling Event on the Node",
+        Duration::from_secs(60),
+        async || {
+            cluster
+                .events(NS, &node, "OOMKilling")
+                .await
+                .expect("list events")
+                .into_iter()
+                .find(|e| {
+                    e.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("(nm-memhog)"))
+                })
+        },
+    )
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.involved_object.kind.as_deref(), Some("Node"));
+    assert_eq!(event.involved_object.name.as_deref(), Some(node.as_str()));
+    assert_eq!(event.reporting_component.as_deref(), Some("node-monitor"));
+    let message = event.message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with("Memory cgroup out of memory: Killed process ")
+            && message.contains(" (nm-memhog)"),
+        "{message}\n{}",
+        agent.log()
+    );
+    eprintln!("the Node's OOMKilling Event: {message}");
+    // node-problem-detector's pattern: the memory figures, when the probe read them.
+    if message.contains("total-vm:") {
+        assert!(
+            message.contains("kB, anon-rss:") && message.contains("kB, file-rss:"),
+            "{message}"
+        );
+    }
+    drop(agent);
+    cluster.stop().await.expect("stop");
+}
+
 /// The agent's flight records of the node's `/node-monitor/v1/flight`, newest first.
 async fn flight_records(
     cluster: &Cluster,

@@ -149,7 +149,7 @@ fn the_event_is_a_warning_on_the_pod_and_its_container() {
     };
     let first = Timestamp::from_second(1_700_000_000).expect("valid");
     let now = Timestamp::from_second(1_700_000_060).expect("valid");
-    let obj = series_object(&reporter, &ev, 3, first, now);
+    let obj = series_object(&reporter, &ev.record(), 3, first, now);
     assert_eq!(obj.type_.as_deref(), Some("Warning"));
     assert_eq!(obj.reason.as_deref(), Some("OOMKilling"));
     assert_eq!(obj.reporting_component.as_deref(), Some("node-monitor"));
