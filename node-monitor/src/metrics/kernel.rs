@@ -109,8 +109,8 @@ impl KernelMetrics {
         self.oom_kills
             .get_or_create(&OomLabels {
                 scope: scope.to_owned(),
-                namespace: ns,
-                pod: name,
+                pod_namespace: ns,
+                pod_name: name,
             })
             .inc();
     }
@@ -190,7 +190,7 @@ mod tests {
             "limit plus the _other series"
         );
         assert!(
-            text.contains("namespace=\"_other\",pod=\"_other\"} 50"),
+            text.contains("pod_namespace=\"_other\",pod_name=\"_other\"} 50"),
             "{text}"
         );
     }

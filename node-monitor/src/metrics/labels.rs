@@ -49,8 +49,12 @@ pub struct KindLabels {
 pub struct OomLabels {
     /// `global` (node-level OOM) or `pod` (a pod or container limit).
     pub scope: String,
-    pub namespace: String,
-    pub pod: String,
+    /// The killed pod's namespace (empty for a kill in no pod). Not `namespace`: a Prometheus
+    /// scraping through a ServiceMonitor gives every series the agent pod's own `namespace` and
+    /// `pod` target labels, which would hide these.
+    pub pod_namespace: String,
+    /// The killed pod's name (its UID when its name is not known; empty for a kill in no pod).
+    pub pod_name: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

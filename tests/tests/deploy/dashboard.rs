@@ -21,6 +21,9 @@ use node_monitor_tests::{
 const EXTERNAL: [&str; 2] = ["up", "kubelet_evictions"];
 /// The `cluster` label the test's Prometheus gives its targets.
 const CLUSTER: &str = "test-cluster";
+/// The target labels a ServiceMonitor gives the agent's series: its own pod's.
+const AGENT_NS: &str = "node-monitor";
+const AGENT_POD: &str = "node-monitor-x7k2p";
 
 struct Prometheus(Child);
 
@@ -280,13 +283,14 @@ async fn every_panel_returns_data_from_a_real_prometheus() {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = free_port().expect("port");
     let config = dir.path().join("prometheus.yml");
-    // The labels a ServiceMonitor's relabeling gives (`node`) and a multi-cluster setup adds
-    // (`cluster`); the kubelet's job as the prometheus-operator scrapes it.
+    // The labels a ServiceMonitor gives its targets (the agent pod's `namespace` and `pod`, the
+    // shipped relabeling's `node`) and a multi-cluster setup adds (`cluster`); the kubelet's job
+    // as the prometheus-operator scrapes it.
     std::fs::write(
         &config,
         format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n\
-             - job_name: node-monitor\n  static_configs:\n  - targets: ['127.0.0.1:{}']\n    labels:\n      node: {node}\n      cluster: {CLUSTER}\n\
+             - job_name: node-monitor\n  static_configs:\n  - targets: ['127.0.0.1:{}']\n    labels:\n      node: {node}\n      cluster: {CLUSTER}\n      namespace: {AGENT_NS}\n      pod: {AGENT_POD}\n\
              - job_name: kubelet\n  static_configs:\n  - targets: ['127.0.0.1:{kubelet_port}']\n    labels:\n      node: {node}\n      cluster: {CLUSTER}\n",
             agent.metrics_port,
             node = cluster.node
@@ -384,6 +388,29 @@ async fn every_panel_returns_data_from_a_real_prometheus() {
         empty.is_empty(),
         "panel queries without data:\n{}",
         empty.join("\n")
+    );
+    // The OOM kills table names the killed pod, not the agent's own pod that the target labels
+    // name.
+    let (_, oom_expr) = panel_queries(&dashboard())
+        .into_iter()
+        .find(|(title, _)| title.starts_with("OOM kills by pod"))
+        .expect("the OOM kills panel");
+    let q = substitute(&oom_expr, CLUSTER, &node);
+    let body = http_get(port, &format!("/api/v1/query?query={}", encode(&q)))
+        .await
+        .expect("query");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("prometheus JSON");
+    let rows = v["data"]["result"].as_array().cloned().unwrap_or_default();
+    assert!(
+        rows.iter()
+            .any(|r| r["metric"]["pod_namespace"] == "default"
+                && r["metric"]["pod_name"] == "capped"
+                && r["metric"]["scope"] == "pod"),
+        "the killed pod default/capped: {body}"
+    );
+    assert!(
+        rows.iter().all(|r| r["metric"]["pod_name"] != AGENT_POD),
+        "{body}"
     );
     // Another cluster's selection shows nothing of this one.
     let other = substitute(&panel_queries(&dashboard())[4].1, "another-cluster", &node);

@@ -583,7 +583,11 @@ async fn oom_attribution_on_containerds_paths(
     let mut metrics = String::new();
     for _ in 0..60 {
         metrics = scrape(node, agent_ip, "metrics-oom.txt").await;
-        let labels = [("scope", "pod"), ("namespace", NS), ("pod", "oom-victim")];
+        let labels = [
+            ("scope", "pod"),
+            ("pod_namespace", NS),
+            ("pod_name", "oom-victim"),
+        ];
         if metrics::sum(&metrics, "node_monitor_oom_kills_total", &labels) >= 1.0 {
             break;
         }
@@ -593,7 +597,11 @@ async fn oom_attribution_on_containerds_paths(
         metrics::sum(
             &metrics,
             "node_monitor_oom_kills_total",
-            &[("scope", "pod"), ("namespace", NS), ("pod", "oom-victim")]
+            &[
+                ("scope", "pod"),
+                ("pod_namespace", NS),
+                ("pod_name", "oom-victim")
+            ]
         ) >= 1.0,
         "the agent's metrics count the OOM kill for default/oom-victim:\n{}",
         metrics

@@ -569,7 +569,11 @@ fn assert_the_oom_kill_attributed(
         metrics::sum(
             m,
             "node_monitor_oom_kills_total",
-            &[("scope", "pod"), ("namespace", NS), ("pod", "oom-victim")]
+            &[
+                ("scope", "pod"),
+                ("pod_namespace", NS),
+                ("pod_name", "oom-victim")
+            ]
         ),
         1.0,
         "the OOM kill attributed to default/oom-victim\n{m}\n{report}"
