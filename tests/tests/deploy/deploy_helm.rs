@@ -224,6 +224,7 @@ fn toggles_change_what_they_name() {
     for (kind, name) in [
         ("Namespace", "node-monitor"),
         ("ServiceMonitor", "node-monitor"),
+        ("ServiceMonitor", "node-monitor-remediate"),
         ("PrometheusRule", "node-monitor"),
         ("PrometheusRule", "node-monitor-remediate"),
         ("ConfigMap", "node-monitor-dashboard"),

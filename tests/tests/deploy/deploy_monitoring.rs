@@ -11,11 +11,12 @@ use node_monitor_tests::{
 use serde_json::{Value, json};
 
 /// The shipped monitoring manifests: the agent's ServiceMonitor and PrometheusRule, and
-/// remediate's PrometheusRule.
-const MONITORING: [&str; 3] = [
+/// remediate's PrometheusRule and ServiceMonitor.
+const MONITORING: [&str; 4] = [
     "kustomize/base/servicemonitor.yaml",
     "prometheus/node-monitor-rules.yaml",
     "remediate/prometheusrule.yaml",
+    "remediate/servicemonitor.yaml",
 ];
 
 fn objects(rel: &str) -> Vec<Manifest> {
@@ -99,16 +100,30 @@ async fn servicemonitor_and_prometheusrules_apply_server_side() {
     }
 
     // What the API server stored is what was shipped: nothing pruned by the schema.
-    let sm = stored(&client, "ServiceMonitor", "node-monitor", "node-monitor").await;
-    let shipped = &objects(MONITORING[0])[0].object;
+    for (rel, name) in [
+        (MONITORING[0], "node-monitor"),
+        (MONITORING[3], "node-monitor-remediate"),
+    ] {
+        let sm = stored(&client, "ServiceMonitor", "node-monitor", name).await;
+        let shipped = &objects(rel)[0].object;
+        assert_eq!(
+            missing(&shipped["spec"], &sm.data["spec"], "spec"),
+            Vec::<String>::new(),
+            "{rel}"
+        );
+        assert_eq!(sm.data["spec"]["endpoints"][0]["port"], "metrics", "{rel}");
+    }
+    // remediate's selects its Service, whose port it names.
+    let service = &objects("remediate/service.yaml")[0].object;
+    let sm = &objects(MONITORING[3])[0].object;
     assert_eq!(
-        missing(&shipped["spec"], &sm.data["spec"], "spec"),
-        Vec::<String>::new()
+        sm["spec"]["selector"]["matchLabels"],
+        service["metadata"]["labels"]
     );
-    assert_eq!(sm.data["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(service["spec"]["ports"][0]["name"], "metrics");
     for (rel, name, count) in [
         (MONITORING[1], "node-monitor", 14),
-        (MONITORING[2], "node-monitor-remediate", 4),
+        (MONITORING[2], "node-monitor-remediate", 5),
     ] {
         let rule = stored(&client, "PrometheusRule", "node-monitor", name).await;
         let shipped = &objects(rel)[0].object;
@@ -131,6 +146,7 @@ async fn servicemonitor_and_prometheusrules_apply_server_side() {
             .into_iter()
             .flatten()
             .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+            .filter(|r| r.get("alert").is_some())
         {
             assert!(
                 rule["labels"]["severity"].is_string()
