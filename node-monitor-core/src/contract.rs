@@ -56,6 +56,9 @@ pub struct StatusAnswer {
     pub warnings: Vec<String>,
     /// The guarantees the node gives (docs/guarantees.md), as the node annotation shows them.
     pub guarantees: Value,
+    /// The agent's version and commit (`0.1.0 (commit 1a2b3c4d5e6f)`); empty from an agent older
+    /// than the field.
+    pub agent_version: String,
 }
 
 /// One threshold in a [`StatusAnswer`].

@@ -17,6 +17,7 @@ pub const DEFAULT_PORT: u16 = 9101;
 pub enum Output {
     Text,
     Json,
+    Yaml,
     Columns,
 }
 
@@ -27,10 +28,25 @@ impl std::str::FromStr for Output {
         match s {
             "text" => Ok(Self::Text),
             "json" => Ok(Self::Json),
+            "yaml" => Ok(Self::Yaml),
             "columns" | "wide" => Ok(Self::Columns),
-            other => Err(format!("output {other:?}: expected text, json or columns")),
+            other => Err(format!(
+                "output {other:?}: expected text, json, yaml or columns"
+            )),
         }
     }
+}
+
+/// `value` as JSON (pretty) or YAML, for the structured outputs; `None` for the others.
+pub fn structured<T: serde::Serialize + ?Sized>(
+    output: Output,
+    value: &T,
+) -> anyhow::Result<Option<String>> {
+    Ok(match output {
+        Output::Json => Some(serde_json::to_string_pretty(value)?),
+        Output::Yaml => Some(serde_norway::to_string(value)?.trim_end().to_owned()),
+        Output::Text | Output::Columns => None,
+    })
 }
 
 /// Which kernel events `trace` shows; every filter given must match.
@@ -476,6 +492,17 @@ pub fn trace_output(events: &[Value], output: Output) -> String {
             .map(Value::to_string)
             .collect::<Vec<_>>()
             .join("\n"),
+        // One YAML document per event, as JSON has one line per event.
+        Output::Yaml => events
+            .iter()
+            .map(|e| {
+                format!(
+                    "---\n{}",
+                    serde_norway::to_string(e).unwrap_or_default().trim_end()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
         Output::Text => events
             .iter()
             .map(|e| {
@@ -549,6 +576,38 @@ fn columns<const N: usize>(rows: &[[String; N]]) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// One agent's answer to `version`: its node, and its version (`None`: it could not be asked, or
+/// it is older than the field).
+pub type AgentVersion = (String, Option<String>);
+
+/// `kubectl node-monitor version`: the plugin's version, each agent's, and whether they skew (an
+/// agent whose release differs from the plugin's, or agents of more than one release). The
+/// release is an answer's first word (`0.1.0` of `0.1.0 (commit …)`). Pure.
+pub fn version_report(plugin: &str, agents: &[AgentVersion]) -> (String, bool) {
+    let release = |v: &str| v.split_whitespace().next().unwrap_or("").to_owned();
+    let mut lines = vec![format!("plugin {plugin}")];
+    let mut releases = std::collections::BTreeSet::new();
+    for (node, version) in agents {
+        match version {
+            Some(v) => {
+                releases.insert(release(v));
+                lines.push(format!("node {node}: agent {v}"));
+            }
+            None => lines.push(format!("node {node}: agent version unknown")),
+        }
+    }
+    let mismatched: Vec<&String> = releases.iter().filter(|r| **r != release(plugin)).collect();
+    let skew = releases.len() > 1 || !mismatched.is_empty();
+    if skew {
+        lines.push(format!(
+            "skew: agents run {} against the plugin's {}",
+            releases.iter().cloned().collect::<Vec<_>>().join(", "),
+            release(plugin)
+        ));
+    }
+    (lines.join("\n"), skew)
 }
 
 #[cfg(test)]

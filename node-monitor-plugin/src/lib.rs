@@ -105,12 +105,31 @@ pub enum Command {
     /// The OOM flight records of a node: the trajectory of the seconds before each OOM kill and
     /// eviction, as text, JSON or an SVG timeline.
     Flight(FlightArgs),
+    /// The plugin's version and every agent's; exits 1 when they skew.
+    Version(VersionArgs),
+    /// Print the shell completion script for `shell` (bash, zsh, fish, elvish, powershell).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    Man,
 }
+
+#[derive(Debug, clap::Args)]
+pub struct VersionArgs {
+    /// Only the plugin's own version (the agents are not asked).
+    #[arg(long)]
+    pub client: bool,
+}
+
+/// This plugin's version and commit.
+pub const PLUGIN_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 #[derive(Debug, clap::Args)]
 pub struct FlightArgs {
     pub node: String,
-    /// `text` or `json` (the agent's answer).
+    /// `text`, `json` or `yaml` (the agent's answer).
     #[arg(short, long, default_value = "text", value_parser = parse_output)]
     pub output: Output,
     /// Also write the SVG timeline of the record (default: the newest) to this file.
@@ -129,7 +148,7 @@ pub struct StatusArgs {
     /// agents are not asked).
     #[arg(long, conflicts_with = "node")]
     pub fleet: bool,
-    /// `text` or `json`.
+    /// `text`, `json` or `yaml`.
     #[arg(short, long, default_value = "text", value_parser = parse_output)]
     pub output: Output,
 }
@@ -137,7 +156,7 @@ pub struct StatusArgs {
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
     pub node: String,
-    /// `json` (as `node-monitor explain` prints it) or `text`.
+    /// `json` (as `node-monitor explain` prints it), `yaml` or `text`.
     #[arg(short, long, default_value = "json", value_parser = parse_output)]
     pub output: Output,
 }
@@ -146,7 +165,7 @@ pub struct ExplainArgs {
 pub struct TraceArgs {
     #[command(flatten)]
     pub filter: TraceFilter,
-    /// `text`, `json` (one object per line) or `columns`.
+    /// `text`, `json` (one object per line), `yaml` (one document per event) or `columns`.
     #[arg(short, long, default_value = "text", value_parser = parse_output)]
     pub output: Output,
     /// Keep asking the agents for new events (every 2 s) until interrupted.
@@ -160,13 +179,62 @@ fn parse_output(s: &str) -> Result<Output, String> {
 
 /// Runs the plugin.
 pub async fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
+    // What needs no cluster.
+    match &cli.command {
+        Command::Completion { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(
+                *shell,
+                &mut cmd,
+                "kubectl-node_monitor",
+                &mut std::io::stdout(),
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Man => {
+            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+                .render(&mut std::io::stdout())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Version(VersionArgs { client: true }) => {
+            node_monitor_base::io::print_line(&format!("plugin {PLUGIN_VERSION}"))?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
     let agents = Agents::connect(&cli.conn).await?;
     match &cli.command {
+        Command::Version(_) => version(&agents).await,
+        Command::Completion { .. } | Command::Man => Ok(ExitCode::SUCCESS),
         Command::Status(a) => status(&agents, a).await,
         Command::Explain(a) => explain(&agents, a).await,
         Command::Trace(a) => trace(&agents, a).await,
         Command::Flight(a) => flight(&agents, a).await,
     }
+}
+
+/// Every agent's version from its status answer, against the plugin's.
+async fn version(agents: &Agents) -> anyhow::Result<ExitCode> {
+    let mut versions = Vec::new();
+    for pod in &agents.pods(None).await? {
+        let v = match agents.get(pod, STATUS_PATH).await {
+            Ok(answer) => {
+                Some(format::read_status(&answer).agent_version).filter(|v| !v.is_empty())
+            }
+            Err(e) => {
+                eprintln!("kubectl-node_monitor: {e:#}");
+                None
+            }
+        };
+        versions.push((pod.node.clone(), v));
+    }
+    let (text, skew) = format::version_report(PLUGIN_VERSION, &versions);
+    node_monitor_base::io::print_line(&text)?;
+    Ok(if skew {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 async fn flight(agents: &Agents, args: &FlightArgs) -> anyhow::Result<ExitCode> {
@@ -191,7 +259,7 @@ pub fn flight_output(
 ) -> anyhow::Result<(String, Option<String>)> {
     let records = node_monitor_base::flight_view::records_of(answer)?;
     let text = match args.output {
-        Output::Json => serde_json::to_string_pretty(answer)?,
+        Output::Json | Output::Yaml => format::structured(args.output, answer)?.unwrap_or_default(),
         _ if records.is_empty() => format!("{node}: no OOM kill or eviction recorded"),
         _ => records
             .iter()
@@ -220,14 +288,16 @@ async fn status(agents: &Agents, args: &StatusArgs) -> anyhow::Result<ExitCode> 
     if args.fleet {
         let nodes = fleet::annotations(&agents.client).await?;
         let text = match args.output {
-            Output::Json => serde_json::to_string_pretty(&fleet::json(&nodes))?,
+            Output::Json | Output::Yaml => {
+                format::structured(args.output, &fleet::json(&nodes))?.unwrap_or_default()
+            }
             _ => fleet::text(&nodes),
         };
         node_monitor_base::io::print_line(&text)?;
         return Ok(ExitCode::SUCCESS);
     }
     // Every node: the fleet's summary first, when the nodes can be listed.
-    if args.node.is_none() && !matches!(args.output, Output::Json) {
+    if args.node.is_none() && !matches!(args.output, Output::Json | Output::Yaml) {
         match fleet::annotations(&agents.client).await {
             Ok(nodes) => node_monitor_base::io::print_line(&fleet::text(&nodes))?,
             Err(e) => eprintln!(
@@ -249,10 +319,13 @@ async fn status(agents: &Agents, args: &StatusArgs) -> anyhow::Result<ExitCode> 
         }
     }
     let text = match args.output {
-        Output::Json if args.node.is_some() => {
-            serde_json::to_string_pretty(answers.first().unwrap_or(&Value::Null))?
+        Output::Json | Output::Yaml if args.node.is_some() => {
+            format::structured(args.output, answers.first().unwrap_or(&Value::Null))?
+                .unwrap_or_default()
         }
-        Output::Json => serde_json::to_string_pretty(&answers)?,
+        Output::Json | Output::Yaml => {
+            format::structured(args.output, &answers)?.unwrap_or_default()
+        }
         _ => answers
             .iter()
             .map(|a| format::status_text(&format::read_status(a)))
@@ -275,7 +348,9 @@ async fn explain(agents: &Agents, args: &ExplainArgs) -> anyhow::Result<ExitCode
     let answer = agents.get(pod, EXPLAIN_PATH).await?;
     let text = match args.output {
         Output::Text | Output::Columns => format::explain_text(&answer),
-        Output::Json => serde_json::to_string_pretty(&answer)?,
+        Output::Json | Output::Yaml => {
+            format::structured(args.output, &answer)?.unwrap_or_default()
+        }
     };
     node_monitor_base::io::print_line(&text)?;
     Ok(ExitCode::SUCCESS)

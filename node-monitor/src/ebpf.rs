@@ -20,7 +20,7 @@ pub use event::{
 };
 pub use loader::{
     Counters, MemPushControl, MemPushWakes, ProbeError, Probes, ProgramStatus, PushAttachment,
-    PushSwitch, RunStats,
+    PushSwitch, RunStats, object_sha256,
 };
 pub use node_monitor_common::logic::MemPushWake;
 pub use node_monitor_common::{

@@ -24,6 +24,13 @@ use node_monitor_core::{
 
 /// Recent evictions kept for `status`.
 pub const EVICTIONS_KEPT: usize = 32;
+/// This agent's version and commit, as its status answer reports them.
+pub const AGENT_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("NODE_MONITOR_COMMIT"),
+    ")"
+);
 /// Recent kernel events kept for `trace`.
 pub const TRACE_EVENTS_KEPT: usize = 1024;
 /// The most events one `trace` answer carries (the contract).
@@ -479,6 +486,7 @@ impl LiveView {
             recent_evictions: evictions.iter().rev().map(eviction_entry).collect(),
             warnings,
             guarantees: node_monitor_core::guarantees::to_json(&self.guarantees.assessment()),
+            agent_version: AGENT_VERSION.to_owned(),
         }
     }
 

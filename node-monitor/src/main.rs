@@ -1,6 +1,6 @@
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use node_monitor::{agent, cli, telemetry, trace};
 
 /// eBPF-assisted Kubernetes node agent: kubelet-compatible node-pressure eviction, graceful
@@ -26,12 +26,50 @@ enum Command {
     /// Remove every node-monitor mark (taints, conditions, annotations, its own cordon) from a
     /// node whose agent is gone; for uninstalling.
     Cleanup(cli::cleanup::Args),
+    /// Print the shell completion script for `shell` (bash, zsh, fish, elvish, powershell).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff: `node-monitor man | man -l -`).
+    Man,
+}
+
+/// `--version`: the version, the commit and its date (never the build's time: two builds of one
+/// commit are the same binary), and the embedded eBPF object's SHA-256.
+fn long_version() -> String {
+    format!(
+        "{} (commit {}, source date {}, eBPF object sha256 {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("NODE_MONITOR_COMMIT"),
+        env!("NODE_MONITOR_SOURCE_DATE"),
+        node_monitor::ebpf::object_sha256()
+    )
+}
+
+/// The command as clap sees it, with the long version.
+fn command() -> clap::Command {
+    // Once per process: clap keeps the version for the command's life.
+    Cli::command().long_version(&*Box::leak(long_version().into_boxed_str()))
 }
 
 fn main() -> ExitCode {
     telemetry::init();
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     let result = match &cli.command {
+        Command::Completion { shell } => {
+            clap_complete::generate(
+                *shell,
+                &mut command(),
+                "node-monitor",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => clap_mangen::Man::new(command())
+            .render(&mut std::io::stdout())
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(anyhow::Error::from),
         Command::CheckConfig(args) => cli::check_config::run(args),
         Command::Explain(args) => cli::explain::run(args),
         Command::Run(args) => runtime().and_then(|rt| rt.block_on(agent::run(args))),

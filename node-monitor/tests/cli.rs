@@ -863,3 +863,61 @@ fn flags_out_of_bounds_are_refused_by_name() {
         }
     }
 }
+
+/// `--version`: the version, the commit and its date, and the embedded eBPF object's SHA-256;
+/// `-V` the version alone.
+#[test]
+fn version_names_the_commit_and_the_ebpf_object() {
+    let out = node_monitor(&["--version"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let want = format!("node-monitor {} (commit ", env!("CARGO_PKG_VERSION"));
+    assert!(text.starts_with(&want), "{text}");
+    let hash = text
+        .split("eBPF object sha256 ")
+        .nth(1)
+        .and_then(|r| r.strip_suffix(")\n"))
+        .unwrap_or_else(|| panic!("no object hash: {text}"));
+    assert_eq!(hash.len(), 64, "{text}");
+    assert!(hash.chars().all(|c| c.is_ascii_hexdigit()), "{text}");
+    assert!(text.contains(", source date "), "{text}");
+    // Built from a git checkout (CI's clone too): the commit is known.
+    if std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.git")).exists() {
+        assert!(!text.contains("(commit unknown"), "{text}");
+    }
+    let short = node_monitor(&["-V"]);
+    assert_eq!(
+        String::from_utf8_lossy(&short.stdout),
+        format!("node-monitor {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+/// Shell completions and the man page come from the same definitions as the parser: every
+/// subcommand is in them.
+#[test]
+fn completions_and_the_man_page_name_every_command() {
+    let commands = ["run", "trace", "check-config", "explain", "cleanup"];
+    for shell in ["bash", "zsh", "fish"] {
+        let out = node_monitor(&["completion", shell]);
+        assert!(out.status.success(), "{shell}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        for c in commands {
+            assert!(text.contains(c), "{shell}: no {c}");
+        }
+        assert!(text.contains("kubelet-root"), "{shell}: run's flags");
+    }
+    let bad = node_monitor(&["completion", "cmd.exe"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("cmd.exe"),
+        "the refusal names the value"
+    );
+    let man = node_monitor(&["man"]);
+    assert!(man.status.success());
+    // roff writes a hyphen as `\-`.
+    let text = String::from_utf8_lossy(&man.stdout).replace("\\-", "-");
+    assert!(text.contains(".TH node-monitor"), "{text}");
+    for c in commands {
+        assert!(text.contains(c), "man: no {c}");
+    }
+}

@@ -48,6 +48,15 @@ pub use switch::{PushAttachment, PushSwitch};
 /// The programs, built by node-monitor/build.rs (aya-build) from node-monitor-ebpf.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/node-monitor"));
 
+/// The embedded eBPF object's SHA-256, in hex: which programs this binary loads.
+pub fn object_sha256() -> String {
+    ring::digest::digest(&ring::digest::SHA256, OBJECT)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// One program's status, for logs, metrics and `/readyz`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ProgramStatus {

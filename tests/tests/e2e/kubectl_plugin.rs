@@ -406,6 +406,28 @@ async fn viewers_read_the_status(cluster: &Cluster, agent: &Agent, port: u16, vi
     assert!(all.status.success(), "{}", text(&all.stderr));
     let all: Value = serde_json::from_slice(&all.stdout).expect("status JSON");
     assert_eq!(all[0]["node"], NODE, "{all}");
+    // The same answer as YAML, and the agent's version in it.
+    let yaml = plugin(viewer_kc, &["status", "-o", "yaml"]);
+    assert!(yaml.status.success(), "{}", text(&yaml.stderr));
+    let as_yaml: Value = serde_norway::from_slice(&yaml.stdout).expect("status YAML");
+    assert_eq!(as_yaml[0]["node"], all[0]["node"], "{as_yaml}");
+    let agent_version = all[0]["agent_version"].as_str().unwrap_or_default();
+    assert!(
+        agent_version.starts_with(&format!("{} (commit ", env!("CARGO_PKG_VERSION"))),
+        "{all}"
+    );
+    // `version`: the plugin's and the agent's, the same release: no skew.
+    let versions = plugin(viewer_kc, &["version"]);
+    let shown = text(&versions.stdout);
+    assert!(
+        versions.status.success(),
+        "{shown}{}",
+        text(&versions.stderr)
+    );
+    assert!(
+        shown.contains(&format!("node {NODE}: agent {agent_version}")) && !shown.contains("skew"),
+        "{shown}"
+    );
     assert_eq!(all[0]["thresholds"][0]["met"], true, "{all}");
     // What holds on the node: in the agent's answer, and published on the Node (the agent's
     // first publication is 15 s after its start), which the fleet summary reads.
