@@ -578,37 +578,5 @@ fn columns<const N: usize>(rows: &[[String; N]]) -> String {
         .join("\n")
 }
 
-/// One agent's answer to `version`: its node, and its version (`None`: it could not be asked, or
-/// it is older than the field).
-pub type AgentVersion = (String, Option<String>);
-
-/// `kubectl node-monitor version`: the plugin's version, each agent's, and whether they skew (an
-/// agent whose release differs from the plugin's, or agents of more than one release). The
-/// release is an answer's first word (`0.1.0` of `0.1.0 (commit …)`). Pure.
-pub fn version_report(plugin: &str, agents: &[AgentVersion]) -> (String, bool) {
-    let release = |v: &str| v.split_whitespace().next().unwrap_or("").to_owned();
-    let mut lines = vec![format!("plugin {plugin}")];
-    let mut releases = std::collections::BTreeSet::new();
-    for (node, version) in agents {
-        match version {
-            Some(v) => {
-                releases.insert(release(v));
-                lines.push(format!("node {node}: agent {v}"));
-            }
-            None => lines.push(format!("node {node}: agent version unknown")),
-        }
-    }
-    let mismatched: Vec<&String> = releases.iter().filter(|r| **r != release(plugin)).collect();
-    let skew = releases.len() > 1 || !mismatched.is_empty();
-    if skew {
-        lines.push(format!(
-            "skew: agents run {} against the plugin's {}",
-            releases.iter().cloned().collect::<Vec<_>>().join(", "),
-            release(plugin)
-        ));
-    }
-    (lines.join("\n"), skew)
-}
-
 #[cfg(test)]
 mod tests;

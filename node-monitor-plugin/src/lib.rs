@@ -21,6 +21,7 @@ use node_monitor_core::contract::{
 pub mod credential;
 pub mod fleet;
 pub mod format;
+pub mod version;
 
 use format::{Output, TraceFilter};
 
@@ -228,7 +229,7 @@ async fn version(agents: &Agents) -> anyhow::Result<ExitCode> {
         };
         versions.push((pod.node.clone(), v));
     }
-    let (text, skew) = format::version_report(PLUGIN_VERSION, &versions);
+    let (text, skew) = version::version_report(PLUGIN_VERSION, &versions);
     node_monitor_base::io::print_line(&text)?;
     Ok(if skew {
         ExitCode::FAILURE

@@ -272,45 +272,6 @@ async fn an_empty_token_is_refused_naming_the_flag() {
     assert!(e.to_string().contains("--token: the token is empty"), "{e}");
 }
 
-/// `version`: the plugin's and each agent's, and a skew when an agent's release differs from the
-/// plugin's or the agents run more than one.
-#[test]
-fn version_report_flags_a_skew() {
-    let a = |node: &str, v: Option<&str>| (node.to_owned(), v.map(str::to_owned));
-    let cases = [
-        (
-            vec![
-                a("n1", Some("0.1.0 (commit abc)")),
-                a("n2", Some("0.1.0 (commit def)")),
-            ],
-            false,
-        ),
-        (
-            vec![
-                a("n1", Some("0.1.0 (commit abc)")),
-                a("n2", Some("0.2.0 (commit def)")),
-            ],
-            true,
-        ),
-        (vec![a("n1", Some("0.2.0 (commit abc)"))], true),
-        // An agent that cannot tell is reported, not a skew.
-        (
-            vec![a("n1", Some("0.1.0 (commit abc)")), a("n2", None)],
-            false,
-        ),
-        (vec![], false),
-    ];
-    for (agents, skew) in cases {
-        let (text, got) = version_report("0.1.0", &agents);
-        assert_eq!(got, skew, "{agents:?}: {text}");
-        assert!(text.starts_with("plugin 0.1.0"), "{text}");
-        for (node, _) in &agents {
-            assert!(text.contains(&format!("node {node}: agent ")), "{text}");
-        }
-        assert_eq!(text.contains("skew: "), skew, "{text}");
-    }
-}
-
 /// `-o yaml`: the same values as `-o json`, as YAML; trace events one document each.
 #[test]
 fn yaml_output_carries_what_json_carries() {
