@@ -437,6 +437,9 @@ fn schema_refuses_unknown_choices() {
             "hostPaths.kubeletConfig[0].path=relative",
             "/hostPaths/kubeletConfig/0/path",
         ),
+        ("logLevel=debug;rm", "/logLevel"),
+        ("podLabels.app\\.kubernetes\\.io/name=other", "/podLabels"),
+        ("extraVolumeMounts[0].name=x", "/extraVolumeMounts/0"),
     ] {
         let e = helm::template(&[set]).expect_err(set);
         let shown = error_chain(&e);
@@ -832,6 +835,78 @@ fn distribution_presets_mount_their_layouts() {
             "node-monitor-critical-pods"
         )
         .is_none()
+    );
+}
+
+/// The values operators set on any DaemonSet reach the agent's pods: its log filter, pod labels
+/// (not the selector), affinity, extra volumes and their mounts; an umbrella chart's `global`
+/// is accepted; and none of them renders anything at its default.
+#[test]
+fn operator_values_reach_the_agents_pods() {
+    let default = template(&[]);
+    let set = template(&[
+        "logLevel=info\\,node_monitor::agent=debug",
+        "podLabels.team=sre",
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+        "extraVolumes[0].name=extra",
+        "extraVolumes[0].hostPath.path=/opt/extra",
+        "extraVolumeMounts[0].name=extra",
+        "extraVolumeMounts[0].mountPath=/opt/extra",
+        "extraVolumeMounts[0].readOnly=true",
+        "global.imageRegistry=registry.example",
+    ]);
+    let ds = daemonset(&set);
+    let pod = &ds["spec"]["template"];
+    assert_eq!(pod["metadata"]["labels"]["team"], "sre");
+    assert_eq!(
+        ds["spec"]["selector"]["matchLabels"],
+        json!({"app.kubernetes.io/name": "node-monitor"}),
+        "the selector stays the chart's"
+    );
+    assert_eq!(
+        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            [0]["matchExpressions"][0]["key"],
+        "pool"
+    );
+    let env = container(&set)["env"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        env.iter()
+            .any(|e| e["name"] == "RUST_LOG" && e["value"] == "info,node_monitor::agent=debug"),
+        "{env:?}"
+    );
+    assert!(
+        pod["spec"]["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .any(|v| v["name"] == "extra" && v["hostPath"]["path"] == "/opt/extra")
+    );
+    assert!(
+        container(&set)["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .any(|m| m["name"] == "extra"
+                && m["mountPath"] == "/opt/extra"
+                && m["readOnly"] == true)
+    );
+    // At their defaults: nothing of them.
+    let pod = &daemonset(&default)["spec"]["template"];
+    assert!(pod["spec"].get("affinity").is_none());
+    assert_eq!(
+        pod["metadata"]["labels"],
+        json!({"app.kubernetes.io/name": "node-monitor"})
+    );
+    assert!(
+        !container(&default)["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .any(|e| e["name"] == "RUST_LOG")
     );
 }
 
