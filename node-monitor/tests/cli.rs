@@ -921,3 +921,68 @@ fn completions_and_the_man_page_name_every_command() {
         assert!(text.contains(c), "man: no {c}");
     }
 }
+
+/// A document states its version or is read as node-monitor.io/v1alpha1; another version is
+/// refused by name; `--migrate` prints each document in the current form.
+#[test]
+fn check_config_reads_versions_and_migrates() {
+    let implicit = temp_file("evictionHard:\n  memory.available: 300Mi\n");
+    let stated = temp_file(
+        "apiVersion: node-monitor.io/v1alpha1\nkind: NodeMonitorConfiguration\nnodeMonitor:\n  dryRun: true\n",
+    );
+    let out = node_monitor(&[
+        "check-config",
+        "--config",
+        path(&implicit),
+        "--config",
+        path(&stated),
+        "--migrate",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let docs: Vec<&str> = text.split("---\n").collect();
+    assert_eq!(docs.len(), 2, "{text}");
+    assert!(
+        docs[0].starts_with(&format!("# {}\n", path(&implicit)))
+            && docs[0].contains(
+                "apiVersion: node-monitor.io/v1alpha1\nkind: NodeMonitorConfiguration\nevictionHard:\n  memory.available: 300Mi"
+            ),
+        "{text}"
+    );
+    assert_eq!(docs[1].matches("apiVersion:").count(), 1, "{text}");
+    // The migrated documents read back as the same configuration.
+    let migrated = temp_file(docs[0]);
+    let again = stdout_json(&node_monitor(&[
+        "check-config",
+        "--config",
+        path(&migrated),
+    ]));
+    let before = stdout_json(&node_monitor(&[
+        "check-config",
+        "--config",
+        path(&implicit),
+    ]));
+    assert_eq!(again, before);
+
+    for (yaml, wants) in [
+        (
+            "apiVersion: node-monitor.io/v2\nkind: NodeMonitorConfiguration\n",
+            &[
+                "apiVersion",
+                "node-monitor.io/v2",
+                "node-monitor.io/v1alpha1",
+            ][..],
+        ),
+        (
+            "apiVersion: node-monitor.io/v1alpha1\nkind: ConfigMap\n",
+            &["kind", "ConfigMap", "NodeMonitorConfiguration"][..],
+        ),
+    ] {
+        let (out, _f) = rejected_file(yaml, wants);
+        assert!(!out.status.success());
+    }
+}

@@ -21,6 +21,9 @@ use super::shutdown_model::{
 use super::{MemoryWorkingSet, NODE_MONITOR_KEYS, PdbPolicy};
 
 pub(crate) mod de;
+pub mod version;
+
+pub use self::version::{API_VERSION, DocumentVersion, KIND};
 
 /// One configuration document (a KubeletConfiguration, YAML or JSON), as read.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -53,6 +56,9 @@ pub struct ConfigFile {
     /// node-monitor's own settings.
     #[serde(default, deserialize_with = "de::optional_section")]
     pub node_monitor: Option<NodeMonitorSection>,
+    /// Its form, from `apiVersion` and `kind` ([`version`]).
+    #[serde(skip)]
+    pub version: DocumentVersion,
 }
 
 /// `nodeMonitor:`, each key as written (validated by [`super::load_documents`]).
@@ -484,13 +490,16 @@ impl ConfigFile {
         // every field the model does not read is.
         let fields: serde_norway::Mapping =
             map.into_iter().filter(|(k, _)| k.is_string()).collect();
-        let file: Self = serde_path_to_error::deserialize(Value::Mapping(fields)).map_err(|e| {
-            ReadError::Value {
-                field: de::field_path(e.path()),
-                message: e.into_inner().to_string(),
-            }
-        })?;
+        let version = version::document_version(&fields)?;
+        let mut file: Self =
+            serde_path_to_error::deserialize(Value::Mapping(fields)).map_err(|e| {
+                ReadError::Value {
+                    field: de::field_path(e.path()),
+                    message: e.into_inner().to_string(),
+                }
+            })?;
         file.refuse_unknown_keys()?;
+        file.version = version;
         Ok(file)
     }
 

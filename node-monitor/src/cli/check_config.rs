@@ -31,6 +31,12 @@ pub struct Args {
     /// the eviction thresholds.
     #[arg(long)]
     pub shutdown: bool,
+    /// Print every `--config` document in node-monitor's current form instead (YAML, one
+    /// document each, in the order read): a document that states no version gets `apiVersion:
+    /// node-monitor.io/v1alpha1` and `kind: NodeMonitorConfiguration`; the others are printed as
+    /// they are. The configuration is validated first.
+    #[arg(long, conflicts_with = "shutdown")]
+    pub migrate: bool,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -45,6 +51,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     for warning in &shutdown.warnings {
         tracing::warn!(%warning, "shutdown configuration");
     }
+    if args.migrate {
+        crate::io::print_line(&migrated(&args.config)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let out = if args.shutdown {
         shutdown_json(&shutdown)
     } else {
@@ -52,6 +62,25 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     crate::io::print_line(&serde_json::to_string_pretty(&out)?)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--migrate`'s output: each document of `paths` in the current form, with its name as a comment.
+fn migrated(paths: &[PathBuf]) -> anyhow::Result<String> {
+    let mut docs = Vec::new();
+    for path in paths {
+        for file in crate::settings::config_files(path)? {
+            let text = crate::io::read_file_bounded(&file, "--config", crate::io::MAX_INPUT_BYTES)?;
+            let version = node_monitor_core::config::ConfigFile::read(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?
+                .version;
+            docs.push(format!(
+                "# {}\n{}",
+                file.display(),
+                node_monitor_core::config::file::version::migrated(&text, version)
+            ));
+        }
+    }
+    Ok(docs.join("---\n").trim_end().to_owned())
 }
 
 /// The JSON object `check-config --shutdown` prints.
