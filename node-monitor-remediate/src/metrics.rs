@@ -183,13 +183,14 @@ impl RemediateMetrics {
     /// The text exposition format.
     /// Sets `node_monitor_remediation_admission_policy`: `state` is 1, the other states 0.
     pub fn set_admission_policy(&self, state: &str) {
-        for s in node_monitor_core::remediation::admission::AdmissionState::LABELS {
-            self.admission_policy
-                .get_or_create(&StateLabels {
-                    state: s.to_owned(),
-                })
-                .set(i64::from(s == state));
-        }
+        node_monitor_service::metrics::set_one_hot(
+            &self.admission_policy,
+            &node_monitor_core::remediation::admission::AdmissionState::LABELS,
+            state,
+            |s| StateLabels {
+                state: s.to_owned(),
+            },
+        );
     }
 
     pub fn encode(&self) -> String {

@@ -9,11 +9,26 @@
 //! disagree.
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
-    metrics::{MetricType, TypedMetric, info::Info},
+    metrics::{MetricType, TypedMetric, family::Family, gauge::Gauge, info::Info},
     registry::Registry,
 };
 
 pub const PREFIX: &str = "node_monitor";
+
+/// Sets a one-hot state family: the series of `state` is 1, those of the other `states` 0.
+/// `labels` makes a state's label set.
+pub fn set_one_hot<L>(
+    family: &Family<L, Gauge>,
+    states: &[&str],
+    state: &str,
+    labels: impl Fn(&str) -> L,
+) where
+    L: Clone + std::hash::Hash + Eq,
+{
+    for s in states {
+        family.get_or_create(&labels(s)).set(i64::from(*s == state));
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {

@@ -47,10 +47,10 @@ fn long_version() -> String {
     )
 }
 
-/// The command as clap sees it, with the long version.
+/// The command as clap sees it, with the long version (hashed once per process).
 fn command() -> clap::Command {
-    // Once per process: clap keeps the version for the command's life.
-    Cli::command().long_version(&*Box::leak(long_version().into_boxed_str()))
+    static LONG_VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    Cli::command().long_version(LONG_VERSION.get_or_init(long_version).as_str())
 }
 
 fn main() -> ExitCode {

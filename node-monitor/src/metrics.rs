@@ -22,7 +22,7 @@ pub mod wakeup;
 
 pub use self::agent::*;
 pub use node_monitor_service::metrics::{
-    BuildLabels, Exposition, Family_, PREFIX, ReasonLabels, Reg, encode_registry,
+    BuildLabels, Exposition, Family_, PREFIX, ReasonLabels, Reg, encode_registry, set_one_hot,
 };
 
 #[cfg(test)]

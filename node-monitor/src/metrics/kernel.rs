@@ -11,7 +11,7 @@ use std::{
 
 use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
 
-use super::{KindLabels, OomLabels, OutcomeLabels, ProgramLabels, Reg};
+use super::{KindLabels, OomLabels, OutcomeLabels, ProgramLabels, Reg, set_one_hot};
 
 /// Distinct (namespace, pod) label sets kept for OOM kills before new ones fold into `_other`.
 pub const OOM_POD_LABEL_LIMIT: usize = 200;
@@ -156,14 +156,15 @@ impl KernelMetrics {
 
     /// Sets a one-hot state family: the given state is 1, the other known states are 0.
     pub fn set_program_state(&self, program: &str, state: &str) {
-        for s in ["attached", "degraded", "loaded", "failed", "disabled"] {
-            self.program_state
-                .get_or_create(&ProgramLabels {
-                    program: program.to_owned(),
-                    state: s.to_owned(),
-                })
-                .set(i64::from(s == state));
-        }
+        set_one_hot(
+            &self.program_state,
+            &["attached", "degraded", "loaded", "failed", "disabled"],
+            state,
+            |s| ProgramLabels {
+                program: program.to_owned(),
+                state: s.to_owned(),
+            },
+        );
     }
 }
 

@@ -7,7 +7,7 @@ use prometheus_client::metrics::{
     histogram::{Histogram, exponential_buckets},
 };
 
-use super::{Reg, SourceLabels, SourceStateLabels};
+use super::{Reg, SourceLabels, SourceStateLabels, set_one_hot};
 
 /// The wake-up group's families: `node_monitor_wakeups`, `node_monitor_wakeup_*`.
 #[derive(Debug)]
@@ -63,13 +63,14 @@ impl WakeupMetrics {
     /// Sets a wake-up source's state (`active`, `unavailable`, `not_applicable` or `disabled`):
     /// the given state is 1, the other known states are 0.
     pub fn set_source_state(&self, source: &str, state: &str) {
-        for s in ["active", "unavailable", "not_applicable", "disabled"] {
-            self.source_state
-                .get_or_create(&SourceStateLabels {
-                    source: source.to_owned(),
-                    state: s.to_owned(),
-                })
-                .set(i64::from(s == state));
-        }
+        set_one_hot(
+            &self.source_state,
+            &["active", "unavailable", "not_applicable", "disabled"],
+            state,
+            |s| SourceStateLabels {
+                source: source.to_owned(),
+                state: s.to_owned(),
+            },
+        );
     }
 }
