@@ -68,6 +68,20 @@ pub fn record_text(r: &FlightRecord, node: &str) -> String {
             rel_s(s.at_ms, at)
         ));
     }
+    if let Some((s, p)) = before
+        .iter()
+        .rev()
+        .find_map(|s| s.prediction.map(|p| (*s, p)))
+    {
+        out.push_str(&format!(
+            "  predicted at {:+.1} s: falling {}/s, {} left, exhaustion in {:.1} s, lead {:.1} s\n",
+            rel_s(s.at_ms, at),
+            mib(p.rate_bytes_per_second),
+            mib(p.headroom_bytes),
+            p.exhaustion_ms as f64 / 1000.0,
+            p.lead_ms as f64 / 1000.0
+        ));
+    }
     if let Some(psi) = before.iter().filter_map(|s| s.psi).max_by(|a, b| {
         a.some_avg10
             .partial_cmp(&b.some_avg10)

@@ -172,6 +172,11 @@ pub struct NodeMonitorSettings {
     /// The agent's directory on the host for what survives a restart (the frozen flight
     /// records); empty: nothing is kept.
     pub state_dir: String,
+    /// Predictive eviction on `memory.available` ([`crate::eviction::predict`]).
+    pub predictive_eviction: bool,
+    /// The least time an eviction takes to free the victim's memory (the predictor's lead).
+    #[serde(serialize_with = "ser_go_duration")]
+    pub prediction_lead: Duration,
 }
 
 impl Default for NodeMonitorSettings {
@@ -194,9 +199,15 @@ impl Default for NodeMonitorSettings {
             liveness_lease_interval: Duration::from_secs(5),
             memory_working_set: MemoryWorkingSet::Kubelet,
             state_dir: DEFAULT_STATE_DIR.to_owned(),
+            predictive_eviction: true,
+            prediction_lead: DEFAULT_PREDICTION_LEAD,
         }
     }
 }
+
+/// The predictor's default least lead: the hard eviction's 1 s grace period, plus a second for
+/// the request, the kubelet's stop and the cgroup's removal.
+pub const DEFAULT_PREDICTION_LEAD: Duration = Duration::from_secs(2);
 
 /// Serializes a duration as the Go duration string the configuration takes (`"2m30s"`), so what
 /// `check-config` prints can be pasted back. Shared with the shutdown configuration.

@@ -26,6 +26,7 @@ pub mod conditions;
 pub mod headroom;
 pub mod local_storage;
 pub mod pod_figures;
+pub mod predict;
 pub mod rank;
 pub mod reclaim;
 
@@ -33,6 +34,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use crate::{
     config::EvictionConfig,
+    eviction::predict::{Prediction, Trend},
     eviction::rank::{DiskShare, RankedPod, rank_pods_by},
     kubelet::pod::PodInfo,
     signals::threshold::{
@@ -76,6 +78,9 @@ pub const OFFENDING_POD_KEY: &str = "offending_pod";
 pub const OFFENDING_POD_USAGE_KEY: &str = "offending_pod_usage";
 /// Event annotation (`StarvedResourceKey`): the resource reclaimed (`memory`, …).
 pub const STARVED_RESOURCE_KEY: &str = "starved_resource";
+/// Event annotation of node-monitor's own: a predicted eviction's rate, headroom, time to
+/// exhaustion and lead ([`predict::Prediction::annotation`]).
+pub const PREDICTED_KEY: &str = "node-monitor.io/predicted";
 
 /// What the eviction manager remembers between decisions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -89,6 +94,8 @@ pub struct EvictionState {
     /// `thresholdsMet`: thresholds acted on last time (grace periods elapsed), kept until their
     /// minimum reclaim is reached.
     thresholds_met: Vec<ThresholdKey>,
+    /// The kernel headroom's recent fall, for predictive eviction.
+    trend: Trend,
 }
 
 impl EvictionState {
@@ -106,6 +113,12 @@ impl EvictionState {
     pub fn has_condition(&self, condition: NodeConditionType) -> bool {
         self.conditions.contains(&condition)
     }
+
+    /// Records how long an eviction took, from its request to the pod's cgroup gone: the
+    /// predictor's lead follows the slowest recent one ([`predict::Trend::lead`]).
+    pub fn note_victim_exit(&mut self, took: Duration) {
+        self.trend.note_exit(took);
+    }
 }
 
 /// One eviction-manager pass. Updates `state` and returns what to do and why.
@@ -116,8 +129,25 @@ pub fn synchronize(
     pods: &[PodInfo],
     now: Timestamp,
 ) -> Decision {
-    // 1. Thresholds met, ignoring grace periods; then those not yet past their minimum reclaim.
-    let (met, unobserved_signals) = thresholds_met(state, config, observations);
+    // 0. The prediction: is the kernel's OOM point nearer than an eviction's lead?
+    let capacity = observations
+        .signals
+        .get(&Signal::MemoryAvailable)
+        .map_or(0, |o| o.capacity);
+    state
+        .trend
+        .observe(now, observations.kernel_headroom, capacity);
+    let prediction = state
+        .trend
+        .predict(predict::PredictionPolicy::of(&config.node_monitor));
+
+    // 1. Thresholds met, ignoring grace periods; then those not yet past their minimum reclaim;
+    // then the hard `memory.available` thresholds a prediction meets.
+    let (met, unobserved_signals) = thresholds_met(state, config, observations, prediction);
+    let prediction = prediction.filter(|_| {
+        met.iter()
+            .any(|(_, reason)| *reason == MetReason::Predicted)
+    });
 
     // 2. First observed.
     let first_observed: BTreeMap<ThresholdKey, Timestamp> = met
@@ -150,6 +180,7 @@ pub fn synchronize(
         ranked: Vec::new(),
         evict: Vec::new(),
         unobserved_signals,
+        prediction,
     };
 
     // Update the state.
@@ -166,7 +197,18 @@ pub fn synchronize(
     let Some(obs) = observations.signals.get(&threshold.signal) else {
         return decision;
     };
-    let (report, reclaim) = reclaim_for(threshold, obs);
+    // A predicted threshold reclaims for `memory.available` one lead from now.
+    let predicted = met
+        .iter()
+        .any(|(t, r)| t.key() == threshold.key() && *r == MetReason::Predicted);
+    let projected = SignalObservation {
+        available: prediction
+            .filter(|_| predicted)
+            .map_or(obs.available, |p| p.projected(obs.available)),
+        capacity: obs.capacity,
+    };
+    let (report, mut reclaim) = reclaim_for(threshold, &projected);
+    reclaim.prediction = prediction.filter(|_| predicted);
     decision.reclaim = Some(report);
     if pods.is_empty() {
         return decision;
@@ -187,6 +229,7 @@ fn thresholds_met<'c>(
     state: &EvictionState,
     config: &'c EvictionConfig,
     observations: &Observations,
+    prediction: Option<Prediction>,
 ) -> (Vec<(&'c Threshold, MetReason)>, Vec<Signal>) {
     let mut unobserved_signals: Vec<Signal> = Vec::new();
     let mut met: Vec<(&Threshold, MetReason)> = Vec::new();
@@ -214,6 +257,17 @@ fn thresholds_met<'c>(
             met.push((t, MetReason::MinimumReclaimPending));
         }
     }
+    if prediction.is_some() {
+        for t in &config.thresholds {
+            if t.signal == Signal::MemoryAvailable
+                && t.is_hard()
+                && observations.signals.contains_key(&t.signal)
+                && !met.iter().any(|(m, _)| m.key() == t.key())
+            {
+                met.push((t, MetReason::Predicted));
+            }
+        }
+    }
     (met, unobserved_signals)
 }
 
@@ -234,7 +288,8 @@ impl ConditionObservation {
         now: Timestamp,
     ) -> Self {
         let mut observed_now: Vec<NodeConditionType> = Vec::new();
-        for (t, _) in met {
+        // A prediction is not an observation: the kubelet's conditions follow the signal.
+        for (t, _) in met.iter().filter(|(_, r)| *r != MetReason::Predicted) {
             let c = signal_condition(t.signal);
             if !observed_now.contains(&c) {
                 observed_now.push(c);
@@ -324,6 +379,8 @@ struct Reclaim<'c> {
     resource: Resource,
     /// Threshold plus minimum reclaim minus available, nano-units.
     shortfall_nanos: i128,
+    /// The prediction the threshold is met by, if it is not crossed yet.
+    prediction: Option<Prediction>,
 }
 
 /// Step 5: what reclaiming for `threshold` takes, given its observation.
@@ -353,6 +410,7 @@ fn reclaim_for<'c>(
         threshold,
         resource,
         shortfall_nanos,
+        prediction: None,
     };
     (report, reclaim)
 }
@@ -371,6 +429,7 @@ fn evictions(
         threshold,
         resource,
         shortfall_nanos,
+        prediction,
     } = *reclaim;
     let max = config.node_monitor.max_pods_per_cycle.max(1) as usize;
     let mut evict = Vec::new();
@@ -385,7 +444,12 @@ fn evictions(
             continue;
         }
         let usage = observations.pods.get(&pod.uid);
-        let (message, annotations) = eviction_message(resource, pod, usage, acting, observations);
+        let (mut message, mut annotations) =
+            eviction_message(resource, pod, usage, acting, observations);
+        if let Some(p) = prediction {
+            message.push_str(&p.sentence());
+            annotations.insert(PREDICTED_KEY.into(), p.annotation());
+        }
         evict.push(Eviction {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
@@ -451,5 +515,7 @@ fn ceil_units(nanos: i128) -> i64 {
     i64::try_from(units).unwrap_or(if units > 0 { i64::MAX } else { i64::MIN })
 }
 
+#[cfg(test)]
+mod predicted_tests;
 #[cfg(test)]
 mod tests;

@@ -267,6 +267,11 @@ pub struct Observations {
     /// part of a pod's disk ranks it for each disk signal.
     #[serde(default)]
     pub filesystem: FsLayout,
+    /// What the node can still allocate before the kernel must OOM-kill, bytes: the kernel's
+    /// `MemAvailable`, bounded by the node cgroup's own headroom where its limit binds. The
+    /// predictor's input ([`crate::eviction::predict`]); `None` when not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_headroom: Option<i64>,
 }
 
 #[cfg(test)]

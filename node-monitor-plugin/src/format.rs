@@ -326,24 +326,22 @@ fn evictions_text(out: &mut String, evictions: &[EvictionEntry]) {
     }
 }
 
-/// The live explain as text: what would be evicted, in order, why, and the ranking.
-pub fn explain_text(v: &Value) -> String {
-    let mut out = String::new();
-    let observed = v
-        .get("observed_at_ms")
-        .and_then(Value::as_u64)
-        .map_or_else(|| "never".to_owned(), utc);
-    let _ = writeln!(out, "node {}: decision of {observed}", s(v, "node"));
-    let met: Vec<String> = v
-        .get("thresholds_met")
+/// The thresholds met of a live explain, one phrase each.
+fn thresholds_met(v: &Value) -> Vec<String> {
+    v.get("thresholds_met")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .map(|t| {
             format!(
-                "{} {} (available {}, grace {})",
+                "{} {}{} (available {}, grace {})",
                 s(t, "signal"),
                 s(t, "value"),
+                if s(t, "reason") == "predicted" {
+                    " predicted"
+                } else {
+                    ""
+                },
                 amount(s(t, "signal"), t.get("available").and_then(Value::as_i64)),
                 if t.get("grace_period_elapsed").and_then(Value::as_bool) == Some(true) {
                     "elapsed"
@@ -352,7 +350,18 @@ pub fn explain_text(v: &Value) -> String {
                 }
             )
         })
-        .collect();
+        .collect()
+}
+
+/// The live explain as text: what would be evicted, in order, why, and the ranking.
+pub fn explain_text(v: &Value) -> String {
+    let mut out = String::new();
+    let observed = v
+        .get("observed_at_ms")
+        .and_then(Value::as_u64)
+        .map_or_else(|| "never".to_owned(), utc);
+    let _ = writeln!(out, "node {}: decision of {observed}", s(v, "node"));
+    let met = thresholds_met(v);
     let _ = writeln!(
         out,
         "thresholds met: {}",

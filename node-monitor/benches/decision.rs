@@ -136,7 +136,7 @@ fn observations(memory_available: i64, usage: HashMap<String, PodUsage>) -> Obse
     Observations {
         signals,
         pods: usage,
-        filesystem: Default::default(),
+        ..Default::default()
     }
 }
 

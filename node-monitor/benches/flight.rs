@@ -52,6 +52,7 @@ fn sample(at_ms: u64) -> Sample {
         }),
         thresholds_met: vec!["memory.available soft".into()],
         evict: Vec::new(),
+        prediction: None,
     }
 }
 

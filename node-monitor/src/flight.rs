@@ -5,8 +5,8 @@
 use std::{collections::HashMap, path::Path};
 
 pub use node_monitor_core::flight::{
-    EventKind, FlightEvent, FlightRecord, FlightRecorder, PodPoint, PsiPoint, Sample, SignalPoint,
-    TOP_PODS,
+    EventKind, FlightEvent, FlightRecord, FlightRecorder, PodPoint, PredictionPoint, PsiPoint,
+    Sample, SignalPoint, TOP_PODS,
 };
 use node_monitor_core::{
     eviction::Decision,
@@ -92,6 +92,12 @@ pub fn sample_of(
             .iter()
             .map(|e| format!("{}/{}", e.namespace, e.name))
             .collect(),
+        prediction: decision.prediction.map(|p| PredictionPoint {
+            rate_bytes_per_second: p.rate_bytes_per_second,
+            headroom_bytes: p.headroom_bytes,
+            exhaustion_ms: p.exhaustion_ms,
+            lead_ms: p.lead_ms,
+        }),
     }
 }
 

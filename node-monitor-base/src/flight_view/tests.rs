@@ -1,4 +1,5 @@
 use super::*;
+use node_monitor_core::flight::PredictionPoint as Prediction;
 use node_monitor_core::flight::{FlightEvent, FlightRecorder, PodPoint, PsiPoint, SignalPoint};
 
 const MI: i64 = 1 << 20;
@@ -43,6 +44,13 @@ pub(crate) fn climb() -> FlightRecord {
                 Vec::new()
             },
             evict: Vec::new(),
+            // The pass before the crossing predicted it.
+            prediction: (i == 16).then_some(Prediction {
+                rate_bytes_per_second: 18 * MI,
+                headroom_bytes: 30 * MI,
+                exhaustion_ms: 1700,
+                lead_ms: 2000,
+            }),
         });
         if i == 18 {
             r.event(FlightEvent {
@@ -85,6 +93,7 @@ fn the_text_summarizes_a_record() {
         "top pods: default/hog 442Mi, default/steady 200Mi",
         "reclaim: 1 stalls, 3 kswapd wake-ups",
         "threshold memory.available hard met",
+        "predicted at -3.3 s: falling 18Mi/s, 30Mi left, exhaustion in 1.7 s, lead 2.0 s",
     ] {
         assert!(t.contains(want), "{want:?} in:\n{t}");
     }

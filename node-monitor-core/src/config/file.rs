@@ -116,6 +116,12 @@ pub struct NodeMonitorSection {
     /// `memoryWorkingSet`.
     #[serde(default, deserialize_with = "present")]
     pub memory_working_set: Option<MemoryWorkingSet>,
+    /// `predictiveEviction`.
+    #[serde(default, deserialize_with = "present")]
+    pub predictive_eviction: Option<Flag>,
+    /// `predictionLead`.
+    #[serde(default, deserialize_with = "present")]
+    pub prediction_lead: Option<DurationText>,
     /// `shutdown:` (validated by [`crate::shutdown::config`]).
     #[serde(default, deserialize_with = "de::optional_section")]
     pub shutdown: Option<ShutdownSection>,

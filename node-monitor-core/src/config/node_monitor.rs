@@ -3,7 +3,7 @@ use super::*;
 
 /// The keys accepted under `nodeMonitor`; any other key is rejected with this list in the
 /// message. `shutdown` is validated by `shutdown::config::shutdown_config`.
-pub const NODE_MONITOR_KEYS: [&str; 18] = [
+pub const NODE_MONITOR_KEYS: [&str; 20] = [
     "shutdown",
     "maxPodsPerCycle",
     "housekeepingInterval",
@@ -22,6 +22,8 @@ pub const NODE_MONITOR_KEYS: [&str; 18] = [
     "memoryPush",
     "rebootProbeFallback",
     "stateDir",
+    "predictiveEviction",
+    "predictionLead",
 ];
 
 /// A `nodeMonitor` value with the field name its errors use (`config.yaml: nodeMonitor.psiWindow`).
@@ -47,25 +49,29 @@ pub(super) struct NodeMonitorFields {
     liveness_lease_interval: Named<String>,
     memory_working_set: Named<MemoryWorkingSet>,
     state_dir: Named<String>,
+    predictive_eviction: Named<bool>,
+    prediction_lead: Named<String>,
+}
+
+/// Sets `to` from `from` when the document sets the key, naming the field as it was written.
+fn over<T: Clone, U>(
+    to: &mut Named<U>,
+    from: Option<&T>,
+    get: impl Fn(&T) -> U,
+    doc: &str,
+    key: &str,
+) {
+    if let Some(v) = from {
+        *to = Some((format!("{doc}: nodeMonitor.{key}"), get(v)));
+    }
 }
 
 impl NodeMonitorFields {
     /// Takes the keys `section` (of the document `doc`) sets.
     pub(super) fn merge(&mut self, doc: &str, section: &NodeMonitorSection) {
-        fn over<T: Clone, U>(
-            to: &mut Named<U>,
-            from: Option<&T>,
-            get: impl Fn(&T) -> U,
-            doc: &str,
-            key: &str,
-        ) {
-            if let Some(v) = from {
-                *to = Some((format!("{doc}: nodeMonitor.{key}"), get(v)));
-            }
-        }
         let s = section;
-        let flag = |f: &Flag| f.0;
         let d = doc;
+        self.merge_flags(d, s);
         for (to, from, key) in [
             (
                 &mut self.housekeeping_interval,
@@ -95,6 +101,11 @@ impl NodeMonitorFields {
                 &s.liveness_lease_interval,
                 "livenessLeaseInterval",
             ),
+            (
+                &mut self.prediction_lead,
+                &s.prediction_lead,
+                "predictionLead",
+            ),
         ] {
             over(to, from.as_ref(), |t: &DurationText| t.0.clone(), d, key);
         }
@@ -112,22 +123,6 @@ impl NodeMonitorFields {
             d,
             "pdbPolicy",
         );
-        for (to, from, key) in [
-            (&mut self.dry_run, &s.dry_run, "dryRun"),
-            (
-                &mut self.taint_on_pressure,
-                &s.taint_on_pressure,
-                "taintOnPressure",
-            ),
-            (&mut self.memory_push, &s.memory_push, "memoryPush"),
-            (
-                &mut self.reboot_probe_fallback,
-                &s.reboot_probe_fallback,
-                "rebootProbeFallback",
-            ),
-        ] {
-            over(to, from.as_ref(), flag, d, key);
-        }
         over(
             &mut self.kubelet_config_path,
             s.kubelet_config_path.as_ref(),
@@ -149,6 +144,32 @@ impl NodeMonitorFields {
             d,
             "memoryWorkingSet",
         );
+    }
+
+    /// Takes the boolean keys `section` sets.
+    fn merge_flags(&mut self, d: &str, s: &NodeMonitorSection) {
+        let flag = |f: &Flag| f.0;
+        for (to, from, key) in [
+            (&mut self.dry_run, &s.dry_run, "dryRun"),
+            (
+                &mut self.taint_on_pressure,
+                &s.taint_on_pressure,
+                "taintOnPressure",
+            ),
+            (&mut self.memory_push, &s.memory_push, "memoryPush"),
+            (
+                &mut self.reboot_probe_fallback,
+                &s.reboot_probe_fallback,
+                "rebootProbeFallback",
+            ),
+            (
+                &mut self.predictive_eviction,
+                &s.predictive_eviction,
+                "predictiveEviction",
+            ),
+        ] {
+            over(to, from.as_ref(), flag, d, key);
+        }
     }
 }
 
@@ -187,6 +208,9 @@ pub(super) fn parse_node_monitor(
     if let Some((_, b)) = f.reboot_probe_fallback {
         s.reboot_probe_fallback = b;
     }
+    if let Some((_, b)) = f.predictive_eviction {
+        s.predictive_eviction = b;
+    }
     if let Some((field, path)) = &f.kubelet_config_path {
         if !path.is_empty() && path != KUBELET_CONFIG_AUTO && !path.starts_with('/') {
             return Err(invalid(
@@ -208,7 +232,14 @@ pub(super) fn parse_node_monitor(
         }
         s.state_dir.clone_from(path);
     }
-    let durations: [DurationSetting<'_>; 8] = [
+    parse_durations(&mut s, f)?;
+    check_against_each_other(&s, f)?;
+    Ok(s)
+}
+
+/// Validates every duration key set, each against its bound.
+fn parse_durations(s: &mut NodeMonitorSettings, f: &NodeMonitorFields) -> Result<(), ConfigError> {
+    let durations: [DurationSetting<'_>; 9] = [
         (
             &mut s.housekeeping_interval,
             &f.housekeeping_interval,
@@ -258,14 +289,19 @@ pub(super) fn parse_node_monitor(
             |d| d.is_zero() || (d >= Duration::from_secs(1) && d <= Duration::from_secs(60)),
             "must be 0s (off) or between 1s and 1m",
         ),
+        (
+            &mut s.prediction_lead,
+            &f.prediction_lead,
+            |d| d >= Duration::from_millis(100) && d <= Duration::from_secs(10),
+            "must be between 100ms and 10s",
+        ),
     ];
     for (to, from, ok, reason) in durations {
         if let Some((field, text)) = from {
             *to = duration_where(field, text, ok, reason)?;
         }
     }
-    check_against_each_other(&s, f)?;
-    Ok(s)
+    Ok(())
 }
 
 /// The settings bounded by another one: the fast sampling interval by the housekeeping

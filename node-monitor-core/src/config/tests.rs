@@ -660,7 +660,7 @@ fn kubelet_quirks_are_kept_and_reported() {
 
 #[test]
 fn node_monitor_settings_parse() {
-    let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n  apiTimeout: 3s\n  kubeletConfigPath: /etc/kubernetes/kubelet.yaml\n  livenessLeaseInterval: 7s\n  memoryWorkingSet: reclaimable\n  memoryPush: false\n  rebootProbeFallback: false\n  stateDir: /data/node-monitor\n";
+    let yaml = "nodeMonitor:\n  maxPodsPerCycle: 3\n  housekeepingInterval: 5s\n  fastSamplingInterval: 50ms\n  pdbPolicy: escalate\n  dryRun: true\n  psiWindow: 4s\n  psiThreshold: 200ms\n  reclaimStallBudget: 50ms\n  podCleanupTimeout: 1m\n  taintOnPressure: true\n  apiTimeout: 3s\n  kubeletConfigPath: /etc/kubernetes/kubelet.yaml\n  livenessLeaseInterval: 7s\n  memoryWorkingSet: reclaimable\n  memoryPush: false\n  rebootProbeFallback: false\n  stateDir: /data/node-monitor\n  predictiveEviction: false\n  predictionLead: 3s\n";
     let c = load_yaml(yaml, &flags()).expect("settings");
     assert_eq!(
         c.node_monitor,
@@ -682,6 +682,8 @@ fn node_monitor_settings_parse() {
             liveness_lease_interval: Duration::from_secs(7),
             memory_working_set: MemoryWorkingSet::Reclaimable,
             state_dir: "/data/node-monitor".into(),
+            predictive_eviction: false,
+            prediction_lead: Duration::from_secs(3),
         }
     );
     let json = serde_json::to_value(&c.node_monitor).expect("json");

@@ -106,7 +106,7 @@ mod tests {
             .into_iter()
             .collect(),
             pods: Default::default(),
-            filesystem: Default::default(),
+            ..Default::default()
         };
         synchronize(
             state,

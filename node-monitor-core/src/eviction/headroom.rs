@@ -34,6 +34,9 @@ pub struct HeadroomPolicy {
     pub fast: Duration,
     /// The longest delay: the housekeeping interval.
     pub slow: Duration,
+    /// The predictor's least lead ([`crate::eviction::predict`]); `None` with predictive
+    /// eviction off.
+    pub lead: Option<Duration>,
 }
 
 /// How far above a threshold its signal is near it: the larger of the threshold itself and a
@@ -49,6 +52,8 @@ const ETA_DIVISOR: u32 = 4;
 #[derive(Debug, Clone, Default)]
 pub struct Headroom {
     last: BTreeMap<ThresholdKey, (Timestamp, i128)>,
+    /// The kernel's headroom last seen ([`Observations::kernel_headroom`]).
+    kernel: Option<(Timestamp, i128)>,
 }
 
 impl Headroom {
@@ -102,7 +107,36 @@ impl Headroom {
         }
         // Forget thresholds that are gone (a signal no longer read): no stale rate later.
         self.last.retain(|k, _| seen.contains(k));
+        if let Some(delay) = self.kernel_delay(now, observations.kernel_headroom, policy) {
+            next = Some(next.map_or(delay, |n| n.min(delay)));
+        }
         next.filter(|d| *d < policy.slow)
+    }
+
+    /// With predictive eviction on, the delay before the next look while the kernel's headroom
+    /// falls: a quarter of the time left before the prediction's point, one lead before
+    /// exhaustion, so the predictor sees the fall at the fast interval by then.
+    fn kernel_delay(
+        &mut self,
+        now: Timestamp,
+        headroom: Option<i64>,
+        policy: HeadroomPolicy,
+    ) -> Option<Duration> {
+        let (Some(lead), Some(h)) = (policy.lead, headroom) else {
+            self.kernel = None;
+            return None;
+        };
+        let h = i128::from(h);
+        let (then, before) = self.kernel.replace((now, h))?;
+        let elapsed = now.saturating_since(then);
+        let fallen = before - h;
+        if fallen <= 0 || elapsed.is_zero() {
+            return None;
+        }
+        let eta_ns = h.max(0).saturating_mul(elapsed.as_nanos() as i128) / fallen;
+        let eta = Duration::from_nanos(u64::try_from(eta_ns).unwrap_or(u64::MAX));
+        let delay = eta.saturating_sub(lead) / ETA_DIVISOR;
+        Some(delay.clamp(policy.fast, policy.slow.max(policy.fast)))
     }
 }
 
@@ -119,6 +153,7 @@ mod tests {
     const POLICY: HeadroomPolicy = HeadroomPolicy {
         fast: Duration::from_millis(100),
         slow: Duration::from_secs(10),
+        lead: None,
     };
 
     fn hard(signal: Signal, bytes: i64) -> Threshold {
@@ -265,5 +300,75 @@ mod tests {
         let mut h = Headroom::new();
         let _ = h.observe(at(5), &memory(4 * gi, 8 * gi), &t, POLICY);
         assert_eq!(h.observe(at(5), &memory(3 * gi, 8 * gi), &t, POLICY), None);
+    }
+
+    /// With predictive eviction on, a falling kernel headroom is looked at four times before
+    /// the prediction's point (one lead before exhaustion), even far from every threshold.
+    #[test]
+    fn a_falling_kernel_headroom_is_sampled_before_the_prediction_point() {
+        let gi = 1024 * MI;
+        let t = [hard(Signal::MemoryAvailable, 100 * MI)];
+        let on = HeadroomPolicy {
+            lead: Some(Duration::from_secs(2)),
+            ..POLICY
+        };
+        let node = |kernel: Option<i64>| Observations {
+            kernel_headroom: kernel,
+            ..memory(3 * gi, 4 * gi)
+        };
+        // (case, policy, (ms, kernel headroom) passes, delay after the last)
+        type Passes = Vec<(u64, Option<i64>)>;
+        let cases: Vec<(&str, HeadroomPolicy, Passes, Option<Duration>)> = vec![
+            (
+                "100 MiB/s, 1.2 GiB left: 12 s, less the 2 s lead, over 4",
+                on,
+                vec![(0, Some(1300 * MI)), (1000, Some(1200 * MI))],
+                Some(Duration::from_millis(2500)),
+            ),
+            (
+                "within one lead already: the fast interval",
+                on,
+                vec![(0, Some(400 * MI)), (1000, Some(150 * MI))],
+                Some(POLICY.fast),
+            ),
+            (
+                "rising: housekeeping",
+                on,
+                vec![(0, Some(400 * MI)), (1000, Some(500 * MI))],
+                None,
+            ),
+            (
+                "a slow leak: housekeeping",
+                on,
+                vec![(0, Some(1300 * MI)), (1000, Some(1299 * MI))],
+                None,
+            ),
+            (
+                "not observed in between: no rate",
+                on,
+                vec![(0, Some(1300 * MI)), (500, None), (1000, Some(300 * MI))],
+                None,
+            ),
+            (
+                "predictive eviction off",
+                POLICY,
+                vec![(0, Some(400 * MI)), (1000, Some(150 * MI))],
+                None,
+            ),
+        ];
+        for (case, policy, passes, want) in cases {
+            let mut h = Headroom::new();
+            let mut got = None;
+            for (ms, kernel) in passes {
+                got = h.observe(Timestamp::from_millis(ms), &node(kernel), &t, policy);
+            }
+            match (got, want) {
+                (Some(g), Some(w)) => assert!(
+                    g.abs_diff(w) < Duration::from_millis(10),
+                    "{case}: {g:?}, want {w:?}"
+                ),
+                _ => assert_eq!(got, want, "{case}"),
+            }
+        }
     }
 }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::{
+    eviction::predict::Prediction,
     eviction::rank::RankedPod,
     signals::Signal,
     signals::threshold::{NodeConditionType, Operator, Resource, ThresholdSource},
@@ -18,6 +19,9 @@ pub enum MetReason {
     /// The signal is above the threshold but below threshold plus minimum reclaim, and the
     /// threshold was acted on last time.
     MinimumReclaimPending,
+    /// A hard `memory.available` threshold not crossed yet, but the kernel's OOM point is
+    /// nearer than an eviction's lead ([`crate::eviction::predict`]).
+    Predicted,
 }
 
 /// A threshold that is met, with its grace status.
@@ -129,6 +133,9 @@ pub struct Decision {
     pub evict: Vec<Eviction>,
     /// Configured signals with no observation (their thresholds cannot be evaluated).
     pub unobserved_signals: Vec<Signal>,
+    /// The prediction a `predicted` threshold rests on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<Prediction>,
 }
 
 /// A decision as `explain` shows it, offline and from the agent's node API alike: the report

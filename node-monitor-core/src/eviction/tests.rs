@@ -35,7 +35,7 @@ fn observations(signals: &[(Signal, i64, i64)], pods: &[(String, PodUsage)]) -> 
             })
             .collect(),
         pods: pods.iter().cloned().collect(),
-        filesystem: Default::default(),
+        ..Default::default()
     }
 }
 

@@ -22,6 +22,7 @@ fn sample(at_ms: u64, available: i64, met: &[&str]) -> Sample {
         psi: None,
         thresholds_met: met.iter().map(|s| (*s).to_owned()).collect(),
         evict: Vec::new(),
+        prediction: None,
     }
 }
 

@@ -9,14 +9,15 @@ use super::ports::{ClusterWrites, NodeSignals};
 use crate::{cluster::actuator::EvictionRequest, http::Health, sampler::SampleKind};
 
 /// Waits, as the kubelet does, until the evicted pod's processes have left the node (its
-/// cgroup is gone) or the API no longer has it, bounded by the pod cleanup timeout.
+/// cgroup is gone) or the API no longer has it, bounded by the pod cleanup timeout. Returns
+/// whether its processes were seen gone (the time that took is the predictor's lead).
 pub(super) async fn wait_for_cleanup<N: NodeSignals, C: ClusterWrites>(
     sampler: &mut N,
     actuator: &C,
     health: &Health,
     timeout: Duration,
     req: &EvictionRequest,
-) {
+) -> bool {
     let deadline = Instant::now() + timeout;
     let mut api_check = Instant::now();
     loop {
@@ -24,7 +25,7 @@ pub(super) async fn wait_for_cleanup<N: NodeSignals, C: ClusterWrites>(
         let obs = sampler.sample(SampleKind::Fast);
         if !obs.pods.contains_key(&req.uid) {
             info!(pod = %format!("{}/{}", req.namespace, req.name), "evicted pod's processes are gone");
-            return;
+            return true;
         }
         if api_check.elapsed() > Duration::from_secs(1) {
             api_check = Instant::now();
@@ -33,13 +34,13 @@ pub(super) async fn wait_for_cleanup<N: NodeSignals, C: ClusterWrites>(
                 .await
             {
                 info!(pod = %format!("{}/{}", req.namespace, req.name), "evicted pod is gone from the API");
-                return;
+                return false;
             }
         }
         if Instant::now() > deadline {
             warn!(pod = %format!("{}/{}", req.namespace, req.name), timeout = ?timeout,
                   "evicted pod still present after the cleanup timeout; deciding again");
-            return;
+            return false;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

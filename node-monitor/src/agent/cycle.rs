@@ -324,15 +324,19 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             self.health.progress();
         }
         for (req, outcome) in &report.answered {
-            if outcome.took_effect() {
-                super::cleanup::wait_for_cleanup(
+            if outcome.took_effect()
+                && super::cleanup::wait_for_cleanup(
                     sampler,
                     &self.actuator,
                     &self.health,
                     self.config.node_monitor.pod_cleanup_timeout,
                     req,
                 )
-                .await;
+                .await
+            {
+                // From the decision to the pod's cgroup gone: the predictor's lead.
+                let took = self.now().saturating_since(report.now);
+                self.state.note_victim_exit(took);
             }
         }
     }

@@ -9,8 +9,8 @@ use super::backoff::Reaction;
 use crate::{
     cluster::actuator::{EvictOutcome, EvictionRequest},
     metrics::{
-        ConditionLabels, EvictionLabels, Metrics, OperationLabels, ReasonLabels, SignalLabels,
-        SignalUnit, ThresholdLabels,
+        ConditionLabels, EvictionLabels, Metrics, OperationLabels, OutcomeLabels, ReasonLabels,
+        SignalLabels, SignalUnit, ThresholdLabels,
     },
 };
 
@@ -101,6 +101,18 @@ pub(super) fn eviction_answered(
             outcome: outcome.label().to_owned(),
         })
         .inc();
+    if req
+        .annotations
+        .contains_key(node_monitor_core::eviction::PREDICTED_KEY)
+    {
+        metrics
+            .eviction
+            .predicted_evictions
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.label().to_owned(),
+            })
+            .inc();
+    }
     if let Some(reason) = reaction.failure {
         metrics
             .eviction

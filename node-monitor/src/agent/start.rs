@@ -100,6 +100,10 @@ pub(super) fn headroom_policy(args: &Args, config: &EvictionConfig) -> Option<He
         HeadroomPolicy {
             fast: config.node_monitor.fast_sampling_interval,
             slow: config.node_monitor.housekeeping_interval,
+            lead: config
+                .node_monitor
+                .predictive_eviction
+                .then_some(config.node_monitor.prediction_lead),
         },
     )
 }

@@ -35,6 +35,7 @@ fn empty_sample(at_ms: u64) -> Sample {
         psi: None,
         thresholds_met: Vec::new(),
         evict: Vec::new(),
+        prediction: None,
     }
 }
 

@@ -9,8 +9,8 @@ use prometheus_client::metrics::{
 };
 
 use super::{
-    ConditionLabels, EvictionLabels, LimitKindLabels, PerUnit, ReasonLabels, Reg, SignalLabels,
-    ThresholdLabels,
+    ConditionLabels, EvictionLabels, LimitKindLabels, OutcomeLabels, PerUnit, ReasonLabels, Reg,
+    SignalLabels, ThresholdLabels,
 };
 
 /// The eviction group's families: `node_monitor_signal_*`, `node_monitor_eviction*`,
@@ -29,6 +29,8 @@ pub struct EvictionMetrics {
     pub node_condition: Family<ConditionLabels, Gauge>,
     /// `node_monitor_evictions`.
     pub evictions: Family<EvictionLabels, Counter>,
+    /// `node_monitor_predicted_evictions`.
+    pub predicted_evictions: Family<OutcomeLabels, Counter>,
     /// `node_monitor_local_storage_limit_evictions`.
     pub local_storage_limit_evictions: Family<LimitKindLabels, Counter>,
     /// `node_monitor_eviction_failures`.
@@ -50,6 +52,7 @@ impl Default for EvictionMetrics {
             threshold_met: Family::default(),
             node_condition: Family::default(),
             evictions: Family::default(),
+            predicted_evictions: Family::default(),
             local_storage_limit_evictions: Family::default(),
             eviction_failures: Family::default(),
             // 1 ms … ~33 s.
@@ -93,6 +96,11 @@ impl EvictionMetrics {
             "evictions",
             "Eviction attempts by signal, threshold kind and outcome",
             self.evictions.clone(),
+        );
+        reg.add(
+            "predicted_evictions",
+            "Evictions made before memory.available crossed its hard threshold because the kernel's OOM point was nearer than an eviction's lead, by outcome; also counted in node_monitor_evictions",
+            self.predicted_evictions.clone(),
         );
         reg.add(
             "local_storage_limit_evictions",

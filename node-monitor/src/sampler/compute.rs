@@ -105,6 +105,15 @@ pub fn memcg_usage_threshold(capacity: u64, available_threshold: u64, outside: u
         .saturating_add(outside)
 }
 
+/// What the node can still allocate before the kernel must OOM-kill: the kernel's
+/// `MemAvailable` (free memory above the low watermarks, plus the page cache and slab it can
+/// reclaim), bounded by the node cgroup's headroom where that cgroup's limit binds. `None`
+/// without `MemAvailable` (kernels before 3.14).
+pub fn kernel_headroom(mem_available: Option<u64>, node_cgroup: Option<i64>) -> Option<i64> {
+    let machine = to_i64(mem_available?);
+    Some(node_cgroup.map_or(machine, |cgroup| machine.min(cgroup)))
+}
+
 pub(crate) fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -119,6 +128,15 @@ mod tests {
         for (usage, inactive, want) in cases {
             assert_eq!(working_set(usage, inactive), want, "{usage} - {inactive}");
         }
+    }
+
+    #[test]
+    fn kernel_headroom_is_memavailable_bounded_by_a_binding_node_cgroup() {
+        assert_eq!(kernel_headroom(None, Some(5)), None);
+        assert_eq!(kernel_headroom(Some(800), None), Some(800));
+        assert_eq!(kernel_headroom(Some(800), Some(300)), Some(300));
+        assert_eq!(kernel_headroom(Some(800), Some(-20)), Some(-20));
+        assert_eq!(kernel_headroom(Some(u64::MAX), None), Some(i64::MAX));
     }
 
     #[test]

@@ -180,19 +180,35 @@ pub fn parse_memory_stat(text: &str) -> Result<MemoryStat, ParseError> {
 
 /// `MemTotal` from `/proc/meminfo`, in bytes (the file says kB, meaning KiB).
 pub fn parse_meminfo_total(text: &str) -> Result<u64, ParseError> {
-    const FIELD: &str = "MemTotal";
+    parse_meminfo_field(text, "MemTotal")
+}
+
+/// `MemTotal` and, where the kernel reports it (3.14 and later), `MemAvailable` of
+/// `/proc/meminfo`, in bytes.
+pub fn parse_meminfo(text: &str) -> Result<(u64, Option<u64>), ParseError> {
+    Ok((
+        parse_meminfo_total(text)?,
+        parse_meminfo_field(text, "MemAvailable").ok(),
+    ))
+}
+
+/// One `/proc/meminfo` field (`Name:   123 kB`), in bytes.
+fn parse_meminfo_field(text: &str, field: &'static str) -> Result<u64, ParseError> {
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix("MemTotal:") else {
+        let Some(rest) = line
+            .strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+        else {
             continue;
         };
         let mut parts = rest.split_ascii_whitespace();
-        let value = parts.next().ok_or(ParseError::Missing { field: FIELD })?;
-        let kib = parse_u64(FIELD, value)?;
+        let value = parts.next().ok_or(ParseError::Missing { field })?;
+        let kib = parse_u64(field, value)?;
         match parts.next() {
             Some("kB") => {}
             other => {
                 return Err(ParseError::Unit {
-                    field: FIELD,
+                    field,
                     unit: other.unwrap_or("").to_owned(),
                     expected: "kB",
                 });
@@ -200,9 +216,9 @@ pub fn parse_meminfo_total(text: &str) -> Result<u64, ParseError> {
         }
         return kib
             .checked_mul(1024)
-            .ok_or_else(|| ParseError::invalid(FIELD, value));
+            .ok_or_else(|| ParseError::invalid(field, value));
     }
-    Err(ParseError::Missing { field: FIELD })
+    Err(ParseError::Missing { field })
 }
 
 /// The number of tasks (threads included) from `/proc/loadavg`'s fourth field

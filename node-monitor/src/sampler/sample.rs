@@ -64,6 +64,14 @@ pub struct MemoryReading {
 }
 
 impl MemoryReading {
+    /// What the cgroup can still allocate before its limit: `capacity − usage`, plus the page
+    /// cache its working set leaves out (the kernel reclaims that first).
+    pub fn headroom(&self) -> i64 {
+        let free = i128::from(self.capacity) - i128::from(self.usage)
+            + i128::from(self.file_outside_working_set());
+        i64::try_from(free).unwrap_or(if free > 0 { i64::MAX } else { i64::MIN })
+    }
+
     /// The page cache the working set leaves out: where a memcg threshold sits above
     /// `capacity − threshold` on `memory.usage_in_bytes`.
     pub fn file_outside_working_set(&self) -> u64 {
@@ -275,12 +283,13 @@ impl Sampler {
             self.last_full = Some(now);
         }
 
-        let mem_total = self.reader.parse_path(
+        let meminfo = self.reader.parse_path(
             Some(&mut self.files.meminfo),
             &self.layout.proc.meminfo,
-            parse::parse_meminfo_total,
+            parse::parse_meminfo,
         );
-        let mem_total = self.note(W_MEMINFO, now, mem_total);
+        let meminfo = self.note(W_MEMINFO, now, meminfo);
+        let mem_total = meminfo.map(|(total, _)| total);
 
         // memory.available
         let node = mem_total.and_then(|total| {
@@ -292,6 +301,12 @@ impl Sampler {
             out,
             Signal::MemoryAvailable,
             node.map(|m| compute::memory_observation(m.capacity, m.working_set)),
+        );
+        // The predictor's input: the node cgroup's own headroom counts where its limit binds.
+        let node_binds = !self.layout.node_is_root && self.node_unbounded == Some(false);
+        out.kernel_headroom = compute::kernel_headroom(
+            meminfo.and_then(|(_, available)| available),
+            node.filter(|_| node_binds).map(|m| m.headroom()),
         );
 
         // allocatableMemory.available. Without a capacity (no allocatable configured, kubepods

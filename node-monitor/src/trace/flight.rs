@@ -116,6 +116,7 @@ impl TraceFlight {
             psi: crate::flight::read_psi(&self.psi),
             thresholds_met: Vec::new(),
             evict: Vec::new(),
+            prediction: None,
         });
     }
 

@@ -7,6 +7,8 @@
 //! nm-workload --procs 5                                    # fork 5 sleepers, then hold
 //! nm-workload --sleep 2s --exit-code 3                     # sleep 2 s, exit 3
 //! nm-workload --sleep --term-delay 3s                      # on SIGTERM, exit 3 s later
+//! nm-workload --ramp-to 600Mi --step 64Mi --cycles 10      # a sawtooth: ramp, free all, again
+//! nm-workload --cache-file /data/f --cache-size 1Gi --cache-passes 5   # page cache from reads
 //! ```
 //! Progress goes to stdout (one line per event, `key=value` fields) so tests can read it from the
 //! container log.
@@ -48,6 +50,52 @@ struct Args {
     /// On SIGTERM/SIGINT, take this long to exit, as a server finishing its requests does.
     #[arg(long, value_parser = duration, default_value = "0s")]
     term_delay: Duration,
+    /// Run the ramp this many times, freeing everything it allocated after each (a sawtooth);
+    /// the last one's memory is held.
+    #[arg(long, default_value_t = 1)]
+    cycles: u32,
+    /// Write a file of `--cache-size` here, then read it `--cache-passes` times: page cache
+    /// from reads, which the kernel can reclaim.
+    #[arg(long)]
+    cache_file: Option<std::path::PathBuf>,
+    /// The cache file's size.
+    #[arg(long, value_parser = bytes, default_value = "512Mi")]
+    cache_size: u64,
+    /// How many times the cache file is read after it is written.
+    #[arg(long, default_value_t = 3)]
+    cache_passes: u32,
+}
+
+/// Writes `size` bytes to `path` in 1 MiB chunks and reads the file back `passes` times.
+fn fill_cache(path: &std::path::Path, size: u64, passes: u32) -> Result<()> {
+    use std::io::Read as _;
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut f =
+        std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
+    let mut written = 0u64;
+    while written < size {
+        let n = chunk
+            .len()
+            .min(usize::try_from(size - written).unwrap_or(usize::MAX));
+        f.write_all(&chunk[..n])
+            .with_context(|| format!("write {}", path.display()))?;
+        written += n as u64;
+    }
+    f.sync_all()
+        .with_context(|| format!("sync {}", path.display()))?;
+    say(&format!("cache written bytes={written}"));
+    let mut buf = vec![0u8; 1 << 20];
+    for pass in 1..=passes {
+        let mut f =
+            std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
+        while f
+            .read(&mut buf)
+            .with_context(|| format!("read {}", path.display()))?
+            > 0
+        {}
+        say(&format!("cache read pass={pass}"));
+    }
+    Ok(())
 }
 
 fn bytes(s: &str) -> Result<u64, String> {
@@ -143,7 +191,29 @@ fn main() -> Result<()> {
         total += n;
         say(&format!("holding bytes={total}"));
     }
-    if let Some(target) = args.ramp_to {
+    if let Some(path) = &args.cache_file {
+        fill_cache(path, args.cache_size, args.cache_passes)?;
+    }
+    for cycle in 1..=args.cycles.max(1) {
+        let Some(target) = args.ramp_to else {
+            break;
+        };
+        if cycle > 1 {
+            held.clear();
+            held.shrink_to_fit();
+            total = args.hold.unwrap_or(0);
+            if let Some(n) = args.hold {
+                held.push(vec![
+                    0xa5;
+                    usize::try_from(n).context("--hold is too large")?
+                ]);
+            }
+            say(&format!("freed cycle={cycle}"));
+            if wait_signal(&set, Some(args.interval)) {
+                say("signalled; exiting");
+                return Ok(());
+            }
+        }
         let started = Instant::now();
         while total < target {
             let n = args.step.min(target - total);

@@ -1032,6 +1032,7 @@ fn with_headroom(mut rig: Rig) -> Rig {
     rig.agent.headroom_policy = Some(HeadroomPolicy {
         fast: Duration::from_millis(100),
         slow: Duration::from_secs(10),
+        lead: None,
     });
     rig
 }

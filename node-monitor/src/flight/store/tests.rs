@@ -19,6 +19,7 @@ fn records(n: u64) -> Vec<Arc<FlightRecord>> {
                 psi: None,
                 thresholds_met: Vec::new(),
                 evict: Vec::new(),
+                prediction: None,
             });
         }
         r.event(FlightEvent {

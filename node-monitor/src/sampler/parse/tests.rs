@@ -170,6 +170,18 @@ fn memory_stat_malformed() {
 fn meminfo() {
     let ok = "MemTotal:       24684000 kB\nMemFree:        23000000 kB\n";
     assert_eq!(parse_meminfo_total(ok), Ok(24_684_000 * 1024));
+    assert_eq!(parse_meminfo(ok), Ok((24_684_000 * 1024, None)));
+    let with_available = "MemTotal:        2014000 kB\nMemFree:          100000 kB\n\
+                          MemAvailable:     812000 kB\nMemAvailableX: 1 kB\n";
+    assert_eq!(
+        parse_meminfo(with_available),
+        Ok((2_014_000 * 1024, Some(812_000 * 1024)))
+    );
+    // A malformed MemAvailable is not observed; MemTotal still is.
+    assert_eq!(
+        parse_meminfo("MemTotal: 4 kB\nMemAvailable: x kB\n"),
+        Ok((4096, None))
+    );
     let cases: &[(&str, ParseError)] = &[
         ("MemFree: 1 kB\n", ParseError::Missing { field: "MemTotal" }),
         ("", ParseError::Missing { field: "MemTotal" }),

@@ -1,27 +1,37 @@
-//! Spike survival on the real node: allocation ramps of several speeds in a real container, with
-//! the kubelet alone and with node-monitor beside it.
+//! Spike survival on the real node: allocation ramps of several speeds in a real container,
+//! the kubelet alone against the kubelet with node-monitor, at the shipped defaults and at an
+//! equal higher threshold; and the workloads predictive eviction must leave alone.
 //!
 //! Each contender gets its own boot of the real node (`node_monitor_tests::real_node`: the real
 //! kubelet and containerd in the guest, 2 GiB, cgroup v2, no swap) with node-monitor installed
 //! from `deploy/kustomize/base`:
 //!
-//! - `kubelet`: node-monitor in dry run (it decides, evicts nothing), so the kubelet's own
-//!   eviction manager (its defaults: `memory.available<100Mi`, a 10 s housekeeping poll) and the
-//!   kernel's OOM killer are all that act;
-//! - `node-monitor`: node-monitor evicting at `memory.available<500Mi` (the threshold the
-//!   real-node tier uses on this 2 GiB node), the kubelet unchanged beside it.
+//! - `kubelet`: the kubelet at its defaults (`memory.available<100Mi`, a 10 s housekeeping
+//!   poll); node-monitor as shipped but in dry run (it decides, evicts nothing);
+//! - `node-monitor`: the kubelet at its defaults, node-monitor exactly as shipped (the same
+//!   100Mi, predictive eviction on);
+//! - `threshold-only`: the same with `predictiveEviction: false`: what the threshold alone does;
+//! - `kubelet@500Mi`, `node-monitor@500Mi`: the same pair with both at `memory.available<500Mi`.
 //!
-//! For each speed, one BestEffort pod ramps its resident memory by `step` every 100 ms up to
-//! 3 GiB (more than the node has), and the host watches the API: who evicted it and when, when
-//! its container ended (OOMKilled by the kernel or stopped after an eviction), and the guest's
-//! kernel OOM kill count before and after. Times are from the pod's start (Running) on the host
-//! clock, the API polled every 200 ms.
+//! For each run and speed, one BestEffort pod ramps its resident memory by `step` every 100 ms
+//! toward 3 GiB (more than the node has). A sampler in the guest reads, every 100 ms on the
+//! guest's clock, `memory.available` as the kubelet computes it (MemTotal minus the root's
+//! `anon + file − inactive_file`), the kernel's `MemAvailable`, the OOM kill count and whether
+//! the workload's process is alive. From it: the crossing (the first sample below the
+//! contender's threshold), when the process was gone, the lowest `memory.available`; the
+//! evictions (who, and the Event's time on the guest's clock: microseconds for node-monitor's
+//! `eventTime`, whole seconds for the kubelet's `firstTimestamp`) from the API; the kernel's OOM
+//! kills from the sampler's count.
+//!
+//! `--false-positives` adds, per run, three workloads that must not be evicted: a sawtooth
+//! (64 MiB every 100 ms up to 640 MiB, all freed, ten times), page cache from reads (a 768 MiB
+//! file written and read five times) and a burst (512 MiB at 256 MiB per 100 ms, then held).
 //!
 //! ```sh
 //! cargo bins && cargo xtask image workload --profile debug && cargo xtask image node-monitor \
-//!   && cargo xtask image pause --binary ~/.cache/node-monitor/node/current/pause
+//!   --profile release && cargo xtask image pause --binary ~/.cache/node-monitor/node/current/pause
 //! KUBEBUILDER_ASSETS=~/.cache/node-monitor/control-plane/current \
-//!   flock /tmp/nm-vm.lock target/debug/bench-real-spike
+//!   flock /tmp/nm-vm.lock target/debug/bench-real-spike --runs 5 --false-positives
 //! ```
 //! (`cargo xtask bench real-spike` does the same.) Results: docs/benchmarks.md, "Spike survival
 //! on the real node".
@@ -29,14 +39,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::{
     Api, Client,
-    api::{DeleteParams, PostParams},
+    api::{DeleteParams, ListParams, PostParams},
 };
 use node_monitor_tests::real_node::{
     RealNode, RealNodeOptions,
-    scenario::{Installed, NS, evictions_of, guest_oom_kills, install, workload},
+    scenario::{Installed, NS, guest_step, install, workload},
 };
 
 #[derive(Parser, Debug)]
@@ -44,192 +54,392 @@ use node_monitor_tests::real_node::{
     about = "Spike survival on the real node: the kubelet alone against the kubelet and node-monitor"
 )]
 struct Args {
-    /// Ramp steps per 100 ms (quantities), one run each.
+    /// Ramp steps per 100 ms (quantities).
     #[arg(long, value_delimiter = ',', default_values = ["16Mi", "64Mi", "256Mi"])]
     steps: Vec<String>,
-    /// Contenders: `kubelet`, `node-monitor`.
+    /// Contenders: `kubelet`, `node-monitor`, `threshold-only`, `kubelet@500Mi`,
+    /// `node-monitor@500Mi`.
     #[arg(long, value_delimiter = ',', default_values = ["kubelet", "node-monitor"])]
     contenders: Vec<String>,
+    /// Runs of every step per contender.
+    #[arg(long, default_value_t = 1)]
+    runs: u32,
+    /// Also run the sawtooth, page-cache and burst workloads, once per run.
+    #[arg(long)]
+    false_positives: bool,
 }
 
-/// node-monitor's configuration for a contender.
-fn config(contender: &str) -> String {
-    let dry_run = contender == "kubelet";
-    format!(
-        "evictionHard:\n  memory.available: \"500Mi\"\n  nodefs.available: \"10%\"\n  \
-         imagefs.available: \"15%\"\nnodeMonitor:\n  maxPodsPerCycle: 1\n  dryRun: {dry_run}\n"
-    )
+/// A contender: node-monitor's configuration and the kubelet's extra configuration.
+struct Contender {
+    name: String,
+    threshold_mib: i64,
+    agent: String,
+    kubelet_extra: String,
 }
 
-/// One ramp's outcome.
+impl Contender {
+    fn parse(name: &str) -> Result<Self> {
+        let (who, threshold_mib) = match name.split_once('@') {
+            None => (name, 100),
+            Some((who, "500Mi")) => (who, 500),
+            Some(_) => anyhow::bail!("--contenders: {name:?}: the threshold must be 500Mi"),
+        };
+        let (dry_run, predictive) = match who {
+            "kubelet" => (true, true),
+            "node-monitor" => (false, true),
+            "threshold-only" if threshold_mib == 100 => (false, false),
+            _ => anyhow::bail!(
+                "--contenders: unknown contender {name:?} (kubelet, node-monitor, \
+                 threshold-only, kubelet@500Mi, node-monitor@500Mi)"
+            ),
+        };
+        // The shipped ConfigMap's config.yaml, with the contender's changes.
+        let agent = format!(
+            "apiVersion: node-monitor.io/v1alpha1\nkind: NodeMonitorConfiguration\n\
+             evictionHard:\n  memory.available: \"{threshold_mib}Mi\"\n  nodefs.available: \
+             \"10%\"\n  nodefs.inodesFree: \"5%\"\n  imagefs.available: \"15%\"\n  \
+             imagefs.inodesFree: \"5%\"\nevictionPressureTransitionPeriod: 5m\nnodeMonitor:\n  \
+             maxPodsPerCycle: 1\n  pdbPolicy: respect\n  dryRun: {dry_run}\n  \
+             predictiveEviction: {predictive}\n"
+        );
+        // Setting one hard threshold drops the kubelet's other defaults: all are given.
+        let kubelet_extra = if threshold_mib == 100 {
+            String::new()
+        } else {
+            format!(
+                "evictionHard:\n  memory.available: \"{threshold_mib}Mi\"\n  nodefs.available: \
+                 \"10%\"\n  nodefs.inodesFree: \"5%\"\n  imagefs.available: \"15%\"\n"
+            )
+        };
+        Ok(Self {
+            name: name.to_owned(),
+            threshold_mib,
+            agent,
+            kubelet_extra,
+        })
+    }
+}
+
+/// The guest's sampler: every 100 ms, one line of `EPOCHREALTIME memory.available MemAvailable
+/// oom_kill workload-alive` (bytes) to /mnt/out/mem.log.
+const SAMPLER: &str = r#"cat > /tmp/nm-sampler.sh <<'EOF'
+while :; do
+  t=$EPOCHREALTIME
+  while read -r k v _; do
+    case $k in MemTotal:) total=$v ;; MemAvailable:) avail=$v ;; esac
+  done < /proc/meminfo
+  anon=0; file=0; inactive=0
+  while read -r k v; do
+    case $k in anon) anon=$v ;; file) file=$v ;; inactive_file) inactive=$v ;; esac
+  done < /sys/fs/cgroup/memory.stat
+  while read -r k v; do [ "$k" = oom_kill ] && oom=$v; done < /proc/vmstat
+  alive=0; pgrep -x nm-workload > /dev/null && alive=1
+  echo "$t $(( total * 1024 - (anon + file - inactive) )) $(( avail * 1024 )) $oom $alive" >> /mnt/out/mem.log
+  sleep 0.1
+done
+EOF
+setsid nohup bash /tmp/nm-sampler.sh > /dev/null 2>&1 < /dev/null &
+echo started"#;
+
+/// One line of the sampler.
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    at: f64,
+    available: i64,
+    mem_available: i64,
+    oom_kills: u64,
+    alive: bool,
+}
+
+fn points(node: &RealNode) -> Vec<Point> {
+    let text = node.read_out("mem.log").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some(Point {
+                at: f.first()?.parse().ok()?,
+                available: f.get(1)?.parse().ok()?,
+                mem_available: f.get(2)?.parse().ok()?,
+                oom_kills: f.get(3)?.parse().ok()?,
+                alive: *f.get(4)? == "1",
+            })
+        })
+        .collect()
+}
+
+/// A workload the bench runs.
+#[derive(Debug, Clone)]
+struct Load {
+    label: String,
+    args: Vec<String>,
+    /// A ramp that would exhaust the node (an eviction is right); otherwise evicting is needless.
+    exhausts: bool,
+}
+
+fn loads(args: &Args) -> Vec<Load> {
+    let mut v: Vec<Load> = args
+        .steps
+        .iter()
+        .map(|step| Load {
+            label: format!("ramp {step}"),
+            args: vec![
+                "--ramp-to".into(),
+                "3Gi".into(),
+                "--step".into(),
+                step.clone(),
+            ],
+            exhausts: true,
+        })
+        .collect();
+    if args.false_positives {
+        let s = |v: &[&str]| v.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        v.push(Load {
+            label: "sawtooth".into(),
+            args: s(&[
+                "--ramp-to",
+                "640Mi",
+                "--step",
+                "64Mi",
+                "--cycles",
+                "10",
+                "--sleep",
+                "5s",
+            ]),
+            exhausts: false,
+        });
+        v.push(Load {
+            label: "page cache".into(),
+            args: s(&[
+                "--cache-file",
+                "/tmp/cache",
+                "--cache-size",
+                "768Mi",
+                "--cache-passes",
+                "5",
+                "--sleep",
+                "5s",
+            ]),
+            exhausts: false,
+        });
+        v.push(Load {
+            label: "burst".into(),
+            args: s(&["--ramp-to", "512Mi", "--step", "256Mi", "--sleep", "15s"]),
+            exhausts: false,
+        });
+    }
+    v
+}
+
+/// One workload's outcome.
 #[derive(Debug)]
 struct Outcome {
     contender: String,
-    step: String,
+    load: String,
+    exhausts: bool,
     evicted_by: Vec<String>,
+    /// Crossing → first eviction Event, seconds (guest clock).
+    crossing_to_eviction: Option<f64>,
+    /// Crossing → the workload's process gone, seconds.
+    crossing_to_gone: Option<f64>,
+    /// Start → first eviction Event, seconds.
     evicted_at: Option<f64>,
-    ended_at: Option<f64>,
-    end_reason: String,
+    lowest_available_mib: i64,
+    lowest_mem_available_mib: i64,
+    predicted: bool,
     oom_kills: u64,
 }
 
-/// How the ramp pod's container ended, once it has: (reason, exit code).
-fn ended(p: &Pod) -> Option<String> {
-    let status = p.status.as_ref()?;
-    let c = status.container_statuses.as_ref()?.first()?;
-    let t = c.state.as_ref()?.terminated.as_ref()?;
-    Some(format!(
-        "{} (exit {})",
-        t.reason.clone().unwrap_or_default(),
-        t.exit_code
-    ))
+/// `Evicted` Events on `name`: (component, guest time in seconds since the epoch, message).
+async fn evicted_events(client: &Client, name: &str) -> Vec<(String, f64, String)> {
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    let Ok(list) = events
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+    else {
+        return Vec::new();
+    };
+    let mut v: Vec<(String, f64, String)> = list
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Evicted"))
+        .map(|e| {
+            let by = e
+                .reporting_component
+                .clone()
+                .filter(|c| !c.is_empty())
+                .or_else(|| e.source.as_ref().and_then(|s| s.component.clone()))
+                .unwrap_or_default();
+            let at = e
+                .event_time
+                .as_ref()
+                .map(|t| t.0.as_microsecond() as f64 / 1e6)
+                .or(e.first_timestamp.as_ref().map(|t| t.0.as_second() as f64))
+                .unwrap_or(0.0);
+            (by, at, e.message.unwrap_or_default())
+        })
+        .collect();
+    v.sort_by(|a, b| a.1.total_cmp(&b.1));
+    v
 }
 
-async fn ramp(
-    client: &Client,
-    node: &mut RealNode,
-    contender: &str,
-    step: &str,
-    n: usize,
-) -> Result<Outcome> {
-    let name = format!("spike-{n}");
-    let before = guest_oom_kills(node).await;
-    let p = workload(
-        &name,
-        &[
-            "/usr/local/bin/nm-workload",
-            "--ramp-to",
-            "3Gi",
-            "--step",
-            step,
-            "--interval",
-            "100ms",
-        ],
-    )
-    .build();
+/// Runs `load` as pod `name` until its process is gone (or `limit`), then deletes it.
+async fn run_load(client: &Client, node: &RealNode, name: &str, load: &Load) -> Result<()> {
+    let mut command = vec!["/usr/local/bin/nm-workload"];
+    command.extend(load.args.iter().map(String::as_str));
+    command.extend(["--interval", "100ms"]);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    pods.create(&PostParams::default(), &p).await?;
-    // From the moment the host sees the container run (or end: a fast ramp can be killed
-    // before a poll sees it running).
-    let created = Instant::now();
-    loop {
-        let phase = pods
-            .get(&name)
-            .await?
-            .status
-            .and_then(|s| s.phase)
-            .unwrap_or_default();
-        if phase != "Pending" && !phase.is_empty() {
-            break;
-        }
-        anyhow::ensure!(
-            created.elapsed() < Duration::from_secs(300) && node.running(),
-            "pod {name} never started"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    pods.create(&PostParams::default(), &workload(name, &command).build())
+        .await?;
     let started = Instant::now();
-    let mut evicted_at = None;
-    let mut evicted_by = Vec::new();
-    let mut ended_at = None;
-    let mut end_reason = String::from("still running");
-    while started.elapsed() < Duration::from_secs(180) {
-        if evicted_at.is_none() {
-            let by = evictions_of(client, &name).await;
-            if !by.is_empty() {
-                evicted_at = Some(started.elapsed().as_secs_f64());
-                evicted_by = by;
-            }
-        }
-        match pods.get_opt(&name).await? {
-            None => {
-                ended_at.get_or_insert(started.elapsed().as_secs_f64());
-                end_reason = "gone from the API".into();
-            }
-            Some(p) => {
-                if let Some(r) = ended(&p) {
-                    ended_at.get_or_insert(started.elapsed().as_secs_f64());
-                    end_reason = r;
-                }
-            }
-        }
-        if ended_at.is_some()
-            && (evicted_at.is_some() || started.elapsed() > Duration::from_secs(30))
-        {
+    loop {
+        let done = match pods.get_opt(name).await? {
+            None => true,
+            Some(p) => p
+                .status
+                .and_then(|s| s.phase)
+                .is_some_and(|ph| ph == "Succeeded" || ph == "Failed"),
+        };
+        if done || started.elapsed() > Duration::from_secs(240) || !node.running() {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    // Settle: the pod deleted, memory back, before the next ramp.
-    let _ = pods.delete(&name, &DeleteParams::default()).await;
-    while pods.get_opt(&name).await?.is_some() && started.elapsed() < Duration::from_secs(300) {
+    // Give a late eviction by either side time to show, then settle.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let _ = pods.delete(name, &DeleteParams::default()).await;
+    while pods.get_opt(name).await?.is_some() && started.elapsed() < Duration::from_secs(420) {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let after = guest_oom_kills(node).await;
-    Ok(Outcome {
-        contender: contender.to_owned(),
-        step: step.to_owned(),
-        evicted_by,
-        evicted_at,
-        ended_at,
-        end_reason,
-        oom_kills: after.saturating_sub(before),
-    })
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    Ok(())
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> Result<()> {
-    let args = Args::parse();
+/// What the samples from `from` on say about the load run as `name`.
+async fn outcome(
+    client: &Client,
+    node: &RealNode,
+    c: &Contender,
+    load: &Load,
+    name: &str,
+    from: usize,
+) -> Outcome {
+    let all = points(node);
+    let window = &all[from.min(all.len())..];
+    let start = window.iter().find(|p| p.alive).map_or(0.0, |p| p.at);
+    let threshold = c.threshold_mib << 20;
+    let crossing = window
+        .iter()
+        .find(|p| p.at >= start && p.available < threshold)
+        .map(|p| p.at);
+    let gone = window
+        .iter()
+        .find(|p| p.at > start && !p.alive)
+        .map(|p| p.at);
+    let events = evicted_events(client, name).await;
+    let first = events.first();
+    let since = |a: Option<f64>, b: Option<f64>| Some(b? - a?);
+    Outcome {
+        contender: c.name.clone(),
+        load: load.label.clone(),
+        exhausts: load.exhausts,
+        evicted_by: events.iter().map(|(by, _, _)| by.clone()).collect(),
+        crossing_to_eviction: since(crossing, first.map(|e| e.1)),
+        crossing_to_gone: since(crossing, gone),
+        evicted_at: first.map(|e| e.1 - start),
+        lowest_available_mib: window.iter().map(|p| p.available).min().unwrap_or(0) >> 20,
+        lowest_mem_available_mib: window.iter().map(|p| p.mem_available).min().unwrap_or(0) >> 20,
+        predicted: events.iter().any(|(_, _, m)| m.contains("Predicted:")),
+        oom_kills: match (window.first(), window.last()) {
+            (Some(a), Some(b)) => b.oom_kills.saturating_sub(a.oom_kills),
+            _ => 0,
+        },
+    }
+}
+
+async fn contender(args: &Args, c: &Contender, n: &mut usize) -> Result<Vec<Outcome>> {
+    let options = RealNodeOptions {
+        kubelet_config_extra: c.kubelet_extra.clone(),
+        ..RealNodeOptions::default()
+    };
+    let Installed {
+        cp,
+        client,
+        mut node,
+        ..
+    } = install("base", Some(&c.agent), &options).await;
+    guest_step(
+        &mut node,
+        "memory sampler",
+        SAMPLER,
+        Duration::from_secs(30),
+    )
+    .await;
     let mut outcomes = Vec::new();
-    let mut n = 0;
-    for contender in &args.contenders {
-        anyhow::ensure!(
-            matches!(contender.as_str(), "kubelet" | "node-monitor"),
-            "--contenders: unknown contender {contender:?} (kubelet, node-monitor)"
-        );
-        let Installed {
-            cp,
-            client,
-            mut node,
-            ..
-        } = install(
-            "base",
-            Some(&config(contender)),
-            &RealNodeOptions::default(),
-        )
-        .await;
-        for step in &args.steps {
-            n += 1;
-            let o = ramp(&client, &mut node, contender, step, n)
+    for run in 1..=args.runs {
+        for load in loads(args) {
+            *n += 1;
+            let name = format!("spike-{n}");
+            let from = points(&node).len();
+            run_load(&client, &node, &name, &load)
                 .await
-                .with_context(|| format!("{contender}, step {step}"))?;
+                .with_context(|| format!("{}, {}, run {run}", c.name, load.label))?;
+            let o = outcome(&client, &node, c, &load, &name, from).await;
             eprintln!("{o:?}");
             outcomes.push(o);
         }
-        node.finish().await.context("guest run")?;
-        cp.stop().context("stop control plane")?;
     }
+    node.finish().await.context("guest run")?;
+    cp.stop().context("stop control plane")?;
+    Ok(outcomes)
+}
+
+fn print(outcomes: &[Outcome]) {
     let secs = |v: Option<f64>| v.map_or("-".to_owned(), |s| format!("{s:.1} s"));
     println!(
-        "| contender | step / 100 ms | evicted by | evicted at | container ended | how | kernel OOM kills |"
+        "| contender | workload | evicted by | predicted | evicted at | crossing → eviction | \
+         crossing → gone | lowest memory.available | lowest MemAvailable | kernel OOM kills | \
+         needless |"
     );
-    println!("|---|---|---|---|---|---|---|");
-    for o in &outcomes {
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for o in outcomes {
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} MiB | {} MiB | {} | {} |",
             o.contender,
-            o.step,
+            o.load,
             if o.evicted_by.is_empty() {
                 "-".to_owned()
             } else {
                 o.evicted_by.join(", ")
             },
+            if o.predicted { "yes" } else { "-" },
             secs(o.evicted_at),
-            secs(o.ended_at),
-            o.end_reason,
-            o.oom_kills
+            secs(o.crossing_to_eviction),
+            secs(o.crossing_to_gone),
+            o.lowest_available_mib,
+            o.lowest_mem_available_mib,
+            o.oom_kills,
+            if !o.exhausts && !o.evicted_by.is_empty() {
+                "yes"
+            } else {
+                "-"
+            },
         );
     }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let contenders = args
+        .contenders
+        .iter()
+        .map(|c| Contender::parse(c))
+        .collect::<Result<Vec<_>>>()?;
+    let mut outcomes = Vec::new();
+    let mut n = 0;
+    for c in &contenders {
+        outcomes.extend(contender(&args, c, &mut n).await?);
+    }
+    print(&outcomes);
     Ok(())
 }
