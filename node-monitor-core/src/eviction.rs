@@ -114,8 +114,33 @@ impl EvictionState {
         self.conditions.contains(&condition)
     }
 
+    /// Whether `observations` at `now` would meet a threshold by prediction (without recording
+    /// them): the caller reads the pods' figures for the ranking that follows.
+    pub fn predicts(
+        &self,
+        config: &EvictionConfig,
+        observations: &Observations,
+        now: Timestamp,
+    ) -> bool {
+        let mut trend = self.trend.clone();
+        trend.observe(
+            now,
+            observations.kernel_headroom,
+            memory_capacity(observations),
+        );
+        trend
+            .predict(predict::PredictionPolicy::of(&config.node_monitor))
+            .is_some()
+    }
+
+    /// The predictor's lead now: the configured one, or the median of the recent evictions.
+    pub fn prediction_lead(&self, config: &EvictionConfig) -> Duration {
+        self.trend
+            .lead(predict::PredictionPolicy::of(&config.node_monitor))
+    }
+
     /// Records how long an eviction took, from its request to the pod's cgroup gone: the
-    /// predictor's lead follows the slowest recent one ([`predict::Trend::lead`]).
+    /// predictor's lead follows the median of the recent ones ([`predict::Trend::lead`]).
     pub fn note_victim_exit(&mut self, took: Duration) {
         self.trend.note_exit(took);
     }
@@ -130,13 +155,11 @@ pub fn synchronize(
     now: Timestamp,
 ) -> Decision {
     // 0. The prediction: is the kernel's OOM point nearer than an eviction's lead?
-    let capacity = observations
-        .signals
-        .get(&Signal::MemoryAvailable)
-        .map_or(0, |o| o.capacity);
-    state
-        .trend
-        .observe(now, observations.kernel_headroom, capacity);
+    state.trend.observe(
+        now,
+        observations.kernel_headroom,
+        memory_capacity(observations),
+    );
     let prediction = state
         .trend
         .predict(predict::PredictionPolicy::of(&config.node_monitor));
@@ -220,6 +243,14 @@ pub fn synchronize(
     decision.evict = evictions(config, &reclaim, &acting, &ranked, pods, observations);
     decision.ranked = ranked;
     decision
+}
+
+/// The capacity `memory.available` is a share of (0 when not observed).
+fn memory_capacity(observations: &Observations) -> i64 {
+    observations
+        .signals
+        .get(&Signal::MemoryAvailable)
+        .map_or(0, |o| o.capacity)
 }
 
 /// Step 1: the thresholds met by `observations` (ignoring grace periods), then those acted on

@@ -11,14 +11,17 @@
 //!   kernel's own `MemAvailable` (free memory above the low watermarks, plus the page cache and
 //!   slab it can reclaim), bounded by the node cgroup's headroom where its limit binds
 //!   ([`crate::signals::Observations::kernel_headroom`]);
-//! - **the rate** is the headroom's fall, fitted (least squares) over the last [`WINDOW`]. It counts
-//!   only a sustained fall: at least [`MIN_SAMPLES`] samples over at least [`MIN_SPAN`], falling
-//!   by [`MIN_FALL`] at least and still falling at the newest sample; a rise of more than
-//!   [`rise_tolerance`] (memory freed: a sawtooth) starts the trend again;
+//! - **the rate** is the headroom's fall, fitted (least squares) over the last [`WINDOW`], and the
+//!   peak of those fits since the fall began: near exhaustion the kernel's reclaim slows the
+//!   allocator down, which is no reason to wait longer. It counts only a sustained fall: at least
+//!   [`MIN_SAMPLES`] samples over at least [`MIN_SPAN`], falling by [`MIN_FALL`] at least and still
+//!   falling at the newest sample; a rise of more than [`rise_tolerance`] (memory freed: a
+//!   sawtooth) or a plateau of half a window starts the trend again;
 //! - **the lead** is how long an eviction takes to free memory: the request, the kubelet's stop,
-//!   the victim's own exit. The configured `predictionLead` at least, or the longest of the last
-//!   [`EXITS_KEPT`] evictions on this node as the agent measured them (request to the pod's
-//!   cgroup gone), at most [`MAX_LEAD`].
+//!   the victim's own exit. The configured `predictionLead` at least, or the median of the last
+//!   [`EXITS_KEPT`] evictions on this node as the agent measured them (decision to the pod's
+//!   cgroup gone), at most [`MAX_LEAD`]: the median, so that one eviction slowed by something
+//!   else (a stuck container runtime) does not make every prediction for the next ones earlier.
 //!
 //! When the time to exhaustion (`headroom / rate`) is at most the lead, waiting any longer lets
 //! the kernel act first: the hard `memory.available` thresholds count as met, with the reason
@@ -41,8 +44,9 @@ pub const WINDOW: Duration = Duration::from_secs(1);
 pub const MIN_SPAN: Duration = Duration::from_millis(300);
 /// The least samples in the window before the fall counts.
 pub const MIN_SAMPLES: usize = 3;
-/// The lead learnt from past evictions never exceeds this.
-pub const MAX_LEAD: Duration = Duration::from_secs(10);
+/// The lead learnt from past evictions never exceeds this: an eviction made too late, on a node
+/// already thrashing, exits slowly, and must not make every later prediction seconds earlier.
+pub const MAX_LEAD: Duration = Duration::from_secs(5);
 /// How many past evictions' exit times are kept.
 pub const EXITS_KEPT: usize = 8;
 /// The least fall over the window that counts as a fall, bytes: noise below it is not a trend.
@@ -86,6 +90,8 @@ pub struct Trend {
     samples: VecDeque<(Timestamp, i64)>,
     /// Recent evictions' time from the request to the pod's cgroup gone, newest last.
     exits: VecDeque<Duration>,
+    /// The fastest fall fitted since this fall began, bytes per second (0: none yet).
+    peak: i64,
 }
 
 /// A prediction that the kernel's OOM point is nearer than an eviction's lead.
@@ -141,6 +147,7 @@ impl Trend {
     pub fn observe(&mut self, now: Timestamp, headroom: Option<i64>, capacity: i64) {
         let Some(h) = headroom else {
             self.samples.clear();
+            self.peak = 0;
             return;
         };
         if let Some(&(t, last)) = self.samples.back() {
@@ -149,6 +156,7 @@ impl Trend {
             }
             if h.saturating_sub(last) > rise_tolerance(capacity) {
                 self.samples.clear();
+                self.peak = 0;
             }
         }
         self.samples.push_back((now, h));
@@ -158,6 +166,21 @@ impl Trend {
             .is_some_and(|(t, _)| now.saturating_since(*t) > WINDOW)
         {
             self.samples.pop_front();
+        }
+        match self.fitted() {
+            Some(rate) => self.peak = self.peak.max(rate),
+            None if self.plateau() => self.peak = 0,
+            None => {}
+        }
+    }
+
+    /// The headroom held (fell by less than [`MIN_FALL`]) over half a window or more.
+    fn plateau(&self) -> bool {
+        match (self.samples.front(), self.samples.back()) {
+            (Some(&(t0, h0)), Some(&(t1, h1))) => {
+                t1.saturating_since(t0) >= WINDOW / 2 && h0.saturating_sub(h1) < MIN_FALL
+            }
+            _ => false,
         }
     }
 
@@ -169,14 +192,26 @@ impl Trend {
         }
     }
 
-    /// The lead: the configured one at least, or the longest recent exit, at most [`MAX_LEAD`].
+    /// The lead: the configured one at least, or the median of the recent exits (the upper
+    /// one of an even count), at most [`MAX_LEAD`].
     pub fn lead(&self, policy: PredictionPolicy) -> Duration {
-        let learnt = self.exits.iter().copied().max().unwrap_or(Duration::ZERO);
+        let mut exits: Vec<Duration> = self.exits.iter().copied().collect();
+        exits.sort_unstable();
+        let learnt = exits
+            .get(exits.len() / 2)
+            .copied()
+            .unwrap_or(Duration::ZERO);
         policy.lead.max(learnt).min(MAX_LEAD.max(policy.lead))
     }
 
-    /// The headroom's sustained fall in bytes per second over the window, if there is one.
+    /// The headroom's sustained fall in bytes per second, if it is falling now: the fastest
+    /// fitted since the fall began.
     pub fn rate(&self) -> Option<i64> {
+        self.fitted().map(|r| r.max(self.peak))
+    }
+
+    /// The headroom's sustained fall in bytes per second over the window, if there is one.
+    fn fitted(&self) -> Option<i64> {
         let (&(first_t, first_h), &(last_t, last_h)) =
             (self.samples.front()?, self.samples.back()?);
         // Still falling at the newest sample: a burst that stopped leaves no rate.

@@ -145,7 +145,7 @@ fn without_a_sustained_fall_of_the_headroom_only_the_threshold_evicts() {
 }
 
 #[test]
-fn the_lead_follows_the_slowest_recent_eviction() {
+fn the_lead_follows_the_recent_evictions() {
     let shipped = config("");
     let pods = [pod("ramp", 0, ""), pod("quiet", 0, "")];
     let mut s = EvictionState::new();

@@ -355,6 +355,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
     ) -> (TimedObservations<Wakeup>, Option<RankFigures>) {
         let mut timed = sampler.observe(wakeup, SampleKind::Signals);
         self.follow_fs_layout(timed.observations.filesystem);
+        let now = self.now();
         let pressure = !self.state.conditions().is_empty()
             || self.config.thresholds.iter().any(|t| {
                 timed
@@ -362,8 +363,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                     .signals
                     .get(&t.signal)
                     .is_some_and(|o| t.is_met(o, true))
-            });
-        let now = self.now();
+            })
+            || self.state.predicts(&self.config, &timed.observations, now);
         let taken = self.pod_figures.as_ref().map(|(t, _)| *t);
         let figures = if pressure {
             let cover = self
@@ -421,7 +422,11 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         pods: &[PodInfo],
         now: Timestamp,
     ) -> Decision {
-        if let Some(policy) = self.headroom_policy {
+        if let Some(mut policy) = self.headroom_policy {
+            // The lead as learnt from this node's evictions, where the prediction will be.
+            policy.lead = policy
+                .lead
+                .map(|_| self.state.prediction_lead(&self.config));
             self.next_sample_at = self
                 .headroom
                 .observe(now, &timed.observations, &self.config.thresholds, policy)

@@ -1421,3 +1421,57 @@ async fn the_memory_push_is_attached_only_while_armed_and_detached_5_s_after() {
     rig.cycle().await;
     assert_eq!(asked(), [true, true, false]);
 }
+
+/// At the shipped `memory.available<100Mi`, a ramp that leaves the kernel less headroom than an
+/// eviction's lead is evicted before the crossing: the pass that predicts it reads the pods
+/// first, ranks as the kubelet does, and counts the eviction as predicted.
+#[tokio::test(start_paused = true)]
+async fn a_predicted_crossing_reads_the_pods_and_evicts_the_kubelets_choice_early() {
+    let mut rig = with_headroom(Rig::new("", 4 * GI, &three_pods()));
+    let mut evicted_at = None;
+    // 500 MiB/s from 3 GiB of kernel headroom; memory.available 100 MiB above it.
+    for step in 0..60u64 {
+        let headroom = (3 * GI).saturating_sub(step * 50 * MI);
+        rig.set_available(headroom + 100 * MI);
+        rig.state.borrow_mut().observations.kernel_headroom = Some(headroom as i64);
+        let report = rig.report().await;
+        if !report.decision.evict.is_empty() {
+            evicted_at = Some((headroom, report));
+            break;
+        }
+        tokio::time::advance(Duration::from_millis(100)).await;
+    }
+    let (headroom, report) = evicted_at.expect("a predicted eviction");
+    // 2 s at 500 MiB/s: within 1 GiB of the OOM point, long before the 100Mi crossing.
+    assert!(
+        (950 * MI..=GI).contains(&headroom),
+        "evicted with {} MiB of headroom",
+        headroom / MI
+    );
+    assert_eq!(report.decision.evict[0].name, "besteffort");
+    assert!(report.decision.prediction.is_some());
+    assert!(
+        report.decision.evict[0].message.contains("Predicted:"),
+        "{}",
+        report.decision.evict[0].message
+    );
+    let log = take_log(&rig);
+    let evict = log.iter().position(|l| l == "evict besteffort");
+    let read = log.iter().position(|l| l == "read pods");
+    assert!(
+        read.is_some() && read < evict,
+        "the pods are read before the predicted ranking: {log:?}"
+    );
+    let predicted = rig
+        .agent
+        .metrics
+        .eviction
+        .predicted_evictions
+        .get_or_create(&crate::metrics::OutcomeLabels {
+            outcome: "evicted".into(),
+        })
+        .get();
+    assert_eq!(predicted, 1);
+    // No condition: a prediction is not an observed crossing.
+    assert!(report.decision.conditions.iter().all(|c| !c.status));
+}

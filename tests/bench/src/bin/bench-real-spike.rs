@@ -17,7 +17,8 @@
 //! toward 3 GiB (more than the node has). A sampler in the guest reads, every 100 ms on the
 //! guest's clock, `memory.available` as the kubelet computes it (MemTotal minus the root's
 //! `anon + file − inactive_file`), the kernel's `MemAvailable`, the OOM kill count and whether
-//! the workload's process is alive. From it: the crossing (the first sample below the
+//! the workload's process is alive (an `nm-workload` in a BestEffort pod's container cgroup;
+//! shell builtins only, so that the sampler keeps its pace on the starved node). From it: the crossing (the first sample below the
 //! contender's threshold), when the process was gone, the lowest `memory.available`; the
 //! evictions (who, and the Event's time on the guest's clock: microseconds for node-monitor's
 //! `eventTime`, whole seconds for the kubelet's `firstTimestamp`) from the API; the kernel's OOM
@@ -133,7 +134,11 @@ while :; do
     case $k in anon) anon=$v ;; file) file=$v ;; inactive_file) inactive=$v ;; esac
   done < /sys/fs/cgroup/memory.stat
   while read -r k v; do [ "$k" = oom_kill ] && oom=$v; done < /proc/vmstat
-  alive=0; pgrep -x nm-workload > /dev/null && alive=1
+  alive=0
+  for f in /sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod*.slice/cri-containerd-*.scope/cgroup.procs; do
+    [ -e "$f" ] || continue
+    while read -r p; do read -r c < /proc/$p/comm && [ "$c" = nm-workload ] && alive=1; done < "$f" 2>/dev/null
+  done
   echo "$t $(( total * 1024 - (anon + file - inactive) )) $(( avail * 1024 )) $oom $alive" >> /mnt/out/mem.log
   sleep 0.1
 done
