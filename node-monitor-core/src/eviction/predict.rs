@@ -10,13 +10,13 @@
 //! - **the headroom** is what the node can still allocate before the kernel must OOM-kill: the
 //!   kernel's own `MemAvailable` (free memory above the low watermarks, plus the page cache and
 //!   slab it can reclaim), bounded by the node cgroup's headroom where its limit binds
-//!   ([`crate::signals::Observations::kernel_headroom`]);
+//!   ([`crate::signals::Observations::kernel_headroom`]), less [`oom_floor`];
 //! - **the rate** is the headroom's fall, fitted (least squares) over the last [`WINDOW`], and the
 //!   peak of those fits since the fall began: near exhaustion the kernel's reclaim slows the
-//!   allocator down, which is no reason to wait longer. It counts only a sustained fall: at least
-//!   [`MIN_SAMPLES`] samples over at least [`MIN_SPAN`], falling by [`MIN_FALL`] at least and still
-//!   falling at the newest sample; a rise of more than [`rise_tolerance`] (memory freed: a
-//!   sawtooth) or a plateau of half a window starts the trend again;
+//!   allocator down, which is no reason to wait longer. It counts only a sustained fall: one that
+//!   began at least [`MIN_SPAN`] ago, with [`MIN_SAMPLES`] samples in the window, falling by
+//!   [`MIN_FALL`] at least and still falling at the newest sample; a rise of more than
+//!   [`rise_tolerance`] (memory freed: a sawtooth) or a [`PLATEAU`] ends the fall;
 //! - **the lead** is how long an eviction takes to free memory: the request, the kubelet's stop,
 //!   the victim's own exit. The configured `predictionLead` at least, or the median of the last
 //!   [`EXITS_KEPT`] evictions on this node as the agent measured them (decision to the pod's
@@ -39,9 +39,10 @@ use serde::{Deserialize, Serialize};
 use crate::{config::NodeMonitorSettings, units::clock::Timestamp};
 
 /// The span of samples the rate is fitted over.
-pub const WINDOW: Duration = Duration::from_secs(1);
-/// The least span the fall must have lasted before it counts.
-pub const MIN_SPAN: Duration = Duration::from_millis(300);
+pub const WINDOW: Duration = Duration::from_secs(2);
+/// How long the fall must have lasted before it counts: a burst shorter than this (a process
+/// touching its heap at start) predicts nothing, whatever its rate.
+pub const MIN_SPAN: Duration = Duration::from_secs(1);
 /// The least samples in the window before the fall counts.
 pub const MIN_SAMPLES: usize = 3;
 /// The lead learnt from past evictions never exceeds this: an eviction made too late, on a node
@@ -51,6 +52,18 @@ pub const MAX_LEAD: Duration = Duration::from_secs(5);
 pub const EXITS_KEPT: usize = 8;
 /// The least fall over the window that counts as a fall, bytes: noise below it is not a trend.
 pub const MIN_FALL: i64 = 8 << 20;
+/// Over this long, a fall of less than [`PLATEAU_FALL`] is a plateau: the fall has ended.
+pub const PLATEAU: Duration = Duration::from_millis(500);
+/// See [`PLATEAU`].
+pub const PLATEAU_FALL: i64 = 1 << 20;
+
+/// The headroom the kernel does not give to the allocator in practice: where its OOM killer acts
+/// while `MemAvailable` still counts some page cache (the mapped pages of running programs,
+/// which reclaim only thrashes). A sixty-fourth of the capacity, at least 64 MiB and at most
+/// 256 MiB (on a 2 GiB node the kernel OOM-killed with 22–29 MiB of `MemAvailable` left).
+pub fn oom_floor(capacity: i64) -> i64 {
+    (capacity / 64).clamp(64 << 20, 256 << 20)
+}
 
 /// The configured policy (`nodeMonitor.predictiveEviction`, `nodeMonitor.predictionLead`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +105,10 @@ pub struct Trend {
     exits: VecDeque<Duration>,
     /// The fastest fall fitted since this fall began, bytes per second (0: none yet).
     peak: i64,
+    /// When this fall began: the sample before its first falling step.
+    falling_since: Option<Timestamp>,
+    /// The capacity of the last sample.
+    capacity: i64,
 }
 
 /// A prediction that the kernel's OOM point is nearer than an eviction's lead.
@@ -100,7 +117,8 @@ pub struct Trend {
 pub struct Prediction {
     /// The headroom's fall, bytes per second.
     pub rate_bytes_per_second: i64,
-    /// What the node can still allocate before the kernel must OOM-kill, bytes.
+    /// What the node can still allocate before the kernel must OOM-kill, bytes: the kernel's
+    /// headroom less [`oom_floor`].
     pub headroom_bytes: i64,
     /// `headroom / rate`, milliseconds.
     pub exhaustion_ms: u64,
@@ -146,17 +164,19 @@ impl Trend {
     /// later than the last is ignored (a pass that decides twice on one observation).
     pub fn observe(&mut self, now: Timestamp, headroom: Option<i64>, capacity: i64) {
         let Some(h) = headroom else {
-            self.samples.clear();
-            self.peak = 0;
+            self.restart();
             return;
         };
+        self.capacity = capacity;
         if let Some(&(t, last)) = self.samples.back() {
             if now <= t {
                 return;
             }
             if h.saturating_sub(last) > rise_tolerance(capacity) {
-                self.samples.clear();
-                self.peak = 0;
+                // Memory freed: a new trend from this sample.
+                self.restart();
+            } else if h < last && self.falling_since.is_none() {
+                self.falling_since = Some(t);
             }
         }
         self.samples.push_back((now, h));
@@ -167,21 +187,30 @@ impl Trend {
         {
             self.samples.pop_front();
         }
-        match self.fitted() {
-            Some(rate) => self.peak = self.peak.max(rate),
-            None if self.plateau() => self.peak = 0,
-            None => {}
+        if self.plateau() {
+            self.peak = 0;
+            self.falling_since = None;
+        } else if let Some(rate) = self.fitted() {
+            self.peak = self.peak.max(rate);
         }
     }
 
-    /// The headroom held (fell by less than [`MIN_FALL`]) over half a window or more.
+    fn restart(&mut self) {
+        self.samples.clear();
+        self.peak = 0;
+        self.falling_since = None;
+    }
+
+    /// The headroom fell by less than [`PLATEAU_FALL`] over the last [`PLATEAU`] or more.
     fn plateau(&self) -> bool {
-        match (self.samples.front(), self.samples.back()) {
-            (Some(&(t0, h0)), Some(&(t1, h1))) => {
-                t1.saturating_since(t0) >= WINDOW / 2 && h0.saturating_sub(h1) < MIN_FALL
-            }
-            _ => false,
-        }
+        let Some(&(now, h)) = self.samples.back() else {
+            return false;
+        };
+        self.samples
+            .iter()
+            .rev()
+            .find(|(t, _)| now.saturating_since(*t) >= PLATEAU)
+            .is_some_and(|&(_, before)| before.saturating_sub(h) < PLATEAU_FALL)
     }
 
     /// Records how long an eviction took, from the request to the pod's cgroup gone.
@@ -216,8 +245,11 @@ impl Trend {
             (self.samples.front()?, self.samples.back()?);
         // Still falling at the newest sample: a burst that stopped leaves no rate.
         let previous = self.samples.iter().rev().nth(1).map(|(_, h)| *h)?;
+        let lasted = self
+            .falling_since
+            .is_some_and(|since| last_t.saturating_since(since) >= MIN_SPAN);
         if self.samples.len() < MIN_SAMPLES
-            || last_t.saturating_since(first_t) < MIN_SPAN
+            || !lasted
             || first_h.saturating_sub(last_h) < MIN_FALL
             || last_h >= previous
         {
@@ -247,7 +279,9 @@ impl Trend {
             return None;
         }
         let rate = self.rate()?;
-        let &(_, headroom) = self.samples.back()?;
+        let &(_, observed) = self.samples.back()?;
+        // What is left before the kernel acts.
+        let headroom = observed.saturating_sub(oom_floor(self.capacity));
         let lead = self.lead(policy);
         let exhaustion_ms = if headroom <= 0 {
             0

@@ -48,34 +48,34 @@ fn a_sustained_fall_is_predicted_within_one_lead_of_the_oom_point_and_not_before
     type Band = Option<(i64, i64)>;
     let cases: Vec<(&str, Vec<u64>, Samples, Band)> = vec![
         (
-            "300 MiB/s from 1.5 GiB, sampled every 100 ms: fires at <= 600 MiB (2 s lead)",
+            "300 MiB/s from 1.5 GiB, every 100 ms: fires 2 s (600 MiB) above the 64 MiB floor",
             vec![],
             ramp(0, 1536 * MI, 300 * MI, 100, 5000),
-            Some((570 * MI, 600 * MI)),
+            Some((634 * MI, 664 * MI)),
         ),
         (
             "the same ramp after evictions that took 4 s (median): the lead doubles the distance",
             vec![1500, 4000, 4500, 9000, 4000],
             ramp(0, 1536 * MI, 300 * MI, 100, 5000),
-            Some((1170 * MI, 1200 * MI)),
+            Some((1234 * MI, 1264 * MI)),
         ),
         (
             "an exit longer than MAX_LEAD (5 s) is held at it",
             vec![60_000],
             ramp(0, 4 * GI, 100 * MI, 250, 40_000),
-            Some((475 * MI, 500 * MI)),
+            Some((539 * MI, 564 * MI)),
         ),
         (
-            "a slow climb (10 MiB/s) is left to the threshold: 2 s of it is 20 MiB",
+            "a slow climb (10 MiB/s): 2 s of it is 20 MiB above the floor",
             vec![],
             ramp(0, 400 * MI, 10 * MI, 200, 40_000),
-            Some((0, 20 * MI)),
+            Some((64 * MI, 84 * MI)),
         ),
         (
-            "2 GiB/s: fires once the fall has lasted MIN_SPAN, 4 GiB from the OOM point",
+            "1 GiB/s from 3 GiB: not before the fall has lasted MIN_SPAN (1 s)",
             vec![],
-            ramp(0, 1800 * MI, 2 * GI, 100, 1000),
-            Some((1100 * MI, 1200 * MI)),
+            ramp(0, 3 * GI, GI, 100, 2000),
+            Some((1900 * MI, 2048 * MI)),
         ),
     ];
     // 300 MiB/s to 700 MiB, then 60 MiB/s: the kernel's reclaim slows the allocator; the
@@ -90,7 +90,7 @@ fn a_sustained_fall_is_predicted_within_one_lead_of_the_oom_point_and_not_before
         "a ramp slowed by reclaim keeps its peak rate",
         vec![],
         slowed,
-        Some((570 * MI, 600 * MI)),
+        Some((634 * MI, 664 * MI)),
     )]);
     for (case, exits, samples, want) in cases {
         let got = first_fired(&samples, &run(on, &exits, &samples));
@@ -178,8 +178,10 @@ fn the_trend_restarts_after_memory_is_freed_or_the_headroom_is_unobserved() {
     }
     let rate = trend.rate().expect("a 1 s fall at 500 MiB/s");
     assert!((rate - 500 * MI).abs() < MI, "rate {rate}");
-    let p = trend.predict(on).expect("500 MiB left at 500 MiB/s: 1 s");
-    assert_eq!(p.exhaustion_ms, 1000);
+    let p = trend
+        .predict(on)
+        .expect("500 MiB left at 500 MiB/s, less the floor: 0.9 s");
+    assert_eq!(p.exhaustion_ms, 872);
     assert_eq!(p.lead_ms, 2000);
     assert!(
         p.projected(1000 * MI).abs() < MI,
@@ -195,11 +197,11 @@ fn the_trend_restarts_after_memory_is_freed_or_the_headroom_is_unobserved() {
     trend.observe(t(1100), Some(800 * MI), CAPACITY);
     assert_eq!(trend.rate(), None);
     // Unobserved: nothing is kept.
-    for (ms, h) in ramp(1200, 800 * MI, 500 * MI, 100, 500) {
+    for (ms, h) in ramp(1200, 800 * MI, 500 * MI, 100, 1200) {
         trend.observe(t(ms), Some(h), CAPACITY);
     }
     assert!(trend.rate().is_some());
-    trend.observe(t(1800), None, CAPACITY);
+    trend.observe(t(2500), None, CAPACITY);
     assert_eq!(trend.rate(), None);
 }
 
