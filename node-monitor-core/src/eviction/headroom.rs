@@ -48,6 +48,12 @@ pub fn near_band(threshold: i128, capacity: i128) -> i128 {
 /// A fraction of the time left before a crossing: sample four times before it at a steady rate.
 const ETA_DIVISOR: u32 = 4;
 
+/// With predictive eviction on, the longest delay between two looks at the kernel's headroom: a
+/// ramp that starts far from every threshold is seen within this, and the looks then follow its
+/// fall. Longer than [`crate::eviction::pod_figures::NEAR_LOOK`], so these looks alone never
+/// read the pods; a signals-only pass costs tens of µs.
+pub const PREDICTION_WATCH: Duration = Duration::from_millis(1500);
+
 /// The last headroom seen per threshold.
 #[derive(Debug, Clone, Default)]
 pub struct Headroom {
@@ -113,9 +119,10 @@ impl Headroom {
         next.filter(|d| *d < policy.slow)
     }
 
-    /// With predictive eviction on, the delay before the next look while the kernel's headroom
-    /// falls: a quarter of the time left before the prediction's point, one lead before
-    /// exhaustion, so the predictor sees the fall at the fast interval by then.
+    /// With predictive eviction on, the delay before the next look at the kernel's headroom:
+    /// [`PREDICTION_WATCH`] at most; while it falls, a quarter of the time left before the
+    /// prediction's point (one lead before exhaustion), so the predictor sees the fall at the
+    /// fast interval by then.
     fn kernel_delay(
         &mut self,
         now: Timestamp,
@@ -126,17 +133,20 @@ impl Headroom {
             self.kernel = None;
             return None;
         };
+        let watch = PREDICTION_WATCH.clamp(policy.fast, policy.slow.max(policy.fast));
         let h = i128::from(h);
-        let (then, before) = self.kernel.replace((now, h))?;
+        let Some((then, before)) = self.kernel.replace((now, h)) else {
+            return Some(watch);
+        };
         let elapsed = now.saturating_since(then);
         let fallen = before - h;
         if fallen <= 0 || elapsed.is_zero() {
-            return None;
+            return Some(watch);
         }
         let eta_ns = h.max(0).saturating_mul(elapsed.as_nanos() as i128) / fallen;
         let eta = Duration::from_nanos(u64::try_from(eta_ns).unwrap_or(u64::MAX));
         let delay = eta.saturating_sub(lead) / ETA_DIVISOR;
-        Some(delay.clamp(policy.fast, policy.slow.max(policy.fast)))
+        Some(delay.clamp(policy.fast, watch))
     }
 }
 
@@ -320,10 +330,16 @@ mod tests {
         type Passes = Vec<(u64, Option<i64>)>;
         let cases: Vec<(&str, HeadroomPolicy, Passes, Option<Duration>)> = vec![
             (
-                "100 MiB/s, 1.2 GiB left: 12 s, less the 2 s lead, over 4",
+                "100 MiB/s, 1.2 GiB left: 12 s, less the 2 s lead, over 4, at most the watch",
                 on,
                 vec![(0, Some(1300 * MI)), (1000, Some(1200 * MI))],
-                Some(Duration::from_millis(2500)),
+                Some(PREDICTION_WATCH),
+            ),
+            (
+                "300 MiB/s, 1.2 GiB left: 4 s, less the 2 s lead, over 4",
+                on,
+                vec![(0, Some(1500 * MI)), (1000, Some(1200 * MI))],
+                Some(Duration::from_millis(500)),
             ),
             (
                 "within one lead already: the fast interval",
@@ -332,21 +348,27 @@ mod tests {
                 Some(POLICY.fast),
             ),
             (
-                "rising: housekeeping",
+                "rising: the watch's 1.5 s",
                 on,
                 vec![(0, Some(400 * MI)), (1000, Some(500 * MI))],
-                None,
+                Some(PREDICTION_WATCH),
             ),
             (
-                "a slow leak: housekeeping",
+                "a slow leak: the watch's 1.5 s",
                 on,
                 vec![(0, Some(1300 * MI)), (1000, Some(1299 * MI))],
-                None,
+                Some(PREDICTION_WATCH),
             ),
             (
-                "not observed in between: no rate",
+                "not observed in between: no rate, the watch",
                 on,
                 vec![(0, Some(1300 * MI)), (500, None), (1000, Some(300 * MI))],
+                Some(PREDICTION_WATCH),
+            ),
+            (
+                "the headroom not observed: housekeeping",
+                on,
+                vec![(0, None)],
                 None,
             ),
             (
