@@ -319,8 +319,8 @@ impl ConditionObservation {
         now: Timestamp,
     ) -> Self {
         let mut observed_now: Vec<NodeConditionType> = Vec::new();
-        // A prediction is not an observation: the kubelet's conditions follow the signal.
-        for (t, _) in met.iter().filter(|(_, r)| *r != MetReason::Predicted) {
+        // A predicted threshold counts: the node was within one eviction of the OOM killer.
+        for (t, _) in met {
             let c = signal_condition(t.signal);
             if !observed_now.contains(&c) {
                 observed_now.push(c);

@@ -26,8 +26,9 @@
 //! When the time to exhaustion (`headroom / rate`) is at most the lead, waiting any longer lets
 //! the kernel act first: the hard `memory.available` thresholds count as met, with the reason
 //! `predicted`. The victim is still chosen by the kubelet's ranking; the eviction's message and
-//! Event say that it was predicted, with the rate and the estimate. A predicted threshold sets no
-//! node condition: the kubelet's conditions follow the observed signal only.
+//! Event say that it was predicted, with the rate and the estimate. A predicted threshold sets
+//! node-monitor's memory pressure condition as a crossing does: the node was within one eviction
+//! of the kernel's OOM killer.
 //!
 //! What is not a fall of the headroom causes nothing: page cache filled by reads is reclaimable,
 //! so it is in `MemAvailable`; a burst that stops leaves no rate once it stops; a sawtooth resets
