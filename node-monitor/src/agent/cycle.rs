@@ -224,7 +224,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         self.arm(sampler, wakeups, &timed.observations);
         let now = self.now();
         let decision = self.decide(sampler, &mut timed, &pods, now);
-        self.decided(&timed, figures, wakeup, label, started);
+        super::cycle_metrics::decided(&self.metrics, &timed, figures, wakeup, label, started);
         // Eviction requests first: the recorders, the Events and the wait for cleanup follow, so
         // neither their work nor an API round trip of theirs delays an eviction.
         let (end, answered) = self.send_evictions(&decision, wakeup, label, now).await;
@@ -258,34 +258,6 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                 .await;
         }
         report
-    }
-
-    /// The decision's latency, observed and logged.
-    fn decided(
-        &self,
-        timed: &TimedObservations<Wakeup>,
-        figures: Option<RankFigures>,
-        wakeup: Wakeup,
-        label: &'static str,
-        started: std::time::Instant,
-    ) {
-        let decided = wakeup.at.elapsed();
-        self.metrics
-            .wakeups
-            .to_decision_seconds
-            .observe(decided.as_secs_f64());
-        debug!(
-            source = label,
-            decided_us = decided.as_micros() as u64,
-            queued_us = started.saturating_duration_since(wakeup.at).as_micros() as u64,
-            processing_us = started.elapsed().as_micros() as u64,
-            sampling_us = timed.sampling.as_micros() as u64,
-            pod_figures_age_ms = match figures {
-                Some(RankFigures::Earlier { age }) => age.as_millis() as u64,
-                _ => 0,
-            },
-            "decision"
-        );
     }
 
     /// After the requests, the pass that reads every pod when the next ranking, the metrics or

@@ -131,3 +131,32 @@ pub(super) fn eviction_answered(
             .inc();
     }
 }
+
+/// The decision's latency, observed and logged.
+pub(super) fn decided(
+    metrics: &Metrics,
+    timed: &crate::sampler::TimedObservations<crate::wakeup::Wakeup>,
+    figures: Option<node_monitor_core::eviction::pod_figures::RankFigures>,
+    wakeup: crate::wakeup::Wakeup,
+    label: &'static str,
+    started: std::time::Instant,
+) {
+    use node_monitor_core::eviction::pod_figures::RankFigures;
+    let decided = wakeup.at.elapsed();
+    metrics
+        .wakeups
+        .to_decision_seconds
+        .observe(decided.as_secs_f64());
+    tracing::debug!(
+        source = label,
+        decided_us = decided.as_micros() as u64,
+        queued_us = started.saturating_duration_since(wakeup.at).as_micros() as u64,
+        processing_us = started.elapsed().as_micros() as u64,
+        sampling_us = timed.sampling.as_micros() as u64,
+        pod_figures_age_ms = match figures {
+            Some(RankFigures::Earlier { age }) => age.as_millis() as u64,
+            _ => 0,
+        },
+        "decision"
+    );
+}
