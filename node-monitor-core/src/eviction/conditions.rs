@@ -3,7 +3,7 @@
 //! and messages, and the optional `node-monitor.io/*-pressure` NoSchedule taints.
 use crate::{
     contract::names::{pressure_condition, pressure_taint},
-    eviction::Decision,
+    eviction::{Decision, MetReason},
     signals::threshold::{NodeConditionType, signal_condition},
 };
 
@@ -43,6 +43,11 @@ pub fn published_conditions(decision: &Decision) -> Vec<PublishedCondition> {
                     format!("NodeMonitorNo{name}")
                 },
                 message: match (status, met) {
+                    (true, Some(m)) if m.reason == MetReason::Predicted => format!(
+                        "{} available {} above threshold {}, but the node is predicted to run \
+                         out of memory before an eviction at the threshold could take effect",
+                        m.signal, m.available, m.quantity
+                    ),
                     (true, Some(m)) => format!(
                         "{} available {} below threshold {}",
                         m.signal, m.available, m.quantity

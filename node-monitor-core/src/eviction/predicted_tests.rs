@@ -110,8 +110,17 @@ fn at_the_kubelets_default_a_fast_ramp_is_evicted_one_lead_before_the_oom_point(
     );
     assert!(d.evict[0].annotations[PREDICTED_KEY].starts_with("rate="));
     // Sized for memory.available one lead from now: 2 s at 250 MiB/s below what is observed.
-    let r = d.reclaim.expect("reclaim");
+    let r = d.reclaim.clone().expect("reclaim");
     assert!((r.available - (at * MI - 500 * MI)).abs() < 2 * MI, "{r:?}");
+    let published = conditions::published_conditions(&d);
+    let memory = published
+        .iter()
+        .find(|c| c.type_ == "NodeMonitorMemoryPressure")
+        .expect("the memory condition");
+    assert!(
+        memory.status && memory.message.contains("predicted to run out of memory"),
+        "{memory:?}"
+    );
     // The node was within one eviction of the OOM killer: memory pressure, as at a crossing.
     assert!(
         d.conditions
