@@ -124,6 +124,8 @@ impl Contender {
 /// The guest's sampler: every 100 ms, one line of `EPOCHREALTIME memory.available MemAvailable
 /// oom_kill workload-alive` (bytes) to /mnt/out/mem.log.
 const SAMPLER: &str = r#"cat > /tmp/nm-sampler.sh <<'EOF'
+# Never the kernel's OOM victim: the sampler must outlive the kills it counts.
+echo -1000 > /proc/self/oom_score_adj
 while :; do
   t=$EPOCHREALTIME
   while read -r k v _; do
