@@ -289,8 +289,34 @@ async fn evicted_events(client: &Client, name: &str) -> Vec<(String, f64, String
     v
 }
 
+/// Waits until the kubelet reports no `MemoryPressure`: for its transition period (5 minutes)
+/// after an eviction of its own it refuses BestEffort pods at admission, so a ramp started then
+/// would never run.
+async fn until_no_memory_pressure(client: &Client, node: &RealNode) -> Result<()> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let started = Instant::now();
+    loop {
+        let n = nodes.get(node_monitor_tests::real_node::NODE).await?;
+        let pressure = n
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "MemoryPressure" && c.status == "True");
+        if !pressure {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(420) && node.running(),
+            "the kubelet still reports MemoryPressure after 420 s"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
 /// Runs `load` as pod `name` until its process is gone (or `limit`), then deletes it.
 async fn run_load(client: &Client, node: &RealNode, name: &str, load: &Load) -> Result<()> {
+    until_no_memory_pressure(client, node).await?;
     let mut command = vec!["/usr/local/bin/nm-workload"];
     command.extend(load.args.iter().map(String::as_str));
     command.extend(["--interval", "100ms"]);
