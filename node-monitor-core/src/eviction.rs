@@ -139,10 +139,16 @@ impl EvictionState {
             .lead(predict::PredictionPolicy::of(&config.node_monitor))
     }
 
-    /// Records how long an eviction took, from its request to the pod's cgroup gone: the
-    /// predictor's lead follows the median of the recent ones ([`predict::Trend::lead`]).
-    pub fn note_victim_exit(&mut self, took: Duration) {
-        self.trend.note_exit(took);
+    /// Records that an eviction took effect, and how long it took from its request to the pod's
+    /// cgroup gone when that was seen (`None`: the wait ended otherwise). The fall it answered is
+    /// over: the predictor starts again from the next sample, so that a fall measured before the
+    /// victim's memory came back never predicts another eviction ([`predict::Trend::restart`]).
+    /// The lead follows the median of the measured times ([`predict::Trend::lead`]).
+    pub fn note_eviction(&mut self, took: Option<Duration>) {
+        if let Some(took) = took {
+            self.trend.note_exit(took);
+        }
+        self.trend.restart();
     }
 }
 

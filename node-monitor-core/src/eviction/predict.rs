@@ -173,8 +173,10 @@ impl Trend {
             if now <= t {
                 return;
             }
-            if h.saturating_sub(last) > rise_tolerance(capacity) {
-                // Memory freed: a new trend from this sample.
+            if h.saturating_sub(last) > rise_tolerance(capacity) || now.saturating_since(t) > WINDOW
+            {
+                // Memory freed, or nothing seen for longer than the window (an eviction's wait
+                // for cleanup): a new trend from this sample, with no peak from before.
                 self.restart();
             } else if h < last && self.falling_since.is_none() {
                 self.falling_since = Some(t);
@@ -196,7 +198,9 @@ impl Trend {
         }
     }
 
-    fn restart(&mut self) {
+    /// Forgets the fall: an eviction took effect, so the fall it answered is over. A fall that
+    /// goes on (another pod climbing) counts again once it has lasted [`MIN_SPAN`] from here.
+    pub fn restart(&mut self) {
         self.samples.clear();
         self.peak = 0;
         self.falling_since = None;

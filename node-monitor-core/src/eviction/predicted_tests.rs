@@ -164,7 +164,7 @@ fn the_lead_follows_the_recent_evictions() {
     let shipped = config("");
     let pods = [pod("ramp", 0, ""), pod("quiet", 0, "")];
     let mut s = EvictionState::new();
-    s.note_victim_exit(Duration::from_millis(3500));
+    s.note_eviction(Some(Duration::from_millis(3500)));
     let mut evicted = None;
     for step in 0..200u64 {
         let available = 1800 * MI - 250 * MI * step as i64 / 10;
@@ -185,4 +185,81 @@ fn the_lead_follows_the_recent_evictions() {
     assert_eq!(lead, 3500);
     // 3.5 s at 250 MiB/s: 875 MiB above the 64 MiB floor, 1039 MiB available.
     assert!((1014..=1039).contains(&at), "evicted at {at} MiB available");
+}
+
+/// A pod fills the node at 300 MiB/s and another is evicted for it; while the first finishes its
+/// allocation the victim's memory comes back, so the headroom seen after the wait for cleanup
+/// is barely above the last one before it. The fall measured before the eviction (its peak, its
+/// start) must not predict a second eviction: the next one needs a fall of its own, observed from
+/// the eviction on, and a plateau needs none.
+#[test]
+fn an_eviction_ends_the_fall_it_answered() {
+    let shipped = config("");
+    let pods = [pod("ramp", 0, ""), pod("quiet", 0, "")];
+    // (case, the eviction recorded, samples after the wait (ms after it, MiB of
+    //  `memory.available` from the last pass before it), predicts again)
+    type Case = (&'static str, bool, Vec<(u64, i64)>, bool);
+    // The allocation's tail outran the victim's exit by 28 MiB, then the node holds.
+    let plateau: Vec<(u64, i64)> = (0..30)
+        .map(|i| (i * 100, -10 - 6 * i.min(3) as i64))
+        .collect();
+    let still_falling: Vec<(u64, i64)> = (0..40).map(|i| (i * 100, -10 - 30 * i as i64)).collect();
+    let cases: Vec<Case> = vec![
+        (
+            "the eviction recorded: the tail of the allocation, then a plateau",
+            true,
+            plateau.clone(),
+            false,
+        ),
+        (
+            "no eviction recorded: the fall from before the 1.5 s gap still counts",
+            false,
+            plateau,
+            true,
+        ),
+        (
+            "the eviction recorded: a fall that goes on at 300 MiB/s counts again",
+            true,
+            still_falling,
+            true,
+        ),
+    ];
+    for (case, recorded, after, predicts_again) in cases {
+        let mut s = EvictionState::new();
+        let mut step = 0u64;
+        // The fall, until the first prediction.
+        loop {
+            let available = 1800 * MI - 300 * MI * step as i64 / 10;
+            let d = synchronize(
+                &mut s,
+                &shipped,
+                &node(available, Some(available - 100 * MI)),
+                &pods,
+                Timestamp::from_millis(step * 100),
+            );
+            if d.prediction.is_some() {
+                break;
+            }
+            step += 1;
+            assert!(step < 100, "{case}: the fall was never predicted");
+        }
+        let evicted_at = step * 100;
+        let last = (1800 * MI - 300 * MI * step as i64 / 10) / MI;
+        if recorded {
+            s.note_eviction(Some(Duration::from_millis(1500)));
+        }
+        // The wait for cleanup took 1.5 s; sampling resumes.
+        let again = after.iter().any(|&(ms, delta)| {
+            let available = last + delta;
+            let d = synchronize(
+                &mut s,
+                &shipped,
+                &node(available * MI, Some((available - 100) * MI)),
+                &pods,
+                Timestamp::from_millis(evicted_at + 1500 + ms),
+            );
+            d.prediction.is_some()
+        });
+        assert_eq!(again, predicts_again, "{case}");
+    }
 }

@@ -32,8 +32,11 @@ pub const FAILURE_GONE: &str = "gone";
 /// The label of an eviction the API server throttled (429 without a disruption budget).
 pub const FAILURE_THROTTLED: &str = "throttled";
 
-/// The loop's reaction to an eviction outcome. Every outcome that leaves the pod in place puts it
-/// into backoff, so the same pod is never ranked first for ever.
+/// The loop's reaction to an eviction outcome. Every outcome that leaves the pod in place for a
+/// reason of its own (a budget, a webhook, a refusal) puts it into backoff, so the same pod is
+/// never ranked first for ever. An unavailable API server or a throttling one is no pod's fault:
+/// the pod keeps its rank and the whole loop waits, so that an outage never turns the node's
+/// ranking over to the next candidates.
 pub fn react(outcome: &EvictOutcome) -> Reaction {
     let none = Reaction {
         back_off_pod: false,
@@ -67,8 +70,10 @@ pub fn react(outcome: &EvictOutcome) -> Reaction {
             failure: Some(FAILURE_THROTTLED),
             ..none
         },
+        // The API server is down or did not answer: no pod is at fault, and the next candidate
+        // would fail the same way. The pod keeps its rank (as the kubelet's ranking does on its
+        // next pass); the loop decides again after the API retry delay.
         EvictOutcome::Failed { kind, .. } if kind.api_unavailable() => Reaction {
-            back_off_pod: true,
             retry_later: true,
             failure: Some(kind.label()),
             ..none
@@ -177,10 +182,11 @@ mod tests {
     /// (outcome, back off, next now, retry later, took effect, failure label)
     type OutcomeCase = (EvictOutcome, bool, bool, bool, bool, Option<&'static str>);
 
-    /// No outcome that leaves the pod in place keeps it a candidate: each puts it into backoff,
-    /// and all but an unavailable API server let the next candidate go at once.
+    /// No refusal of the pod's own keeps it a candidate: each puts it into backoff and lets the
+    /// next candidate go at once. An unavailable API server backs no pod off: the loop retries
+    /// later with the same ranking.
     #[test]
-    fn every_outcome_that_leaves_the_pod_backs_it_off() {
+    fn every_refusal_backs_the_pod_off_and_an_outage_none() {
         use FailureKind::*;
         let cases: &[OutcomeCase] = &[
             (EvictOutcome::Evicted, false, false, false, true, None),
@@ -230,7 +236,7 @@ mod tests {
             ),
             (
                 failed(Some(503), Unavailable),
-                true,
+                false,
                 false,
                 true,
                 false,
@@ -238,7 +244,7 @@ mod tests {
             ),
             (
                 failed(None, Unavailable),
-                true,
+                false,
                 false,
                 true,
                 false,
@@ -246,7 +252,7 @@ mod tests {
             ),
             (
                 failed(None, Timeout),
-                true,
+                false,
                 false,
                 true,
                 false,

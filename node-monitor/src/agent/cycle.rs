@@ -296,20 +296,20 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             self.health.progress();
         }
         for (req, outcome) in &report.answered {
-            if outcome.took_effect()
-                && super::cleanup::wait_for_cleanup(
-                    sampler,
-                    &self.actuator,
-                    &self.health,
-                    self.config.node_monitor.pod_cleanup_timeout,
-                    req,
-                )
-                .await
-            {
-                // From the decision to the pod's cgroup gone: the predictor's lead.
-                let took = self.now().saturating_since(report.now);
-                self.state.note_victim_exit(took);
+            if !outcome.took_effect() {
+                continue;
             }
+            let exited = super::cleanup::wait_for_cleanup(
+                sampler,
+                &self.actuator,
+                &self.health,
+                self.config.node_monitor.pod_cleanup_timeout,
+                req,
+            )
+            .await;
+            // From the decision to the pod's cgroup gone: the predictor's lead.
+            let took = exited.then(|| self.now().saturating_since(report.now));
+            self.state.note_eviction(took);
         }
     }
 

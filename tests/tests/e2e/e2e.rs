@@ -46,6 +46,15 @@ async fn assert_gone(cluster: &Cluster, agent: &Agent, name: &str, within: Durat
     );
 }
 
+/// Asserts that the pod `name` is still live; says `why` with the agent's log otherwise.
+async fn assert_live(cluster: &Cluster, agent: &Agent, name: &str, why: &str) {
+    assert!(
+        cluster.is_live(NS, name).await.expect("get"),
+        "{name}: {why}:\n{}",
+        agent.log()
+    );
+}
+
 /// `node_monitor_evictions_total` summed over the samples with all of `labels`.
 async fn evictions(agent: &Agent, labels: &[(&str, &str)]) -> f64 {
     agent
@@ -87,10 +96,13 @@ async fn besteffort_climber_is_evicted_never_the_guaranteed_pod() {
         "the climber was not evicted",
     )
     .await;
-    assert!(
-        cluster.is_live(NS, "guaranteed").await.expect("get"),
-        "the Guaranteed pod must stay"
-    );
+    assert_live(
+        &cluster,
+        &agent,
+        "guaranteed",
+        "the Guaranteed pod must stay",
+    )
+    .await;
     let events = cluster
         .events(NS, "climber", "Evicted")
         .await
@@ -226,7 +238,7 @@ async fn ranking_exceeds_request_then_priority() {
     )
     .await;
     for p in ["under", "filler"] {
-        assert!(cluster.is_live(NS, p).await.expect("get"), "{p} must stay");
+        assert_live(&cluster, &agent, p, "must stay").await;
     }
 
     // Both new pods exceed their requests; priority decides, not usage.
@@ -314,10 +326,7 @@ async fn pdb_respected_next_candidate_evicted() {
         "the next candidate is evicted while the guarded pod backs off",
     )
     .await;
-    assert!(
-        cluster.is_live(NS, "guarded").await.expect("get"),
-        "the PDB is respected"
-    );
+    assert_live(&cluster, &agent, "guarded", "the PDB is respected").await;
     let blocked = evictions(&agent, &[("outcome", "pdb_blocked"), ("threshold", "hard")]).await;
     assert!(blocked >= 1.0, "pdb_blocked={blocked}");
     assert!(
@@ -344,10 +353,7 @@ async fn pdb_escalated_under_hard_threshold() {
         "the blocked pod is deleted under hard pressure",
     )
     .await;
-    assert!(
-        cluster.is_live(NS, "other").await.expect("get"),
-        "one pod was enough"
-    );
+    assert_live(&cluster, &agent, "other", "one pod was enough").await;
     let escalated = evictions(&agent, &[("outcome", "escalated")]).await;
     assert!(escalated >= 1.0, "escalated={escalated}");
     cluster.stop().await.expect("stop");
@@ -436,10 +442,7 @@ async fn dry_run_touches_nothing() {
         .await
         .expect("decision logged");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        cluster.is_live(NS, "hog").await.expect("get"),
-        "dry-run must not evict"
-    );
+    assert_live(&cluster, &agent, "hog", "dry-run must not evict").await;
     assert!(
         cluster
             .events(NS, "hog", "Evicted")
@@ -503,7 +506,7 @@ async fn api_server_outage_mid_pressure_is_survived() {
         "the agent catches up once the API server is back",
     )
     .await;
-    assert!(cluster.is_live(NS, "steady").await.expect("get"));
+    assert_live(&cluster, &agent, "steady", "one eviction was enough").await;
     let errors = agent
         .metric_sum("node_monitor_api_errors_total", &[("operation", "evict")])
         .await

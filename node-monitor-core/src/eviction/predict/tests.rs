@@ -203,6 +203,25 @@ fn the_trend_restarts_after_memory_is_freed_or_the_headroom_is_unobserved() {
     assert!(trend.rate().is_some());
     trend.observe(t(2500), None, CAPACITY);
     assert_eq!(trend.rate(), None);
+
+    // Nothing seen for longer than the window (a wait for cleanup): no peak from before it.
+    for (ms, h) in ramp(3000, 1200 * MI, 500 * MI, 100, 1200) {
+        trend.observe(t(ms), Some(h), CAPACITY);
+    }
+    assert!(trend.rate().is_some());
+    trend.observe(t(4200 + 2100), Some(500 * MI), CAPACITY);
+    trend.observe(t(4200 + 2200), Some(490 * MI), CAPACITY);
+    assert_eq!(trend.rate(), None, "a fall of 100 ms after a gap");
+
+    // An eviction took effect: the fall is forgotten at once.
+    for (ms, h) in ramp(7000, 1200 * MI, 500 * MI, 100, 1200) {
+        trend.observe(t(ms), Some(h), CAPACITY);
+    }
+    assert!(trend.predict(on).is_some());
+    trend.restart();
+    trend.observe(t(8300), Some(550 * MI), CAPACITY);
+    trend.observe(t(8400), Some(500 * MI), CAPACITY);
+    assert_eq!(trend.predict(on), None);
 }
 
 #[test]

@@ -649,14 +649,16 @@ async fn a_throttled_eviction_holds_every_eviction_until_retry_after() {
 #[tokio::test(start_paused = true)]
 async fn an_unavailable_api_server_is_counted_and_retried_soon() {
     let mut rig = Rig::new(HARD_1GI, 500 * MI, &three_pods());
-    rig.cluster().answer(
-        "besteffort",
-        EvictOutcome::Failed {
-            code: Some(503),
-            kind: FailureKind::Unavailable,
-            reason: "unavailable".into(),
-        },
-    );
+    for _ in 0..2 {
+        rig.cluster().answer(
+            "besteffort",
+            EvictOutcome::Failed {
+                code: Some(503),
+                kind: FailureKind::Unavailable,
+                reason: "unavailable".into(),
+            },
+        );
+    }
     rig.cycle().await;
     assert_eq!(
         rig.cluster().evicted(),
@@ -674,6 +676,17 @@ async fn an_unavailable_api_server_is_counted_and_retried_soon() {
             })
             .get(),
         1
+    );
+    // The outage is no pod's fault: the same pod is asked again, and again once the server is
+    // back, never the next candidate.
+    for _ in 0..2 {
+        tokio::time::advance(RETRY_MAX).await;
+        rig.cycle().await;
+    }
+    assert_eq!(
+        rig.cluster().evicted(),
+        ["besteffort", "besteffort", "besteffort"],
+        "the ranking holds through the outage"
     );
 }
 
