@@ -7,6 +7,7 @@ pub mod manifests;
 pub mod metrics;
 pub mod pod;
 pub mod procfs;
+pub mod reaction;
 pub mod real_node;
 pub mod standin;
 pub mod vm;

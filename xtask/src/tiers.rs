@@ -346,6 +346,9 @@ pub enum Bench {
     /// What reports a `memory.available` crossing on cgroup v2, and the v2 root's figure
     /// against /proc/meminfo (qemu).
     V2Crossing,
+    /// Crossing → eviction on cgroup v1 and v2 in one guest, with N idle pods (qemu, the
+    /// release agent).
+    GuestReaction,
 }
 
 /// `cargo xtask bench NAME [-- ARGS]`.
@@ -418,6 +421,16 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             run(Command::new("flock")
                 .arg(VM_LOCK)
                 .arg(debug.join("bench-v2-crossing"))
+                .args(&args.args))
+        }
+        Bench::GuestReaction => {
+            run(cargo().args(BUILD_BINS))?;
+            build_release(&["node-monitor"])?;
+            run(Command::new("flock")
+                .arg(VM_LOCK)
+                .arg(debug.join("bench-guest-reaction"))
+                .env("KUBEBUILDER_ASSETS", kubebuilder_assets())
+                .env("NODE_MONITOR_AGENT_PROFILE", "release")
                 .args(&args.args))
         }
         Bench::RealSpike => {

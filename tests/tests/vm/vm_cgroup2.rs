@@ -32,6 +32,7 @@ use node_monitor_tests::{
     control_plane::{ControlPlane, ControlPlaneOptions},
     metrics::{self, has_series},
     pod::PodBuilder,
+    reaction,
     vm::{ENTRY_PRELUDE, Guest, GuestOptions, GuestRun, Payload, report, run_guest},
 };
 
@@ -605,32 +606,26 @@ fn assert_the_oom_kill_attributed(
 /// Reaction time on cgroup v2: the ground truth's crossings against the agent's `evicting`
 /// lines, both on the guest's clock (printed, not asserted; one pair per climber asserted).
 fn print_reaction_times(run: &GuestRun, agent_log: &str, report: &str) {
-    let reaction = reaction_times(&run.read_out("crossings").unwrap_or_default(), agent_log);
+    let crossings = run.read_out("crossings").unwrap_or_default();
+    let reaction = reaction::reaction_times(&crossings, agent_log, "climber").unwrap_or_default();
     assert_eq!(
         reaction.len(),
         CLIMBS,
-        "one crossing and one eviction per climber: {reaction:?}\n{report}"
+        "one crossing and one eviction per climber: {reaction:?}\ncrossings:\n{crossings}\n{report}"
     );
-    let mut ms: Vec<f64> = reaction.iter().map(|(ms, _)| *ms).collect();
+    let mut ms: Vec<f64> = reaction.iter().map(|r| r.ms).collect();
     ms.sort_by(f64::total_cmp);
+    let each: Vec<(f64, &str)> = reaction.iter().map(|r| (r.ms, r.source.as_str())).collect();
     eprintln!(
-        "vm_cgroup2 reaction (crossing → `evicting`), {} climbs: p50 {:.1} ms, max {:.1} ms; each: {reaction:?}",
+        "vm_cgroup2 reaction (crossing → `evicting`), {} climbs: p50 {:.1} ms, max {:.1} ms; each: {each:?}",
         ms.len(),
-        ms[ms.len() / 2],
+        reaction::percentile(&ms, 50.0),
         ms[ms.len() - 1]
     );
     // Where each reaction went: the agent's `decision` line (wake-up → decision, time queued
     // behind the previous cycle, the pass itself) before each climber's `evicting` line.
-    let lines: Vec<&str> = agent_log.lines().collect();
-    for (i, l) in lines.iter().enumerate() {
-        if l.contains("evicting") && l.contains("pod=default/climber") {
-            let decision = lines[..i]
-                .iter()
-                .rev()
-                .find(|d| d.contains("decided_us="))
-                .unwrap_or(&"");
-            eprintln!("  before an eviction: {decision}");
-        }
+    for r in &reaction {
+        eprintln!("  before an eviction: {}", r.decision);
     }
 }
 
@@ -716,48 +711,6 @@ async fn climb_until_evicted(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// Pairs the ground truth's `crossing <time>` lines with the agent's `evicting` lines for the
-/// climbers, in order: (crossing → eviction in ms, the wake-up source the agent logged).
-fn reaction_times(crossings: &str, agent_log: &str) -> Vec<(f64, String)> {
-    use k8s_openapi::jiff::Timestamp;
-    let crossed: Vec<Timestamp> = crossings
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix("crossing ")?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
-    let evictions: Vec<(Timestamp, String)> = agent_log
-        .lines()
-        .filter(|l| l.contains("evicting") && l.contains("pod=default/climber"))
-        .filter_map(|l| {
-            let at: Timestamp = l.split_whitespace().next()?.parse().ok()?;
-            let source = l
-                .split_whitespace()
-                .find_map(|f| f.strip_prefix("wake_source="))
-                .unwrap_or("-")
-                .trim_matches('"')
-                .to_owned();
-            Some((at, source))
-        })
-        .collect();
-    if crossed.len() != evictions.len() {
-        eprintln!("crossings {crossed:?}\nevictions {evictions:?}");
-        return Vec::new();
-    }
-    crossed
-        .iter()
-        .zip(evictions)
-        .map(|(c, (e, source))| {
-            let d = e.duration_since(*c);
-            (d.as_secs_f64() * 1e3, source)
-        })
-        .collect()
 }
 
 /// The guest part of `bench-v2-crossing`, with fewer climbs.

@@ -92,8 +92,9 @@ enum Mode {
         run: RunArgs,
     },
     /// Ground truth for a reaction measurement: reads `node`'s `memory.max`, `memory.current`
-    /// and `memory.stat` every `interval_us` and prints `crossing <RFC 3339 time>` each time its
-    /// `memory.available` falls below `threshold_mi` (again only after it rose 32 MiB above).
+    /// and `memory.stat` (on cgroup v1 `memory.limit_in_bytes`, `memory.usage_in_bytes` and
+    /// `total_inactive_file`) every `interval_us` and prints `crossing <RFC 3339 time>` each time
+    /// its `memory.available` falls below `threshold_mi` (again only after it rose 32 MiB above).
     Truth {
         #[arg(long)]
         node: PathBuf,
@@ -319,6 +320,18 @@ fn working_set(node: &Path) -> Result<u64> {
     let stat = read(&node.join("memory.stat"))?;
     let inactive = stat_field(&stat, "inactive_file").unwrap_or(0);
     Ok(current.saturating_sub(inactive))
+}
+
+/// The same on cgroup v1, as the kubelet reads it there: `memory.usage_in_bytes −
+/// total_inactive_file`.
+fn working_set_v1(node: &Path) -> Result<u64> {
+    let usage: u64 = read(&node.join("memory.usage_in_bytes"))?
+        .trim()
+        .parse()
+        .context("memory.usage_in_bytes")?;
+    let stat = read(&node.join("memory.stat"))?;
+    let inactive = stat_field(&stat, "total_inactive_file").unwrap_or(0);
+    Ok(usage.saturating_sub(inactive))
 }
 
 fn setup_cgroups(capacity: u64) -> Result<Cgroups> {
@@ -953,10 +966,18 @@ fn agent_available() -> Result<i64> {
 // ---------------------------------------------------------------- ground truth
 
 fn truth(node: &Path, threshold: u64, interval: Duration) -> Result<()> {
-    let max = read(&node.join("memory.max"))?;
+    // cgroup v2's `memory.max`, or cgroup v1's `memory.limit_in_bytes` (a guest booted with
+    // `systemd.unified_cgroup_hierarchy=0`).
+    let v1 = !node.join("memory.max").exists();
+    let limit_file = if v1 {
+        "memory.limit_in_bytes"
+    } else {
+        "memory.max"
+    };
+    let max = read(&node.join(limit_file))?;
     let capacity: i64 = max.trim().parse().with_context(|| {
         format!(
-            "memory.max of {} is {max:?}, expected bytes",
+            "{limit_file} of {} is {max:?}, expected bytes",
             node.display()
         )
     })?;
@@ -965,8 +986,12 @@ fn truth(node: &Path, threshold: u64, interval: Duration) -> Result<()> {
     let mut armed = true;
     let mut out = std::io::stdout().lock();
     loop {
-        let ws = i64::try_from(working_set(node)?).unwrap_or(i64::MAX);
-        let available = capacity - ws;
+        let ws = if v1 {
+            working_set_v1(node)?
+        } else {
+            working_set(node)?
+        };
+        let available = capacity - i64::try_from(ws).unwrap_or(i64::MAX);
         if armed && available < threshold {
             let now = k8s_openapi::jiff::Timestamp::now();
             writeln!(out, "crossing {now} available_mi={}", available / MI as i64)?;
