@@ -54,7 +54,8 @@ pub(super) struct Loop<C, P> {
     pub(super) backoff: Backoff,
     /// After a failed API call under pressure: decide again then, not at the next tick.
     pub(super) retry_at: Option<Timestamp>,
-    /// The API server throttled an eviction: no eviction request before this (its Retry-After).
+    /// The API server throttled an eviction (its Retry-After) or was unavailable (the retry
+    /// delay): no eviction request before this.
     pub(super) evictions_held_until: Option<Timestamp>,
     /// A dry run decides the same pods on every wake-up: report each once per interval.
     pub(super) dry_run_reports: ReportLimiter,
@@ -458,7 +459,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             && !decision.evict.is_empty()
         {
             debug!(held = decision.evict.len(), resume_in = ?until.saturating_since(now),
-                   "evictions held: the API server throttled the last one");
+                   "evictions held: the API server throttled or failed the last one");
             return (end, answered);
         }
         for e in &decision.evict {
@@ -523,7 +524,11 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
                    "pod backs off; the next candidate is considered meanwhile");
         }
         if reaction.retry_later {
-            self.retry_at = Some(self.now() + self.retry_delay);
+            // No eviction request before the retry: the pod keeps its rank, and the wake-ups of
+            // a node near its threshold (every 100 ms) must not each call a server that is down.
+            let at = self.now() + self.retry_delay;
+            self.retry_at = Some(at);
+            self.evictions_held_until = self.evictions_held_until.max(Some(at));
             self.retry_delay = (self.retry_delay * 2).min(RETRY_MAX);
             debug!(delay = ?self.retry_delay, "API server unavailable; deciding again later");
         }

@@ -677,6 +677,13 @@ async fn an_unavailable_api_server_is_counted_and_retried_soon() {
             .get(),
         1
     );
+    // Nothing is sent again before the retry delay, whatever wakes the agent meanwhile.
+    rig.cycle().await;
+    assert_eq!(
+        rig.cluster().evicted(),
+        ["besteffort"],
+        "no request before the retry delay"
+    );
     // The outage is no pod's fault: the same pod is asked again, and again once the server is
     // back, never the next candidate.
     for _ in 0..2 {
