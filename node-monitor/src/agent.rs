@@ -410,7 +410,6 @@ async fn decide_until_stopped<C, P, N, W, S>(
             [
                 next_grace_deadline(&agent.state, &agent.config, now),
                 agent.backoff.next_expiry(now),
-                agent.retry_at.filter(|t| *t > now),
                 agent.evictions_held_until.filter(|t| *t > now),
             ],
             now,

@@ -72,7 +72,7 @@ pub fn react(outcome: &EvictOutcome) -> Reaction {
         },
         // The API server is down or did not answer: no pod is at fault, and the next candidate
         // would fail the same way. The pod keeps its rank (as the kubelet's ranking does on its
-        // next pass); the loop decides again after the API retry delay.
+        // next pass); no eviction request goes out before the API retry delay.
         EvictOutcome::Failed { kind, .. } if kind.api_unavailable() => Reaction {
             retry_later: true,
             failure: Some(kind.label()),

@@ -52,8 +52,6 @@ pub(super) struct Loop<C, P> {
     pub(super) actuator: C,
     pub(super) store: P,
     pub(super) backoff: Backoff,
-    /// After a failed API call under pressure: decide again then, not at the next tick.
-    pub(super) retry_at: Option<Timestamp>,
     /// The API server throttled an eviction (its Retry-After) or was unavailable (the retry
     /// delay): no eviction request before this.
     pub(super) evictions_held_until: Option<Timestamp>,
@@ -109,7 +107,6 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             actuator,
             store,
             backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
-            retry_at: None,
             evictions_held_until: None,
             retry_delay: RETRY_INITIAL,
             dry_run_reports: ReportLimiter::new(DRY_RUN_REPORT_INTERVAL),
@@ -526,8 +523,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         if reaction.retry_later {
             // No eviction request before the retry: the pod keeps its rank, and the wake-ups of
             // a node near its threshold (every 100 ms) must not each call a server that is down.
+            // The hold's timer wakes the loop then, not at the next tick.
             let at = self.now() + self.retry_delay;
-            self.retry_at = Some(at);
             self.evictions_held_until = self.evictions_held_until.max(Some(at));
             self.retry_delay = (self.retry_delay * 2).min(RETRY_MAX);
             debug!(delay = ?self.retry_delay, "API server unavailable; deciding again later");
@@ -536,7 +533,6 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             self.evictions_held_until = Some(self.now() + hold);
         }
         if reaction.took_effect {
-            self.retry_at = None;
             self.retry_delay = RETRY_INITIAL;
             self.metrics
                 .eviction

@@ -665,7 +665,10 @@ async fn an_unavailable_api_server_is_counted_and_retried_soon() {
         ["besteffort"],
         "the rest of the decision would fail the same way"
     );
-    let retry_at = rig.agent.retry_at.expect("a retry is scheduled");
+    let retry_at = rig
+        .agent
+        .evictions_held_until
+        .expect("a retry is scheduled");
     assert!(retry_at <= rig.agent.now() + RETRY_INITIAL, "{retry_at:?}");
     assert_eq!(
         rig.agent
