@@ -108,6 +108,31 @@ pub fn run(args: &[&str]) -> Result<(String, String)> {
     Ok((stdout, stderr))
 }
 
+/// Runs helm with `args` against the cluster of `kubeconfig`, in [`NAMESPACE`]: the release
+/// commands (`install`, `upgrade`, `test`, `rollback`, `uninstall` of [`RELEASE`]).
+pub fn release(kubeconfig: &Path, args: &[&str]) -> Result<(String, String)> {
+    let kubeconfig = kubeconfig.to_string_lossy();
+    let mut all = args.to_vec();
+    all.extend(["--kubeconfig", &kubeconfig, "--namespace", NAMESPACE]);
+    run(&all)
+}
+
+/// A values file (for `-f`) whose `config` is `config`, the agent's configuration as YAML; helm
+/// merges it key by key over the chart's `config`.
+pub fn config_values(config: &str) -> std::io::Result<tempfile::NamedTempFile> {
+    use std::io::Write as _;
+    let mut file = tempfile::Builder::new()
+        .prefix("node-monitor-values")
+        .suffix(".yaml")
+        .tempfile()?;
+    writeln!(file, "config:")?;
+    for line in config.lines() {
+        writeln!(file, "  {line}")?;
+    }
+    file.flush()?;
+    Ok(file)
+}
+
 /// `helm template` of the chart with `--set` values (`key=value`), hooks and test pods included,
 /// as [`Manifest`]s in helm's install order.
 pub fn template(set: &[&str]) -> Result<Vec<Manifest>> {

@@ -27,6 +27,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 pub mod scenario;
+pub mod shutdown;
 
 use crate::{
     control_plane::ControlPlane,

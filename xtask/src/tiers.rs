@@ -343,6 +343,9 @@ pub enum Bench {
     /// Memory ramps in a real container on the real node: the kubelet alone, then with
     /// node-monitor (qemu, the node binaries, the image archives).
     RealSpike,
+    /// The kubelet's own graceful node shutdown on the real node, on the pods of node-monitor's
+    /// drain (qemu, the node binaries, the image archives).
+    RealShutdown,
     /// What reports a `memory.available` crossing on cgroup v2, and the v2 root's figure
     /// against /proc/meminfo (qemu).
     V2Crossing,
@@ -433,12 +436,17 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 .env("NODE_MONITOR_AGENT_PROFILE", "release")
                 .args(&args.args))
         }
-        Bench::RealSpike => {
+        Bench::RealSpike | Bench::RealShutdown => {
             run(cargo().args(BUILD_BINS))?;
             images()?;
+            let bin = if matches!(args.bench, Bench::RealSpike) {
+                "bench-real-spike"
+            } else {
+                "bench-real-shutdown"
+            };
             run(Command::new("flock")
                 .arg(VM_LOCK)
-                .arg(debug.join("bench-real-spike"))
+                .arg(debug.join(bin))
                 .env("KUBEBUILDER_ASSETS", kubebuilder_assets())
                 .args(&args.args))
         }

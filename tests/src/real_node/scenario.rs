@@ -185,6 +185,10 @@ pub enum Manifests<'a> {
     /// `helm template` of deploy/helm/node-monitor with these `--set` values, without the hooks
     /// and test pods (`helm install` creates them only on uninstall and for `helm test`).
     Helm(&'a [&'a str]),
+    /// `helm install` of deploy/helm/node-monitor as the release [`crate::helm::RELEASE`], with
+    /// these `--set` values and `--create-namespace`; the agent's configuration, when given,
+    /// goes in as the chart's `config` value.
+    HelmRelease(&'a [&'a str]),
 }
 
 /// Boots the node as `options` say, starts the control plane
@@ -315,31 +319,35 @@ async fn install_once(
         info.kubelet_version
     );
 
-    let mut objects = match manifests_source {
-        Manifests::Kustomize(kustomization) => {
-            manifests::render(&manifests::kustomize_dir(kustomization))
-                .unwrap_or_else(|e| panic!("render {kustomization}: {e:#}"))
+    if let Manifests::HelmRelease(set) = manifests_source {
+        helm_install(&cp, set, agent_config);
+    } else {
+        let mut objects = match manifests_source {
+            Manifests::Kustomize(kustomization) => {
+                manifests::render(&manifests::kustomize_dir(kustomization))
+                    .unwrap_or_else(|e| panic!("render {kustomization}: {e:#}"))
+            }
+            Manifests::Helm(set) | Manifests::HelmRelease(set) => crate::helm::template(set)
+                .unwrap_or_else(|e| panic!("helm template {set:?}: {e:#}"))
+                .into_iter()
+                .filter(|m| {
+                    m.object["metadata"]["annotations"]
+                        .get("helm.sh/hook")
+                        .is_none()
+                })
+                .collect(),
+        };
+        if let Some(config) = agent_config {
+            let cm = objects
+                .iter_mut()
+                .find(|m| m.kind() == "ConfigMap" && m.name() == "node-monitor-config")
+                .expect("the kustomization has the agent's ConfigMap");
+            cm.object["data"]["config.yaml"] = Value::String(config.to_owned());
         }
-        Manifests::Helm(set) => crate::helm::template(set)
-            .unwrap_or_else(|e| panic!("helm template {set:?}: {e:#}"))
-            .into_iter()
-            .filter(|m| {
-                m.object["metadata"]["annotations"]
-                    .get("helm.sh/hook")
-                    .is_none()
-            })
-            .collect(),
-    };
-    if let Some(config) = agent_config {
-        let cm = objects
-            .iter_mut()
-            .find(|m| m.kind() == "ConfigMap" && m.name() == "node-monitor-config")
-            .expect("the kustomization has the agent's ConfigMap");
-        cm.object["data"]["config.yaml"] = Value::String(config.to_owned());
+        manifests::apply(&client, &objects)
+            .await
+            .unwrap_or_else(|e| panic!("apply {manifests_source:?}: {e:#}"));
     }
-    manifests::apply(&client, &objects)
-        .await
-        .unwrap_or_else(|e| panic!("apply {manifests_source:?}: {e:#}"));
     let (node, agent) = until_or_stall(
         node,
         "node-monitor's DaemonSet pod Ready on the node",
@@ -370,6 +378,32 @@ async fn install_once(
         agent,
         agent_ip,
     })
+}
+
+/// `helm install` of the chart with `set` and the agent's configuration `agent_config` (the
+/// chart's `config` value), into a namespace helm creates.
+fn helm_install(cp: &ControlPlane, set: &[&str], agent_config: Option<&str>) {
+    let chart = crate::helm::chart_dir().to_string_lossy().into_owned();
+    let values = agent_config.map(|c| crate::helm::config_values(c).expect("values file"));
+    let values_path = values
+        .as_ref()
+        .map(|v| v.path().to_string_lossy().into_owned());
+    let mut args = vec![
+        "install",
+        crate::helm::RELEASE,
+        chart.as_str(),
+        "--create-namespace",
+        "--timeout",
+        "120s",
+    ];
+    for s in set {
+        args.extend(["--set", s]);
+    }
+    if let Some(path) = &values_path {
+        args.extend(["-f", path.as_str()]);
+    }
+    crate::helm::release(cp.kubeconfig_path(), &args)
+        .unwrap_or_else(|e| panic!("helm install {set:?}: {e:#}"));
 }
 
 /// `Evicted` Events on pod `name`, by the component that reported them.

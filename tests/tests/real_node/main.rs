@@ -3,5 +3,6 @@
 //! node-monitor-tests --test real_node`); each module is one concern, run alone with a filter (`--
 //! real_node::`).
 mod real_node;
+mod real_node_helm;
 mod real_node_predict;
 mod real_node_shutdown;

@@ -54,6 +54,8 @@ const MI: f64 = 1024.0 * 1024.0;
 /// node, so that the kubelet's own eviction manager acts. The other scenarios run node-monitor
 /// as shipped (the kubelet's 100Mi, predictive eviction on).
 const AGENT_THRESHOLD: &str = "500Mi";
+/// [`AGENT_THRESHOLD`] in MiB.
+const AGENT_MIB: u64 = 500;
 
 fn agent_config(dry_run: bool) -> String {
     format!(
@@ -355,7 +357,7 @@ async fn the_reboot_probe_sees_a_container(
     // the kernel refuses each call (EPERM), and the agent receives the probe's event (the first
     // call; the others are withheld by the per-verdict rate limit until the next event of that
     // verdict). The base install runs no shutdown manager, which would count them refused
-    // (`real_node_shutdown.rs` installs it).
+    // (the k3s scenario installs it, `real_node_shutdown.rs`).
     let caller = workload(
         "reboot-caller",
         &["/usr/local/bin/nm-reboot-caller", "unprivileged", "3"],
@@ -850,22 +852,23 @@ async fn events_with_reason(client: &Client, reason: &str) -> Vec<(String, Strin
 /// chain, not on usage alone: a low-priority BestEffort pod holding 200 MiB and a Burstable pod
 /// climbing far past its request both exceed their requests; priority ranks the BestEffort pod
 /// first although the climber uses more (pkg/kubelet/eviction/helpers.go `rankMemoryPressure`).
-/// node-monitor is installed from the Helm chart here (`helm template`, applied), with the
-/// cgroup driver named (`cgroupDriver=systemd`: `--kubepods-cgroup=kubepods.slice`) rather than
-/// detected.
+/// node-monitor is installed from the Helm chart here by a real `helm install`, with
+/// `distribution=kind` and nothing else about the layout; the boot ends with the rest of the
+/// Helm lifecycle, run by helm (`real_node_helm.rs`: test, upgrade, rollback, uninstall).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
     // On kind's node layout: the kubelet's `cgroupRoot: /kubelet` with the systemd driver, so
     // the pods live under kubelet.slice/kubelet-kubepods.slice; the chart installed with its
     // documented `distribution=kind` and nothing else about the layout.
     let Installed {
-        cp: _cp,
+        cp,
         client,
         mut node,
         agent,
         agent_ip,
     } = install_from(
-        Manifests::Helm(&["createNamespace=true", "distribution=kind"]),
+        // A real `helm install` (the lifecycle that follows is helm's too).
+        Manifests::HelmRelease(&["distribution=kind"]),
         Some(&agent_config(true)),
         &RealNodeOptions {
             kubelet_config_extra: KUBELET_SAME_THRESHOLDS.to_owned(),
@@ -983,6 +986,7 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
             .any(|(_, by)| by == "node-monitor"),
         "node-monitor in dry run evicts nothing"
     );
+    crate::real_node_helm::helm_lifecycle(&cp, &client, &mut node, AGENT_MIB).await;
     node.finish().await.expect("guest run");
 }
 
@@ -1125,13 +1129,6 @@ fn disk_and_pid_config() -> String {
         .to_owned()
 }
 
-/// Disk and PID pressure from containers (scenario 6), on a node with the **cgroupfs** driver
-/// (the kubelet's `cgroupDriver: cgroupfs`, containerd's `SystemdCgroup = false`), which the agent
-/// must find by itself: a pod filling an emptyDir crosses `nodefs.available`, a pod forking
-/// thousands of processes crosses `pid.available`, and a pod filling its own writable layer
-/// crosses `nodefs.available` again. Each is evicted by node-monitor with the kubelet's wording
-/// for the resource, the bystanders are not, and the kubelet (whose defaults neither crosses)
-/// evicts nothing.
 /// Creates `p` and waits until it runs, then until node-monitor evicts it for `signal` with the
 /// kubelet's wording for `resource`, then until it has left the API; prints how long the eviction
 /// took (`since`: what the time counts from).
@@ -1177,17 +1174,34 @@ async fn evicted_and_gone(
     .await;
 }
 
+/// Disk and PID pressure from containers (scenario 6), on a node with the **cgroupfs** driver
+/// (the kubelet's `cgroupDriver: cgroupfs`, containerd's `SystemdCgroup = false`), which the agent
+/// must find by itself: a pod filling an emptyDir crosses `nodefs.available`, a pod forking
+/// thousands of processes crosses `pid.available`, and a pod filling its own writable layer
+/// crosses `nodefs.available` again. Each is evicted by node-monitor with the kubelet's wording
+/// for the resource, the bystanders are not, and the kubelet (whose defaults neither crosses)
+/// evicts nothing.
+/// Then the node powers off through logind and node-monitor (the chart's `shutdown.enabled`)
+/// drains the pods by priority group before its lock lets the power-off go on
+/// (`real_node_shutdown.rs`): one boot for both, since a power-off ends the guest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn disk_and_pid_pressure_from_containers() {
+async fn a_k3s_node_under_disk_and_pid_pressure_then_powered_off() {
     let Installed {
-        cp: _cp,
+        cp,
         client,
         mut node,
         agent: _,
         agent_ip,
     } = install_from(
-        // k3s's layout, with the chart's documented `distribution=k3s`.
-        Manifests::Helm(&["createNamespace=true", "distribution=k3s"]),
+        // k3s's layout, with the chart's documented `distribution=k3s`, and graceful node
+        // shutdown on (the scenario's last phase).
+        Manifests::Helm(&[
+            "createNamespace=true",
+            "distribution=k3s",
+            "shutdown.enabled=true",
+            node_monitor_tests::real_node::shutdown::PERIODS_SET[0],
+            node_monitor_tests::real_node::shutdown::PERIODS_SET[1],
+        ]),
         Some(&disk_and_pid_config()),
         &RealNodeOptions {
             cgroup_driver: CgroupDriver::Cgroupfs,
@@ -1295,7 +1309,11 @@ async fn disk_and_pid_pressure_from_containers() {
             "{name} is evicted once, by node-monitor"
         );
     }
-    node.finish().await.expect("guest run");
+    // A power-off ends the guest: graceful shutdown is this boot's last phase.
+    crate::real_node_shutdown::node_monitor_drains_real_containers_by_priority_group_before_the_node_goes(
+        cp, &client, node, &agent_ip,
+    )
+    .await;
 }
 
 /// The cgroupfs driver's `kubepods` tree, found by the agent itself, and k3s's layout seen.
