@@ -1,7 +1,8 @@
-//! The shipped manifests as a real API server sees them: a kustomization rendered the way
-//! `kubectl kustomize` renders the subset deploy/ uses (resources, bases, components, inline JSON
-//! 6902 patches with a kind/name target), server-side apply of the result with strict field
-//! validation, and the prometheus-operator CRDs the monitoring manifests need.
+//! The shipped manifests as a real API server sees them: a kustomization rendered by a real
+//! `kustomize build` (v5, built from its Go module by `cargo xtask build kustomize`, cached under
+//! `~/.cache/node-monitor/kustomize/current`; `NODE_MONITOR_KUSTOMIZE` names another binary),
+//! server-side apply of the result with strict field validation, and the prometheus-operator
+//! CRDs the monitoring manifests need.
 //!
 //! ```no_run
 //! # async fn demo(client: kube::Client) -> Result<(), node_monitor_tests::manifests::Error> {
@@ -11,12 +12,10 @@
 //! manifests::install_monitoring_crds(&client).await?;
 //! # Ok(()) }
 //! ```
-//!
-//! Anything else in a kustomization is an error naming the field, so a manifest change this
-//! renderer does not understand fails the tests instead of being applied half-rendered.
 use std::{
     env, fs,
     path::{Path, PathBuf},
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -42,9 +41,6 @@ pub const CRD_FILES: [&str; 2] = [
 /// Field manager of every apply.
 pub const FIELD_MANAGER: &str = "node-monitor-tests";
 
-const KUSTOMIZATION_FIELDS: [&str; 5] =
-    ["apiVersion", "kind", "resources", "components", "patches"];
-
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("read {path}")]
@@ -60,27 +56,22 @@ pub enum Error {
         source: serde_norway::Error,
     },
     #[error(
-        "{path}: unsupported kustomization field {field:?}; supported: resources, components, \
-         and patches with an inline JSON 6902 patch and a kind/name target"
+        "no kustomize at {path}: run `{SETUP_COMMAND}` (or point NODE_MONITOR_KUSTOMIZE at a \
+         kustomize v5 binary)"
     )]
-    Unsupported { path: PathBuf, field: String },
-    #[error("{path}: {what}")]
-    Invalid { path: PathBuf, what: String },
-    #[error("{path}: patch {index} cannot be applied to {kind}/{name}")]
-    Patch {
-        path: PathBuf,
-        index: usize,
-        kind: String,
-        name: String,
+    NoKustomize { path: PathBuf },
+    #[error("run {kustomize} build {dir}")]
+    RunKustomize {
+        kustomize: PathBuf,
+        dir: PathBuf,
         #[source]
-        source: json_patch::PatchError,
+        source: std::io::Error,
     },
-    #[error("{path}: patch {index} targets {kind}/{name}, which no resource matches")]
-    NoTarget {
-        path: PathBuf,
-        index: usize,
-        kind: String,
-        name: String,
+    #[error("kustomize build {dir} failed ({status}): {stderr}")]
+    Kustomize {
+        dir: PathBuf,
+        status: std::process::ExitStatus,
+        stderr: String,
     },
     #[error("{origin}: {what}")]
     Object { origin: PathBuf, what: String },
@@ -153,15 +144,20 @@ pub fn read_objects(path: &Path) -> Result<Vec<Manifest>> {
         path: path.to_owned(),
         source,
     })?;
+    parse_objects(&text, path)
+}
+
+/// The objects of a YAML stream (every document that is not empty), from `origin`.
+fn parse_objects(text: &str, origin: &Path) -> Result<Vec<Manifest>> {
     let mut out = Vec::new();
-    for doc in serde_norway::Deserializer::from_str(&text) {
+    for doc in serde_norway::Deserializer::from_str(text) {
         let object: Value = serde::Deserialize::deserialize(doc).map_err(|source| Error::Yaml {
-            path: path.to_owned(),
+            path: origin.to_owned(),
             source,
         })?;
         if !object.is_null() {
             out.push(Manifest {
-                origin: path.to_owned(),
+                origin: origin.to_owned(),
                 object,
             });
         }
@@ -169,157 +165,61 @@ pub fn read_objects(path: &Path) -> Result<Vec<Manifest>> {
     Ok(out)
 }
 
-/// Renders the kustomization in `dir`: its resources in order (a directory is a base, rendered
-/// first where it is listed), then its components in order (each adds its resources and patches
-/// everything rendered so far), then its own patches on the result.
+/// The kustomize binary: `NODE_MONITOR_KUSTOMIZE`, else the setup's cache.
+pub fn kustomize_binary() -> Result<PathBuf> {
+    let path = env::var_os("NODE_MONITOR_KUSTOMIZE")
+        .filter(|v| !v.is_empty())
+        .map_or_else(
+            || cache_dir().join("kustomize/current/kustomize"),
+            PathBuf::from,
+        );
+    if !path.is_file() {
+        return Err(Error::NoKustomize { path });
+    }
+    Ok(path)
+}
+
+/// Renders the kustomization in `dir` with `kustomize build`: its objects in kustomize's order.
 pub fn render(dir: &Path) -> Result<Vec<Manifest>> {
-    let mut out = Vec::new();
-    render_into(dir, Kind::Kustomization, &mut out)?;
-    Ok(out)
-}
-
-/// What a kustomization directory must declare itself as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// `kind: Kustomization` (or no kind): a base or an overlay; renders on its own.
-    Kustomization,
-    /// `kind: Component` (kustomize.config.k8s.io/v1alpha1): listed under `components:`,
-    /// patches what the kustomization that lists it has rendered.
-    Component,
-}
-
-fn render_into(dir: &Path, want: Kind, out: &mut Vec<Manifest>) -> Result<()> {
-    let path = dir.join("kustomization.yaml");
-    let text = fs::read_to_string(&path).map_err(|source| Error::Read {
-        path: path.clone(),
-        source,
-    })?;
-    let k: Value = serde_norway::from_str(&text).map_err(|source| Error::Yaml {
-        path: path.clone(),
-        source,
-    })?;
-    let invalid = |what: String| Error::Invalid {
-        path: path.clone(),
-        what,
-    };
-    let map = k
-        .as_object()
-        .ok_or_else(|| invalid("not a mapping".into()))?;
-    if let Some(field) = map
-        .keys()
-        .find(|f| !KUSTOMIZATION_FIELDS.contains(&f.as_str()))
-    {
-        return Err(Error::Unsupported {
-            path: path.clone(),
-            field: field.clone(),
+    let kustomize = kustomize_binary()?;
+    let out = Command::new(&kustomize)
+        .arg("build")
+        .arg(dir)
+        .output()
+        .map_err(|source| Error::RunKustomize {
+            kustomize: kustomize.clone(),
+            dir: dir.to_owned(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(Error::Kustomize {
+            dir: dir.to_owned(),
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         });
     }
-    let kind = map
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("Kustomization");
-    let (found, api_version) = match kind {
-        "Kustomization" => (Kind::Kustomization, "kustomize.config.k8s.io/v1beta1"),
-        "Component" => (Kind::Component, "kustomize.config.k8s.io/v1alpha1"),
-        other => {
-            return Err(invalid(format!(
-                "kind {other:?} is neither Kustomization nor Component"
-            )));
-        }
-    };
-    if found != want {
-        return Err(invalid(format!(
-            "kind {kind:?} listed where a {want:?} belongs (a Component goes under \
-             `components:`, a base under `resources:`)"
-        )));
+    parse_objects(&String::from_utf8_lossy(&out.stdout), dir)
+}
+
+/// `target` as a path relative to `root`, both absolute (the symbolic links resolved): a
+/// kustomization composed in a temporary directory names the shipped bases and components this
+/// way, since kustomize refuses an absolute root.
+pub fn relative_path(root: &Path, target: &Path) -> PathBuf {
+    let resolve = |p: &Path| fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+    let (root, target) = (resolve(root), resolve(target));
+    let common = root
+        .components()
+        .zip(target.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut out = PathBuf::new();
+    for _ in root.components().skip(common) {
+        out.push("..");
     }
-    if let Some(v) = map.get("apiVersion").and_then(Value::as_str)
-        && v != api_version
-    {
-        return Err(invalid(format!(
-            "apiVersion {v:?} for kind {kind}; expected {api_version:?}"
-        )));
+    for c in target.components().skip(common) {
+        out.push(c);
     }
-    let list = |field: &str| {
-        map.get(field)
-            .and_then(Value::as_array)
-            .map_or(&[][..], Vec::as_slice)
-    };
-    for res in list("resources") {
-        let rel = res
-            .as_str()
-            .ok_or_else(|| invalid(format!("resource {res} is not a path")))?;
-        let p = dir.join(rel);
-        if p.is_dir() {
-            // A base renders on its own; its objects join the rest.
-            let mut base = Vec::new();
-            render_into(&p, Kind::Kustomization, &mut base)?;
-            out.extend(base);
-        } else {
-            out.extend(read_objects(&p)?);
-        }
-    }
-    for c in list("components") {
-        let rel = c
-            .as_str()
-            .ok_or_else(|| invalid(format!("component {c} is not a path")))?;
-        render_into(&dir.join(rel), Kind::Component, out)?;
-    }
-    for (index, entry) in list("patches").iter().enumerate() {
-        let entry = entry
-            .as_object()
-            .ok_or_else(|| invalid(format!("patch {index} is not a mapping")))?;
-        if let Some(field) = entry.keys().find(|f| *f != "target" && *f != "patch") {
-            return Err(Error::Unsupported {
-                path: path.clone(),
-                field: format!("patches[{index}].{field}"),
-            });
-        }
-        let target = entry
-            .get("target")
-            .and_then(Value::as_object)
-            .ok_or_else(|| invalid(format!("patch {index} has no target")))?;
-        if let Some(field) = target.keys().find(|f| *f != "kind" && *f != "name") {
-            return Err(Error::Unsupported {
-                path: path.clone(),
-                field: format!("patches[{index}].target.{field}"),
-            });
-        }
-        let kind = target.get("kind").and_then(Value::as_str).unwrap_or("");
-        let name = target.get("name").and_then(Value::as_str).unwrap_or("");
-        let patch_text = entry
-            .get("patch")
-            .and_then(Value::as_str)
-            .ok_or_else(|| invalid(format!("patch {index} has no inline patch")))?;
-        let ops: json_patch::Patch =
-            serde_norway::from_str(patch_text).map_err(|source| Error::Yaml {
-                path: path.clone(),
-                source,
-            })?;
-        let mut matched = 0;
-        for m in out
-            .iter_mut()
-            .filter(|m| m.kind() == kind && (name.is_empty() || m.name() == name))
-        {
-            json_patch::patch(&mut m.object, &ops).map_err(|source| Error::Patch {
-                path: path.clone(),
-                index,
-                kind: kind.to_owned(),
-                name: name.to_owned(),
-                source,
-            })?;
-            matched += 1;
-        }
-        if matched == 0 {
-            return Err(Error::NoTarget {
-                path: path.clone(),
-                index,
-                kind: kind.to_owned(),
-                name: name.to_owned(),
-            });
-        }
-    }
-    Ok(())
+    out
 }
 
 /// The first rendered object of this kind and name.
@@ -481,115 +381,19 @@ pub async fn install_crds(client: &Client, crds: &[Manifest]) -> Result<Vec<Stri
 mod tests {
     use super::*;
 
-    fn write(dir: &Path, name: &str, text: &str) {
-        fs::write(dir.join(name), text).expect("write");
-    }
-
-    /// Bases, resources and JSON 6902 patches render as `kubectl kustomize` renders them.
     #[test]
-    fn renders_bases_resources_and_patches() {
-        let root = tempfile::tempdir().expect("tempdir");
-        let base = root.path().join("base");
-        let overlay = root.path().join("overlay");
-        fs::create_dir_all(&base).expect("mkdir");
-        fs::create_dir_all(&overlay).expect("mkdir");
-        write(
-            &base,
-            "kustomization.yaml",
-            "resources:\n  - cm.yaml\n  - ds.yaml\n",
-        );
-        write(
-            &base,
-            "cm.yaml",
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: \"1\"}\n---\n",
-        );
-        write(
-            &base,
-            "ds.yaml",
-            "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: d}\nspec: {template: {spec: {volumes: [{name: x}]}}}\n",
-        );
-        write(
-            &overlay,
-            "kustomization.yaml",
-            "resources:\n  - ../base\n  - extra.yaml\npatches:\n  - target: {kind: ConfigMap, name: c}\n    patch: |-\n      - op: replace\n        path: /data/a\n        value: \"2\"\n  - target: {kind: DaemonSet, name: d}\n    patch: |-\n      - op: add\n        path: /spec/template/spec/volumes/-\n        value: {name: y}\n",
-        );
-        write(
-            &overlay,
-            "extra.yaml",
-            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: s}\n",
-        );
-        let objects = render(&overlay).expect("renders");
-        let kinds: Vec<&str> = objects.iter().map(Manifest::kind).collect();
-        assert_eq!(kinds, ["ConfigMap", "DaemonSet", "ServiceAccount"]);
-        assert_eq!(objects[0].object["data"]["a"], "2");
-        assert_eq!(
-            objects[1].object["spec"]["template"]["spec"]["volumes"],
-            serde_json::json!([{"name": "x"}, {"name": "y"}])
-        );
-
-        // A component adds its resources and patches what the kustomization rendered so far.
-        let component = root.path().join("component");
-        fs::create_dir_all(&component).expect("mkdir");
-        write(
-            &component,
-            "kustomization.yaml",
-            "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\nresources:\n  - role.yaml\npatches:\n  - target: {kind: ConfigMap, name: c}\n    patch: |-\n      - op: add\n        path: /data/b\n        value: \"3\"\n",
-        );
-        write(
-            &component,
-            "role.yaml",
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: r}\n",
-        );
-        let with = root.path().join("with");
-        fs::create_dir_all(&with).expect("mkdir");
-        write(
-            &with,
-            "kustomization.yaml",
-            "resources:\n  - ../overlay\ncomponents:\n  - ../component\n",
-        );
-        let objects = render(&with).expect("renders with a component");
-        let kinds: Vec<&str> = objects.iter().map(Manifest::kind).collect();
-        assert_eq!(
-            kinds,
-            ["ConfigMap", "DaemonSet", "ServiceAccount", "ClusterRole"]
-        );
-        assert_eq!(
-            objects[0].object["data"],
-            serde_json::json!({"a": "2", "b": "3"})
-        );
-        // A component is not a base, nor a base a component.
-        write(
-            &with,
-            "kustomization.yaml",
-            "resources:\n  - ../component\n",
-        );
-        let err = render(&with).expect_err("component as a base").to_string();
-        assert!(err.contains("\"Component\""), "{err}");
-        write(&with, "kustomization.yaml", "components:\n  - ../base\n");
-        let err = render(&with).expect_err("base as a component").to_string();
-        assert!(err.contains("\"Kustomization\""), "{err}");
-
-        // What it does not understand, or a patch that hits nothing, is an error.
-        write(
-            &overlay,
-            "kustomization.yaml",
-            "resources:\n  - ../base\nnamePrefix: x-\n",
-        );
-        let err = render(&overlay).expect_err("unsupported").to_string();
-        assert!(err.contains("\"namePrefix\""), "{err}");
-        write(
-            &overlay,
-            "kustomization.yaml",
-            "resources:\n  - ../base\npatches:\n  - target: {kind: ConfigMap, name: other}\n    patch: |-\n      - op: remove\n        path: /data\n",
-        );
-        let err = render(&overlay).expect_err("no target").to_string();
-        assert!(err.contains("ConfigMap/other"), "{err}");
-        write(
-            &overlay,
-            "kustomization.yaml",
-            "resources:\n  - ../base\npatches:\n  - path: p.yaml\n",
-        );
-        let err = render(&overlay).expect_err("patch file").to_string();
-        assert!(err.contains("patches[0].path"), "{err}");
+    fn relative_paths_climb_to_the_common_ancestor() {
+        for (root, target, want) in [
+            ("/tmp/a", "/work/main/deploy", "../../work/main/deploy"),
+            ("/work/main/x", "/work/main/deploy/base", "../deploy/base"),
+            ("/work/main", "/work/main/deploy", "deploy"),
+            ("/work/main/deploy", "/work/main", ".."),
+        ] {
+            assert_eq!(
+                relative_path(Path::new(root), Path::new(target)),
+                PathBuf::from(want),
+                "{root} → {target}"
+            );
+        }
     }
 }

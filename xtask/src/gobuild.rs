@@ -24,6 +24,9 @@ pub const CONTAINERD_VERSION: &str = "v2.2.9";
 
 /// helm's release (v3, from its Go module helm.sh/helm/v3).
 pub const HELM_VERSION: &str = "v3.22.0";
+/// kustomize's release (v5, from its Go module sigs.k8s.io/kustomize/kustomize/v5), which the
+/// deploy tier renders the Kustomize variants with.
+pub const KUSTOMIZE_VERSION: &str = "v5.7.1";
 
 /// `$name` from the environment, else `default` (the versions can be overridden for a trial).
 fn version(name: &str, default: &str) -> String {
@@ -169,6 +172,38 @@ pub fn helm() -> Result<PathBuf> {
             .arg("-o")
             .arg(tmp.join("helm"))
             .arg("helm.sh/helm/v3/cmd/helm"),
+    ))?;
+    replace_dir(&tmp, &out)?;
+    Ok(out)
+}
+
+/// Builds kustomize (`sigs.k8s.io/kustomize/kustomize/v5`) once; returns the directory that
+/// holds it.
+pub fn kustomize() -> Result<PathBuf> {
+    const PKG: &str = "sigs.k8s.io/kustomize/kustomize/v5";
+    let kustomize = version("KUSTOMIZE_VERSION", KUSTOMIZE_VERSION);
+    let out = cache_dir().join(format!("kustomize/{kustomize}"));
+    if is_executable(&out.join("kustomize")) {
+        return Ok(out);
+    }
+    let work = cache_dir().join(format!("kustomize/build-{kustomize}"));
+    let tmp = with_suffix(&out, ".tmp");
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp)?;
+    tools_module(&work, "node-monitor.local/kustomize", &[PKG])?;
+    run(go()?
+        .current_dir(&work)
+        .args(["mod", "edit"])
+        .arg(format!("-require={PKG}@{kustomize}")))?;
+    tidy(&work)?;
+    log("build kustomize", format!("building kustomize {kustomize}"));
+    run(quiet_stdout(
+        go()?
+            .current_dir(&work)
+            .env("CGO_ENABLED", "0")
+            .args(["build", "-trimpath", "-ldflags", "-s -w", "-o"])
+            .arg(tmp.join("kustomize"))
+            .arg(PKG),
     ))?;
     replace_dir(&tmp, &out)?;
     Ok(out)

@@ -129,6 +129,8 @@ enum Part {
     GuestImage,
     /// helm (v3, from its Go module), for the chart's tests.
     Helm,
+    /// kustomize (v5, from its Go module), for the Kustomize variants' tests.
+    Kustomize,
 }
 
 fn main() -> Result<()> {
@@ -142,6 +144,7 @@ fn main() -> Result<()> {
                 Part::NodeSkew => gobuild::node_at(gobuild::SKEW_K8S_VERSION)?,
                 Part::GuestImage => guest::image()?,
                 Part::Helm => gobuild::helm()?,
+                Part::Kustomize => gobuild::kustomize()?,
             };
             println!("{}", dir.display());
             Ok(())

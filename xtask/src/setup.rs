@@ -76,6 +76,8 @@ pub fn setup(args: SetupArgs) -> Result<()> {
         symlink_force(&crds, &cache_dir().join("prometheus-operator/current"))?;
         let helm = gobuild::helm()?;
         symlink_force(&helm, &cache_dir().join("helm/current"))?;
+        let kustomize = gobuild::kustomize()?;
+        symlink_force(&kustomize, &cache_dir().join("kustomize/current"))?;
     }
     if args.with_vm {
         guest::image()?;

@@ -162,7 +162,8 @@ fn components_compose_without_merging_the_configuration() {
     assert_eq!(dropin_mount(&both), Some((false, DROPIN_DIR.to_owned())));
     // Applied in either order, the components give the same objects.
     let dir = tempfile::tempdir().expect("tempdir");
-    let k = kustomize_dir("");
+    // kustomize refuses an absolute root: the shipped tree, relative to the temporary one.
+    let k = node_monitor_tests::manifests::relative_path(dir.path(), &kustomize_dir(""));
     std::fs::write(
         dir.path().join("kustomization.yaml"),
         format!(
@@ -633,7 +634,7 @@ fn only_remediate_is_granted_the_fencing_state() {
 fn container_fs_component_names_the_writable_layer_filesystem() {
     let compose = |components: &[&str]| {
         let dir = tempfile::tempdir().expect("tempdir");
-        let k = kustomize_dir("");
+        let k = node_monitor_tests::manifests::relative_path(dir.path(), &kustomize_dir(""));
         let mut text = format!("resources:\n  - {}/base\ncomponents:\n", k.display());
         for c in components {
             text.push_str(&format!("  - {}/components/{c}\n", k.display()));
