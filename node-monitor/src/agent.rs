@@ -404,6 +404,8 @@ async fn decide_until_stopped<C, P, N, W, S>(
         )
         .await;
     while !stopping {
+        // Between wake-ups: the pod figures' refresh the last pass asked for, if any.
+        agent.refresh_pods_beside(sampler, wakeups);
         let now = agent.now();
         // Never in the past: a due timer wakes the loop after MIN_TIMER_INTERVAL, not at once.
         let grace = next_timer(

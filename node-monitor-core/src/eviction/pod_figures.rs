@@ -8,9 +8,10 @@
 //! path:
 //!
 //! - while adaptive sampling says a threshold is near (its next look is due within
-//!   [`NEAR_LOOK`]), each look also refreshes the pod figures, at most every [`NEAR_REFRESH`];
+//!   [`NEAR_LOOK`]), the pod figures are refreshed at most every [`NEAR_REFRESH`], beside the
+//!   decisions (the agent reads them between wake-ups and gives way to the next one);
 //! - at the crossing, figures at most [`RANK_MAX_AGE`] old that cover every pod to rank rank
-//!   them at once, and the pass that refreshes them follows the eviction requests;
+//!   them at once, and the refresh follows the eviction requests;
 //! - older figures, none, or figures that miss a pod (one started since: the kubelet ranks a pod
 //!   without statistics first, so a missing figure would pick it) are read again before ranking.
 //!

@@ -24,6 +24,8 @@ use node_monitor_core::{
 };
 
 pub(super) use super::report::CycleEnd;
+use pod_refresh::PodRefresh;
+
 use super::{
     backoff::{self, Backoff},
     mem_push::{MemPush, PushArm},
@@ -73,6 +75,8 @@ pub(super) struct Loop<C, P> {
     /// The per-pod figures of the last pass that read them, and when: a ranking at a crossing
     /// uses them if they are recent enough (see [`node_monitor_core::eviction::pod_figures`]).
     pub(super) pod_figures: Option<PodFigures>,
+    /// Whether the last pass wants those figures refreshed, beside the decisions.
+    pub(super) pod_refresh: PodRefresh,
     /// The eBPF memory push, armed while a memory threshold is near (see
     /// [`node_monitor_core::arming::mem_push`]); `None` without it.
     pub(super) mem_push: Option<MemPush>,
@@ -119,6 +123,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
             sight_checked: None,
             kubepods_reported: None,
             pod_figures: None,
+            pod_refresh: PodRefresh::default(),
             mem_push: None,
             recorders: Recorders::new(Arc::new(LiveView::new(""))),
         }
@@ -258,8 +263,10 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         report
     }
 
-    /// After the requests, the pass that reads every pod when the next ranking, the metrics or
-    /// the flight record needs fresh figures.
+    /// After the requests: an OOM kill's wake-up reads the pods now, for its flight record; a
+    /// ranking from an earlier pass's figures, or a threshold near with figures due, asks for the
+    /// refresh the loop makes beside the decisions (`pod_refresh`), which gives way to the next
+    /// wake-up.
     fn refresh_pod_figures<N: PodView>(
         &mut self,
         sampler: &mut N,
@@ -269,19 +276,16 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         now: Timestamp,
     ) {
         match figures {
-            // The ranking used an earlier pass's pod figures: the pass that refreshes them comes
-            // now, after the requests, for the next ranking, the metrics and the live view.
-            Some(RankFigures::Earlier { .. }) => self.read_pods(sampler, observations),
-            // No ranking now, but a threshold is near: read the pods for the crossing's ranking;
-            // or an OOM kill woke the pass: read them for its flight record.
+            Some(RankFigures::Earlier { .. }) => self.pod_refresh.want(),
+            None if read_pods_for(&wakeup.source) => self.read_pods(sampler, observations),
             None if refresh_due(
                 self.pod_figures.as_ref().map(|(t, _)| *t),
                 now,
                 self.next_sample_at,
                 NEAR_REFRESH,
-            ) || read_pods_for(&wakeup.source) =>
+            ) =>
             {
-                self.read_pods(sampler, observations);
+                self.pod_refresh.want();
             }
             _ => {}
         }
@@ -572,6 +576,7 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
     }
 }
 
+mod pod_refresh;
 mod sight;
 mod storage_limits;
 

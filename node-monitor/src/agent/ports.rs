@@ -36,6 +36,14 @@ pub trait NodeSignals {
 pub trait PodView {
     /// Completes `out` with a pass of `kind` (per-pod usage for ranking).
     fn sample_into(&mut self, kind: SampleKind, out: &mut Observations);
+    /// Reads every pod's usage into `out.pods` (no signal), asking `give_up` between pods and
+    /// stopping at its first yes; true when every pod was read. A read given up leaves `out`
+    /// part old, part new: the caller keeps it only when complete.
+    fn read_pods_unless(
+        &mut self,
+        out: &mut Observations,
+        give_up: &mut dyn FnMut() -> bool,
+    ) -> bool;
     /// Measures the pods' disk usage now, instead of the background meter's last walk.
     fn measure_pod_disk_now(&mut self);
     /// Lists the pod cgroups again.
@@ -79,6 +87,13 @@ impl PodView for Sampler {
         tokio::task::block_in_place(|| {
             Sampler::sample_into(self, kind, out);
         });
+    }
+    fn read_pods_unless(
+        &mut self,
+        out: &mut Observations,
+        give_up: &mut dyn FnMut() -> bool,
+    ) -> bool {
+        tokio::task::block_in_place(|| Sampler::read_pods_unless(self, out, give_up))
     }
     fn measure_pod_disk_now(&mut self) {
         tokio::task::block_in_place(|| Sampler::measure_pod_disk_now(self));
@@ -215,11 +230,16 @@ impl ClusterWrites for Actuator {
 pub trait WakeupStream {
     /// The next wake-up; `None` when every source has ended.
     fn next(&mut self) -> impl Future<Output = Option<Wakeup>>;
+    /// Whether a wake-up is waiting to be taken, without taking it.
+    fn pending(&self) -> bool;
 }
 
 impl WakeupStream for Wakeups {
     fn next(&mut self) -> impl Future<Output = Option<Wakeup>> {
         Wakeups::next(self)
+    }
+    fn pending(&self) -> bool {
+        Wakeups::pending(self)
     }
 }
 

@@ -39,6 +39,8 @@ pub struct EvictionMetrics {
     pub detection_to_eviction_seconds: Histogram,
     /// `node_monitor_rank_pod_figures_age_seconds`.
     pub rank_pod_figures_age_seconds: Histogram,
+    /// `node_monitor_pod_figures_refreshes_given_up_total`.
+    pub pod_refreshes_given_up: Counter,
     /// `node_monitor_disk_reclaim_pending_bytes`.
     pub disk_reclaim_pending_bytes: Gauge,
 }
@@ -59,6 +61,7 @@ impl Default for EvictionMetrics {
             detection_to_eviction_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             // 0 (read now) and 1 ms … ~1 s.
             rank_pod_figures_age_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 11)),
+            pod_refreshes_given_up: Counter::default(),
             disk_reclaim_pending_bytes: Gauge::default(),
         }
     }
@@ -116,6 +119,11 @@ impl EvictionMetrics {
             "rank_pod_figures_age_seconds",
             "Age of the per-pod figures each ranking under pressure used (0: read before ranking)",
             self.rank_pod_figures_age_seconds.clone(),
+        );
+        reg.add(
+            "pod_figures_refreshes_given_up",
+            "Refreshes of the per-pod figures, made between wake-ups near a threshold, that gave way to a wake-up or to the next look before every pod was read",
+            self.pod_refreshes_given_up.clone(),
         );
         reg.add(
             "detection_to_eviction_seconds",

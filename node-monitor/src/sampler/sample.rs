@@ -349,7 +349,7 @@ impl Sampler {
         put(out, Signal::PidAvailable, pid);
 
         if kind != SampleKind::Signals {
-            self.sample_pods(kind, now, out);
+            self.sample_pods(kind, now, out, &mut || false);
         }
         kind
     }

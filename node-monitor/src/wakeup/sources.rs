@@ -105,6 +105,11 @@ impl Wakeups {
         self.rx.recv().await
     }
 
+    /// Whether a wake-up is queued (without taking it): what a pass that can wait gives way to.
+    pub fn pending(&self) -> bool {
+        !self.rx.is_empty()
+    }
+
     /// A pending wake-up, without waiting (to drain the queue after a pass).
     pub fn try_next(&mut self) -> Option<Wakeup> {
         self.rx.try_recv().ok()

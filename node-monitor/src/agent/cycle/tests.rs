@@ -81,6 +81,26 @@ impl PodView for FakeNode {
         out.pods = self.0.borrow().observations.pods.clone();
         self.0.borrow_mut().log.push("read pods".into());
     }
+    /// As the sampler: `give_up` asked before each pod; the log says where it stopped.
+    fn read_pods_unless(
+        &mut self,
+        out: &mut Observations,
+        give_up: &mut dyn FnMut() -> bool,
+    ) -> bool {
+        let pods = self.0.borrow().observations.pods.clone();
+        for (i, (uid, usage)) in pods.into_iter().enumerate() {
+            if give_up() {
+                self.0
+                    .borrow_mut()
+                    .log
+                    .push(format!("read pods given up after {i}"));
+                return false;
+            }
+            out.pods.insert(uid, usage);
+        }
+        self.0.borrow_mut().log.push("read pods".into());
+        true
+    }
     fn measure_pod_disk_now(&mut self) {}
     fn refresh_pod_cgroups(&mut self) -> Result<(), SamplerError> {
         Ok(())
@@ -323,6 +343,9 @@ impl PodSource for FakePods {
 struct FakeArming(usize, VecDeque<Instant>);
 
 impl super::super::ports::WakeupStream for FakeArming {
+    fn pending(&self) -> bool {
+        self.1.front().is_some_and(|at| *at <= Instant::now())
+    }
     async fn next(&mut self) -> Option<Wakeup> {
         let Some(at) = self.1.front().copied() else {
             return std::future::pending().await;
@@ -459,15 +482,20 @@ impl Rig {
         self.report().await.end
     }
 
-    /// One housekeeping pass; its report.
+    /// One housekeeping pass, then the pod figures' refresh it asked for, as the loop makes it
+    /// before its next wait (no wake-up pending unless the rig's arming has one due); the pass's
+    /// report.
     async fn report(&mut self) -> CycleReport {
         let wakeup = Wakeup {
             source: WakeSource::Housekeeping,
             at: std::time::Instant::now(),
         };
-        self.agent
+        let report = self
+            .agent
             .cycle(&mut self.node, &mut self.arming, wakeup, "timer")
-            .await
+            .await;
+        self.agent.refresh_pods_beside(&mut self.node, &self.arming);
+        report
     }
 
     /// Runs the agent's loop (a first housekeeping pass, then its wake-ups and timers) with
@@ -1103,6 +1131,48 @@ async fn near_a_threshold_the_crossing_ranks_from_the_last_looks_pod_figures_and
             && metrics.contains("node_monitor_rank_pod_figures_age_seconds_bucket{le=\"0.128\"} 0"),
         "the figures were 200 ms old: {metrics}"
     );
+}
+
+/// The refresh of the pod figures near a threshold runs beside the decisions and gives way to a
+/// wake-up that arrives meanwhile: the crossing that wake-up brings ranks from the figures of
+/// the last complete refresh, with no pod read before its request, and the figures stay as
+/// they were until a refresh completes.
+#[tokio::test(start_paused = true)]
+async fn a_wake_up_interrupts_the_pod_figures_refresh_and_the_crossing_waits_for_no_read() {
+    let mut rig = with_headroom(Rig::new(HARD_1GI, GI + 50 * MI, &three_pods()));
+    rig.cycle().await;
+    assert_eq!(
+        take_log(&rig),
+        ["read pods"],
+        "the first near look's refresh completes"
+    );
+    let first = rig.agent.pod_figures.as_ref().map(|(t, _)| *t);
+    // 300 ms later a refresh is due, and a wake-up is already queued when it starts.
+    tokio::time::advance(Duration::from_millis(300)).await;
+    rig.arming.1.push_back(Instant::now());
+    rig.cycle().await;
+    assert_eq!(
+        take_log(&rig),
+        ["read pods given up after 0"],
+        "the refresh gives way at once"
+    );
+    assert_eq!(
+        rig.agent.pod_figures.as_ref().map(|(t, _)| *t),
+        first,
+        "a refresh given up keeps the last complete figures"
+    );
+    assert!(
+        rig.agent
+            .metrics
+            .encode()
+            .contains("node_monitor_pod_figures_refreshes_given_up_total 1"),
+        "counted"
+    );
+    // The crossing the wake-up brings: ranked from the 300 ms old figures, no read before.
+    rig.arming.1.clear();
+    rig.set_available(500 * MI);
+    rig.cycle().await;
+    assert_eq!(take_log(&rig), ["evict besteffort", "read pods"]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -34,12 +34,30 @@ impl Sampler {
         self.pods.contains_uid(uid)
     }
 
-    pub(super) fn sample_pods(&mut self, kind: SampleKind, now: Instant, out: &mut Observations) {
+    /// Reads every pod's usage into `out.pods` and nothing else, asking `give_up` before each
+    /// pod and stopping at its first yes (`false`: `out.pods` is then part old, part new). A
+    /// refresh of the ranking's figures that a wake-up must never wait for.
+    pub fn read_pods_unless(
+        &mut self,
+        out: &mut Observations,
+        give_up: &mut dyn FnMut() -> bool,
+    ) -> bool {
+        self.sample_pods(SampleKind::Fast, Instant::now(), out, give_up)
+    }
+
+    /// The pods' pass of [`Sampler::sample_into`]; given up (false) at `give_up`'s first yes.
+    pub(super) fn sample_pods(
+        &mut self,
+        kind: SampleKind,
+        now: Instant,
+        out: &mut Observations,
+        give_up: &mut dyn FnMut() -> bool,
+    ) -> bool {
         self.redetect_kubepods();
         let refreshed = self.pods.refresh(&self.layout);
         if self.note(W_KUBEPODS, now, refreshed).is_none() {
             out.pods.clear();
-            return;
+            return true;
         }
         if let Some(meter) = &self.disk {
             if kind == SampleKind::Full {
@@ -57,6 +75,9 @@ impl Sampler {
         let mut process_err = None;
         let mut gone = Vec::new();
         for pod in self.pods.iter_mut() {
+            if give_up() {
+                return false;
+            }
             let memory = match pod_memory(&mut self.reader, version, pod) {
                 Ok(m) => Some(m),
                 Err(e) if is_gone(&e) => {
@@ -105,6 +126,7 @@ impl Sampler {
                 None => self.warn.ok(key),
             }
         }
+        true
     }
 
     /// Copies the disk meter's last figures into the pod table, and reports its outcome once.

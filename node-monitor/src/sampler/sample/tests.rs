@@ -659,3 +659,44 @@ fn pod_disk_is_requested_once_per_full_sample_interval_without_pod_passes() {
     s.request_pod_disk();
     assert_eq!(meter(&s), Vec::<String>::new());
 }
+
+#[test]
+fn a_pod_read_that_gives_way_stops_between_pods_and_reads_no_signal() {
+    let f = Fixture::new();
+    for (uid, bytes) in [(UID_A, 4096), (UID_B, 8192)] {
+        let pod = format!("cg/kubepods/pod{uid}");
+        f.write(&format!("{pod}/memory.current"), &format!("{bytes}\n"));
+        f.write(&format!("{pod}/memory.stat"), "inactive_file 0\n");
+        f.write(&format!("{pod}/pids.current"), "1\n");
+    }
+    let mut s = Sampler::new(f.config(CgroupVersion::V2, "/")).expect("sampler");
+    // Given up before the first pod: nothing read.
+    let mut o = Observations::default();
+    let mut asked = 0;
+    let done = s.read_pods_unless(&mut o, &mut || {
+        asked += 1;
+        true
+    });
+    assert!(!done);
+    assert_eq!(asked, 1, "asked before the first pod");
+    assert!(o.pods.is_empty(), "{:?}", o.pods);
+    // Given up before the second: one pod read.
+    let mut o = Observations::default();
+    let mut asked = 0;
+    let done = s.read_pods_unless(&mut o, &mut || {
+        asked += 1;
+        asked > 1
+    });
+    assert!(!done);
+    assert_eq!(o.pods.len(), 1, "{:?}", o.pods);
+    // Never given up: every pod, and no signal (the read is the pods' alone).
+    let mut o = Observations::default();
+    let mut asked = 0;
+    assert!(s.read_pods_unless(&mut o, &mut || {
+        asked += 1;
+        false
+    }));
+    assert_eq!(asked, 2, "asked before each pod");
+    assert_eq!(o.pods.len(), 2, "{:?}", o.pods);
+    assert!(o.signals.is_empty(), "{:?}", o.signals);
+}

@@ -1,0 +1,59 @@
+//! The ranking's pod figures, refreshed beside the decisions rather than in them.
+//!
+//! Reading every pod costs one `memory.stat` and `pids.current` per pod (tens of milliseconds at
+//! a few hundred pods under emulation). While a threshold is near, the figures a crossing ranks
+//! from are kept recent (`node_monitor_core::eviction::pod_figures`); a pass that wants them
+//! refreshed (near a threshold and due, or after a ranking from an earlier pass's figures) only
+//! says so, and the loop reads the pods between wake-ups. That read gives way, between two pods,
+//! to any wake-up that arrives and to the next adaptive look: a crossing never waits behind it.
+//! A refresh given up leaves the figures as they were; the next pass asks again, and a crossing
+//! whose figures have grown older than a ranking accepts reads the pods itself, as before.
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tracing::debug;
+
+use node_monitor_core::signals::Observations;
+
+use super::{
+    super::ports::{ClusterWrites, PodSource, PodView, WakeupStream},
+    Loop,
+};
+
+/// Whether the last pass wants the pod figures refreshed.
+#[derive(Debug, Default)]
+pub(in crate::agent) struct PodRefresh {
+    wanted: bool,
+}
+
+impl PodRefresh {
+    /// Asks for a refresh before the next wait.
+    pub(in crate::agent) fn want(&mut self) {
+        self.wanted = true;
+    }
+}
+
+impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
+    /// The refresh a pass asked for, if any: given up as soon as a wake-up is pending or the next
+    /// adaptive look is due. Returns whether figures were refreshed.
+    pub(in crate::agent) fn refresh_pods_beside<N: PodView, W: WakeupStream>(
+        &mut self,
+        sampler: &mut N,
+        wakeups: &W,
+    ) -> bool {
+        if !std::mem::take(&mut self.pod_refresh.wanted) {
+            return false;
+        }
+        let look = self.next_sample_at.map(|t| self.instant_of(t));
+        let mut out = Observations::default();
+        let mut give_up = || wakeups.pending() || look.is_some_and(|at| Instant::now() >= at);
+        if sampler.read_pods_unless(&mut out, &mut give_up) {
+            self.pod_figures = Some((self.now(), Arc::new(out.pods)));
+            true
+        } else {
+            self.metrics.eviction.pod_refreshes_given_up.inc();
+            debug!("the pods' figures refresh gave way to a wake-up");
+            false
+        }
+    }
+}
