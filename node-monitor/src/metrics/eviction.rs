@@ -122,7 +122,7 @@ impl EvictionMetrics {
         );
         reg.add(
             "pod_figures_refreshes_given_up",
-            "Refreshes of the per-pod figures, made between wake-ups near a threshold, that gave way to a wake-up or to the next look before every pod was read",
+            "Refreshes of the per-pod figures, made between wake-ups near a threshold, that gave way to a wake-up before every pod was read",
             self.pod_refreshes_given_up.clone(),
         );
         reg.add(

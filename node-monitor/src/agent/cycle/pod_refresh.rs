@@ -4,13 +4,15 @@
 //! a few hundred pods under emulation). While a threshold is near, the figures a crossing ranks
 //! from are kept recent (`node_monitor_core::eviction::pod_figures`); a pass that wants them
 //! refreshed (near a threshold and due, or after a ranking from an earlier pass's figures) only
-//! says so, and the loop reads the pods between wake-ups. That read gives way, between two pods,
-//! to any wake-up that arrives and to the next adaptive look: a crossing never waits behind it.
+//! says so, and the loop reads the pods between wake-ups. That read gives way, between two
+//! pods, to any wake-up that arrives: a crossing reported by a notification (the memory push,
+//! memcg, PSI, the kernel probes) never waits behind it. The agent's own next look is not a
+//! reason to give up: a read longer than the look's interval (hundreds of pods on a slow CPU)
+//! would then never complete, and that look is late by one read at most, as before.
 //! A refresh given up leaves the figures as they were; the next pass asks again, and a crossing
-//! whose figures have grown older than a ranking accepts reads the pods itself, as before.
+//! whose figures have grown older than a ranking accepts reads the pods itself.
 use std::sync::Arc;
 
-use tokio::time::Instant;
 use tracing::debug;
 
 use node_monitor_core::signals::Observations;
@@ -34,8 +36,8 @@ impl PodRefresh {
 }
 
 impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
-    /// The refresh a pass asked for, if any: given up as soon as a wake-up is pending or the next
-    /// adaptive look is due. Returns whether figures were refreshed.
+    /// The refresh a pass asked for, if any: given up as soon as a wake-up is pending. Returns
+    /// whether figures were refreshed.
     pub(in crate::agent) fn refresh_pods_beside<N: PodView, W: WakeupStream>(
         &mut self,
         sampler: &mut N,
@@ -44,9 +46,8 @@ impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
         if !std::mem::take(&mut self.pod_refresh.wanted) {
             return false;
         }
-        let look = self.next_sample_at.map(|t| self.instant_of(t));
         let mut out = Observations::default();
-        let mut give_up = || wakeups.pending() || look.is_some_and(|at| Instant::now() >= at);
+        let mut give_up = || wakeups.pending();
         if sampler.read_pods_unless(&mut out, &mut give_up) {
             self.pod_figures = Some((self.now(), Arc::new(out.pods)));
             true
