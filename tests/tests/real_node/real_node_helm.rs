@@ -126,7 +126,19 @@ pub async fn helm_lifecycle(
     )
     .await;
 
-    // helm test: the chart's test pod checks the release's configuration with its own image.
+    // helm test: the chart's test pod checks the release's configuration with its own image,
+    // often on a node the ranking left with the kubelet's memory-pressure taint (its 5-minute
+    // transition period), which the pod tolerates.
+    let taints: Vec<String> = nodes
+        .get(NODE)
+        .await
+        .ok()
+        .and_then(|n| n.spec?.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect();
+    eprintln!("real node: helm test on a node with the taints {taints:?}");
     let out = helm_release(node, cp, &["test", helm::RELEASE, "--timeout", "300s"]);
     assert!(
         out.contains("node-monitor-test-config") && out.contains("Succeeded"),
