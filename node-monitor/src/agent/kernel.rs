@@ -219,7 +219,7 @@ async fn consume(
             Some(a) => Some(a.attribute(ev.cgroup_id()).await),
             None => None,
         };
-        live.record_event(buffered_event(&ev, attribution.as_ref(), &pods));
+        record_trace_event(&live, &pods, &ev, attribution.as_ref());
         if let Some(e) =
             crate::flight::kernel_event(&ev, attribution.as_ref(), crate::live::unix_ms())
         {
@@ -339,17 +339,67 @@ fn buffered_event(
         pod_ref: None,
     };
     let mut event = crate::trace::event_json(ev, attribution.unwrap_or(&unknown), None);
-    let name = attribution.and_then(|a| a.pod.as_ref()).and_then(|p| {
-        let id = p.container_id.as_deref()?;
-        pods.state()
-            .iter()
-            .find(|pod| pod.metadata.uid.as_deref() == Some(p.pod_uid.as_str()))
-            .and_then(|pod| node_monitor_core::kubelet::pod::container_name(pod, id))
-    });
+    let name = attribution
+        .and_then(|a| a.pod.as_ref())
+        .and_then(|p| container_name_in(pods, &p.pod_uid, p.container_id.as_deref()?));
     if let serde_json::Value::Object(m) = &mut event {
         m.insert("container_name".into(), serde_json::json!(name));
     }
     event
+}
+
+/// The name of container `id` of pod `uid`, as this node's pods know it.
+fn container_name_in(
+    pods: &kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
+    uid: &str,
+    id: &str,
+) -> Option<String> {
+    pods.state()
+        .iter()
+        .find(|pod| pod.metadata.uid.as_deref() == Some(uid))
+        .and_then(|pod| node_monitor_core::kubelet::pod::container_name(pod, id))
+}
+
+/// How long an event in a known pod's container that the pods do not name yet waits for the
+/// pod's status: a container killed as it starts is in the kernel's event before its ID is in
+/// the pod's status, as the agent's watch receives it.
+const NAME_WAIT: Duration = Duration::from_secs(2);
+
+/// Records the event in the trace buffer ([`buffered_event`]); one in a known container the pods do not name yet is
+/// recorded by a task of its own once they do, or at [`NAME_WAIT`] without the name, so the
+/// kernel events behind it wait for nothing.
+fn record_trace_event(
+    live: &Arc<LiveView>,
+    pods: &kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
+    ev: &KernelEvent,
+    attribution: Option<&Attribution>,
+) {
+    let event = buffered_event(ev, attribution, pods);
+    let unnamed = event
+        .get("container_name")
+        .is_some_and(serde_json::Value::is_null);
+    let ids = (event["pod_uid"].as_str(), event["container_id"].as_str());
+    let (true, (Some(uid), Some(id))) = (unnamed, ids) else {
+        live.record_event(event);
+        return;
+    };
+    let (uid, id) = (uid.to_owned(), id.to_owned());
+    let (live, pods) = (live.clone(), pods.clone());
+    tokio::spawn(async move {
+        let mut event = event;
+        let deadline = tokio::time::Instant::now() + NAME_WAIT;
+        loop {
+            if let Some(name) = container_name_in(&pods, &uid, &id) {
+                event["container_name"] = serde_json::json!(name);
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        live.record_event(event);
+    });
 }
 
 /// Namespace and name from the agent's own reflector of this node's pods: no extra API calls.
@@ -459,6 +509,56 @@ mod tests {
             cgroup_path: Some(path),
             pod_ref: None,
         }
+    }
+
+    /// A kill in a container the pods do not name yet (killed as it starts) is recorded once
+    /// the pod's status names it; one never named is recorded at the wait's end, unnamed.
+    #[tokio::test(start_paused = true)]
+    async fn a_trace_event_waits_for_its_containers_name() {
+        let uid = "0f8e1a2b-3c4d-5e6f-7a8b-9c0d1e2f3a4b";
+        let pod = |statuses: serde_json::Value| -> k8s_openapi::api::core::v1::Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web-0", "namespace": "apps", "uid": uid},
+                "spec": {"nodeName": "n1", "containers": [{"name": "app"}]},
+                "status": {"containerStatuses": statuses},
+            }))
+            .expect("pod")
+        };
+        let (reader, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod(
+            serde_json::json!([]),
+        )));
+        let live = Arc::new(LiveView::new("n1"));
+        let ev = KernelEvent::OomKill(oom(1));
+        let first = attributed(uid);
+        assert_eq!(
+            buffered_event(&ev, Some(&first), &reader)["container_name"],
+            serde_json::Value::Null
+        );
+        record_trace_event(&live, &reader, &ev, Some(&first));
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert!(
+            live.trace_answer(0, 10).events.is_empty(),
+            "held until the pod names its container"
+        );
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod(
+            serde_json::json!([{
+                "name": "app", "containerID": "containerd://abc", "image": "i", "imageID": "",
+                "ready": true, "restartCount": 0,
+            }]),
+        )));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let events = live.trace_answer(0, 10).events;
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0]["container_name"], "app");
+
+        // A container the pods never name: recorded at the wait's end, unnamed.
+        let never = attributed("11111111-2222-3333-4444-555555555555");
+        record_trace_event(&live, &reader, &ev, Some(&never));
+        tokio::time::sleep(NAME_WAIT + Duration::from_millis(100)).await;
+        let events = live.trace_answer(0, 10).events;
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(events[1]["container_name"], serde_json::Value::Null);
     }
 
     /// A memcg kill gets a pod `OOMKilling` notice only when its pod is in the agent's own cache
