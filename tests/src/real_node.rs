@@ -546,10 +546,13 @@ impl RealNode {
             .await
     }
 
-    /// The guest kernel's report of a lockup ([`crate::vm::stalled`]), when its console has one.
+    /// The guest kernel's report of a lockup ([`crate::vm::stalled`]) or of its panic
+    /// ([`crate::vm::panicked`]), when its console has one.
     pub fn stalled(&self) -> Option<String> {
         let console = fs::read_to_string(self.out.join(".console.log")).ok()?;
-        crate::vm::stalled(&console).map(str::to_owned)
+        crate::vm::stalled(&console)
+            .or_else(|| crate::vm::panicked(&console))
+            .map(str::to_owned)
     }
 
     /// The guest's logs, for a failure message.

@@ -271,6 +271,15 @@ pub fn stalled(console: &str) -> Option<&str> {
     })
 }
 
+/// The guest kernel's panic (`Kernel panic - not syncing: …`), when its console has one. Under
+/// TCG the 6.12 kernel has been seen to die in its network stack during boot
+/// (`inet_ehashfn`, "Fatal exception in interrupt"), before anything of the test ran.
+pub fn panicked(console: &str) -> Option<&str> {
+    console
+        .lines()
+        .find(|l| l.contains("Kernel panic - not syncing"))
+}
+
 /// How long a reported soft lockup must have lasted to count as the guest's end ([`stalled`]).
 pub const STALL_LIMIT: Duration = Duration::from_secs(120);
 
@@ -645,5 +654,15 @@ mod tests {
             None
         );
         assert_eq!(stalled("soft lockup - CPU#0 stuck for lots! [x]"), None);
+    }
+
+    #[test]
+    fn a_kernel_panic_is_found_in_the_console() {
+        let line = "[   52.400102] Kernel panic - not syncing: Fatal exception in interrupt";
+        assert_eq!(
+            panicked(&format!("[ 52.39] RIP: inet_ehashfn\n{line}\n")),
+            Some(line)
+        );
+        assert_eq!(panicked("[ 1.0] panic=10 in the command line\n"), None);
     }
 }

@@ -207,8 +207,8 @@ pub async fn install(
 const BOOTS: u32 = 2;
 
 /// As [`install`], from the Kustomize manifests or the Helm chart. A guest whose kernel locked up
-/// under emulation before the agent was Ready ([`RealNode::stalled`]) is ended with its control
-/// plane and the node booted again, once, saying so on stderr.
+/// or panicked under emulation before the agent was Ready ([`RealNode::stalled`]) is ended with
+/// its control plane and the node booted again, once, saying so on stderr.
 pub async fn install_from(
     manifests_source: Manifests<'_>,
     agent_config: Option<&str>,
@@ -220,8 +220,8 @@ pub async fn install_from(
             Ok(installed) => return installed,
             Err(node) if boot < BOOTS => {
                 eprintln!(
-                    "real node: boot {boot}: the guest's kernel locked up before node-monitor was \
-                     Ready ({}); its files: {}; booting again",
+                    "real node: boot {boot}: the guest's kernel locked up or panicked before \
+                     node-monitor was Ready ({}); its files: {}; booting again",
                     node.stalled().unwrap_or_default(),
                     node.out_dir().display()
                 );

@@ -986,6 +986,20 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
             .any(|(_, by)| by == "node-monitor"),
         "node-monitor in dry run evicts nothing"
     );
+    // The climber climbs on until the kubelet evicts it too: gone before the lifecycle, whose
+    // pods the kubelet would otherwise evict under the pressure it keeps making.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let _ = pods
+        .delete(
+            "climber",
+            &kube::api::DeleteParams::default().grace_period(0),
+        )
+        .await;
+    until(&node, "the climber gone", Duration::from_secs(180), || {
+        let pods = pods.clone();
+        async move { pods.get_opt("climber").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
     crate::real_node_helm::helm_lifecycle(&cp, &client, &mut node, AGENT_MIB).await;
     node.finish().await.expect("guest run");
 }

@@ -139,7 +139,28 @@ pub async fn helm_lifecycle(
         .map(|t| format!("{}:{}", t.key, t.effect))
         .collect();
     eprintln!("real node: helm test on a node with the taints {taints:?}");
-    let out = helm_release(node, cp, &["test", helm::RELEASE, "--timeout", "300s"]);
+    let out = match helm::release(
+        cp.kubeconfig_path(),
+        &["test", helm::RELEASE, "--timeout", "300s"],
+    ) {
+        Ok((stdout, _)) => stdout,
+        Err(e) => {
+            // The failed test pod stays (its hook-succeeded policy): say why it failed.
+            let status = Api::<Pod>::namespaced(client.clone(), AGENT_NS)
+                .get_opt("node-monitor-test-config")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|p| p.status);
+            fail(
+                node,
+                &format!(
+                    "helm test: {e:#}
+the test pod's status: {status:?}"
+                ),
+            )
+        }
+    };
     assert!(
         out.contains("node-monitor-test-config") && out.contains("Succeeded"),
         "helm test: the test pod did not succeed:\n{out}"
