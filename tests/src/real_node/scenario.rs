@@ -319,15 +319,14 @@ async fn install_once(
         info.kubelet_version
     );
 
-    if let Manifests::HelmRelease(set) = manifests_source {
-        helm_install(&cp, set, agent_config);
-    } else {
-        let mut objects = match manifests_source {
-            Manifests::Kustomize(kustomization) => {
-                manifests::render(&manifests::kustomize_dir(kustomization))
-                    .unwrap_or_else(|e| panic!("render {kustomization}: {e:#}"))
-            }
-            Manifests::Helm(set) | Manifests::HelmRelease(set) => crate::helm::template(set)
+    // Rendered and applied here, or installed by helm itself.
+    let rendered = match manifests_source {
+        Manifests::Kustomize(kustomization) => Some(
+            manifests::render(&manifests::kustomize_dir(kustomization))
+                .unwrap_or_else(|e| panic!("render {kustomization}: {e:#}")),
+        ),
+        Manifests::Helm(set) => Some(
+            crate::helm::template(set)
                 .unwrap_or_else(|e| panic!("helm template {set:?}: {e:#}"))
                 .into_iter()
                 .filter(|m| {
@@ -336,11 +335,19 @@ async fn install_once(
                         .is_none()
                 })
                 .collect(),
-        };
+        ),
+        Manifests::HelmRelease(set) => {
+            helm_install(&cp, set, agent_config);
+            None
+        }
+    };
+    if let Some(mut objects) = rendered {
         if let Some(config) = agent_config {
             let cm = objects
                 .iter_mut()
-                .find(|m| m.kind() == "ConfigMap" && m.name() == "node-monitor-config")
+                .find(|m: &&mut manifests::Manifest| {
+                    m.kind() == "ConfigMap" && m.name() == "node-monitor-config"
+                })
                 .expect("the kustomization has the agent's ConfigMap");
             cm.object["data"]["config.yaml"] = Value::String(config.to_owned());
         }

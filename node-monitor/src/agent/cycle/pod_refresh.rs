@@ -36,25 +36,22 @@ impl PodRefresh {
 }
 
 impl<C: ClusterWrites, P: PodSource> Loop<C, P> {
-    /// The refresh a pass asked for, if any: given up as soon as a wake-up is pending. Returns
-    /// whether figures were refreshed.
+    /// The refresh a pass asked for, if any: given up as soon as a wake-up is pending.
     pub(in crate::agent) fn refresh_pods_beside<N: PodView, W: WakeupStream>(
         &mut self,
         sampler: &mut N,
         wakeups: &W,
-    ) -> bool {
+    ) {
         if !std::mem::take(&mut self.pod_refresh.wanted) {
-            return false;
+            return;
         }
         let mut out = Observations::default();
         let mut give_up = || wakeups.pending();
         if sampler.read_pods_unless(&mut out, &mut give_up) {
             self.pod_figures = Some((self.now(), Arc::new(out.pods)));
-            true
         } else {
             self.metrics.eviction.pod_refreshes_given_up.inc();
             debug!("the pods' figures refresh gave way to a wake-up");
-            false
         }
     }
 }
