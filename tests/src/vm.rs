@@ -419,6 +419,9 @@ uptime_s() { cut -d' ' -f1 /proc/uptime; }
 wait_for() { while [ ! -e "$1" ]; do sleep 0.2; done; }
 # Waits up to $1 seconds for the command that follows; false on timeout.
 within() { local n=$(( $1 * 5 )); shift; for _ in $(seq "$n"); do "$@" && return 0; sleep 0.2; done; return 1; }
+# The entry starts once systemd-networkd runs, not at network-online (seconds of boot under
+# emulation): the address and the route to the host come a moment later.
+for _ in $(seq 100); do ip -4 route show default | grep -q . && break; sleep 0.1; done
 "#;
 
 /// Hard-links `src` to `dst`, or copies it when they are on different file systems.

@@ -607,18 +607,50 @@ fn assert_the_oom_kill_attributed(
 /// lines, both on the guest's clock (printed, not asserted; one pair per climber asserted).
 fn print_reaction_times(run: &GuestRun, agent_log: &str, report: &str) {
     let crossings = run.read_out("crossings").unwrap_or_default();
-    let reaction = reaction::reaction_times(&crossings, agent_log, "climber").unwrap_or_default();
+    let climbers: Vec<&str> = agent_log
+        .lines()
+        .filter(|l| l.contains("evicting") && l.contains("pod=default/climber"))
+        .collect();
+    let paired = reaction::reaction_times(&crossings, agent_log, "climber");
+    // One eviction per climber: at its crossing, or before it on a prediction (a slow guest's
+    // allocator catching up after a stall makes a fall steep enough to predict).
     assert_eq!(
-        reaction.len(),
+        paired.evictions(),
         CLIMBS,
-        "one crossing and one eviction per climber: {reaction:?}\ncrossings:\n{crossings}\n{report}"
+        "one eviction per climber: {paired:?}\ncrossings:\n{crossings}\nevictions:\n{}\n{report}",
+        climbers.join("\n")
     );
+    // An eviction whose crossing the ground truth did not see (its sampler starved through the
+    // dip) still reports, in the kubelet's wording, a node below the threshold: the agent
+    // evicted at a crossing, not above it.
+    for line in &paired.unseen {
+        let (threshold, available) = reaction::reported_memory(line)
+            .unwrap_or_else(|| panic!("no threshold and available in {line}"));
+        assert!(
+            available < threshold,
+            "evicted above the threshold with no prediction: {line}\ncrossings:\n{crossings}\n{report}"
+        );
+    }
+    assert!(
+        !paired.at_crossing.is_empty() || paired.predicted == CLIMBS,
+        "the ground truth saw none of the crossings\ncrossings:\n{crossings}\nevictions:\n{}\n{report}",
+        climbers.join("\n")
+    );
+    let reaction = paired.at_crossing;
+    if reaction.is_empty() {
+        eprintln!(
+            "vm_cgroup2 reaction: every climber was evicted on a prediction, before its crossing"
+        );
+        return;
+    }
     let mut ms: Vec<f64> = reaction.iter().map(|r| r.ms).collect();
     ms.sort_by(f64::total_cmp);
     let each: Vec<(f64, &str)> = reaction.iter().map(|r| (r.ms, r.source.as_str())).collect();
     eprintln!(
-        "vm_cgroup2 reaction (crossing → `evicting`), {} climbs: p50 {:.1} ms, max {:.1} ms; each: {each:?}",
+        "vm_cgroup2 reaction (crossing → `evicting`), {} climbs at a crossing, {} predicted, {} unseen by the ground truth: p50 {:.1} ms, max {:.1} ms; each: {each:?}",
         ms.len(),
+        paired.predicted,
+        paired.unseen.len(),
         reaction::percentile(&ms, 50.0),
         ms[ms.len() - 1]
     );
@@ -672,7 +704,7 @@ fn print_pressure_figures(run: &GuestRun, m: &str, agent_log: &str) {
 }
 
 /// Climbers in the pressure scenario: the first, then `CLIMBS − 1` more for the reaction time.
-const CLIMBS: usize = 5;
+const CLIMBS: usize = 3;
 
 /// Creates a BestEffort climber `name` (the first climber's ramp) and waits until it is gone from
 /// the API.
@@ -713,12 +745,17 @@ async fn climb_until_evicted(
     }
 }
 
+/// Climbs per trial in the crossing test: two, so that one climb whose crossing read came from
+/// the reader's 100 ms look still leaves one to show a push record prompting it (the benchmark
+/// runs more: `bench-v2-crossing --runs 5`).
+const CROSSING_RUNS: usize = 2;
+
 /// The guest part of `bench-v2-crossing`, with fewer climbs.
 const CROSSING_SCRIPT: &str = r#"
 # The charge-path functions a push at the crossing could hook (docs/benchmarks.md).
 grep -oE '^(page_counter_try_charge|try_charge_memcg|memcg_check_events)\b' \
   /sys/kernel/tracing/available_filter_functions > /mnt/out/hooks 2>&1
-/mnt/host/bench-v2-crossing guest --runs 3 > /mnt/out/results 2> /mnt/out/guest.stderr
+/mnt/host/bench-v2-crossing guest --runs @RUNS@ > /mnt/out/results 2> /mnt/out/guest.stderr
 log "bench-v2-crossing rc=$?; uptime $(uptime_s)"
 sync
 systemctl poweroff -ff
@@ -761,7 +798,10 @@ fn cgroup_v2_crossing_signals_and_available_against_ground_truth() {
         .link_binaries(&["bench-v2-crossing"])
         .expect("binaries (cargo build -p node-monitor-bench --bin bench-v2-crossing)");
     payload
-        .entry(&format!("{ENTRY_PRELUDE}{COMMON}{CROSSING_SCRIPT}"))
+        .entry(&format!(
+            "{ENTRY_PRELUDE}{COMMON}{}",
+            CROSSING_SCRIPT.replace("@RUNS@", &CROSSING_RUNS.to_string())
+        ))
         .expect("entry script");
     let opts = GuestOptions {
         timeout: Duration::from_secs(900),
@@ -806,11 +846,16 @@ fn cgroup_v2_crossing_signals_and_available_against_ground_truth() {
         "256 MiB of anon moved available by {anon_moved} MiB: {avail:?}"
     );
 
-    // --- The candidates, three climbs each.
+    // --- The candidates, CROSSING_RUNS climbs each.
     let rows = fields(&results, "result ");
     let observe: Vec<_> = rows.iter().filter(|r| r["trial"] == "Observe").collect();
     let high: Vec<_> = rows.iter().filter(|r| r["trial"] == "High").collect();
-    assert_eq!((observe.len(), high.len()), (3, 3), "{}", why());
+    assert_eq!(
+        (observe.len(), high.len()),
+        (CROSSING_RUNS, CROSSING_RUNS),
+        "{}",
+        why()
+    );
     let level = 512 - 160;
     for r in &observe {
         assert_ne!(r["sampling_ms"], "-", "sampling missed a crossing: {r:?}");
@@ -827,7 +872,7 @@ fn cgroup_v2_crossing_signals_and_available_against_ground_truth() {
         .into_iter()
         .filter(|r| r["trial"] == "Observe")
         .collect();
-    assert_eq!(push.len(), 3, "{}", why());
+    assert_eq!(push.len(), CROSSING_RUNS, "{}", why());
     for r in &push {
         assert_ne!(
             r["push_ms"], "-",

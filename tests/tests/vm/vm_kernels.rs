@@ -3,12 +3,14 @@
 //! booted on each (`GuestKernel`). `node-monitor trace --json` runs as root in the guest; the
 //! test records every program's load state, a memcg OOM kill with the victim's pid, cgroup id,
 //! path and pod (`global: false`), and memcg reclaim stalls. docs/kernel-probes.md ("Kernel
-//! compatibility") records what these tests observe.
+//! compatibility") records what these tests observe. Each boot also checks what every other guest
+//! test stands on: cgroup v2 with the memory controller, systemd-logind active, and the host's
+//! loopback reachable at 10.0.2.2 (where the control plane of the other guest tests listens).
 //!
 //! Run them under `flock /tmp/nm-vm.lock` (one guest at a time on a shared machine), after `cargo
 //! build --bins` (the guest runs the workspace's binaries from /mnt/host). The tests fail (never
 //! skip) when qemu or the guest image is missing.
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, io::Read as _, net::TcpListener, time::Duration};
 
 use node_monitor_tests::vm::{
     ENTRY_PRELUDE, GuestKernel, GuestOptions, Payload, report, run_guest,
@@ -20,6 +22,9 @@ const MI: f64 = 1024.0 * 1024.0;
 /// The start of the guest script after [`ENTRY_PRELUDE`].
 const COMMON: &str = r#"log "entry started; uptime $(uptime_s)"
 uname -r > /mnt/out/uname
+cat /sys/fs/cgroup/cgroup.controllers > /mnt/out/controllers
+systemctl is-active systemd-logind > /mnt/out/logind
+echo hello-from-guest > /dev/tcp/10.0.2.2/@HOST_PORT@ && echo sent > /mnt/out/net
 "#;
 
 /// The guest's files a failure message shows.
@@ -120,12 +125,21 @@ fn probes_on(kernel: GuestKernel) {
     let script = TRACE_SCRIPT
         .replace("@UID_@", &uid.replace('-', "_"))
         .replace("@CID@", &cid);
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let port = listener.local_addr().expect("addr").port();
+    let accept = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("the guest connects");
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).expect("read");
+        buf
+    });
     let payload = Payload::new("nm-vm-kernels").expect("payload dir");
     payload
         .link_binaries(&["node-monitor", "nm-memhog", "nm-reboot-caller"])
         .expect("binaries");
+    let common = COMMON.replace("@HOST_PORT@", &port.to_string());
     payload
-        .entry(&format!("{ENTRY_PRELUDE}{COMMON}{script}"))
+        .entry(&format!("{ENTRY_PRELUDE}{common}{script}"))
         .expect("entry script");
     let run = run_guest(
         payload.path(),
@@ -151,6 +165,28 @@ fn probes_on(kernel: GuestKernel) {
         uname.starts_with(kernel.release_prefix()),
         "guest kernel {uname}, expected {}",
         kernel.release_prefix()
+    );
+    // What the other guest tests stand on.
+    assert!(
+        read("controllers")
+            .split_whitespace()
+            .any(|c| c == "memory"),
+        "cgroup v2 with the memory controller on {uname}: {}\n{report}",
+        read("controllers")
+    );
+    assert_eq!(
+        read("logind"),
+        "active",
+        "systemd-logind on {uname}\n{report}"
+    );
+    assert_eq!(
+        read("net"),
+        "sent",
+        "the host's loopback from {uname}\n{report}"
+    );
+    assert_eq!(
+        accept.join().expect("accept thread").trim(),
+        "hello-from-guest"
     );
     assert_eq!(read("trace-exit"), "0", "trace exit status\n{report}");
     assert_eq!(

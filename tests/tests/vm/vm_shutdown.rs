@@ -5,27 +5,28 @@
 //! `node-monitor` agent holds a logind delay inhibitor. The host creates pods in three priority
 //! groups and watches the API while the guest shuts down.
 //!
-//! 1. `graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one`:
-//!    - logind's `InhibitDelayMaxSec` (default 5 s) is raised by the agent's drop-in to the
-//!      groups' budget, and logind honours it: the shutdown is delayed well past 5 s;
-//!    - a cancelled shutdown: systemd 252 has no way to cancel a delayed shutdown from the
-//!      command line (`shutdown -c` only cancels a *scheduled* one, before any
-//!      PrepareForShutdown), but logind emits `PrepareForShutdown(false)` when the delayed
-//!      shutdown job cannot be started (`execute_shutdown_or_sleep` in logind-dbus.c). The guest
-//!      masks poweroff.target at runtime during the delay, so the real signal arrives; the agent
-//!      must undo its marks (condition, taint, cordon) and take the lock again;
-//!    - the real shutdown (`systemctl reboot`): the groups end in order (a group's pods are
-//!      deleted only after the previous group's pods are gone from the API), each within its
-//!      period; every pod is gone from the API before the guest goes down (only the stand-in in
-//!      the guest can finalize them); the node is marked; the agent's metrics recorded each phase.
-//! 2. `reboot_bypassing_the_inhibitor_is_reported_with_a_last_gasp`: `systemctl reboot -ff`
-//!    calls reboot(2) directly; the kernel probe sees it without a PrepareForShutdown, and the
-//!    agent's last gasp (`lastGasp: annotation`) reaches the API before the machine is gone, sent
-//!    by the fast path (its own ring buffer, `SCHED_FIFO` thread and warm connection), whose
-//!    answer the shutdown manager takes instead of writing again. The guest has an md array,
-//!    whose reboot notifier gives the restart path one second, as on a server with software RAID
-//!    (see `BYPASS_SCRIPT`): without it the gasp wins the race only part of the time in this TCG
-//!    guest (`bench-last-gasp`, docs/benchmarks.md), and a test must not depend on a race.
+//! One boot, `a_cancelled_shutdown_is_undone_then_a_reboot_bypassing_the_inhibitor_sends_a_last_gasp`:
+//! - logind's `InhibitDelayMaxSec` (default 5 s) is raised by the agent's drop-in to the groups'
+//!   budget;
+//! - a cancelled shutdown: systemd 252 has no way to cancel a delayed shutdown from the command
+//!   line (`shutdown -c` only cancels a *scheduled* one, before any PrepareForShutdown), but logind
+//!   emits `PrepareForShutdown(false)` when the delayed shutdown job cannot be started
+//!   (`execute_shutdown_or_sleep` in logind-dbus.c). The guest masks poweroff.target at runtime
+//!   during the delay, so the real signal arrives; the agent must undo its marks (condition,
+//!   taint, cordon) and take the lock again;
+//! - then `systemctl reboot -ff` calls reboot(2) directly; the kernel probe sees it without a
+//!   PrepareForShutdown, and the agent's last gasp (`lastGasp: annotation`) reaches the API
+//!   before the machine is gone, sent by the fast path (its own ring buffer, `SCHED_FIFO` thread
+//!   and warm connection), whose answer the shutdown manager takes instead of writing again. The
+//!   guest has an md array, whose reboot notifier gives the restart path one second, as on a
+//!   server with software RAID (see `SCRIPT`): without it the gasp wins the race only part of the
+//!   time in this TCG guest (`bench-last-gasp`, docs/benchmarks.md), and a test must not depend
+//!   on a race.
+//!
+//! The drain itself (groups in order, each within its period, every pod gone before the lock is
+//! released, the phases in the agent's metrics) runs on the real node, with the real kubelet
+//! stopping real containers (`real_node_shutdown`); a power-off ends a guest, so one boot holds
+//! one drain or one bypass, and this one holds the bypass.
 //!
 //! The tests fail (never skip) when qemu, the guest image or the control-plane binaries are
 //! missing. Timings are reported on stderr for docs/benchmarks.md ("Graceful shutdown").
@@ -56,14 +57,8 @@ const NODE: &str = "vm-node";
 const NS: &str = "default";
 /// Seconds a test pod takes to exit after SIGTERM (its bash trap).
 const EXIT_DELAY: u64 = 3;
-/// Each group's `shutdownGracePeriodSeconds`.
-const PERIOD: u64 = 8;
-/// The groups: (PriorityClass, value, pods).
-const GROUPS: [(&str, i32, &[&str]); 3] = [
-    ("nm-low", 0, &["low-a", "low-b"]),
-    ("nm-mid", 1_000, &["mid-a"]),
-    ("nm-high", 100_000, &["high-a"]),
-];
+/// The canary's PriorityClass: the lowest of the configuration's three groups.
+const CANARY_CLASS: (&str, i32) = ("nm-low", 0);
 
 /// What every guest script runs after [`ENTRY_PRELUDE`] and `AGENT_FLAGS`: the stand-in and the
 /// agent.
@@ -99,12 +94,14 @@ until ready; do sleep 0.5; done
 log "agent ready; uptime $(uptime_s)"
 "#;
 
-/// The graceful scenario, after the prelude.
-const GRACEFUL_SCRIPT: &str = r#"
-(
-  echo $BASHPID > /sys/fs/cgroup/node-monitor-test/agent/cgroup.procs
-  while true; do dump_metrics metrics.txt; sleep 0.2; done
-) &
+/// The scenario, after the prelude. The guest gets an (empty) md array first: md's reboot
+/// notifier holds every restart for one second (`md_notify_reboot` in drivers/md/md.c), as on any
+/// server with software RAID. Without such a delay the kernel's restart path in this TCG guest
+/// takes milliseconds, and the last gasp wins the race only part of the time (docs/benchmarks.md,
+/// "Last gasp delivery"); with the delay the test checks what the fast path did, not its luck.
+const SCRIPT: &str = r#"
+modprobe md_mod && echo md0 > /sys/module/md_mod/parameters/new_array
+ls -d /sys/block/md0 > /mnt/out/md 2>&1
 until systemd-inhibit --list --no-pager | grep -q node-monitor; do sleep 0.2; done
 busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager InhibitDelayMaxUSec > /mnt/out/inhibit-delay-usec
 cat /etc/systemd/logind.conf.d/99-node-monitor.conf > /mnt/out/dropin 2>&1
@@ -130,23 +127,7 @@ until [ "$(busctl get-property org.freedesktop.login1 /org/freedesktop/login1 or
 log "cancelled; inhibitor held again"
 systemd-inhibit --list --no-pager > /mnt/out/inhibitors-after-cancel 2>&1
 
-# The real shutdown: a reboot (reboot.target is not masked, and unmasking would cost another
-# daemon-reload; logind delays a reboot exactly as a power-off, and qemu -no-reboot exits on it).
-wait_for /mnt/host/go-shutdown
-dump_metrics metrics-before-shutdown.txt
-log "reboot"
-systemctl reboot
-sleep infinity
-"#;
-
-/// The bypass scenario, after the prelude. The guest gets an (empty) md array first: md's reboot
-/// notifier holds every restart for one second (`md_notify_reboot` in drivers/md/md.c), as on any
-/// server with software RAID. Without such a delay the kernel's restart path in this TCG guest
-/// takes milliseconds, and the last gasp wins the race only part of the time (docs/benchmarks.md,
-/// "Last gasp delivery"); with the delay the test checks what the fast path did, not its luck.
-const BYPASS_SCRIPT: &str = r#"
-modprobe md_mod && echo md0 > /sys/module/md_mod/parameters/new_array
-ls -d /sys/block/md0 > /mnt/out/md 2>&1
+# The bypass: reboot(2) with no PrepareForShutdown.
 until grep -q "eBPF programs ready" /mnt/out/agent.log; do sleep 0.2; done
 wait_for /mnt/host/go-reboot
 log "reboot -ff"
@@ -155,7 +136,9 @@ systemctl reboot -ff
 sleep infinity
 "#;
 
-const GRACEFUL_CONFIG: &str = "evictionHard:
+/// Three priority groups (their budget sets logind's delay), the node cordoned during a
+/// shutdown, and the last gasp as an annotation.
+const CONFIG: &str = "evictionHard:
   memory.available: 1Mi
 shutdownGracePeriodByPodPriority:
   - priority: 0
@@ -167,19 +150,9 @@ shutdownGracePeriodByPodPriority:
 nodeMonitor:
   shutdown:
     cordon: true
-    lastGasp: condition
-";
-
-const BYPASS_CONFIG: &str = "evictionHard:
-  memory.available: 1Mi
-shutdownGracePeriod: 10s
-shutdownGracePeriodCriticalPods: 5s
-nodeMonitor:
-  shutdown:
     lastGasp: annotation
     lastGaspTimeout: 2s
 ";
-
 /// A payload: the binaries (hard links into target/, the same filesystem), the agent's config
 /// and the entry script; the host hands the guest kubeconfig over later, and drops flag files
 /// into it to step the guest along.
@@ -294,7 +267,7 @@ async fn wait_node(
 
 async fn create_priority_classes(client: &Client) {
     let api: Api<PriorityClass> = Api::all(client.clone());
-    for (name, value, _) in GROUPS {
+    for (name, value) in [CANARY_CLASS] {
         let pc = PriorityClass {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -416,32 +389,6 @@ fn watch_api(
     (out, handle)
 }
 
-/// Samples of `family` with their label sets, from a text exposition.
-fn samples(text: &str, family: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (name_labels, value) = l.rsplit_once(' ')?;
-            let (name, labels) = match name_labels.split_once('{') {
-                Some((n, rest)) => (n, rest.trim_end_matches('}')),
-                None => (name_labels, ""),
-            };
-            (name == family)
-                .then(|| Some((labels.to_owned(), value.parse().ok()?)))
-                .flatten()
-        })
-        .collect()
-}
-
-fn phase(text: &str, family: &str, phase: &str) -> f64 {
-    samples(text, family)
-        .get(&format!("phase=\"{phase}\""))
-        .copied()
-        .unwrap_or_else(|| {
-            panic!("{family}{{phase=\"{phase}\"}} missing from the metrics:\n{text}")
-        })
-}
-
 /// The guest's uptime logged with a step of the entry script (NaN when missing).
 fn uptime_at(entry_log: &str, step: &str) -> f64 {
     entry_log
@@ -456,108 +403,12 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn graceful_shutdown_terminates_groups_in_order_and_undoes_a_cancelled_one() {
-    // The guest boots while the control plane starts.
-    let payload = payload(GRACEFUL_CONFIG, GRACEFUL_SCRIPT, "--no-ebpf --no-mlock");
-    let guest = boot(&payload);
-    let cp = ControlPlane::start(ControlPlaneOptions::default())
-        .await
-        .expect("control plane");
-    let client = cp.client();
-    create_priority_classes(&client).await;
-    payload.kubeconfig(&cp).expect("kubeconfig");
-
-    // The agent holds its inhibitor and says so on the node.
-    let guest = wait_node(
-        &client,
-        guest,
-        Duration::from_secs(180),
-        "the agent's inhibitor on the node",
-        |n| shutdown_condition(n).is_some_and(|(s, r)| s == "False" && r == "InhibitorHeld"),
-    )
-    .await;
-    let armed = guest.started.elapsed();
-    let guest = cancel_a_shutdown(&client, &payload, guest).await;
-
-    // --- The real shutdown: three groups.
-    let pods: Vec<Pod> = GROUPS
-        .iter()
-        .flat_map(|(class, _, names)| names.iter().map(|n| slow_pod(n, class, EXIT_DELAY)))
-        .collect();
-    let names: Vec<String> = pods
-        .iter()
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
-    let guest = create_running(&client, pods, guest).await;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let (seen, watcher) = watch_api(client.clone(), names.clone(), stop_rx);
-    let shutdown_at = Instant::now();
-    payload.signal("go-shutdown").expect("flag file");
-    let (run, exited) = finish(guest).await;
-    // The API has nothing more to say once the guest is gone, but let the last poll land.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let _ = stop_tx.send(true);
-    watcher.await.expect("watcher");
-    let seen = seen.lock().expect("observations");
-    let report = report(&run, REPORT_FILES);
-
-    assert_logind_delay_raised_and_the_lock_taken_again(&run, &report);
-    let group_times = assert_every_group_gone_in_order(&seen, &names, exited, &report);
-    let m = run
-        .read_out("metrics.txt")
-        .expect("metrics after the shutdown");
-    let phases = assert_phases_in_order_within_their_periods(&run, &m, &report);
-
-    // logind honoured the raised delay: the shutdown was held far longer than the default 5 s.
-    // Pods exit 3 s after SIGTERM and the groups run one after another, so the last group's
-    // pods cannot be gone before 3 × 3 s; only the guest's stand-in can remove them, so the
-    // guest was still up (not powering off at logind's default 5 s).
-    let held = phases.total_end - phases.total_start;
-    assert!(
-        held > 5.0,
-        "the shutdown was delayed {held:.1}s, not past logind's default 5 s\n{report}"
-    );
-    let last_gone = group_times.last().expect("groups").1;
-    assert!(
-        last_gone.duration_since(shutdown_at) > Duration::from_secs(5),
-        "the last group was gone {:?} after the shutdown request",
-        last_gone.duration_since(shutdown_at)
-    );
-
-    eprintln!("vm_shutdown timings (host clock, API polled every 100 ms):");
-    let entry = run.read_out("entry.log").unwrap_or_default();
-    eprintln!(
-        "  guest uptime at nm-guest.service start: {:.1}s; at agent ready: {:.1}s",
-        uptime_at(&entry, "entry started"),
-        uptime_at(&entry, "agent ready")
-    );
-    eprintln!(
-        "  guest boot to agent armed: {:.1}s; guest run total: {:.1}s",
-        secs(armed),
-        secs(run.elapsed)
-    );
-    print_phase_timings(&m, &phases, &group_times);
-    let finalized = last_pod_deleted_at(&run.read_out("standin.log").unwrap_or_default());
-    eprintln!(
-        "  last pod deleted from the API (stand-in) to lock release: {:.0} ms",
-        (phases.total_end - finalized) * 1e3
-    );
-    eprintln!(
-        "  shutdown request to last pod gone (host): {:.2}s; to qemu exit: {:.2}s",
-        secs(last_gone.duration_since(shutdown_at)),
-        secs(exited.duration_since(shutdown_at))
-    );
-    drop(seen);
-    cp.stop().expect("stop control plane");
-}
-
 /// A cancelled shutdown: the node marked, then unmarked, and the lock taken again; the canary
 /// pod the cancelled shutdown terminated before logind gave up on it.
 async fn cancel_a_shutdown(client: &Client, payload: &Payload, guest: Guest) -> Guest {
     let guest = create_running(
         client,
-        vec![slow_pod("canary", "nm-low", EXIT_DELAY)],
+        vec![slow_pod("canary", CANARY_CLASS.0, EXIT_DELAY)],
         guest,
     )
     .await;
@@ -614,186 +465,18 @@ fn assert_logind_delay_raised_and_the_lock_taken_again(run: &GuestRun, report: &
     );
 }
 
-/// Every pod went, and before the guest went down; a group's deletions started only once the
-/// previous group was gone; the node was marked. Each group's (first deletion, last gone).
-fn assert_every_group_gone_in_order(
-    seen: &Observed,
-    names: &[String],
-    exited: Instant,
-    report: &str,
-) -> Vec<(Instant, Instant)> {
-    for n in names {
-        let gone = seen.gone.get(n).unwrap_or_else(|| {
-            panic!("pod {n} still in the API after the guest went down\n{report}")
-        });
-        assert!(
-            *gone < exited,
-            "pod {n} gone only after qemu exited\n{report}"
-        );
-        assert!(
-            seen.deleting.contains_key(n) || seen.gone.contains_key(n),
-            "pod {n} never terminated"
-        );
-    }
-    let group_times: Vec<(Instant, Instant)> = GROUPS
-        .iter()
-        .map(|(_, _, pods)| {
-            let start = pods
-                .iter()
-                .map(|p| {
-                    *seen
-                        .deleting
-                        .get(*p)
-                        .or(seen.gone.get(*p))
-                        .expect("observed")
-                })
-                .min()
-                .expect("pods");
-            let end = pods.iter().map(|p| seen.gone[*p]).max().expect("pods");
-            (start, end)
-        })
-        .collect();
-    for w in group_times.windows(2) {
-        assert!(
-            w[0].1 <= w[1].0,
-            "a group started before the previous one was gone: {group_times:?}"
-        );
-    }
-    assert!(
-        seen.condition_true.is_some(),
-        "NodeMonitorShuttingDown=True never seen\n{report}"
-    );
-    assert!(
-        seen.taint.is_some(),
-        "the shutdown taint was never seen\n{report}"
-    );
-    assert!(
-        seen.cordoned.is_some(),
-        "the node was never cordoned\n{report}"
-    );
-    group_times
-}
-
-/// The shutdown's phases as the agent's metrics recorded them (Unix seconds).
-struct Phases {
-    total_start: f64,
-    total_end: f64,
-    /// The last group's end.
-    last_end: f64,
-}
-
-/// The agent's metrics recorded every phase, in order, each group within its period; the lock
-/// held before and released at the end; each group ended with its pods gone.
-fn assert_phases_in_order_within_their_periods(run: &GuestRun, m: &str, report: &str) -> Phases {
-    let before = run
-        .read_out("metrics-before-shutdown.txt")
-        .expect("metrics before the shutdown");
-    let held = |text: &str| {
-        samples(text, "node_monitor_shutdown_inhibitor_held")
-            .values()
-            .copied()
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(held(&before), vec![1.0]);
-    assert_eq!(held(m), vec![0.0], "the lock is released at the end");
-    let total_start = phase(m, "node_monitor_shutdown_phase_start_time_seconds", "total");
-    let mut last_end = total_start;
-    for (_, priority, _) in GROUPS {
-        let p = format!("priority_{priority}");
-        let start = phase(m, "node_monitor_shutdown_phase_start_time_seconds", &p);
-        let end = phase(m, "node_monitor_shutdown_phase_end_time_seconds", &p);
-        assert!(
-            start >= last_end && end >= start,
-            "{p}: start {start}, end {end}, previous end {last_end}"
-        );
-        assert!(
-            end - start <= PERIOD as f64,
-            "{p} took {}s, longer than its {PERIOD}s period",
-            end - start
-        );
-        last_end = end;
-    }
-    let total_end = phase(m, "node_monitor_shutdown_phase_end_time_seconds", "total");
-    assert!(
-        total_end >= last_end,
-        "the total phase ends after the last group"
-    );
-    let agent_log = run.read_out("agent.log").unwrap_or_default();
-    assert_eq!(
-        agent_log
-            .matches("shutdown group done: all pods gone")
-            .count(),
-        1 + GROUPS.len(),
-        "the canary's group and the three groups ended with their pods gone\n{report}"
-    );
-    assert!(
-        !agent_log.contains("period elapsed with pods left"),
-        "{report}"
-    );
-    Phases {
-        total_start,
-        total_end,
-        last_end,
-    }
-}
-
-/// Each group's span in the metrics and in the API.
-fn print_phase_timings(m: &str, phases: &Phases, group_times: &[(Instant, Instant)]) {
-    eprintln!(
-        "  metrics: PrepareForShutdown to release {:.2}s",
-        phases.total_end - phases.total_start
-    );
-    for (i, (_, priority, _)) in GROUPS.iter().enumerate() {
-        let p = format!("priority_{priority}");
-        let start = phase(m, "node_monitor_shutdown_phase_start_time_seconds", &p);
-        let end = phase(m, "node_monitor_shutdown_phase_end_time_seconds", &p);
-        eprintln!(
-            "  group {priority}: metrics {:.2}s (from PrepareForShutdown: {:.2}s); API deletion→gone {:.2}s",
-            end - start,
-            end - phases.total_start,
-            secs(group_times[i].1.duration_since(group_times[i].0))
-        );
-    }
-    eprintln!(
-        "  metrics: last group end to release {:.3}s",
-        phases.total_end - phases.last_end
-    );
-}
-
-/// The stand-in's final delete of the last pod (its log, guest clock), in Unix seconds; NaN
-/// when its log has none.
-fn last_pod_deleted_at(standin: &str) -> f64 {
-    standin
-        .lines()
-        .filter(|l| l.contains("pod deletion completed") && l.contains("default/high-a"))
-        .filter_map(|l| {
-            // The first field, without the log's colour codes.
-            let t: String = l
-                .split_whitespace()
-                .next()?
-                .chars()
-                .filter(|c| !c.is_control())
-                .collect();
-            let t = t
-                .trim_start_matches("[2m")
-                .trim_end_matches("[0m")
-                .to_owned();
-            t.parse::<k8s_openapi::jiff::Timestamp>().ok()
-        })
-        .map(|t| t.as_millisecond() as f64 / 1e3)
-        .next_back()
-        .unwrap_or(f64::NAN)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reboot_bypassing_the_inhibitor_is_reported_with_a_last_gasp() {
-    let payload = payload(BYPASS_CONFIG, BYPASS_SCRIPT, "--no-mlock");
+async fn a_cancelled_shutdown_is_undone_then_a_reboot_bypassing_the_inhibitor_sends_a_last_gasp() {
+    // The guest boots while the control plane starts.
+    let payload = payload(CONFIG, SCRIPT, "--no-mlock");
     let guest = boot(&payload);
     let cp = ControlPlane::start(ControlPlaneOptions::default())
         .await
         .expect("control plane");
     let client = cp.client();
+    create_priority_classes(&client).await;
     payload.kubeconfig(&cp).expect("kubeconfig");
+    // The agent holds its inhibitor and says so on the node.
     let guest = wait_node(
         &client,
         guest,
@@ -802,10 +485,14 @@ async fn reboot_bypassing_the_inhibitor_is_reported_with_a_last_gasp() {
         |n| shutdown_condition(n).is_some_and(|(s, r)| s == "False" && r == "InhibitorHeld"),
     )
     .await;
+    let armed = guest.started.elapsed();
+    let guest = cancel_a_shutdown(&client, &payload, guest).await;
+
     let reboot = Instant::now();
     payload.signal("go-reboot").expect("flag file");
     let (run, exited) = finish(guest).await;
     let report = report(&run, REPORT_FILES);
+    assert_logind_delay_raised_and_the_lock_taken_again(&run, &report);
     // The last gasp was sent before the machine went; give the API a moment to show it.
     let deadline = Instant::now() + Duration::from_secs(5);
     let gasp = loop {
@@ -867,9 +554,10 @@ async fn reboot_bypassing_the_inhibitor_is_reported_with_a_last_gasp() {
     let gasp_at = v["time"].as_f64().expect("last gasp time");
     let entry = run.read_out("entry.log").unwrap_or_default();
     eprintln!(
-        "vm_shutdown bypass: guest uptime at nm-guest.service start {:.1}s, at agent ready {:.1}s",
+        "vm_shutdown: guest uptime at nm-guest.service start {:.1}s, at agent ready {:.1}s; guest boot to agent armed {:.1}s",
         uptime_at(&entry, "entry started"),
-        uptime_at(&entry, "agent ready")
+        uptime_at(&entry, "agent ready"),
+        secs(armed)
     );
     eprintln!(
         "vm_shutdown bypass: reboot(2) to last gasp sent {:.0} ms (guest clock); reboot request to qemu exit {:.2}s; guest run {:.1}s",

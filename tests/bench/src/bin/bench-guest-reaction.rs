@@ -263,6 +263,10 @@ struct BootResult {
     cgroup: Cgroup,
     pods: u32,
     reactions: Vec<Reaction>,
+    /// Climbers evicted on a prediction, before any crossing.
+    predicted: usize,
+    /// Evictions at a crossing the ground truth did not see.
+    unseen: usize,
 }
 
 async fn boot(args: &Args, cgroup: Cgroup, pods: u32) -> Result<BootResult> {
@@ -315,16 +319,19 @@ async fn boot(args: &Args, cgroup: Cgroup, pods: u32) -> Result<BootResult> {
     }
     let crossings = run.read_out("crossings").unwrap_or_default();
     let agent_log = run.read_out("agent.log").unwrap_or_default();
-    let Some(reactions) = reaction::reaction_times(&crossings, &agent_log, "climber") else {
+    let reactions = reaction::reaction_times(&crossings, &agent_log, "climber");
+    if reactions.at_crossing.is_empty() {
         bail!(
-            "crossings and evictions do not pair:\n{crossings}\n{}",
+            "no eviction pairs with a crossing:\n{crossings}\n{}",
             report(&run, REPORT_FILES)
         );
-    };
+    }
     Ok(BootResult {
         cgroup,
         pods,
-        reactions,
+        predicted: reactions.predicted,
+        unseen: reactions.unseen.len(),
+        reactions: reactions.at_crossing,
     })
 }
 
@@ -353,8 +360,8 @@ fn field_ms(line: &str, name: &str) -> Option<f64> {
 
 fn summary(results: &[BootResult]) -> String {
     let mut out = String::from(
-        "| cgroup | idle pods | climbs | crossing → evicting p50 | p99 (= max) | min | woken by | the pass (wake-up's cycle start → decision) p50 / max |\n\
-         |---|---|---|---|---|---|---|---|\n",
+        "| cgroup | idle pods | climbs at a crossing | predicted | unseen by the ground truth | crossing → evicting p50 | p99 (= max) | min | woken by | the pass (wake-up's cycle start → decision) p50 / max |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in results {
         let mut ms: Vec<f64> = r.reactions.iter().map(|x| x.ms).collect();
@@ -378,10 +385,12 @@ fn summary(results: &[BootResult]) -> String {
         pass.sort_by(f64::total_cmp);
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} | {} |",
             r.cgroup.label(),
             r.pods,
             ms.len(),
+            r.predicted,
+            r.unseen,
             reaction::percentile(&ms, 50.0),
             reaction::percentile(&ms, 99.0),
             ms.first().copied().unwrap_or_default(),
