@@ -10,6 +10,7 @@ pub mod procfs;
 pub mod reaction;
 pub mod real_node;
 pub mod standin;
+pub mod v2_crossing;
 pub mod vm;
 pub mod wait;
 pub mod workload;

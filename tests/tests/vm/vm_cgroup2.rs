@@ -10,18 +10,17 @@
 //!    the other two untouched; the agent's metrics (dumped by the guest) show the signal read from
 //!    cgroup v2 files, wake-ups from `memory.events`, and the kernel OOM kill attributed to its
 //!    pod through the systemd layout.
-//! 2. `cgroup_v2_crossing_signals_and_available_against_ground_truth`: what reports a
-//!    `memory.available` crossing on cgroup v2 (`bench-v2-crossing guest`).
 //!
-//! The kernel probes on each of the image's kernels are `vm_kernels.rs`.
+//! What reports a `memory.available` crossing on cgroup v2 (PSI, `memory.low`, `memory.high`,
+//! sampling, the memory push) is a benchmark that fails when its facts do not hold
+//! (`cargo xtask bench v2-crossing`, `node_monitor_tests::v2_crossing`); the v2 root's
+//! `memory.available` against the kubelet's is the real node's signal parity. The kernel probes
+//! on each of the image's kernels are `vm_kernels.rs`.
 //!
 //! Run them under `flock /tmp/nm-vm.lock` (one guest at a time on a shared machine), after `cargo
 //! build --bins` (the guest runs the workspace's binaries from /mnt/host). The tests fail (never skip) when qemu, the guest image or the control-plane
 //! binaries are missing. Timings are printed on stderr for docs/benchmarks.md ("Guest VM tier").
-use std::{
-    collections::BTreeMap,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::{
@@ -33,7 +32,7 @@ use node_monitor_tests::{
     metrics::{self, has_series},
     pod::PodBuilder,
     reaction,
-    vm::{ENTRY_PRELUDE, Guest, GuestOptions, GuestRun, Payload, report, run_guest},
+    vm::{ENTRY_PRELUDE, Guest, GuestOptions, GuestRun, Payload, report},
 };
 
 const NODE: &str = "vm-node";
@@ -743,156 +742,4 @@ async fn climb_until_evicted(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// Climbs per trial in the crossing test: two, so that one climb whose crossing read came from
-/// the reader's 100 ms look still leaves one to show a push record prompting it (the benchmark
-/// runs more: `bench-v2-crossing --runs 5`).
-const CROSSING_RUNS: usize = 2;
-
-/// The guest part of `bench-v2-crossing`, with fewer climbs.
-const CROSSING_SCRIPT: &str = r#"
-# The charge-path functions a push at the crossing could hook (docs/benchmarks.md).
-grep -oE '^(page_counter_try_charge|try_charge_memcg|memcg_check_events)\b' \
-  /sys/kernel/tracing/available_filter_functions > /mnt/out/hooks 2>&1
-/mnt/host/bench-v2-crossing guest --runs @RUNS@ > /mnt/out/results 2> /mnt/out/guest.stderr
-log "bench-v2-crossing rc=$?; uptime $(uptime_s)"
-sync
-systemctl poweroff -ff
-"#;
-
-/// `key=value` fields of the result lines starting with `prefix`.
-fn fields<'a>(results: &'a str, prefix: &str) -> Vec<BTreeMap<&'a str, &'a str>> {
-    results
-        .lines()
-        .filter(|l| l.starts_with(prefix))
-        .map(|l| {
-            l.split_whitespace()
-                .filter_map(|kv| kv.split_once('='))
-                .collect()
-        })
-        .collect()
-}
-
-fn num(row: &BTreeMap<&str, &str>, key: &str) -> i64 {
-    row.get(key)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{key} is not a number in {row:?}"))
-}
-
-/// What cgroup v2 offers to learn that a node cgroup's `memory.available` crossed a threshold,
-/// and `memory.available` on a cgroup v2 root against `/proc/meminfo` and the kubelet's formula
-/// (`bench-v2-crossing guest`, docs/benchmarks.md "cgroup v2 crossing"). Facts, not speeds:
-///
-/// - the agent's figure on the v2 root is the kubelet's (`MemTotal − (anon + file −
-///   inactive_file)` of the root's `memory.stat`), unmoved by 128 MiB of page cache and moved by
-///   256 MiB of anonymous memory by about 256 MiB (the ground truth);
-/// - without a throttle, neither a PSI trigger nor `memory.low` reports a crossing that reclaim
-///   does not accompany; the sampling thread sees every one;
-/// - `memory.high` at the crossing level reports it (`memory.events` `high`), and throttles: the
-///   working set stays at the level, where without it the climb goes on.
-#[test]
-fn cgroup_v2_crossing_signals_and_available_against_ground_truth() {
-    let payload = Payload::new("nm-vm-crossing").expect("payload dir");
-    payload
-        .link_binaries(&["bench-v2-crossing"])
-        .expect("binaries (cargo build -p node-monitor-bench --bin bench-v2-crossing)");
-    payload
-        .entry(&format!(
-            "{ENTRY_PRELUDE}{COMMON}{}",
-            CROSSING_SCRIPT.replace("@RUNS@", &CROSSING_RUNS.to_string())
-        ))
-        .expect("entry script");
-    let opts = GuestOptions {
-        timeout: Duration::from_secs(900),
-        ..GuestOptions::default()
-    };
-    let run = run_guest(payload.path(), &opts).unwrap_or_else(|e| panic!("guest run: {e:#}"));
-    let results = run.read_out("results").unwrap_or_default();
-    let why = || report(&run, &["entry.log", "guest.stderr", "results"]);
-    eprintln!("{results}");
-    eprintln!(
-        "charge-path calls: {}",
-        results
-            .lines()
-            .find(|l| l.starts_with("charge_calls "))
-            .unwrap_or("none reported")
-    );
-    eprintln!(
-        "traceable charge-path functions: {}",
-        run.read_out("hooks").unwrap_or_default().replace('\n', " ")
-    );
-
-    // --- memory.available on the v2 root.
-    let avail = fields(&results, "available ");
-    assert_eq!(avail.len(), 3, "{}", why());
-    for row in &avail {
-        // The agent's sample and the formula's `memory.stat` are two reads, a moment apart, each
-        // rounded to MiB: the guest's own activity can move the root by a MiB or so between them.
-        let apart = (num(row, "agent_mi") - num(row, "kubelet_mi")).abs();
-        assert!(
-            apart <= 2,
-            "the agent's memory.available is {apart} MiB from the kubelet's formula: {row:?}"
-        );
-    }
-    let cache_moved = (num(&avail[1], "agent_mi") - num(&avail[0], "agent_mi")).abs();
-    assert!(
-        cache_moved <= 8,
-        "page cache moved available by {cache_moved} MiB: {avail:?}"
-    );
-    let anon_moved = num(&avail[1], "agent_mi") - num(&avail[2], "agent_mi");
-    assert!(
-        (240..=272).contains(&anon_moved),
-        "256 MiB of anon moved available by {anon_moved} MiB: {avail:?}"
-    );
-
-    // --- The candidates, CROSSING_RUNS climbs each.
-    let rows = fields(&results, "result ");
-    let observe: Vec<_> = rows.iter().filter(|r| r["trial"] == "Observe").collect();
-    let high: Vec<_> = rows.iter().filter(|r| r["trial"] == "High").collect();
-    assert_eq!(
-        (observe.len(), high.len()),
-        (CROSSING_RUNS, CROSSING_RUNS),
-        "{}",
-        why()
-    );
-    let level = 512 - 160;
-    for r in &observe {
-        assert_ne!(r["sampling_ms"], "-", "sampling missed a crossing: {r:?}");
-        assert_eq!(r["low_ms"], "-", "memory.low reported a crossing: {r:?}");
-        assert_eq!(r["psi_ms"], "-", "PSI fired without a throttle: {r:?}");
-        assert_eq!(r["high_ms"], "-", "no memory.high was set: {r:?}");
-        assert!(num(r, "ws_plus_1s_mi") > level, "the climb stopped: {r:?}");
-    }
-    // The memory push, driven as the agent drives it: it sends records as the climb nears the
-    // level, its reader sees every crossing, and a push record prompted the read that saw at
-    // least one of them (the others may come from its 100 ms look).
-    // (Not run in the `memory.high` trial.)
-    let push: Vec<_> = fields(&results, "push ")
-        .into_iter()
-        .filter(|r| r["trial"] == "Observe")
-        .collect();
-    assert_eq!(push.len(), CROSSING_RUNS, "{}", why());
-    for r in &push {
-        assert_ne!(
-            r["push_ms"], "-",
-            "the push's reader missed a crossing: {r:?}"
-        );
-        assert!(
-            num(r, "push_records") >= 1,
-            "no push record in a climb: {r:?}"
-        );
-    }
-    assert!(
-        push.iter().any(|r| r["push_by"] == "push"),
-        "no crossing read was prompted by a push record: {push:?}"
-    );
-    for r in &high {
-        assert_ne!(r["high_ms"], "-", "memory.high did not report: {r:?}");
-        assert!(
-            num(r, "ws_plus_1s_mi") <= level + 16,
-            "memory.high did not hold the working set at {level} MiB: {r:?}"
-        );
-    }
-    eprintln!("guest run total: {:.1?}", run.elapsed);
 }

@@ -30,6 +30,9 @@
 //! flock /tmp/nm-vm.lock sudo -E target/debug/bench-v2-crossing --runs 5
 //! ```
 //! (root, qemu and the guest image are needed; `bench-v2-crossing guest …` is what the guest runs.)
+//! It fails when a fact its figures stand on does not hold (`node_monitor_tests::v2_crossing`:
+//! the v2 root's `memory.available` is the kubelet's, PSI and `memory.low` stay silent without a
+//! throttle, the push's reader sees every crossing, `memory.high` reports and throttles).
 use std::{
     fs,
     io::{Read as _, Write as _},
@@ -183,6 +186,16 @@ fn host(run: &RunArgs) -> Result<()> {
     if let Ok(hooks) = out.read_out("hooks") {
         println!("guest tracepoints and hooks:\n{hooks}");
     }
+    // The facts the figures stand on (node_monitor_tests::v2_crossing): the benchmark fails
+    // when one does not hold.
+    let level = i64::try_from(run.capacity_mi.saturating_sub(run.threshold_mi))?;
+    node_monitor_tests::v2_crossing::check(&results, run.runs, level).map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\n{}",
+            report(&out, &["entry.log", "guest.stderr", "results"])
+        )
+    })?;
+    println!("every fact the figures stand on holds (node_monitor_tests::v2_crossing)");
     Ok(())
 }
 
