@@ -3,6 +3,7 @@ pub mod cgroup;
 pub mod control_plane;
 pub mod e2e;
 pub mod helm;
+pub mod kernel_probes;
 pub mod manifests;
 pub mod metrics;
 pub mod pod;

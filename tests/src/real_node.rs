@@ -363,11 +363,11 @@ systemd-run --unit=kubelet -p OOMScoreAdjust=-999 -p StandardOutput=append:/mnt/
   $KUBELET_ARGS --kubeconfig=/etc/kubernetes/kubelet.conf \
   --hostname-override=@NODE@ --node-ip=10.0.2.15 --v=1
 log "kubelet started; uptime $(uptime_s)"
-# Container logs (the agent's included) mirrored out, so a failed run still has them (only the
-# files that grew since the last copy: every copy is a 9p write under emulation); in a unit
-# without default dependencies, so a graceful power-off stops it only with the last processes.
+# Container logs (the agent's included) mirrored out, so a failed run still has them (whole, each
+# second: `cp -u` would skip a file appended to while it was being copied); in a unit without
+# default dependencies, so a graceful power-off stops it only with the last processes.
 systemd-run --unit=nm-log-mirror -p DefaultDependencies=no \
-  bash -c 'while true; do cp -ru /var/log/pods /mnt/out/ 2>/dev/null; sleep 1; done'
+  bash -c 'while true; do cp -r /var/log/pods /mnt/out/ 2>/dev/null; sleep 1; done'
 n=1
 while true; do
   if [ -e $H/steps/$n.sh ]; then

@@ -424,8 +424,15 @@ within() { local n=$(( $1 * 5 )); shift; for _ in $(seq "$n"); do "$@" && return
 for _ in $(seq 100); do ip -4 route show default | grep -q . && break; sleep 0.1; done
 "#;
 
-/// Hard-links `src` to `dst`, or copies it when they are on different file systems.
+/// Hard-links `src` to `dst`, or copies it when they are on different file systems. A `dst`
+/// already there is removed first: copying onto a hard link of `src` itself would truncate
+/// `src` (they are one file).
 pub fn link_or_copy(src: &Path, dst: &Path) -> Result<()> {
+    match fs::remove_file(dst) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("remove {}", dst.display())),
+    }
     if fs::hard_link(src, dst).is_err() {
         fs::copy(src, dst).with_context(|| format!("copy {}", src.display()))?;
     }
@@ -625,6 +632,14 @@ mod tests {
         let src = payload.path().join("src");
         fs::write(&src, "bin").expect("src");
         payload.link("linked", &src).expect("link");
+        assert_eq!(
+            fs::read_to_string(payload.path().join("linked")).expect("linked"),
+            "bin"
+        );
+        // Linked again (a later step of the same boot): the source stays whole, where a copy
+        // onto its own hard link truncated it.
+        payload.link("linked", &src).expect("link again");
+        assert_eq!(fs::read_to_string(&src).expect("src"), "bin");
         assert_eq!(
             fs::read_to_string(payload.path().join("linked")).expect("linked"),
             "bin"

@@ -5,4 +5,5 @@
 mod real_node;
 mod real_node_helm;
 mod real_node_predict;
+mod real_node_probes;
 mod real_node_shutdown;

@@ -230,6 +230,11 @@ async fn a_real_kubelet_and_containerd_with_node_monitor_from_its_manifests() {
     )
     .await;
     agent_footprint(&mut node, &agent).await;
+    crate::real_node_probes::the_kernel_probes_on_this_nodes_kernel(
+        &mut node,
+        GuestKernel::Bookworm,
+    )
+    .await;
     let run = node.finish().await.expect("guest run");
     eprintln!("real node: guest run {:.1} s", run.elapsed.as_secs_f64());
 }
@@ -1002,6 +1007,11 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
     })
     .await;
     crate::real_node_helm::helm_lifecycle(&cp, &client, &mut node, AGENT_MIB).await;
+    crate::real_node_probes::the_kernel_probes_on_this_nodes_kernel(
+        &mut node,
+        GuestKernel::Bullseye,
+    )
+    .await;
     node.finish().await.expect("guest run");
 }
 
@@ -1324,6 +1334,11 @@ async fn a_k3s_node_under_disk_and_pid_pressure_then_powered_off() {
             "{name} is evicted once, by node-monitor"
         );
     }
+    crate::real_node_probes::the_kernel_probes_on_this_nodes_kernel(
+        &mut node,
+        GuestKernel::Backports,
+    )
+    .await;
     // A power-off ends the guest: graceful shutdown is this boot's last phase.
     crate::real_node_shutdown::node_monitor_drains_real_containers_by_priority_group_before_the_node_goes(
         cp, &client, node, &agent_ip,

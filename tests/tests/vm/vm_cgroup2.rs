@@ -15,7 +15,7 @@
 //! sampling, the memory push) is a benchmark that fails when its facts do not hold
 //! (`cargo xtask bench v2-crossing`, `node_monitor_tests::v2_crossing`); the v2 root's
 //! `memory.available` against the kubelet's is the real node's signal parity. The kernel probes
-//! on each of the image's kernels are `vm_kernels.rs`.
+//! on each of the image's kernels run on the real nodes (`real_node_probes.rs`).
 //!
 //! Run them under `flock /tmp/nm-vm.lock` (one guest at a time on a shared machine), after `cargo
 //! build --bins` (the guest runs the workspace's binaries from /mnt/host). The tests fail (never skip) when qemu, the guest image or the control-plane

@@ -1,46 +1,42 @@
-//! The kernel probes on each kernel of the guest image (docs/compatibility.md, "Kernels"):
-//! bookworm's 6.1, bullseye's 5.10 and bookworm-backports' 6.12, the same bookworm user space
-//! booted on each (`GuestKernel`). `node-monitor trace --json` runs as root in the guest; the
-//! test records every program's load state, a memcg OOM kill with the victim's pid, cgroup id,
-//! path and pod (`global: false`), and memcg reclaim stalls. docs/kernel-probes.md ("Kernel
-//! compatibility") records what these tests observe. Each boot also checks what every other guest
-//! test stands on: cgroup v2 with the memory controller, systemd-logind active, and the host's
-//! loopback reachable at 10.0.2.2 (where the control plane of the other guest tests listens).
+//! The kernel probes on the node's kernel, as `node-monitor trace --json` reports them: every
+//! program's load state, a memcg OOM kill with the victim's pid, cgroup id, path and pod
+//! (`global: false`), memcg reclaim stalls, and refused reboot(2) calls classified by the kernel's
+//! reason (docs/compatibility.md, "Kernels"; docs/kernel-probes.md, "Kernel compatibility").
 //!
-//! Run them under `flock /tmp/nm-vm.lock` (one guest at a time on a shared machine), after `cargo
-//! build --bins` (the guest runs the workspace's binaries from /mnt/host). The tests fail (never
-//! skip) when qemu or the guest image is missing.
-use std::{collections::BTreeMap, io::Read as _, net::TcpListener, time::Duration};
+//! A guest step ([`step_script`]) run at the end of each real-node boot, one per kernel of the
+//! matrix (bookworm's 6.1 on the kubeadm node, bullseye's 5.10 on the kind node, bookworm-backports'
+//! 6.12 on the k3s node): the boots are shared, and the probes meet the node's real kubelet,
+//! containerd and node-monitor's own pod beside them. Its files go to the guest's
+//! `/mnt/out/probes/`; [`check`] reads them.
+use std::collections::BTreeMap;
 
-use node_monitor_tests::vm::{
-    ENTRY_PRELUDE, GuestKernel, GuestOptions, Payload, report, run_guest,
-};
 use serde_json::Value;
+
+use crate::vm::GuestKernel;
 
 const MI: f64 = 1024.0 * 1024.0;
 
-/// The start of the guest script after [`ENTRY_PRELUDE`].
-const COMMON: &str = r#"log "entry started; uptime $(uptime_s)"
-uname -r > /mnt/out/uname
-cat /sys/fs/cgroup/cgroup.controllers > /mnt/out/controllers
-systemctl is-active systemd-logind > /mnt/out/logind
-echo hello-from-guest > /dev/tcp/10.0.2.2/@HOST_PORT@ && echo sent > /mnt/out/net
-"#;
+/// The binaries the step runs from `/mnt/host`.
+pub const BINARIES: [&str; 3] = ["node-monitor", "nm-memhog", "nm-reboot-caller"];
 
-/// The guest's files a failure message shows.
-const REPORT_FILES: &[&str] = &["entry.log", "trace.stderr"];
-
-/// The probes on the guest kernel, after [`COMMON`]. The OOM victim's cgroup is laid out like a
-/// systemd-driver container (`@UID_@`, `@CID@` are filled in by the host), so the trace line
-/// carries a pod UID too.
+/// The OOM victim's cgroup is laid out like a systemd-driver container (`@UID_@`, `@CID@` are
+/// filled in by [`step_script`]), so the trace line carries a pod UID too; no pod of the node has
+/// it.
 const TRACE_SCRIPT: &str = r#"
-ls -l /sys/kernel/btf/vmlinux > /mnt/out/btf 2>&1
+# `log` and `within` as the guest's entry script has them (a step is a shell of its own).
+log() { echo "$(date +%s.%N) $*"; }
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+within() { local n=$(( $1 * 5 )); shift; for _ in $(seq "$n"); do "$@" && return 0; sleep 0.2; done; return 1; }
+O=/mnt/out/probes
+mkdir -p $O
+uname -r > $O/uname
+ls -l /sys/kernel/btf/vmlinux > $O/btf 2>&1
 CG=/sys/fs/cgroup/node-monitor-test
 VICTIM="trace/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod@UID_@.slice/cri-containerd-@CID@.scope"
 RECLAIMER="trace/reclaimer"
 # cgroup v2: each parent hands the memory controller to its children (processes live in leaves
 # only). Only directories inside node-monitor-test/ are written; the root's controllers are
-# systemd's (recorded above).
+# systemd's.
 mkcg() {
   local dir=$CG part
   mkdir -p "$dir"
@@ -52,50 +48,49 @@ mkcg() {
 }
 mkcg "$VICTIM" && echo 32M > "$CG/$VICTIM/memory.max"
 mkcg "$RECLAIMER" && echo 48M > "$CG/$RECLAIMER/memory.max"
-stat -c %i "$CG/$VICTIM" > /mnt/out/victim-cgroup-id
-stat -c %i "$CG/$RECLAIMER" > /mnt/out/reclaimer-cgroup-id
+stat -c %i "$CG/$VICTIM" > $O/victim-cgroup-id
+stat -c %i "$CG/$RECLAIMER" > $O/reclaimer-cgroup-id
 
 # The loader logs each program's state at info, and the disabled ones (with their reason) at
 # debug: both are what this test records.
 RUST_LOG=info,node_monitor::ebpf=debug NO_COLOR=1 /mnt/host/node-monitor trace --json \
-  --stall-budget-ms 1 > /mnt/out/trace.jsonl 2> /mnt/out/trace.stderr &
+  --stall-budget-ms 1 > $O/trace.jsonl 2> $O/trace.stderr &
 TRACE=$!
-within 300 grep -q listening /mnt/out/trace.stderr || log "trace did not start"
+within 300 grep -q listening $O/trace.stderr || log "trace did not start"
 log "trace listening; uptime $(uptime_s)"
-cat /sys/kernel/tracing/events/oom/mark_victim/format > /mnt/out/mark_victim.format 2>&1
+cat /sys/kernel/tracing/events/oom/mark_victim/format > $O/mark_victim.format 2>&1
 
 # A memcg OOM: 256 MiB of anonymous memory in a 32 MiB cgroup (the guest has no swap).
 ( echo $BASHPID > "$CG/$VICTIM/cgroup.procs" && exec /mnt/host/nm-memhog anon 256 ) &
 HOG=$!
-echo $HOG > /mnt/out/victim-pid
+echo $HOG > $O/victim-pid
 wait $HOG
-echo $? > /mnt/out/victim-status
-cat "$CG/$VICTIM/memory.events" > /mnt/out/victim-memory.events
+echo $? > $O/victim-status
+cat "$CG/$VICTIM/memory.events" > $O/victim-memory.events
 # memcg reclaim: a 96 MiB file read again and again in a 48 MiB cgroup, on the disk's file
 # system (tmpfs pages are swap-backed and would OOM instead).
 ( echo $BASHPID > "$CG/$RECLAIMER/cgroup.procs" && exec /mnt/host/nm-memhog pagecache /var/tmp/nm-cache 96 3 ) \
-  > /mnt/out/reclaimer.log 2>&1
-within 60 grep -q '"kind":"oom_kill"' /mnt/out/trace.jsonl || log "no oom_kill line"
-within 60 grep -q '"kind":"reclaim_stall"' /mnt/out/trace.jsonl || log "no reclaim_stall line"
+  > $O/reclaimer.log 2>&1
+within 60 grep -q '"kind":"oom_kill"' $O/trace.jsonl || log "no oom_kill line"
+within 60 grep -q '"kind":"reclaim_stall"' $O/trace.jsonl || log "no reclaim_stall line"
 # reboot(2) calls the kernel refuses, one per reason (nm-reboot-caller checks, before each call,
 # that it cannot take the guest down).
 for m in nobody userns pidns badmagic; do
-  /mnt/host/nm-reboot-caller $m > /mnt/out/reboot-$m 2>&1
+  /mnt/host/nm-reboot-caller $m > $O/reboot-$m 2>&1
 done
-within 60 grep -q '"verdict":"refused_magic"' /mnt/out/trace.jsonl || log "no refused_magic line"
+within 60 grep -q '"verdict":"refused_magic"' $O/trace.jsonl || log "no refused_magic line"
 kill -TERM $TRACE
 wait $TRACE
-echo $? > /mnt/out/trace-exit
+echo $? > $O/trace-exit
 rm -f /var/tmp/nm-cache
 rmdir "$CG/$RECLAIMER"
 p="$VICTIM"; while [ -n "$p" ] && [ "$p" != . ]; do rmdir "$CG/$p"; p=$(dirname "$p"); done
 log "done; uptime $(uptime_s)"
 sync
-systemctl poweroff -ff
 "#;
 
 /// A pod UID (UUID-shaped) and a 64-hex container id for the trace test's cgroup.
-fn ids() -> (String, String) {
+pub fn ids() -> (String, String) {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
@@ -112,81 +107,27 @@ fn ids() -> (String, String) {
     (uid, cid)
 }
 
-/// The `program="…"` line of the loader's log for `name`.
-fn program_line<'a>(stderr: &'a str, name: &str) -> Option<&'a str> {
-    let needle = format!("program=\"{name}\"");
-    stderr.lines().find(|l| l.contains(&needle))
+/// The step's script for a victim pod UID and container id ([`ids`]).
+pub fn step_script(uid: &str, cid: &str) -> String {
+    TRACE_SCRIPT
+        .replace("@UID_@", &uid.replace('-', "_"))
+        .replace("@CID@", cid)
 }
 
-/// `node-monitor trace --json` on `kernel`: every program's load state, a memcg OOM kill
-/// attributed to its pod, memcg reclaim stalls, and nothing dropped.
-fn probes_on(kernel: GuestKernel) {
-    let (uid, cid) = ids();
-    let script = TRACE_SCRIPT
-        .replace("@UID_@", &uid.replace('-', "_"))
-        .replace("@CID@", &cid);
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-    let port = listener.local_addr().expect("addr").port();
-    let accept = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().expect("the guest connects");
-        let mut buf = String::new();
-        s.read_to_string(&mut buf).expect("read");
-        buf
-    });
-    let payload = Payload::new("nm-vm-kernels").expect("payload dir");
-    payload
-        .link_binaries(&["node-monitor", "nm-memhog", "nm-reboot-caller"])
-        .expect("binaries");
-    let common = COMMON.replace("@HOST_PORT@", &port.to_string());
-    payload
-        .entry(&format!("{ENTRY_PRELUDE}{common}{script}"))
-        .expect("entry script");
-    let run = run_guest(
-        payload.path(),
-        &GuestOptions {
-            timeout: Duration::from_secs(420),
-            // One vCPU: under TCG with two, 6.12 panicked at boot on an `int3` left by its own
-            // text patching (a qemu cross-CPU code-modification artefact, not the kernel's).
-            cpus: 1,
-            kernel,
-            ..Default::default()
-        },
-    )
-    .unwrap_or_else(|e| panic!("guest run failed: {e:#}"));
-    let report = report(&run, REPORT_FILES);
-    let read = |f: &str| {
-        run.read_out(f)
-            .unwrap_or_else(|e| panic!("{e}\n{report}"))
-            .trim()
-            .to_owned()
-    };
+/// Checks the step's files on `kernel`. `read` reads a file of the guest's `/mnt/out/probes/`;
+/// `report` goes into every failure message.
+pub fn check(
+    kernel: GuestKernel,
+    uid: &str,
+    cid: &str,
+    read: &dyn Fn(&str) -> String,
+    report: &str,
+) {
     let uname = read("uname");
     assert!(
         uname.starts_with(kernel.release_prefix()),
         "guest kernel {uname}, expected {}",
         kernel.release_prefix()
-    );
-    // What the other guest tests stand on.
-    assert!(
-        read("controllers")
-            .split_whitespace()
-            .any(|c| c == "memory"),
-        "cgroup v2 with the memory controller on {uname}: {}\n{report}",
-        read("controllers")
-    );
-    assert_eq!(
-        read("logind"),
-        "active",
-        "systemd-logind on {uname}\n{report}"
-    );
-    assert_eq!(
-        read("net"),
-        "sent",
-        "the host's loopback from {uname}\n{report}"
-    );
-    assert_eq!(
-        accept.join().expect("accept thread").trim(),
-        "hello-from-guest"
     );
     assert_eq!(read("trace-exit"), "0", "trace exit status\n{report}");
     assert_eq!(
@@ -194,14 +135,13 @@ fn probes_on(kernel: GuestKernel) {
         "137",
         "the hog is SIGKILLed by the OOM killer\n{report}"
     );
-    let stderr = run.read_out("trace.stderr").expect("trace stderr");
+    let stderr = read("trace.stderr");
 
     // `mark_victim` passes the task only from 6.1 on (Debian's 6.1 has the change); on 5.10 it
     // passes the pid alone, the loader says so, and the pid-only raw program runs (through
     // bpf(2) alone, so in a DaemonSet pod under Debian's perf_event_paranoid too).
     let raw_oom = kernel != GuestKernel::Bullseye;
     assert_program_states(&stderr, raw_oom, &uname);
-
     assert_mark_victim_format(&read("mark_victim.format"), raw_oom);
 
     // --- The OOM kill.
@@ -211,9 +151,7 @@ fn probes_on(kernel: GuestKernel) {
         "/node-monitor-test/trace/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{cid}.scope",
         uid.replace('-', "_")
     );
-    let lines: Vec<Value> = run
-        .read_out("trace.jsonl")
-        .expect("trace output")
+    let lines: Vec<Value> = read("trace.jsonl")
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect();
@@ -228,8 +166,8 @@ fn probes_on(kernel: GuestKernel) {
             pid: victim_pid,
             cgroup: victim_cgroup,
             path: &victim_path,
-            uid: &uid,
-            cid: &cid,
+            uid,
+            cid,
         },
         raw_oom,
     );
@@ -244,14 +182,15 @@ fn probes_on(kernel: GuestKernel) {
     assert_eq!(stall["flavor"], "memcg", "{stall}");
     assert_eq!(stall["cgroup_path"], "/node-monitor-test/trace/reclaimer");
 
-    assert_refused_reboots_classified(&lines, &read, &uname, &report);
+    assert_refused_reboots_classified(&lines, read, &uname, report);
     assert_nothing_dropped(&stderr);
+    eprintln!("kernel probes on {uname}: btf {}", read("btf"));
+}
 
-    eprintln!("guest kernel: {uname}");
-    eprintln!("btf: {}", read("btf"));
-    eprintln!("mark_victim format:\n{}", read("mark_victim.format"));
-    eprintln!("trace stderr:\n{stderr}");
-    eprintln!("guest run total: {:.1?}", run.elapsed);
+/// The `program="…"` line of the loader's log for `name`.
+fn program_line<'a>(stderr: &'a str, name: &str) -> Option<&'a str> {
+    let needle = format!("program=\"{name}\"");
+    stderr.lines().find(|l| l.contains(&needle))
 }
 
 /// Every program's load state on this kernel, as the loader logged it.
@@ -453,19 +392,4 @@ fn assert_nothing_dropped(stderr: &str) {
         totals["kernel_events"]["oom_kill"].as_u64() >= Some(1),
         "{totals}"
     );
-}
-
-#[test]
-fn probes_on_bookworm_6_1() {
-    probes_on(GuestKernel::Bookworm);
-}
-
-#[test]
-fn probes_on_bullseye_5_10() {
-    probes_on(GuestKernel::Bullseye);
-}
-
-#[test]
-fn probes_on_backports_6_12() {
-    probes_on(GuestKernel::Backports);
 }
