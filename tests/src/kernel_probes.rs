@@ -23,10 +23,7 @@ pub const BINARIES: [&str; 3] = ["node-monitor", "nm-memhog", "nm-reboot-caller"
 /// filled in by [`step_script`]), so the trace line carries a pod UID too; no pod of the node has
 /// it.
 const TRACE_SCRIPT: &str = r#"
-# `log` and `within` as the guest's entry script has them (a step is a shell of its own).
-log() { echo "$(date +%s.%N) $*"; }
-uptime_s() { cut -d' ' -f1 /proc/uptime; }
-within() { local n=$(( $1 * 5 )); shift; for _ in $(seq "$n"); do "$@" && return 0; sleep 0.2; done; return 1; }
+# `log`, `uptime_s` and `within` come from the step library (`vm::SHELL_HELPERS`).
 O=/mnt/out/probes
 mkdir -p $O
 uname -r > $O/uname

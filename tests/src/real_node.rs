@@ -32,8 +32,8 @@ pub mod shutdown;
 use crate::{
     control_plane::ControlPlane,
     vm::{
-        ENTRY_PRELUDE, Guest, GuestKernel, GuestOptions, GuestRun, OutDir, Payload, link_or_copy,
-        tail,
+        ENTRY_PRELUDE, Guest, GuestKernel, GuestOptions, GuestRun, OutDir, Payload, SHELL_HELPERS,
+        link_or_copy, tail,
     },
 };
 
@@ -387,7 +387,7 @@ sync
 systemctl poweroff -ff
 "#;
 
-/// Shell helpers every step script starts with.
+/// Shell helpers every step script starts with (then `vm::SHELL_HELPERS`).
 const STEP_LIB: &str = r#"set -u
 # HTTP/1.0 GET over bash's /dev/tcp (the guest has no curl): get HOST PORT PATH OUTFILE; the body
 # only, written whole or not at all.
@@ -436,7 +436,7 @@ impl RealNode {
             p.join("layout.sh"),
             layout_script(opts.layout, opts.cgroup_driver),
         )?;
-        fs::write(p.join("step-lib.sh"), STEP_LIB)?;
+        fs::write(p.join("step-lib.sh"), format!("{STEP_LIB}{SHELL_HELPERS}"))?;
         payload.entry(&format!("{ENTRY_PRELUDE}{}", ENTRY.replace("@NODE@", NODE)))?;
         let guest_opts = GuestOptions {
             memory_mib: opts.memory_mib,

@@ -409,20 +409,32 @@ pub fn tail(s: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// The start of a guest entry script: bash, `set -u`, everything into `/mnt/out/entry.log`, and
-/// the helpers `log` (a timestamped line), `uptime_s` and `wait_for FILE` (the host's flag files).
-pub const ENTRY_PRELUDE: &str = r#"#!/bin/bash
-set -u
-exec >/mnt/out/entry.log 2>&1
-log() { echo "$(date +%s.%N) $*"; }
+/// The shell helpers of every guest script: `log` (a timestamped line), `uptime_s`, `wait_for
+/// FILE` (the host's flag files) and `within SECONDS COMMAND…`.
+macro_rules! shell_helpers {
+    () => {
+        r#"log() { echo "$(date +%s.%N) $*"; }
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 wait_for() { while [ ! -e "$1" ]; do sleep 0.2; done; }
 # Waits up to $1 seconds for the command that follows; false on timeout.
 within() { local n=$(( $1 * 5 )); shift; for _ in $(seq "$n"); do "$@" && return 0; sleep 0.2; done; return 1; }
-# The entry starts once systemd-networkd runs, not at network-online (seconds of boot under
+"#
+    };
+}
+
+/// [`ENTRY_PRELUDE`]'s helpers alone, for scripts that run beside the entry (a real node's steps).
+pub const SHELL_HELPERS: &str = shell_helpers!();
+
+/// The start of a guest entry script: bash, `set -u`, everything into `/mnt/out/entry.log`, and
+/// the [`SHELL_HELPERS`].
+pub const ENTRY_PRELUDE: &str = concat!(
+    "#!/bin/bash\nset -u\nexec >/mnt/out/entry.log 2>&1\n",
+    shell_helpers!(),
+    r#"# The entry starts once systemd-networkd runs, not at network-online (seconds of boot under
 # emulation): the address and the route to the host come a moment later.
 for _ in $(seq 100); do ip -4 route show default | grep -q . && break; sleep 0.1; done
-"#;
+"#
+);
 
 /// Hard-links `src` to `dst`, or copies it when they are on different file systems. A `dst`
 /// already there is removed first: copying onto a hard link of `src` itself would truncate
