@@ -13,12 +13,14 @@
 //! [`methods`] reads the fence configuration; [`exec`] runs fence agents; [`store`] keeps
 //! operations in the API; [`leader`] elects; [`controller`] ties them together through its
 //! [`ports`], which [`kube_ports`] implements on the API server; [`metrics`] are its own
-//! families; [`admission_check`] looks whether the NodeFence status policy is in force. It builds on the shared service library (client, Events, endpoint, logging) and
+//! families; [`admission_check`] looks whether the NodeFence status policy is in force; [`fence_qmp`] is
+//! the QMP fence agent (`fence_qmp`, a binary of its own) for QEMU virtual machines. It builds on the shared service library (client, Events, endpoint, logging) and
 //! the core, without the agent, eBPF or D-Bus.
 pub mod admission_check;
 pub mod controller;
 pub mod exec;
 pub mod facts;
+pub mod fence_qmp;
 pub mod kube_ports;
 pub mod leader;
 pub mod methods;

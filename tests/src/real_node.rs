@@ -26,6 +26,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+pub mod pair;
 pub mod scenario;
 pub mod shutdown;
 
@@ -160,6 +161,16 @@ pub struct RealNodeOptions {
     pub kernel: GuestKernel,
     /// The kubelet's release, and its control plane's.
     pub release: Release,
+    /// The node's name ([`NODE`] unless several nodes join).
+    pub name: &'static str,
+    /// The guest's CPUs.
+    pub cpus: u32,
+    /// A QMP socket for a fence device, at this port on the host's loopback
+    /// ([`GuestOptions::qmp_port`]): a reset then reboots the node, which rejoins with the steps
+    /// it already ran left done.
+    pub qmp_port: Option<u16>,
+    /// Image archives imported besides [`IMAGES`] (names under `target/images/`).
+    pub extra_images: &'static [&'static str],
 }
 
 /// A distribution's node layout, reproduced with the real kubelet and containerd through their
@@ -244,6 +255,10 @@ impl Default for RealNodeOptions {
             layout: NodeLayout::Kubeadm,
             kernel: GuestKernel::default(),
             release: Release::default(),
+            name: NODE,
+            cpus: 2,
+            qmp_port: None,
+            extra_images: &[],
         }
     }
 }
@@ -368,7 +383,9 @@ log "kubelet started; uptime $(uptime_s)"
 # default dependencies, so a graceful power-off stops it only with the last processes.
 systemd-run --unit=nm-log-mirror -p DefaultDependencies=no \
   bash -c 'while true; do cp -r /var/log/pods /mnt/out/ 2>/dev/null; sleep 1; done'
+# After a reset (a fence device's power cycle) the steps already run stay done.
 n=1
+while [ -e /mnt/out/steps/$n.rc ]; do n=$((n + 1)); done
 while true; do
   if [ -e $H/steps/$n.sh ]; then
     log "step $n: $(head -1 $H/steps/$n.sh)"
@@ -400,6 +417,8 @@ get() {
 
 /// The guest node, booting or running in a thread while the test talks to the API.
 pub struct RealNode {
+    /// The node's name.
+    pub name: &'static str,
     payload: Payload,
     guest: Option<Guest>,
     out: PathBuf,
@@ -420,7 +439,7 @@ impl RealNode {
         for b in ["kubelet", "containerd", "ctr", "containerd-shim-runc-v2"] {
             link_or_copy(&bins.join(b), &p.join("bin").join(b))?;
         }
-        for (name, _) in IMAGES {
+        for name in IMAGES.iter().map(|(n, _)| *n).chain(opts.extra_images.iter().copied()) {
             link_or_copy(&image_archive(name)?, &p.join("images").join(name))?;
         }
         fs::write(
@@ -437,12 +456,22 @@ impl RealNode {
             layout_script(opts.layout, opts.cgroup_driver),
         )?;
         fs::write(p.join("step-lib.sh"), format!("{STEP_LIB}{SHELL_HELPERS}"))?;
-        payload.entry(&format!("{ENTRY_PRELUDE}{}", ENTRY.replace("@NODE@", NODE)))?;
+        payload.entry(&format!(
+            "{ENTRY_PRELUDE}{}",
+            ENTRY.replace("@NODE@", opts.name)
+        ))?;
         let guest_opts = GuestOptions {
             memory_mib: opts.memory_mib,
             timeout: opts.timeout,
             kernel: opts.kernel,
-            ..GuestOptions::default()
+            cpus: opts.cpus,
+            qmp_port: opts.qmp_port,
+            // A fenced node's kernel panics on purpose and must stay down until powered off.
+            cmdline: if opts.qmp_port.is_some() {
+                "panic=0".to_owned()
+            } else {
+                String::new()
+            },
         };
         // The guest's /mnt/out, read while it runs (step results) and kept after a failed run
         // for its logs, and after a good run for its figures.
@@ -454,6 +483,7 @@ impl RealNode {
         let guest = Guest::boot_in(payload.path(), guest_opts, out_for_guest);
         Ok(RealNode {
             started: guest.started,
+            name: opts.name,
             payload,
             guest: Some(guest),
             out: out_dir,
@@ -467,7 +497,10 @@ impl RealNode {
         let p = self.payload.path();
         fs::write(p.join("ca.crt"), cp.ca_pem())?;
         fs::write(p.join("apiserver-port"), cp.port().to_string())?;
-        let kc = cp.user_kubeconfig(&format!("system:node:{NODE}"), Some("system:nodes"))?;
+        let kc = cp.user_kubeconfig(
+            &format!("system:node:{}", self.name),
+            Some("system:nodes"),
+        )?;
         let text = fs::read_to_string(&kc)?.replace(cp.server(), &cp.guest_server());
         // Renamed into place: the guest waits for the name and must never read half a file.
         fs::write(p.join(".kubelet.conf"), text)?;

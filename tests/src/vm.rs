@@ -56,6 +56,10 @@ pub struct GuestOptions {
     pub timeout: Duration,
     /// Which of the image's kernels boots.
     pub kernel: GuestKernel,
+    /// A QMP socket on the host's 127.0.0.1 at this port, for a fence device (`fence_qmp`). The
+    /// guest then boots without `-no-reboot`: a reset restarts the machine, as a power cycle
+    /// does, where it would otherwise end qemu.
+    pub qmp_port: Option<u16>,
 }
 
 /// The kernels of the guest image (`cargo xtask build guest-image`): the same bookworm user
@@ -101,6 +105,7 @@ impl Default for GuestOptions {
             cmdline: String::new(),
             timeout: Duration::from_secs(420),
             kernel: GuestKernel::default(),
+            qmp_port: None,
         }
     }
 }
@@ -174,13 +179,7 @@ fn qemu_command(
             "-m",
             &opts.memory_mib.to_string(),
         ])
-        .args([
-            "-nographic",
-            "-no-reboot",
-            "-nodefaults",
-            "-serial",
-            "stdio",
-        ])
+        .args(["-nographic", "-nodefaults", "-serial", "stdio"])
         .arg("-kernel")
         .arg(image.join(opts.kernel.files().0))
         .arg("-initrd")
@@ -213,8 +212,12 @@ fn qemu_command(
             "-device",
             "virtio-net-pci,netdev=n0",
         ])
-        .stdin(Stdio::null())
-        .stdout(console.try_clone()?)
+        .stdin(Stdio::null());
+    match opts.qmp_port {
+        Some(port) => cmd.args(["-qmp", &format!("tcp:127.0.0.1:{port},server=on,wait=off")]),
+        None => cmd.arg("-no-reboot"),
+    };
+    cmd.stdout(console.try_clone()?)
         .stderr(console);
     // The guest dies with the thread that waits for it: a test that fails (and exits) never
     // leaves a guest running, holding the VM lock and two cores.
@@ -428,7 +431,7 @@ pub const SHELL_HELPERS: &str = shell_helpers!();
 /// The start of a guest entry script: bash, `set -u`, everything into `/mnt/out/entry.log`, and
 /// the [`SHELL_HELPERS`].
 pub const ENTRY_PRELUDE: &str = concat!(
-    "#!/bin/bash\nset -u\nexec >/mnt/out/entry.log 2>&1\n",
+    "#!/bin/bash\nset -u\nexec >>/mnt/out/entry.log 2>&1\n",
     shell_helpers!(),
     r#"# The entry starts once systemd-networkd runs, not at network-online (seconds of boot under
 # emulation): the address and the route to the host come a moment later.

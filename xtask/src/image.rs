@@ -35,7 +35,8 @@ pub enum Which {
     /// The agent: `node-monitor` and its shared libraries.
     NodeMonitor,
     /// remediate: `node-monitor-remediate` and its shared libraries (no eBPF object, aya or zbus),
-    /// without fence agents (deploy/remediate/Dockerfile.fence-agents adds ClusterLabs').
+    /// with the QMP fence agent `fence_qmp` and without ClusterLabs' fence agents
+    /// (deploy/remediate/Dockerfile.fence-agents adds those).
     NodeMonitorRemediate,
     /// The real-node tier's workload: `nm-workload`, `nm-memhog`, `nm-reboot-caller` and their
     /// libraries.
@@ -181,7 +182,12 @@ fn spec(args: &ImageArgs, mtime: u64) -> Result<(&'static str, oci::Image)> {
             ("node-monitor", image)
         }
         Which::NodeMonitorRemediate => {
-            let bins = binaries(args, "node-monitor-remediate", &["node-monitor-remediate"])?;
+            // With the QMP fence agent for QEMU machines (`fence_qmp`, docs/remediate.md).
+            let bins = binaries(
+                args,
+                "node-monitor-remediate",
+                &["node-monitor-remediate", "fence_qmp"],
+            )?;
             // The Deployment runs it as a non-root user with every capability dropped.
             let mut image = base(
                 REMEDIATE_IMAGE,

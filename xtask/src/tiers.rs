@@ -266,7 +266,8 @@ fn lint() -> Result<()> {
 }
 
 /// The real-node tier's image archives: pause (the node's own static binary), the workload
-/// (debug build) and the agent.
+/// (debug build), the agent, and remediate with its QMP fence agent (debug build, for the failover
+/// pair).
 fn images() -> Result<()> {
     image::image(&ImageArgs {
         which: Which::Pause,
@@ -277,6 +278,13 @@ fn images() -> Result<()> {
     })?;
     image::image(&ImageArgs {
         which: Which::Workload,
+        profile: Profile::Debug,
+        binary: vec![],
+        name: None,
+        out: None,
+    })?;
+    image::image(&ImageArgs {
+        which: Which::NodeMonitorRemediate,
         profile: Profile::Debug,
         binary: vec![],
         name: None,

@@ -154,13 +154,18 @@ pub async fn guest_step(node: &mut RealNode, what: &str, script: &str, limit: Du
 
 /// The agent's Ready pod on the node.
 pub async fn agent_pod(client: &Client) -> Option<Pod> {
+    agent_pod_on(client, NODE).await
+}
+
+/// The agent's Ready pod on the node `node`.
+pub async fn agent_pod_on(client: &Client, node: &str) -> Option<Pod> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), AGENT_NS);
     let list = pods
         .list(&ListParams::default().labels("app.kubernetes.io/name=node-monitor"))
         .await
         .ok()?;
     list.items.into_iter().find(|p| {
-        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE)
+        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
             && p.status
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())

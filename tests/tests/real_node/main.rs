@@ -3,6 +3,7 @@
 //! node-monitor-tests --test real_node`); each module is one concern, run alone with a filter (`--
 //! real_node::`).
 mod real_node;
+mod real_node_failover;
 mod real_node_helm;
 mod real_node_predict;
 mod real_node_probes;

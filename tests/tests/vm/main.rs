@@ -2,4 +2,5 @@
 //! and systemd-logind (the kernel matrix is the real-node tier's, one kernel per boot). One test binary for the tier (`cargo test -p node-monitor-tests --test vm`);
 //! each module is one concern, run alone with a filter (`-- vm_shutdown::`).
 mod vm_cgroup2;
+mod vm_fence_qmp;
 mod vm_shutdown;

@@ -491,6 +491,7 @@ async fn boot(c: Contender, args: &Args, bins: &Path, logs: &Path) -> BootResult
             cmdline: String::new(),
             timeout: Duration::from_secs(cap),
             kernel: GuestKernel::default(),
+            qmp_port: None,
         };
         let guest = Guest::boot(payload.path(), opts);
         let cp = ControlPlane::start(ControlPlaneOptions::default())
