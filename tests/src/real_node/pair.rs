@@ -22,7 +22,7 @@ use node_monitor_remediate::fence_qmp;
 
 use super::{
     RealNode, RealNodeOptions,
-    scenario::{AGENT_NS, agent_pod_on, fail, node_ready, until},
+    scenario::{AGENT_NS, agent_pod_on, helm_install, node_ready, until},
 };
 use crate::control_plane::{ControlPlane, ControlPlaneOptions};
 
@@ -44,6 +44,14 @@ pub struct Pair {
 }
 
 impl Pair {
+    /// The node named `name`, to step.
+    pub fn node_mut(&mut self, name: &str) -> &mut RealNode {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("no node {name} in the pair"))
+    }
+
     /// The node named `name`.
     pub fn node(&self, name: &str) -> &RealNode {
         self.nodes
@@ -126,24 +134,28 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// Boots both nodes, starts the control plane (NodeRestriction, kube-scheduler), joins them and
-/// installs the chart with remediate and `helm_set`; returns once both agents and both
-/// remediate replicas are Ready.
-pub async fn boot_pair(memory_mib: u32, helm_set: &[&str]) -> Pair {
+/// Boots both nodes as `options` say (their names, QMP sockets and remediate's image are the
+/// pair's), starts the control plane (NodeRestriction, kube-scheduler), joins them and runs
+/// `helm install` of the chart with remediate, `helm_set` and the agent's configuration
+/// `agent_config` (the chart's `config` value); returns once both nodes are Ready, the release
+/// installed ([`Pair::installed`] waits for its pods).
+pub async fn boot_pair(
+    options: [RealNodeOptions; 2],
+    helm_set: &[&str],
+    agent_config: Option<&str>,
+) -> Pair {
     let started = Instant::now();
     let qmp_ports: Vec<u16> = NODES.iter().map(|_| free_port()).collect();
-    let nodes: Vec<RealNode> = NODES
-        .iter()
-        .zip(&qmp_ports)
-        .map(|(name, port)| {
+    let nodes: Vec<RealNode> = options
+        .into_iter()
+        .zip(NODES.iter().zip(&qmp_ports))
+        .map(|(opts, (name, port))| {
             RealNode::boot(&RealNodeOptions {
                 name,
-                memory_mib,
-                cpus: 1,
                 qmp_port: Some(*port),
                 extra_images: &[REMEDIATE_IMAGE],
                 timeout: Duration::from_secs(1800),
-                ..RealNodeOptions::default()
+                ..opts
             })
             .expect("real node payload and boot")
         })
@@ -156,10 +168,15 @@ pub async fn boot_pair(memory_mib: u32, helm_set: &[&str]) -> Pair {
     .await
     .expect("control plane");
     let client = cp.client();
+    // `node-monitor trace` in the guests names pods through the API.
+    let admin = std::fs::read(cp.guest_kubeconfig_path()).expect("guest kubeconfig");
     for n in &nodes {
         n.join(&cp).expect("node credentials");
+        n.put("admin.kubeconfig", &admin).expect("admin kubeconfig");
+        n.put_file("node-monitor", &crate::e2e::binary("node-monitor"))
+            .expect("node-monitor binary");
     }
-    let mut pair = Pair {
+    let pair = Pair {
         cp,
         client,
         nodes,
@@ -183,63 +200,50 @@ pub async fn boot_pair(memory_mib: u32, helm_set: &[&str]) -> Pair {
             started.elapsed().as_secs_f64()
         );
     }
-    install(&mut pair, helm_set).await;
-    pair
-}
-
-/// `helm install` with remediate, then the fence configuration; waits for the pods.
-async fn install(pair: &mut Pair, helm_set: &[&str]) {
-    let chart = crate::helm::chart_dir().to_string_lossy().into_owned();
-    let mut args = vec![
-        "install",
-        crate::helm::RELEASE,
-        chart.as_str(),
-        "--create-namespace",
-        "--timeout",
-        "120s",
-        "--set",
-        "remediate.enabled=true",
-    ];
-    for s in helm_set {
-        args.extend(["--set", s]);
-    }
-    if let Err(e) = crate::helm::release(pair.cp.kubeconfig_path(), &args) {
-        fail(pair.witness(), &format!("helm install {args:?}: {e:#}"));
-    }
+    let mut set = vec!["remediate.enabled=true"];
+    set.extend_from_slice(helm_set);
+    helm_install(&pair.cp, &set, agent_config);
     let cms: Api<ConfigMap> = Api::namespaced(pair.client.clone(), AGENT_NS);
     for cm in fence_config(&pair.qmp_ports) {
         cms.create(&PostParams::default(), &cm)
             .await
             .unwrap_or_else(|e| panic!("create {:?}: {e}", cm.metadata.name));
     }
-    for name in NODES {
-        let client = pair.client.clone();
+    pair
+}
+
+impl Pair {
+    /// Waits until both agents and both remediate replicas are Ready.
+    pub async fn installed(&self) {
+        for name in NODES {
+            let client = self.client.clone();
+            until(
+                self.node(name),
+                &format!("node-monitor's pod Ready on {name}"),
+                Duration::from_secs(600),
+                || agent_pod_on(&client, name),
+            )
+            .await;
+        }
+        let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), AGENT_NS);
         until(
-            pair.node(name),
-            &format!("node-monitor's pod Ready on {name}"),
+            self.witness(),
+            "both remediate replicas Ready",
             Duration::from_secs(600),
-            || agent_pod_on(&client, name),
+            || {
+                let deployments = deployments.clone();
+                async move {
+                    let d = deployments.get("node-monitor-remediate").await.ok()?;
+                    (d.status?.ready_replicas? == 2).then_some(())
+                }
+            },
         )
         .await;
+        eprintln!(
+            "failover pair: node-monitor and remediate Ready {:.1} s after boot",
+            self.started.elapsed().as_secs_f64()
+        );
     }
-    let deployments: Api<Deployment> = Api::namespaced(pair.client.clone(), AGENT_NS);
-    until(
-        pair.witness(),
-        "both remediate replicas Ready",
-        Duration::from_secs(600),
-        || {
-            let deployments = deployments.clone();
-            async move {
-                let d = deployments.get("node-monitor-remediate").await.ok()?;
-                (d.status?.ready_replicas? == 2).then_some(())
-            }
-        },
-    )
-    .await;
-    eprintln!(
-        "failover pair: node-monitor and remediate Ready {:.1} s after boot",
-        pair.started.elapsed().as_secs_f64()
-    );
 }
 
 #[cfg(test)]

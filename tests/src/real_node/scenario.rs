@@ -394,7 +394,7 @@ async fn install_once(
 
 /// `helm install` of the chart with `set` and the agent's configuration `agent_config` (the
 /// chart's `config` value), into a namespace helm creates.
-fn helm_install(cp: &ControlPlane, set: &[&str], agent_config: Option<&str>) {
+pub fn helm_install(cp: &ControlPlane, set: &[&str], agent_config: Option<&str>) {
     let chart = crate::helm::chart_dir().to_string_lossy().into_owned();
     let values = agent_config.map(|c| crate::helm::config_values(c).expect("values file"));
     let values_path = values

@@ -55,9 +55,9 @@ const MI: f64 = 1024.0 * 1024.0;
 /// as shipped (the kubelet's 100Mi, predictive eviction on).
 const AGENT_THRESHOLD: &str = "500Mi";
 /// [`AGENT_THRESHOLD`] in MiB.
-const AGENT_MIB: u64 = 500;
+pub(crate) const AGENT_MIB: u64 = 500;
 
-fn agent_config(dry_run: bool) -> String {
+pub(crate) fn agent_config(dry_run: bool) -> String {
     format!(
         "evictionHard:\n  memory.available: \"{AGENT_THRESHOLD}\"\n  nodefs.available: \"10%\"\n  \
          nodefs.inodesFree: \"5%\"\n  imagefs.available: \"15%\"\n  imagefs.inodesFree: \"5%\"\n\
@@ -817,7 +817,7 @@ async fn agent_footprint(node: &mut RealNode, agent: &Pod) {
 /// The kubelet's thresholds for the ranking comparison: its defaults with `memory.available` at
 /// node-monitor's level, so both act on the same pressure (setting one hard threshold drops the
 /// other defaults, so all are given).
-const KUBELET_SAME_THRESHOLDS: &str = "evictionHard:\n  memory.available: \"500Mi\"\n  \
+pub(crate) const KUBELET_SAME_THRESHOLDS: &str = "evictionHard:\n  memory.available: \"500Mi\"\n  \
      nodefs.available: \"10%\"\n  nodefs.inodesFree: \"5%\"\n  imagefs.available: \"15%\"\n";
 
 /// Events with `reason` on pods of the test namespace, oldest first: (pod, reporting component).
@@ -858,32 +858,18 @@ async fn events_with_reason(client: &Client, reason: &str) -> Vec<(String, Strin
 /// chain, not on usage alone: a low-priority BestEffort pod holding 200 MiB and a Burstable pod
 /// climbing far past its request both exceed their requests; priority ranks the BestEffort pod
 /// first although the climber uses more (pkg/kubelet/eviction/helpers.go `rankMemoryPressure`).
-/// node-monitor is installed from the Helm chart here by a real `helm install`, with
-/// `distribution=kind` and nothing else about the layout; the boot ends with the rest of the
-/// Helm lifecycle, run by helm (`real_node_helm.rs`: test, upgrade, rollback, uninstall).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
+/// Run on the failover pair's kind node (`real_node_failover.rs`), whose kubelet has
+/// [`KUBELET_SAME_THRESHOLDS`] and whose agent [`agent_config`]`(true)`, installed by a real
+/// `helm install` with `distribution=kind` and nothing else about the layout; the pods are bound
+/// to `node`.
+pub(crate) async fn the_kubelet_and_node_monitor_rank_the_same_pod_first(
+    client: &Client,
+    node: &mut RealNode,
+    agent: &Pod,
+    agent_ip: &str,
+) {
     // On kind's node layout: the kubelet's `cgroupRoot: /kubelet` with the systemd driver, so
-    // the pods live under kubelet.slice/kubelet-kubepods.slice; the chart installed with its
-    // documented `distribution=kind` and nothing else about the layout.
-    let Installed {
-        cp,
-        client,
-        mut node,
-        agent,
-        agent_ip,
-    } = install_from(
-        // A real `helm install` (the lifecycle that follows is helm's too).
-        Manifests::HelmRelease(&["distribution=kind"]),
-        Some(&agent_config(true)),
-        &RealNodeOptions {
-            kubelet_config_extra: KUBELET_SAME_THRESHOLDS.to_owned(),
-            layout: NodeLayout::Kind,
-            kernel: GuestKernel::Bullseye,
-            ..RealNodeOptions::default()
-        },
-    )
-    .await;
+    // the pods live under kubelet.slice/kubelet-kubepods.slice.
     let args = agent
         .spec
         .as_ref()
@@ -913,20 +899,18 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
         "low-steady",
         &["/usr/local/bin/nm-workload", "--hold", "200Mi"],
     )
+    .node(node.name)
     .priority_class("nm-low")
     .build();
-    create_running(&client, &node, low).await;
-    create_running(
-        &client,
-        &node,
-        pod(
-            "database",
-            &["/usr/local/bin/nm-workload", "--hold", "64Mi"],
-            Some(("96Mi", "96Mi")),
-        ),
-    )
-    .await;
-    kind_layout_seen(&mut node, &agent_ip).await;
+    create_running(client, node, low).await;
+    let mut database = pod(
+        "database",
+        &["/usr/local/bin/nm-workload", "--hold", "64Mi"],
+        Some(("96Mi", "96Mi")),
+    );
+    database.spec.as_mut().expect("spec").node_name = Some(node.name.to_owned());
+    create_running(client, node, database).await;
+    kind_layout_seen(node, agent_ip).await;
     let climber = workload(
         "climber",
         &[
@@ -939,14 +923,15 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
             "1s",
         ],
     )
+    .node(node.name)
     // Burstable: a request and no limit.
     .memory("64Mi", None)
     .build();
     let started = Instant::now();
-    create_running(&client, &node, climber).await;
+    create_running(client, node, climber).await;
 
     let kubelet_first = until(
-        &node,
+        node,
         "the kubelet's first eviction",
         Duration::from_secs(420),
         || {
@@ -962,7 +947,7 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
     )
     .await;
     let kubelet_after = started.elapsed();
-    let ours = events_with_reason(&client, "EvictionDryRun").await;
+    let ours = events_with_reason(client, "EvictionDryRun").await;
     let ours_first = ours
         .iter()
         .find(|(_, by)| by == "node-monitor")
@@ -982,11 +967,11 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
         "node-monitor's first choice is the kubelet's"
     );
     assert!(
-        evictions_of(&client, "database").await.is_empty(),
+        evictions_of(client, "database").await.is_empty(),
         "neither evicts the Guaranteed pod"
     );
     assert!(
-        !events_with_reason(&client, "Evicted")
+        !events_with_reason(client, "Evicted")
             .await
             .iter()
             .any(|(_, by)| by == "node-monitor"),
@@ -1001,18 +986,11 @@ async fn the_kubelet_and_node_monitor_rank_the_same_pod_first() {
             &kube::api::DeleteParams::default().grace_period(0),
         )
         .await;
-    until(&node, "the climber gone", Duration::from_secs(180), || {
+    until(node, "the climber gone", Duration::from_secs(180), || {
         let pods = pods.clone();
         async move { pods.get_opt("climber").await.ok()?.is_none().then_some(()) }
     })
     .await;
-    crate::real_node_helm::helm_lifecycle(&cp, &client, &mut node, AGENT_MIB).await;
-    crate::real_node_probes::the_kernel_probes_on_this_nodes_kernel(
-        &mut node,
-        GuestKernel::Bullseye,
-    )
-    .await;
-    node.finish().await.expect("guest run");
 }
 
 /// On kind's layout the agent reads every pod from kubelet.slice/kubelet-kubepods.slice, found

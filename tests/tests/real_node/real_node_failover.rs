@@ -1,5 +1,5 @@
 //! Failover on two real nodes (`node_monitor_tests::real_node::pair`): a node that loses power is
-//! found dead by remediate as shipped, fenced through its machine's QMP socket by `fence_qmp`
+//! found dead by remediate as shipped (installed by `helm install` with `remediate.enabled`), fenced through its machine's QMP socket by `fence_qmp`
 //! from remediate's image (off, confirmed off, on), its workload released with the out-of-service
 //! taint, and its Deployment and StatefulSet pods run Ready on the other node; the node boots
 //! again, rejoins, recovers and loses the taint.
@@ -16,13 +16,16 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client,
-    api::{DynamicObject, ListParams, PostParams},
+    api::{DeleteParams, DynamicObject, ListParams, PostParams},
 };
 use node_monitor_remediate::store::{node_fence_name, node_fence_resource};
-use node_monitor_tests::real_node::{
-    WORKLOAD_IMAGE,
-    pair::{NODES, Pair, boot_pair},
-    scenario::{fail, node_ready},
+use node_monitor_tests::{
+    real_node::{
+        NodeLayout, RealNodeOptions, WORKLOAD_IMAGE,
+        pair::{NODES, Pair, boot_pair},
+        scenario::{agent_pod_on, fail, node_ready, until},
+    },
+    vm::GuestKernel,
 };
 use serde_json::json;
 
@@ -198,19 +201,19 @@ async fn watch_failover(pair: &Pair, t0: Instant) -> Seen {
     seen
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_that_loses_power_is_fenced_through_qmp_and_its_pods_run_on_the_other_node() {
-    let pair = boot_pair(1536, &[]).await;
-    let client = pair.client.clone();
+/// The power loss of [`DEAD`], with its Deployment and StatefulSet pods on it
+/// ([`create_workloads`]), up to both pods running Ready on [`OTHER`]; returns the time of the
+/// power loss and the node's boot ID before.
+async fn power_loss(pair: &Pair) -> (Instant, String) {
+    let client = &pair.client;
     let nodes: Api<Node> = Api::all(client.clone());
-    create_workloads(&client).await;
     let mut before = Vec::new();
     for app in ["web", "db"] {
-        let (uid, node) = node_monitor_tests::real_node::scenario::until(
+        let (uid, node) = until(
             pair.node(DEAD),
             &format!("{app} Ready"),
             Duration::from_secs(300),
-            || ready_pod(&client, app),
+            || ready_pod(client, app),
         )
         .await;
         assert_eq!(node, DEAD, "{app} runs on the node that will die");
@@ -218,10 +221,9 @@ async fn a_node_that_loses_power_is_fenced_through_qmp_and_its_pods_run_on_the_o
     }
     let boot_before = boot_id(&nodes.get(DEAD).await.expect("node"));
 
-    // --- the power loss: the machine's CPUs stop -------------------------------------------------
     let t0 = Instant::now();
     pair.qmp(DEAD, "stop").expect("QMP stop");
-    let seen = watch_failover(&pair, t0).await;
+    let seen = watch_failover(pair, t0).await;
     eprintln!(
         "failover (power loss, agent's liveness Lease, fence_qmp): detected {:.1} s, fence \
          confirmed {:.1} s, out-of-service taint {:.1} s, Deployment pod Ready elsewhere {:.1} s, \
@@ -233,18 +235,30 @@ async fn a_node_that_loses_power_is_fenced_through_qmp_and_its_pods_run_on_the_o
         seen.stateful.unwrap_or_default()
     );
     for (app, old) in ["web", "db"].iter().zip(&before) {
-        let (uid, _) = ready_pod(&client, app).await.expect("Ready pod");
+        let (uid, _) = ready_pod(client, app).await.expect("Ready pod");
         assert_ne!(&uid, old, "{app}: a new pod runs on {OTHER}");
     }
+    // Gone before the ranking on the other node, whose pressure they would take part in.
+    let _ = Api::<Deployment>::namespaced(client.clone(), NS)
+        .delete("web", &DeleteParams::default())
+        .await;
+    let _ = Api::<StatefulSet>::namespaced(client.clone(), NS)
+        .delete("db", &DeleteParams::default())
+        .await;
+    (t0, boot_before)
+}
 
-    // --- the fence device powered the node off and on: it boots again and recovers ---------------
-    let back = node_monitor_tests::real_node::scenario::until(
+/// The fence device powered [`DEAD`] off and on: it boots again, rejoins, recovers, and the
+/// operation is forgotten.
+async fn recovered(pair: &Pair, t0: Instant, boot_before: &str) {
+    let client = &pair.client;
+    let nodes: Api<Node> = Api::all(client.clone());
+    until(
         pair.node(OTHER),
         &format!("{DEAD} back Ready on a new boot, without the out-of-service taint"),
         Duration::from_secs(600),
         || {
             let nodes = nodes.clone();
-            let boot_before = boot_before.clone();
             async move {
                 let n = nodes.get(DEAD).await.ok()?;
                 (node_ready(&n) && boot_id(&n) != boot_before && !has_out_of_service_taint(&n))
@@ -253,7 +267,6 @@ async fn a_node_that_loses_power_is_fenced_through_qmp_and_its_pods_run_on_the_o
         },
     )
     .await;
-    let () = back;
     eprintln!(
         "failover: {DEAD} back Ready, recovered, taint removed {:.1} s after the power loss",
         t0.elapsed().as_secs_f64()
@@ -263,7 +276,7 @@ async fn a_node_that_loses_power_is_fenced_through_qmp_and_its_pods_run_on_the_o
         json!(true),
         "the machine runs again"
     );
-    let reasons = node_event_reasons(&client, DEAD).await;
+    let reasons = node_event_reasons(client, DEAD).await;
     for reason in ["FencingConfirmed", "NodeReleased", "NodeRecovered"] {
         assert!(
             reasons.iter().any(|r| r == reason),
@@ -271,30 +284,83 @@ async fn a_node_that_loses_power_is_fenced_through_qmp_and_its_pods_run_on_the_o
         );
     }
     let fences: Api<DynamicObject> = Api::all_with(client.clone(), &node_fence_resource());
-    node_monitor_tests::real_node::scenario::until(
+    until(
         pair.node(OTHER),
         "the operation forgotten",
         Duration::from_secs(120),
         || {
             let fences = fences.clone();
             async move {
-                fences
-                    .get_opt(&node_fence_name(DEAD))
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_none()
-                    .then_some(())
+                let gone = fences.get_opt(&node_fence_name(DEAD)).await.ok()?.is_none();
+                gone.then_some(())
             }
         },
     )
     .await;
-    eprintln!(
-        "failover pair: whole run {:.1} s",
-        pair.started.elapsed().as_secs_f64()
-    );
-    let Pair { nodes: guests, .. } = pair;
-    for g in guests {
+}
+
+/// The pair's one boot: [`DEAD`] on kubeadm's layout and bookworm's 6.1, [`OTHER`] on kind's
+/// layout and bullseye's 5.10 with the kubelet at the ranking's thresholds; node-monitor and
+/// remediate installed by a real `helm install` (`distribution=kind`, the agent in dry run at the
+/// ranking's thresholds). In order: the power loss and the failover; the ranking parity on the
+/// kind node while the dead node boots again after its power cycle; its recovery; the Helm
+/// lifecycle (`real_node_helm.rs`) and the kernel probes on the kind node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_loses_power_is_fenced_through_qmp_and_released_beside_a_kind_node() {
+    let config = crate::real_node::agent_config(true);
+    let mut pair = boot_pair(
+        [
+            // Two guests on the machine's two cores: the node that dies idles until it does, the
+            // kind node carries the scenarios.
+            RealNodeOptions {
+                memory_mib: 1536,
+                cpus: 1,
+                ..RealNodeOptions::default()
+            },
+            RealNodeOptions {
+                kubelet_config_extra: crate::real_node::KUBELET_SAME_THRESHOLDS.to_owned(),
+                layout: NodeLayout::Kind,
+                kernel: GuestKernel::Bullseye,
+                ..RealNodeOptions::default()
+            },
+        ],
+        &["distribution=kind"],
+        Some(&config),
+    )
+    .await;
+    create_workloads(&pair.client).await;
+    pair.installed().await;
+    let (t0, boot_before) = power_loss(&pair).await;
+
+    let client = pair.client.clone();
+    let agent = agent_pod_on(&client, OTHER)
+        .await
+        .unwrap_or_else(|| fail(pair.node(OTHER), "no Ready agent pod on the kind node"));
+    let agent_ip = agent
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("agent pod IP");
+    crate::real_node::the_kubelet_and_node_monitor_rank_the_same_pod_first(
+        &client,
+        pair.node_mut(OTHER),
+        &agent,
+        &agent_ip,
+    )
+    .await;
+    recovered(&pair, t0, &boot_before).await;
+
+    let cp_client = pair.client.clone();
+    let Pair { cp, mut nodes, .. } = pair;
+    let other = nodes
+        .iter_mut()
+        .find(|n| n.name == OTHER)
+        .expect("the kind node");
+    crate::real_node_helm::helm_lifecycle(&cp, &cp_client, other, crate::real_node::AGENT_MIB)
+        .await;
+    crate::real_node_probes::the_kernel_probes_on_this_nodes_kernel(other, GuestKernel::Bullseye)
+        .await;
+    for g in nodes {
         let name = g.name;
         let run = g.finish().await.expect("guest run");
         eprintln!("failover pair: {name} ran {:.1} s", run.elapsed.as_secs_f64());

@@ -4,8 +4,8 @@
 //! the agent's pod is replaced and the new one runs with it; `helm rollback` to the first
 //! revision, and the pod rolls back; `helm uninstall`, whose post-delete hook runs in the guest
 //! and removes every node-monitor mark from the Node, and after which the hook's own account is
-//! gone too. The last phase of the ranking scenario on kind's layout (`real_node.rs`), whose
-//! boot it shares.
+//! gone too. The last phase of the failover pair's boot (`real_node_failover.rs`), on its kind
+//! node, after the ranking scenario (`real_node.rs`).
 use std::time::Duration;
 
 use k8s_openapi::api::{
@@ -19,8 +19,8 @@ use node_monitor_tests::{
     control_plane::ControlPlane,
     helm, metrics,
     real_node::{
-        NODE, RealNode,
-        scenario::{AGENT_NS, agent_pod, fail, until},
+        RealNode,
+        scenario::{AGENT_NS, agent_pod_on, fail, until},
     },
 };
 
@@ -64,7 +64,7 @@ async fn replaced(node: &RealNode, client: &Client, old: &str, what: &str) -> Po
     until(node, what, Duration::from_secs(420), || {
         let client = client.clone();
         async move {
-            agent_pod(&client)
+            agent_pod_on(&client, node.name)
                 .await
                 .filter(|p| p.metadata.uid.as_deref() != Some(old))
         }
@@ -110,6 +110,7 @@ pub async fn helm_lifecycle(
     let nodes: Api<Node> = Api::all(client.clone());
     let chart = helm::chart_dir().to_string_lossy().into_owned();
     const MI: f64 = 1024.0 * 1024.0;
+    let name = node.name;
 
     // Marks for the uninstall to remove: the agent has published its conditions and guarantees.
     let before = until(
@@ -119,7 +120,7 @@ pub async fn helm_lifecycle(
         || {
             let nodes = nodes.clone();
             async move {
-                let m = marks(&nodes.get(NODE).await.ok()?);
+                let m = marks(&nodes.get(name).await.ok()?);
                 (!m.is_empty()).then_some(m)
             }
         },
@@ -130,7 +131,7 @@ pub async fn helm_lifecycle(
     // often on a node the ranking left with the kubelet's memory-pressure taint (its 5-minute
     // transition period), which the pod tolerates.
     let taints: Vec<String> = nodes
-        .get(NODE)
+        .get(node.name)
         .await
         .ok()
         .and_then(|n| n.spec?.taints)
@@ -168,7 +169,7 @@ the test pod's status: {status:?}"
 
     // helm upgrade with a changed threshold: the ConfigMap's checksum rolls the pod, and the new
     // pod runs with the new threshold.
-    let first = agent_pod(client)
+    let first = agent_pod_on(client, node.name)
         .await
         .unwrap_or_else(|| fail(node, "no Ready agent pod before the upgrade"));
     let upgraded_mib = installed_mib - 50;
@@ -230,7 +231,7 @@ the test pod's status: {status:?}"
     // helm uninstall: the release goes, the post-delete hook's Job runs in the guest and removes
     // every mark, and helm deletes the hook's Job and account once it succeeded.
     helm_release(node, cp, &["uninstall", helm::RELEASE, "--timeout", "300s"]);
-    let left = marks(&nodes.get(NODE).await.expect("the Node"));
+    let left = marks(&nodes.get(name).await.expect("the Node"));
     assert!(
         left.is_empty(),
         "node-monitor's marks left on the Node after uninstall: {left:?} (before: {before:?})"
