@@ -4,7 +4,7 @@
 //! reason (docs/compatibility.md, "Kernels"; docs/kernel-probes.md, "Kernel compatibility").
 //!
 //! A guest step ([`step_script`]) run at the end of each real-node boot, one per kernel of the
-//! matrix (bookworm's 6.1 on the kubeadm node, bullseye's 5.10 on the kind node, bookworm-backports'
+//! matrix (bookworm's 6.1 on the kubeadm node, bullseye's 5.10 on the failover pair's kind node, bookworm-backports'
 //! 6.12 on the k3s node): the boots are shared, and the probes meet the node's real kubelet,
 //! containerd and node-monitor's own pod beside them. Its files go to the guest's
 //! `/mnt/out/probes/`; [`check`] reads them.

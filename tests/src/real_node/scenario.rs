@@ -190,10 +190,6 @@ pub enum Manifests<'a> {
     /// `helm template` of deploy/helm/node-monitor with these `--set` values, without the hooks
     /// and test pods (`helm install` creates them only on uninstall and for `helm test`).
     Helm(&'a [&'a str]),
-    /// `helm install` of deploy/helm/node-monitor as the release [`crate::helm::RELEASE`], with
-    /// these `--set` values and `--create-namespace`; the agent's configuration, when given,
-    /// goes in as the chart's `config` value.
-    HelmRelease(&'a [&'a str]),
 }
 
 /// Boots the node as `options` say, starts the control plane
@@ -324,42 +320,35 @@ async fn install_once(
         info.kubelet_version
     );
 
-    // Rendered and applied here, or installed by helm itself.
-    let rendered = match manifests_source {
-        Manifests::Kustomize(kustomization) => Some(
+    // Rendered and applied here.
+    let mut objects = match manifests_source {
+        Manifests::Kustomize(kustomization) => {
             manifests::render(&manifests::kustomize_dir(kustomization))
-                .unwrap_or_else(|e| panic!("render {kustomization}: {e:#}")),
-        ),
-        Manifests::Helm(set) => Some(
-            crate::helm::template(set)
-                .unwrap_or_else(|e| panic!("helm template {set:?}: {e:#}"))
-                .into_iter()
-                .filter(|m| {
-                    m.object["metadata"]["annotations"]
-                        .get("helm.sh/hook")
-                        .is_none()
-                })
-                .collect(),
-        ),
-        Manifests::HelmRelease(set) => {
-            helm_install(&cp, set, agent_config);
-            None
+                .unwrap_or_else(|e| panic!("render {kustomization}: {e:#}"))
         }
+        Manifests::Helm(set) => crate::helm::template(set)
+            .unwrap_or_else(|e| panic!("helm template {set:?}: {e:#}"))
+            .into_iter()
+            .filter(|m| {
+                m.object["metadata"]["annotations"]
+                    .get("helm.sh/hook")
+                    .is_none()
+            })
+            .collect(),
     };
-    if let Some(mut objects) = rendered {
-        if let Some(config) = agent_config {
-            let cm = objects
-                .iter_mut()
-                .find(|m: &&mut manifests::Manifest| {
-                    m.kind() == "ConfigMap" && m.name() == "node-monitor-config"
-                })
-                .expect("the kustomization has the agent's ConfigMap");
-            cm.object["data"]["config.yaml"] = Value::String(config.to_owned());
-        }
-        manifests::apply(&client, &objects)
-            .await
-            .unwrap_or_else(|e| panic!("apply {manifests_source:?}: {e:#}"));
+    if let Some(config) = agent_config {
+        let cm = objects
+            .iter_mut()
+            .find(|m: &&mut manifests::Manifest| {
+                m.kind() == "ConfigMap" && m.name() == "node-monitor-config"
+            })
+            .expect("the kustomization has the agent's ConfigMap");
+        cm.object["data"]["config.yaml"] = Value::String(config.to_owned());
     }
+    manifests::apply(&client, &objects)
+        .await
+        .unwrap_or_else(|e| panic!("apply {manifests_source:?}: {e:#}"));
+
     let (node, agent) = until_or_stall(
         node,
         "node-monitor's DaemonSet pod Ready on the node",

@@ -1,5 +1,5 @@
 //! The Helm lifecycle, run by helm against the real node (`helm install` by
-//! `scenario::install_from(Manifests::HelmRelease(…))`): `helm test`, whose pod runs the
+//! `node_monitor_tests::real_node::pair::boot_pair`): `helm test`, whose pod runs the
 //! release's image in the guest and passes; `helm upgrade` with a changed threshold, after which
 //! the agent's pod is replaced and the new one runs with it; `helm rollback` to the first
 //! revision, and the pod rolls back; `helm uninstall`, whose post-delete hook runs in the guest

@@ -2,7 +2,7 @@
 //! program's load state, a memcg OOM kill attributed to its pod's cgroup, memcg reclaim stalls
 //! and refused reboot(2) calls, as `node-monitor trace --json` reports them. Run as the last step
 //! before each boot ends (or, on the k3s node, before its power-off): bookworm's 6.1 on the
-//! kubeadm node, bullseye's 5.10 on the kind node, bookworm-backports' 6.12 on the k3s node.
+//! kubeadm node, bullseye's 5.10 on the failover pair's kind node, bookworm-backports' 6.12 on the k3s node.
 use std::time::Duration;
 
 use node_monitor_tests::{
