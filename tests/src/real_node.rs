@@ -368,8 +368,13 @@ systemd-run --unit=containerd -p Delegate=yes -p KillMode=process -p OOMScoreAdj
   -p LimitNOFILE=1048576 -p StandardOutput=append:/mnt/out/containerd.log \
   -p StandardError=append:/mnt/out/containerd.log /usr/local/bin/containerd
 within 120 test -S $SOCK || log "containerd did not start"
+# Imported once: after a reset (a fence device's power cycle) the store on the disk has them.
+mkdir -p /var/lib/nm-imported
 for img in $H/images/*.oci.tar; do
-  ctr --address $SOCK -n k8s.io images import --platform linux/amd64 "$img" >> /mnt/out/import.log 2>&1 || log "import $img failed"
+  done_mark=/var/lib/nm-imported/$(basename "$img")
+  [ -e "$done_mark" ] && continue
+  ctr --address $SOCK -n k8s.io images import --platform linux/amd64 "$img" >> /mnt/out/import.log 2>&1 \
+    && touch "$done_mark" || log "import $img failed"
 done
 ctr --address $SOCK -n k8s.io images ls -q > /mnt/out/images
 log "containerd ready, images imported; uptime $(uptime_s)"

@@ -915,6 +915,9 @@ pub(crate) async fn the_kubelet_and_node_monitor_rank_the_same_pod_first(
         "climber",
         &[
             "/usr/local/bin/nm-workload",
+            // Past its request and the low-priority pod's usage from the start, then climbing.
+            "--hold",
+            "320Mi",
             "--ramp-to",
             "3Gi",
             "--step",
