@@ -53,6 +53,11 @@ pub const IMAGES: [(&str, &str); 3] = [
     ),
     ("node-monitor.oci.tar", "cargo xtask image node-monitor"),
 ];
+/// remediate's image archive (with `fence_qmp`), which the failover pair's nodes import.
+pub const REMEDIATE_IMAGE_ARCHIVE: (&str, &str) = (
+    "node-monitor-remediate.oci.tar",
+    "cargo xtask image node-monitor-remediate",
+);
 /// The workload image's reference (xtask's default).
 pub const WORKLOAD_IMAGE: &str = "node-monitor.local/workload:0.1.0";
 /// containerd's sandbox image (xtask's pause default).
@@ -135,6 +140,7 @@ pub fn image_archive(name: &str) -> Result<PathBuf> {
     if !p.is_file() {
         let how = IMAGES
             .iter()
+            .chain([&REMEDIATE_IMAGE_ARCHIVE])
             .find(|(n, _)| *n == name)
             .map_or("cargo xtask image", |(_, how)| how);
         bail!(
@@ -444,7 +450,11 @@ impl RealNode {
         for b in ["kubelet", "containerd", "ctr", "containerd-shim-runc-v2"] {
             link_or_copy(&bins.join(b), &p.join("bin").join(b))?;
         }
-        for name in IMAGES.iter().map(|(n, _)| *n).chain(opts.extra_images.iter().copied()) {
+        for name in IMAGES
+            .iter()
+            .map(|(n, _)| *n)
+            .chain(opts.extra_images.iter().copied())
+        {
             link_or_copy(&image_archive(name)?, &p.join("images").join(name))?;
         }
         fs::write(
@@ -502,10 +512,7 @@ impl RealNode {
         let p = self.payload.path();
         fs::write(p.join("ca.crt"), cp.ca_pem())?;
         fs::write(p.join("apiserver-port"), cp.port().to_string())?;
-        let kc = cp.user_kubeconfig(
-            &format!("system:node:{}", self.name),
-            Some("system:nodes"),
-        )?;
+        let kc = cp.user_kubeconfig(&format!("system:node:{}", self.name), Some("system:nodes"))?;
         let text = fs::read_to_string(&kc)?.replace(cp.server(), &cp.guest_server());
         // Renamed into place: the guest waits for the name and must never read half a file.
         fs::write(p.join(".kubelet.conf"), text)?;

@@ -217,8 +217,7 @@ fn qemu_command(
         Some(port) => cmd.args(["-qmp", &format!("tcp:127.0.0.1:{port},server=on,wait=off")]),
         None => cmd.arg("-no-reboot"),
     };
-    cmd.stdout(console.try_clone()?)
-        .stderr(console);
+    cmd.stdout(console.try_clone()?).stderr(console);
     // The guest dies with the thread that waits for it: a test that fails (and exits) never
     // leaves a guest running, holding the VM lock and two cores.
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.

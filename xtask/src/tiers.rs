@@ -266,8 +266,8 @@ fn lint() -> Result<()> {
 }
 
 /// The real-node tier's image archives: pause (the node's own static binary), the workload
-/// (debug build), the agent, and remediate with its QMP fence agent (debug build, for the failover
-/// pair).
+/// (debug build), the agent, and remediate with its QMP fence agent for the failover pair (release
+/// builds, as shipped; remediate's after the agent's, whose dependencies it shares).
 fn images() -> Result<()> {
     image::image(&ImageArgs {
         which: Which::Pause,
@@ -284,14 +284,14 @@ fn images() -> Result<()> {
         out: None,
     })?;
     image::image(&ImageArgs {
-        which: Which::NodeMonitorRemediate,
-        profile: Profile::Debug,
+        which: Which::NodeMonitor,
+        profile: Profile::Release,
         binary: vec![],
         name: None,
         out: None,
     })?;
     image::image(&ImageArgs {
-        which: Which::NodeMonitor,
+        which: Which::NodeMonitorRemediate,
         profile: Profile::Release,
         binary: vec![],
         name: None,

@@ -29,7 +29,7 @@ use crate::control_plane::{ControlPlane, ControlPlaneOptions};
 /// The two nodes' names.
 pub const NODES: [&str; 2] = ["nm-a", "nm-b"];
 /// remediate's image archive, which each node imports besides the tier's own.
-pub const REMEDIATE_IMAGE: &str = "node-monitor-remediate.oci.tar";
+pub const REMEDIATE_IMAGE: &str = super::REMEDIATE_IMAGE_ARCHIVE.0;
 /// Where a pod on a guest reaches the host's loopback.
 const HOST_FROM_GUEST: &str = "10.0.2.2";
 
@@ -162,7 +162,12 @@ pub async fn boot_pair(
         .collect();
     let release = super::Release::Current;
     let cp = ControlPlane::start(ControlPlaneOptions {
-        scheduler: Some(release.node_binaries().expect("node binaries").join("kube-scheduler")),
+        scheduler: Some(
+            release
+                .node_binaries()
+                .expect("node binaries")
+                .join("kube-scheduler"),
+        ),
         ..ControlPlaneOptions::default().apiserver_arg("--enable-admission-plugins=NodeRestriction")
     })
     .await
@@ -213,6 +218,22 @@ pub async fn boot_pair(
 }
 
 impl Pair {
+    /// Tells both guests to collect their logs and power off, and waits for both.
+    pub async fn finish(self) {
+        let Pair { nodes, .. } = self;
+        for n in &nodes {
+            n.put("finish", b"").expect("finish flag");
+        }
+        for n in nodes {
+            let name = n.name;
+            let run = n.finish().await.expect("guest run");
+            eprintln!(
+                "failover pair: {name} ran {:.1} s",
+                run.elapsed.as_secs_f64()
+            );
+        }
+    }
+
     /// Waits until both agents and both remediate replicas are Ready.
     pub async fn installed(&self) {
         for name in NODES {
@@ -265,7 +286,12 @@ mod tests {
             "power_management=qmp-off qmp-on\n"
         );
         let off_b = text("fence-method-qmp-off-nm-b");
-        for line in ["node_name=nm-b", "ipport=4002", "action=off", "method_name=qmp-off"] {
+        for line in [
+            "node_name=nm-b",
+            "ipport=4002",
+            "action=off",
+            "method_name=qmp-off",
+        ] {
             assert!(off_b.lines().any(|l| l == line), "{line} in {off_b}");
         }
         assert!(text("fence-method-qmp-on-nm-a").contains("ipport=4001\naction=on"));

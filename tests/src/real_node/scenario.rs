@@ -242,14 +242,14 @@ async fn until_or_stall<T, F, Fut>(
     what: &str,
     limit: Duration,
     check: F,
-) -> Result<(RealNode, T), RealNode>
+) -> Result<(RealNode, T), Box<RealNode>>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
     match poll(&node, limit, check).await {
         Ok(v) => Ok((node, v)),
-        Err(_) if node.stalled().is_some() => Err(node),
+        Err(_) if node.stalled().is_some() => Err(Box::new(node)),
         Err(Gone::Ended) => fail(&node, &format!("the guest ended while waiting for {what}")),
         Err(Gone::Late) => fail(&node, &format!("{what}: not within {limit:?}")),
     }
@@ -260,7 +260,7 @@ async fn install_once(
     manifests_source: Manifests<'_>,
     agent_config: Option<&str>,
     options: &RealNodeOptions,
-) -> Result<Installed, RealNode> {
+) -> Result<Installed, Box<RealNode>> {
     let t0 = Instant::now();
     let node = RealNode::boot(options).expect("real node payload and boot");
     let scheduler = options

@@ -111,7 +111,10 @@ fn has_out_of_service_taint(n: &Node) -> bool {
     n.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == "node.kubernetes.io/out-of-service"))
+        .is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t.key == "node.kubernetes.io/out-of-service")
+        })
 }
 
 fn boot_id(n: &Node) -> String {
@@ -351,19 +354,20 @@ async fn a_node_that_loses_power_is_fenced_through_qmp_and_released_beside_a_kin
     .await;
     recovered(&pair, t0, &boot_before).await;
 
-    let cp_client = pair.client.clone();
-    let Pair { cp, mut nodes, .. } = pair;
-    let other = nodes
-        .iter_mut()
-        .find(|n| n.name == OTHER)
-        .expect("the kind node");
-    crate::real_node_helm::helm_lifecycle(&cp, &cp_client, other, crate::real_node::AGENT_MIB)
-        .await;
-    crate::real_node_probes::the_kernel_probes_on_this_nodes_kernel(other, GuestKernel::Bullseye)
-        .await;
-    for g in nodes {
-        let name = g.name;
-        let run = g.finish().await.expect("guest run");
-        eprintln!("failover pair: {name} ran {:.1} s", run.elapsed.as_secs_f64());
-    }
+    crate::real_node_helm::helm_lifecycle(
+        &pair.cp,
+        &client,
+        pair.nodes
+            .iter_mut()
+            .find(|n| n.name == OTHER)
+            .expect("the kind node"),
+        crate::real_node::AGENT_MIB,
+    )
+    .await;
+    crate::real_node_probes::the_kernel_probes_on_this_nodes_kernel(
+        pair.node_mut(OTHER),
+        GuestKernel::Bullseye,
+    )
+    .await;
+    pair.finish().await;
 }

@@ -32,7 +32,10 @@ fn machine(port: u16) -> Machine {
         .expect("qemu-system-x86_64 (scripts/setup.sh --with-vm installs it)");
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "qemu's QMP socket never listened");
+        assert!(
+            Instant::now() < deadline,
+            "qemu's QMP socket never listened"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     Machine(child)
@@ -86,6 +89,9 @@ fn fence_qmp_powers_a_real_qemu_machine_off_and_on_with_the_fence_agents_exit_co
     assert!(text.contains("action=\"destroy\""), "{text}");
     let closed = free_port().expect("port");
     let (code, text) = fence(&format!("ip=127.0.0.1\nipport={closed}\naction=off\n"));
-    assert_eq!(code, 1, "an unreachable machine is never confirmed off: {text}");
+    assert_eq!(
+        code, 1,
+        "an unreachable machine is never confirmed off: {text}"
+    );
     assert!(text.contains("connecting to QMP"), "{text}");
 }
