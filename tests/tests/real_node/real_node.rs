@@ -596,6 +596,12 @@ async fn oom_attribution_on_containerds_paths(
         "the victim's cgroup is containerd's systemd scope: {line}"
     );
     eprintln!("real node: trace attributed the OOM kill: {line}");
+    // The kill must also have woken the agent twice over: the eBPF OOM event, and memory.events
+    // (cgroup v2's counters are hierarchical, so the pod's `oom_kill` reaches kubepods.slice's
+    // file, which the agent watches on a node whose root is the node cgroup).
+    let wakeups = |m: &str, source: &str| {
+        metrics::sum(m, "node_monitor_wakeups_total", &[("source", source)])
+    };
     let mut metrics = String::new();
     for _ in 0..60 {
         metrics = scrape(node, agent_ip, "metrics-oom.txt").await;
@@ -604,11 +610,23 @@ async fn oom_attribution_on_containerds_paths(
             ("pod_namespace", NS),
             ("pod_name", "oom-victim"),
         ];
-        if metrics::sum(&metrics, "node_monitor_oom_kills_total", &labels) >= 1.0 {
+        if metrics::sum(&metrics, "node_monitor_oom_kills_total", &labels) >= 1.0
+            && wakeups(&metrics, "kernel_oom_kill") >= 1.0
+            && wakeups(&metrics, "memory_events") >= 1.0
+        {
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+    assert!(
+        wakeups(&metrics, "kernel_oom_kill") >= 1.0 && wakeups(&metrics, "memory_events") >= 1.0,
+        "the OOM kill woke the agent through its eBPF event and kubepods.slice's memory.events:\n{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("wakeup"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     assert!(
         metrics::sum(
             &metrics,
