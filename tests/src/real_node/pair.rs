@@ -126,14 +126,6 @@ fn fence_config(ports: &[u16]) -> Vec<ConfigMap> {
     out
 }
 
-/// A free TCP port on the host's loopback.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// Boots both nodes as `options` say (their names, QMP sockets and remediate's image are the
 /// pair's), starts the control plane (NodeRestriction, kube-scheduler), joins them and runs
 /// `helm install` of the chart with remediate, `helm_set` and the agent's configuration
@@ -145,7 +137,10 @@ pub async fn boot_pair(
     agent_config: Option<&str>,
 ) -> Pair {
     let started = Instant::now();
-    let qmp_ports: Vec<u16> = NODES.iter().map(|_| free_port()).collect();
+    let qmp_ports: Vec<u16> = NODES
+        .iter()
+        .map(|_| crate::e2e::free_port().expect("a free port"))
+        .collect();
     let nodes: Vec<RealNode> = options
         .into_iter()
         .zip(NODES.iter().zip(&qmp_ports))

@@ -18,6 +18,7 @@ use kube::{
     Api, Client,
     api::{DeleteParams, DynamicObject, ListParams, PostParams},
 };
+use node_monitor_core::remediation::out_of_service::OUT_OF_SERVICE_TAINT;
 use node_monitor_remediate::store::{node_fence_name, node_fence_resource};
 use node_monitor_tests::{
     real_node::{
@@ -111,10 +112,7 @@ fn has_out_of_service_taint(n: &Node) -> bool {
     n.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| {
-            ts.iter()
-                .any(|t| t.key == "node.kubernetes.io/out-of-service")
-        })
+        .is_some_and(|ts| ts.iter().any(|t| t.key == OUT_OF_SERVICE_TAINT))
 }
 
 fn boot_id(n: &Node) -> String {
